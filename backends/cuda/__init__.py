@@ -1,0 +1,1 @@
+"""CUDA backend: megakernel emission, nvcc invocation and the target description."""

@@ -1,0 +1,1 @@
+"""NumPy interpreters of each IR level."""
