@@ -1,0 +1,189 @@
+"""NumPy kernels of the nn ops: each computes in float32; the caller rounds to the result type."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+Attrs = dict[str, int | float | bool | tuple[int, ...]]
+Shape = tuple[int, ...]
+Kernel = Callable[[Sequence[np.ndarray], Attrs, Shape], np.ndarray]
+
+
+class KernelError(ValueError):
+    """A data-dependent error (e.g. an id out of range); the interpreter adds the op's location."""
+
+
+def _f32(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a, dtype=np.float32)
+
+
+def _int(attrs: Attrs, key: str) -> int:
+    value = attrs[key]
+    assert isinstance(value, int), f"attribute {key} should be an integer, got {value!r}"
+    return int(value)
+
+
+def _ints(attrs: Attrs, key: str) -> tuple[int, ...]:
+    value = attrs[key]
+    assert isinstance(value, tuple), f"attribute {key} should be a tuple, got {value!r}"
+    return tuple(int(v) for v in value)
+
+
+# Vectorised over float64 because NumPy has no erf and scipy is not a dependency.
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    # exp of a non-positive number only: no overflow for large |x|.
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(np.float32)
+
+
+def _unary(fn: Callable[[np.ndarray], np.ndarray]) -> Kernel:
+    return lambda args, _attrs, _shape: fn(_f32(args[0]))
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    return (0.5 * x64 * (1.0 + _erf(x64 / math.sqrt(2.0)))).astype(np.float32)
+
+
+def _binary(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Kernel:
+    return lambda args, _attrs, _shape: fn(_f32(args[0]), _f32(args[1]))
+
+
+def _reduce(fn: Callable[..., np.ndarray]) -> Kernel:
+    def kernel(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.ndarray:
+        return fn(_f32(args[0]), axis=_int(attrs, "dim"), keepdims=bool(attrs["keepdim"]))
+
+    return kernel
+
+
+def _scale(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.ndarray:
+    return _f32(args[0]) * np.float32(attrs["factor"])
+
+
+def _softmax_along(x: np.ndarray, axis: int) -> np.ndarray:
+    # Fully masked rows (all -inf) give zeros rather than NaN.
+    peak = np.max(x, axis=axis, keepdims=True)
+    peak = np.where(np.isfinite(peak), peak, np.float32(0))
+    e = np.exp(x - peak)
+    total = np.sum(e, axis=axis, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+
+
+def _softmax(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.ndarray:
+    return _softmax_along(_f32(args[0]), _int(attrs, "dim"))
+
+
+def _rms_norm(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.ndarray:
+    x, w = _f32(args[0]), _f32(args[1])
+    mean_sq = np.mean(x * x, axis=-1, keepdims=True)
+    return x / np.sqrt(mean_sq + np.float32(attrs["epsilon"])) * w
+
+
+def _rope(args: Sequence[np.ndarray], _attrs: Attrs, _shape: Shape) -> np.ndarray:
+    x, cos, sin = (_f32(a) for a in args[:3])
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def _matmul(args: Sequence[np.ndarray], _attrs: Attrs, _shape: Shape) -> np.ndarray:
+    return np.matmul(_f32(args[0]), _f32(args[1]))
+
+
+def _linear(args: Sequence[np.ndarray], _attrs: Attrs, _shape: Shape) -> np.ndarray:
+    return np.matmul(_f32(args[0]), _f32(args[1]).T)
+
+
+def _embedding(args: Sequence[np.ndarray], _attrs: Attrs, _shape: Shape) -> np.ndarray:
+    table, ids = args[0], args[1]
+    rows = table.shape[0]
+    bad = (ids < 0) | (ids >= rows)
+    if np.any(bad):
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise KernelError(
+            f"id {int(ids[first])} at index {first} is out of range for a table of {rows} rows"
+        )
+    return _f32(table)[ids.astype(np.int64)]
+
+
+def _argmax(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.ndarray:
+    return np.argmax(_f32(args[0]), axis=_int(attrs, "dim")).astype(np.int32)
+
+
+def _reshape(args: Sequence[np.ndarray], _attrs: Attrs, shape: Shape) -> np.ndarray:
+    return np.reshape(args[0], shape)
+
+
+def _transpose(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.ndarray:
+    return np.transpose(args[0], _ints(attrs, "perm"))
+
+
+def _concat(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.ndarray:
+    return np.concatenate(list(args), axis=_int(attrs, "dim"))
+
+
+def _slice(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.ndarray:
+    offsets, sizes = _ints(attrs, "offsets"), _ints(attrs, "sizes")
+    return args[0][tuple(slice(o, o + s) for o, s in zip(offsets, sizes, strict=True))]
+
+
+def _attention(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.ndarray:
+    q, k, v = (_f32(a) for a in args[:3])
+    batch, hq, sq, _ = q.shape
+    hkv, s = k.shape[1], k.shape[2]
+    group = hq // hkv
+    # Grouped query: q head h reads kv head h // group.
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    scores = np.matmul(q, np.swapaxes(k, -1, -2)) * np.float32(attrs["scale"])
+    keys = np.arange(s)
+    visible = np.ones((batch, 1, sq, s), dtype=bool)
+    if len(args) > 3:
+        kv_len = np.asarray(args[3]).astype(np.int64)
+        visible &= keys[None, None, None, :] < kv_len[:, None, None, None]
+    if attrs["causal"]:
+        query_pos = s - sq + np.arange(sq)
+        visible &= keys[None, None, None, :] <= query_pos[None, None, :, None]
+    scores = np.where(visible, scores, np.float32(-np.inf))
+    return np.matmul(_softmax_along(scores, -1), v)
+
+
+KERNELS: dict[str, Kernel] = {
+    "nn.matmul": _matmul,
+    "nn.linear": _linear,
+    "nn.exp": _unary(np.exp),
+    "nn.sqrt": _unary(np.sqrt),
+    "nn.rsqrt": _unary(lambda x: np.float32(1) / np.sqrt(x)),
+    "nn.square": _unary(np.square),
+    "nn.neg": _unary(np.negative),
+    "nn.relu": _unary(lambda x: np.maximum(x, np.float32(0))),
+    "nn.sigmoid": _unary(_sigmoid),
+    "nn.silu": _unary(lambda x: x * _sigmoid(x)),
+    "nn.gelu": _unary(_gelu),
+    "nn.scale": _scale,
+    "nn.add": _binary(np.add),
+    "nn.sub": _binary(np.subtract),
+    "nn.mul": _binary(np.multiply),
+    "nn.div": _binary(np.divide),
+    "nn.maximum": _binary(np.maximum),
+    "nn.reduce_sum": _reduce(np.sum),
+    "nn.reduce_max": _reduce(np.max),
+    "nn.reduce_mean": _reduce(np.mean),
+    "nn.softmax": _softmax,
+    "nn.rms_norm": _rms_norm,
+    "nn.rope": _rope,
+    "nn.embedding": _embedding,
+    "nn.argmax": _argmax,
+    "nn.reshape": _reshape,
+    "nn.transpose": _transpose,
+    "nn.concat": _concat,
+    "nn.slice": _slice,
+    "nn.attention": _attention,
+}
+"""Op name -> kernel. Layout ops keep their operands' dtype; every other kernel returns float32
+(argmax: int32)."""

@@ -1,0 +1,3 @@
+func.func @f(%a: tensor<2xf32>) -> tensor<2xf32> {
+  func.return %a : tensor<2xf32>
+}
