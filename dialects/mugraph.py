@@ -1,5 +1,547 @@
-"""The mugraph dialect (placeholder until its definition lands)."""
+"""The mugraph dialect: Mirage's μGraph as IR (kernel graph → block graph → thread graphs).
 
-from xdsl.ir import Dialect
+**Kernel graph.** The body of a `func.func` whose ops are kernels on builtin tensors:
 
-MuGraph = Dialect("mugraph", [], [])
+    %y = mugraph.kernel "rms_norm" (%x, %g) {epsilon = 1.0e-06 : f32}
+           : (tensor<8x4096xbf16>, tensor<4096xbf16>) -> tensor<8x4096xbf16>
+    %z = mugraph.graph_def grid [48, 1, 1] threads 128 forloop 64 (%x, %w)
+           : (tensor<8x4096xbf16>, tensor<6144x4096xbf16>) -> tensor<8x6144xbf16> {
+    ^bb0(%xa: tensor<8x4096xbf16>, %wa: tensor<6144x4096xbf16>, %za: tensor<8x6144xbf16>):
+      %xt = mugraph.input %xa imap [-1, -1, -1] fmap 1 : tensor<8x4096xbf16> -> tensor<8x64xbf16>
+      %wt = mugraph.input %wa imap [0, -1, -1] fmap 1 : tensor<6144x4096xbf16> -> tensor<128x64xbf16>
+      %p = mugraph.matmul %xt, %wt transpose_b : (tensor<8x64xbf16>, tensor<128x64xbf16>) -> tensor<8x128xf32>
+      %acc = mugraph.accum "sum" %p : tensor<8x128xf32> -> tensor<8x128xf32>
+      mugraph.output %acc to %za omap [1, -1, -1] : tensor<8x128xf32> -> tensor<8x6144xbf16>
+    }
+
+A `mugraph.kernel` is a library kernel (a pre-written tile program) named by a kind from
+`LIBRARY_KINDS`. A `mugraph.graph_def` is a graph-defined kernel: a grid of blocks, each running
+the **block graph** in its region. The region's entry block has one argument per kernel operand
+(the whole tensor) followed by one per kernel result (the destination the block writes into).
+
+**Block graph.** `mugraph.input` reads the tile one block sees in one for-loop iteration
+(`imap`: grid axis → tensor dim or -1; `fmap`: the dim the for-loop walks or -1; see
+`mugraph_maps`). Tile ops (matmul, unary, binary, reduce, rms_norm, concat, reshape, position,
+argmax, thread_map) compute on tiles, which are builtin tensor types. Each tile op computes in
+f32 and rounds to its result element type. `mugraph.accum` / `mugraph.accum_softmax` carry
+f32 state across for-loop iterations. `mugraph.output` writes a tile into a result (`omap`).
+
+**Loop/epilogue rule** (enforced by the verifier, used by `GraphDefOp.loop_ops()` /
+`epilogue_ops()`): ops that depend (transitively) on no accumulator run in every for-loop
+iteration; an accumulator's result is its value after the last iteration; ops that use an
+accumulator result run once after the loop (the epilogue). An epilogue op may also use tiles
+that depend only on inputs with fmap -1 (they are the same in every iteration), never other
+per-iteration tiles. Accumulators cannot accumulate epilogue values. With forloop > 1 an output
+must not write a per-iteration tile.
+
+**Thread graphs.** `mugraph.thread_map` applies a scalar arith/math region elementwise (with
+broadcasting) to tiles: how elementwise epilogues fuse without materialising intermediates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mk.dialects import mugraph_maps as maps
+from mk.dialects.mugraph_maps import MapError, shape_str
+from mk.dialects.mugraph_tiles import (
+    AccumOp,
+    AccumSoftmaxOp,
+    ArgmaxOp,
+    BinaryOp,
+    BlockGraphOp,
+    ConcatOp,
+    MatmulOp,
+    Phase,
+    ReduceOp,
+    ReshapeOp,
+    RMSNormOp,
+    ThreadMapOp,
+    UnaryOp,
+    YieldOp,
+    expect_shape,
+    in_graph,
+    int_values,
+    is_float_tile,
+    require,
+    shape_of,
+    tensor_type,
+    value_name,
+    value_phase,
+)
+from xdsl.dialects.builtin import (
+    I64,
+    DenseArrayBase,
+    IntegerAttr,
+    IntegerType,
+    StringAttr,
+    TensorType,
+    i64,
+)
+from xdsl.ir import Attribute, BlockArgument, Dialect, Operation, Region, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_op_definition,
+    operand_def,
+    prop_def,
+    region_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.traits import IsolatedFromAbove, NoTerminator
+from xdsl.utils.exceptions import VerifyException
+
+# kind -> (min operands, max operands or None for variadic, required attributes)
+LIBRARY_KINDS: dict[str, tuple[int, int | None, tuple[str, ...]]] = {
+    **{k: (1, 1, ()) for k in ("exp", "sqrt", "rsqrt", "square", "neg", "relu", "sigmoid")},
+    **{k: (1, 1, ()) for k in ("silu", "gelu", "softmax", "argmax", "reshape")},
+    **{k: (2, 2, ()) for k in ("add", "sub", "mul", "div", "maximum", "matmul", "linear")},
+    **{k: (1, 1, ("dim",)) for k in ("reduce_sum", "reduce_max", "reduce_mean")},
+    "scale": (1, 1, ("factor",)),
+    "rms_norm": (2, 2, ()),
+    "rope": (3, 3, ()),
+    "embedding": (2, 2, ()),
+    "attention": (3, 4, ("scale",)),
+    "transpose": (1, 1, ("perm",)),
+    "slice": (1, 1, ("offsets", "sizes")),
+    "concat": (1, None, ("dim",)),
+}
+
+
+def _print_ints(printer: Printer, values: Sequence[int]) -> None:
+    with printer.in_square_brackets():
+        printer.print_list(values, lambda v: printer.print_string(str(v)))
+
+
+def _parse_ints(parser: Parser) -> list[int]:
+    return parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_integer)
+
+
+def _op_phase(op: Operation) -> Phase:
+    return op.op_phase() if isinstance(op, BlockGraphOp) else Phase.INVARIANT
+
+
+# ------------------------------------------------------------------------------------------------
+# Kernel graph
+# ------------------------------------------------------------------------------------------------
+
+
+@irdl_op_definition
+class KernelOp(IRDLOperation):
+    """A library kernel: `%y = mugraph.kernel "silu" (%x) : (tensor<8x6144xbf16>) -> tensor<8x6144xbf16>`.
+
+    Its attributes are the nn op's (`factor`, `dim`, `epsilon`, ...), kept as free attributes.
+    """
+
+    name = "mugraph.kernel"
+    kind = prop_def(StringAttr)
+    args = var_operand_def(TensorType)
+    res = var_result_def(TensorType)
+    assembly_format = "$kind `(` $args `)` attr-dict `:` functional-type($args, $res)"
+
+    def __init__(
+        self,
+        kind: str,
+        args: Sequence[SSAValue],
+        result_types: Sequence[Attribute],
+        attributes: dict[str, Attribute] | None = None,
+    ) -> None:
+        super().__init__(
+            operands=[args],
+            result_types=[result_types],
+            properties={"kind": StringAttr(kind)},
+            attributes=attributes or {},
+        )
+
+    def verify_(self) -> None:
+        kind = self.kind.data
+        require(kind in LIBRARY_KINDS, f"unknown library kernel kind '{kind}'")
+        lo, hi, required = LIBRARY_KINDS[kind]
+        n = len(self.args)
+        want = f"{lo}" if lo == hi else f"{lo} to {hi}" if hi else f"at least {lo}"
+        require(lo <= n and (hi is None or n <= hi), f"'{kind}' takes {want} operands, got {n}")
+        require(len(self.res) == 1, f"'{kind}' has 1 result, got {len(self.res)}")
+        for attr in required:
+            require(attr in self.attributes, f"'{kind}' needs attribute '{attr}'")
+
+
+@irdl_op_definition
+class GraphDefOp(IRDLOperation):
+    """A graph-defined kernel; its region is the block graph every block of `grid` runs."""
+
+    name = "mugraph.graph_def"
+    args = var_operand_def(TensorType)
+    res = var_result_def(TensorType)
+    grid = prop_def(DenseArrayBase.constr(i64))
+    threads = prop_def(IntegerAttr[I64])
+    forloop = prop_def(IntegerAttr[I64])
+    body = region_def("single_block")
+    traits = traits_def(IsolatedFromAbove(), NoTerminator())
+
+    def __init__(
+        self,
+        args: Sequence[SSAValue],
+        result_types: Sequence[Attribute],
+        grid: Sequence[int],
+        threads: int,
+        forloop: int,
+        body: Region,
+    ) -> None:
+        props: dict[str, Attribute] = {
+            "grid": DenseArrayBase.from_list(i64, list(grid)),
+            "threads": IntegerAttr(threads, i64),
+            "forloop": IntegerAttr(forloop, i64),
+        }
+        super().__init__(
+            operands=[args], result_types=[result_types], properties=props, regions=[body]
+        )
+
+    def grid_shape(self) -> tuple[int, int, int]:
+        x, y, z = int_values(self.grid)
+        return (x, y, z)
+
+    def thread_count(self) -> int:
+        return self.threads.value.data
+
+    def forloop_range(self) -> int:
+        return self.forloop.value.data
+
+    def blocks(self):
+        """Every block coordinate (bx, by, bz), x fastest."""
+        return maps.grid_blocks(self.grid_shape())
+
+    def input_args(self) -> tuple[BlockArgument, ...]:
+        return tuple(self.body.block.args[: len(self.args)])
+
+    def result_args(self) -> tuple[BlockArgument, ...]:
+        return tuple(self.body.block.args[len(self.args) :])
+
+    def input_ops(self) -> list[InputOp]:
+        return [op for op in self.body.block.ops if isinstance(op, InputOp)]
+
+    def output_ops(self) -> list[OutputOp]:
+        return [op for op in self.body.block.ops if isinstance(op, OutputOp)]
+
+    def loop_ops(self) -> list[Operation]:
+        """Ops run in every for-loop iteration (accumulator updates included), in order."""
+        return [op for op in self.body.block.ops if _op_phase(op) < Phase.EPILOGUE]
+
+    def epilogue_ops(self) -> list[Operation]:
+        """Ops run once after the loop: users of accumulator results, then the outputs."""
+        return [op for op in self.body.block.ops if _op_phase(op) == Phase.EPILOGUE]
+
+    def verify_(self) -> None:
+        try:
+            maps.check_grid(int_values(self.grid))
+        except MapError as e:
+            raise VerifyException(str(e)) from None
+        t = self.thread_count()
+        require(
+            32 <= t <= 1024 and t % 32 == 0,
+            f"threads must be a multiple of 32 in [32, 1024], got {t}",
+        )
+        require(self.forloop_range() >= 1, f"forloop must be >= 1, got {self.forloop_range()}")
+        block = self.body.block
+        want = [v.type for v in self.args] + [r.type for r in self.res]
+        got = [a.type for a in block.args]
+        require(
+            got == want,
+            f"block arguments must be the operand types then the result types "
+            f"({len(want)} values), got {len(got)}"
+            + ("" if len(got) != len(want) else " differing types"),
+        )
+        for op in block.ops:
+            require(
+                isinstance(op, BLOCK_OPS),
+                f"a block graph holds mugraph block ops, found '{op.name}'",
+            )
+        for i, arg in enumerate(self.result_args()):
+            require(
+                any(isinstance(u.operation, OutputOp) for u in arg.uses),
+                f"result #{i} is never written: no mugraph.output targets {value_name(arg)}",
+            )
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" grid ")
+        _print_ints(printer, self.grid_shape())
+        printer.print_string(f" threads {self.thread_count()} forloop {self.forloop_range()} ")
+        printer.print_operands(self.args)
+        printer.print_op_attributes(self.attributes, print_keyword=True)
+        printer.print_string(" : ")
+        printer.print_function_type([a.type for a in self.args], [r.type for r in self.res])
+        printer.print_string(" ")
+        printer.print_region(self.body, print_entry_block_args=True)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> GraphDefOp:
+        parser.parse_keyword("grid")
+        grid = _parse_ints(parser)
+        parser.parse_keyword("threads")
+        threads = parser.parse_integer(allow_boolean=False)
+        parser.parse_keyword("forloop")
+        forloop = parser.parse_integer(allow_boolean=False)
+        start = parser.pos
+        names = parser.parse_comma_separated_list(
+            parser.Delimiter.PAREN, parser.parse_unresolved_operand
+        )
+        attrs = parser.parse_optional_attr_dict_with_keyword()
+        parser.parse_punctuation(":")
+        ftype = parser.parse_function_type()
+        if len(ftype.inputs) != len(names):
+            parser.raise_error(
+                f"{len(names)} operands but {len(ftype.inputs)} operand types", start, parser.pos
+            )
+        operands = [parser.resolve_operand(n, t) for n, t in zip(names, ftype.inputs, strict=True)]
+        body = parser.parse_region()
+        op = cls(operands, ftype.outputs.data, grid, threads, forloop, body)
+        if attrs is not None:
+            op.attributes |= attrs.data
+        return op
+
+
+@irdl_op_definition
+class InputOp(BlockGraphOp):
+    """`%t = mugraph.input %xa imap [0, -1, -1] fmap 1 : tensor<6144x4096xbf16> -> tensor<128x64xbf16>`."""
+
+    name = "mugraph.input"
+    source = operand_def(TensorType)
+    tile = result_def(TensorType)
+    imap = prop_def(DenseArrayBase.constr(i64))
+    fmap = prop_def(IntegerAttr[I64])
+    traits = in_graph()
+
+    def whole_tensor_operands(self) -> tuple[int, ...]:
+        return (0,)
+
+    def op_phase(self) -> Phase:
+        return Phase.INVARIANT if self.fmap_dim() < 0 else Phase.LOOP
+
+    def __init__(
+        self, source: SSAValue, imap: Sequence[int], fmap: int, tile_type: Attribute
+    ) -> None:
+        props = {"imap": DenseArrayBase.from_list(i64, list(imap)), "fmap": IntegerAttr(fmap, i64)}
+        super().__init__(operands=[source], result_types=[tile_type], properties=props)
+
+    def imap_dims(self) -> tuple[int, ...]:
+        return int_values(self.imap)
+
+    def fmap_dim(self) -> int:
+        return self.fmap.value.data
+
+    def source_index(self) -> int:
+        """Which kernel operand this input reads."""
+        src = self.source
+        assert isinstance(src, BlockArgument)
+        return src.index
+
+    def tile_shape(self) -> tuple[int, ...]:
+        g = self.parent_graph()
+        return maps.input_tile_shape(
+            shape_of(self.source),
+            g.grid_shape(),
+            self.imap_dims(),
+            self.fmap_dim(),
+            g.forloop_range(),
+        )
+
+    def tile_slices(self, block: Sequence[int], iteration: int) -> tuple[slice, ...]:
+        """The part of the full operand tensor this tile covers for `block` in `iteration`."""
+        g = self.parent_graph()
+        return maps.input_tile_slices(
+            shape_of(self.source), g.grid_shape(), self.imap_dims(), self.fmap_dim(),
+            g.forloop_range(), block, iteration,
+        )  # fmt: skip
+
+    def verify_block_op(self, parent: GraphDefOp) -> None:
+        src = self.source
+        require(
+            src.index < len(parent.args),
+            f"reads {value_name(src)}, a result of the kernel, not an operand",
+        )
+        try:
+            shape = self.tile_shape()
+        except MapError as e:
+            raise VerifyException(str(e)) from None
+        want = TensorType(tensor_type(src).element_type, shape)
+        require(self.tile.type == want, f"tile type is {self.tile.type}, but the maps give {want}")
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.source)
+        printer.print_string(" imap ")
+        _print_ints(printer, self.imap_dims())
+        printer.print_string(f" fmap {self.fmap_dim()}")
+        printer.print_op_attributes(self.attributes)
+        printer.print_string(" : ")
+        printer.print_attribute(self.source.type)
+        printer.print_string(" -> ")
+        printer.print_attribute(self.tile.type)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> InputOp:
+        src = parser.parse_unresolved_operand()
+        parser.parse_keyword("imap")
+        imap = _parse_ints(parser)
+        parser.parse_keyword("fmap")
+        fmap = parser.parse_integer(allow_boolean=False)
+        attrs = parser.parse_optional_attr_dict()
+        parser.parse_punctuation(":")
+        src_type = parser.parse_type()
+        parser.parse_punctuation("->")
+        op = cls(parser.resolve_operand(src, src_type), imap, fmap, parser.parse_type())
+        op.attributes |= attrs
+        return op
+
+
+@irdl_op_definition
+class OutputOp(BlockGraphOp):
+    """`mugraph.output %acc to %ya omap [1, -1, -1] : tensor<8x128xf32> -> tensor<8x6144xbf16>`.
+
+    Writes the block's tile into a kernel result (rounded to its element type) after the loop.
+    """
+
+    name = "mugraph.output"
+    tile = operand_def(TensorType)
+    dest = operand_def(TensorType)
+    omap = prop_def(DenseArrayBase.constr(i64))
+    traits = in_graph(pure=False)
+
+    def whole_tensor_operands(self) -> tuple[int, ...]:
+        return (1,)
+
+    def op_phase(self) -> Phase:
+        return Phase.EPILOGUE
+
+    def verify_phase(self, parent: GraphDefOp) -> None:
+        forloop = parent.forloop_range()
+        require(
+            value_phase(self.tile) != Phase.LOOP or forloop == 1,
+            f"writes {value_name(self.tile)}, a tile that changes every for-loop iteration "
+            f"(forloop {forloop}); write an accumulator result or a value computed from one",
+        )
+
+    def __init__(self, tile: SSAValue, dest: SSAValue, omap: Sequence[int]) -> None:
+        props = {"omap": DenseArrayBase.from_list(i64, list(omap))}
+        super().__init__(operands=[tile, dest], properties=props)
+
+    def omap_dims(self) -> tuple[int, ...]:
+        return int_values(self.omap)
+
+    def result_index(self) -> int:
+        dest = self.dest
+        assert isinstance(dest, BlockArgument)
+        return dest.index - len(self.parent_graph().args)
+
+    def tile_slices(self, block: Sequence[int]) -> tuple[slice, ...]:
+        """The part of the full result this block's tile covers."""
+        grid = self.parent_graph().grid_shape()
+        return maps.output_tile_slices(shape_of(self.dest), grid, self.omap_dims(), block)
+
+    def verify_block_op(self, parent: GraphDefOp) -> None:
+        tile, dest = self.tile, self.dest
+        require(
+            self.result_index() >= 0,
+            f"writes to {value_name(dest)}, an operand of the kernel, not a result",
+        )
+        writers = [u.operation for u in dest.uses if isinstance(u.operation, OutputOp)]
+        block = parent.body.block
+        first = min(writers, key=block.get_operation_index)
+        require(
+            first is self,
+            f"result #{self.result_index()} ({value_name(dest)}) is already written by an earlier mugraph.output",
+        )
+        try:
+            shape = maps.output_tile_shape(shape_of(dest), parent.grid_shape(), self.omap_dims())
+        except MapError as e:
+            raise VerifyException(str(e)) from None
+        require(
+            shape_of(tile) == shape,
+            f"tile is {shape_str(shape_of(tile))}, but omap {list(self.omap_dims())} over grid "
+            f"{list(parent.grid_shape())} gives {shape_str(shape)} tiles of the "
+            f"{shape_str(shape_of(dest))} result",
+        )
+        te, de = tensor_type(tile).element_type, tensor_type(dest).element_type
+        require(
+            te == de or (is_float_tile(tile) and is_float_tile(dest)),
+            f"cannot store a {te} tile into a {de} result",
+        )
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.tile)
+        printer.print_string(" to ")
+        printer.print_operand(self.dest)
+        printer.print_string(" omap ")
+        _print_ints(printer, self.omap_dims())
+        printer.print_op_attributes(self.attributes)
+        printer.print_string(" : ")
+        printer.print_attribute(self.tile.type)
+        printer.print_string(" -> ")
+        printer.print_attribute(self.dest.type)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> OutputOp:
+        tile = parser.parse_unresolved_operand()
+        parser.parse_keyword("to")
+        dest = parser.parse_unresolved_operand()
+        parser.parse_keyword("omap")
+        omap = _parse_ints(parser)
+        attrs = parser.parse_optional_attr_dict()
+        parser.parse_punctuation(":")
+        tile_type = parser.parse_type()
+        parser.parse_punctuation("->")
+        dest_type = parser.parse_type()
+        op = cls(
+            parser.resolve_operand(tile, tile_type), parser.resolve_operand(dest, dest_type), omap
+        )
+        op.attributes |= attrs
+        return op
+
+
+@irdl_op_definition
+class PositionOp(BlockGraphOp):
+    """`%p = mugraph.position %lt dim 1 : tensor<8x2048xbf16> -> tensor<8x2048xi32>`.
+
+    The index along `dim` of the full input tensor of each element of an input tile (so
+    argmax can report global indices).
+    """
+
+    name = "mugraph.position"
+    x = operand_def(TensorType)
+    res = result_def(TensorType)
+    dim = prop_def(IntegerAttr[I64])
+    traits = in_graph()
+    assembly_format = "$x `dim` $dim attr-dict `:` type($x) `->` type($res)"
+
+    def input_op(self) -> InputOp:
+        assert isinstance(self.x.owner, InputOp)
+        return self.x.owner
+
+    def positions(self, block: Sequence[int], iteration: int) -> range:
+        """The positions along `dim` this tile covers for `block` in `iteration`."""
+        s = self.input_op().tile_slices(block, iteration)[self.dim.value.data]
+        return range(s.start, s.stop)
+
+    def verify_block_op(self, parent: GraphDefOp) -> None:
+        require(
+            isinstance(self.x.owner, InputOp), f"{value_name(self.x)} must be a mugraph.input tile"
+        )
+        d, rank = self.dim.value.data, len(shape_of(self.x))
+        require(0 <= d < rank, f"dim {d} is out of range for rank {rank}")
+        expect_shape(self.res, shape_of(self.x))
+        require(
+            isinstance(tensor_type(self.res).element_type, IntegerType),
+            "result must be an integer tile",
+        )
+
+
+BLOCK_OPS = (
+    InputOp, OutputOp, MatmulOp, UnaryOp, BinaryOp, ReduceOp, RMSNormOp, ConcatOp, ReshapeOp,
+    PositionOp, ArgmaxOp, ThreadMapOp, AccumOp, AccumSoftmaxOp,
+)  # fmt: skip
+
+MuGraph = Dialect("mugraph", [KernelOp, GraphDefOp, *BLOCK_OPS, YieldOp], [])

@@ -1,5 +1,832 @@
-"""The task dialect (placeholder until its definition lands)."""
+"""The task dialect: the megakernel's SM-level schedule as task grids, event tensors and queues.
 
-from xdsl.ir import Dialect
+A `task.graph` holds buffers (arguments, results and an activation arena), event tensors
+(counters indexed by tile coordinates), task grids (one task per grid point, with affine
+read/write footprints and affine maps to the event elements they wait on and signal) and,
+after scheduling, one ordered queue of global task ids per SM. Everything is symbolic: a grid
+of 10,000 tiles is one op.
 
-Task = Dialect("task", [], [])
+    task.graph @step iterations 4 arena 65536 {
+      task.buffer @x input 0 : tensor<8x4096xbf16>
+      task.buffer @h activation offset 0 : tensor<8x4096xbf16>
+      task.event @h_ready [16] count 3
+      task.grid @norm [48]
+          reads(@x[(d0) -> (0, 0)] [8, 4096])
+          writes(@h[(d0) -> (0, d0 * 128)] [8, 128])
+          signals(@h_ready (d0) -> (d0 floordiv 3)) {
+      ^bb0(%x: tensor<8x4096xbf16>, %h: tensor<8x128xbf16>):
+        task.yield %h : tensor<8x128xbf16>
+      }
+      task.schedule num_sms 132 {
+        task.queue sm 0 [0, 1, 2]
+      }
+    }
+
+Global task ids number the grids' tasks in block order, row-major inside a grid. An event
+element is ready in iteration t (0-based) once its counter reaches count * (t + 1 - distance),
+where `distance` (default 0) of a wait makes it loop-carried (iteration t waits on t - distance).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DenseArrayBase,
+    IntAttr,
+    IntegerAttr,
+    StringAttr,
+    SymbolNameConstraint,
+    SymbolRefAttr,
+    TensorType,
+    i32,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Dialect, Operation, Region, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_op_definition,
+    lazy_traits_def,
+    opt_prop_def,
+    prop_def,
+    region_def,
+    traits_def,
+    var_operand_def,
+)
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.traits import (
+    HasParent,
+    IsolatedFromAbove,
+    IsTerminator,
+    NoTerminator,
+    SymbolOpInterface,
+)
+from xdsl.utils.exceptions import VerifyException
+
+from mk.dialects.task_maps import (
+    EdgeAttr,
+    FootprintAttr,
+    GraphIndex,
+    check_points,
+    delinearize,
+    edge_elements,
+    eval_map,
+    first_outside,
+    format_coords,
+    format_int_list,
+    format_rect,
+    format_shape,
+    grid_size,
+    linearize,
+    parse_int_list,
+)
+
+ARENA_ALIGNMENT = 128
+ARENA_KINDS = ("activation", "workspace")
+BUFFER_KINDS = ("input", "weight", "output", "activation", "workspace")
+
+
+def _int(attr: IntegerAttr | IntAttr) -> int:
+    return attr.data if isinstance(attr, IntAttr) else attr.value.data
+
+
+def _i64s(values: Sequence[int]) -> DenseArrayBase:
+    return DenseArrayBase.from_list(i64, [int(v) for v in values])
+
+
+def _parent_graph(op: Operation) -> GraphOp:
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, GraphOp):
+        parent = parent.parent_op()
+    if parent is None:
+        raise VerifyException(f"'{op.name}' must be inside a task.graph")
+    return parent
+
+
+def _add_attributes(op: Operation, parser: Parser) -> None:
+    if (attrs := parser.parse_optional_attr_dict_with_keyword()) is not None:
+        op.attributes |= attrs.data
+
+
+# --------------------------------------------------------------------------- task.graph
+
+
+@irdl_op_definition
+class GraphOp(IRDLOperation):
+    """The task graph of one program, run `iterations` times inside the megakernel."""
+
+    name = "task.graph"
+
+    sym_name = prop_def(SymbolNameConstraint())
+    iterations = prop_def(IntegerAttr.constr(type=i64))
+    arena = prop_def(IntegerAttr.constr(type=i64))
+    body = region_def("single_block")
+
+    traits = traits_def(NoTerminator(), SymbolOpInterface())
+
+    def __init__(self, name: str, iterations: int, arena: int, body: Region | None = None) -> None:
+        super().__init__(
+            properties={
+                "sym_name": StringAttr(name),
+                "iterations": IntegerAttr(iterations, i64),
+                "arena": IntegerAttr(arena, i64),
+            },
+            regions=[body if body is not None else Region(Block())],
+        )
+
+    def index(self) -> GraphIndex:
+        """A snapshot of the declarations by name and the grids' first task ids."""
+        index = GraphIndex(self)
+        for op in self.body.block.ops:
+            if isinstance(op, BufferOp):
+                index.buffers.setdefault(op.sym_name.data, op)
+            elif isinstance(op, EventOp):
+                index.events.setdefault(op.sym_name.data, op)
+            elif isinstance(op, GridOp):
+                index.add_grid(op)
+            elif isinstance(op, ScheduleOp) and index.schedule is None:
+                index.schedule = op
+        return index
+
+    def verify_(self) -> None:
+        if _int(self.iterations) < 1:
+            raise VerifyException(f"iterations must be >= 1, got {_int(self.iterations)}")
+        if _int(self.arena) < 0:
+            raise VerifyException(f"arena size must be >= 0, got {_int(self.arena)}")
+        names: set[str] = set()
+        slots: dict[tuple[str, int], str] = {}
+        schedules = 0
+        for op in self.body.block.ops:
+            if not isinstance(op, BufferOp | EventOp | GridOp | ScheduleOp):
+                raise VerifyException(f"'{op.name}' is not allowed in a task.graph")
+            schedules += isinstance(op, ScheduleOp)
+            if isinstance(op, ScheduleOp):
+                continue
+            name = op.sym_name.data
+            if name in names:
+                raise VerifyException(f"symbol @{name} is defined twice")
+            names.add(name)
+            if isinstance(op, BufferOp) and op.index is not None:
+                self._claim_slot(op, slots)
+        if schedules > 1:
+            raise VerifyException(f"has {schedules} task.schedule ops, expected at most one")
+
+    @staticmethod
+    def _claim_slot(buffer: BufferOp, slots: dict[tuple[str, int], str]) -> None:
+        space = "result" if buffer.kind.data == "output" else "argument"
+        key = (space, _int(buffer.index))  # type: ignore[arg-type]
+        if key in slots:
+            raise VerifyException(
+                f"@{buffer.sym_name.data} and @{slots[key]} are both {space} #{key[1]}"
+            )
+        slots[key] = buffer.sym_name.data
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_symbol_name(self.sym_name.data)
+        printer.print_string(f" iterations {_int(self.iterations)} arena {_int(self.arena)}")
+        printer.print_op_attributes(self.attributes, print_keyword=True)
+        printer.print_string(" ")
+        printer.print_region(self.body, print_entry_block_args=False)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> GraphOp:
+        name = parser.parse_symbol_name().data
+        parser.parse_keyword("iterations")
+        iterations = parser.parse_integer(allow_boolean=False)
+        parser.parse_keyword("arena")
+        arena = parser.parse_integer(allow_boolean=False)
+        attrs = parser.parse_optional_attr_dict_with_keyword()
+        op = cls(name, iterations, arena, parser.parse_region())
+        if attrs is not None:
+            op.attributes |= attrs.data
+        return op
+
+
+# --------------------------------------------------------------------------- task.buffer
+
+
+@irdl_op_definition
+class BufferOp(IRDLOperation):
+    """A named tensor: a program argument/result, or a slice of the activation arena."""
+
+    name = "task.buffer"
+
+    sym_name = prop_def(SymbolNameConstraint())
+    buffer_type = prop_def(TensorType)
+    kind = prop_def(StringAttr)
+    index = opt_prop_def(IntegerAttr.constr(type=i64))
+    offset = opt_prop_def(IntegerAttr.constr(type=i64))
+
+    traits = lazy_traits_def(lambda: (SymbolOpInterface(), HasParent(GraphOp)))
+
+    def __init__(
+        self,
+        name: str,
+        buffer_type: TensorType,
+        kind: str,
+        index: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        props: dict[str, Attribute] = {
+            "sym_name": StringAttr(name),
+            "buffer_type": buffer_type,
+            "kind": StringAttr(kind),
+        }
+        if index is not None:
+            props["index"] = IntegerAttr(index, i64)
+        if offset is not None:
+            props["offset"] = IntegerAttr(offset, i64)
+        super().__init__(properties=props)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.buffer_type.get_shape())
+
+    @property
+    def nbytes(self) -> int:
+        element = self.buffer_type.get_element_type()
+        bits = getattr(element, "bitwidth", 0)
+        return grid_size(self.shape) * max(bits // 8, 1)
+
+    def verify_(self) -> None:
+        kind = self.kind.data
+        if kind not in BUFFER_KINDS:
+            raise VerifyException(f"unknown buffer kind '{kind}', expected one of {BUFFER_KINDS}")
+        if not self.buffer_type.has_static_shape():
+            raise VerifyException(f"@{self.sym_name.data} must have a static shape")
+        in_arena = kind in ARENA_KINDS
+        if (self.offset is not None) != in_arena:
+            need = "needs" if in_arena else "cannot have"
+            raise VerifyException(f"a{'n' * in_arena} {kind} buffer {need} an arena offset")
+        if (self.index is not None) == in_arena:
+            need = "cannot have" if in_arena else "needs"
+            raise VerifyException(f"a{'n' * in_arena} {kind} buffer {need} an index")
+        if self.index is not None and _int(self.index) < 0:
+            raise VerifyException(f"index must be >= 0, got {_int(self.index)}")
+        if self.offset is not None:
+            self._verify_offset(_int(self.offset))
+
+    def _verify_offset(self, offset: int) -> None:
+        name = self.sym_name.data
+        if offset < 0 or offset % ARENA_ALIGNMENT:
+            raise VerifyException(
+                f"offset {offset} of @{name} is not a non-negative multiple of "
+                f"{ARENA_ALIGNMENT} bytes"
+            )
+        arena = _int(_parent_graph(self).arena)
+        if offset + self.nbytes > arena:
+            raise VerifyException(
+                f"@{name} occupies bytes [{offset}, {offset + self.nbytes}) but the arena "
+                f"has {arena} bytes"
+            )
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_symbol_name(self.sym_name.data)
+        printer.print_string(f" {self.kind.data}")
+        if self.index is not None:
+            printer.print_string(f" {_int(self.index)}")
+        if self.offset is not None:
+            printer.print_string(f" offset {_int(self.offset)}")
+        printer.print_op_attributes(self.attributes, print_keyword=True)
+        printer.print_string(" : ")
+        printer.print_attribute(self.buffer_type)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> BufferOp:
+        name = parser.parse_symbol_name().data
+        start = parser.pos
+        kind = parser.parse_optional_keyword_in(BUFFER_KINDS)
+        if kind is None:
+            parser.raise_error(f"expected a buffer kind, one of {', '.join(BUFFER_KINDS)}", start)
+        index = parser.parse_optional_integer(allow_boolean=False)
+        offset = None
+        if parser.parse_optional_keyword("offset") is not None:
+            offset = parser.parse_integer(allow_boolean=False)
+        attrs = parser.parse_optional_attr_dict_with_keyword()
+        parser.parse_punctuation(":")
+        start = parser.pos
+        buffer_type = parser.parse_type()
+        if not isinstance(buffer_type, TensorType):
+            parser.raise_error("a task.buffer must have a tensor type", start, parser.pos)
+        op = cls(name, buffer_type, kind, index, offset)
+        if attrs is not None:
+            op.attributes |= attrs.data
+        return op
+
+
+# --------------------------------------------------------------------------- task.event
+
+
+@irdl_op_definition
+class EventOp(IRDLOperation):
+    """An event tensor: one counter per element, each signalled by `count` tasks per iteration."""
+
+    name = "task.event"
+
+    sym_name = prop_def(SymbolNameConstraint())
+    shape = prop_def(DenseArrayBase.constr(i64))
+    count = prop_def(IntegerAttr.constr(type=i64))
+
+    traits = lazy_traits_def(lambda: (SymbolOpInterface(), HasParent(GraphOp)))
+
+    def __init__(self, name: str, shape: Sequence[int], count: int) -> None:
+        super().__init__(
+            properties={
+                "sym_name": StringAttr(name),
+                "shape": _i64s(shape),
+                "count": IntegerAttr(count, i64),
+            }
+        )
+
+    @property
+    def shape_tuple(self) -> tuple[int, ...]:
+        return tuple(int(v) for v in self.shape.get_values())
+
+    @property
+    def count_value(self) -> int:
+        return _int(self.count)
+
+    def verify_(self) -> None:
+        shape = self.shape_tuple
+        if not shape or any(s < 1 for s in shape):
+            raise VerifyException(f"shape must be non-empty with extents >= 1, got {list(shape)}")
+        if self.count_value < 1:
+            raise VerifyException(f"count must be >= 1, got {self.count_value}")
+        index = _parent_graph(self).index()
+        name = self.sym_name.data
+        producers = index.producers.get(name, [])
+        if not producers:
+            raise VerifyException(f"@{name} has no producer: no task.grid signals it")
+        if not index.consumers.get(name):
+            raise VerifyException(f"@{name} has no consumer: no task.grid waits on it")
+        self._verify_count(producers)
+
+    def _verify_count(self, producers: list[tuple[GridOp, EdgeAttr]]) -> None:
+        shape = self.shape_tuple
+        signals = np.zeros(grid_size(shape), dtype=np.int64)
+        for grid, edge in producers:
+            elements = edge_elements(grid, edge)
+            if elements is None or elements.shape[1] != len(shape):
+                return  # the grid reports its malformed map
+            if first_outside(elements, np.zeros(len(shape)), np.asarray(shape) - 1) is not None:
+                return  # the grid reports the out-of-range element
+            signals += np.bincount(linearize(elements, shape), minlength=signals.size)
+        wrong = np.flatnonzero(signals != self.count_value)
+        if wrong.size:
+            element = format_coords(delinearize(int(wrong[0]), shape))
+            raise VerifyException(
+                f"count {self.count_value} of @{self.sym_name.data} does not match its producers: "
+                f"element {element} is signalled by {int(signals[wrong[0]])} tasks per iteration"
+            )
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_symbol_name(self.sym_name.data)
+        printer.print_string(" ")
+        printer.print_string(format_int_list(self.shape_tuple))
+        printer.print_string(f" count {self.count_value}")
+        printer.print_op_attributes(self.attributes, print_keyword=True)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> EventOp:
+        name = parser.parse_symbol_name().data
+        shape = parse_int_list(parser)
+        parser.parse_keyword("count")
+        count = parser.parse_integer(allow_boolean=False)
+        op = cls(name, shape, count)
+        if (attrs := parser.parse_optional_attr_dict_with_keyword()) is not None:
+            op.attributes |= attrs.data
+        return op
+
+
+# --------------------------------------------------------------------------- task.grid
+
+
+def tile_type(buffer: BufferOp, sizes: Sequence[int]) -> TensorType:
+    """The tensor type of one task's rectangle of a buffer."""
+    return TensorType(buffer.buffer_type.get_element_type(), list(sizes))
+
+
+def make_grid_body(
+    read_types: Sequence[Attribute], write_types: Sequence[Attribute], names: Sequence[str] = ()
+) -> Region:
+    """A placeholder grid body that yields its write tiles unchanged (for builders and tests)."""
+    block = Block(arg_types=[*read_types, *write_types])
+    for arg, hint in zip(block.args, names, strict=False):
+        arg.name_hint = hint
+    block.add_op(YieldOp(*block.args[len(read_types) :]))
+    return Region(block)
+
+
+@irdl_op_definition
+class GridOp(IRDLOperation):
+    """A grid of tasks, one per coordinate, with affine footprints and event edges.
+
+    The body runs one task: its block arguments are the task's read tiles then its write
+    tiles, and its `task.yield` gives the new value of each write tile.
+    """
+
+    name = "task.grid"
+
+    sym_name = prop_def(SymbolNameConstraint())
+    shape = prop_def(DenseArrayBase.constr(i64))
+    reads = prop_def(ArrayAttr[FootprintAttr])
+    writes = prop_def(ArrayAttr[FootprintAttr])
+    waits = prop_def(ArrayAttr[EdgeAttr])
+    signals = prop_def(ArrayAttr[EdgeAttr])
+    prefetch = prop_def(ArrayAttr[SymbolRefAttr])
+    cost_bytes = opt_prop_def(IntegerAttr.constr(type=i64))
+    cost_flops = opt_prop_def(IntegerAttr.constr(type=i64))
+    body = region_def("single_block")
+
+    traits = lazy_traits_def(lambda: (SymbolOpInterface(), HasParent(GraphOp), IsolatedFromAbove()))
+
+    def __init__(
+        self,
+        name: str,
+        shape: Sequence[int],
+        body: Region,
+        reads: Sequence[FootprintAttr] = (),
+        writes: Sequence[FootprintAttr] = (),
+        waits: Sequence[EdgeAttr] = (),
+        signals: Sequence[EdgeAttr] = (),
+        prefetch: Sequence[str] = (),
+        cost: Mapping[str, int] | None = None,
+    ) -> None:
+        props: dict[str, Attribute] = {
+            "sym_name": StringAttr(name),
+            "shape": _i64s(shape),
+            "reads": ArrayAttr(reads),
+            "writes": ArrayAttr(writes),
+            "waits": ArrayAttr(waits),
+            "signals": ArrayAttr(signals),
+            "prefetch": ArrayAttr([SymbolRefAttr(p) for p in prefetch]),
+        }
+        for key, value in (cost or {}).items():
+            props[f"cost_{key}"] = IntegerAttr(value, i64)
+        super().__init__(properties=props, regions=[body])
+
+    @property
+    def shape_tuple(self) -> tuple[int, ...]:
+        return tuple(int(v) for v in self.shape.get_values())
+
+    @property
+    def num_tasks(self) -> int:
+        return grid_size(self.shape_tuple)
+
+    @property
+    def footprints(self) -> list[tuple[str, FootprintAttr]]:
+        """("reads" | "writes", footprint), in block-argument order."""
+        return [("reads", f) for f in self.reads] + [("writes", f) for f in self.writes]
+
+    @property
+    def cost(self) -> dict[str, int]:
+        pairs = (("bytes", self.cost_bytes), ("flops", self.cost_flops))
+        return {key: _int(attr) for key, attr in pairs if attr is not None}
+
+    def tile_types(self, buffers: Mapping[str, BufferOp]) -> list[TensorType]:
+        """The tensor type of each footprint (reads then writes): the body's argument types."""
+        return [tile_type(buffers[f.buffer_name], f.size_tuple) for _, f in self.footprints]
+
+    def verify_(self) -> None:
+        shape = self.shape_tuple
+        if not 1 <= len(shape) <= 3 or any(s < 1 for s in shape):
+            raise VerifyException(f"shape must have 1 to 3 extents >= 1, got {list(shape)}")
+        index = _parent_graph(self).index()
+        points = check_points(shape)
+        for role, footprint in self.footprints:
+            self._verify_footprint(role, footprint, index, points)
+        for role, edges in (("waits on", self.waits), ("signals", self.signals)):
+            for edge in edges:
+                self._verify_edge(role, edge, index, points)
+        self._verify_no_self_dependence()
+        self._verify_prefetch(index)
+        self._verify_body_arguments(index)
+
+    def _verify_footprint(
+        self, role: str, fp: FootprintAttr, index: GraphIndex, points: np.ndarray
+    ) -> None:
+        name, amap, sizes = fp.buffer_name, fp.start_map, fp.size_tuple
+        buffer = index.buffers.get(name)
+        if buffer is None:
+            raise VerifyException(f"{role} unknown buffer @{name}")
+        if role == "writes" and buffer.kind.data == "weight":
+            raise VerifyException(f"writes weight buffer @{name}, but weights are read-only")
+        bshape = buffer.shape
+        if amap.num_dims != len(self.shape_tuple):
+            raise VerifyException(
+                f"{role} @{name}: map takes {amap.num_dims} coordinates but the grid has rank "
+                f"{len(self.shape_tuple)}"
+            )
+        if len(amap.results) != len(bshape) or len(sizes) != len(bshape):
+            raise VerifyException(
+                f"{role} @{name}: map gives {len(amap.results)} and sizes give {len(sizes)} "
+                f"coordinates, but @{name} has rank {len(bshape)}"
+            )
+        if any(not 1 <= s <= d for s, d in zip(sizes, bshape, strict=True)):
+            raise VerifyException(
+                f"{role} @{name}: tile {format_shape(sizes)} does not fit in {format_shape(bshape)}"
+            )
+        starts = eval_map(amap, points)
+        upper = np.asarray(bshape) - np.asarray(sizes)
+        if (bad := first_outside(starts, np.zeros(len(bshape)), upper)) is not None:
+            raise VerifyException(
+                f"{role} @{name} out of bounds: task {format_coords(points[bad])} covers "
+                f"{format_rect(starts[bad], sizes)} of a {format_shape(bshape)} buffer"
+            )
+
+    def _verify_edge(
+        self, role: str, edge: EdgeAttr, index: GraphIndex, points: np.ndarray
+    ) -> None:
+        name, amap = edge.event_name, edge.element_map
+        event = index.events.get(name)
+        if event is None:
+            raise VerifyException(f"{role} unknown event @{name}")
+        if role == "signals" and edge.distance_value:
+            raise VerifyException(f"signals @{name} with a distance; only waits have one")
+        eshape = event.shape_tuple
+        if amap.num_dims != len(self.shape_tuple) or len(amap.results) != len(eshape):
+            raise VerifyException(
+                f"{role} @{name}: map {amap.num_dims}-d -> {len(amap.results)}-d does not "
+                f"take grid rank {len(self.shape_tuple)} to event rank {len(eshape)}"
+            )
+        elements = eval_map(amap, points)
+        upper = np.asarray(eshape) - 1
+        if (bad := first_outside(elements, np.zeros(len(eshape)), upper)) is not None:
+            raise VerifyException(
+                f"{role} @{name}: task {format_coords(points[bad])} maps to element "
+                f"{format_coords(elements[bad])}, outside the event shape {list(eshape)}"
+            )
+
+    def _verify_no_self_dependence(self) -> None:
+        signalled = {e.event_name for e in self.signals}
+        for edge in self.waits:
+            if edge.distance_value == 0 and edge.event_name in signalled:
+                raise VerifyException(
+                    f"waits on and signals @{edge.event_name} (a grid cannot depend on itself "
+                    f"within an iteration)"
+                )
+
+    def _verify_prefetch(self, index: GraphIndex) -> None:
+        read = {f.buffer_name for f in self.reads}
+        for ref in self.prefetch:
+            name = ref.root_reference.data
+            buffer = index.buffers.get(name)
+            if name not in read or buffer is None or buffer.kind.data != "weight":
+                raise VerifyException(
+                    f"prefetch @{name}: only weight buffers the grid reads can be prefetched"
+                )
+
+    def _verify_body_arguments(self, index: GraphIndex) -> None:
+        args = self.body.block.args
+        footprints = self.footprints
+        if len(args) != len(footprints):
+            raise VerifyException(
+                f"body has {len(args)} arguments, expected {len(footprints)} "
+                f"({len(self.reads)} read tiles, then {len(self.writes)} write tiles)"
+            )
+        for pos, (arg, expected) in enumerate(
+            zip(args, self.tile_types(index.buffers), strict=True)
+        ):
+            if arg.type != expected:
+                name = footprints[pos][1].buffer_name
+                raise VerifyException(
+                    f"body argument #{pos} has type {arg.type}, expected {expected} "
+                    f"(the tile of @{name})"
+                )
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_symbol_name(self.sym_name.data)
+        printer.print_string(" " + format_int_list(self.shape_tuple))
+        with printer.indented(2):
+            for keyword, items in (
+                ("reads", self.reads),
+                ("writes", self.writes),
+                ("waits", self.waits),
+                ("signals", self.signals),
+            ):
+                if items:
+                    printer.print_string(f"\n{keyword}(")
+                    printer.print_list(items, lambda a: a.print_body(printer))
+                    printer.print_string(")")
+            if self.prefetch:
+                printer.print_string("\nprefetch(")
+                printer.print_list(
+                    self.prefetch, lambda r: printer.print_symbol_name(r.root_reference.data)
+                )
+                printer.print_string(")")
+            if cost := self.cost:
+                printer.print_string("\ncost(" + ", ".join(f"{k} = {v}" for k, v in cost.items()))
+                printer.print_string(")")
+        printer.print_op_attributes(self.attributes, print_keyword=True)
+        printer.print_string(" ")
+        printer.print_region(self.body)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> GridOp:
+        name = parser.parse_symbol_name().data
+        shape = parse_int_list(parser)
+        paren = parser.Delimiter.PAREN
+        lists: dict[str, list[FootprintAttr] | list[EdgeAttr]] = {}
+        for keyword, attr_class in (
+            ("reads", FootprintAttr),
+            ("writes", FootprintAttr),
+            ("waits", EdgeAttr),
+            ("signals", EdgeAttr),
+        ):
+            if parser.parse_optional_keyword(keyword) is not None:
+                lists[keyword] = parser.parse_comma_separated_list(
+                    paren, lambda cls_=attr_class: cls_.parse_body(parser)
+                )
+        prefetch: list[str] = []
+        if parser.parse_optional_keyword("prefetch") is not None:
+            parse_symbol = lambda: parser.parse_symbol_name().data  # noqa: E731
+            prefetch = parser.parse_comma_separated_list(paren, parse_symbol)
+        cost: dict[str, int] = {}
+        if parser.parse_optional_keyword("cost") is not None:
+            cost = dict(parser.parse_comma_separated_list(paren, lambda: _parse_cost_entry(parser)))
+        attrs = parser.parse_optional_attr_dict_with_keyword()
+        body = parser.parse_region()
+        op = cls(name, shape, body, prefetch=prefetch, cost=cost, **lists)  # type: ignore[arg-type]
+        if attrs is not None:
+            op.attributes |= attrs.data
+        return op
+
+
+def _parse_cost_entry(parser: Parser) -> tuple[str, int]:
+    start = parser.pos
+    key = parser.parse_optional_keyword_in(("bytes", "flops"))
+    if key is None:
+        parser.raise_error("expected a cost entry, `bytes` or `flops`", start)
+    parser.parse_punctuation("=")
+    return key, parser.parse_integer(allow_boolean=False)
+
+
+@irdl_op_definition
+class YieldOp(IRDLOperation):
+    """Ends a grid body with the new value of each write tile, in `writes` order."""
+
+    name = "task.yield"
+
+    values = var_operand_def()
+
+    traits = lazy_traits_def(lambda: (IsTerminator(), HasParent(GridOp)))
+
+    assembly_format = "attr-dict ($values^ `:` type($values))?"
+
+    def __init__(self, *values: SSAValue) -> None:
+        super().__init__(operands=[values])
+
+    def verify_(self) -> None:
+        grid = self.parent_op()
+        if not isinstance(grid, GridOp):
+            return  # HasParent reports it
+        writes = list(grid.writes)
+        if len(self.values) != len(writes):
+            raise VerifyException(
+                f"yields {len(self.values)} values, but @{grid.sym_name.data} writes "
+                f"{len(writes)} buffers"
+            )
+        buffers = _parent_graph(grid).index().buffers
+        for pos, (value, fp) in enumerate(zip(self.values, writes, strict=True)):
+            buffer = buffers.get(fp.buffer_name)
+            if buffer is not None and value.type != tile_type(buffer, fp.size_tuple):
+                raise VerifyException(
+                    f"value #{pos} has type {value.type}, expected "
+                    f"{tile_type(buffer, fp.size_tuple)} (the tile of @{fp.buffer_name})"
+                )
+
+
+# --------------------------------------------------------------------------- task.schedule
+
+
+@irdl_op_definition
+class ScheduleOp(IRDLOperation):
+    """Static per-SM queues: each SM runs its queue's tasks in order, once per iteration."""
+
+    name = "task.schedule"
+
+    num_sms = prop_def(IntegerAttr.constr(type=i64))
+    body = region_def("single_block")
+
+    traits = lazy_traits_def(lambda: (NoTerminator(), HasParent(GraphOp)))
+
+    def __init__(self, num_sms: int, queues: Sequence[Sequence[int]] | None = None) -> None:
+        block = Block()
+        for sm, tasks in enumerate(queues or []):
+            block.add_op(QueueOp(sm, tasks))
+        super().__init__(properties={"num_sms": IntegerAttr(num_sms, i64)}, regions=[Region(block)])
+
+    @property
+    def queues(self) -> list[QueueOp]:
+        return [op for op in self.body.block.ops if isinstance(op, QueueOp)]
+
+    def verify_(self) -> None:
+        if _int(self.num_sms) < 1:
+            raise VerifyException(f"num_sms must be >= 1, got {_int(self.num_sms)}")
+        index = _parent_graph(self).index()
+        owner: dict[int, int] = {}
+        seen_sms: set[int] = set()
+        for op in self.body.block.ops:
+            if not isinstance(op, QueueOp):
+                raise VerifyException(f"'{op.name}' is not allowed in a task.schedule")
+            sm = _int(op.sm)
+            if sm in seen_sms:
+                raise VerifyException(f"SM {sm} has two queues")
+            seen_sms.add(sm)
+            for task in op.task_ids:
+                self._claim(index, owner, task, sm)
+        if len(owner) < index.total_tasks:
+            missing = next(t for t in range(index.total_tasks) if t not in owner)
+            raise VerifyException(
+                f"{index.describe(missing)} is in no queue "
+                f"({index.total_tasks - len(owner)} of {index.total_tasks} tasks unscheduled)"
+            )
+
+    @staticmethod
+    def _claim(index: GraphIndex, owner: dict[int, int], task: int, sm: int) -> None:
+        if not 0 <= task < index.total_tasks:
+            raise VerifyException(
+                f"task {task} in the queue of SM {sm} is out of range: the graph has "
+                f"{index.total_tasks} tasks"
+            )
+        if task in owner:
+            raise VerifyException(
+                f"{index.describe(task)} is queued twice (SM {owner[task]} and SM {sm})"
+            )
+        owner[task] = sm
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(f" num_sms {_int(self.num_sms)}")
+        printer.print_op_attributes(self.attributes, print_keyword=True)
+        printer.print_string(" ")
+        printer.print_region(self.body, print_entry_block_args=False)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> ScheduleOp:
+        parser.parse_keyword("num_sms")
+        num_sms = parser.parse_integer(allow_boolean=False)
+        attrs = parser.parse_optional_attr_dict_with_keyword()
+        body = parser.parse_region()
+        op = cls.create(properties={"num_sms": IntegerAttr(num_sms, i64)}, regions=[body])
+        if attrs is not None:
+            op.attributes |= attrs.data
+        return op
+
+
+@irdl_op_definition
+class QueueOp(IRDLOperation):
+    """The ordered global task ids one SM runs: `task.queue sm 3 [7, 55, 130]`."""
+
+    name = "task.queue"
+
+    sm = prop_def(IntegerAttr.constr(type=i64))
+    tasks = prop_def(DenseArrayBase.constr(i32))
+
+    traits = traits_def(HasParent(ScheduleOp))
+
+    def __init__(self, sm: int, tasks: Sequence[int]) -> None:
+        super().__init__(
+            properties={
+                "sm": IntegerAttr(sm, i64),
+                "tasks": DenseArrayBase.from_list(i32, [int(t) for t in tasks]),
+            }
+        )
+
+    @property
+    def task_ids(self) -> tuple[int, ...]:
+        return tuple(int(t) for t in self.tasks.get_values())
+
+    def verify_(self) -> None:
+        sm = _int(self.sm)
+        schedule = self.parent_op()
+        limit = _int(schedule.num_sms) if isinstance(schedule, ScheduleOp) else None
+        if sm < 0 or (limit is not None and sm >= limit):
+            raise VerifyException(f"SM {sm} is out of range: the task.schedule has num_sms {limit}")
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(f" sm {_int(self.sm)} ")
+        printer.print_string(format_int_list(self.task_ids))
+        printer.print_op_attributes(self.attributes, print_keyword=True)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> QueueOp:
+        parser.parse_keyword("sm")
+        sm = parser.parse_integer(allow_boolean=False)
+        op = cls(sm, parse_int_list(parser))
+        if (attrs := parser.parse_optional_attr_dict_with_keyword()) is not None:
+            op.attributes |= attrs.data
+        return op
+
+
+Task = Dialect(
+    "task",
+    [GraphOp, BufferOp, EventOp, GridOp, YieldOp, ScheduleOp, QueueOp],
+    [FootprintAttr, EdgeAttr],
+)

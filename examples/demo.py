@@ -28,8 +28,10 @@ def run_example(path: Path) -> None:
     fn = entry_function(module)
     n_ops = sum(1 for op in fn.walk() if op.name.startswith("nn."))
     elements = sum(int(np.prod(t.get_shape())) for t in fn.function_type.inputs.data)
-    print(f"{path.name}: @{fn.sym_name.data}, {n_ops} nn ops, {elements:,} input elements, "
-          f"parsed+verified in {1e3 * (time.perf_counter() - t0):.0f} ms")
+    print(
+        f"{path.name}: @{fn.sym_name.data}, {n_ops} nn ops, {elements:,} input elements, "
+        f"parsed+verified in {1e3 * (time.perf_counter() - t0):.0f} ms"
+    )
     if elements > MAX_REFERENCE_ELEMENTS:
         print("  reference run skipped (too large for the NumPy interpreter in a demo)")
         return
@@ -43,7 +45,9 @@ def run_example(path: Path) -> None:
 
 
 def main() -> int:
-    print(f"mk {mk.__version__}: nn front end + reference interpreter (lowering, CPU executor and CUDA backend come next)\n")
+    print(
+        f"mk {mk.__version__}: nn front end + reference interpreter (lowering, CPU executor and CUDA backend come next)\n"
+    )
     for path in sorted(EXAMPLES.glob("*.mlir")):
         run_example(path)
     return 0

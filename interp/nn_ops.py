@@ -26,6 +26,12 @@ def _int(attrs: Attrs, key: str) -> int:
     return int(value)
 
 
+def _float(attrs: Attrs, key: str) -> np.float32:
+    value = attrs[key]
+    assert isinstance(value, int | float), f"attribute {key} should be a number, got {value!r}"
+    return np.float32(value)
+
+
 def _ints(attrs: Attrs, key: str) -> tuple[int, ...]:
     value = attrs[key]
     assert isinstance(value, tuple), f"attribute {key} should be a tuple, got {value!r}"
@@ -63,7 +69,7 @@ def _reduce(fn: Callable[..., np.ndarray]) -> Kernel:
 
 
 def _scale(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.ndarray:
-    return _f32(args[0]) * np.float32(attrs["factor"])
+    return _f32(args[0]) * _float(attrs, "factor")
 
 
 def _softmax_along(x: np.ndarray, axis: int) -> np.ndarray:
@@ -82,7 +88,7 @@ def _softmax(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.ndar
 def _rms_norm(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.ndarray:
     x, w = _f32(args[0]), _f32(args[1])
     mean_sq = np.mean(x * x, axis=-1, keepdims=True)
-    return x / np.sqrt(mean_sq + np.float32(attrs["epsilon"])) * w
+    return x / np.sqrt(mean_sq + _float(attrs, "epsilon")) * w
 
 
 def _rope(args: Sequence[np.ndarray], _attrs: Attrs, _shape: Shape) -> np.ndarray:
@@ -140,15 +146,16 @@ def _attention(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.nd
     group = hq // hkv
     # Grouped query: q head h reads kv head h // group.
     k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
-    scores = np.matmul(q, np.swapaxes(k, -1, -2)) * np.float32(attrs["scale"])
+    scores = np.matmul(q, np.swapaxes(k, -1, -2)) * _float(attrs, "scale")
     keys = np.arange(s)
-    visible = np.ones((batch, 1, sq, s), dtype=bool)
-    if len(args) > 3:
-        kv_len = np.asarray(args[3]).astype(np.int64)
-        visible &= keys[None, None, None, :] < kv_len[:, None, None, None]
+    # Valid keys per batch row; the Sq queries are the last Sq positions of that valid prefix.
+    length = np.asarray(args[3]).astype(np.int64) if len(args) > 3 else np.full(batch, s)
+    visible = np.broadcast_to(
+        keys[None, None, None, :] < length[:, None, None, None], (batch, 1, sq, s)
+    )
     if attrs["causal"]:
-        query_pos = s - sq + np.arange(sq)
-        visible &= keys[None, None, None, :] <= query_pos[None, None, :, None]
+        query_pos = length[:, None] - sq + np.arange(sq)[None, :]
+        visible = visible & (keys[None, None, None, :] <= query_pos[:, None, :, None])
     scores = np.where(visible, scores, np.float32(-np.inf))
     return np.matmul(_softmax_along(scores, -1), v)
 

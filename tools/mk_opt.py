@@ -121,7 +121,9 @@ def _fail(e: MkError) -> None:
 def main(args: Sequence[str] | None = None) -> None:
     MkOptMain.version_format = f"mk-opt {__version__} (xdsl {{xdsl_version}})"
     try:
-        driver = MkOptMain(description="mk-opt: the mk megakernel compiler's pass driver", args=args)
+        driver = MkOptMain(
+            description="mk-opt: the mk megakernel compiler's pass driver", args=args
+        )
     except (ValueError, ArgSpecParseError) as e:  # a bad -p or -t spec
         _fail(MkError(str(e)))
         return

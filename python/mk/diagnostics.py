@@ -20,7 +20,9 @@ class MkError(DiagnosticException):
         super().__init__(self.render())
 
     def render(self) -> str:
-        head = f"{self.location}: error: {self.message}" if self.location else f"error: {self.message}"
+        head = (
+            f"{self.location}: error: {self.message}" if self.location else f"error: {self.message}"
+        )
         return head + ("\n" + self.context if self.context else "")
 
 

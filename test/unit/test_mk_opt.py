@@ -19,7 +19,9 @@ def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
 
 def test_valid_program_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = tmp_path / "ok.mlir"
-    f.write_text("func.func @f(%a: tensor<2xf32>) -> tensor<2xf32> {\n  func.return %a : tensor<2xf32>\n}\n")
+    f.write_text(
+        "func.func @f(%a: tensor<2xf32>) -> tensor<2xf32> {\n  func.return %a : tensor<2xf32>\n}\n"
+    )
     code, out, err = _run([str(f)], capsys)
     assert code == 0 and err == ""
     assert "func.return %a : tensor<2xf32>" in out
@@ -27,7 +29,9 @@ def test_valid_program_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 def test_verify_error_is_located(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = tmp_path / "bad.mlir"
-    f.write_text("func.func @f(%a: tensor<2xf32>) -> tensor<3xf32> {\n  func.return %a : tensor<2xf32>\n}\n")
+    f.write_text(
+        "func.func @f(%a: tensor<2xf32>) -> tensor<3xf32> {\n  func.return %a : tensor<2xf32>\n}\n"
+    )
     code, out, err = _run([str(f)], capsys)
     assert code == 1
     assert err.startswith(f"{f}:2:3: error: 'func.return'")
@@ -37,7 +41,9 @@ def test_verify_error_is_located(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_split_input_keeps_line_numbers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = tmp_path / "split.mlir"
     ok = "func.func @f(%a: tensor<2xf32>) -> tensor<2xf32> {\n  func.return %a : tensor<2xf32>\n}\n"
-    bad = "func.func @g(%a: tensor<2xf32>) -> tensor<3xf32> {\n  func.return %a : tensor<2xf32>\n}\n"
+    bad = (
+        "func.func @g(%a: tensor<2xf32>) -> tensor<3xf32> {\n  func.return %a : tensor<2xf32>\n}\n"
+    )
     f.write_text(ok + "// -----\n" + bad)
     code, out, _ = _run([str(f), "--split-input-file", "--verify-diagnostics"], capsys)
     assert code == 0

@@ -1,0 +1,614 @@
+"""The block-graph tile ops of mugraph (compute, reductions, thread maps, accumulators).
+
+`mk.dialects.mugraph` holds the kernel-level ops, `mugraph.input` / `mugraph.output` and the
+semantics (loop/epilogue rule, maps); this module holds what a block computes on its tiles and
+the phase analysis every block-graph op shares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import IntEnum
+from typing import TYPE_CHECKING, cast
+
+from mk.dialects import mugraph_maps as maps
+from mk.dialects.mugraph_maps import MapError, shape_str
+from xdsl.dialects.builtin import (
+    I64,
+    BFloat16Type,
+    DenseArrayBase,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    FloatAttr,
+    IntegerAttr,
+    StringAttr,
+    TensorType,
+    UnitAttr,
+    f32,
+    i64,
+)
+from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    OpTraits,
+    ParsePropInAttrDict,
+    irdl_op_definition,
+    lazy_traits_def,
+    operand_def,
+    opt_prop_def,
+    prop_def,
+    region_def,
+    result_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.traits import HasParent, IsTerminator, Pure
+from xdsl.utils.exceptions import VerifyException
+
+if TYPE_CHECKING:
+    from mk.dialects.mugraph import GraphDefOp
+
+UNARY_KINDS = ("exp", "sqrt", "rsqrt", "square", "neg", "relu", "sigmoid", "silu", "gelu")
+UNARY_KINDS += ("recip", "scale", "cast")
+BINARY_KINDS = ("add", "sub", "mul", "div", "maximum", "minimum")
+REDUCE_KINDS = ("sum", "max", "mean")
+# accumulator kind -> (reduces the tile's last dim first, how iterations combine)
+ACCUM_KINDS: dict[str, tuple[bool, str]] = {
+    "sum": (False, "sum"),
+    "max": (False, "max"),
+    "sum_last": (True, "sum"),
+    "max_last": (True, "max"),
+    "mean_last": (True, "sum"),
+    "sum_sq_last": (True, "sum"),
+    "mean_sq_last": (True, "sum"),
+}
+_FLOATS = (Float16Type, BFloat16Type, Float32Type, Float64Type)
+
+
+def tensor_type(value: SSAValue) -> TensorType:
+    assert isinstance(value.type, TensorType)
+    return value.type
+
+
+def shape_of(value: SSAValue) -> tuple[int, ...]:
+    return tuple(tensor_type(value).get_shape())
+
+
+def is_float_tile(value: SSAValue) -> bool:
+    return isinstance(tensor_type(value).element_type, _FLOATS)
+
+
+def value_name(value: SSAValue) -> str:
+    return f"%{value.name_hint}" if value.name_hint else "an operand"
+
+
+def int_values(attr: DenseArrayBase) -> tuple[int, ...]:
+    return tuple(int(v) for v in attr.get_values())
+
+
+def require(ok: bool, message: str) -> None:
+    if not ok:
+        raise VerifyException(message)
+
+
+def expect_shape(value: SSAValue, shape: Sequence[int], what: str = "result") -> None:
+    got = shape_of(value)
+    require(got == tuple(shape), f"{what} is {shape_str(got)}, expected {shape_str(shape)}")
+
+
+def floats_only(op: Operation) -> None:
+    for i, v in enumerate(op.operands):
+        require(is_float_tile(v), f"operand #{i} must be a float tile, got {v.type}")
+
+
+# ------------------------------------------------------------------------------------------------
+# Loop / epilogue phases and the base of block-graph ops
+# ------------------------------------------------------------------------------------------------
+
+
+class Phase(IntEnum):
+    """When a block-graph value is computed, relative to the for-loop."""
+
+    INVARIANT = 0  # the same in every iteration: depends only on inputs with fmap -1
+    LOOP = 1  # changes every iteration
+    EPILOGUE = 2  # computed once after the loop, from accumulator results
+
+
+def value_phase(value: SSAValue) -> Phase:
+    """The phase of a tile; whole-tensor block arguments count as loop-invariant."""
+    op = value.owner
+    return op.result_phase() if isinstance(op, BlockGraphOp) else Phase.INVARIANT
+
+
+def _graph_def_op() -> type[Operation]:
+    from mk.dialects.mugraph import GraphDefOp  # that module imports this one
+
+    return GraphDefOp
+
+
+def in_graph(pure: bool = True) -> OpTraits:
+    """Traits of a block-graph op: it lives directly in a mugraph.graph_def."""
+    return lazy_traits_def(lambda: (HasParent(_graph_def_op()), *((Pure(),) if pure else ())))
+
+
+class BlockGraphOp(IRDLOperation):
+    """Base of the ops of a block graph: operands are tiles, never the whole-tensor arguments."""
+
+    def parent_graph(self) -> GraphDefOp:
+        parent = self.parent_op()
+        assert parent is not None and parent.name == "mugraph.graph_def"
+        return cast("GraphDefOp", parent)
+
+    def whole_tensor_operands(self) -> tuple[int, ...]:
+        """Operand positions that must be the graph_def's whole-tensor block arguments."""
+        return ()
+
+    def tile_operands(self) -> list[SSAValue]:
+        whole = self.whole_tensor_operands()
+        return [v for i, v in enumerate(self.operands) if i not in whole]
+
+    def op_phase(self) -> Phase:
+        """When the op runs (accumulator updates run in the loop, outputs in the epilogue)."""
+        return max((value_phase(v) for v in self.tile_operands()), default=Phase.INVARIANT)
+
+    def result_phase(self) -> Phase:
+        return self.op_phase()
+
+    def verify_phase(self, parent: GraphDefOp) -> None:
+        tiles = self.tile_operands()
+        phases = [value_phase(v) for v in tiles]
+        if Phase.LOOP in phases and Phase.EPILOGUE in phases:
+            loop = tiles[phases.index(Phase.LOOP)]
+            acc = tiles[phases.index(Phase.EPILOGUE)]
+            raise VerifyException(
+                f"uses accumulator result {value_name(acc)} and per-iteration tile {value_name(loop)}; "
+                "after the loop only accumulator results and tiles of fmap -1 inputs exist"
+            )
+
+    def verify_(self) -> None:
+        parent = self.parent_graph()
+        whole = self.whole_tensor_operands()
+        for i, v in enumerate(self.operands):
+            is_arg = isinstance(v, BlockArgument) and v.block is parent.body.block
+            require(
+                is_arg or i not in whole,
+                f"operand #{i} must be an argument of the enclosing mugraph.graph_def",
+            )
+            require(
+                not is_arg or i in whole,
+                f"operand #{i} ({value_name(v)}) is a whole tensor; read a tile through mugraph.input",
+            )
+        self.verify_block_op(parent)
+        self.verify_phase(parent)
+
+    def verify_block_op(self, parent: GraphDefOp) -> None:
+        pass
+
+
+class AccumulatorOp(BlockGraphOp):
+    """Base of accumulators: updated in the loop, results available after it."""
+
+    def op_phase(self) -> Phase:
+        return min(super().op_phase(), Phase.LOOP)
+
+    def result_phase(self) -> Phase:
+        return Phase.EPILOGUE
+
+    def verify_phase(self, parent: GraphDefOp) -> None:
+        for v in self.tile_operands():
+            require(
+                value_phase(v) != Phase.EPILOGUE,
+                f"accumulates {value_name(v)}, which depends on an accumulator result; "
+                "accumulators cannot nest",
+            )
+
+
+# ------------------------------------------------------------------------------------------------
+# Tile ops
+# ------------------------------------------------------------------------------------------------
+
+
+def _tile_type(shape: Sequence[int], elem: Attribute = f32) -> TensorType:
+    return TensorType(elem, shape)
+
+
+@irdl_op_definition
+class MatmulOp(BlockGraphOp):
+    """`%c = mugraph.matmul %a, %w transpose_b : (tensor<8x64xbf16>, tensor<128x64xbf16>) -> tensor<8x128xf32>`.
+
+    a[..., m, k] x b[..., k, n] (b[..., n, k] with `transpose_b`, PyTorch's weight layout);
+    batch dims broadcast.
+    """
+
+    name = "mugraph.matmul"
+    a = operand_def(TensorType)
+    b = operand_def(TensorType)
+    res = result_def(TensorType)
+    transpose_b = opt_prop_def(UnitAttr)
+    traits = in_graph()
+    assembly_format = (
+        "$a `,` $b (`transpose_b` $transpose_b^)? attr-dict `:` functional-type(operands, results)"
+    )
+
+    def __init__(self, a: SSAValue, b: SSAValue, transpose_b: bool = False, elem: Attribute = f32):
+        shape = maps.matmul_shape(shape_of(a), shape_of(b), transpose_b)
+        props = {"transpose_b": UnitAttr()} if transpose_b else {}
+        super().__init__(operands=[a, b], result_types=[_tile_type(shape, elem)], properties=props)
+
+    def verify_block_op(self, parent: GraphDefOp) -> None:
+        floats_only(self)
+        try:
+            shape = maps.matmul_shape(
+                shape_of(self.a), shape_of(self.b), self.transpose_b is not None
+            )
+        except MapError as e:
+            raise VerifyException(str(e)) from None
+        expect_shape(self.res, shape)
+
+
+@irdl_op_definition
+class UnaryOp(BlockGraphOp):
+    """`%s = mugraph.unary "silu" %t : tensor<8x128xf32> -> tensor<8x128xbf16>`; kinds: UNARY_KINDS.
+
+    `scale` takes `{factor = 0.5 : f32}`; `cast` only rounds to the result element type.
+    """
+
+    name = "mugraph.unary"
+    kind = prop_def(StringAttr)
+    x = operand_def(TensorType)
+    res = result_def(TensorType)
+    factor = opt_prop_def(FloatAttr[Float32Type])
+    traits = in_graph()
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$kind $x attr-dict `:` type($x) `->` type($res)"
+
+    def __init__(self, kind: str, x: SSAValue, elem: Attribute = f32, factor: float | None = None):
+        props: dict[str, Attribute] = {"kind": StringAttr(kind)}
+        if factor is not None:
+            props["factor"] = FloatAttr(factor, f32)
+        super().__init__(
+            operands=[x], result_types=[_tile_type(shape_of(x), elem)], properties=props
+        )
+
+    def verify_block_op(self, parent: GraphDefOp) -> None:
+        kind = self.kind.data
+        require(kind in UNARY_KINDS, f"unknown unary kind '{kind}'")
+        require(
+            (kind == "scale") == (self.factor is not None),
+            "'factor' is required by scale and only by it",
+        )
+        floats_only(self)
+        expect_shape(self.res, shape_of(self.x))
+
+
+@irdl_op_definition
+class BinaryOp(BlockGraphOp):
+    """`%c = mugraph.binary "mul" %a, %r : (tensor<8x128xf32>, tensor<8x1xf32>) -> tensor<8x128xf32>`.
+
+    Kinds: BINARY_KINDS; operands broadcast like NumPy.
+    """
+
+    name = "mugraph.binary"
+    kind = prop_def(StringAttr)
+    a = operand_def(TensorType)
+    b = operand_def(TensorType)
+    res = result_def(TensorType)
+    traits = in_graph()
+    assembly_format = "$kind $a `,` $b attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, kind: str, a: SSAValue, b: SSAValue, elem: Attribute = f32):
+        shape = maps.broadcast_shapes(shape_of(a), shape_of(b))
+        assert shape is not None, "operands do not broadcast"
+        props = {"kind": StringAttr(kind)}
+        super().__init__(operands=[a, b], result_types=[_tile_type(shape, elem)], properties=props)
+
+    def verify_block_op(self, parent: GraphDefOp) -> None:
+        require(self.kind.data in BINARY_KINDS, f"unknown binary kind '{self.kind.data}'")
+        floats_only(self)
+        a, b = shape_of(self.a), shape_of(self.b)
+        shape = maps.broadcast_shapes(a, b)
+        require(shape is not None, f"operands do not broadcast: {shape_str(a)} and {shape_str(b)}")
+        assert shape is not None
+        expect_shape(self.res, shape)
+
+
+@irdl_op_definition
+class ReduceOp(BlockGraphOp):
+    """`%r = mugraph.reduce "sum" %t dim 1 keepdim : tensor<8x128xf32> -> tensor<8x1xf32>` (sum/max/mean)."""
+
+    name = "mugraph.reduce"
+    kind = prop_def(StringAttr)
+    x = operand_def(TensorType)
+    res = result_def(TensorType)
+    dim = prop_def(IntegerAttr[I64])
+    keepdim = opt_prop_def(UnitAttr)
+    traits = in_graph()
+    assembly_format = (
+        "$kind $x `dim` $dim (`keepdim` $keepdim^)? attr-dict `:` type($x) `->` type($res)"
+    )
+
+    def __init__(
+        self, kind: str, x: SSAValue, dim: int, keepdim: bool = False, elem: Attribute = f32
+    ):
+        shape = maps.reduce_shape(shape_of(x), dim, keepdim)
+        props: dict[str, Attribute] = {"kind": StringAttr(kind), "dim": IntegerAttr(dim, i64)}
+        if keepdim:
+            props["keepdim"] = UnitAttr()
+        super().__init__(operands=[x], result_types=[_tile_type(shape, elem)], properties=props)
+
+    def verify_block_op(self, parent: GraphDefOp) -> None:
+        require(self.kind.data in REDUCE_KINDS, f"unknown reduction kind '{self.kind.data}'")
+        floats_only(self)
+        try:
+            shape = maps.reduce_shape(
+                shape_of(self.x), self.dim.value.data, self.keepdim is not None
+            )
+        except MapError as e:
+            raise VerifyException(str(e)) from None
+        expect_shape(self.res, shape)
+
+
+@irdl_op_definition
+class RMSNormOp(BlockGraphOp):
+    """`%n = mugraph.rms_norm %x, %g {epsilon = 1.0e-06 : f32} : (tensor<8x4096xbf16>, tensor<4096xbf16>) -> tensor<8x4096xf32>`.
+
+    x / sqrt(mean(x², last dim of the tile) + ε) · g.
+    """
+
+    name = "mugraph.rms_norm"
+    x = operand_def(TensorType)
+    g = operand_def(TensorType)
+    res = result_def(TensorType)
+    epsilon = prop_def(FloatAttr[Float32Type], default_value=FloatAttr(1e-6, f32))
+    traits = in_graph()
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$x `,` $g attr-dict `:` functional-type(operands, results)"
+
+    def verify_block_op(self, parent: GraphDefOp) -> None:
+        floats_only(self)
+        x, g = shape_of(self.x), shape_of(self.g)
+        require(
+            len(x) >= 1 and g == x[-1:],
+            f"weight must be [{x[-1] if x else '?'}], got {shape_str(g)}",
+        )
+        expect_shape(self.res, x)
+
+
+@irdl_op_definition
+class ConcatOp(BlockGraphOp):
+    """`%c = mugraph.concat %a, %b dim 1 : (tensor<8x64xf32>, tensor<8x64xf32>) -> tensor<8x128xf32>`."""
+
+    name = "mugraph.concat"
+    inputs = var_operand_def(TensorType)
+    res = result_def(TensorType)
+    dim = prop_def(IntegerAttr[I64])
+    traits = in_graph()
+    assembly_format = "$inputs `dim` $dim attr-dict `:` functional-type($inputs, $res)"
+
+    def verify_block_op(self, parent: GraphDefOp) -> None:
+        shapes = [shape_of(v) for v in self.inputs]
+        d = self.dim.value.data
+        require(len(shapes) >= 1, "needs at least one operand")
+        require(0 <= d < len(shapes[0]), f"dim {d} is out of range for rank {len(shapes[0])}")
+        for s in shapes:
+            same = len(s) == len(shapes[0]) and all(
+                a == b for i, (a, b) in enumerate(zip(s, shapes[0], strict=True)) if i != d
+            )
+            require(
+                same, f"operands {shape_str(shapes[0])} and {shape_str(s)} differ outside dim {d}"
+            )
+        want = list(shapes[0])
+        want[d] = sum(s[d] for s in shapes)
+        expect_shape(self.res, want)
+
+
+@irdl_op_definition
+class ReshapeOp(BlockGraphOp):
+    """`%r = mugraph.reshape %t : tensor<1x4x1x128xf32> -> tensor<4x128xf32>` (a view: same elements)."""
+
+    name = "mugraph.reshape"
+    x = operand_def(TensorType)
+    res = result_def(TensorType)
+    traits = in_graph()
+    assembly_format = "$x attr-dict `:` type($x) `->` type($res)"
+
+    def __init__(self, x: SSAValue, shape: Sequence[int]) -> None:
+        super().__init__(
+            operands=[x], result_types=[_tile_type(shape, tensor_type(x).element_type)]
+        )
+
+    def verify_block_op(self, parent: GraphDefOp) -> None:
+        a, b = tensor_type(self.x), tensor_type(self.res)
+        require(
+            a.element_count() == b.element_count(),
+            f"element counts differ: {shape_str(a.get_shape())} has {a.element_count()}, {shape_str(b.get_shape())} has {b.element_count()}",
+        )
+        require(
+            a.element_type == b.element_type,
+            f"element types differ: {a.element_type} and {b.element_type}",
+        )
+
+
+@irdl_op_definition
+class ArgmaxOp(BlockGraphOp):
+    """`%m, %i = mugraph.argmax %v, %p dim 1 : (tensor<8x2048xbf16>, tensor<8x2048xi32>) -> (tensor<8x1xf32>, tensor<8x1xi32>)`.
+
+    The maximum along `dim` (kept as size 1) and the payload at its first occurrence.
+    """
+
+    name = "mugraph.argmax"
+    values = operand_def(TensorType)
+    payload = operand_def(TensorType)
+    max = result_def(TensorType)
+    arg = result_def(TensorType)
+    dim = prop_def(IntegerAttr[I64])
+    traits = in_graph()
+    assembly_format = (
+        "$values `,` $payload `dim` $dim attr-dict `:` functional-type(operands, results)"
+    )
+
+    def verify_block_op(self, parent: GraphDefOp) -> None:
+        v, p = shape_of(self.values), shape_of(self.payload)
+        require(
+            is_float_tile(self.values) and is_float_tile(self.max),
+            "values and max must be float tiles",
+        )
+        require(v == p, f"payload is {shape_str(p)}, values are {shape_str(v)}")
+        try:
+            shape = maps.reduce_shape(v, self.dim.value.data, keepdim=True)
+        except MapError as e:
+            raise VerifyException(str(e)) from None
+        expect_shape(self.max, shape, "max")
+        expect_shape(self.arg, shape, "arg")
+        pe, ae = tensor_type(self.payload).element_type, tensor_type(self.arg).element_type
+        require(pe == ae, f"arg element type {ae} differs from the payload's {pe}")
+
+
+def _scalar_type(tile: Attribute) -> Attribute:
+    """The type a thread computes a tile element in: f32 for floats, the integer type itself."""
+    assert isinstance(tile, TensorType)
+    return f32 if isinstance(tile.element_type, _FLOATS) else tile.element_type
+
+
+@irdl_op_definition
+class ThreadMapOp(BlockGraphOp):
+    """A thread-level fused chain, applied elementwise with broadcasting:
+
+        %y = mugraph.thread_map %a, %b : (tensor<8x128xf32>, tensor<8x128xf32>) -> tensor<8x128xbf16> {
+        ^bb0(%p: f32, %q: f32):
+          %s = arith.mulf %p, %q : f32
+          mugraph.yield %s : f32
+        }
+
+    Region arguments are f32 for float tiles (the integer type for integer tiles); the body holds
+    only arith/math scalar ops and yields one scalar per result.
+    """
+
+    name = "mugraph.thread_map"
+    args = var_operand_def(TensorType)
+    res = var_result_def(TensorType)
+    body = region_def("single_block")
+    traits = in_graph()
+    assembly_format = "$args attr-dict-with-keyword `:` functional-type($args, $res) $body"
+
+    def verify_block_op(self, parent: GraphDefOp) -> None:
+        block = self.body.block
+        require(
+            len(block.args) == len(self.args),
+            f"region has {len(block.args)} arguments, but there are {len(self.args)} operands",
+        )
+        for i, (arg, v) in enumerate(zip(block.args, self.args, strict=True)):
+            want = _scalar_type(v.type)
+            require(
+                arg.type == want,
+                f"region argument #{i} is {arg.type}, expected {want} for {v.type}",
+            )
+        shape = maps.broadcast_shapes(*(shape_of(v) for v in self.args))
+        require(
+            shape is not None,
+            "operands do not broadcast: " + ", ".join(shape_str(shape_of(v)) for v in self.args),
+        )
+        assert shape is not None
+        for r in self.res:
+            expect_shape(r, shape)
+        for op in block.ops:
+            scalar_op = op.dialect_name() in ("arith", "math") and not op.regions
+            require(
+                scalar_op or isinstance(op, YieldOp),
+                f"body may hold only arith/math scalar ops, found '{op.name}'",
+            )
+        last = block.last_op
+        require(isinstance(last, YieldOp), "body must end with mugraph.yield")
+        assert isinstance(last, YieldOp)
+        got, want = [v.type for v in last.values], [_scalar_type(r.type) for r in self.res]
+        require(
+            got == want,
+            f"yields ({', '.join(map(str, got))}), expected ({', '.join(map(str, want))})",
+        )
+
+
+@irdl_op_definition
+class YieldOp(IRDLOperation):
+    """`mugraph.yield %r : f32` ends a thread_map body."""
+
+    name = "mugraph.yield"
+    values = var_operand_def()
+    traits = lazy_traits_def(lambda: (IsTerminator(), HasParent(ThreadMapOp), Pure()))
+    assembly_format = "attr-dict ($values^ `:` type($values))?"
+
+    def __init__(self, *values: SSAValue) -> None:
+        super().__init__(operands=[values])
+
+
+@irdl_op_definition
+class AccumOp(AccumulatorOp):
+    """`%acc = mugraph.accum "sum" %p : tensor<8x128xf32> -> tensor<8x128xf32>`; kinds: ACCUM_KINDS.
+
+    sum/max: elementwise over iterations. *_last kinds reduce the tile's last dim to 1 first:
+    sum_last, max_last, sum_sq_last (Σx²), mean_last and mean_sq_last (divided by the extent the
+    loop walks: last dim × forloop). The result (f32) is the value after the last iteration.
+    """
+
+    name = "mugraph.accum"
+    kind = prop_def(StringAttr)
+    x = operand_def(TensorType)
+    res = result_def(TensorType)
+    traits = in_graph()
+    assembly_format = "$kind $x attr-dict `:` type($x) `->` type($res)"
+
+    def __init__(self, kind: str, x: SSAValue) -> None:
+        shape = list(shape_of(x))
+        if ACCUM_KINDS[kind][0]:
+            shape[-1] = 1
+        super().__init__(
+            operands=[x], result_types=[_tile_type(shape)], properties={"kind": StringAttr(kind)}
+        )
+
+    def verify_block_op(self, parent: GraphDefOp) -> None:
+        kind = self.kind.data
+        require(kind in ACCUM_KINDS, f"unknown accumulator kind '{kind}'")
+        floats_only(self)
+        require(
+            tensor_type(self.res).element_type == f32, f"accumulators are f32, got {self.res.type}"
+        )
+        shape = list(shape_of(self.x))
+        if ACCUM_KINDS[kind][0]:
+            require(len(shape) >= 1, f"'{kind}' needs a tile of rank >= 1")
+            shape[-1] = 1
+        expect_shape(self.res, shape)
+
+
+@irdl_op_definition
+class AccumSoftmaxOp(AccumulatorOp):
+    """Online-softmax accumulator (flash-decoding):
+
+        %o, %m, %l = mugraph.accum_softmax %s, %v : (tensor<4x64xf32>, tensor<64x128xbf16>)
+                       -> (tensor<4x128xf32>, tensor<4x1xf32>, tensor<4x1xf32>)
+
+    Scores s[..., r, t] and values v[..., t, d] of one iteration update, from m = -inf, l = o = 0:
+    m' = max(m, rowmax s); p = e^(s - m'); l ← l·e^(m - m') + rowsum p; o ← o·e^(m - m') + p·v.
+    Results: the unnormalised output o, the running max m and the running sum l (all f32).
+    """
+
+    name = "mugraph.accum_softmax"
+    scores = operand_def(TensorType)
+    v = operand_def(TensorType)
+    o = result_def(TensorType)
+    m = result_def(TensorType)
+    l = result_def(TensorType)  # noqa: E741
+    traits = in_graph()
+    assembly_format = "$scores `,` $v attr-dict `:` functional-type(operands, results)"
+
+    def verify_block_op(self, parent: GraphDefOp) -> None:
+        floats_only(self)
+        s, v = shape_of(self.scores), shape_of(self.v)
+        try:
+            o = maps.matmul_shape(s, v, transpose_b=False)
+        except MapError as e:
+            raise VerifyException(f"scores·v: {e}") from None
+        expect_shape(self.o, o, "o")
+        expect_shape(self.m, (*o[:-1], 1), "m")
+        expect_shape(self.l, (*o[:-1], 1), "l")
+        for r in self.results:
+            require(tensor_type(r).element_type == f32, f"accumulators are f32, got {r.type}")
