@@ -27,8 +27,13 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
+# pyright cannot follow the editable install's import hook, so it reads a symlink view of `mk`.
+TYPES_VIEW := build/types/mk
 lint: $(STAMP)
 	$(PY) -m pip install -q ruff pyright
+	rm -rf $(TYPES_VIEW) && mkdir -p $(TYPES_VIEW)
+	ln -s $(CURDIR)/python/mk/* $(TYPES_VIEW)/
+	for d in dialects passes interp backends tools; do ln -s $(CURDIR)/$$d $(TYPES_VIEW)/$$d; done
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pyright
 

@@ -42,33 +42,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mk.dialects import mugraph_maps as maps
-from mk.dialects.mugraph_maps import MapError, shape_str
-from mk.dialects.mugraph_tiles import (
-    AccumOp,
-    AccumSoftmaxOp,
-    ArgmaxOp,
-    BinaryOp,
-    BlockGraphOp,
-    ConcatOp,
-    MatmulOp,
-    Phase,
-    ReduceOp,
-    ReshapeOp,
-    RMSNormOp,
-    ThreadMapOp,
-    UnaryOp,
-    YieldOp,
-    expect_shape,
-    in_graph,
-    int_values,
-    is_float_tile,
-    require,
-    shape_of,
-    tensor_type,
-    value_name,
-    value_phase,
-)
 from xdsl.dialects.builtin import (
     I64,
     DenseArrayBase,
@@ -76,6 +49,8 @@ from xdsl.dialects.builtin import (
     IntegerType,
     StringAttr,
     TensorType,
+    f32,
+    i32,
     i64,
 )
 from xdsl.ir import Attribute, BlockArgument, Dialect, Operation, Region, SSAValue
@@ -94,6 +69,33 @@ from xdsl.parser import Parser
 from xdsl.printer import Printer
 from xdsl.traits import IsolatedFromAbove, NoTerminator
 from xdsl.utils.exceptions import VerifyException
+
+from mk.dialects import mugraph_maps as maps
+from mk.dialects.mugraph_maps import MapError, shape_str
+from mk.dialects.mugraph_tiles import (
+    AccumOp,
+    AccumSoftmaxOp,
+    BinaryOp,
+    BlockGraphOp,
+    ConcatOp,
+    MatmulOp,
+    Phase,
+    Phases,
+    ReduceOp,
+    ReshapeOp,
+    RMSNormOp,
+    ThreadMapOp,
+    UnaryOp,
+    YieldOp,
+    expect_shape,
+    in_graph,
+    int_values,
+    is_float_tile,
+    require,
+    shape_of,
+    tensor_type,
+    value_name,
+)
 
 # kind -> (min operands, max operands or None for variadic, required attributes)
 LIBRARY_KINDS: dict[str, tuple[int, int | None, tuple[str, ...]]] = {
@@ -121,10 +123,6 @@ def _parse_ints(parser: Parser) -> list[int]:
     return parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_integer)
 
 
-def _op_phase(op: Operation) -> Phase:
-    return op.op_phase() if isinstance(op, BlockGraphOp) else Phase.INVARIANT
-
-
 # ------------------------------------------------------------------------------------------------
 # Kernel graph
 # ------------------------------------------------------------------------------------------------
@@ -141,7 +139,7 @@ class KernelOp(IRDLOperation):
     kind = prop_def(StringAttr)
     args = var_operand_def(TensorType)
     res = var_result_def(TensorType)
-    assembly_format = "$kind `(` $args `)` attr-dict `:` functional-type($args, $res)"
+    assembly_format = "$kind ` ` `(` $args `)` attr-dict `:` functional-type($args, $res)"
 
     def __init__(
         self,
@@ -228,11 +226,13 @@ class GraphDefOp(IRDLOperation):
 
     def loop_ops(self) -> list[Operation]:
         """Ops run in every for-loop iteration (accumulator updates included), in order."""
-        return [op for op in self.body.block.ops if _op_phase(op) < Phase.EPILOGUE]
+        phases = Phases(self.body.block).ops
+        return [op for op in self.body.block.ops if phases.get(op) != Phase.EPILOGUE]
 
     def epilogue_ops(self) -> list[Operation]:
         """Ops run once after the loop: users of accumulator results, then the outputs."""
-        return [op for op in self.body.block.ops if _op_phase(op) == Phase.EPILOGUE]
+        phases = Phases(self.body.block).ops
+        return [op for op in self.body.block.ops if phases.get(op) == Phase.EPILOGUE]
 
     def verify_(self) -> None:
         try:
@@ -250,14 +250,13 @@ class GraphDefOp(IRDLOperation):
         got = [a.type for a in block.args]
         require(
             got == want,
-            f"block arguments must be the operand types then the result types "
-            f"({len(want)} values), got {len(got)}"
-            + ("" if len(got) != len(want) else " differing types"),
+            "block arguments must be the operand types then the result types "
+            f"({', '.join(map(str, want))}), got ({', '.join(map(str, got))})",
         )
         for op in block.ops:
             require(
                 isinstance(op, BLOCK_OPS),
-                f"a block graph holds mugraph block ops, found '{op.name}'",
+                f"a block graph holds only mugraph block ops, found '{op.name}'",
             )
         for i, arg in enumerate(self.result_args()):
             require(
@@ -317,7 +316,7 @@ class InputOp(BlockGraphOp):
     def whole_tensor_operands(self) -> tuple[int, ...]:
         return (0,)
 
-    def op_phase(self) -> Phase:
+    def phase_from(self, operand_phases: Sequence[Phase]) -> Phase:
         return Phase.INVARIANT if self.fmap_dim() < 0 else Phase.LOOP
 
     def __init__(
@@ -413,13 +412,13 @@ class OutputOp(BlockGraphOp):
     def whole_tensor_operands(self) -> tuple[int, ...]:
         return (1,)
 
-    def op_phase(self) -> Phase:
+    def phase_from(self, operand_phases: Sequence[Phase]) -> Phase:
         return Phase.EPILOGUE
 
-    def verify_phase(self, parent: GraphDefOp) -> None:
+    def verify_phase(self, parent: GraphDefOp, phases: Phases) -> None:
         forloop = parent.forloop_range()
         require(
-            value_phase(self.tile) != Phase.LOOP or forloop == 1,
+            phases.of(self.tile) != Phase.LOOP or forloop == 1,
             f"writes {value_name(self.tile)}, a tile that changes every for-loop iteration "
             f"(forloop {forloop}); write an accumulator result or a value computed from one",
         )
@@ -517,6 +516,12 @@ class PositionOp(BlockGraphOp):
     traits = in_graph()
     assembly_format = "$x `dim` $dim attr-dict `:` type($x) `->` type($res)"
 
+    def __init__(self, x: SSAValue, dim: int, elem: Attribute = i32) -> None:
+        props = {"dim": IntegerAttr(dim, i64)}
+        super().__init__(
+            operands=[x], result_types=[TensorType(elem, shape_of(x))], properties=props
+        )
+
     def input_op(self) -> InputOp:
         assert isinstance(self.x.owner, InputOp)
         return self.x.owner
@@ -537,6 +542,47 @@ class PositionOp(BlockGraphOp):
             isinstance(tensor_type(self.res).element_type, IntegerType),
             "result must be an integer tile",
         )
+
+
+@irdl_op_definition
+class ArgmaxOp(BlockGraphOp):
+    """`%m, %i = mugraph.argmax %v, %p dim 1 : (tensor<8x2048xbf16>, tensor<8x2048xi32>) -> (tensor<8x1xf32>, tensor<8x1xi32>)`.
+
+    The maximum along `dim` (kept as size 1) and the payload at its first occurrence.
+    """
+
+    name = "mugraph.argmax"
+    values = operand_def(TensorType)
+    payload = operand_def(TensorType)
+    max = result_def(TensorType)
+    arg = result_def(TensorType)
+    dim = prop_def(IntegerAttr[I64])
+    traits = in_graph()
+    assembly_format = (
+        "$values `,` $payload `dim` $dim attr-dict `:` functional-type(operands, results)"
+    )
+
+    def __init__(self, values: SSAValue, payload: SSAValue, dim: int) -> None:
+        shape = maps.reduce_shape(shape_of(values), dim, keepdim=True)
+        types = [TensorType(f32, shape), TensorType(tensor_type(payload).element_type, shape)]
+        props = {"dim": IntegerAttr(dim, i64)}
+        super().__init__(operands=[values, payload], result_types=types, properties=props)
+
+    def verify_block_op(self, parent: GraphDefOp) -> None:
+        v, p = shape_of(self.values), shape_of(self.payload)
+        require(
+            is_float_tile(self.values) and is_float_tile(self.max),
+            "values and max must be float tiles",
+        )
+        require(v == p, f"payload is {shape_str(p)}, values are {shape_str(v)}")
+        try:
+            shape = maps.reduce_shape(v, self.dim.value.data, keepdim=True)
+        except MapError as e:
+            raise VerifyException(str(e)) from None
+        expect_shape(self.max, shape, "max")
+        expect_shape(self.arg, shape, "arg")
+        pe, ae = tensor_type(self.payload).element_type, tensor_type(self.arg).element_type
+        require(pe == ae, f"arg element type {ae} differs from the payload's {pe}")
 
 
 BLOCK_OPS = (

@@ -13,12 +13,39 @@ Conventions:
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 AXES = ("x", "y", "z")
 
 Shape = tuple[int, ...]
 Grid = tuple[int, int, int]
 BlockCoord = tuple[int, int, int]
+
+
+UNARY_KINDS = ("exp", "sqrt", "rsqrt", "square", "neg", "relu", "sigmoid", "silu", "gelu")
+UNARY_KINDS += ("recip", "scale", "cast")
+BINARY_KINDS = ("add", "sub", "mul", "div", "maximum", "minimum")
+REDUCE_KINDS = ("sum", "max", "mean")
+
+
+class AccumKind(NamedTuple):
+    """What a `mugraph.accum` kind does to each iteration's tile and how iterations combine."""
+
+    reduce_last: bool  # reduce the tile's last dim (kept as size 1) before combining
+    square: bool  # square the elements first
+    combine: str  # "sum" or "max" across iterations
+    mean: bool  # finally divide by the extent walked: last dim × forloop
+
+
+ACCUM_KINDS: dict[str, AccumKind] = {
+    "sum": AccumKind(False, False, "sum", False),
+    "max": AccumKind(False, False, "max", False),
+    "sum_last": AccumKind(True, False, "sum", False),
+    "max_last": AccumKind(True, False, "max", False),
+    "mean_last": AccumKind(True, False, "sum", True),
+    "sum_sq_last": AccumKind(True, True, "sum", False),
+    "mean_sq_last": AccumKind(True, True, "sum", True),
+}
 
 
 class MapError(ValueError):

@@ -11,8 +11,6 @@ from collections.abc import Sequence
 from enum import IntEnum
 from typing import TYPE_CHECKING, cast
 
-from mk.dialects import mugraph_maps as maps
-from mk.dialects.mugraph_maps import MapError, shape_str
 from xdsl.dialects.builtin import (
     I64,
     BFloat16Type,
@@ -28,7 +26,7 @@ from xdsl.dialects.builtin import (
     f32,
     i64,
 )
-from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     OpTraits,
@@ -46,23 +44,19 @@ from xdsl.irdl import (
 from xdsl.traits import HasParent, IsTerminator, Pure
 from xdsl.utils.exceptions import VerifyException
 
+from mk.dialects import mugraph_maps as maps
+from mk.dialects.mugraph_maps import (
+    ACCUM_KINDS,
+    BINARY_KINDS,
+    REDUCE_KINDS,
+    UNARY_KINDS,
+    MapError,
+    shape_str,
+)
+
 if TYPE_CHECKING:
     from mk.dialects.mugraph import GraphDefOp
 
-UNARY_KINDS = ("exp", "sqrt", "rsqrt", "square", "neg", "relu", "sigmoid", "silu", "gelu")
-UNARY_KINDS += ("recip", "scale", "cast")
-BINARY_KINDS = ("add", "sub", "mul", "div", "maximum", "minimum")
-REDUCE_KINDS = ("sum", "max", "mean")
-# accumulator kind -> (reduces the tile's last dim first, how iterations combine)
-ACCUM_KINDS: dict[str, tuple[bool, str]] = {
-    "sum": (False, "sum"),
-    "max": (False, "max"),
-    "sum_last": (True, "sum"),
-    "max_last": (True, "max"),
-    "mean_last": (True, "sum"),
-    "sum_sq_last": (True, "sum"),
-    "mean_sq_last": (True, "sum"),
-}
 _FLOATS = (Float16Type, BFloat16Type, Float32Type, Float64Type)
 
 
@@ -115,10 +109,22 @@ class Phase(IntEnum):
     EPILOGUE = 2  # computed once after the loop, from accumulator results
 
 
-def value_phase(value: SSAValue) -> Phase:
-    """The phase of a tile; whole-tensor block arguments count as loop-invariant."""
-    op = value.owner
-    return op.result_phase() if isinstance(op, BlockGraphOp) else Phase.INVARIANT
+class Phases:
+    """The phase of every op and tile of a block graph, computed in one pass over its block."""
+
+    def __init__(self, block: Block) -> None:
+        self.ops: dict[Operation, Phase] = {}
+        self.values: dict[SSAValue, Phase] = {}
+        for op in block.ops:
+            if isinstance(op, BlockGraphOp):
+                phase = op.phase_from([self.of(v) for v in op.tile_operands()])
+                self.ops[op] = phase
+                for r in op.results:
+                    self.values[r] = op.result_phase(phase)
+
+    def of(self, value: SSAValue) -> Phase:
+        """A tile's phase; whole-tensor block arguments count as loop-invariant."""
+        return self.values.get(value, Phase.INVARIANT)
 
 
 def _graph_def_op() -> type[Operation]:
@@ -148,19 +154,19 @@ class BlockGraphOp(IRDLOperation):
         whole = self.whole_tensor_operands()
         return [v for i, v in enumerate(self.operands) if i not in whole]
 
-    def op_phase(self) -> Phase:
-        """When the op runs (accumulator updates run in the loop, outputs in the epilogue)."""
-        return max((value_phase(v) for v in self.tile_operands()), default=Phase.INVARIANT)
+    def phase_from(self, operand_phases: Sequence[Phase]) -> Phase:
+        """When the op runs, given its tiles' phases (accumulator updates run in the loop)."""
+        return max(operand_phases, default=Phase.INVARIANT)
 
-    def result_phase(self) -> Phase:
-        return self.op_phase()
+    def result_phase(self, op_phase: Phase) -> Phase:
+        return op_phase
 
-    def verify_phase(self, parent: GraphDefOp) -> None:
+    def verify_phase(self, parent: GraphDefOp, phases: Phases) -> None:
         tiles = self.tile_operands()
-        phases = [value_phase(v) for v in tiles]
-        if Phase.LOOP in phases and Phase.EPILOGUE in phases:
-            loop = tiles[phases.index(Phase.LOOP)]
-            acc = tiles[phases.index(Phase.EPILOGUE)]
+        seen = [phases.of(v) for v in tiles]
+        if Phase.LOOP in seen and Phase.EPILOGUE in seen:
+            loop = tiles[seen.index(Phase.LOOP)]
+            acc = tiles[seen.index(Phase.EPILOGUE)]
             raise VerifyException(
                 f"uses accumulator result {value_name(acc)} and per-iteration tile {value_name(loop)}; "
                 "after the loop only accumulator results and tiles of fmap -1 inputs exist"
@@ -180,7 +186,7 @@ class BlockGraphOp(IRDLOperation):
                 f"operand #{i} ({value_name(v)}) is a whole tensor; read a tile through mugraph.input",
             )
         self.verify_block_op(parent)
-        self.verify_phase(parent)
+        self.verify_phase(parent, Phases(parent.body.block))
 
     def verify_block_op(self, parent: GraphDefOp) -> None:
         pass
@@ -189,16 +195,16 @@ class BlockGraphOp(IRDLOperation):
 class AccumulatorOp(BlockGraphOp):
     """Base of accumulators: updated in the loop, results available after it."""
 
-    def op_phase(self) -> Phase:
-        return min(super().op_phase(), Phase.LOOP)
+    def phase_from(self, operand_phases: Sequence[Phase]) -> Phase:
+        return min(super().phase_from(operand_phases), Phase.LOOP)
 
-    def result_phase(self) -> Phase:
+    def result_phase(self, op_phase: Phase) -> Phase:
         return Phase.EPILOGUE
 
-    def verify_phase(self, parent: GraphDefOp) -> None:
+    def verify_phase(self, parent: GraphDefOp, phases: Phases) -> None:
         for v in self.tile_operands():
             require(
-                value_phase(v) != Phase.EPILOGUE,
+                phases.of(v) != Phase.EPILOGUE,
                 f"accumulates {value_name(v)}, which depends on an accumulator result; "
                 "accumulators cannot nest",
             )
@@ -365,6 +371,12 @@ class RMSNormOp(BlockGraphOp):
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$x `,` $g attr-dict `:` functional-type(operands, results)"
 
+    def __init__(self, x: SSAValue, g: SSAValue, epsilon: float = 1e-6, elem: Attribute = f32):
+        props = {"epsilon": FloatAttr(epsilon, f32)}
+        super().__init__(
+            operands=[x, g], result_types=[_tile_type(shape_of(x), elem)], properties=props
+        )
+
     def verify_block_op(self, parent: GraphDefOp) -> None:
         floats_only(self)
         x, g = shape_of(self.x), shape_of(self.g)
@@ -385,6 +397,14 @@ class ConcatOp(BlockGraphOp):
     dim = prop_def(IntegerAttr[I64])
     traits = in_graph()
     assembly_format = "$inputs `dim` $dim attr-dict `:` functional-type($inputs, $res)"
+
+    def __init__(self, inputs: Sequence[SSAValue], dim: int, elem: Attribute = f32) -> None:
+        shape = list(shape_of(inputs[0]))
+        shape[dim] = sum(shape_of(v)[dim] for v in inputs)
+        props = {"dim": IntegerAttr(dim, i64)}
+        super().__init__(
+            operands=[inputs], result_types=[_tile_type(shape, elem)], properties=props
+        )
 
     def verify_block_op(self, parent: GraphDefOp) -> None:
         shapes = [shape_of(v) for v in self.inputs]
@@ -430,42 +450,7 @@ class ReshapeOp(BlockGraphOp):
         )
 
 
-@irdl_op_definition
-class ArgmaxOp(BlockGraphOp):
-    """`%m, %i = mugraph.argmax %v, %p dim 1 : (tensor<8x2048xbf16>, tensor<8x2048xi32>) -> (tensor<8x1xf32>, tensor<8x1xi32>)`.
-
-    The maximum along `dim` (kept as size 1) and the payload at its first occurrence.
-    """
-
-    name = "mugraph.argmax"
-    values = operand_def(TensorType)
-    payload = operand_def(TensorType)
-    max = result_def(TensorType)
-    arg = result_def(TensorType)
-    dim = prop_def(IntegerAttr[I64])
-    traits = in_graph()
-    assembly_format = (
-        "$values `,` $payload `dim` $dim attr-dict `:` functional-type(operands, results)"
-    )
-
-    def verify_block_op(self, parent: GraphDefOp) -> None:
-        v, p = shape_of(self.values), shape_of(self.payload)
-        require(
-            is_float_tile(self.values) and is_float_tile(self.max),
-            "values and max must be float tiles",
-        )
-        require(v == p, f"payload is {shape_str(p)}, values are {shape_str(v)}")
-        try:
-            shape = maps.reduce_shape(v, self.dim.value.data, keepdim=True)
-        except MapError as e:
-            raise VerifyException(str(e)) from None
-        expect_shape(self.max, shape, "max")
-        expect_shape(self.arg, shape, "arg")
-        pe, ae = tensor_type(self.payload).element_type, tensor_type(self.arg).element_type
-        require(pe == ae, f"arg element type {ae} differs from the payload's {pe}")
-
-
-def _scalar_type(tile: Attribute) -> Attribute:
+def scalar_type(tile: Attribute) -> Attribute:
     """The type a thread computes a tile element in: f32 for floats, the integer type itself."""
     assert isinstance(tile, TensorType)
     return f32 if isinstance(tile.element_type, _FLOATS) else tile.element_type
@@ -492,6 +477,9 @@ class ThreadMapOp(BlockGraphOp):
     traits = in_graph()
     assembly_format = "$args attr-dict-with-keyword `:` functional-type($args, $res) $body"
 
+    def __init__(self, args: Sequence[SSAValue], result_types: Sequence[Attribute], body: Region):
+        super().__init__(operands=[args], result_types=[result_types], regions=[body])
+
     def verify_block_op(self, parent: GraphDefOp) -> None:
         block = self.body.block
         require(
@@ -499,7 +487,7 @@ class ThreadMapOp(BlockGraphOp):
             f"region has {len(block.args)} arguments, but there are {len(self.args)} operands",
         )
         for i, (arg, v) in enumerate(zip(block.args, self.args, strict=True)):
-            want = _scalar_type(v.type)
+            want = scalar_type(v.type)
             require(
                 arg.type == want,
                 f"region argument #{i} is {arg.type}, expected {want} for {v.type}",
@@ -521,7 +509,7 @@ class ThreadMapOp(BlockGraphOp):
         last = block.last_op
         require(isinstance(last, YieldOp), "body must end with mugraph.yield")
         assert isinstance(last, YieldOp)
-        got, want = [v.type for v in last.values], [_scalar_type(r.type) for r in self.res]
+        got, want = [v.type for v in last.values], [scalar_type(r.type) for r in self.res]
         require(
             got == want,
             f"yields ({', '.join(map(str, got))}), expected ({', '.join(map(str, want))})",
@@ -559,7 +547,7 @@ class AccumOp(AccumulatorOp):
 
     def __init__(self, kind: str, x: SSAValue) -> None:
         shape = list(shape_of(x))
-        if ACCUM_KINDS[kind][0]:
+        if ACCUM_KINDS[kind].reduce_last:
             shape[-1] = 1
         super().__init__(
             operands=[x], result_types=[_tile_type(shape)], properties={"kind": StringAttr(kind)}
@@ -573,7 +561,7 @@ class AccumOp(AccumulatorOp):
             tensor_type(self.res).element_type == f32, f"accumulators are f32, got {self.res.type}"
         )
         shape = list(shape_of(self.x))
-        if ACCUM_KINDS[kind][0]:
+        if ACCUM_KINDS[kind].reduce_last:
             require(len(shape) >= 1, f"'{kind}' needs a tile of rank >= 1")
             shape[-1] = 1
         expect_shape(self.res, shape)
@@ -599,6 +587,11 @@ class AccumSoftmaxOp(AccumulatorOp):
     l = result_def(TensorType)  # noqa: E741
     traits = in_graph()
     assembly_format = "$scores `,` $v attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, scores: SSAValue, v: SSAValue) -> None:
+        o = maps.matmul_shape(shape_of(scores), shape_of(v), transpose_b=False)
+        rows = _tile_type((*o[:-1], 1))
+        super().__init__(operands=[scores, v], result_types=[_tile_type(o), rows, rows])
 
     def verify_block_op(self, parent: GraphDefOp) -> None:
         floats_only(self)

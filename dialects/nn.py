@@ -518,23 +518,25 @@ class ConcatOp(NNOp):
         named = [(f"inputs[{i}]", t) for i, t in enumerate(types)]
         dtype = element_type(named, ANY_TYPES)
         first = types[0]
-        for name, t in named[1:]:
-            if t.get_num_dims() != first.get_num_dims():
-                raise VerifyException(
-                    f"ranks differ: inputs[0] is {fmt_dims(first)}, {name} is {fmt_dims(t)}"
-                )
         dim = normalize_dim(as_int(attrs["dim"]), first.get_num_dims())
         for name, t in named[1:]:
-            if any(
-                i != dim and m != n
-                for i, (m, n) in enumerate(zip(first.get_shape(), t.get_shape(), strict=True))
-            ):
-                raise VerifyException(
-                    f"dims other than {dim} differ: inputs[0] is {fmt_dims(first)}, {name} is {fmt_dims(t)}"
-                )
+            _check_concat_part(first, name, t, dim)
         shape = list(first.get_shape())
         shape[dim] = sum(t.get_shape()[dim] for t in types)
         return TensorType(dtype, shape)
+
+
+def _check_concat_part(first: TensorType, name: str, t: TensorType, dim: int) -> None:
+    """Input `name` has the rank of inputs[0] and the same size in every dim but `dim`."""
+    if t.get_num_dims() != first.get_num_dims():
+        raise VerifyException(
+            f"ranks differ: inputs[0] is {fmt_dims(first)}, {name} is {fmt_dims(t)}"
+        )
+    pairs = enumerate(zip(first.get_shape(), t.get_shape(), strict=True))
+    if any(i != dim and m != n for i, (m, n) in pairs):
+        raise VerifyException(
+            f"dims other than {dim} differ: inputs[0] is {fmt_dims(first)}, {name} is {fmt_dims(t)}"
+        )
 
 
 @irdl_op_definition

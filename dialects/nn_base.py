@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeAlias
+from typing import TYPE_CHECKING, Generic, TypeAlias
 
-from typing_extensions import TypeVar
 from xdsl.dialects.builtin import (
     I64,
     BoolAttr,
@@ -40,6 +39,9 @@ from xdsl.irdl import (
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
+if TYPE_CHECKING:
+    from typing_extensions import TypeVar  # the kind xDSL's constraint API is typed with
+
 AttrValue: TypeAlias = int | float | bool | tuple[int, ...]
 Shape: TypeAlias = tuple[int, ...]
 Operand: TypeAlias = SSAValue | Operation
@@ -48,7 +50,6 @@ Named: TypeAlias = Sequence[tuple[str, TensorType]]
 DATA_TYPES: tuple[Attribute, ...] = (f32, f16, bf16)
 INDEX_TYPES: tuple[Attribute, ...] = (i32, i64)
 ANY_TYPES = DATA_TYPES + INDEX_TYPES
-_DATA_NAMES = "f32, f16 or bf16"
 
 
 # ----------------------------------------------------------------------------- attributes
@@ -211,7 +212,8 @@ def element_type(named: Named, allowed: tuple[Attribute, ...] = DATA_TYPES) -> A
     first_name, first = named[0]
     for name, t in named:
         if t.element_type not in allowed:
-            kinds = _DATA_NAMES if allowed == DATA_TYPES else ", ".join(map(str, allowed))
+            *rest, last = map(str, allowed)
+            kinds = f"{', '.join(rest)} or {last}" if rest else last
             raise VerifyException(f"{name} must have element type {kinds}, got {t.element_type}")
     for name, t in named[1:]:
         if t.element_type != first.element_type:

@@ -77,6 +77,7 @@ from mk.dialects.task_maps import (
     first_outside,
     format_coords,
     format_int_list,
+    format_map,
     format_rect,
     format_shape,
     grid_size,
@@ -106,9 +107,16 @@ def _parent_graph(op: Operation) -> GraphOp:
     return parent
 
 
-def _add_attributes(op: Operation, parser: Parser) -> None:
-    if (attrs := parser.parse_optional_attr_dict_with_keyword()) is not None:
-        op.attributes |= attrs.data
+def _article(word: str) -> str:
+    return "an" if word[0] in "aeiou" else "a"
+
+
+def _parse_block_region(parser: Parser) -> Region:
+    """A region that keeps one (possibly empty) block: `{ }` parses to no block at all."""
+    region = parser.parse_region()
+    if not region.blocks:
+        region.add_block(Block())
+    return region
 
 
 # --------------------------------------------------------------------------- task.graph
@@ -200,7 +208,7 @@ class GraphOp(IRDLOperation):
         parser.parse_keyword("arena")
         arena = parser.parse_integer(allow_boolean=False)
         attrs = parser.parse_optional_attr_dict_with_keyword()
-        op = cls(name, iterations, arena, parser.parse_region())
+        op = cls(name, iterations, arena, _parse_block_region(parser))
         if attrs is not None:
             op.attributes |= attrs.data
         return op
@@ -261,10 +269,10 @@ class BufferOp(IRDLOperation):
         in_arena = kind in ARENA_KINDS
         if (self.offset is not None) != in_arena:
             need = "needs" if in_arena else "cannot have"
-            raise VerifyException(f"a{'n' * in_arena} {kind} buffer {need} an arena offset")
+            raise VerifyException(f"{_article(kind)} {kind} buffer {need} an arena offset")
         if (self.index is not None) == in_arena:
             need = "cannot have" if in_arena else "needs"
-            raise VerifyException(f"a{'n' * in_arena} {kind} buffer {need} an index")
+            raise VerifyException(f"{_article(kind)} {kind} buffer {need} an index")
         if self.index is not None and _int(self.index) < 0:
             raise VerifyException(f"index must be >= 0, got {_int(self.index)}")
         if self.offset is not None:
@@ -520,8 +528,8 @@ class GridOp(IRDLOperation):
         bshape = buffer.shape
         if amap.num_dims != len(self.shape_tuple):
             raise VerifyException(
-                f"{role} @{name}: map takes {amap.num_dims} coordinates but the grid has rank "
-                f"{len(self.shape_tuple)}"
+                f"{role} @{name}: map {format_map(amap)} takes {amap.num_dims} coordinates, "
+                f"but the grid has rank {len(self.shape_tuple)}"
             )
         if len(amap.results) != len(bshape) or len(sizes) != len(bshape):
             raise VerifyException(
@@ -552,8 +560,8 @@ class GridOp(IRDLOperation):
         eshape = event.shape_tuple
         if amap.num_dims != len(self.shape_tuple) or len(amap.results) != len(eshape):
             raise VerifyException(
-                f"{role} @{name}: map {amap.num_dims}-d -> {len(amap.results)}-d does not "
-                f"take grid rank {len(self.shape_tuple)} to event rank {len(eshape)}"
+                f"{role} @{name}: map {format_map(amap)} does not take the grid's "
+                f"{len(self.shape_tuple)} coordinates to the event's {len(eshape)}"
             )
         elements = eval_map(amap, points)
         upper = np.asarray(eshape) - 1
@@ -587,8 +595,8 @@ class GridOp(IRDLOperation):
         footprints = self.footprints
         if len(args) != len(footprints):
             raise VerifyException(
-                f"body has {len(args)} arguments, expected {len(footprints)} "
-                f"({len(self.reads)} read tiles, then {len(self.writes)} write tiles)"
+                f"body has {len(args)} block arguments, expected {len(footprints)}: "
+                f"{len(self.reads)} read tile(s), then {len(self.writes)} write tile(s)"
             )
         for pos, (arg, expected) in enumerate(
             zip(args, self.tile_types(index.buffers), strict=True)
@@ -690,8 +698,8 @@ class YieldOp(IRDLOperation):
         writes = list(grid.writes)
         if len(self.values) != len(writes):
             raise VerifyException(
-                f"yields {len(self.values)} values, but @{grid.sym_name.data} writes "
-                f"{len(writes)} buffers"
+                f"yields {len(self.values)} value(s), but @{grid.sym_name.data} writes "
+                f"{len(writes)} buffer(s)"
             )
         buffers = _parent_graph(grid).index().buffers
         for pos, (value, fp) in enumerate(zip(self.values, writes, strict=True)):
@@ -773,7 +781,7 @@ class ScheduleOp(IRDLOperation):
         parser.parse_keyword("num_sms")
         num_sms = parser.parse_integer(allow_boolean=False)
         attrs = parser.parse_optional_attr_dict_with_keyword()
-        body = parser.parse_region()
+        body = _parse_block_region(parser)
         op = cls.create(properties={"num_sms": IntegerAttr(num_sms, i64)}, regions=[body])
         if attrs is not None:
             op.attributes |= attrs.data

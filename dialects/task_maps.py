@@ -48,27 +48,26 @@ def parse_map(text: str) -> AffineMap:
     return Parser(Context(), text, "<map>").parse_affine_map()
 
 
-def _expr_prec(expr: AffineExpr) -> int:
-    if not isinstance(expr, AffineBinaryOpExpr):
-        return _ATOM_PREC
-    return _ADD_PREC if expr.kind == AffineBinaryOpKind.Add else _MUL_PREC
-
-
-def _negated(expr: AffineExpr) -> AffineExpr | None:
-    """x for an `x * -1` term that prints as `- x` and re-parses to the same tree."""
+def _subtrahend(expr: AffineExpr) -> str | None:
+    """`x * 16` for an added `x * -16` term (printed as `- x * 16`), or None."""
+    if isinstance(expr, AffineConstantExpr) and expr.value < 0:
+        return str(-expr.value)
     if (
         isinstance(expr, AffineBinaryOpExpr)
         and expr.kind == AffineBinaryOpKind.Mul
         and isinstance(expr.rhs, AffineConstantExpr)
-        and expr.rhs.value == -1
-        and _expr_prec(expr.lhs) > _ADD_PREC
+        and expr.rhs.value < 0
     ):
-        return expr.lhs
+        factor = "" if expr.rhs.value == -1 else f" * {-expr.rhs.value}"
+        return format_expr(expr.lhs, _ATOM_PREC) + factor
     return None
 
 
 def format_expr(expr: AffineExpr, min_prec: int = 0) -> str:
-    """An affine expression with only the parentheses precedence needs (`d0 * 128 + 4`)."""
+    """An affine expression with few parentheses (`(d0 floordiv 4) * 128 - d1`).
+
+    The text re-parses to the same tree for the simplified expressions xDSL's parser builds.
+    """
     if isinstance(expr, AffineDimExpr):
         return f"d{expr.position}"
     if isinstance(expr, AffineSymExpr):
@@ -78,16 +77,15 @@ def format_expr(expr: AffineExpr, min_prec: int = 0) -> str:
     assert isinstance(expr, AffineBinaryOpExpr)
     if expr.kind == AffineBinaryOpKind.Add:
         lhs = format_expr(expr.lhs, _ADD_PREC)
-        rhs = expr.rhs
-        if isinstance(rhs, AffineConstantExpr) and rhs.value < 0:
-            text = f"{lhs} - {-rhs.value}"
-        elif (neg := _negated(rhs)) is not None:
-            text = f"{lhs} - {format_expr(neg, _MUL_PREC)}"
+        if (sub := _subtrahend(expr.rhs)) is not None:
+            text = f"{lhs} - {sub}"
         else:
-            text = f"{lhs} + {format_expr(rhs, _MUL_PREC)}"
+            text = f"{lhs} + {format_expr(expr.rhs, _MUL_PREC)}"
         prec = _ADD_PREC
+    elif expr.kind == AffineBinaryOpKind.Mul and expr.rhs == AffineConstantExpr(-1):
+        text, prec = "-" + format_expr(expr.lhs, _ATOM_PREC), _MUL_PREC
     else:
-        lhs = format_expr(expr.lhs, _MUL_PREC)
+        lhs = format_expr(expr.lhs, _ATOM_PREC)
         text = f"{lhs} {_MUL_KINDS[expr.kind]} {format_expr(expr.rhs, _ATOM_PREC)}"
         prec = _MUL_PREC
     return f"({text})" if prec < min_prec else text
@@ -225,7 +223,10 @@ def format_rect(starts: Sequence[int], sizes: Sequence[int]) -> str:
 
 def _parse_task_map(parser: AttrParser) -> AffineMap:
     start = parser.pos
-    amap = parser.parse_affine_map()
+    try:
+        amap = parser.parse_affine_map()
+    except (NotImplementedError, ZeroDivisionError) as e:  # xDSL's folding of bad terms
+        parser.raise_error(f"not an affine task map: {e}", start, parser.pos)
     if (problem := map_problem(amap)) is not None:
         parser.raise_error(problem, start, parser.pos)
     return amap

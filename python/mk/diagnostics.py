@@ -52,13 +52,23 @@ class LocatingParser(Parser):
     def __init__(self, ctx: Context, text: str | bytes, name: str, line_offset: int = 0) -> None:
         super().__init__(ctx, text, name)
         self._line_offset = line_offset
+        self._op_names: list[str] = []  # ops being parsed, outermost first
+
+    def _get_op_by_name(self, name: str) -> type[Operation]:
+        self._op_names.append(name)
+        return super()._get_op_by_name(name)
 
     def parse_operation(self) -> Operation:
         span = self._current_token.span
+        depth = len(self._op_names)
         try:
             op = super().parse_operation()
         except VerifyException as e:
-            self.raise_error(str(e), span.start, span.end)
+            name = self._op_names[depth] if len(self._op_names) > depth else None
+            prefix = f"'{name}' " if name else ""
+            self.raise_error(prefix + _message(e), span.start, span.end)
+        finally:
+            del self._op_names[depth:]
         if isinstance(op.location, FileLineColLoc):
             return op
         loc = span.get_location()

@@ -1,6 +1,6 @@
 // RUN: MK_ROUNDTRIP
 // RUN: MK_GENERIC_ROUNDTRIP
-// RUN: mk-opt %s --split-input-file -o %t.1 && mk-opt %t.1 --split-input-file -o %t.2 && diff %t.1 %t.2
+// RUN: mk-opt %s --split-input-file -o %t.first.mlir && mk-opt %t.first.mlir --split-input-file -o %t.second.mlir && diff %t.first.mlir %t.second.mlir
 
 // Library kernels: a kind from a closed set, the nn op's attributes kept as free attributes.
 func.func @library(%x: tensor<8x4096xbf16>, %g: tensor<4096xbf16>, %table: tensor<32000x4096xbf16>, %ids: tensor<8xi32>, %q: tensor<1x32x1x128xbf16>, %k: tensor<1x8x4096x128xbf16>, %v: tensor<1x8x4096x128xbf16>, %len: tensor<1xi32>) -> (tensor<8x4096xbf16>, tensor<4096x8xbf16>, tensor<1x32x1x128xbf16>) {
@@ -159,8 +159,8 @@ func.func @decode_attention(%q: tensor<1x32x1x128xbf16>, %k: tensor<1x8x4096x128
     %lsum = mugraph.reduce "sum" %lw dim 0 : tensor<4x1x4x1x1xf32> -> tensor<1x4x1x1xf32>
     %ow = mugraph.binary "mul" %op, %w : (tensor<4x1x4x1x128xf32>, tensor<4x1x4x1x1xf32>) -> tensor<4x1x4x1x128xf32>
     %osum = mugraph.reduce "sum" %ow dim 0 : tensor<4x1x4x1x128xf32> -> tensor<1x4x1x128xf32>
-    %ot = mugraph.binary "div" %osum, %lsum : (tensor<1x4x1x128xf32>, tensor<1x4x1x1xf32>) -> tensor<1x4x1x128xbf16>
-    mugraph.output %ot to %res omap [1, -1, -1] : tensor<1x4x1x128xbf16> -> tensor<1x32x1x128xbf16>
+    %fin = mugraph.binary "div" %osum, %lsum : (tensor<1x4x1x128xf32>, tensor<1x4x1x1xf32>) -> tensor<1x4x1x128xbf16>
+    mugraph.output %fin to %res omap [1, -1, -1] : tensor<1x4x1x128xbf16> -> tensor<1x32x1x128xbf16>
   }
   func.return %out : tensor<1x32x1x128xbf16>
 }
@@ -173,7 +173,7 @@ func.func @decode_attention(%q: tensor<1x32x1x128xbf16>, %k: tensor<1x8x4096x128
 // CHECK:      %out = mugraph.graph_def grid [8, 1, 1] threads 128 forloop 1 (%o, %m, %l)
 // CHECK:        %mx = mugraph.reduce "max" %mp dim 0 keepdim : tensor<4x1x4x1x1xf32> -> tensor<1x1x4x1x1xf32>
 // CHECK:        %lsum = mugraph.reduce "sum" %lw dim 0 : tensor<4x1x4x1x1xf32> -> tensor<1x4x1x1xf32>
-// CHECK:        %ot_1 = mugraph.binary "div" %osum, %lsum : (tensor<1x4x1x128xf32>, tensor<1x4x1x1xf32>) -> tensor<1x4x1x128xbf16>
+// CHECK:        %fin = mugraph.binary "div" %osum, %lsum : (tensor<1x4x1x128xf32>, tensor<1x4x1x1xf32>) -> tensor<1x4x1x128xbf16>
 
 // -----
 
@@ -216,7 +216,7 @@ func.func @tile_ops(%x: tensor<8x4096xbf16>, %g: tensor<4096xbf16>) -> (tensor<8
   ^bb0(%xa: tensor<8x4096xbf16>, %ga: tensor<4096xbf16>, %na: tensor<8x4096xbf16>, %sa: tensor<8x6xf32>):
     %xt = mugraph.input %xa imap [0, -1, -1] fmap -1 : tensor<8x4096xbf16> -> tensor<1x4096xbf16>
     %gt = mugraph.input %ga imap [-1, -1, -1] fmap -1 : tensor<4096xbf16> -> tensor<4096xbf16>
-    %nt = mugraph.rms_norm %xt, %gt {epsilon = 9.99999974e-06 : f32} : (tensor<1x4096xbf16>, tensor<4096xbf16>) -> tensor<1x4096xbf16>
+    %nt = mugraph.rms_norm %xt, %gt {epsilon = 1.000000e-05 : f32} : (tensor<1x4096xbf16>, tensor<4096xbf16>) -> tensor<1x4096xbf16>
     %mean = mugraph.reduce "mean" %xt dim 1 keepdim : tensor<1x4096xbf16> -> tensor<1x1xf32>
     %lo, %hi = mugraph.thread_map %mean : (tensor<1x1xf32>) -> (tensor<1x1xf32>, tensor<1x1xf32>) {
     ^bb0(%a: f32):
@@ -236,7 +236,7 @@ func.func @tile_ops(%x: tensor<8x4096xbf16>, %g: tensor<4096xbf16>) -> (tensor<8
   func.return %n, %stats : tensor<8x4096xbf16>, tensor<8x6xf32>
 }
 // CHECK-LABEL: func.func @tile_ops
-// CHECK:        %nt = mugraph.rms_norm %xt, %gt {epsilon = 9.99999974e-06 : f32} : (tensor<1x4096xbf16>, tensor<4096xbf16>) -> tensor<1x4096xbf16>
+// CHECK:        %nt = mugraph.rms_norm %xt, %gt {epsilon = 1.000000e-05 : f32} : (tensor<1x4096xbf16>, tensor<4096xbf16>) -> tensor<1x4096xbf16>
 // CHECK-NEXT:   %mean = mugraph.reduce "mean" %xt dim 1 keepdim : tensor<1x4096xbf16> -> tensor<1x1xf32>
 // CHECK-NEXT:   %lo, %hi = mugraph.thread_map %mean : (tensor<1x1xf32>) -> (tensor<1x1xf32>, tensor<1x1xf32>) {
 // CHECK:          mugraph.yield %l, %h : f32, f32
