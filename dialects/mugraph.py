@@ -34,13 +34,21 @@ that depend only on inputs with fmap -1 (they are the same in every iteration), 
 per-iteration tiles. Accumulators cannot accumulate epilogue values. With forloop > 1 an output
 must not write a per-iteration tile.
 
+**Outputs.** Each result is written by exactly one `mugraph.output`, and each element by
+exactly one block: every grid axis of extent > 1 must partition a result dim. Split-K/split-KV
+partial results therefore carry an extra dim indexed by the splitting grid axis (e.g.
+`tensor<4x...>` with `omap [.., 0, ..]` for a 4-way split on y), merged by a later kernel.
+
 **Thread graphs.** `mugraph.thread_map` applies a scalar arith/math region elementwise (with
 broadcasting) to tiles: how elementwise epilogues fuse without materialising intermediates.
+
+Tile ops live in `mugraph_tiles`, map arithmetic in `mugraph_maps`, a Python builder in
+`mugraph_builder`; this module holds the kernel-level ops, inputs/outputs and the dialect.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from xdsl.dialects.builtin import (
     I64,
@@ -199,8 +207,7 @@ class GraphDefOp(IRDLOperation):
         )
 
     def grid_shape(self) -> tuple[int, int, int]:
-        x, y, z = int_values(self.grid)
-        return (x, y, z)
+        return maps.check_grid(int_values(self.grid))
 
     def thread_count(self) -> int:
         return self.threads.value.data
@@ -208,7 +215,7 @@ class GraphDefOp(IRDLOperation):
     def forloop_range(self) -> int:
         return self.forloop.value.data
 
-    def blocks(self):
+    def blocks(self) -> Iterator[maps.BlockCoord]:
         """Every block coordinate (bx, by, bz), x fastest."""
         return maps.grid_blocks(self.grid_shape())
 
@@ -266,7 +273,7 @@ class GraphDefOp(IRDLOperation):
 
     def print(self, printer: Printer) -> None:
         printer.print_string(" grid ")
-        _print_ints(printer, self.grid_shape())
+        _print_ints(printer, int_values(self.grid))
         printer.print_string(f" threads {self.thread_count()} forloop {self.forloop_range()} ")
         printer.print_operands(self.args)
         printer.print_op_attributes(self.attributes, print_keyword=True)
@@ -313,17 +320,17 @@ class InputOp(BlockGraphOp):
     fmap = prop_def(IntegerAttr[I64])
     traits = in_graph()
 
-    def whole_tensor_operands(self) -> tuple[int, ...]:
-        return (0,)
-
-    def phase_from(self, operand_phases: Sequence[Phase]) -> Phase:
-        return Phase.INVARIANT if self.fmap_dim() < 0 else Phase.LOOP
-
     def __init__(
         self, source: SSAValue, imap: Sequence[int], fmap: int, tile_type: Attribute
     ) -> None:
         props = {"imap": DenseArrayBase.from_list(i64, list(imap)), "fmap": IntegerAttr(fmap, i64)}
         super().__init__(operands=[source], result_types=[tile_type], properties=props)
+
+    def whole_tensor_operands(self) -> tuple[int, ...]:
+        return (0,)
+
+    def phase_from(self, operand_phases: Sequence[Phase]) -> Phase:
+        return Phase.INVARIANT if self.fmap_dim() < 0 else Phase.LOOP
 
     def imap_dims(self) -> tuple[int, ...]:
         return int_values(self.imap)
@@ -355,10 +362,15 @@ class InputOp(BlockGraphOp):
             g.forloop_range(), block, iteration,
         )  # fmt: skip
 
+    def block_slices(self, block: Sequence[int]) -> tuple[slice, ...]:
+        """The part of the operand `block` reads over the whole for-loop (its read footprint)."""
+        grid = self.parent_graph().grid_shape()
+        return maps.input_block_slices(shape_of(self.source), grid, self.imap_dims(), block)
+
     def verify_block_op(self, parent: GraphDefOp) -> None:
         src = self.source
         require(
-            src.index < len(parent.args),
+            isinstance(src, BlockArgument) and src.index < len(parent.args),
             f"reads {value_name(src)}, a result of the kernel, not an operand",
         )
         try:
@@ -409,6 +421,10 @@ class OutputOp(BlockGraphOp):
     omap = prop_def(DenseArrayBase.constr(i64))
     traits = in_graph(pure=False)
 
+    def __init__(self, tile: SSAValue, dest: SSAValue, omap: Sequence[int]) -> None:
+        props = {"omap": DenseArrayBase.from_list(i64, list(omap))}
+        super().__init__(operands=[tile, dest], properties=props)
+
     def whole_tensor_operands(self) -> tuple[int, ...]:
         return (1,)
 
@@ -422,10 +438,6 @@ class OutputOp(BlockGraphOp):
             f"writes {value_name(self.tile)}, a tile that changes every for-loop iteration "
             f"(forloop {forloop}); write an accumulator result or a value computed from one",
         )
-
-    def __init__(self, tile: SSAValue, dest: SSAValue, omap: Sequence[int]) -> None:
-        props = {"omap": DenseArrayBase.from_list(i64, list(omap))}
-        super().__init__(operands=[tile, dest], properties=props)
 
     def omap_dims(self) -> tuple[int, ...]:
         return int_values(self.omap)

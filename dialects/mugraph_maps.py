@@ -142,6 +142,18 @@ def input_tile_slices(
     return tuple(slice(s, s + t) for s, t in zip(starts, tile, strict=True))
 
 
+def input_block_slices(
+    shape: Sequence[int], grid: Sequence[int], imap: Sequence[int], block: Sequence[int]
+) -> tuple[slice, ...]:
+    """The part of the full tensor block `block` reads over the whole for-loop (its footprint)."""
+    parts = _block_parts(tuple(shape), check_grid(grid), imap)
+    starts = [0] * len(shape)
+    for b, d in zip(_check_block(block, grid), imap, strict=True):
+        if d >= 0:
+            starts[d] = b * (shape[d] // parts[d])
+    return tuple(slice(s, s + size // p) for s, size, p in zip(starts, shape, parts, strict=True))
+
+
 def output_tile_shape(shape: Sequence[int], grid: Sequence[int], omap: Sequence[int]) -> Shape:
     """The tile each block writes; MapError on a non-dividing split or a racing grid axis."""
     shape, g = tuple(shape), check_grid(grid)

@@ -19,7 +19,9 @@ from xdsl.dialects.builtin import (
     Float32Type,
     Float64Type,
     FloatAttr,
+    IndexType,
     IntegerAttr,
+    IntegerType,
     StringAttr,
     TensorType,
     UnitAttr,
@@ -58,6 +60,7 @@ if TYPE_CHECKING:
     from mk.dialects.mugraph import GraphDefOp
 
 _FLOATS = (Float16Type, BFloat16Type, Float32Type, Float64Type)
+_SCALARS = (*_FLOATS, IntegerType, IndexType)
 
 
 def tensor_type(value: SSAValue) -> TensorType:
@@ -74,11 +77,15 @@ def is_float_tile(value: SSAValue) -> bool:
 
 
 def value_name(value: SSAValue) -> str:
-    return f"%{value.name_hint}" if value.name_hint else "an operand"
+    """How a message names a value: its SSA name, else what defines it."""
+    if value.name_hint:
+        return f"%{value.name_hint}"
+    owner = value.owner
+    return f"the {owner.name} result" if isinstance(owner, Operation) else "a block argument"
 
 
-def int_values(attr: DenseArrayBase) -> tuple[int, ...]:
-    return tuple(int(v) for v in attr.get_values())
+def int_values(attr: DenseArrayBase[IntegerType]) -> tuple[int, ...]:
+    return attr.get_values()
 
 
 def require(ok: bool, message: str) -> None:
@@ -94,6 +101,8 @@ def expect_shape(value: SSAValue, shape: Sequence[int], what: str = "result") ->
 def floats_only(op: Operation) -> None:
     for i, v in enumerate(op.operands):
         require(is_float_tile(v), f"operand #{i} must be a float tile, got {v.type}")
+    for i, r in enumerate(op.results):
+        require(is_float_tile(r), f"result #{i} must be a float tile, got {r.type}")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -421,6 +430,11 @@ class ConcatOp(BlockGraphOp):
         want = list(shapes[0])
         want[d] = sum(s[d] for s in shapes)
         expect_shape(self.res, want)
+        values = (*self.inputs, self.res)
+        kinds = {"float" if is_float_tile(v) else tensor_type(v).element_type for v in values}
+        require(
+            len(kinds) == 1, "operands and result must all be float tiles or share one integer type"
+        )
 
 
 @irdl_op_definition
@@ -506,6 +520,11 @@ class ThreadMapOp(BlockGraphOp):
                 scalar_op or isinstance(op, YieldOp),
                 f"body may hold only arith/math scalar ops, found '{op.name}'",
             )
+            for v in (*op.operands, *op.results):
+                require(
+                    isinstance(v.type, _SCALARS),
+                    f"body ops work on scalars, but '{op.name}' has a {v.type} value",
+                )
         last = block.last_op
         require(isinstance(last, YieldOp), "body must end with mugraph.yield")
         assert isinstance(last, YieldOp)

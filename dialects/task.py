@@ -29,7 +29,8 @@ where `distance` (default 0) of a wait makes it loop-carried (iteration t waits 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 import numpy as np
 from xdsl.dialects.builtin import (
@@ -57,37 +58,29 @@ from xdsl.irdl import (
 )
 from xdsl.parser import Parser
 from xdsl.printer import Printer
-from xdsl.traits import (
-    HasParent,
-    IsolatedFromAbove,
-    IsTerminator,
-    NoTerminator,
-    SymbolOpInterface,
-)
+from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator, NoTerminator, SymbolOpInterface
 from xdsl.utils.exceptions import VerifyException
 
-from mk.dialects.task_maps import (
+# Relative, so that type checkers that see this folder as `dialects` keep one module identity.
+from .task_maps import (
     EdgeAttr,
     FootprintAttr,
     GraphIndex,
     check_points,
     delinearize,
-    edge_elements,
-    eval_map,
-    first_outside,
+    element_problem,
     format_coords,
     format_int_list,
-    format_map,
-    format_rect,
-    format_shape,
     grid_size,
-    linearize,
     parse_int_list,
+    rectangle_problem,
+    signal_counts,
 )
 
 ARENA_ALIGNMENT = 128
 ARENA_KINDS = ("activation", "workspace")
 BUFFER_KINDS = ("input", "weight", "output", "activation", "workspace")
+_T = TypeVar("_T")
 
 
 def _int(attr: IntegerAttr | IntAttr) -> int:
@@ -105,6 +98,12 @@ def _parent_graph(op: Operation) -> GraphOp:
     if parent is None:
         raise VerifyException(f"'{op.name}' must be inside a task.graph")
     return parent
+
+
+def _parse_attributes(parser: Parser) -> dict[str, Attribute]:
+    """The discardable `attributes {...}` an op's custom syntax may carry."""
+    attrs = parser.parse_optional_attr_dict_with_keyword()
+    return dict(attrs.data) if attrs is not None else {}
 
 
 def _article(word: str) -> str:
@@ -207,10 +206,9 @@ class GraphOp(IRDLOperation):
         iterations = parser.parse_integer(allow_boolean=False)
         parser.parse_keyword("arena")
         arena = parser.parse_integer(allow_boolean=False)
-        attrs = parser.parse_optional_attr_dict_with_keyword()
+        attrs = _parse_attributes(parser)
         op = cls(name, iterations, arena, _parse_block_region(parser))
-        if attrs is not None:
-            op.attributes |= attrs.data
+        op.attributes |= attrs
         return op
 
 
@@ -315,15 +313,14 @@ class BufferOp(IRDLOperation):
         offset = None
         if parser.parse_optional_keyword("offset") is not None:
             offset = parser.parse_integer(allow_boolean=False)
-        attrs = parser.parse_optional_attr_dict_with_keyword()
+        attrs = _parse_attributes(parser)
         parser.parse_punctuation(":")
         start = parser.pos
         buffer_type = parser.parse_type()
         if not isinstance(buffer_type, TensorType):
             parser.raise_error("a task.buffer must have a tensor type", start, parser.pos)
         op = cls(name, buffer_type, kind, index, offset)
-        if attrs is not None:
-            op.attributes |= attrs.data
+        op.attributes |= attrs
         return op
 
 
@@ -376,14 +373,9 @@ class EventOp(IRDLOperation):
 
     def _verify_count(self, producers: list[tuple[GridOp, EdgeAttr]]) -> None:
         shape = self.shape_tuple
-        signals = np.zeros(grid_size(shape), dtype=np.int64)
-        for grid, edge in producers:
-            elements = edge_elements(grid, edge)
-            if elements is None or elements.shape[1] != len(shape):
-                return  # the grid reports its malformed map
-            if first_outside(elements, np.zeros(len(shape)), np.asarray(shape) - 1) is not None:
-                return  # the grid reports the out-of-range element
-            signals += np.bincount(linearize(elements, shape), minlength=signals.size)
+        signals = signal_counts(producers, shape)
+        if signals is None:
+            return  # a producer grid reports its malformed or out-of-range map
         wrong = np.flatnonzero(signals != self.count_value)
         if wrong.size:
             element = format_coords(delinearize(int(wrong[0]), shape))
@@ -407,8 +399,7 @@ class EventOp(IRDLOperation):
         parser.parse_keyword("count")
         count = parser.parse_integer(allow_boolean=False)
         op = cls(name, shape, count)
-        if (attrs := parser.parse_optional_attr_dict_with_keyword()) is not None:
-            op.attributes |= attrs.data
+        op.attributes |= _parse_attributes(parser)
         return op
 
 
@@ -519,57 +510,27 @@ class GridOp(IRDLOperation):
     def _verify_footprint(
         self, role: str, fp: FootprintAttr, index: GraphIndex, points: np.ndarray
     ) -> None:
-        name, amap, sizes = fp.buffer_name, fp.start_map, fp.size_tuple
+        name = fp.buffer_name
         buffer = index.buffers.get(name)
         if buffer is None:
             raise VerifyException(f"{role} unknown buffer @{name}")
         if role == "writes" and buffer.kind.data == "weight":
             raise VerifyException(f"writes weight buffer @{name}, but weights are read-only")
-        bshape = buffer.shape
-        if amap.num_dims != len(self.shape_tuple):
-            raise VerifyException(
-                f"{role} @{name}: map {format_map(amap)} takes {amap.num_dims} coordinates, "
-                f"but the grid has rank {len(self.shape_tuple)}"
-            )
-        if len(amap.results) != len(bshape) or len(sizes) != len(bshape):
-            raise VerifyException(
-                f"{role} @{name}: map gives {len(amap.results)} and sizes give {len(sizes)} "
-                f"coordinates, but @{name} has rank {len(bshape)}"
-            )
-        if any(not 1 <= s <= d for s, d in zip(sizes, bshape, strict=True)):
-            raise VerifyException(
-                f"{role} @{name}: tile {format_shape(sizes)} does not fit in {format_shape(bshape)}"
-            )
-        starts = eval_map(amap, points)
-        upper = np.asarray(bshape) - np.asarray(sizes)
-        if (bad := first_outside(starts, np.zeros(len(bshape)), upper)) is not None:
-            raise VerifyException(
-                f"{role} @{name} out of bounds: task {format_coords(points[bad])} covers "
-                f"{format_rect(starts[bad], sizes)} of a {format_shape(bshape)} buffer"
-            )
+        problem = rectangle_problem(fp.start_map, fp.size_tuple, buffer.shape, points)
+        if problem is not None:
+            raise VerifyException(f"{role} @{name}: {problem}")
 
     def _verify_edge(
         self, role: str, edge: EdgeAttr, index: GraphIndex, points: np.ndarray
     ) -> None:
-        name, amap = edge.event_name, edge.element_map
+        name = edge.event_name
         event = index.events.get(name)
         if event is None:
             raise VerifyException(f"{role} unknown event @{name}")
         if role == "signals" and edge.distance_value:
             raise VerifyException(f"signals @{name} with a distance; only waits have one")
-        eshape = event.shape_tuple
-        if amap.num_dims != len(self.shape_tuple) or len(amap.results) != len(eshape):
-            raise VerifyException(
-                f"{role} @{name}: map {format_map(amap)} does not take the grid's "
-                f"{len(self.shape_tuple)} coordinates to the event's {len(eshape)}"
-            )
-        elements = eval_map(amap, points)
-        upper = np.asarray(eshape) - 1
-        if (bad := first_outside(elements, np.zeros(len(eshape)), upper)) is not None:
-            raise VerifyException(
-                f"{role} @{name}: task {format_coords(points[bad])} maps to element "
-                f"{format_coords(elements[bad])}, outside the event shape {list(eshape)}"
-            )
+        if (problem := element_problem(edge.element_map, event.shape_tuple, points)) is not None:
+            raise VerifyException(f"{role} @{name}: {problem}")
 
     def _verify_no_self_dependence(self) -> None:
         signalled = {e.event_name for e in self.signals}
@@ -640,31 +601,24 @@ class GridOp(IRDLOperation):
     def parse(cls, parser: Parser) -> GridOp:
         name = parser.parse_symbol_name().data
         shape = parse_int_list(parser)
-        paren = parser.Delimiter.PAREN
-        lists: dict[str, list[FootprintAttr] | list[EdgeAttr]] = {}
-        for keyword, attr_class in (
-            ("reads", FootprintAttr),
-            ("writes", FootprintAttr),
-            ("waits", EdgeAttr),
-            ("signals", EdgeAttr),
-        ):
-            if parser.parse_optional_keyword(keyword) is not None:
-                lists[keyword] = parser.parse_comma_separated_list(
-                    paren, lambda cls_=attr_class: cls_.parse_body(parser)
-                )
-        prefetch: list[str] = []
-        if parser.parse_optional_keyword("prefetch") is not None:
-            parse_symbol = lambda: parser.parse_symbol_name().data  # noqa: E731
-            prefetch = parser.parse_comma_separated_list(paren, parse_symbol)
-        cost: dict[str, int] = {}
-        if parser.parse_optional_keyword("cost") is not None:
-            cost = dict(parser.parse_comma_separated_list(paren, lambda: _parse_cost_entry(parser)))
-        attrs = parser.parse_optional_attr_dict_with_keyword()
+        reads = _parse_clause(parser, "reads", FootprintAttr.parse_body)
+        writes = _parse_clause(parser, "writes", FootprintAttr.parse_body)
+        waits = _parse_clause(parser, "waits", EdgeAttr.parse_body)
+        signals = _parse_clause(parser, "signals", EdgeAttr.parse_body)
+        prefetch = _parse_clause(parser, "prefetch", lambda p: p.parse_symbol_name().data)
+        cost = dict(_parse_clause(parser, "cost", _parse_cost_entry))
+        attrs = _parse_attributes(parser)
         body = parser.parse_region()
-        op = cls(name, shape, body, prefetch=prefetch, cost=cost, **lists)  # type: ignore[arg-type]
-        if attrs is not None:
-            op.attributes |= attrs.data
+        op = cls(name, shape, body, reads, writes, waits, signals, prefetch, cost)
+        op.attributes |= attrs
         return op
+
+
+def _parse_clause(parser: Parser, keyword: str, item: Callable[[Parser], _T]) -> list[_T]:
+    """`keyword(item, ...)`, or nothing (an empty list) when the keyword is absent."""
+    if parser.parse_optional_keyword(keyword) is None:
+        return []
+    return parser.parse_comma_separated_list(parser.Delimiter.PAREN, lambda: item(parser))
 
 
 def _parse_cost_entry(parser: Parser) -> tuple[str, int]:
@@ -780,11 +734,10 @@ class ScheduleOp(IRDLOperation):
     def parse(cls, parser: Parser) -> ScheduleOp:
         parser.parse_keyword("num_sms")
         num_sms = parser.parse_integer(allow_boolean=False)
-        attrs = parser.parse_optional_attr_dict_with_keyword()
+        attrs = _parse_attributes(parser)
         body = _parse_block_region(parser)
         op = cls.create(properties={"num_sms": IntegerAttr(num_sms, i64)}, regions=[body])
-        if attrs is not None:
-            op.attributes |= attrs.data
+        op.attributes |= attrs
         return op
 
 
@@ -828,8 +781,7 @@ class QueueOp(IRDLOperation):
         parser.parse_keyword("sm")
         sm = parser.parse_integer(allow_boolean=False)
         op = cls(sm, parse_int_list(parser))
-        if (attrs := parser.parse_optional_attr_dict_with_keyword()) is not None:
-            op.attributes |= attrs.data
+        op.attributes |= _parse_attributes(parser)
         return op
 
 

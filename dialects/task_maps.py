@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import product
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import AffineMapAttr, DenseArrayBase, IntAttr, SymbolRefAttr, i64
+from xdsl.dialects.builtin import I64, AffineMapAttr, DenseArrayBase, IntAttr, SymbolRefAttr, i64
 from xdsl.ir import Attribute, ParametrizedAttribute
 from xdsl.ir.affine import (
     AffineBinaryOpExpr,
@@ -26,7 +26,7 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
 if TYPE_CHECKING:
-    from mk.dialects.task import BufferOp, EventOp, GraphOp, GridOp, ScheduleOp
+    from .task import BufferOp, EventOp, GraphOp, GridOp, ScheduleOp
 
 # Grids up to this many tasks are checked at every point; larger ones only at their corners,
 # which is exact for the monotone maps the lowering builds.
@@ -218,6 +218,47 @@ def format_rect(starts: Sequence[int], sizes: Sequence[int]) -> str:
     )
 
 
+def rectangle_problem(
+    start: AffineMap, sizes: Sequence[int], shape: Sequence[int], points: np.ndarray
+) -> str | None:
+    """Why the rectangles `start(p) + [0, sizes)` at grid points do not all fit in `shape`."""
+    rank = points.shape[1]
+    if start.num_dims != rank:
+        return f"map {format_map(start)} takes {start.num_dims} coordinates, but the grid has rank {rank}"
+    if len(start.results) != len(shape) or len(sizes) != len(shape):
+        return (
+            f"map gives {len(start.results)} and sizes give {len(sizes)} coordinates, "
+            f"but the buffer has rank {len(shape)}"
+        )
+    if any(not 1 <= n <= d for n, d in zip(sizes, shape, strict=True)):
+        return f"tile {format_shape(sizes)} does not fit in {format_shape(shape)}"
+    starts = eval_map(start, points)
+    upper = np.asarray(shape) - np.asarray(sizes)
+    if (bad := first_outside(starts, np.zeros(len(shape)), upper)) is not None:
+        return (
+            f"out of bounds: task {format_coords(points[bad])} covers "
+            f"{format_rect(starts[bad], sizes)} of a {format_shape(shape)} buffer"
+        )
+    return None
+
+
+def element_problem(element: AffineMap, shape: Sequence[int], points: np.ndarray) -> str | None:
+    """Why the event elements `element(p)` at grid points are not all inside `shape`."""
+    rank = points.shape[1]
+    if element.num_dims != rank or len(element.results) != len(shape):
+        return (
+            f"map {format_map(element)} does not take the grid's {rank} coordinates "
+            f"to the event's {len(shape)}"
+        )
+    elements = eval_map(element, points)
+    if (bad := first_outside(elements, np.zeros(len(shape)), np.asarray(shape) - 1)) is not None:
+        return (
+            f"task {format_coords(points[bad])} maps to element "
+            f"{format_coords(elements[bad])}, outside the event shape {list(shape)}"
+        )
+    return None
+
+
 # --------------------------------------------------------------------------- attributes
 
 
@@ -243,15 +284,37 @@ def format_int_list(values: Sequence[int]) -> str:
     return "[" + ", ".join(str(int(v)) for v in values) + "]"
 
 
+class _InlineAttr(ParametrizedAttribute):
+    """An attribute whose `#task.name<body>` body is also written inline in task.grid's syntax."""
+
+    @classmethod
+    def parse_body(cls, parser: AttrParser) -> Self:
+        raise NotImplementedError
+
+    def print_body(self, printer: Printer) -> None:
+        raise NotImplementedError
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        parser.parse_punctuation("<")
+        attr = cls.parse_body(parser)
+        parser.parse_punctuation(">")
+        return attr.parameters
+
+    def print_parameters(self, printer: Printer) -> None:
+        with printer.in_angle_brackets():
+            self.print_body(printer)
+
+
 @irdl_attr_definition
-class FootprintAttr(ParametrizedAttribute):
+class FootprintAttr(_InlineAttr):
     """The rectangle one task reads or writes: `@buf[start-map] [sizes]`."""
 
     name = "task.footprint"
 
     buffer: SymbolRefAttr
     start: AffineMapAttr
-    sizes: DenseArrayBase
+    sizes: DenseArrayBase[I64]
 
     def __init__(self, buffer: str, start: AffineMap | str, sizes: Sequence[int]) -> None:
         start = parse_map(start) if isinstance(start, str) else start
@@ -278,8 +341,8 @@ class FootprintAttr(ParametrizedAttribute):
         if (problem := map_problem(self.start_map)) is not None:
             raise VerifyException(problem)
 
-    @staticmethod
-    def parse_body(parser: AttrParser) -> FootprintAttr:
+    @classmethod
+    def parse_body(cls, parser: AttrParser) -> FootprintAttr:
         buffer = parser.parse_symbol_name().data
         parser.parse_punctuation("[")
         start = _parse_task_map(parser)
@@ -290,20 +353,9 @@ class FootprintAttr(ParametrizedAttribute):
         printer.print_symbol_name(self.buffer_name)
         printer.print_string(f"[{format_map(self.start_map)}] {format_int_list(self.size_tuple)}")
 
-    @classmethod
-    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
-        parser.parse_punctuation("<")
-        attr = cls.parse_body(parser)
-        parser.parse_punctuation(">")
-        return (attr.buffer, attr.start, attr.sizes)
-
-    def print_parameters(self, printer: Printer) -> None:
-        with printer.in_angle_brackets():
-            self.print_body(printer)
-
 
 @irdl_attr_definition
-class EdgeAttr(ParametrizedAttribute):
+class EdgeAttr(_InlineAttr):
     """Task coordinates -> one event element: `@event (d0) -> (d0 floordiv 4)` [`distance k`].
 
     On a wait, `distance k` (loop-carried) waits on the signals of iteration t - k.
@@ -337,8 +389,8 @@ class EdgeAttr(ParametrizedAttribute):
         if self.distance.data < 0:
             raise VerifyException(f"distance must be >= 0, got {self.distance.data}")
 
-    @staticmethod
-    def parse_body(parser: AttrParser) -> EdgeAttr:
+    @classmethod
+    def parse_body(cls, parser: AttrParser) -> EdgeAttr:
         event = parser.parse_symbol_name().data
         element = _parse_task_map(parser)
         distance = 0
@@ -355,23 +407,27 @@ class EdgeAttr(ParametrizedAttribute):
         if self.distance.data:
             printer.print_string(f" distance {self.distance.data}")
 
-    @classmethod
-    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
-        parser.parse_punctuation("<")
-        attr = cls.parse_body(parser)
-        parser.parse_punctuation(">")
-        return (attr.event, attr.element, attr.distance)
-
-    def print_parameters(self, printer: Printer) -> None:
-        with printer.in_angle_brackets():
-            self.print_body(printer)
-
 
 def edge_elements(grid: GridOp, edge: EdgeAttr) -> np.ndarray | None:
     """The event element of every task of `grid` (row-major), or None if the map's arity is off."""
     if edge.element_map.num_dims != len(grid.shape_tuple):
         return None
     return eval_map(edge.element_map, grid_points(grid.shape_tuple))
+
+
+def signal_counts(
+    producers: Sequence[tuple[GridOp, EdgeAttr]], shape: Sequence[int]
+) -> np.ndarray | None:
+    """Signals each element of an event gets per iteration (flat), or None for a bad map."""
+    counts = np.zeros(grid_size(shape), dtype=np.int64)
+    for grid, edge in producers:
+        elements = edge_elements(grid, edge)
+        if elements is None or elements.shape[1] != len(shape):
+            return None
+        if first_outside(elements, np.zeros(len(shape)), np.asarray(shape) - 1) is not None:
+            return None
+        counts += np.bincount(linearize(elements, shape), minlength=counts.size)
+    return counts
 
 
 # --------------------------------------------------------------------------- graph index
@@ -563,22 +619,32 @@ def _find_cycle(deps: _DepGraph, done: np.ndarray) -> list[int]:
         preds = deps.src[(deps.dst == node) & ~done[deps.src]]
         node = int(preds.min())
     cycle = walk[seen[node] :][::-1]
-    first_task = min(
-        range(len(cycle)), key=lambda i: (cycle[i] >= deps.index.total_tasks, cycle[i])
-    )
-    return cycle[first_task:] + cycle[:first_task]
+    # Start at the lowest-numbered task that signals, so the story reads producer first.
+    tasks = deps.index.total_tasks
+    signallers = [
+        i for i, n in enumerate(cycle) if n < tasks and cycle[(i + 1) % len(cycle)] >= tasks
+    ]
+    first = min(signallers, key=lambda i: cycle[i]) if signallers else 0
+    return cycle[first:] + cycle[:first]
 
 
 def _describe_cycle(deps: _DepGraph, cycle: list[int], sm_of: dict[int, int]) -> str:
+    """One clause per edge; a run of queue edges (all on one SM) is told as a single clause."""
     tasks = deps.index.total_tasks
     steps: list[str] = []
-    for a, b in zip(cycle, cycle[1:] + cycle[:1], strict=True):
-        if a >= tasks:
-            steps.append(f"{deps.label(b)} waits on {deps.label(a)}")
-        elif b >= tasks:
-            steps.append(f"{deps.label(a)} signals {deps.label(b)}")
+    run_start: int | None = None
+    for pos, node in enumerate(cycle):
+        nxt = cycle[(pos + 1) % len(cycle)]
+        if node >= tasks:
+            steps.append(f"{deps.label(nxt)} waits on {deps.label(node)}")
+        elif nxt >= tasks:
+            steps.append(f"{deps.label(node)} signals {deps.label(nxt)}")
         else:
-            steps.append(f"SM {sm_of[a]} runs {deps.label(a)} before {deps.label(b)}")
+            run_start = node if run_start is None else run_start
+            if cycle[(pos + 2) % len(cycle)] >= tasks:
+                first = deps.label(run_start)
+                steps.append(f"SM {sm_of[run_start]} runs {first} before {deps.label(nxt)}")
+                run_start = None
     return "queues deadlock: " + "; ".join(steps)
 
 

@@ -92,6 +92,10 @@ class MkOptMain(xDSLOptMain):
             chunks, extension = self.prepare_input()
         except OSError as e:
             _fail(MkError(f"cannot read input: {e.strerror}: {e.filename}"))
+            return
+        except ValueError as e:  # an input whose extension no frontend handles
+            _fail(MkError(str(e)))
+            return
         out = self.prepare_output()
         catching = self.args.verify_diagnostics or self.args.parsing_diagnostics
         try:

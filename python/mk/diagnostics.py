@@ -104,7 +104,10 @@ def verify_located(module: ModuleOp) -> None:
         try:
             op.verify(verify_nested_ops=False)
         except VerifyException as e:
-            raise MkError(f"'{op.name}' {_message(e)}", op_location(op)) from None
+            message = _message(e)
+            if not message.startswith(f"'{op.name}'"):  # xDSL's trait messages name the op already
+                message = f"'{op.name}' {message}"
+            raise MkError(message, op_location(op)) from None
 
 
 def error_from_diagnostic(e: DiagnosticException, module: ModuleOp | None = None) -> MkError:

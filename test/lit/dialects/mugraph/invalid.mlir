@@ -367,7 +367,7 @@ func.func @output_to_operand(%x: tensor<8x64xbf16>) -> tensor<8x64xbf16> {
 // -----
 
 func.func @tile_op_outside_graph(%x: tensor<8x64xf32>) -> tensor<8x64xf32> {
-// CHECK: invalid.mlir:[[# @LINE + 1]]:{{[0-9]+}}: error: 'mugraph.unary' 'mugraph.unary' expects parent op 'mugraph.graph_def'
+// CHECK: invalid.mlir:[[# @LINE + 1]]:{{[0-9]+}}: error: 'mugraph.unary' expects parent op 'mugraph.graph_def'
   %y = mugraph.unary "exp" %x : tensor<8x64xf32> -> tensor<8x64xf32>
   func.return %y : tensor<8x64xf32>
 }
@@ -439,6 +439,35 @@ func.func @thread_map_body(%x: tensor<8x64xbf16>) -> tensor<8x64xf32> {
   func.return %y : tensor<8x64xf32>
 }
 func.func private @g(f32) -> f32
+
+// -----
+
+func.func @thread_map_on_tensors(%x: tensor<8x64xbf16>) -> tensor<8x64xf32> {
+  %y = mugraph.graph_def grid [1, 1, 1] threads 128 forloop 1 (%x) : (tensor<8x64xbf16>) -> tensor<8x64xf32> {
+  ^bb0(%xa: tensor<8x64xbf16>, %ya: tensor<8x64xf32>):
+    %t = mugraph.input %xa imap [-1, -1, -1] fmap -1 : tensor<8x64xbf16> -> tensor<8x64xbf16>
+// CHECK: invalid.mlir:[[# @LINE + 1]]:{{[0-9]+}}: error: 'mugraph.thread_map' body ops work on scalars, but 'arith.constant' has a tensor<4xf32> value
+    %s = mugraph.thread_map %t : (tensor<8x64xbf16>) -> tensor<8x64xf32> {
+    ^bb0(%a: f32):
+      %c = arith.constant dense<1.0> : tensor<4xf32>
+      mugraph.yield %a : f32
+    }
+    mugraph.output %s to %ya omap [-1, -1, -1] : tensor<8x64xf32> -> tensor<8x64xf32>
+  }
+  func.return %y : tensor<8x64xf32>
+}
+
+// -----
+
+func.func @graph_def_operand_types(%x: tensor<8x64xbf16>) -> tensor<8x64xbf16> {
+// CHECK: invalid.mlir:[[# @LINE + 1]]:{{[0-9]+}}: error: 1 operands but 2 operand types
+  %y = mugraph.graph_def grid [1, 1, 1] threads 128 forloop 1 (%x) : (tensor<8x64xbf16>, tensor<8x64xbf16>) -> tensor<8x64xbf16> {
+  ^bb0(%xa: tensor<8x64xbf16>, %ya: tensor<8x64xbf16>):
+    %t = mugraph.input %xa imap [-1, -1, -1] fmap -1 : tensor<8x64xbf16> -> tensor<8x64xbf16>
+    mugraph.output %t to %ya omap [-1, -1, -1] : tensor<8x64xbf16> -> tensor<8x64xbf16>
+  }
+  func.return %y : tensor<8x64xbf16>
+}
 
 // -----
 

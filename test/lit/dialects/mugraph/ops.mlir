@@ -209,12 +209,12 @@ func.func @argmax(%logits: tensor<8x32768xbf16>) -> tensor<8xi32> {
 
 // -----
 
-// The remaining tile ops: rms_norm on a whole row, concat, reduce "mean", every accumulator
-// kind, and a thread_map with two results.
+// The remaining tile ops: rms_norm on a whole row, concat, reduce "mean", the *_last
+// accumulator kinds, a thread_map with two results, and a discardable attribute on an input.
 func.func @tile_ops(%x: tensor<8x4096xbf16>, %g: tensor<4096xbf16>) -> (tensor<8x4096xbf16>, tensor<8x6xf32>) {
   %n, %stats = mugraph.graph_def grid [8, 1, 1] threads 1024 forloop 1 (%x, %g) : (tensor<8x4096xbf16>, tensor<4096xbf16>) -> (tensor<8x4096xbf16>, tensor<8x6xf32>) {
   ^bb0(%xa: tensor<8x4096xbf16>, %ga: tensor<4096xbf16>, %na: tensor<8x4096xbf16>, %sa: tensor<8x6xf32>):
-    %xt = mugraph.input %xa imap [0, -1, -1] fmap -1 : tensor<8x4096xbf16> -> tensor<1x4096xbf16>
+    %xt = mugraph.input %xa imap [0, -1, -1] fmap -1 {mk.note = "one row per block"} : tensor<8x4096xbf16> -> tensor<1x4096xbf16>
     %gt = mugraph.input %ga imap [-1, -1, -1] fmap -1 : tensor<4096xbf16> -> tensor<4096xbf16>
     %nt = mugraph.rms_norm %xt, %gt {epsilon = 1.000000e-05 : f32} : (tensor<1x4096xbf16>, tensor<4096xbf16>) -> tensor<1x4096xbf16>
     %mean = mugraph.reduce "mean" %xt dim 1 keepdim : tensor<1x4096xbf16> -> tensor<1x1xf32>
@@ -236,6 +236,7 @@ func.func @tile_ops(%x: tensor<8x4096xbf16>, %g: tensor<4096xbf16>) -> (tensor<8
   func.return %n, %stats : tensor<8x4096xbf16>, tensor<8x6xf32>
 }
 // CHECK-LABEL: func.func @tile_ops
+// CHECK:        %xt = mugraph.input %xa imap [0, -1, -1] fmap -1 {mk.note = "one row per block"} : tensor<8x4096xbf16> -> tensor<1x4096xbf16>
 // CHECK:        %nt = mugraph.rms_norm %xt, %gt {epsilon = 1.000000e-05 : f32} : (tensor<1x4096xbf16>, tensor<4096xbf16>) -> tensor<1x4096xbf16>
 // CHECK-NEXT:   %mean = mugraph.reduce "mean" %xt dim 1 keepdim : tensor<1x4096xbf16> -> tensor<1x1xf32>
 // CHECK-NEXT:   %lo, %hi = mugraph.thread_map %mean : (tensor<1x1xf32>) -> (tensor<1x1xf32>, tensor<1x1xf32>) {

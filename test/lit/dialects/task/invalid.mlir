@@ -1,9 +1,12 @@
 // RUN: mk-opt %s --split-input-file --verify-diagnostics --parsing-diagnostics | filecheck %s
 
+// Each chunk breaks one rule of the task dialect; the error names the op, the symbol and the
+// mismatch, at the line of the offending op (or of the bad token for syntax errors).
+
 task.graph @g iterations 1 arena 0 {
   task.buffer @a input 0 : tensor<64xf32>
   task.buffer @b output 0 : tensor<64xf32>
-  // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.grid' reads @a out of bounds: task [3] covers [60:76] of a 64 buffer
+  // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.grid' reads @a: out of bounds: task [3] covers [60:76] of a 64 buffer
   task.grid @k [4]
       reads(@a[(d0) -> (d0 * 20)] [16])
       writes(@b[(d0) -> (d0 * 16)] [16]) {
@@ -31,7 +34,7 @@ task.graph @g iterations 1 arena 0 {
 task.graph @g iterations 1 arena 0 {
   task.buffer @a input 0 : tensor<64x64xf32>
   task.buffer @b output 0 : tensor<64xf32>
-  // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.grid' reads @a: map gives 1 and sizes give 1 coordinates, but @a has rank 2
+  // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.grid' reads @a: map gives 1 and sizes give 1 coordinates, but the buffer has rank 2
   task.grid @k [4]
       reads(@a[(d0) -> (d0 * 16)] [16])
       writes(@b[(d0) -> (d0 * 16)] [16]) {
@@ -98,11 +101,11 @@ task.graph @g iterations 1 arena 0 {
 task.graph @g iterations 1 arena 0 {
   task.buffer @a input 0 : tensor<64xf32>
   task.buffer @b output 0 : tensor<64xf32>
-  // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.event' count 1 of @e does not match its producers: element [0] is signalled by 2 tasks per iteration
-  task.event @e [3] count 1
+  // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.event' count 2 of @e does not match its producers: element [2] is signalled by 0 tasks per iteration
+  task.event @e [3] count 2
   task.grid @p [4]
       reads(@a[(d0) -> (d0 * 16)] [16])
-      signals(@e (d0) -> (d0 mod 3)) {
+      signals(@e (d0) -> (d0 floordiv 2)) {
   ^bb0(%a: tensor<16xf32>):
     task.yield
   }

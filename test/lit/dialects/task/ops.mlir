@@ -34,15 +34,15 @@ task.graph @rms_linear iterations 4 arena 622592 {
       signals(@part_ready (d0) -> (0))
       prefetch(@w)
       cost(bytes = 792576, flops = 6291456) {
-  ^bb0(%h: tensor<8x384xbf16>, %w: tensor<384x1024xbf16>, %p: tensor<1x8x1024xf32>):
-    task.yield %p : tensor<1x8x1024xf32>
+  ^bb0(%h: tensor<8x384xbf16>, %w: tensor<384x1024xbf16>, %part: tensor<1x8x1024xf32>):
+    task.yield %part : tensor<1x8x1024xf32>
   }
   task.grid @reduce [8]
       reads(@part[(d0) -> (0, 0, d0 * 128)] [16, 8, 128])
       writes(@t[(d0) -> (0, d0 * 128)] [8, 128])
       waits(@part_ready (d0) -> (0))
       signals(@t_ready (d0) -> (d0), @part_free (d0) -> (0)) {
-  ^bb0(%p: tensor<16x8x128xf32>, %t: tensor<8x128xbf16>):
+  ^bb0(%part: tensor<16x8x128xf32>, %t: tensor<8x128xbf16>):
     task.yield %t : tensor<8x128xbf16>
   }
   task.grid @act [8]
@@ -90,15 +90,15 @@ task.graph @rms_linear iterations 4 arena 622592 {
 // CHECK-NEXT:         signals(@part_ready (d0) -> (0))
 // CHECK-NEXT:         prefetch(@w)
 // CHECK-NEXT:         cost(bytes = 792576, flops = 6291456) {
-// CHECK-NEXT:     ^bb0(%h: tensor<8x384xbf16>, %w: tensor<384x1024xbf16>, %p: tensor<1x8x1024xf32>):
-// CHECK-NEXT:       task.yield %p : tensor<1x8x1024xf32>
+// CHECK-NEXT:     ^bb0(%h: tensor<8x384xbf16>, %w: tensor<384x1024xbf16>, %part: tensor<1x8x1024xf32>):
+// CHECK-NEXT:       task.yield %part : tensor<1x8x1024xf32>
 // CHECK-NEXT:     }
 // CHECK-NEXT:     task.grid @reduce [8]
 // CHECK-NEXT:         reads(@part[(d0) -> (0, 0, d0 * 128)] [16, 8, 128])
 // CHECK-NEXT:         writes(@t[(d0) -> (0, d0 * 128)] [8, 128])
 // CHECK-NEXT:         waits(@part_ready (d0) -> (0))
 // CHECK-NEXT:         signals(@t_ready (d0) -> (d0), @part_free (d0) -> (0)) {
-// CHECK-NEXT:     ^bb0(%p: tensor<16x8x128xf32>, %t: tensor<8x128xbf16>):
+// CHECK-NEXT:     ^bb0(%part: tensor<16x8x128xf32>, %t: tensor<8x128xbf16>):
 // CHECK-NEXT:       task.yield %t : tensor<8x128xbf16>
 // CHECK-NEXT:     }
 // CHECK-NEXT:     task.grid @act [8]
@@ -119,8 +119,8 @@ task.graph @rms_linear iterations 4 arena 622592 {
 // CHECK-NEXT: }
 
 // GENERIC:      "task.grid"() <{sym_name = "linear", shape = array<i64: 16>, reads = [#task.footprint<@h[(d0) -> (0, d0 * 384)] [8, 384]>, #task.footprint<@w[(d0) -> (d0 * 384, 0)] [384, 1024]>], writes = [#task.footprint<@part[(d0) -> (d0, 0, 0)] [1, 8, 1024]>], waits = [#task.edge<@h_ready (d0) -> (d0 floordiv 4)>, #task.edge<@part_free (d0) -> (0) distance 1>], signals = [#task.edge<@part_ready (d0) -> (0)>], prefetch = [@w], cost_bytes = 792576 : i64, cost_flops = 6291456 : i64}> ({
-// GENERIC-NEXT: ^bb0(%h: tensor<8x384xbf16>, %w: tensor<384x1024xbf16>, %p: tensor<1x8x1024xf32>):
-// GENERIC-NEXT:   "task.yield"(%p) : (tensor<1x8x1024xf32>) -> ()
+// GENERIC-NEXT: ^bb0(%h: tensor<8x384xbf16>, %w: tensor<384x1024xbf16>, %part: tensor<1x8x1024xf32>):
+// GENERIC-NEXT:   "task.yield"(%part) : (tensor<1x8x1024xf32>) -> ()
 // GENERIC:      "task.queue"() <{sm = 3 : i64, tasks = array<i32: 3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 43, 47, 51, 55, 59, 63, 67, 71, 75, 79>}> : () -> ()
 
 // -----
