@@ -45,7 +45,7 @@ class BlockGraphBuilder:
         self.forloop = forloop
         self.block = Block(arg_types=[*(a.type for a in self.args), *self.result_types])
         for arg, name in zip(self.block.args, [*arg_names, *result_names], strict=False):
-            arg.name_hint = name
+            arg.name_hint = name or None
 
     def operand_arg(self, index: int) -> BlockArgument:
         return self.block.args[index]
@@ -57,7 +57,7 @@ class BlockGraphBuilder:
         """Append a tile op, naming its results."""
         self.block.add_op(op)
         for result, name in zip(op.results, names, strict=False):
-            result.name_hint = name
+            result.name_hint = name or None  # "" is not a valid SSA name
         return op
 
     def input(self, index: int, imap: Sequence[int], fmap: int = -1, name: str = "") -> SSAValue:

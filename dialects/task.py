@@ -31,18 +31,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
+from weakref import WeakKeyDictionary
 
 import numpy as np
 from xdsl.dialects.builtin import (
     ArrayAttr,
     DenseArrayBase,
-    IntAttr,
     IntegerAttr,
     StringAttr,
     SymbolNameConstraint,
     SymbolRefAttr,
     TensorType,
-    i32,
     i64,
 )
 from xdsl.ir import Attribute, Block, Dialect, Operation, Region, SSAValue
@@ -62,29 +61,31 @@ from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator, NoTerminator
 from xdsl.utils.exceptions import VerifyException
 
 # Relative, so that type checkers that see this folder as `dialects` keep one module identity.
+from .task_index import GraphIndex
 from .task_maps import (
+    MAX_ELEMENTS,
     EdgeAttr,
     FootprintAttr,
-    GraphIndex,
     check_points,
     delinearize,
     element_problem,
     format_coords,
     format_int_list,
     grid_size,
+    int_value,
+    parse_attributes,
+    parse_block_region,
     parse_int_list,
     rectangle_problem,
     signal_counts,
 )
+from .task_schedule import QueueOp, ScheduleOp
 
 ARENA_ALIGNMENT = 128
 ARENA_KINDS = ("activation", "workspace")
 BUFFER_KINDS = ("input", "weight", "output", "activation", "workspace")
 _T = TypeVar("_T")
-
-
-def _int(attr: IntegerAttr | IntAttr) -> int:
-    return attr.data if isinstance(attr, IntAttr) else attr.value.data
+_OpT = TypeVar("_OpT", bound=Operation)
 
 
 def _i64s(values: Sequence[int]) -> DenseArrayBase:
@@ -100,22 +101,35 @@ def _parent_graph(op: Operation) -> GraphOp:
     return parent
 
 
-def _parse_attributes(parser: Parser) -> dict[str, Attribute]:
-    """The discardable `attributes {...}` an op's custom syntax may carry."""
-    attrs = parser.parse_optional_attr_dict_with_keyword()
-    return dict(attrs.data) if attrs is not None else {}
+# Verifying a graph must stay linear in its size (a model has thousands of declarations), so
+# symbol lookups go through a per-graph table, rebuilt whenever an entry proves stale, and the
+# event checks, which read every grid, are computed for all events at once by GraphOp.verify.
+_SYMBOL_TABLES: WeakKeyDictionary[GraphOp, dict[str, Operation]] = WeakKeyDictionary()
+_PENDING_EVENT_CHECKS: WeakKeyDictionary[GraphOp, dict[EventOp, str | None]] = WeakKeyDictionary()
+
+
+def _lookup(graph: GraphOp, name: str, kind: type[_OpT]) -> _OpT | None:
+    """The declaration `@name` of the graph if it is a `kind` op (the first one, if repeated)."""
+    block = graph.body.block
+    table = _SYMBOL_TABLES.get(graph, {})
+    op = table.get(name)
+    if op is None or op.parent is not block or _symbol(op) != name:
+        table = {}
+        for candidate in block.ops:
+            if (symbol := _symbol(candidate)) is not None:
+                table.setdefault(symbol, candidate)
+        _SYMBOL_TABLES[graph] = table
+        op = table.get(name)
+    return op if isinstance(op, kind) else None
+
+
+def _symbol(op: Operation) -> str | None:
+    name = op.properties.get("sym_name")
+    return name.data if isinstance(name, StringAttr) else None
 
 
 def _article(word: str) -> str:
     return "an" if word[0] in "aeiou" else "a"
-
-
-def _parse_block_region(parser: Parser) -> Region:
-    """A region that keeps one (possibly empty) block: `{ }` parses to no block at all."""
-    region = parser.parse_region()
-    if not region.blocks:
-        region.add_block(Block())
-    return region
 
 
 # --------------------------------------------------------------------------- task.graph
@@ -151,18 +165,23 @@ class GraphOp(IRDLOperation):
             if isinstance(op, BufferOp):
                 index.buffers.setdefault(op.sym_name.data, op)
             elif isinstance(op, EventOp):
-                index.events.setdefault(op.sym_name.data, op)
+                index.add_event(op)
             elif isinstance(op, GridOp):
                 index.add_grid(op)
             elif isinstance(op, ScheduleOp) and index.schedule is None:
                 index.schedule = op
         return index
 
+    def verify(self, verify_nested_ops: bool = True) -> None:
+        index = self.index()
+        _PENDING_EVENT_CHECKS[self] = {e: _event_problem(e, index) for e in index.events.values()}
+        super().verify(verify_nested_ops)
+
     def verify_(self) -> None:
-        if _int(self.iterations) < 1:
-            raise VerifyException(f"iterations must be >= 1, got {_int(self.iterations)}")
-        if _int(self.arena) < 0:
-            raise VerifyException(f"arena size must be >= 0, got {_int(self.arena)}")
+        if int_value(self.iterations) < 1:
+            raise VerifyException(f"iterations must be >= 1, got {int_value(self.iterations)}")
+        if int_value(self.arena) < 0:
+            raise VerifyException(f"arena size must be >= 0, got {int_value(self.arena)}")
         names: set[str] = set()
         slots: dict[tuple[str, int], str] = {}
         schedules = 0
@@ -184,7 +203,7 @@ class GraphOp(IRDLOperation):
     @staticmethod
     def _claim_slot(buffer: BufferOp, slots: dict[tuple[str, int], str]) -> None:
         space = "result" if buffer.kind.data == "output" else "argument"
-        key = (space, _int(buffer.index))  # type: ignore[arg-type]
+        key = (space, int_value(buffer.index))  # type: ignore[arg-type]
         if key in slots:
             raise VerifyException(
                 f"@{buffer.sym_name.data} and @{slots[key]} are both {space} #{key[1]}"
@@ -194,7 +213,9 @@ class GraphOp(IRDLOperation):
     def print(self, printer: Printer) -> None:
         printer.print_string(" ")
         printer.print_symbol_name(self.sym_name.data)
-        printer.print_string(f" iterations {_int(self.iterations)} arena {_int(self.arena)}")
+        printer.print_string(
+            f" iterations {int_value(self.iterations)} arena {int_value(self.arena)}"
+        )
         printer.print_op_attributes(self.attributes, print_keyword=True)
         printer.print_string(" ")
         printer.print_region(self.body, print_entry_block_args=False)
@@ -206,8 +227,8 @@ class GraphOp(IRDLOperation):
         iterations = parser.parse_integer(allow_boolean=False)
         parser.parse_keyword("arena")
         arena = parser.parse_integer(allow_boolean=False)
-        attrs = _parse_attributes(parser)
-        op = cls(name, iterations, arena, _parse_block_region(parser))
+        attrs = parse_attributes(parser)
+        op = cls(name, iterations, arena, parse_block_region(parser))
         op.attributes |= attrs
         return op
 
@@ -271,10 +292,10 @@ class BufferOp(IRDLOperation):
         if (self.index is not None) == in_arena:
             need = "cannot have" if in_arena else "needs"
             raise VerifyException(f"{_article(kind)} {kind} buffer {need} an index")
-        if self.index is not None and _int(self.index) < 0:
-            raise VerifyException(f"index must be >= 0, got {_int(self.index)}")
+        if self.index is not None and int_value(self.index) < 0:
+            raise VerifyException(f"index must be >= 0, got {int_value(self.index)}")
         if self.offset is not None:
-            self._verify_offset(_int(self.offset))
+            self._verify_offset(int_value(self.offset))
 
     def _verify_offset(self, offset: int) -> None:
         name = self.sym_name.data
@@ -283,7 +304,7 @@ class BufferOp(IRDLOperation):
                 f"offset {offset} of @{name} is not a non-negative multiple of "
                 f"{ARENA_ALIGNMENT} bytes"
             )
-        arena = _int(_parent_graph(self).arena)
+        arena = int_value(_parent_graph(self).arena)
         if offset + self.nbytes > arena:
             raise VerifyException(
                 f"@{name} occupies bytes [{offset}, {offset + self.nbytes}) but the arena "
@@ -295,9 +316,9 @@ class BufferOp(IRDLOperation):
         printer.print_symbol_name(self.sym_name.data)
         printer.print_string(f" {self.kind.data}")
         if self.index is not None:
-            printer.print_string(f" {_int(self.index)}")
+            printer.print_string(f" {int_value(self.index)}")
         if self.offset is not None:
-            printer.print_string(f" offset {_int(self.offset)}")
+            printer.print_string(f" offset {int_value(self.offset)}")
         printer.print_op_attributes(self.attributes, print_keyword=True)
         printer.print_string(" : ")
         printer.print_attribute(self.buffer_type)
@@ -313,7 +334,7 @@ class BufferOp(IRDLOperation):
         offset = None
         if parser.parse_optional_keyword("offset") is not None:
             offset = parser.parse_integer(allow_boolean=False)
-        attrs = _parse_attributes(parser)
+        attrs = parse_attributes(parser)
         parser.parse_punctuation(":")
         start = parser.pos
         buffer_type = parser.parse_type()
@@ -354,35 +375,21 @@ class EventOp(IRDLOperation):
 
     @property
     def count_value(self) -> int:
-        return _int(self.count)
+        return int_value(self.count)
 
     def verify_(self) -> None:
         shape = self.shape_tuple
         if not shape or any(s < 1 for s in shape):
             raise VerifyException(f"shape must be non-empty with extents >= 1, got {list(shape)}")
+        if grid_size(shape) > MAX_ELEMENTS:
+            raise VerifyException(f"has {grid_size(shape)} elements, more than {MAX_ELEMENTS}")
         if self.count_value < 1:
             raise VerifyException(f"count must be >= 1, got {self.count_value}")
-        index = _parent_graph(self).index()
-        name = self.sym_name.data
-        producers = index.producers.get(name, [])
-        if not producers:
-            raise VerifyException(f"@{name} has no producer: no task.grid signals it")
-        if not index.consumers.get(name):
-            raise VerifyException(f"@{name} has no consumer: no task.grid waits on it")
-        self._verify_count(producers)
-
-    def _verify_count(self, producers: list[tuple[GridOp, EdgeAttr]]) -> None:
-        shape = self.shape_tuple
-        signals = signal_counts(producers, shape)
-        if signals is None:
-            return  # a producer grid reports its malformed or out-of-range map
-        wrong = np.flatnonzero(signals != self.count_value)
-        if wrong.size:
-            element = format_coords(delinearize(int(wrong[0]), shape))
-            raise VerifyException(
-                f"count {self.count_value} of @{self.sym_name.data} does not match its producers: "
-                f"element {element} is signalled by {int(signals[wrong[0]])} tasks per iteration"
-            )
+        graph = _parent_graph(self)
+        pending = _PENDING_EVENT_CHECKS.get(graph, {})
+        problem = pending.pop(self) if self in pending else _event_problem(self, graph.index())
+        if problem is not None:
+            raise VerifyException(problem)
 
     def print(self, printer: Printer) -> None:
         printer.print_string(" ")
@@ -399,8 +406,29 @@ class EventOp(IRDLOperation):
         parser.parse_keyword("count")
         count = parser.parse_integer(allow_boolean=False)
         op = cls(name, shape, count)
-        op.attributes |= _parse_attributes(parser)
+        op.attributes |= parse_attributes(parser)
         return op
+
+
+def _event_problem(event: EventOp, index: GraphIndex) -> str | None:
+    """What is wrong with the grids that signal and wait on an event, or None."""
+    name, count, shape = event.sym_name.data, event.count_value, event.shape_tuple
+    producers = index.producers.get(name, [])
+    if not producers:
+        return f"@{name} has no producer: no task.grid signals it"
+    if not index.consumers.get(name):
+        return f"@{name} has no consumer: no task.grid waits on it"
+    signals = signal_counts(producers, shape)
+    if signals is None:
+        return None  # a producer grid reports its malformed or out-of-range map
+    wrong = np.flatnonzero(signals != count)
+    if not wrong.size:
+        return None
+    element = format_coords(delinearize(int(wrong[0]), shape))
+    return (
+        f"count {count} of @{name} does not match its producers: element {element} "
+        f"is signalled by {int(signals[wrong[0]])} tasks per iteration"
+    )
 
 
 # --------------------------------------------------------------------------- task.grid
@@ -486,7 +514,7 @@ class GridOp(IRDLOperation):
     @property
     def cost(self) -> dict[str, int]:
         pairs = (("bytes", self.cost_bytes), ("flops", self.cost_flops))
-        return {key: _int(attr) for key, attr in pairs if attr is not None}
+        return {key: int_value(attr) for key, attr in pairs if attr is not None}
 
     def tile_types(self, buffers: Mapping[str, BufferOp]) -> list[TensorType]:
         """The tensor type of each footprint (reads then writes): the body's argument types."""
@@ -496,22 +524,25 @@ class GridOp(IRDLOperation):
         shape = self.shape_tuple
         if not 1 <= len(shape) <= 3 or any(s < 1 for s in shape):
             raise VerifyException(f"shape must have 1 to 3 extents >= 1, got {list(shape)}")
-        index = _parent_graph(self).index()
+        if self.num_tasks > MAX_ELEMENTS:
+            raise VerifyException(f"has {self.num_tasks} tasks, more than {MAX_ELEMENTS}")
+        graph = _parent_graph(self)
         points = check_points(shape)
+        buffers: dict[str, BufferOp] = {}
         for role, footprint in self.footprints:
-            self._verify_footprint(role, footprint, index, points)
+            buffers[footprint.buffer_name] = self._verify_footprint(role, footprint, graph, points)
         for role, edges in (("waits on", self.waits), ("signals", self.signals)):
             for edge in edges:
-                self._verify_edge(role, edge, index, points)
+                self._verify_edge(role, edge, graph, points)
         self._verify_no_self_dependence()
-        self._verify_prefetch(index)
-        self._verify_body_arguments(index)
+        self._verify_prefetch(buffers)
+        self._verify_body_arguments(buffers)
 
     def _verify_footprint(
-        self, role: str, fp: FootprintAttr, index: GraphIndex, points: np.ndarray
-    ) -> None:
+        self, role: str, fp: FootprintAttr, graph: GraphOp, points: np.ndarray
+    ) -> BufferOp:
         name = fp.buffer_name
-        buffer = index.buffers.get(name)
+        buffer = _lookup(graph, name, BufferOp)
         if buffer is None:
             raise VerifyException(f"{role} unknown buffer @{name}")
         if role == "writes" and buffer.kind.data == "weight":
@@ -519,12 +550,11 @@ class GridOp(IRDLOperation):
         problem = rectangle_problem(fp.start_map, fp.size_tuple, buffer.shape, points)
         if problem is not None:
             raise VerifyException(f"{role} @{name}: {problem}")
+        return buffer
 
-    def _verify_edge(
-        self, role: str, edge: EdgeAttr, index: GraphIndex, points: np.ndarray
-    ) -> None:
+    def _verify_edge(self, role: str, edge: EdgeAttr, graph: GraphOp, points: np.ndarray) -> None:
         name = edge.event_name
-        event = index.events.get(name)
+        event = _lookup(graph, name, EventOp)
         if event is None:
             raise VerifyException(f"{role} unknown event @{name}")
         if role == "signals" and edge.distance_value:
@@ -541,17 +571,17 @@ class GridOp(IRDLOperation):
                     f"within an iteration)"
                 )
 
-    def _verify_prefetch(self, index: GraphIndex) -> None:
+    def _verify_prefetch(self, buffers: Mapping[str, BufferOp]) -> None:
         read = {f.buffer_name for f in self.reads}
         for ref in self.prefetch:
             name = ref.root_reference.data
-            buffer = index.buffers.get(name)
+            buffer = buffers.get(name)
             if name not in read or buffer is None or buffer.kind.data != "weight":
                 raise VerifyException(
                     f"prefetch @{name}: only weight buffers the grid reads can be prefetched"
                 )
 
-    def _verify_body_arguments(self, index: GraphIndex) -> None:
+    def _verify_body_arguments(self, buffers: Mapping[str, BufferOp]) -> None:
         args = self.body.block.args
         footprints = self.footprints
         if len(args) != len(footprints):
@@ -559,9 +589,7 @@ class GridOp(IRDLOperation):
                 f"body has {len(args)} block arguments, expected {len(footprints)}: "
                 f"{len(self.reads)} read tile(s), then {len(self.writes)} write tile(s)"
             )
-        for pos, (arg, expected) in enumerate(
-            zip(args, self.tile_types(index.buffers), strict=True)
-        ):
+        for pos, (arg, expected) in enumerate(zip(args, self.tile_types(buffers), strict=True)):
             if arg.type != expected:
                 name = footprints[pos][1].buffer_name
                 raise VerifyException(
@@ -607,7 +635,7 @@ class GridOp(IRDLOperation):
         signals = _parse_clause(parser, "signals", EdgeAttr.parse_body)
         prefetch = _parse_clause(parser, "prefetch", lambda p: p.parse_symbol_name().data)
         cost = dict(_parse_clause(parser, "cost", _parse_cost_entry))
-        attrs = _parse_attributes(parser)
+        attrs = parse_attributes(parser)
         body = parser.parse_region()
         op = cls(name, shape, body, reads, writes, waits, signals, prefetch, cost)
         op.attributes |= attrs
@@ -655,134 +683,14 @@ class YieldOp(IRDLOperation):
                 f"yields {len(self.values)} value(s), but @{grid.sym_name.data} writes "
                 f"{len(writes)} buffer(s)"
             )
-        buffers = _parent_graph(grid).index().buffers
+        graph = _parent_graph(grid)
         for pos, (value, fp) in enumerate(zip(self.values, writes, strict=True)):
-            buffer = buffers.get(fp.buffer_name)
+            buffer = _lookup(graph, fp.buffer_name, BufferOp)
             if buffer is not None and value.type != tile_type(buffer, fp.size_tuple):
                 raise VerifyException(
                     f"value #{pos} has type {value.type}, expected "
                     f"{tile_type(buffer, fp.size_tuple)} (the tile of @{fp.buffer_name})"
                 )
-
-
-# --------------------------------------------------------------------------- task.schedule
-
-
-@irdl_op_definition
-class ScheduleOp(IRDLOperation):
-    """Static per-SM queues: each SM runs its queue's tasks in order, once per iteration."""
-
-    name = "task.schedule"
-
-    num_sms = prop_def(IntegerAttr.constr(type=i64))
-    body = region_def("single_block")
-
-    traits = lazy_traits_def(lambda: (NoTerminator(), HasParent(GraphOp)))
-
-    def __init__(self, num_sms: int, queues: Sequence[Sequence[int]] | None = None) -> None:
-        block = Block()
-        for sm, tasks in enumerate(queues or []):
-            block.add_op(QueueOp(sm, tasks))
-        super().__init__(properties={"num_sms": IntegerAttr(num_sms, i64)}, regions=[Region(block)])
-
-    @property
-    def queues(self) -> list[QueueOp]:
-        return [op for op in self.body.block.ops if isinstance(op, QueueOp)]
-
-    def verify_(self) -> None:
-        if _int(self.num_sms) < 1:
-            raise VerifyException(f"num_sms must be >= 1, got {_int(self.num_sms)}")
-        index = _parent_graph(self).index()
-        owner: dict[int, int] = {}
-        seen_sms: set[int] = set()
-        for op in self.body.block.ops:
-            if not isinstance(op, QueueOp):
-                raise VerifyException(f"'{op.name}' is not allowed in a task.schedule")
-            sm = _int(op.sm)
-            if sm in seen_sms:
-                raise VerifyException(f"SM {sm} has two queues")
-            seen_sms.add(sm)
-            for task in op.task_ids:
-                self._claim(index, owner, task, sm)
-        if len(owner) < index.total_tasks:
-            missing = next(t for t in range(index.total_tasks) if t not in owner)
-            raise VerifyException(
-                f"{index.describe(missing)} is in no queue "
-                f"({index.total_tasks - len(owner)} of {index.total_tasks} tasks unscheduled)"
-            )
-
-    @staticmethod
-    def _claim(index: GraphIndex, owner: dict[int, int], task: int, sm: int) -> None:
-        if not 0 <= task < index.total_tasks:
-            raise VerifyException(
-                f"task {task} in the queue of SM {sm} is out of range: the graph has "
-                f"{index.total_tasks} tasks"
-            )
-        if task in owner:
-            raise VerifyException(
-                f"{index.describe(task)} is queued twice (SM {owner[task]} and SM {sm})"
-            )
-        owner[task] = sm
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(f" num_sms {_int(self.num_sms)}")
-        printer.print_op_attributes(self.attributes, print_keyword=True)
-        printer.print_string(" ")
-        printer.print_region(self.body, print_entry_block_args=False)
-
-    @classmethod
-    def parse(cls, parser: Parser) -> ScheduleOp:
-        parser.parse_keyword("num_sms")
-        num_sms = parser.parse_integer(allow_boolean=False)
-        attrs = _parse_attributes(parser)
-        body = _parse_block_region(parser)
-        op = cls.create(properties={"num_sms": IntegerAttr(num_sms, i64)}, regions=[body])
-        op.attributes |= attrs
-        return op
-
-
-@irdl_op_definition
-class QueueOp(IRDLOperation):
-    """The ordered global task ids one SM runs: `task.queue sm 3 [7, 55, 130]`."""
-
-    name = "task.queue"
-
-    sm = prop_def(IntegerAttr.constr(type=i64))
-    tasks = prop_def(DenseArrayBase.constr(i32))
-
-    traits = traits_def(HasParent(ScheduleOp))
-
-    def __init__(self, sm: int, tasks: Sequence[int]) -> None:
-        super().__init__(
-            properties={
-                "sm": IntegerAttr(sm, i64),
-                "tasks": DenseArrayBase.from_list(i32, [int(t) for t in tasks]),
-            }
-        )
-
-    @property
-    def task_ids(self) -> tuple[int, ...]:
-        return tuple(int(t) for t in self.tasks.get_values())
-
-    def verify_(self) -> None:
-        sm = _int(self.sm)
-        schedule = self.parent_op()
-        limit = _int(schedule.num_sms) if isinstance(schedule, ScheduleOp) else None
-        if sm < 0 or (limit is not None and sm >= limit):
-            raise VerifyException(f"SM {sm} is out of range: the task.schedule has num_sms {limit}")
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(f" sm {_int(self.sm)} ")
-        printer.print_string(format_int_list(self.task_ids))
-        printer.print_op_attributes(self.attributes, print_keyword=True)
-
-    @classmethod
-    def parse(cls, parser: Parser) -> QueueOp:
-        parser.parse_keyword("sm")
-        sm = parser.parse_integer(allow_boolean=False)
-        op = cls(sm, parse_int_list(parser))
-        op.attributes |= _parse_attributes(parser)
-        return op
 
 
 Task = Dialect(

@@ -1,16 +1,24 @@
-"""Maps of the task dialect: footprint/edge attributes, affine arithmetic, task queries, deadlock check."""
+"""Maps of the task dialect: footprint/edge attributes, affine arithmetic and task-map evaluation."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+import math
+from collections.abc import Sequence
 from itertools import product
 from typing import TYPE_CHECKING, Self
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import I64, AffineMapAttr, DenseArrayBase, IntAttr, SymbolRefAttr, i64
-from xdsl.ir import Attribute, ParametrizedAttribute
+from xdsl.dialects.builtin import (
+    I64,
+    AffineMapAttr,
+    DenseArrayBase,
+    IntAttr,
+    IntegerAttr,
+    SymbolRefAttr,
+    i64,
+)
+from xdsl.ir import Attribute, Block, ParametrizedAttribute, Region
 from xdsl.ir.affine import (
     AffineBinaryOpExpr,
     AffineBinaryOpKind,
@@ -26,11 +34,14 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
 if TYPE_CHECKING:
-    from .task import BufferOp, EventOp, GraphOp, GridOp, ScheduleOp
+    from .task import GridOp
 
 # Grids up to this many tasks are checked at every point; larger ones only at their corners,
 # which is exact for the monotone maps the lowering builds.
 EXHAUSTIVE_LIMIT = 1 << 18
+# More tasks in one grid, or counters in one event, than any GPU schedule needs: a typo guard
+# that also bounds the arrays verification allocates.
+MAX_ELEMENTS = 1 << 24
 
 _ADD_PREC = 1
 _MUL_PREC = 2
@@ -118,7 +129,7 @@ def map_problem(amap: AffineMap) -> str | None:
 
 def grid_size(shape: Sequence[int]) -> int:
     """Number of tasks of a grid."""
-    return int(np.prod(shape, dtype=np.int64))
+    return math.prod(shape)
 
 
 def grid_points(shape: Sequence[int]) -> np.ndarray:
@@ -257,6 +268,15 @@ def element_problem(element: AffineMap, shape: Sequence[int], points: np.ndarray
             f"{format_coords(elements[bad])}, outside the event shape {list(shape)}"
         )
     return None
+
+
+def wait_threshold(count: int, iteration: int, distance: int = 0) -> int:
+    """The counter value a wait needs in `iteration` (0-based): counters are never reset.
+
+    Each iteration adds `count` signals to every element, so iteration t's signals are all in
+    once the counter reaches count * (t + 1); a wait with distance k needs those of t - k.
+    """
+    return max(0, count * (iteration + 1 - distance))
 
 
 # --------------------------------------------------------------------------- attributes
@@ -419,6 +439,9 @@ def signal_counts(
     producers: Sequence[tuple[GridOp, EdgeAttr]], shape: Sequence[int]
 ) -> np.ndarray | None:
     """Signals each element of an event gets per iteration (flat), or None for a bad map."""
+    too_big = [grid_size(shape), *(grid.num_tasks for grid, _ in producers)]
+    if max(too_big) > MAX_ELEMENTS:
+        return None
     counts = np.zeros(grid_size(shape), dtype=np.int64)
     for grid, edge in producers:
         elements = edge_elements(grid, edge)
@@ -430,254 +453,22 @@ def signal_counts(
     return counts
 
 
-# --------------------------------------------------------------------------- graph index
+# --------------------------------------------------------------------------- syntax helpers
 
 
-@dataclass
-class GraphIndex:
-    """A task.graph's declarations by name, each grid's first global task id, and task queries.
-
-    Built by `GraphOp.index()`; it is a snapshot, so rebuild it after changing the graph.
-    """
-
-    graph: GraphOp
-    buffers: dict[str, BufferOp] = field(default_factory=dict)
-    events: dict[str, EventOp] = field(default_factory=dict)
-    grids: list[GridOp] = field(default_factory=list)
-    grids_by_name: dict[str, GridOp] = field(default_factory=dict)
-    bases: list[int] = field(default_factory=list)
-    producers: dict[str, list[tuple[GridOp, EdgeAttr]]] = field(default_factory=dict)
-    consumers: dict[str, list[tuple[GridOp, EdgeAttr]]] = field(default_factory=dict)
-    schedule: ScheduleOp | None = None
-    total_tasks: int = 0
-
-    def add_grid(self, grid: GridOp) -> None:
-        self.grids.append(grid)
-        self.grids_by_name.setdefault(grid.sym_name.data, grid)
-        self.bases.append(self.total_tasks)
-        self.total_tasks += grid.num_tasks
-        for edge in grid.signals:
-            self.producers.setdefault(edge.event_name, []).append((grid, edge))
-        for edge in grid.waits:
-            self.consumers.setdefault(edge.event_name, []).append((grid, edge))
-
-    def base_of(self, grid: GridOp) -> int:
-        """The global id of a grid's first task (the sum of the sizes of earlier grids)."""
-        for candidate, base in zip(self.grids, self.bases, strict=True):
-            if candidate is grid:
-                return base
-        raise ValueError(f"grid @{grid.sym_name.data} is not in this graph")
-
-    def tasks(self, grid: GridOp) -> Iterator[tuple[tuple[int, ...], int]]:
-        """(coordinates, global task id) of every task of a grid, in id order."""
-        base = self.base_of(grid)
-        for offset, coords in enumerate(grid_points(grid.shape_tuple)):
-            yield tuple(int(c) for c in coords), base + offset
-
-    def task_id(self, grid: GridOp, coords: Sequence[int]) -> int:
-        return self.base_of(grid) + int(linearize(np.array([coords]), grid.shape_tuple)[0])
-
-    def locate(self, task_id: int) -> tuple[GridOp, tuple[int, ...]]:
-        """The grid and coordinates of a global task id."""
-        if not 0 <= task_id < self.total_tasks:
-            raise ValueError(f"task {task_id} out of range [0, {self.total_tasks})")
-        pos = int(np.searchsorted(np.asarray(self.bases), task_id, side="right")) - 1
-        grid = self.grids[pos]
-        return grid, delinearize(task_id - self.bases[pos], grid.shape_tuple)
-
-    def describe(self, task_id: int) -> str:
-        """`task 53 (@qkv[5])`, for messages."""
-        grid, coords = self.locate(task_id)
-        return f"task {task_id} (@{grid.sym_name.data}{format_coords(coords)})"
-
-    def waits_of(self, task_id: int) -> list[tuple[str, tuple[int, ...], int]]:
-        """(event, element, distance) of every wait of a task, in declaration order."""
-        grid, coords = self.locate(task_id)
-        return [
-            (e.event_name, eval_point(e.element_map, coords), e.distance_value) for e in grid.waits
-        ]
-
-    def signals_of(self, task_id: int) -> list[tuple[str, tuple[int, ...]]]:
-        """(event, element) of every signal of a task, in declaration order."""
-        grid, coords = self.locate(task_id)
-        return [(e.event_name, eval_point(e.element_map, coords)) for e in grid.signals]
-
-    def _tasks_hitting(
-        self, edges: list[tuple[GridOp, EdgeAttr]], element: Sequence[int]
-    ) -> list[int]:
-        found: list[int] = []
-        for grid, edge in edges:
-            elements = edge_elements(grid, edge)
-            if elements is not None:
-                hits = np.flatnonzero(np.all(elements == np.asarray(element), axis=1))
-                found.extend(self.base_of(grid) + int(h) for h in hits)
-        return sorted(set(found))
-
-    def producers_of(self, event: str, element: Sequence[int]) -> list[int]:
-        """Global ids of the tasks that signal one event element."""
-        return self._tasks_hitting(self.producers.get(event, []), element)
-
-    def consumers_of(self, event: str, element: Sequence[int]) -> list[int]:
-        """Global ids of the tasks that wait on one event element (at any distance)."""
-        return self._tasks_hitting(self.consumers.get(event, []), element)
+def int_value(attr: IntegerAttr | IntAttr) -> int:
+    return attr.data if isinstance(attr, IntAttr) else attr.value.data
 
 
-# --------------------------------------------------------------------------- deadlock check
+def parse_attributes(parser: Parser) -> dict[str, Attribute]:
+    """The discardable `attributes {...}` an op's custom syntax may carry."""
+    attrs = parser.parse_optional_attr_dict_with_keyword()
+    return dict(attrs.data) if attrs is not None else {}
 
 
-@dataclass
-class _DepGraph:
-    """Tasks (nodes 0..T-1) and event elements (nodes T..) with signal, wait and queue edges."""
-
-    index: GraphIndex
-    element_base: dict[str, int]
-    src: np.ndarray
-    dst: np.ndarray
-    size: int
-
-    def label(self, node: int) -> str:
-        if node < self.index.total_tasks:
-            return self.index.describe(node)
-        name, base = max(
-            ((n, b) for n, b in self.element_base.items() if b <= node), key=lambda nb: nb[1]
-        )
-        shape = self.index.events[name].shape_tuple
-        return f"@{name}{format_coords(delinearize(node - base, shape))}"
-
-
-def _queue_problem(index: GraphIndex, queues: list[tuple[int, tuple[int, ...]]]) -> str | None:
-    owner: dict[int, int] = {}
-    for sm, ids in queues:
-        for task in ids:
-            if not 0 <= task < index.total_tasks:
-                return f"task {task} on SM {sm} is out of range [0, {index.total_tasks})"
-            if task in owner:
-                return f"{index.describe(task)} is queued on SM {owner[task]} and SM {sm}"
-            owner[task] = sm
-    for task in range(index.total_tasks):
-        if task not in owner:
-            return f"{index.describe(task)} is in no queue"
-    return None
-
-
-def _dependence_graph(index: GraphIndex, queues: list[tuple[int, tuple[int, ...]]]) -> _DepGraph:
-    element_base: dict[str, int] = {}
-    size = index.total_tasks
-    for name, event in index.events.items():
-        element_base[name] = size
-        size += grid_size(event.shape_tuple)
-    src: list[np.ndarray] = []
-    dst: list[np.ndarray] = []
-    for name, edges in index.producers.items():
-        for grid, edge in edges:
-            nodes = _element_nodes(index, element_base, name, grid, edge)
-            src.append(index.base_of(grid) + np.arange(grid.num_tasks))
-            dst.append(nodes)
-    for name, edges in index.consumers.items():
-        for grid, edge in edges:
-            if edge.distance_value == 0:  # loop-carried waits are met by earlier iterations
-                src.append(_element_nodes(index, element_base, name, grid, edge))
-                dst.append(index.base_of(grid) + np.arange(grid.num_tasks))
-    for _, ids in queues:
-        src.append(np.asarray(ids[:-1], dtype=np.int64))
-        dst.append(np.asarray(ids[1:], dtype=np.int64))
-    cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa: E731
-    return _DepGraph(index, element_base, cat(src), cat(dst), size)
-
-
-def _element_nodes(
-    index: GraphIndex, element_base: dict[str, int], name: str, grid: GridOp, edge: EdgeAttr
-) -> np.ndarray:
-    event = index.events.get(name)
-    elements = edge_elements(grid, edge)
-    if event is None or elements is None:
-        raise ValueError(f"@{grid.sym_name.data} has a malformed edge to @{name}; verify first")
-    return element_base[name] + linearize(elements, event.shape_tuple)
-
-
-def _unsignalled_wait(deps: _DepGraph) -> str | None:
-    signalled = np.zeros(deps.size, dtype=bool)
-    tasks = deps.index.total_tasks
-    signalled[deps.dst[deps.dst >= tasks]] = True
-    waited = deps.src[(deps.src >= tasks) & ~signalled[deps.src]]
-    if waited.size == 0:
-        return None
-    node = int(waited[0])
-    waiter = int(deps.dst[np.flatnonzero(deps.src == node)[0]])
-    return f"{deps.index.describe(waiter)} waits on {deps.label(node)}, which no task signals"
-
-
-def _find_cycle(deps: _DepGraph, done: np.ndarray) -> list[int]:
-    """A cycle among the nodes Kahn's algorithm could not finish, in edge order."""
-    pending = np.flatnonzero(~done)
-    node = int(pending[0])
-    seen: dict[int, int] = {}
-    walk: list[int] = []
-    while node not in seen:
-        seen[node] = len(walk)
-        walk.append(node)
-        preds = deps.src[(deps.dst == node) & ~done[deps.src]]
-        node = int(preds.min())
-    cycle = walk[seen[node] :][::-1]
-    # Start at the lowest-numbered task that signals, so the story reads producer first.
-    tasks = deps.index.total_tasks
-    signallers = [
-        i for i, n in enumerate(cycle) if n < tasks and cycle[(i + 1) % len(cycle)] >= tasks
-    ]
-    first = min(signallers, key=lambda i: cycle[i]) if signallers else 0
-    return cycle[first:] + cycle[:first]
-
-
-def _describe_cycle(deps: _DepGraph, cycle: list[int], sm_of: dict[int, int]) -> str:
-    """One clause per edge; a run of queue edges (all on one SM) is told as a single clause."""
-    tasks = deps.index.total_tasks
-    steps: list[str] = []
-    run_start: int | None = None
-    for pos, node in enumerate(cycle):
-        nxt = cycle[(pos + 1) % len(cycle)]
-        if node >= tasks:
-            steps.append(f"{deps.label(nxt)} waits on {deps.label(node)}")
-        elif nxt >= tasks:
-            steps.append(f"{deps.label(node)} signals {deps.label(nxt)}")
-        else:
-            run_start = node if run_start is None else run_start
-            if cycle[(pos + 2) % len(cycle)] >= tasks:
-                first = deps.label(run_start)
-                steps.append(f"SM {sm_of[run_start]} runs {first} before {deps.label(nxt)}")
-                run_start = None
-    return "queues deadlock: " + "; ".join(steps)
-
-
-def check_queues_deadlock_free(graph: GraphOp) -> str | None:
-    """The first reason the graph's static queues could deadlock (or are malformed), or None.
-
-    Sufficient condition checked: the union of the dependences (producer -> event element ->
-    consumer, for same-iteration waits) and each queue's program order is acyclic, i.e. one
-    global topological order runs every queue in its order.
-    """
-    index = graph.index()
-    if index.schedule is None:
-        return f"@{graph.sym_name.data} has no task.schedule"
-    queues = [(int(q.sm.value.data), q.task_ids) for q in index.schedule.queues]
-    if (problem := _queue_problem(index, queues)) is not None:
-        return problem
-    deps = _dependence_graph(index, queues)
-    if (problem := _unsignalled_wait(deps)) is not None:
-        return problem
-    order = np.argsort(deps.src, kind="stable")
-    succ_src, succ_dst = deps.src[order], deps.dst[order]
-    starts = np.searchsorted(succ_src, np.arange(deps.size + 1))
-    indegree = np.bincount(deps.dst, minlength=deps.size)
-    ready = [int(n) for n in np.flatnonzero(indegree == 0)]
-    done = np.zeros(deps.size, dtype=bool)
-    while ready:
-        node = ready.pop()
-        done[node] = True
-        for nxt in succ_dst[starts[node] : starts[node + 1]]:
-            indegree[nxt] -= 1
-            if indegree[nxt] == 0:
-                ready.append(int(nxt))
-    if done.all():
-        return None
-    sm_of = {task: sm for sm, ids in queues for task in ids}
-    return _describe_cycle(deps, _find_cycle(deps, done), sm_of)
+def parse_block_region(parser: Parser) -> Region:
+    """A region that keeps one (possibly empty) block: `{ }` parses to no block at all."""
+    region = parser.parse_region()
+    if not region.blocks:
+        region.add_block(Block())
+    return region

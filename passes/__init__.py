@@ -25,10 +25,24 @@ def _dce() -> type[ModulePass]:
     return DeadCodeElimination
 
 
+def _mugraph_stats() -> type[ModulePass]:
+    from mk.passes.mugraph_stats import MugraphStatsPass
+
+    return MugraphStatsPass
+
+
+def _nn_to_mugraph() -> type[ModulePass]:
+    from mk.passes.nn_to_mugraph import NnToMugraphPass
+
+    return NnToMugraphPass
+
+
 def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
     """Every pass mk-opt's `-p` accepts, by its command-line name."""
     return {
         "canonicalize": _canonicalize,
         "cse": _cse,
         "dce": _dce,
+        "nn-to-mugraph": _nn_to_mugraph,
+        "mugraph-stats": _mugraph_stats,
     }

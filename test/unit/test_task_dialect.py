@@ -25,12 +25,13 @@ from mk.dialects.task import (
     make_grid_body,
     tile_type,
 )
+from mk.dialects.task_index import check_queues_deadlock_free
 from mk.dialects.task_maps import (
-    check_queues_deadlock_free,
     eval_map,
     format_map,
     grid_points,
     parse_map,
+    wait_threshold,
 )
 
 Fp = FootprintAttr
@@ -219,6 +220,21 @@ def test_footprints_events_and_their_tasks() -> None:
     assert index.waits_of(0) == [("t_free", (0,), 1)]
 
 
+def test_flat_event_counters_and_monotone_thresholds() -> None:
+    index = graph_of(rms_linear()).index()
+    # events in block order: h_ready[4], part_ready[1], part_free[1], t_ready[8], t_free[1]
+    assert index.counter_bases == {
+        "h_ready": 0, "part_ready": 4, "part_free": 5, "t_ready": 6, "t_free": 14,
+    }  # fmt: skip
+    assert index.total_counters == 15
+    assert index.counter("t_ready", (3,)) == 9
+    assert index.locate_counter(9) == ("t_ready", (3,))
+    assert index.locate_counter(14) == ("t_free", (0,))
+    # @h_ready has count 12: iteration t needs 12 * (t + 1); a distance-1 wait lags one iteration
+    assert [wait_threshold(12, t) for t in range(4)] == [12, 24, 36, 48]
+    assert [wait_threshold(8, t, distance=1) for t in range(4)] == [0, 8, 16, 24]
+
+
 def test_every_read_tile_is_covered_by_the_producers_it_waits_on() -> None:
     """The RAW edge @h_ready: a linear task's producers write exactly the columns it reads."""
     index = graph_of(rms_linear()).index()
@@ -259,7 +275,7 @@ def _exprs(num_dims: int) -> st.SearchStrategy[AffineExpr]:
     return st.recursive(leaf, extend, max_leaves=6)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     st.integers(1, 3).flatmap(
         lambda n: st.tuples(st.just(n), st.lists(_exprs(n), min_size=1, max_size=3))
@@ -306,6 +322,32 @@ def test_verifier_rejects_a_wrong_count_and_a_missing_queue_entry() -> None:
     assert schedule is not None
     schedule.body.block.erase_op(schedule.body.block.last_op)  # SM 3's queue
     assert "task 3 (@norm[3]) is in no queue (20 of 80 tasks unscheduled)" in _verify_error(module)
+
+
+def test_located_verification_blames_the_event_and_sees_later_edits() -> None:
+    from mk.diagnostics import MkError, verify_located
+
+    module = rms_linear()
+    graph = graph_of(module)
+    event = graph.index().events["part_free"]
+    event.count = IntegerAttr(7, i64)
+    with pytest.raises(MkError) as info:
+        verify_located(module)
+    assert info.value.message.startswith("'task.event' count 7 of @part_free does not match")
+    event.count = IntegerAttr(8, i64)
+    verify_located(module)
+    module.verify()
+
+
+def test_replacing_a_buffer_is_seen_by_the_next_verification() -> None:
+    module = rms_linear()
+    module.verify()
+    graph = graph_of(module)
+    old = graph.index().buffers["t"]
+    new = BufferOp("t", TensorType(f32, [8, 1024]), "activation", offset=0)
+    graph.body.block.insert_op_after(new, old)
+    graph.body.block.erase_op(old)
+    assert "expected tensor<8x128xf32> (the tile of @t)" in _verify_error(module)
 
 
 def test_large_grids_are_checked_at_their_corners() -> None:

@@ -1,0 +1,291 @@
+"""The mugraph interpreter: runs kernel graphs on NumPy arrays, graph-defined kernels tile by tile.
+
+A `mugraph.graph_def` runs block by block and, in each block, for-loop iteration by iteration:
+every `mugraph.input` reads only its tile (`InputOp.tile_slices(block, iteration)`), tile ops
+compute in f32 and round to their result element type, accumulators carry f32 state across the
+iterations, the epilogue runs once, and every `mugraph.output` writes its tile into the result at
+`OutputOp.tile_slices(block)`. Results start as NaN and every element must be written by exactly
+one block, so a wrong imap, fmap, omap or accumulator shows up as wrong numbers or as an error.
+Library kernels (`mugraph.kernel`) and leftover nn ops run the nn reference kernels.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from xdsl.dialects.builtin import TensorType
+from xdsl.dialects.func import CallOp, FuncOp, ReturnOp
+from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, impl, register_impls
+from xdsl.interpreters.func import FuncFunctions
+from xdsl.ir import Attribute, Operation, OpResult, SSAValue
+from xdsl.irdl import IRDLOperation
+
+from mk.diagnostics import MkError, op_location
+from mk.dialects.mugraph import GraphDefOp, InputOp, KernelOp, OutputOp
+from mk.dialects.mugraph_tiles import AccumOp, AccumSoftmaxOp, ThreadMapOp, YieldOp
+from mk.inputs import check_inputs, numpy_dtype
+from mk.interp.mugraph_tiles import (
+    SCALAR_KERNELS,
+    TILE_KERNELS,
+    Accumulator,
+    BlockCoord,
+    element_dtype,
+    make_accumulator,
+)
+from mk.interp.nn import _reachable, nn_functions
+from mk.interp.nn_ops import KERNELS, KernelError
+from mk.source import Source, entry_function, load_module
+
+__all__ = ["MugraphRunError", "run_graph_def", "run_kernel", "run_mugraph"]
+
+
+class MugraphRunError(MkError):
+    """A kernel graph that runs but is wrong: an element written by two blocks or by none."""
+
+
+def _name(value: OpResult) -> str:
+    return f"%{value.name_hint}" if value.name_hint else f"#{value.index}"
+
+
+# ------------------------------------------------------------------------------------------------
+# Library kernels: the nn reference kernels under the kernel's kind
+# ------------------------------------------------------------------------------------------------
+
+
+def _plain(attr: Attribute) -> Any:
+    """An attribute as the plain value the nn kernels take (i1 integers are booleans)."""
+    from xdsl.dialects.builtin import DenseArrayBase, FloatAttr, IntegerAttr, i1
+
+    if isinstance(attr, FloatAttr):
+        return float(attr.value.data)
+    if isinstance(attr, IntegerAttr):
+        return bool(attr.value.data) if attr.type == i1 else int(attr.value.data)
+    if isinstance(attr, DenseArrayBase):
+        return tuple(int(v) for v in attr.get_values())
+    raise TypeError(f"no plain value for attribute {attr}")
+
+
+@functools.cache
+def _nn_defaults(kind: str) -> dict[str, Attribute | None]:
+    """The nn op's properties and their defaults: a library kernel's attributes mean the same."""
+    from mk.dialects.nn import NN
+
+    cls = next(c for c in NN.operations if c.name == f"nn.{kind}")
+    assert issubclass(cls, IRDLOperation)
+    return {n: d.default_value for n, d in cls.get_irdl_definition().properties.items()}
+
+
+def run_kernel(op: KernelOp, args: Sequence[np.ndarray]) -> np.ndarray:
+    """One library kernel on whole tensors: the nn op of the same name, rounded to the result."""
+    kind = op.kind.data
+    attrs: dict[str, Any] = {}
+    for name, default in _nn_defaults(kind).items():
+        attr = op.attributes.get(name, default)
+        if attr is not None:
+            attrs[name] = _plain(attr)
+    result = op.res[0].type
+    assert isinstance(result, TensorType)
+    try:
+        out = np.asarray(KERNELS[f"nn.{kind}"](args, attrs, tuple(result.get_shape())))
+    except KernelError as e:
+        loc = op_location(op)
+        raise ValueError(
+            f"{loc + ': ' if loc else ''}error: 'mugraph.kernel' \"{kind}\" {e}"
+        ) from None
+    return out.astype(numpy_dtype(result.element_type), copy=False)
+
+
+# ------------------------------------------------------------------------------------------------
+# Graph-defined kernels
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Plan:
+    """What one graph_def runs, split by the loop/epilogue rule, computed once per op."""
+
+    loop: list[Operation]
+    epilogue: list[Operation]
+    accumulators: list[Operation]
+    dtypes: dict[SSAValue, np.dtype]  # element dtype of every tile op result
+
+
+def _plan(op: GraphDefOp) -> _Plan:
+    loop, epilogue = op.loop_ops(), op.epilogue_ops()
+    accs: list[Operation] = [o for o in loop if isinstance(o, AccumOp | AccumSoftmaxOp)]
+    dtypes: dict[SSAValue, np.dtype] = {
+        r: element_dtype(r) for o in op.body.block.ops for r in o.results
+    }
+    return _Plan(loop, epilogue, accs, dtypes)
+
+
+class _Results:
+    """The results of one graph_def run, with which block wrote each element."""
+
+    def __init__(self, op: GraphDefOp) -> None:
+        self.op = op
+        self.values: list[np.ndarray] = []
+        self.writer: list[np.ndarray] = []
+        for r in op.res:
+            ty = r.type
+            assert isinstance(ty, TensorType)
+            dtype, shape = numpy_dtype(ty.element_type), tuple(ty.get_shape())
+            # NaN shows an unwritten float element; integers get an implausible value.
+            fill = np.nan if dtype.kind == "f" or dtype.name == "bfloat16" else np.iinfo(dtype).min
+            self.values.append(np.full(shape, fill, dtype=dtype))
+            self.writer.append(np.full(shape, -1, dtype=np.int64))
+
+    def write(self, out: OutputOp, tile: np.ndarray, block: BlockCoord, index: int) -> None:
+        i = out.result_index()
+        where = out.tile_slices(block)
+        owners = self.writer[i][where]
+        if (owners >= 0).any():
+            pos = np.argwhere(owners >= 0)[0]
+            element = tuple(int(s.start + p) for s, p in zip(where, pos, strict=True))
+            other = self._block_at(int(owners[tuple(pos)]))
+            self._fail(
+                f"block {block} writes element {element} of result #{i}, "
+                f"already written by block {other}: the omap makes blocks overlap"
+            )
+        owners[...] = index
+        self.values[i][where] = tile.astype(self.values[i].dtype, copy=False)
+
+    def check_complete(self) -> None:
+        for i, owners in enumerate(self.writer):
+            missing = np.argwhere(owners < 0)
+            if len(missing):
+                element = tuple(int(p) for p in missing[0])
+                self._fail(
+                    f"no block writes element {element} of result #{i} "
+                    f"({len(missing)} of {owners.size} elements unwritten)"
+                )
+
+    def _block_at(self, index: int) -> BlockCoord:
+        return list(self.op.blocks())[index]
+
+    def _fail(self, message: str) -> None:
+        names = ", ".join(_name(r) for r in self.op.res)
+        raise MugraphRunError(f"'mugraph.graph_def' ({names}) {message}", op_location(self.op))
+
+
+def _run_tile_op(
+    op: Operation, env: dict[SSAValue, np.ndarray], plan: _Plan, block: BlockCoord, it: int
+) -> None:
+    outs = TILE_KERNELS[type(op)](op, [env[v] for v in op.operands], block, it)
+    for r, out in zip(op.results, outs, strict=True):
+        ty = r.type
+        assert isinstance(ty, TensorType)
+        if out.shape != tuple(ty.get_shape()):
+            raise AssertionError(f"'{op.name}' computed {out.shape}, its type says {ty}")
+        env[r] = out.astype(plan.dtypes[r], copy=False)
+
+
+def _run_block(
+    op: GraphDefOp, plan: _Plan, args: Sequence[np.ndarray], block: BlockCoord
+) -> dict[SSAValue, np.ndarray]:
+    """One block: the loop ops every iteration, then the epilogue's tile ops; returns its tiles."""
+    forloop = op.forloop_range()
+    accs: dict[Operation, Accumulator] = {
+        a: make_accumulator(a, forloop) for a in plan.accumulators
+    }
+    env: dict[SSAValue, np.ndarray] = {}
+    for it in range(forloop):
+        for o in plan.loop:
+            if isinstance(o, InputOp):
+                env[o.tile] = args[o.source_index()][o.tile_slices(block, it)]
+            elif o in accs:
+                accs[o].update([env[v] for v in o.operands])
+            else:
+                _run_tile_op(o, env, plan, block, it)
+    for acc, state in accs.items():
+        env.update(zip(acc.results, state.results(), strict=True))
+    for o in plan.epilogue:
+        if not isinstance(o, OutputOp):
+            _run_tile_op(o, env, plan, block, forloop - 1)
+    return env
+
+
+def run_graph_def(op: GraphDefOp, args: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+    """Run a graph-defined kernel on whole tensors, block by block and iteration by iteration."""
+    plan = _plan(op)
+    results = _Results(op)
+    outputs = [o for o in plan.epilogue if isinstance(o, OutputOp)]
+    for index, block in enumerate(op.blocks()):
+        env = _run_block(op, plan, args, block)
+        for out in outputs:
+            results.write(out, env[out.tile], block, index)
+    results.check_complete()
+    return tuple(results.values)
+
+
+# ------------------------------------------------------------------------------------------------
+# Function level
+# ------------------------------------------------------------------------------------------------
+
+
+@register_impls
+class MugraphFunctions(InterpreterFunctions):
+    """xDSL interpreter implementations of the kernel-level mugraph ops."""
+
+    @impl(KernelOp)
+    def run_kernel_op(self, _interp: Interpreter, op: KernelOp, args: PythonValues) -> PythonValues:
+        return (run_kernel(op, args),)
+
+    @impl(GraphDefOp)
+    def run_graph_def_op(
+        self, _interp: Interpreter, op: GraphDefOp, args: PythonValues
+    ) -> PythonValues:
+        return run_graph_def(op, args)
+
+
+def _unsupported_in_graph(graph: GraphDefOp) -> Operation | None:
+    for op in graph.body.block.ops:
+        if isinstance(op, ThreadMapOp):
+            for scalar in op.body.block.ops:
+                if not isinstance(scalar, YieldOp) and scalar.name not in SCALAR_KERNELS:
+                    return scalar
+        elif not isinstance(op, InputOp | OutputOp | AccumOp | AccumSoftmaxOp) and (
+            type(op) not in TILE_KERNELS
+        ):
+            return op
+    return None
+
+
+def _check_supported(entry: FuncOp) -> None:
+    """Fail before running, at the op's location, on anything the interpreter cannot run."""
+    for func in _reachable(entry):
+        for op in func.body.ops:
+            bad: Operation | None = None
+            if isinstance(op, GraphDefOp):
+                bad = _unsupported_in_graph(op)
+            elif not isinstance(op, CallOp | ReturnOp | KernelOp) and op.name not in KERNELS:
+                bad = op
+            if bad is not None:
+                raise MkError(
+                    f"'{bad.name}' is not supported by the mugraph interpreter", op_location(bad)
+                )
+
+
+def run_mugraph(source: Source, *inputs: Any, entry: str | None = None) -> tuple[np.ndarray, ...]:
+    """Run the entry function of a mugraph program (leftover nn ops allowed) on NumPy arrays.
+
+    Same contract as `mk.interp.nn.run_reference`: MkError for an invalid program (and
+    MugraphRunError for a kernel that leaves an element unwritten or writes it twice), ValueError
+    for inputs whose count, dtype or shape do not match the entry's arguments.
+    """
+    module = load_module(source)
+    func = entry_function(module, entry)
+    arrays = check_inputs(func, inputs)
+    _check_supported(func)
+    interp = Interpreter(module)
+    interp.register_implementations(FuncFunctions())
+    interp.register_implementations(nn_functions()())
+    interp.register_implementations(MugraphFunctions())
+    # IEEE semantics as on the GPU: overflow to inf and 0/0 to NaN without Python warnings.
+    with np.errstate(all="ignore"):
+        outputs = interp.call_op(func, tuple(arrays))
+    return tuple(np.array(out, copy=True) for out in outputs)

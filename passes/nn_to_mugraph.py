@@ -1,0 +1,246 @@
+"""The nn-to-mugraph pass: every nn op, or fused group of ops, becomes a mugraph kernel.
+
+Rule-based, per function:
+
+1. **Plan.** Claim groups of nn ops, most specific first: decode attention with the layout ops
+   folded into its maps (split-KV graph_def + merge graph_def); linear groups (`nn.linear` /
+   `nn.matmul` heads sharing one activation, with the `nn.rms_norm` that produced it and an
+   elementwise epilogue; see `nn_to_mugraph_fusion`); argmax over the last dim (partial +
+   reduce graph_defs). Every op left becomes one library kernel (`mugraph.kernel "<kind>"`).
+2. **Order.** A group's kernel needs every value its ops read, so groups are emitted in a
+   stable topological order (program order where dependencies allow).
+3. **Rewrite.** The function body is rebuilt from the kernels; the signature is unchanged.
+
+Layout ops fold where the maps can express them: a reshape [B, Hq·D] -> [B, Hq, 1, D] feeding
+attention's q, and a reshape [B, Hq, 1, D] -> [B, Hq·D] of attention's result. Every other
+layout op is a library copy kernel (`mugraph.kernel "reshape"` etc.).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.func import FuncOp
+from xdsl.ir import Block, Operation, SSAValue
+from xdsl.passes import ModulePass
+
+from mk.diagnostics import MkError, op_location
+from mk.dialects import nn
+from mk.passes.nn_to_mugraph_fusion import LINEAR_OPS, linear_group_kernel, match_linear_group
+from mk.passes.nn_to_mugraph_rules import (
+    AttentionPlan,
+    Tiling,
+    ValueMap,
+    argmax_kernels,
+    attention_kernels,
+    library_kernel,
+)
+from mk.dialects.mugraph_tiles import shape_of
+
+Emit = Callable[[ValueMap], tuple[list[Operation], dict[SSAValue, SSAValue]]]
+
+_LIBRARY = {op.name for op in nn.ALL_OPS}
+
+
+@dataclass
+class _Unit:
+    """Ops replaced together and how to build their replacement."""
+
+    ops: list[Operation]
+    emit: Emit
+
+
+# ------------------------------------------------------------------------------------------------
+# Planning
+# ------------------------------------------------------------------------------------------------
+
+
+def _sole_user(value: SSAValue) -> Operation | None:
+    users = {u.operation for u in value.uses}
+    return users.pop() if len(users) == 1 else None
+
+
+def _match_attention(op: nn.AttentionOp, claimed: set[Operation]) -> AttentionPlan:
+    """The attention with a q reshape / result reshape folded in where Sq = 1 allows it."""
+    (bsz, hq, sq, d) = shape_of(op.q)
+    q_view = op.q.owner
+    if not (
+        sq == 1
+        and isinstance(q_view, nn.ReshapeOp)
+        and q_view not in claimed
+        and _sole_user(q_view.results[0]) is op
+        and shape_of(q_view.operands[0]) == (bsz, hq * d)
+    ):
+        q_view = None
+    out_view = _sole_user(op.results[0])
+    if not (
+        sq == 1
+        and isinstance(out_view, nn.ReshapeOp)
+        and out_view not in claimed
+        and shape_of(out_view.results[0]) == (bsz, hq * d)
+    ):
+        out_view = None
+    return AttentionPlan(op, q_view, out_view)
+
+
+def _library_unit(op: Operation) -> _Unit:
+    if op.name not in _LIBRARY:
+        raise MkError(f"'{op.name}' has no lowering to mugraph", op_location(op))
+
+    def emit(lookup: ValueMap) -> tuple[list[Operation], dict[SSAValue, SSAValue]]:
+        kernel = library_kernel(op, lookup)
+        return [kernel], dict(zip(op.results, kernel.results, strict=True))
+
+    return _Unit([op], emit)
+
+
+def _kept_unit(op: Operation) -> _Unit:
+    """A non-nn op (e.g. func.call) kept as it is, its operands remapped."""
+
+    def emit(lookup: ValueMap) -> tuple[list[Operation], dict[SSAValue, SSAValue]]:
+        op.detach()
+        for i, v in enumerate(op.operands):
+            op.operands[i] = lookup(v)
+        return [op], {r: r for r in op.results}
+
+    return _Unit([op], emit)
+
+
+def _is_last_dim_argmax(op: Operation) -> bool:
+    if not isinstance(op, nn.ArgmaxOp):
+        return False
+    rank = len(shape_of(op.operands[0]))
+    dim = nn.attribute_values(op)["dim"]
+    assert isinstance(dim, int)
+    return rank >= 1 and dim % rank == rank - 1
+
+
+def plan_units(ops: list[Operation], t: Tiling) -> list[_Unit]:
+    """Claim every op of a function body (its terminator excluded) into units."""
+    order = {op: i for i, op in enumerate(ops)}
+    claimed: set[Operation] = set()
+    units: list[_Unit] = []
+
+    def claim(unit: _Unit) -> None:
+        claimed.update(unit.ops)
+        units.append(unit)
+
+    for op in ops:
+        if isinstance(op, nn.AttentionOp):
+            plan = _match_attention(op, claimed)
+            claim(_Unit(plan.ops(), lambda lookup, p=plan: attention_kernels(p, t, lookup)))
+    for op in ops:
+        if isinstance(op, LINEAR_OPS) and op not in claimed:
+            group = match_linear_group(op, claimed, order)
+            if group is not None:
+                claim(_Unit(group.ops(), lambda lookup, g=group: linear_group_kernel(g, t, lookup)))
+    for op in ops:
+        if op in claimed:
+            continue
+        if _is_last_dim_argmax(op):
+            claim(_Unit([op], lambda lookup, o=op: _argmax_emit(o, t, lookup)))
+        elif op.dialect_name() == "nn":
+            claim(_library_unit(op))
+        else:
+            claim(_kept_unit(op))
+    return units
+
+
+def _argmax_emit(
+    op: Operation, t: Tiling, lookup: ValueMap
+) -> tuple[list[Operation], dict[SSAValue, SSAValue]]:
+    kernels = argmax_kernels(op, t, lookup)
+    return kernels, {op.results[0]: kernels[-1].results[0]}
+
+
+# ------------------------------------------------------------------------------------------------
+# Ordering and rewriting
+# ------------------------------------------------------------------------------------------------
+
+
+def _topological(units: list[_Unit], order: dict[Operation, int]) -> list[_Unit]:
+    """Units in dependency order; among ready units, the one whose first op comes first."""
+    owner = {op: i for i, u in enumerate(units) for op in u.ops}
+    deps: list[set[int]] = []
+    for i, u in enumerate(units):
+        ds = {owner[v.owner] for op in u.ops for v in op.operands if v.owner in owner}
+        deps.append(ds - {i})
+    users: list[list[int]] = [[] for _ in units]
+    for i, ds in enumerate(deps):
+        for d in ds:
+            users[d].append(i)
+    key = [min(order[op] for op in u.ops) for u in units]
+    waiting = [len(ds) for ds in deps]
+    ready = [(key[i], i) for i in range(len(units)) if not waiting[i]]
+    heapq.heapify(ready)
+    result: list[_Unit] = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        result.append(units[i])
+        for j in users[i]:
+            waiting[j] -= 1
+            if not waiting[j]:
+                heapq.heappush(ready, (key[j], j))
+    if len(result) != len(units):
+        stuck = next(u for i, u in enumerate(units) if waiting[i])
+        raise MkError("fused kernels depend on each other in a cycle", op_location(stuck.ops[0]))
+    return result
+
+
+def lower_block(block: Block, t: Tiling) -> None:
+    """Replace the nn ops of a function body by mugraph kernels."""
+    terminator = block.last_op
+    ops = [op for op in block.ops if op is not terminator]
+    if not any(op.dialect_name() == "nn" for op in ops):
+        return
+    order = {op: i for i, op in enumerate(ops)}
+    units = _topological(plan_units(ops, t), order)
+    mapping: dict[SSAValue, SSAValue] = {}
+
+    def lookup(v: SSAValue) -> SSAValue:
+        return mapping.get(v, v)
+
+    for unit in units:
+        new_ops, produced = unit.emit(lookup)
+        for new in new_ops:
+            if new.parent is None:
+                block.insert_op_before(new, terminator) if terminator else block.add_op(new)
+        mapping.update(produced)
+    if terminator is not None:
+        for i, v in enumerate(terminator.operands):
+            terminator.operands[i] = lookup(v)
+    for op in reversed(ops):
+        if op.parent is block and op.dialect_name() == "nn":
+            block.erase_op(op)
+
+
+@dataclass(frozen=True)
+class NnToMugraphPass(ModulePass):
+    """`nn-to-mugraph{num-sms=132 tile-n=64 tile-k=64 kv-chunk=64 kv-splits=0}`."""
+
+    name = "nn-to-mugraph"
+
+    num_sms: int = 132
+    tile_n: int = 64  # output columns per block for the linear family
+    tile_k: int = 64  # K elements per for-loop iteration
+    kv_chunk: int = 64  # keys per for-loop iteration in attention
+    kv_splits: int = 0  # splits of the KV length; 0 chooses blocks ≈ num_sms
+
+    def tiling(self) -> Tiling:
+        for option in ("num_sms", "tile_n", "tile_k", "kv_chunk"):
+            if getattr(self, option) < 1:
+                raise MkError(f"nn-to-mugraph: {option.replace('_', '-')} must be >= 1")
+        if self.kv_splits < 0:
+            raise MkError("nn-to-mugraph: kv-splits must be >= 0")
+        return Tiling(self.num_sms, self.tile_n, self.tile_k, self.kv_chunk, self.kv_splits)
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        t = self.tiling()
+        funcs = [f for f in op.walk() if isinstance(f, FuncOp) and not f.is_declaration]
+        for func in funcs:
+            lower_block(func.body.block, t)
+
