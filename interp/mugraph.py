@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from xdsl.dialects.builtin import TensorType
+from xdsl.dialects.builtin import DenseArrayBase, FloatAttr, IntegerAttr, TensorType, i1
 from xdsl.dialects.func import CallOp, FuncOp, ReturnOp
 from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, impl, register_impls
 from xdsl.interpreters.func import FuncFunctions
@@ -25,22 +25,26 @@ from xdsl.ir import Attribute, Operation, OpResult, SSAValue
 from xdsl.irdl import IRDLOperation
 
 from mk.diagnostics import MkError, op_location
+from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import GraphDefOp, InputOp, KernelOp, OutputOp
 from mk.dialects.mugraph_tiles import AccumOp, AccumSoftmaxOp, ThreadMapOp, YieldOp
 from mk.inputs import check_inputs, numpy_dtype
 from mk.interp.mugraph_tiles import (
     SCALAR_KERNELS,
     TILE_KERNELS,
-    Accumulator,
     BlockCoord,
     element_dtype,
+    is_float_dtype,
     make_accumulator,
 )
-from mk.interp.nn import _reachable, nn_functions
+from mk.interp.nn import nn_functions, reachable_functions
 from mk.interp.nn_ops import KERNELS, KernelError
 from mk.source import Source, entry_function, load_module
 
 __all__ = ["MugraphRunError", "run_graph_def", "run_kernel", "run_mugraph"]
+
+
+ACCUMULATORS = AccumOp | AccumSoftmaxOp
 
 
 class MugraphRunError(MkError):
@@ -58,8 +62,6 @@ def _name(value: OpResult) -> str:
 
 def _plain(attr: Attribute) -> Any:
     """An attribute as the plain value the nn kernels take (i1 integers are booleans)."""
-    from xdsl.dialects.builtin import DenseArrayBase, FloatAttr, IntegerAttr, i1
-
     if isinstance(attr, FloatAttr):
         return float(attr.value.data)
     if isinstance(attr, IntegerAttr):
@@ -104,23 +106,61 @@ def run_kernel(op: KernelOp, args: Sequence[np.ndarray]) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Step:
+    """One block-graph op with what running it needs, read from the IR once per kernel."""
+
+    op: Operation
+    operands: tuple[SSAValue, ...]
+    results: tuple[SSAValue, ...]
+    shapes: tuple[tuple[int, ...], ...]  # of the results, to check each kernel's output
+    dtypes: tuple[np.dtype, ...]  # of the results: tile ops round to them
+
+
+@dataclass(frozen=True)
+class _Read:
+    """A mugraph.input: which operand it reads and the arguments of `maps.input_tile_slices`."""
+
+    tile: SSAValue
+    source: int
+    maps_args: tuple[tuple[int, ...], tuple[int, int, int], tuple[int, ...], int, int]
+
+    def slices(self, block: BlockCoord, iteration: int) -> tuple[slice, ...]:
+        # What InputOp.tile_slices computes, without re-reading the IR every iteration.
+        return maps.input_tile_slices(*self.maps_args, block, iteration)
+
+
+def _read(op: InputOp) -> _Read:
+    graph = op.parent_graph()
+    src = op.source.type
+    assert isinstance(src, TensorType)
+    args = (tuple(src.get_shape()), graph.grid_shape(), op.imap_dims(), op.fmap_dim())
+    return _Read(op.tile, op.source_index(), (*args, graph.forloop_range()))
+
+
+def _step(op: Operation) -> _Step:
+    shapes, dtypes = [], []
+    for r in op.results:
+        assert isinstance(r.type, TensorType)
+        shapes.append(tuple(r.type.get_shape()))
+        dtypes.append(element_dtype(r))
+    return _Step(op, tuple(op.operands), tuple(op.results), tuple(shapes), tuple(dtypes))
+
+
 @dataclass
 class _Plan:
-    """What one graph_def runs, split by the loop/epilogue rule, computed once per op."""
+    """What one graph_def runs, split by the loop/epilogue rule."""
 
-    loop: list[Operation]
-    epilogue: list[Operation]
+    loop: list[_Step | _Read]
+    epilogue: list[_Step]  # tile ops only; the caller writes the outputs
     accumulators: list[Operation]
-    dtypes: dict[SSAValue, np.dtype]  # element dtype of every tile op result
 
 
 def _plan(op: GraphDefOp) -> _Plan:
-    loop, epilogue = op.loop_ops(), op.epilogue_ops()
-    accs: list[Operation] = [o for o in loop if isinstance(o, AccumOp | AccumSoftmaxOp)]
-    dtypes: dict[SSAValue, np.dtype] = {
-        r: element_dtype(r) for o in op.body.block.ops for r in o.results
-    }
-    return _Plan(loop, epilogue, accs, dtypes)
+    loop = [_read(o) if isinstance(o, InputOp) else _step(o) for o in op.loop_ops()]
+    epilogue = [_step(o) for o in op.epilogue_ops() if not isinstance(o, OutputOp)]
+    accs: list[Operation] = [o for o in op.loop_ops() if isinstance(o, ACCUMULATORS)]
+    return _Plan(loop, epilogue, accs)
 
 
 class _Results:
@@ -135,7 +175,7 @@ class _Results:
             assert isinstance(ty, TensorType)
             dtype, shape = numpy_dtype(ty.element_type), tuple(ty.get_shape())
             # NaN shows an unwritten float element; integers get an implausible value.
-            fill = np.nan if dtype.kind == "f" or dtype.name == "bfloat16" else np.iinfo(dtype).min
+            fill = np.nan if is_float_dtype(dtype) else np.iinfo(dtype).min
             self.values.append(np.full(shape, fill, dtype=dtype))
             self.writer.append(np.full(shape, -1, dtype=np.int64))
 
@@ -172,40 +212,33 @@ class _Results:
         raise MugraphRunError(f"'mugraph.graph_def' ({names}) {message}", op_location(self.op))
 
 
-def _run_tile_op(
-    op: Operation, env: dict[SSAValue, np.ndarray], plan: _Plan, block: BlockCoord, it: int
-) -> None:
-    outs = TILE_KERNELS[type(op)](op, [env[v] for v in op.operands], block, it)
-    for r, out in zip(op.results, outs, strict=True):
-        ty = r.type
-        assert isinstance(ty, TensorType)
-        if out.shape != tuple(ty.get_shape()):
-            raise AssertionError(f"'{op.name}' computed {out.shape}, its type says {ty}")
-        env[r] = out.astype(plan.dtypes[r], copy=False)
+def _run_tile_op(step: _Step, env: dict[SSAValue, np.ndarray], block: BlockCoord, it: int) -> None:
+    op = step.op
+    outs = TILE_KERNELS[type(op)](op, [env[v] for v in step.operands], block, it)
+    for r, out, shape, dtype in zip(step.results, outs, step.shapes, step.dtypes, strict=True):
+        if out.shape != shape:
+            raise AssertionError(f"'{op.name}' computed {out.shape}, its type says {shape}")
+        env[r] = out.astype(dtype, copy=False)
 
 
 def _run_block(
-    op: GraphDefOp, plan: _Plan, args: Sequence[np.ndarray], block: BlockCoord
+    plan: _Plan, args: Sequence[np.ndarray], block: BlockCoord, forloop: int
 ) -> dict[SSAValue, np.ndarray]:
     """One block: the loop ops every iteration, then the epilogue's tile ops; returns its tiles."""
-    forloop = op.forloop_range()
-    accs: dict[Operation, Accumulator] = {
-        a: make_accumulator(a, forloop) for a in plan.accumulators
-    }
+    accs = {a: make_accumulator(a, forloop) for a in plan.accumulators}
     env: dict[SSAValue, np.ndarray] = {}
     for it in range(forloop):
-        for o in plan.loop:
-            if isinstance(o, InputOp):
-                env[o.tile] = args[o.source_index()][o.tile_slices(block, it)]
-            elif o in accs:
-                accs[o].update([env[v] for v in o.operands])
+        for step in plan.loop:
+            if isinstance(step, _Read):
+                env[step.tile] = args[step.source][step.slices(block, it)]
+            elif step.op in accs:
+                accs[step.op].update([env[v] for v in step.operands])
             else:
-                _run_tile_op(o, env, plan, block, it)
+                _run_tile_op(step, env, block, it)
     for acc, state in accs.items():
         env.update(zip(acc.results, state.results(), strict=True))
-    for o in plan.epilogue:
-        if not isinstance(o, OutputOp):
-            _run_tile_op(o, env, plan, block, forloop - 1)
+    for step in plan.epilogue:
+        _run_tile_op(step, env, block, forloop - 1)
     return env
 
 
@@ -213,9 +246,10 @@ def run_graph_def(op: GraphDefOp, args: Sequence[np.ndarray]) -> tuple[np.ndarra
     """Run a graph-defined kernel on whole tensors, block by block and iteration by iteration."""
     plan = _plan(op)
     results = _Results(op)
-    outputs = [o for o in plan.epilogue if isinstance(o, OutputOp)]
+    outputs = op.output_ops()
+    forloop = op.forloop_range()
     for index, block in enumerate(op.blocks()):
-        env = _run_block(op, plan, args, block)
+        env = _run_block(plan, args, block, forloop)
         for out in outputs:
             results.write(out, env[out.tile], block, index)
     results.check_complete()
@@ -248,16 +282,14 @@ def _unsupported_in_graph(graph: GraphDefOp) -> Operation | None:
             for scalar in op.body.block.ops:
                 if not isinstance(scalar, YieldOp) and scalar.name not in SCALAR_KERNELS:
                     return scalar
-        elif not isinstance(op, InputOp | OutputOp | AccumOp | AccumSoftmaxOp) and (
-            type(op) not in TILE_KERNELS
-        ):
+        elif not isinstance(op, InputOp | OutputOp | ACCUMULATORS) and type(op) not in TILE_KERNELS:
             return op
     return None
 
 
 def _check_supported(entry: FuncOp) -> None:
     """Fail before running, at the op's location, on anything the interpreter cannot run."""
-    for func in _reachable(entry):
+    for func in reachable_functions(entry):
         for op in func.body.ops:
             bad: Operation | None = None
             if isinstance(op, GraphDefOp):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+import ml_dtypes
 import numpy as np
 from xdsl.dialects.builtin import FloatAttr, IndexType, IntegerAttr, TensorType
 from xdsl.ir import Block, Operation, SSAValue
@@ -33,10 +34,16 @@ TileKernel = Callable[[Operation, Sequence[Tile], BlockCoord, int], tuple[Tile, 
 ScalarKernel = Callable[[Operation, Sequence[np.ndarray]], np.ndarray]
 
 _F32 = np.float32
+BF16 = ml_dtypes.bfloat16
 
 
 def _f32(a: np.ndarray) -> np.ndarray:
     return np.asarray(a, dtype=np.float32)
+
+
+def is_float_dtype(dtype: np.dtype) -> bool:
+    """Floats, ml_dtypes' bfloat16 included (NumPy files it under kind 'V')."""
+    return dtype.kind == "f" or dtype == np.dtype(BF16)
 
 
 def element_dtype(value: SSAValue) -> np.dtype:
@@ -126,7 +133,7 @@ def _rms_norm(op: Operation, t: Sequence[Tile], _b: BlockCoord, _i: int) -> tupl
 
 def _concat(op: Operation, t: Sequence[Tile], _b: BlockCoord, _i: int) -> tuple[Tile, ...]:
     assert isinstance(op, ConcatOp)
-    parts = [_f32(x) if x.dtype.kind == "f" or x.dtype.name == "bfloat16" else x for x in t]
+    parts = [_f32(x) if is_float_dtype(x.dtype) else x for x in t]
     return (np.concatenate(parts, axis=op.dim.value.data),)
 
 

@@ -63,7 +63,7 @@ def nn_functions() -> type[InterpreterFunctions]:
     return register_impls(type("NNFunctions", (InterpreterFunctions,), methods))
 
 
-def _reachable(entry: FuncOp) -> Iterator[FuncOp]:
+def reachable_functions(entry: FuncOp) -> Iterator[FuncOp]:
     """The entry and every function it calls, transitively, each once."""
     seen: set[str] = set()
     stack = [entry]
@@ -86,7 +86,7 @@ def _reachable(entry: FuncOp) -> Iterator[FuncOp]:
 
 def _check_supported(entry: FuncOp) -> None:
     """Fail before running, at the op's location, on anything the interpreter cannot run."""
-    for func in _reachable(entry):
+    for func in reachable_functions(entry):
         for op in func.body.walk():
             if not isinstance(op, CallOp | ReturnOp) and op.name not in KERNELS:
                 raise MkError(

@@ -116,7 +116,8 @@ def _is_last_dim_argmax(op: Operation) -> bool:
     rank = len(shape_of(op.operands[0]))
     dim = nn.attribute_values(op)["dim"]
     assert isinstance(dim, int)
-    return rank >= 1 and dim % rank == rank - 1
+    # Rank 1 would need a rank-0 graph_def result; the library kernel handles it.
+    return rank >= 2 and dim % rank == rank - 1
 
 
 def plan_units(ops: list[Operation], t: Tiling) -> list[_Unit]:

@@ -32,6 +32,7 @@ from mk.passes.nn_to_mugraph_rules import (
     chunk_size,
     const,
     finish,
+    maps_broadcast,
     new_builder,
     nn_float,
     reshape,
@@ -309,7 +310,8 @@ def _needed(group: LinearGroup, value: SSAValue) -> tuple[list[Operation], list[
         if op not in ops:
             ops.add(op)
             stack.extend(op.operands)
-    return [op for op in group.epilogue if op in ops], leaves
+    rank = {v: i for i, v in enumerate([*(h.results[0] for h in group.heads), *group.extras()])}
+    return [op for op in group.epilogue if op in ops], sorted(leaves, key=rank.__getitem__)
 
 
 def _epilogue_value(
@@ -323,7 +325,6 @@ def _epilogue_value(
     """The tile of one output: an accumulator, acc·rs, or a thread_map of the epilogue DAG."""
     elem = tensor_type(value).element_type
     ops, leaves = _needed(group, value)
-    acc_shape = shape_of(next(iter(accs.values())))
     name = value.name_hint or "y"
     if not ops:
         if rs is None:
@@ -341,7 +342,7 @@ def _epilogue_value(
                     env[v] = arith.MulfOp(env[v], scalars[-1]).result
         return run_scalar_chain(env, ops, [value])
 
-    result_type = TensorType(elem, acc_shape)
+    result_type = TensorType(elem, maps_broadcast(*(shape_of(a) for a in args)))
     return b.thread_map(args, [result_type], body, f"{name}t").res[0]
 
 
