@@ -191,7 +191,7 @@ class _Results:
                 f"block {block} writes element {element} of result #{i}, "
                 f"already written by block {other}: the omap makes blocks overlap"
             )
-        owners[...] = index
+        self.writer[i][where] = index  # owners is a copy, not a view, for a rank-0 result
         self.values[i][where] = tile.astype(self.values[i].dtype, copy=False)
 
     def check_complete(self) -> None:

@@ -3,17 +3,23 @@
 Rule-based, per function:
 
 1. **Plan.** Claim groups of nn ops, most specific first: decode attention with the layout ops
-   folded into its maps (split-KV graph_def + merge graph_def); linear groups (`nn.linear` /
-   `nn.matmul` heads sharing one activation, with the `nn.rms_norm` that produced it and an
-   elementwise epilogue; see `nn_to_mugraph_fusion`); argmax over the last dim (partial +
-   reduce graph_defs). Every op left becomes one library kernel (`mugraph.kernel "<kind>"`).
+   folded into its maps (split-KV graph_def + merge graph_def, or one graph_def when there is a
+   single split); linear groups (`nn.linear` / `nn.matmul` heads sharing one activation, with
+   the `nn.rms_norm` that produced it, an elementwise epilogue and split-heads reshapes of the
+   outputs; see `nn_to_mugraph_fusion`); chains of two or more elementwise ops (one thread_map
+   graph_def); argmax over the last dim of a rank >= 2 tensor (partial + reduce graph_defs).
+   Every op left becomes one library kernel (`mugraph.kernel "<kind>"`, the nn attributes with
+   defaults filled in).
 2. **Order.** A group's kernel needs every value its ops read, so groups are emitted in a
    stable topological order (program order where dependencies allow).
 3. **Rewrite.** The function body is rebuilt from the kernels; the signature is unchanged.
 
-Layout ops fold where the maps can express them: a reshape [B, Hq·D] -> [B, Hq, 1, D] feeding
-attention's q, and a reshape [B, Hq, 1, D] -> [B, Hq·D] of attention's result. Every other
-layout op is a library copy kernel (`mugraph.kernel "reshape"` etc.).
+Layout ops fold into maps in these cases (elsewhere they are library copy kernels):
+- a reshape [B, Hq·D] -> [B, Hq, 1, D] feeding attention's q, and a reshape [B, Hq, 1, D] ->
+  [B, Hq·D] of attention's result (Sq = 1);
+- a reshape of a linear group's output (its only user) that changes only leading dims (rows not
+  split), or splits the last dim into heads [..., H, 1, ..., D] when a block's column tile is a
+  whole number of heads.
 """
 
 from __future__ import annotations
@@ -30,7 +36,14 @@ from xdsl.passes import ModulePass
 
 from mk.diagnostics import MkError, op_location
 from mk.dialects import nn
-from mk.passes.nn_to_mugraph_fusion import LINEAR_OPS, linear_group_kernel, match_linear_group
+from mk.dialects.mugraph_tiles import shape_of
+from mk.passes.nn_to_mugraph_fusion import (
+    LINEAR_OPS,
+    elementwise_kernel,
+    linear_group_kernel,
+    match_elementwise_group,
+    match_linear_group,
+)
 from mk.passes.nn_to_mugraph_rules import (
     AttentionPlan,
     Tiling,
@@ -39,7 +52,6 @@ from mk.passes.nn_to_mugraph_rules import (
     attention_kernels,
     library_kernel,
 )
-from mk.dialects.mugraph_tiles import shape_of
 
 Emit = Callable[[ValueMap], tuple[list[Operation], dict[SSAValue, SSAValue]]]
 
@@ -136,13 +148,16 @@ def plan_units(ops: list[Operation], t: Tiling) -> list[_Unit]:
             claim(_Unit(plan.ops(), lambda lookup, p=plan: attention_kernels(p, t, lookup)))
     for op in ops:
         if isinstance(op, LINEAR_OPS) and op not in claimed:
-            group = match_linear_group(op, claimed, order)
+            group = match_linear_group(op, claimed, order, t)
             if group is not None:
                 claim(_Unit(group.ops(), lambda lookup, g=group: linear_group_kernel(g, t, lookup)))
     for op in ops:
         if op in claimed:
             continue
-        if _is_last_dim_argmax(op):
+        chain = match_elementwise_group(op, claimed, order)
+        if chain is not None:
+            claim(_Unit(chain.ops, lambda lookup, c=chain: elementwise_kernel(c, t, lookup)))
+        elif _is_last_dim_argmax(op):
             claim(_Unit([op], lambda lookup, o=op: _argmax_emit(o, t, lookup)))
         elif op.dialect_name() == "nn":
             claim(_library_unit(op))
@@ -168,7 +183,12 @@ def _topological(units: list[_Unit], order: dict[Operation, int]) -> list[_Unit]
     owner = {op: i for i, u in enumerate(units) for op in u.ops}
     deps: list[set[int]] = []
     for i, u in enumerate(units):
-        ds = {owner[v.owner] for op in u.ops for v in op.operands if v.owner in owner}
+        ds = {
+            owner[v.owner]
+            for op in u.ops
+            for v in op.operands
+            if isinstance(v.owner, Operation) and v.owner in owner
+        }
         deps.append(ds - {i})
     users: list[list[int]] = [[] for _ in units]
     for i, ds in enumerate(deps):
@@ -244,4 +264,3 @@ class NnToMugraphPass(ModulePass):
         funcs = [f for f in op.walk() if isinstance(f, FuncOp) and not f.is_declaration]
         for func in funcs:
             lower_block(func.body.block, t)
-

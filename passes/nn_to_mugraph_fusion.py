@@ -1,4 +1,5 @@
-"""Fusion of the linear family for nn-to-mugraph: RMSNorm prologues, sibling linears, epilogues.
+"""Fusion for nn-to-mugraph: linear groups (RMSNorm prologue, sibling linears, epilogues, output
+views) and elementwise chains.
 
 A **linear group** is one graph-defined kernel: every `nn.linear` / `nn.matmul` ("head") that
 reads the same activation x, optionally the `nn.rms_norm` that produced x (applied Mirage-style:
@@ -6,6 +7,10 @@ x·g is fed to the matmuls and Σx² accumulates in the same for-loop over K; th
 each row by rsqrt(mean + ε)), and a DAG of elementwise nn ops on the heads' results (silu·mul,
 residual adds, scales, ...) computed in thread_map epilogues. Grid x splits the output columns,
 grid y the rows when there are many, and the for-loop walks K.
+
+Output reshapes fold into a linear group's output maps (`_Layout.view_map`). An **elementwise
+group** (two or more elementwise ops not fed by a linear) is one graph_def with a thread_map per
+output.
 
 Fusion is applied only where it is valid: a fused-away value has no user outside the group, all
 heads produce the same shape up to their last dim, and no value the group reads depends on what
@@ -15,17 +20,20 @@ the group computes (the kernel would need its own output).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from xdsl.dialects.builtin import TensorType, f32
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.dialects import arith
+from xdsl.dialects import math as mathd
+from xdsl.dialects.builtin import StringAttr, TensorType
+from xdsl.ir import Operation, SSAValue
 
 from mk.dialects import nn
 from mk.dialects.mugraph_builder import BlockGraphBuilder
 from mk.dialects.mugraph_tiles import AccumOp, BinaryOp, MatmulOp, shape_of, tensor_type
 from mk.passes.nn_to_mugraph_rules import (
     ELEMENTWISE_OPS,
+    Emitted,
     Operands,
     Tiling,
     ValueMap,
@@ -38,8 +46,6 @@ from mk.passes.nn_to_mugraph_rules import (
     reshape,
     run_scalar_chain,
 )
-from xdsl.dialects import arith
-from xdsl.dialects import math as mathd
 
 LINEAR_OPS = (nn.LinearOp, nn.MatmulOp)
 
@@ -52,22 +58,30 @@ class LinearGroup:
     norm: nn.RMSNormOp | None
     heads: list[Operation]
     epilogue: list[Operation] = field(default_factory=list)  # elementwise ops, program order
+    views: dict[SSAValue, nn.ReshapeOp] = field(default_factory=dict)  # folded output reshapes
 
     def ops(self) -> list[Operation]:
-        return [*([self.norm] if self.norm else []), *self.heads, *self.epilogue]
+        norm = [self.norm] if self.norm else []
+        return [*norm, *self.heads, *self.epilogue, *self.views.values()]
 
     def produced(self) -> set[SSAValue]:
-        return {r for op in self.ops() for r in op.results}
+        """Values computed by the heads and the epilogue (the norm's output is never written)."""
+        return {r for op in [*self.heads, *self.epilogue] for r in op.results}
 
-    def outputs(self) -> list[SSAValue]:
-        """Values used outside the group (or returned): the kernel's results, in op order."""
+    def computed_outputs(self) -> list[SSAValue]:
+        """Values used outside the group (or returned), in op order: the kernel writes them."""
         inside = set(self.ops())
         return [
             r
             for op in [*self.heads, *self.epilogue]
             for r in op.results
-            if any(u.operation not in inside for u in r.uses)
+            if any(u.operation not in inside for u in r.uses) or r in self.views
         ]
+
+    def written(self, value: SSAValue) -> SSAValue:
+        """The nn value a computed output stands for: itself, or its folded reshape's result."""
+        view = self.views.get(value)
+        return view.results[0] if view else value
 
     def extras(self) -> list[SSAValue]:
         """Values the epilogue reads from outside the group, in first-use order."""
@@ -108,7 +122,7 @@ def _is_head_of(op: Operation, x: SSAValue) -> bool:
 
 
 def match_linear_group(
-    anchor: Operation, claimed: set[Operation], order: dict[Operation, int]
+    anchor: Operation, claimed: set[Operation], order: dict[Operation, int], t: Tiling
 ) -> LinearGroup | None:
     """The largest valid group containing `anchor` (an unclaimed linear/matmul), or None."""
     x = anchor.operands[0]
@@ -130,14 +144,14 @@ def match_linear_group(
     if norm is not None and len(heads) != len(users):
         group = LinearGroup(x, None, heads)
     _absorb_epilogue(group, claimed, order)
+    _fold_views(group, claimed, _layout(group, t))
     return group
 
 
-def _absorbable(op: Operation, group: LinearGroup, inside: set[Operation]) -> bool:
-    """An elementwise op on group values that can be computed in the group's epilogue."""
+def _absorbable(op: Operation, produced: set[SSAValue], inside: set[Operation]) -> bool:
+    """An elementwise op on `produced` values that the same kernel can compute after them."""
     if not isinstance(op, ELEMENTWISE_OPS) or op in inside:
         return False
-    produced = group.produced()
     internal = [v for v in op.operands if v in produced]
     if not internal:
         return False
@@ -145,29 +159,75 @@ def _absorbable(op: Operation, group: LinearGroup, inside: set[Operation]) -> bo
     if any(shape_of(v) != out_shape for v in internal):
         return False  # the op would broadcast a group value: not the output tiling any more
     for v in internal:
-        if v.owner is group.norm:
-            return False
         if any(u.operation not in inside and u.operation is not op for u in v.uses):
             return False  # v has another user outside: it would have to be written too
     external = [v for v in op.operands if v not in produced]
     return not depends_on(external, inside)
 
 
-def _absorb_epilogue(
-    group: LinearGroup, claimed: set[Operation], order: dict[Operation, int]
+def _grow(
+    chain: list[Operation],
+    produced: Callable[[], set[SSAValue]],
+    inside: Callable[[], set[Operation]],
+    claimed: set[Operation],
+    order: dict[Operation, int],
 ) -> None:
-    """Grow the epilogue to a fixpoint, visiting candidate users in program order."""
+    """Append absorbable users to `chain` until none is left, in program order."""
     changed = True
     while changed:
         changed = False
-        inside = set(group.ops())
-        users = {u.operation for v in group.produced() for u in v.uses}
-        for op in sorted((users & order.keys()) - inside - claimed, key=order.__getitem__):
-            if _absorbable(op, group, inside):
-                group.epilogue.append(op)
-                group.epilogue.sort(key=order.__getitem__)
+        members, values = inside(), produced()
+        users = {u.operation for v in values for u in v.uses}
+        for op in sorted((users & order.keys()) - members - claimed, key=order.__getitem__):
+            if _absorbable(op, values, members):
+                chain.append(op)
+                chain.sort(key=order.__getitem__)
                 changed = True
                 break
+
+
+def _absorb_epilogue(
+    group: LinearGroup, claimed: set[Operation], order: dict[Operation, int]
+) -> None:
+    _grow(group.epilogue, group.produced, lambda: set(group.ops()), claimed, order)
+
+
+@dataclass
+class ElementwiseGroup:
+    """A DAG of elementwise nn ops of one output shape, computed by one thread_map kernel."""
+
+    ops: list[Operation]
+
+    def produced(self) -> set[SSAValue]:
+        return {r for op in self.ops for r in op.results}
+
+    def outputs(self) -> list[SSAValue]:
+        inside = set(self.ops)
+        return [
+            r
+            for op in self.ops
+            for r in op.results
+            if any(u.operation not in inside for u in r.uses)
+        ]
+
+    def leaves(self) -> list[SSAValue]:
+        produced, seen = self.produced(), []
+        for op in self.ops:
+            for v in op.operands:
+                if v not in produced and v not in seen:
+                    seen.append(v)
+        return seen
+
+
+def match_elementwise_group(
+    anchor: Operation, claimed: set[Operation], order: dict[Operation, int]
+) -> ElementwiseGroup | None:
+    """Two or more elementwise ops from `anchor` on that fuse into one kernel, or None."""
+    if not isinstance(anchor, ELEMENTWISE_OPS) or not shape_of(anchor.results[0]):
+        return None
+    group = ElementwiseGroup([anchor])
+    _grow(group.ops, group.produced, lambda: set(group.ops), claimed, order)
+    return group if len(group.ops) > 1 else None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -195,89 +255,125 @@ class _Layout:
 
     grid: tuple[int, int, int]
     forloop: int
-    out_rank: int
-    vector: bool  # x is rank 1: tiles get a unit row dim for the matmul
+    out_shape: tuple[int, ...]  # the first head's result (all heads share it but the last dim)
 
     def out_map(self) -> tuple[int, int, int]:
-        r = self.out_rank
+        r = len(self.out_shape)
         return (r - 1, r - 2 if self.grid[1] > 1 else -1, -1)
 
-    def extra_map(self, shape: Sequence[int], out_shape: Sequence[int]) -> tuple[int, ...]:
+    def extra_map(self, shape: Sequence[int]) -> tuple[int, ...]:
         """An epilogue operand's imap: partitioned like the output where it is not broadcast."""
         dims = []
         for axis, d in enumerate(self.out_map()):
-            e = d - (len(out_shape) - len(shape)) if d >= 0 else -1
+            e = d - (len(self.out_shape) - len(shape)) if d >= 0 else -1
             dims.append(e if e >= 0 and shape[e] != 1 and self.grid[axis] > 1 else -1)
         return tuple(dims)
 
+    def view_map(
+        self, width: int, view: Sequence[int]
+    ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """(tile shape, omap) writing a [..., width] output straight into a reshape of it, or
+        None when the tiling cannot: only leading dims change (rows not split), or the last dim
+        splits into heads [..., H, 1, ..., D] and a block's columns are whole heads."""
+        lead, rows_split = self.out_shape[:-1], self.grid[1] > 1
+        nt = width // self.grid[0]
+        if view[-1] == width and math.prod(view[:-1]) == math.prod(lead) and not rows_split:
+            return (*view[:-1], nt), (len(view) - 1, -1, -1)
+        tail = view[len(lead) :]
+        if tuple(view[: len(lead)]) != lead or len(tail) < 2 or any(d != 1 for d in tail[1:-1]):
+            return None
+        heads, d = tail[0], tail[-1]
+        if heads * d != width or nt % d:
+            return None
+        tile = (*self.tile_lead(), nt // d, *tail[1:-1], d)
+        return tile, (len(lead), len(lead) - 1 if rows_split else -1, -1)
+
+    def tile_lead(self) -> tuple[int, ...]:
+        lead = list(self.out_shape[:-1])
+        if self.grid[1] > 1:
+            lead[-1] //= self.grid[1]
+        return tuple(lead)
+
 
 def _layout(group: LinearGroup, t: Tiling) -> _Layout:
-    xs = shape_of(group.x)
+    xs: list[int] = list(shape_of(group.x))
     out = shape_of(group.heads[0].results[0])
     cols = _column_blocks([shape_of(h.results[0])[-1] for h in group.heads], t.tile_n)
     rows = 1
     if len(xs) >= 2 and len(out) == len(xs) and xs[-2] > t.tile_m:
         rows = xs[-2] // chunk_size(xs[-2], t.tile_m)
     k = xs[-1]
-    return _Layout((cols, rows, 1), k // chunk_size(k, t.tile_k), len(out), len(xs) == 1)
+    return _Layout((cols, rows, 1), k // chunk_size(k, t.tile_k), out)
 
 
-def linear_group_kernel(group: LinearGroup, t: Tiling, lookup: ValueMap) -> tuple[
-    list[Operation], dict[SSAValue, SSAValue]
-]:  # fmt: skip
-    """The fused graph_def of a linear group; maps each output nn value to the kernel's result."""
+def _fold_views(group: LinearGroup, claimed: set[Operation], lay: _Layout) -> None:
+    """Claim each output's sole-user reshape that the output maps can write directly."""
+    inside = set(group.ops())
+    for v in [r for op in [*group.heads, *group.epilogue] for r in op.results]:
+        users = {u.operation for u in v.uses}
+        view = users.pop() if len(users) == 1 else None
+        if not isinstance(view, nn.ReshapeOp) or view in claimed or view in inside:
+            continue
+        if lay.view_map(shape_of(v)[-1], shape_of(view.results[0])) is not None:
+            group.views[v] = view
+
+
+def linear_group_kernel(group: LinearGroup, t: Tiling, lookup: ValueMap) -> Emitted:
+    """The fused graph_def of a linear group; maps each written nn value to the kernel's result."""
     lay = _layout(group, t)
-    outputs = group.outputs()
+    outputs = group.computed_outputs()
+    written = [group.written(v) for v in outputs]
+    names = [v.name_hint or "y" for v in written]
     operands = Operands()
     ix = operands.index(group.x)
     ig = operands.index(group.norm.operands[1]) if group.norm else -1
     iw = [operands.index(h.operands[1]) for h in group.heads]
     extras = {v: operands.index(v) for v in group.extras()}
-    b = new_builder(
-        [lookup(v) for v in operands.values],
-        [v.type for v in outputs],
-        lay.grid,
-        128,
-        lay.forloop,
-        [v.name_hint or "y" for v in outputs],
-    )
+    args = [lookup(v) for v in operands.values]
+    b = new_builder(args, [v.type for v in written], lay.grid, 128, lay.forloop, names)
     xr = len(shape_of(group.x))
     xt = b.input(ix, (-1, xr - 2 if lay.grid[1] > 1 else -1, -1), xr - 1, "xt")
-    if lay.vector:
-        xt = reshape(b, xt, (1, *shape_of(xt)), "xt2")
+    if xr == 1:
+        xt = reshape(b, xt, (1, *shape_of(xt)), "xt2")  # a row for the matmul
     a, rs = xt, None
     if group.norm is not None:
         gt = b.input(ig, (-1, -1, -1), 0, "gt")
         a = b.add(BinaryOp("mul", xt, gt), "xg").res
-    accs = {h.results[0]: _head_accumulator(b, h, a, iw[i]) for i, h in enumerate(group.heads)}
+    accs: dict[SSAValue, SSAValue] = {
+        h.results[0]: _head_accumulator(b, h, a, iw[i]) for i, h in enumerate(group.heads)
+    }
     if group.norm is not None:
-        ms = b.add(AccumOp("mean_sq_last", xt), "ms").res
-        eps = nn_float(group.norm, "epsilon")
-        rs = b.thread_map(
-            [ms], [ms.type], lambda m: [mathd.RsqrtOp(arith.AddfOp(m, const(eps)).result).result],
-            "rs",
-        ).res[0]  # fmt: skip
-    out_shape = shape_of(group.heads[0].results[0])
+        rs = _norm_scale(b, AccumOp("mean_sq_last", xt), nn_float(group.norm, "epsilon"))
     extra_tiles = {
-        v: b.input(i, lay.extra_map(shape_of(v), out_shape), -1, f"{v.name_hint or 'e'}t")
+        v: b.input(i, lay.extra_map(shape_of(v)), -1, f"{v.name_hint or 'e'}_t")
         for v, i in extras.items()
     }
-    for i, v in enumerate(outputs):
+    for i, (v, w) in enumerate(zip(outputs, written, strict=True)):
         tile = _epilogue_value(b, group, v, accs, rs, extra_tiles)
-        tile = reshape(b, tile, shape_of(tile)[1:] if lay.vector else shape_of(tile), "yv")
-        b.output(tile, i, lay.out_map())
-    kernel = finish(b, [v.name_hint or "y" for v in outputs])
-    if group.norm is not None or group.epilogue or len(group.heads) > 1:
+        width = shape_of(v)[-1]
+        tile_shape, omap = lay.view_map(width, shape_of(w)) if w is not v else (None, None)  # type: ignore[misc]
+        if tile_shape is None or omap is None:
+            tile_shape, omap = (*lay.tile_lead(), width // lay.grid[0]), lay.out_map()
+        b.output(reshape(b, tile, tile_shape, f"{names[i]}v"), i, omap)
+    kernel = finish(b, names)
+    if group.norm is not None or group.epilogue or len(group.heads) > 1 or group.views:
         kernel.attributes["mk.fused"] = _fused_label(group)
-    return [kernel], dict(zip(outputs, kernel.results, strict=True))
+    return [kernel], dict(zip(written, kernel.results, strict=True))
 
 
-def _fused_label(group: LinearGroup) -> "StringAttr":
-    from xdsl.dialects.builtin import StringAttr
+def _norm_scale(b: BlockGraphBuilder, mean_sq: AccumOp, eps: float) -> SSAValue:
+    """rsqrt(mean(x²) + ε) per row, after the loop."""
+    ms = b.add(mean_sq, "ms").res
 
-    parts = (["rms_norm"] if group.norm else []) + [h.name.removeprefix("nn.") for h in group.heads]
-    parts += [op.name.removeprefix("nn.") for op in group.epilogue]
-    return StringAttr("+".join(parts))
+    def body(m: SSAValue) -> list[SSAValue]:
+        return [mathd.RsqrtOp(arith.AddfOp(m, const(eps)).result).result]
+
+    return b.thread_map([ms], [ms.type], body, "rs").res[0]
+
+
+def _fused_label(group: LinearGroup) -> StringAttr:
+    ops = [op for op in group.ops() if op is not None]
+    return StringAttr("+".join(op.name.removeprefix("nn.") for op in ops))
 
 
 def _head_accumulator(b: BlockGraphBuilder, head: Operation, a: SSAValue, index: int) -> SSAValue:
@@ -293,25 +389,24 @@ def _head_accumulator(b: BlockGraphBuilder, head: Operation, a: SSAValue, index:
     return b.add(AccumOp("sum", p), f"{name}acc").res
 
 
-def _needed(group: LinearGroup, value: SSAValue) -> tuple[list[Operation], list[SSAValue]]:
-    """The epilogue ops computing `value` and the leaves (head results, extras) they read."""
-    heads = {h.results[0] for h in group.heads}
+def _needed(
+    chain: Sequence[Operation], value: SSAValue, leaf_order: Sequence[SSAValue]
+) -> tuple[list[Operation], list[SSAValue]]:
+    """The ops of `chain` computing `value` and the values from outside it they read (in
+    `leaf_order`, which lists every candidate leaf)."""
+    members = set(chain)
     ops: set[Operation] = set()
-    leaves: list[SSAValue] = []
+    leaves: set[SSAValue] = set()
     stack = [value]
     while stack:
         v = stack.pop()
-        if v in heads or v.owner not in group.epilogue:
-            if v not in leaves:
-                leaves.append(v)
-            continue
         op = v.owner
-        assert isinstance(op, Operation)
-        if op not in ops:
+        if not isinstance(op, Operation) or op not in members:
+            leaves.add(v)
+        elif op not in ops:
             ops.add(op)
             stack.extend(op.operands)
-    rank = {v: i for i, v in enumerate([*(h.results[0] for h in group.heads), *group.extras()])}
-    return [op for op in group.epilogue if op in ops], sorted(leaves, key=rank.__getitem__)
+    return [op for op in chain if op in ops], [v for v in leaf_order if v in leaves]
 
 
 def _epilogue_value(
@@ -324,7 +419,8 @@ def _epilogue_value(
 ) -> SSAValue:
     """The tile of one output: an accumulator, acc·rs, or a thread_map of the epilogue DAG."""
     elem = tensor_type(value).element_type
-    ops, leaves = _needed(group, value)
+    heads = [h.results[0] for h in group.heads]
+    ops, leaves = _needed(group.epilogue, value, [*heads, *group.extras()])
     name = value.name_hint or "y"
     if not ops:
         if rs is None:
@@ -346,4 +442,39 @@ def _epilogue_value(
     return b.thread_map(args, [result_type], body, f"{name}t").res[0]
 
 
-__all__ = ["LINEAR_OPS", "LinearGroup", "Block", "depends_on", "f32", "linear_group_kernel"]
+def elementwise_kernel(group: ElementwiseGroup, t: Tiling, lookup: ValueMap) -> Emitted:
+    """One graph_def: blocks split the last dim (and rows when many), a thread_map per output."""
+    outputs, leaves = group.outputs(), group.leaves()
+    shape = shape_of(group.ops[0].results[0])
+    r = len(shape)
+    cols = shape[-1] // chunk_size(shape[-1], t.tile_n)
+    rows = shape[-2] // chunk_size(shape[-2], t.tile_m) if r >= 2 else 1
+    lay = _Layout((cols, rows, 1), 1, shape)
+    names = [v.name_hint or "y" for v in outputs]
+    b = new_builder([lookup(v) for v in leaves], [v.type for v in outputs], lay.grid, 128, 1, names)
+    tiles = [
+        b.input(i, lay.extra_map(shape_of(v)), -1, f"{v.name_hint or 'e'}_t")
+        for i, v in enumerate(leaves)
+    ]
+    for i, v in enumerate(outputs):
+        ops, needed = _needed(group.ops, v, leaves)
+        args = [tiles[leaves.index(x)] for x in needed]
+        result = TensorType(tensor_type(v).element_type, maps_broadcast(*map(shape_of, args)))
+
+        def body(
+            *scalars: SSAValue,
+            ops: list[Operation] = ops,
+            needed: list[SSAValue] = needed,
+            value: SSAValue = v,
+        ) -> list[SSAValue]:
+            return run_scalar_chain(dict(zip(needed, scalars, strict=True)), ops, [value])
+
+        tile = b.thread_map(args, [result], body, f"{names[i]}t").res[0]
+        b.output(
+            reshape(b, tile, (*lay.tile_lead(), shape[-1] // cols), f"{names[i]}v"),
+            i,
+            lay.out_map(),
+        )
+    kernel = finish(b, names)
+    kernel.attributes["mk.fused"] = StringAttr("+".join(op.name[3:] for op in group.ops))
+    return [kernel], dict(zip(outputs, kernel.results, strict=True))

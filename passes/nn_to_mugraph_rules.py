@@ -10,6 +10,7 @@ from xdsl.dialects import arith
 from xdsl.dialects import math as mathd
 from xdsl.dialects.builtin import FloatAttr, TensorType, f32, i32
 from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.irdl import IRDLOperation
 
 from mk.dialects import nn
 from mk.dialects.mugraph import ArgmaxOp, GraphDefOp, KernelOp, PositionOp
@@ -32,6 +33,8 @@ MASKED = -1.0e30
 MASKED_LIMIT = -1.0e29
 
 ValueMap = Callable[[SSAValue], SSAValue]
+# New ops, and the new value standing for each nn value they replace.
+Emitted = tuple[list[Operation], dict[SSAValue, SSAValue]]
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,7 @@ def reshape(b: BlockGraphBuilder, tile: SSAValue, shape: Sequence[int], name: st
 def nn_attributes(op: Operation) -> dict[str, Attribute]:
     """The nn op's properties with defaults filled in: the library kernel's attributes."""
     attrs: dict[str, Attribute] = {}
+    assert isinstance(op, IRDLOperation)
     for name, definition in type(op).get_irdl_definition().properties.items():
         attr = op.properties.get(name, definition.default_value)
         if attr is not None:
@@ -322,8 +326,8 @@ def attention_kernels(
         b = new_builder(
             [lookup(v) for v in sources], [result.type], (hkv, 1, bsz), 128, forloop, [name]
         )
-        o, m, l = _split_block(b, plan, sh)
-        fin = _normalise(b, o, l, m, tensor_type(result).element_type, "fin")
+        out, peak, total = _split_block(b, plan, sh)
+        fin = _normalise(b, out, total, peak, tensor_type(result).element_type, "fin")
         _write_result(b, plan, sh, fin)
         kernel = finish(b, [name])
         return [kernel], {result: kernel.results[0]}
@@ -333,9 +337,9 @@ def attention_kernels(
         [lookup(v) for v in sources], [o_type, ml_type, ml_type], (hkv, splits, bsz), 128, forloop,
         ["o", "m", "l"],
     )  # fmt: skip
-    o, m, l = _split_block(b, plan, sh)
+    out, peak, total = _split_block(b, plan, sh)
     part = (1, 1, sh.group, sq)
-    for i, (tile, last) in enumerate(((o, d), (m, 1), (l, 1))):
+    for i, (tile, last) in enumerate(((out, d), (peak, 1), (total, 1))):
         b.output(reshape(b, tile, (*part, last), f"{'oml'[i]}5"), i, (2, 0, 1))
     split = finish(b, [f"{name}_o", f"{name}_m", f"{name}_l"])
     merge = _merge_kernel(plan, sh, splits, list(split.results), name)
@@ -361,8 +365,8 @@ def _split_block(
         ss = b.add(UnaryOp("scale", s, factor=scale), "ss").res
     else:
         ss = _masked_scores(b, plan, sh, s, qt, kt, scale, causal)
-    o, m, l = b.add(AccumSoftmaxOp(ss, v2), "ot", "mt", "lt").results
-    return o, m, l
+    out, peak, total = b.add(AccumSoftmaxOp(ss, v2), "ot", "mt", "lt").results
+    return out, peak, total
 
 
 def _positions(
@@ -407,16 +411,21 @@ def _masked_scores(
 
 
 def _normalise(
-    b: BlockGraphBuilder, o: SSAValue, l: SSAValue, m: SSAValue, elem: Attribute, name: str
-) -> SSAValue:  # noqa: E741
-    """o / l, or 0 for a row that saw no visible key (its max stayed MASKED)."""
-    shape = maps_broadcast(shape_of(o), shape_of(l))
+    b: BlockGraphBuilder,
+    out: SSAValue,
+    total: SSAValue,
+    peak: SSAValue,
+    elem: Attribute,
+    name: str,
+) -> SSAValue:
+    """out / total, or 0 for a row that saw no visible key (its max stayed MASKED)."""
+    shape = maps_broadcast(shape_of(out), shape_of(total))
 
     def body(ov: SSAValue, lv: SSAValue, mv: SSAValue) -> list[SSAValue]:
         empty = arith.CmpfOp(mv, const(MASKED_LIMIT), "olt").result
         return [arith.SelectOp(empty, const(0.0), arith.DivfOp(ov, lv).result).result]
 
-    return b.thread_map([o, l, m], [TensorType(elem, shape)], body, name).res[0]
+    return b.thread_map([out, total, peak], [TensorType(elem, shape)], body, name).res[0]
 
 
 def maps_broadcast(*shapes: Sequence[int]) -> tuple[int, ...]:

@@ -1,0 +1,222 @@
+// RUN: mk-opt %s --split-input-file -p nn-to-mugraph | filecheck %s
+// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{num-sms=8 tile-k=32}' | filecheck %s --check-prefix=OPT
+// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{kv-splits=2 kv-chunk=16}' | filecheck %s --check-prefix=SPLIT
+// RUN: mk-opt %s --split-input-file -p nn-to-mugraph | mk-opt --split-input-file | filecheck %s --check-prefix=ROUND
+// RUN: mk-opt %s --split-input-file -p nn-to-mugraph --print-op-generic | mk-opt --split-input-file -p nn-to-mugraph | filecheck %s --check-prefix=ROUND
+
+// RMSNorm + Linear: one graph_def. Grid x over the 1024 output columns (64 per block), the
+// for-loop over K = 512 in chunks of tile-k; x·g feeds the matmul while the mean of x²
+// accumulates in the same loop, and the epilogue scales each row by rsqrt(mean + eps).
+func.func @rmsnorm_linear(%x: tensor<8x512xbf16>, %g: tensor<512xbf16>, %w: tensor<1024x512xbf16>) -> tensor<8x1024xbf16> {
+  %h = nn.rms_norm %x, %g {epsilon = 1.0e-06 : f32} : (tensor<8x512xbf16>, tensor<512xbf16>) -> tensor<8x512xbf16>
+  %y = nn.linear %h, %w : (tensor<8x512xbf16>, tensor<1024x512xbf16>) -> tensor<8x1024xbf16>
+  func.return %y : tensor<8x1024xbf16>
+}
+// CHECK-LABEL: func.func @rmsnorm_linear
+// CHECK-NEXT:    %y = mugraph.graph_def grid [16, 1, 1] threads 128 forloop 8 (%x, %g, %w) attributes {mk.fused = "rms_norm+linear"} : (tensor<8x512xbf16>, tensor<512xbf16>, tensor<1024x512xbf16>) -> tensor<8x1024xbf16> {
+// CHECK-NEXT:    ^bb0(%x_a: tensor<8x512xbf16>, %g_a: tensor<512xbf16>, %w_a: tensor<1024x512xbf16>, %y_r: tensor<8x1024xbf16>):
+// CHECK-NEXT:      %xt = mugraph.input %x_a imap [-1, -1, -1] fmap 1 : tensor<8x512xbf16> -> tensor<8x64xbf16>
+// CHECK-NEXT:      %gt = mugraph.input %g_a imap [-1, -1, -1] fmap 0 : tensor<512xbf16> -> tensor<64xbf16>
+// CHECK-NEXT:      %xg = mugraph.binary "mul" %xt, %gt : (tensor<8x64xbf16>, tensor<64xbf16>) -> tensor<8x64xf32>
+// CHECK-NEXT:      %wt = mugraph.input %w_a imap [0, -1, -1] fmap 1 : tensor<1024x512xbf16> -> tensor<64x64xbf16>
+// CHECK-NEXT:      %wp = mugraph.matmul %xg, %wt transpose_b : (tensor<8x64xf32>, tensor<64x64xbf16>) -> tensor<8x64xf32>
+// CHECK-NEXT:      %wacc = mugraph.accum "sum" %wp : tensor<8x64xf32> -> tensor<8x64xf32>
+// CHECK-NEXT:      %ms = mugraph.accum "mean_sq_last" %xt : tensor<8x64xbf16> -> tensor<8x1xf32>
+// CHECK-NEXT:      %rs = mugraph.thread_map %ms : (tensor<8x1xf32>) -> tensor<8x1xf32> {
+// CHECK:             math.rsqrt
+// CHECK:           %yt = mugraph.binary "mul" %wacc, %rs : (tensor<8x64xf32>, tensor<8x1xf32>) -> tensor<8x64xbf16>
+// CHECK-NEXT:      mugraph.output %yt to %y_r omap [1, -1, -1] : tensor<8x64xbf16> -> tensor<8x1024xbf16>
+// CHECK-NEXT:    }
+// CHECK-NEXT:    func.return %y : tensor<8x1024xbf16>
+// CHECK-NOT:     mugraph.
+
+// The options change the tiling: tile-k=32 doubles the iterations.
+// OPT-LABEL: func.func @rmsnorm_linear
+// OPT-NEXT:    %y = mugraph.graph_def grid [16, 1, 1] threads 128 forloop 16 (%x, %g, %w)
+// OPT:           %xt = mugraph.input %x_a imap [-1, -1, -1] fmap 1 : tensor<8x512xbf16> -> tensor<8x32xbf16>
+
+// ROUND-LABEL: func.func @rmsnorm_linear
+// ROUND-NEXT:    %y = mugraph.graph_def grid [16, 1, 1] threads 128 forloop 8 (%x, %g, %w) attributes {mk.fused = "rms_norm+linear"}
+
+// -----
+
+// Gated MLP: gate and up share x, so they are one graph_def with two accumulators and a
+// silu(gate)·up thread_map epilogue; the down projection needs the whole intermediate, so it is
+// a second kernel, with the residual add fused into its epilogue (the residual is read with
+// fmap -1: the same tile in every iteration).
+func.func @gated_mlp(%x: tensor<4x256xbf16>, %w_gate: tensor<512x256xbf16>, %w_up: tensor<512x256xbf16>, %w_down: tensor<256x512xbf16>) -> tensor<4x256xbf16> {
+  %g = nn.linear %x, %w_gate : (tensor<4x256xbf16>, tensor<512x256xbf16>) -> tensor<4x512xbf16>
+  %u = nn.linear %x, %w_up : (tensor<4x256xbf16>, tensor<512x256xbf16>) -> tensor<4x512xbf16>
+  %s = nn.silu %g : (tensor<4x512xbf16>) -> tensor<4x512xbf16>
+  %m = nn.mul %s, %u : (tensor<4x512xbf16>, tensor<4x512xbf16>) -> tensor<4x512xbf16>
+  %d = nn.linear %m, %w_down : (tensor<4x512xbf16>, tensor<256x512xbf16>) -> tensor<4x256xbf16>
+  %y = nn.add %d, %x : (tensor<4x256xbf16>, tensor<4x256xbf16>) -> tensor<4x256xbf16>
+  func.return %y : tensor<4x256xbf16>
+}
+// CHECK-LABEL: func.func @gated_mlp
+// CHECK-NEXT:    %m = mugraph.graph_def grid [8, 1, 1] threads 128 forloop 4 (%x, %w_gate, %w_up) attributes {mk.fused = "linear+linear+silu+mul"} : (tensor<4x256xbf16>, tensor<512x256xbf16>, tensor<512x256xbf16>) -> tensor<4x512xbf16> {
+// CHECK:           %w_gateacc = mugraph.accum "sum" %w_gatep : tensor<4x64xf32> -> tensor<4x64xf32>
+// CHECK:           %w_upacc = mugraph.accum "sum" %w_upp : tensor<4x64xf32> -> tensor<4x64xf32>
+// CHECK-NEXT:      %mt = mugraph.thread_map %w_gateacc, %w_upacc : (tensor<4x64xf32>, tensor<4x64xf32>) -> tensor<4x64xbf16> {
+// CHECK:             math.exp
+// CHECK:             mugraph.yield
+// CHECK-NEXT:      }
+// CHECK-NEXT:      mugraph.output %mt to %m_r omap [1, -1, -1] : tensor<4x64xbf16> -> tensor<4x512xbf16>
+// CHECK-NEXT:    }
+// CHECK-NEXT:    %y = mugraph.graph_def grid [4, 1, 1] threads 128 forloop 8 (%m, %w_down, %x) attributes {mk.fused = "linear+add"}
+// CHECK:           %x_t = mugraph.input %x_a imap [1, -1, -1] fmap -1 : tensor<4x256xbf16> -> tensor<4x64xbf16>
+// CHECK-NEXT:      %yt = mugraph.thread_map %w_downacc, %x_t : (tensor<4x64xf32>, tensor<4x64xbf16>) -> tensor<4x64xbf16> {
+// CHECK:             arith.addf
+// CHECK:           mugraph.output %yt to %y_r omap [1, -1, -1] : tensor<4x64xbf16> -> tensor<4x256xbf16>
+// CHECK:         func.return %y : tensor<4x256xbf16>
+
+// -----
+
+// Decode attention, grouped-query (4 query heads per KV head), keys past kv_len masked: grid
+// x = KV heads, y = splits of the 256 keys, z = batch; the loop walks kv-chunk keys with an
+// online-softmax accumulator; partials carry a leading split dim; a merge kernel combines them.
+func.func @attention_decode(%q: tensor<2x8x1x64xbf16>, %k: tensor<2x2x256x64xbf16>, %v: tensor<2x2x256x64xbf16>, %kv_len: tensor<2xi32>) -> tensor<2x8x1x64xbf16> {
+  %o = nn.attention %q, %k, %v, %kv_len {scale = 0.125 : f32, causal = false} : (tensor<2x8x1x64xbf16>, tensor<2x2x256x64xbf16>, tensor<2x2x256x64xbf16>, tensor<2xi32>) -> tensor<2x8x1x64xbf16>
+  func.return %o : tensor<2x8x1x64xbf16>
+}
+// CHECK-LABEL: func.func @attention_decode
+// CHECK-NEXT:    %o_o, %o_m, %o_l = mugraph.graph_def grid [2, 4, 2] threads 128 forloop 1 (%q, %k, %v, %kv_len) : (tensor<2x8x1x64xbf16>, tensor<2x2x256x64xbf16>, tensor<2x2x256x64xbf16>, tensor<2xi32>) -> (tensor<4x2x8x1x64xf32>, tensor<4x2x8x1x1xf32>, tensor<4x2x8x1x1xf32>) {
+// CHECK:           %qt = mugraph.input %q_a imap [1, -1, 0] fmap -1 : tensor<2x8x1x64xbf16> -> tensor<1x4x1x64xbf16>
+// CHECK:           %kt = mugraph.input %k_a imap [1, 2, 0] fmap 2 : tensor<2x2x256x64xbf16> -> tensor<1x1x64x64xbf16>
+// CHECK:           %s = mugraph.matmul %q2, %k2 transpose_b : (tensor<4x64xbf16>, tensor<64x64xbf16>) -> tensor<4x64xf32>
+// CHECK:           %kpi = mugraph.position %kt dim 2
+// CHECK:           %lent = mugraph.input %kv_len_a imap [-1, -1, 0] fmap -1 : tensor<2xi32> -> tensor<1xi32>
+// CHECK-NEXT:      %ss = mugraph.thread_map %s, %kp, %lent : (tensor<4x64xf32>, tensor<1x64xf32>, tensor<1xi32>) -> tensor<4x64xf32> {
+// CHECK:             arith.cmpf olt
+// CHECK:             arith.select
+// CHECK:           %ot, %mt, %lt = mugraph.accum_softmax %ss, %v2 : (tensor<4x64xf32>, tensor<64x64xbf16>) -> (tensor<4x64xf32>, tensor<4x1xf32>, tensor<4x1xf32>)
+// CHECK:           mugraph.output %o5 to %o_r omap [2, 0, 1] : tensor<1x1x4x1x64xf32> -> tensor<4x2x8x1x64xf32>
+// CHECK:         %o = mugraph.graph_def grid [2, 1, 2] threads 128 forloop 1 (%o_o, %o_m, %o_l)
+// CHECK:           %mx = mugraph.reduce "max" %mp dim 0 keepdim : tensor<4x1x4x1x1xf32> -> tensor<1x1x4x1x1xf32>
+// CHECK:           %osum = mugraph.reduce "sum" %ow dim 0 : tensor<4x1x4x1x64xf32> -> tensor<1x4x1x64xf32>
+// CHECK:           mugraph.output %fin to %o_r omap [1, -1, 0] : tensor<1x4x1x64xbf16> -> tensor<2x8x1x64xbf16>
+// CHECK:         func.return %o : tensor<2x8x1x64xbf16>
+
+// With num-sms=8 there are 2 splits of 128 keys, walked in 2 chunks of 64.
+// OPT-LABEL: func.func @attention_decode
+// OPT-NEXT:    %o_o, %o_m, %o_l = mugraph.graph_def grid [2, 2, 2] threads 128 forloop 2 (%q, %k, %v, %kv_len)
+
+// -----
+
+// Argmax over the vocabulary as partial + reduce; the embedding is a library gather kernel.
+func.func @lm_head_argmax(%ids: tensor<4xi32>, %embed: tensor<1000x128xbf16>, %logits: tensor<4x32768xbf16>) -> (tensor<4x128xbf16>, tensor<4xi32>) {
+  %h = nn.embedding %embed, %ids : (tensor<1000x128xbf16>, tensor<4xi32>) -> tensor<4x128xbf16>
+  %next = nn.argmax %logits {dim = -1 : i64} : (tensor<4x32768xbf16>) -> tensor<4xi32>
+  func.return %h, %next : tensor<4x128xbf16>, tensor<4xi32>
+}
+// CHECK-LABEL: func.func @lm_head_argmax
+// CHECK-NEXT:    %h = mugraph.kernel "embedding" (%embed, %ids) : (tensor<1000x128xbf16>, tensor<4xi32>) -> tensor<4x128xbf16>
+// CHECK-NEXT:    %next_pv, %next_pi = mugraph.graph_def grid [128, 1, 1] threads 128 forloop 1 (%logits) : (tensor<4x32768xbf16>) -> (tensor<4x128xf32>, tensor<4x128xi32>) {
+// CHECK:           %xt = mugraph.input %logits_a imap [1, -1, -1] fmap -1 : tensor<4x32768xbf16> -> tensor<4x256xbf16>
+// CHECK-NEXT:      %pos = mugraph.position %xt dim 1 : tensor<4x256xbf16> -> tensor<4x256xi32>
+// CHECK-NEXT:      %mv, %mi = mugraph.argmax %xt, %pos dim 1 : (tensor<4x256xbf16>, tensor<4x256xi32>) -> (tensor<4x1xf32>, tensor<4x1xi32>)
+// CHECK-NEXT:      mugraph.output %mv to %pv_r omap [1, -1, -1] : tensor<4x1xf32> -> tensor<4x128xf32>
+// CHECK-NEXT:      mugraph.output %mi to %pi_r omap [1, -1, -1] : tensor<4x1xi32> -> tensor<4x128xi32>
+// CHECK-NEXT:    }
+// CHECK-NEXT:    %next = mugraph.graph_def grid [4, 1, 1] threads 32 forloop 1 (%next_pv, %next_pi)
+// CHECK:           %bv, %bi = mugraph.argmax %vt, %it dim 1 : (tensor<1x128xf32>, tensor<1x128xi32>) -> (tensor<1x1xf32>, tensor<1x1xi32>)
+// CHECK-NEXT:      %id = mugraph.reshape %bi : tensor<1x1xi32> -> tensor<1xi32>
+// CHECK-NEXT:      mugraph.output %id to %next_r omap [0, -1, -1] : tensor<1xi32> -> tensor<4xi32>
+// CHECK:         func.return %h, %next : tensor<4x128xbf16>, tensor<4xi32>
+
+// -----
+
+// A chain of elementwise ops not fed by a linear is one graph_def with one thread_map; the
+// row-broadcast operand is read with the grid's column split only.
+func.func @elementwise_chain(%a: tensor<4x128xf32>, %b: tensor<4x128xf32>, %c: tensor<128xf32>) -> tensor<4x128xf32> {
+  %s = nn.silu %a : (tensor<4x128xf32>) -> tensor<4x128xf32>
+  %m = nn.mul %s, %b : (tensor<4x128xf32>, tensor<4x128xf32>) -> tensor<4x128xf32>
+  %r = nn.add %m, %c : (tensor<4x128xf32>, tensor<128xf32>) -> tensor<4x128xf32>
+  func.return %r : tensor<4x128xf32>
+}
+// CHECK-LABEL: func.func @elementwise_chain
+// CHECK-NEXT:    %r = mugraph.graph_def grid [2, 1, 1] threads 128 forloop 1 (%a, %b, %c) attributes {mk.fused = "silu+mul+add"} : (tensor<4x128xf32>, tensor<4x128xf32>, tensor<128xf32>) -> tensor<4x128xf32> {
+// CHECK-NEXT:    ^bb0(%a_a: tensor<4x128xf32>, %b_a: tensor<4x128xf32>, %c_a: tensor<128xf32>, %r_r: tensor<4x128xf32>):
+// CHECK-NEXT:      %a_t = mugraph.input %a_a imap [1, -1, -1] fmap -1 : tensor<4x128xf32> -> tensor<4x64xf32>
+// CHECK-NEXT:      %b_t = mugraph.input %b_a imap [1, -1, -1] fmap -1 : tensor<4x128xf32> -> tensor<4x64xf32>
+// CHECK-NEXT:      %c_t = mugraph.input %c_a imap [0, -1, -1] fmap -1 : tensor<128xf32> -> tensor<64xf32>
+// CHECK-NEXT:      %rt = mugraph.thread_map %a_t, %b_t, %c_t : (tensor<4x64xf32>, tensor<4x64xf32>, tensor<64xf32>) -> tensor<4x64xf32> {
+// CHECK:             math.exp
+// CHECK:             mugraph.yield
+// CHECK-NEXT:      }
+// CHECK-NEXT:      mugraph.output %rt to %r_r omap [1, -1, -1] : tensor<4x64xf32> -> tensor<4x128xf32>
+
+// -----
+
+// Everything else is a library kernel carrying the nn op's attributes (defaults filled in).
+func.func @library(%x: tensor<4x6xf32>, %c: tensor<4x3xf32>, %s: tensor<4x3xf32>) -> (tensor<6x4xf32>, tensor<4xf32>, tensor<4x6xf32>) {
+  %t = nn.transpose %x {perm = array<i64: 1, 0>} : (tensor<4x6xf32>) -> tensor<6x4xf32>
+  %r = nn.reduce_sum %x {dim = 1 : i64} : (tensor<4x6xf32>) -> tensor<4xf32>
+  %e = nn.rope %x, %c, %s : (tensor<4x6xf32>, tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x6xf32>
+  %m = nn.softmax %e : (tensor<4x6xf32>) -> tensor<4x6xf32>
+  func.return %t, %r, %m : tensor<6x4xf32>, tensor<4xf32>, tensor<4x6xf32>
+}
+// CHECK-LABEL: func.func @library
+// CHECK-NEXT:    %t = mugraph.kernel "transpose" (%x) {perm = array<i64: 1, 0>} : (tensor<4x6xf32>) -> tensor<6x4xf32>
+// CHECK-NEXT:    %r = mugraph.kernel "reduce_sum" (%x) {dim = 1 : i64, keepdim = false} : (tensor<4x6xf32>) -> tensor<4xf32>
+// CHECK-NEXT:    %e = mugraph.kernel "rope" (%x, %c, %s) : (tensor<4x6xf32>, tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x6xf32>
+// CHECK-NEXT:    %m = mugraph.kernel "softmax" (%e) {dim = -1 : i64} : (tensor<4x6xf32>) -> tensor<4x6xf32>
+// CHECK-NEXT:    func.return %t, %r, %m : tensor<6x4xf32>, tensor<4xf32>, tensor<4x6xf32>
+
+// -----
+
+// A norm feeding several linears fuses with all of them (one read of x). A split-heads reshape
+// of an output folds into the output map when a block's columns are whole heads (q: 64 columns
+// = one head); k's 32-column tiles are half a head, so its reshape stays a copy kernel.
+func.func @qkv(%x: tensor<1x256xbf16>, %g: tensor<256xbf16>, %wq: tensor<256x256xbf16>, %wk: tensor<128x256xbf16>) -> (tensor<1x4x1x64xbf16>, tensor<1x2x1x64xbf16>) {
+  %h = nn.rms_norm %x, %g {epsilon = 1.0e-05 : f32} : (tensor<1x256xbf16>, tensor<256xbf16>) -> tensor<1x256xbf16>
+  %q = nn.linear %h, %wq : (tensor<1x256xbf16>, tensor<256x256xbf16>) -> tensor<1x256xbf16>
+  %k = nn.linear %h, %wk : (tensor<1x256xbf16>, tensor<128x256xbf16>) -> tensor<1x128xbf16>
+  %q4 = nn.reshape %q : (tensor<1x256xbf16>) -> tensor<1x4x1x64xbf16>
+  %k4 = nn.reshape %k : (tensor<1x128xbf16>) -> tensor<1x2x1x64xbf16>
+  func.return %q4, %k4 : tensor<1x4x1x64xbf16>, tensor<1x2x1x64xbf16>
+}
+// CHECK-LABEL: func.func @qkv
+// CHECK-NEXT:    %q4, %k = mugraph.graph_def grid [4, 1, 1] threads 128 forloop 4 (%x, %g, %wq, %wk) attributes {mk.fused = "rms_norm+linear+linear+reshape"} : (tensor<1x256xbf16>, tensor<256xbf16>, tensor<256x256xbf16>, tensor<128x256xbf16>) -> (tensor<1x4x1x64xbf16>, tensor<1x128xbf16>) {
+// CHECK:           %wkt = mugraph.input %wk_a imap [0, -1, -1] fmap 1 : tensor<128x256xbf16> -> tensor<32x64xbf16>
+// CHECK:           %qt = mugraph.binary "mul" %wqacc, %rs : (tensor<1x64xf32>, tensor<1x1xf32>) -> tensor<1x64xbf16>
+// CHECK-NEXT:      %q4v = mugraph.reshape %qt : tensor<1x64xbf16> -> tensor<1x1x1x64xbf16>
+// CHECK-NEXT:      mugraph.output %q4v to %q4_r omap [1, -1, -1] : tensor<1x1x1x64xbf16> -> tensor<1x4x1x64xbf16>
+// CHECK-NEXT:      %kt = mugraph.binary "mul" %wkacc, %rs : (tensor<1x32xf32>, tensor<1x1xf32>) -> tensor<1x32xbf16>
+// CHECK-NEXT:      mugraph.output %kt to %k_r omap [1, -1, -1] : tensor<1x32xbf16> -> tensor<1x128xbf16>
+// CHECK-NEXT:    }
+// CHECK-NEXT:    %k4 = mugraph.kernel "reshape" (%k) : (tensor<1x128xbf16>) -> tensor<1x2x1x64xbf16>
+
+// -----
+
+// Attention with one KV split (no merge kernel: the epilogue normalises), causal with kv_len:
+// the mask compares key positions with kv_len and with the query's position kv_len - Sq + i.
+// The reshapes around it fold into its maps: q is read from the [1, 256] tensor and the result
+// is written as [1, 256].
+func.func @attention_views(%qf: tensor<1x256xf32>, %k: tensor<1x2x64x64xf32>, %v: tensor<1x2x64x64xf32>, %kv_len: tensor<1xi32>) -> tensor<1x256xf32> {
+  %q = nn.reshape %qf : (tensor<1x256xf32>) -> tensor<1x4x1x64xf32>
+  %o = nn.attention %q, %k, %v, %kv_len {scale = 0.125 : f32, causal = true} : (tensor<1x4x1x64xf32>, tensor<1x2x64x64xf32>, tensor<1x2x64x64xf32>, tensor<1xi32>) -> tensor<1x4x1x64xf32>
+  %o2 = nn.reshape %o : (tensor<1x4x1x64xf32>) -> tensor<1x256xf32>
+  func.return %o2 : tensor<1x256xf32>
+}
+// CHECK-LABEL: func.func @attention_views
+// CHECK-NEXT:    %o2 = mugraph.graph_def grid [2, 1, 1] threads 128 forloop 1 (%qf, %k, %v, %kv_len) : (tensor<1x256xf32>, tensor<1x2x64x64xf32>, tensor<1x2x64x64xf32>, tensor<1xi32>) -> tensor<1x256xf32> {
+// CHECK:           %qt = mugraph.input %qf_a imap [1, -1, 0] fmap -1 : tensor<1x256xf32> -> tensor<1x128xf32>
+// CHECK-NEXT:      %q2 = mugraph.reshape %qt : tensor<1x128xf32> -> tensor<2x64xf32>
+// CHECK:           %ss = mugraph.thread_map %s, %kp, %lent
+// CHECK:             arith.cmpf olt
+// CHECK:             arith.cmpf ole
+// CHECK:             arith.andi
+// CHECK:           %ot, %mt, %lt = mugraph.accum_softmax %ss, %v2
+// CHECK-NEXT:      %fin = mugraph.thread_map %ot, %lt, %mt
+// CHECK:           %fin2 = mugraph.reshape %fin : tensor<2x64xf32> -> tensor<1x128xf32>
+// CHECK-NEXT:      mugraph.output %fin2 to %o2_r omap [1, -1, 0] : tensor<1x128xf32> -> tensor<1x256xf32>
+// CHECK-NEXT:    }
+// CHECK-NEXT:    func.return %o2 : tensor<1x256xf32>
+
+// kv-splits forces the split (then a merge kernel) and kv-chunk the keys per iteration.
+// SPLIT-LABEL: func.func @attention_views
+// SPLIT-NEXT:    %o2_o, %o2_m, %o2_l = mugraph.graph_def grid [2, 2, 1] threads 128 forloop 2 (%qf, %k, %v, %kv_len)
+// SPLIT:           %kt = mugraph.input %k_a imap [1, 2, 0] fmap 2 : tensor<1x2x64x64xf32> -> tensor<1x1x16x64xf32>
+// SPLIT:         %o2 = mugraph.graph_def grid [2, 1, 1] threads 128 forloop 1 (%o2_o, %o2_m, %o2_l)
+// SPLIT:           mugraph.output %fin2 to %o2_r omap [1, -1, 0] : tensor<1x128xf32> -> tensor<1x256xf32>
