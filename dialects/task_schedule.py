@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from xdsl.dialects.builtin import DenseArrayBase, IntegerAttr, i32, i64
 from xdsl.ir import Block, Region
@@ -28,8 +29,11 @@ from .task_maps import (
     parse_int_list,
 )
 
+if TYPE_CHECKING:
+    from .task import GraphOp
 
-def _graph_op() -> type[IRDLOperation]:
+
+def _graph_op() -> type[GraphOp]:
     from .task import GraphOp  # task.py imports this module: look GraphOp up lazily
 
     return GraphOp
