@@ -20,7 +20,6 @@ import numpy as np
 from xdsl.dialects.builtin import DenseArrayBase, FloatAttr, IntegerAttr, TensorType, i1
 from xdsl.dialects.func import CallOp, FuncOp, ReturnOp
 from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, impl, register_impls
-from xdsl.interpreters.func import FuncFunctions
 from xdsl.ir import Attribute, Operation, OpResult, SSAValue
 from xdsl.irdl import IRDLOperation
 
@@ -28,7 +27,7 @@ from mk.diagnostics import MkError, op_location
 from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import GraphDefOp, InputOp, KernelOp, OutputOp
 from mk.dialects.mugraph_tiles import AccumOp, AccumSoftmaxOp, ThreadMapOp, YieldOp
-from mk.inputs import check_inputs, numpy_dtype
+from mk.inputs import numpy_dtype
 from mk.interp.mugraph_tiles import (
     SCALAR_KERNELS,
     TILE_KERNELS,
@@ -37,9 +36,9 @@ from mk.interp.mugraph_tiles import (
     is_float_dtype,
     make_accumulator,
 )
-from mk.interp.nn import nn_functions, reachable_functions
+from mk.interp.nn import reachable_functions, run_interpreted
 from mk.interp.nn_ops import KERNELS, KernelError
-from mk.source import Source, entry_function, load_module
+from mk.source import Source
 
 __all__ = ["MugraphRunError", "run_graph_def", "run_kernel", "run_mugraph"]
 
@@ -309,15 +308,4 @@ def run_mugraph(source: Source, *inputs: Any, entry: str | None = None) -> tuple
     MugraphRunError for a kernel that leaves an element unwritten or writes it twice), ValueError
     for inputs whose count, dtype or shape do not match the entry's arguments.
     """
-    module = load_module(source)
-    func = entry_function(module, entry)
-    arrays = check_inputs(func, inputs)
-    _check_supported(func)
-    interp = Interpreter(module)
-    interp.register_implementations(FuncFunctions())
-    interp.register_implementations(nn_functions()())
-    interp.register_implementations(MugraphFunctions())
-    # IEEE semantics as on the GPU: overflow to inf and 0/0 to NaN without Python warnings.
-    with np.errstate(all="ignore"):
-        outputs = interp.call_op(func, tuple(arrays))
-    return tuple(np.array(out, copy=True) for out in outputs)
+    return run_interpreted(source, inputs, entry, _check_supported, [MugraphFunctions()])

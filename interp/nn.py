@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -94,21 +94,38 @@ def _check_supported(entry: FuncOp) -> None:
                 )
 
 
+def run_interpreted(
+    source: Source,
+    inputs: Sequence[Any],
+    entry: str | None,
+    check_supported: Callable[[FuncOp], None],
+    extra: Sequence[InterpreterFunctions] = (),
+) -> tuple[np.ndarray, ...]:
+    """Load, check and run an entry function with the nn implementations plus `extra` ones.
+
+    The one run loop every NumPy interpreter of mk shares: located MkError for a bad program or an
+    unsupported op (before anything runs), ValueError for bad inputs, outputs that never alias inputs.
+    """
+    module = load_module(source)
+    func = entry_function(module, entry)
+    arrays = check_inputs(func, tuple(inputs))
+    check_supported(func)
+    interp = Interpreter(module)
+    interp.register_implementations(FuncFunctions())
+    interp.register_implementations(nn_functions()())
+    for functions in extra:
+        interp.register_implementations(functions)
+    # IEEE semantics as on the GPU: overflow to inf and 0/0 to NaN without Python warnings.
+    with np.errstate(all="ignore"):
+        outputs = interp.call_op(func, tuple(arrays))
+    # Copies, so that no output aliases an input (a returned argument, a reshape's view).
+    return tuple(np.array(out, copy=True) for out in outputs)
+
+
 def run_reference(source: Source, *inputs: Any, entry: str | None = None) -> tuple[np.ndarray, ...]:
     """Run the entry function of an nn program on NumPy arrays; returns its outputs.
 
     Raises MkError for an invalid program and ValueError for inputs whose count, dtype or shape
     do not match the entry's arguments, or data an op rejects (e.g. an embedding id out of range).
     """
-    module = load_module(source)
-    func = entry_function(module, entry)
-    arrays = check_inputs(func, inputs)
-    _check_supported(func)
-    interp = Interpreter(module)
-    interp.register_implementations(FuncFunctions())
-    interp.register_implementations(nn_functions()())
-    # IEEE semantics as on the GPU: overflow to inf and 0/0 to NaN without Python warnings.
-    with np.errstate(all="ignore"):
-        outputs = interp.call_op(func, tuple(arrays))
-    # Copies, so that no output aliases an input (a returned argument, a reshape's view).
-    return tuple(np.array(out, copy=True) for out in outputs)
+    return run_interpreted(source, inputs, entry, _check_supported)
