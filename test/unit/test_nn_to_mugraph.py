@@ -106,6 +106,26 @@ def test_gated_mlp_is_fused_plus_down_projection() -> None:
     assert down.args[0] is fused.results[0]
 
 
+MIRAGE_GATED_MLP = """
+func.func @gated(%x: tensor<8x256xbf16>, %g: tensor<256xbf16>, %w1: tensor<512x256xbf16>, %w3: tensor<512x256xbf16>) -> tensor<8x512xbf16> {
+  %h = nn.rms_norm %x, %g : (tensor<8x256xbf16>, tensor<256xbf16>) -> tensor<8x256xbf16>
+  %a = nn.linear %h, %w1 : (tensor<8x256xbf16>, tensor<512x256xbf16>) -> tensor<8x512xbf16>
+  %b = nn.linear %h, %w3 : (tensor<8x256xbf16>, tensor<512x256xbf16>) -> tensor<8x512xbf16>
+  %s = nn.silu %a : (tensor<8x512xbf16>) -> tensor<8x512xbf16>
+  %y = nn.mul %s, %b : (tensor<8x512xbf16>, tensor<8x512xbf16>) -> tensor<8x512xbf16>
+  func.return %y : tensor<8x512xbf16>
+}
+"""
+
+
+def test_mirage_gated_mlp_is_one_kernel() -> None:
+    """Mirage's gated MLP, silu(norm(x)·W1ᵀ)·(norm(x)·W3ᵀ), is a single graph-defined kernel."""
+    lowered = check_agrees(load_module(MIRAGE_GATED_MLP))
+    (kernel,) = kernels(lowered)
+    assert isinstance(kernel, mg.GraphDefOp)
+    assert kernel.attributes["mk.fused"].data == "rms_norm+linear+linear+silu+mul"  # type: ignore[attr-defined]
+
+
 def test_attention_splits_and_merges() -> None:
     lowered = lower(load_module(EXAMPLES / "attention_decode.mlir"), num_sms=8)
     split, merge = kernels(lowered)
