@@ -14,13 +14,20 @@ of 10,000 tiles is one op.
           reads(@x[(d0) -> (0, 0)] [8, 4096])
           writes(@h[(d0) -> (0, d0 * 128)] [8, 128])
           signals(@h_ready (d0) -> (d0 floordiv 3)) {
-      ^bb0(%x: tensor<8x4096xbf16>, %h: tensor<8x128xbf16>):
-        task.yield %h : tensor<8x128xbf16>
+      ^bb0(%x: tensor<8x4096xbf16>, %h: tensor<8x4096xbf16>):
+        task.yield %h : tensor<8x4096xbf16>
       }
       task.schedule num_sms 132 {
         task.queue sm 0 [0, 1, 2]
       }
     }
+
+A grid body sees whole buffers, as an MPK task gets tensor pointers plus its tile coordinates:
+its block arguments are the buffers of its read footprints then of its write footprints (a
+buffer both read and written appears twice), and `task.yield` gives one whole-buffer value per
+write. The body holds the original kernel; one task runs that kernel's block at the task's
+coordinates. Footprints bound what a task may touch: outside its read footprints a task's
+inputs are undefined, and only its write footprints of the yielded values are kept.
 
 Global task ids number the grids' tasks in block order, row-major inside a grid. An event
 element is ready in iteration t (0-based) once its counter reaches count * (t + 1 - distance),
@@ -435,14 +442,17 @@ def _event_problem(event: EventOp, index: GraphIndex) -> str | None:
 
 
 def tile_type(buffer: BufferOp, sizes: Sequence[int]) -> TensorType:
-    """The tensor type of one task's rectangle of a buffer."""
+    """The tensor type of one task's rectangle of a buffer (a footprint's tile, not a body type)."""
     return TensorType(buffer.buffer_type.get_element_type(), list(sizes))
 
 
 def make_grid_body(
     read_types: Sequence[Attribute], write_types: Sequence[Attribute], names: Sequence[str] = ()
 ) -> Region:
-    """A placeholder grid body that yields its write tiles unchanged (for builders and tests)."""
+    """A placeholder grid body that yields its write buffers unchanged (for builders and tests).
+
+    The types are whole-buffer types (`GridOp.body_types` gives them), reads then writes.
+    """
     block = Block(arg_types=[*read_types, *write_types])
     for arg, hint in zip(block.args, names, strict=False):
         arg.name_hint = hint
@@ -454,8 +464,9 @@ def make_grid_body(
 class GridOp(IRDLOperation):
     """A grid of tasks, one per coordinate, with affine footprints and event edges.
 
-    The body runs one task: its block arguments are the task's read tiles then its write
-    tiles, and its `task.yield` gives the new value of each write tile.
+    The body runs one task: its block arguments are the whole buffers of the read footprints
+    then of the write footprints, and its `task.yield` gives the new value of each written
+    buffer; only the task's write footprint of that value counts.
     """
 
     name = "task.grid"
@@ -516,8 +527,12 @@ class GridOp(IRDLOperation):
         pairs = (("bytes", self.cost_bytes), ("flops", self.cost_flops))
         return {key: int_value(attr) for key, attr in pairs if attr is not None}
 
+    def body_types(self, buffers: Mapping[str, BufferOp]) -> list[TensorType]:
+        """The buffer type of each footprint (reads then writes): the body's argument types."""
+        return [buffers[f.buffer_name].buffer_type for _, f in self.footprints]
+
     def tile_types(self, buffers: Mapping[str, BufferOp]) -> list[TensorType]:
-        """The tensor type of each footprint (reads then writes): the body's argument types."""
+        """The tile type of each footprint (reads then writes): one task's rectangles."""
         return [tile_type(buffers[f.buffer_name], f.size_tuple) for _, f in self.footprints]
 
     def verify_(self) -> None:
@@ -587,14 +602,14 @@ class GridOp(IRDLOperation):
         if len(args) != len(footprints):
             raise VerifyException(
                 f"body has {len(args)} block arguments, expected {len(footprints)}: "
-                f"{len(self.reads)} read tile(s), then {len(self.writes)} write tile(s)"
+                f"{len(self.reads)} read buffer(s), then {len(self.writes)} write buffer(s)"
             )
-        for pos, (arg, expected) in enumerate(zip(args, self.tile_types(buffers), strict=True)):
+        for pos, (arg, expected) in enumerate(zip(args, self.body_types(buffers), strict=True)):
             if arg.type != expected:
                 name = footprints[pos][1].buffer_name
                 raise VerifyException(
                     f"body argument #{pos} has type {arg.type}, expected {expected} "
-                    f"(the tile of @{name})"
+                    f"(the buffer @{name})"
                 )
 
     def print(self, printer: Printer) -> None:
@@ -660,7 +675,7 @@ def _parse_cost_entry(parser: Parser) -> tuple[str, int]:
 
 @irdl_op_definition
 class YieldOp(IRDLOperation):
-    """Ends a grid body with the new value of each write tile, in `writes` order."""
+    """Ends a grid body with the new value of each written buffer, in `writes` order."""
 
     name = "task.yield"
 
@@ -686,10 +701,10 @@ class YieldOp(IRDLOperation):
         graph = _parent_graph(grid)
         for pos, (value, fp) in enumerate(zip(self.values, writes, strict=True)):
             buffer = _lookup(graph, fp.buffer_name, BufferOp)
-            if buffer is not None and value.type != tile_type(buffer, fp.size_tuple):
+            if buffer is not None and value.type != buffer.buffer_type:
                 raise VerifyException(
                     f"value #{pos} has type {value.type}, expected "
-                    f"{tile_type(buffer, fp.size_tuple)} (the tile of @{fp.buffer_name})"
+                    f"{buffer.buffer_type} (the buffer @{fp.buffer_name})"
                 )
 
 

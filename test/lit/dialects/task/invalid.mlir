@@ -10,8 +10,8 @@ task.graph @g iterations 1 arena 0 {
   task.grid @k [4]
       reads(@a[(d0) -> (d0 * 20)] [16])
       writes(@b[(d0) -> (d0 * 16)] [16]) {
-  ^bb0(%a: tensor<16xf32>, %b: tensor<16xf32>):
-    task.yield %b : tensor<16xf32>
+  ^bb0(%a: tensor<64xf32>, %b: tensor<64xf32>):
+    task.yield %b : tensor<64xf32>
   }
 }
 
@@ -24,8 +24,8 @@ task.graph @g iterations 1 arena 0 {
   task.grid @k [4]
       reads(@a[(d0, d1) -> (d0 * 16)] [16])
       writes(@b[(d0) -> (d0 * 16)] [16]) {
-  ^bb0(%a: tensor<16xf32>, %b: tensor<16xf32>):
-    task.yield %b : tensor<16xf32>
+  ^bb0(%a: tensor<64xf32>, %b: tensor<64xf32>):
+    task.yield %b : tensor<64xf32>
   }
 }
 
@@ -38,8 +38,8 @@ task.graph @g iterations 1 arena 0 {
   task.grid @k [4]
       reads(@a[(d0) -> (d0 * 16)] [16])
       writes(@b[(d0) -> (d0 * 16)] [16]) {
-  ^bb0(%a: tensor<16xf32>, %b: tensor<16xf32>):
-    task.yield %b : tensor<16xf32>
+  ^bb0(%a: tensor<64x64xf32>, %b: tensor<64xf32>):
+    task.yield %b : tensor<64xf32>
   }
 }
 
@@ -54,8 +54,8 @@ task.graph @g iterations 1 arena 0 {
       reads(@a[(d0) -> (d0 * 16)] [16])
       writes(@b[(d0) -> (d0 * 16)] [16])
       waits(@e (d0) -> (d0)) {
-  ^bb0(%a: tensor<16xf32>, %b: tensor<16xf32>):
-    task.yield %b : tensor<16xf32>
+  ^bb0(%a: tensor<64xf32>, %b: tensor<64xf32>):
+    task.yield %b : tensor<64xf32>
   }
 }
 
@@ -70,8 +70,8 @@ task.graph @g iterations 1 arena 0 {
       reads(@a[(d0) -> (d0 * 16)] [16])
       writes(@b[(d0) -> (d0 * 16)] [16])
       signals(@e (d0) -> (d0)) {
-  ^bb0(%a: tensor<16xf32>, %b: tensor<16xf32>):
-    task.yield %b : tensor<16xf32>
+  ^bb0(%a: tensor<64xf32>, %b: tensor<64xf32>):
+    task.yield %b : tensor<64xf32>
   }
 }
 
@@ -85,14 +85,14 @@ task.graph @g iterations 1 arena 0 {
   task.grid @p [4]
       reads(@a[(d0) -> (d0 * 16)] [16])
       signals(@e (d0) -> (d0 floordiv 2)) {
-  ^bb0(%a: tensor<16xf32>):
+  ^bb0(%a: tensor<64xf32>):
     task.yield
   }
   task.grid @c [2]
       writes(@b[(d0) -> (d0 * 32)] [32])
       waits(@e (d0) -> (d0)) {
-  ^bb0(%b: tensor<32xf32>):
-    task.yield %b : tensor<32xf32>
+  ^bb0(%b: tensor<64xf32>):
+    task.yield %b : tensor<64xf32>
   }
 }
 
@@ -106,14 +106,14 @@ task.graph @g iterations 1 arena 0 {
   task.grid @p [4]
       reads(@a[(d0) -> (d0 * 16)] [16])
       signals(@e (d0) -> (d0 floordiv 2)) {
-  ^bb0(%a: tensor<16xf32>):
+  ^bb0(%a: tensor<64xf32>):
     task.yield
   }
   task.grid @c [3]
       writes(@b[(d0) -> (d0 * 16)] [16])
       waits(@e (d0) -> (d0)) {
-  ^bb0(%b: tensor<16xf32>):
-    task.yield %b : tensor<16xf32>
+  ^bb0(%b: tensor<64xf32>):
+    task.yield %b : tensor<64xf32>
   }
 }
 
@@ -126,15 +126,15 @@ task.graph @g iterations 1 arena 0 {
   task.grid @p [4]
       reads(@a[(d0) -> (d0 * 16)] [16])
       signals(@e (d0) -> (d0)) {
-  ^bb0(%a: tensor<16xf32>):
+  ^bb0(%a: tensor<64xf32>):
     task.yield
   }
   // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.grid' waits on @e: task [3] maps to element [4], outside the event shape [4]
   task.grid @c [4]
       writes(@b[(d0) -> (d0 * 16)] [16])
       waits(@e (d0) -> (d0 + 1)) {
-  ^bb0(%b: tensor<16xf32>):
-    task.yield %b : tensor<16xf32>
+  ^bb0(%b: tensor<64xf32>):
+    task.yield %b : tensor<64xf32>
   }
 }
 
@@ -146,8 +146,8 @@ task.graph @g iterations 1 arena 0 {
   task.grid @k [4]
       reads(@a[(d0) -> (d0 * 16)] [16])
       writes(@b[(d0) -> (d0 * 16)] [16]) {
-  ^bb0(%a: tensor<16xf32>, %b: tensor<16xf32>):
-    task.yield %b : tensor<16xf32>
+  ^bb0(%a: tensor<64xf32>, %b: tensor<64xf32>):
+    task.yield %b : tensor<64xf32>
   }
   // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.schedule' task 1 (@k[1]) is queued twice (SM 0 and SM 1)
   task.schedule num_sms 2 {
@@ -164,8 +164,8 @@ task.graph @g iterations 1 arena 0 {
   task.grid @k [4]
       reads(@a[(d0) -> (d0 * 16)] [16])
       writes(@b[(d0) -> (d0 * 16)] [16]) {
-  ^bb0(%a: tensor<16xf32>, %b: tensor<16xf32>):
-    task.yield %b : tensor<16xf32>
+  ^bb0(%a: tensor<64xf32>, %b: tensor<64xf32>):
+    task.yield %b : tensor<64xf32>
   }
   // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.schedule' task 2 (@k[2]) is in no queue (1 of 4 tasks unscheduled)
   task.schedule num_sms 2 {
@@ -182,8 +182,8 @@ task.graph @g iterations 1 arena 0 {
   task.grid @k [4]
       reads(@a[(d0) -> (d0 * 16)] [16])
       writes(@b[(d0) -> (d0 * 16)] [16]) {
-  ^bb0(%a: tensor<16xf32>, %b: tensor<16xf32>):
-    task.yield %b : tensor<16xf32>
+  ^bb0(%a: tensor<64xf32>, %b: tensor<64xf32>):
+    task.yield %b : tensor<64xf32>
   }
   // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.schedule' task 4 in the queue of SM 0 is out of range: the graph has 4 tasks
   task.schedule num_sms 2 {
@@ -199,8 +199,8 @@ task.graph @g iterations 1 arena 0 {
   task.grid @k [4]
       reads(@a[(d0) -> (d0 * 16)] [16])
       writes(@b[(d0) -> (d0 * 16)] [16]) {
-  ^bb0(%a: tensor<16xf32>, %b: tensor<16xf32>):
-    task.yield %b : tensor<16xf32>
+  ^bb0(%a: tensor<64xf32>, %b: tensor<64xf32>):
+    task.yield %b : tensor<64xf32>
   }
   // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.schedule' SM 0 has two queues
   task.schedule num_sms 2 {
@@ -217,8 +217,8 @@ task.graph @g iterations 1 arena 0 {
   task.grid @k [4]
       reads(@a[(d0) -> (d0 * 16)] [16])
       writes(@b[(d0) -> (d0 * 16)] [16]) {
-  ^bb0(%a: tensor<16xf32>, %b: tensor<16xf32>):
-    task.yield %b : tensor<16xf32>
+  ^bb0(%a: tensor<64xf32>, %b: tensor<64xf32>):
+    task.yield %b : tensor<64xf32>
   }
   task.schedule num_sms 2 {
     task.queue sm 0 [0, 1]
@@ -261,12 +261,12 @@ task.graph @g iterations 1 arena 4096 {
 task.graph @g iterations 1 arena 0 {
   task.buffer @a input 0 : tensor<64xf32>
   task.buffer @b output 0 : tensor<64xf32>
-  // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.grid' body has 1 block arguments, expected 2: 1 read tile(s), then 1 write tile(s)
+  // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.grid' body has 1 block arguments, expected 2: 1 read buffer(s), then 1 write buffer(s)
   task.grid @k [4]
       reads(@a[(d0) -> (d0 * 16)] [16])
       writes(@b[(d0) -> (d0 * 16)] [16]) {
-  ^bb0(%b: tensor<16xf32>):
-    task.yield %b : tensor<16xf32>
+  ^bb0(%b: tensor<64xf32>):
+    task.yield %b : tensor<64xf32>
   }
 }
 
@@ -275,26 +275,41 @@ task.graph @g iterations 1 arena 0 {
 task.graph @g iterations 1 arena 0 {
   task.buffer @a input 0 : tensor<64xf32>
   task.buffer @b output 0 : tensor<64xf32>
-  // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.grid' body argument #1 has type tensor<16xf16>, expected tensor<16xf32> (the tile of @b)
+  // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.grid' body argument #1 has type tensor<64xf16>, expected tensor<64xf32> (the buffer @b)
   task.grid @k [4]
       reads(@a[(d0) -> (d0 * 16)] [16])
       writes(@b[(d0) -> (d0 * 16)] [16]) {
-  ^bb0(%a: tensor<16xf32>, %b: tensor<16xf16>):
+  ^bb0(%a: tensor<64xf32>, %b: tensor<64xf16>):
     task.yield
   }
 }
 
 // -----
 
+// Body arguments are whole buffers, not the task's tiles.
 task.graph @g iterations 1 arena 0 {
   task.buffer @a input 0 : tensor<64xf32>
   task.buffer @b output 0 : tensor<64xf32>
+  // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.grid' body argument #0 has type tensor<16xf32>, expected tensor<64xf32> (the buffer @a)
   task.grid @k [4]
       reads(@a[(d0) -> (d0 * 16)] [16])
       writes(@b[(d0) -> (d0 * 16)] [16]) {
   ^bb0(%a: tensor<16xf32>, %b: tensor<16xf32>):
-    // CHECK: invalid.mlir:[[# @LINE + 1]]:5: error: 'task.yield' yields 2 value(s), but @k writes 1 buffer(s)
-    task.yield %a, %b : tensor<16xf32>, tensor<16xf32>
+    task.yield %b : tensor<16xf32>
+  }
+}
+
+// -----
+
+// A buffer both read and written is a body argument twice.
+task.graph @g iterations 1 arena 0 {
+  task.buffer @b output 0 : tensor<64xf32>
+  // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.grid' body has 1 block arguments, expected 2: 1 read buffer(s), then 1 write buffer(s)
+  task.grid @k [4]
+      reads(@b[(d0) -> (d0 * 16)] [16])
+      writes(@b[(d0) -> (d0 * 16)] [16]) {
+  ^bb0(%b: tensor<64xf32>):
+    task.yield %b : tensor<64xf32>
   }
 }
 
@@ -304,10 +319,24 @@ task.graph @g iterations 1 arena 0 {
   task.buffer @a input 0 : tensor<64xf32>
   task.buffer @b output 0 : tensor<64xf32>
   task.grid @k [4]
+      reads(@a[(d0) -> (d0 * 16)] [16])
+      writes(@b[(d0) -> (d0 * 16)] [16]) {
+  ^bb0(%a: tensor<64xf32>, %b: tensor<64xf32>):
+    // CHECK: invalid.mlir:[[# @LINE + 1]]:5: error: 'task.yield' yields 2 value(s), but @k writes 1 buffer(s)
+    task.yield %a, %b : tensor<64xf32>, tensor<64xf32>
+  }
+}
+
+// -----
+
+task.graph @g iterations 1 arena 0 {
+  task.buffer @a input 0 : tensor<32xf32>
+  task.buffer @b output 0 : tensor<64xf32>
+  task.grid @k [4]
       reads(@a[(d0) -> (0)] [32])
       writes(@b[(d0) -> (d0 * 16)] [16]) {
-  ^bb0(%a: tensor<32xf32>, %b: tensor<16xf32>):
-    // CHECK: invalid.mlir:[[# @LINE + 1]]:5: error: 'task.yield' value #0 has type tensor<32xf32>, expected tensor<16xf32> (the tile of @b)
+  ^bb0(%a: tensor<32xf32>, %b: tensor<64xf32>):
+    // CHECK: invalid.mlir:[[# @LINE + 1]]:5: error: 'task.yield' value #0 has type tensor<32xf32>, expected tensor<64xf32> (the buffer @b)
     task.yield %a : tensor<32xf32>
   }
 }
@@ -324,8 +353,8 @@ task.graph @g iterations 2 arena 0 {
       writes(@b[(d0) -> (d0 * 16)] [16])
       waits(@e (d0) -> (d0))
       signals(@e (d0) -> (d0)) {
-  ^bb0(%a: tensor<16xf32>, %b: tensor<16xf32>):
-    task.yield %b : tensor<16xf32>
+  ^bb0(%a: tensor<64xf32>, %b: tensor<64xf32>):
+    task.yield %b : tensor<64xf32>
   }
 }
 
@@ -336,8 +365,8 @@ task.graph @g iterations 1 arena 0 {
   // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.grid' writes weight buffer @w, but weights are read-only
   task.grid @k [4]
       writes(@w[(d0) -> (d0 * 16)] [16]) {
-  ^bb0(%w: tensor<16xf32>):
-    task.yield %w : tensor<16xf32>
+  ^bb0(%w: tensor<64xf32>):
+    task.yield %w : tensor<64xf32>
   }
 }
 
@@ -349,8 +378,8 @@ task.graph @g iterations 1 arena 0 {
   task.grid @k [4]
       reads(@a[(d0) -> (d0 * 16)] [16])
       writes(@nope[(d0) -> (d0 * 16)] [16]) {
-  ^bb0(%a: tensor<16xf32>, %b: tensor<16xf32>):
-    task.yield %b : tensor<16xf32>
+  ^bb0(%a: tensor<64xf32>, %b: tensor<64xf32>):
+    task.yield %b : tensor<64xf32>
   }
 }
 
@@ -362,7 +391,7 @@ task.graph @g iterations 1 arena 0 {
   task.grid @k [4]
       reads(@a[(d0) -> (d0 * 16)] [16])
       prefetch(@a) {
-  ^bb0(%a: tensor<16xf32>):
+  ^bb0(%a: tensor<64xf32>):
     task.yield
   }
 }
@@ -376,7 +405,7 @@ task.graph @g iterations 1 arena 0 {
   task.grid @k [4]
       reads(@a[(d0) -> (d0 * 16)] [16])
       signals(@e (d0) -> (d0) distance 1) {
-  ^bb0(%a: tensor<16xf32>):
+  ^bb0(%a: tensor<64xf32>):
     task.yield
   }
   task.grid @c [4]
@@ -463,7 +492,7 @@ task.graph @g iterations 1 arena 0 {
   task.grid @k [4]
       // CHECK: invalid.mlir:[[# @LINE + 1]]:16: error: not an affine task map: Multiplication with non-constant (semi-affine) is not supported yet self: d0 other: d0
       reads(@a[(d0) -> (d0 * d0)] [16]) {
-  ^bb0(%a: tensor<16xf32>):
+  ^bb0(%a: tensor<64xf32>):
     task.yield
   }
 }
@@ -475,7 +504,7 @@ task.graph @g iterations 1 arena 0 {
   task.grid @k [4]
       // CHECK: invalid.mlir:[[# @LINE + 1]]:16: error: map (d0)[s0] -> (d0 + s0) has symbols; task maps take grid coordinates only
       reads(@a[(d0)[s0] -> (d0 + s0)] [16]) {
-  ^bb0(%a: tensor<16xf32>):
+  ^bb0(%a: tensor<64xf32>):
     task.yield
   }
 }
@@ -487,7 +516,7 @@ task.graph @g iterations 1 arena 0 {
   task.grid @k [4]
       // CHECK: invalid.mlir:[[# @LINE + 1]]:16: error: map (d0) -> (d0 floordiv 0) divides by a non-positive constant
       reads(@a[(d0) -> (d0 floordiv 0)] [16]) {
-  ^bb0(%a: tensor<16xf32>):
+  ^bb0(%a: tensor<64xf32>):
     task.yield
   }
 }
@@ -499,7 +528,7 @@ task.graph @g iterations 1 arena 0 {
   // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.grid' shape must have 1 to 3 extents >= 1, got [0]
   task.grid @k [0]
       reads(@a[(d0) -> (d0 * 16)] [16]) {
-  ^bb0(%a: tensor<16xf32>):
+  ^bb0(%a: tensor<64xf32>):
     task.yield
   }
 }
@@ -512,7 +541,7 @@ task.graph @g iterations 1 arena 0 {
       reads(@a[(d0) -> (d0 * 16)] [16])
       // CHECK: invalid.mlir:[[# @LINE + 1]]:12: error: expected a cost entry, `bytes` or `flops`
       cost(latency = 3) {
-  ^bb0(%a: tensor<16xf32>):
+  ^bb0(%a: tensor<64xf32>):
     task.yield
   }
 }

@@ -5,7 +5,8 @@
 // An RMSNorm -> split-K Linear -> activation step, run 4 times (a decode loop) inside the
 // kernel. @h and @t share arena offset 0: @t is written only after every reader of @h is done
 // (@part_ready counts all 16 linear tasks), and the next iteration's norm waits (distance 1)
-// until this iteration's last readers of @t are done.
+// until this iteration's last readers of @t are done. A grid body's block arguments are whole
+// buffers (reads, then writes); the footprints bound what one task touches.
 task.graph @rms_linear iterations 4 arena 622592 {
   task.buffer @x input 0 : tensor<8x6144xbf16>
   task.buffer @g weight 1 : tensor<6144xbf16>
@@ -24,8 +25,8 @@ task.graph @rms_linear iterations 4 arena 622592 {
       writes(@h[(d0) -> (0, d0 * 128)] [8, 128])
       waits(@t_free (d0) -> (0) distance 1)
       signals(@h_ready (d0) -> (d0 floordiv 12)) {
-  ^bb0(%x: tensor<8x6144xbf16>, %g: tensor<128xbf16>, %h: tensor<8x128xbf16>):
-    task.yield %h : tensor<8x128xbf16>
+  ^bb0(%x: tensor<8x6144xbf16>, %g: tensor<6144xbf16>, %h: tensor<8x6144xbf16>):
+    task.yield %h : tensor<8x6144xbf16>
   }
   task.grid @linear [16]
       reads(@h[(d0) -> (0, d0 * 384)] [8, 384], @w[(d0) -> (d0 * 384, 0)] [384, 1024])
@@ -34,24 +35,24 @@ task.graph @rms_linear iterations 4 arena 622592 {
       signals(@part_ready (d0) -> (0))
       prefetch(@w)
       cost(bytes = 792576, flops = 6291456) {
-  ^bb0(%h: tensor<8x384xbf16>, %w: tensor<384x1024xbf16>, %part: tensor<1x8x1024xf32>):
-    task.yield %part : tensor<1x8x1024xf32>
+  ^bb0(%h: tensor<8x6144xbf16>, %w: tensor<6144x1024xbf16>, %part: tensor<16x8x1024xf32>):
+    task.yield %part : tensor<16x8x1024xf32>
   }
   task.grid @reduce [8]
       reads(@part[(d0) -> (0, 0, d0 * 128)] [16, 8, 128])
       writes(@t[(d0) -> (0, d0 * 128)] [8, 128])
       waits(@part_ready (d0) -> (0))
       signals(@t_ready (d0) -> (d0), @part_free (d0) -> (0)) {
-  ^bb0(%part: tensor<16x8x128xf32>, %t: tensor<8x128xbf16>):
-    task.yield %t : tensor<8x128xbf16>
+  ^bb0(%part: tensor<16x8x1024xf32>, %t: tensor<8x1024xbf16>):
+    task.yield %t : tensor<8x1024xbf16>
   }
   task.grid @act [8]
       reads(@t[(d0) -> (0, d0 * 128)] [8, 128])
       writes(@y[(d0) -> (0, d0 * 128)] [8, 128])
       waits(@t_ready (d0) -> (d0))
       signals(@t_free (d0) -> (0)) {
-  ^bb0(%t: tensor<8x128xbf16>, %y: tensor<8x128xbf16>):
-    task.yield %y : tensor<8x128xbf16>
+  ^bb0(%t: tensor<8x1024xbf16>, %y: tensor<8x1024xbf16>):
+    task.yield %y : tensor<8x1024xbf16>
   }
   task.schedule num_sms 4 {
     task.queue sm 0 [0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60, 64, 68, 72, 76]
@@ -80,8 +81,8 @@ task.graph @rms_linear iterations 4 arena 622592 {
 // CHECK-NEXT:         writes(@h[(d0) -> (0, d0 * 128)] [8, 128])
 // CHECK-NEXT:         waits(@t_free (d0) -> (0) distance 1)
 // CHECK-NEXT:         signals(@h_ready (d0) -> (d0 floordiv 12)) {
-// CHECK-NEXT:     ^bb0(%x: tensor<8x6144xbf16>, %g: tensor<128xbf16>, %h: tensor<8x128xbf16>):
-// CHECK-NEXT:       task.yield %h : tensor<8x128xbf16>
+// CHECK-NEXT:     ^bb0(%x: tensor<8x6144xbf16>, %g: tensor<6144xbf16>, %h: tensor<8x6144xbf16>):
+// CHECK-NEXT:       task.yield %h : tensor<8x6144xbf16>
 // CHECK-NEXT:     }
 // CHECK-NEXT:     task.grid @linear [16]
 // CHECK-NEXT:         reads(@h[(d0) -> (0, d0 * 384)] [8, 384], @w[(d0) -> (d0 * 384, 0)] [384, 1024])
@@ -90,24 +91,24 @@ task.graph @rms_linear iterations 4 arena 622592 {
 // CHECK-NEXT:         signals(@part_ready (d0) -> (0))
 // CHECK-NEXT:         prefetch(@w)
 // CHECK-NEXT:         cost(bytes = 792576, flops = 6291456) {
-// CHECK-NEXT:     ^bb0(%h: tensor<8x384xbf16>, %w: tensor<384x1024xbf16>, %part: tensor<1x8x1024xf32>):
-// CHECK-NEXT:       task.yield %part : tensor<1x8x1024xf32>
+// CHECK-NEXT:     ^bb0(%h: tensor<8x6144xbf16>, %w: tensor<6144x1024xbf16>, %part: tensor<16x8x1024xf32>):
+// CHECK-NEXT:       task.yield %part : tensor<16x8x1024xf32>
 // CHECK-NEXT:     }
 // CHECK-NEXT:     task.grid @reduce [8]
 // CHECK-NEXT:         reads(@part[(d0) -> (0, 0, d0 * 128)] [16, 8, 128])
 // CHECK-NEXT:         writes(@t[(d0) -> (0, d0 * 128)] [8, 128])
 // CHECK-NEXT:         waits(@part_ready (d0) -> (0))
 // CHECK-NEXT:         signals(@t_ready (d0) -> (d0), @part_free (d0) -> (0)) {
-// CHECK-NEXT:     ^bb0(%part: tensor<16x8x128xf32>, %t: tensor<8x128xbf16>):
-// CHECK-NEXT:       task.yield %t : tensor<8x128xbf16>
+// CHECK-NEXT:     ^bb0(%part: tensor<16x8x1024xf32>, %t: tensor<8x1024xbf16>):
+// CHECK-NEXT:       task.yield %t : tensor<8x1024xbf16>
 // CHECK-NEXT:     }
 // CHECK-NEXT:     task.grid @act [8]
 // CHECK-NEXT:         reads(@t[(d0) -> (0, d0 * 128)] [8, 128])
 // CHECK-NEXT:         writes(@y[(d0) -> (0, d0 * 128)] [8, 128])
 // CHECK-NEXT:         waits(@t_ready (d0) -> (d0))
 // CHECK-NEXT:         signals(@t_free (d0) -> (0)) {
-// CHECK-NEXT:     ^bb0(%t: tensor<8x128xbf16>, %y: tensor<8x128xbf16>):
-// CHECK-NEXT:       task.yield %y : tensor<8x128xbf16>
+// CHECK-NEXT:     ^bb0(%t: tensor<8x1024xbf16>, %y: tensor<8x1024xbf16>):
+// CHECK-NEXT:       task.yield %y : tensor<8x1024xbf16>
 // CHECK-NEXT:     }
 // CHECK-NEXT:     task.schedule num_sms 4 {
 // CHECK-NEXT:       task.queue sm 0 [0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60, 64, 68, 72, 76]
@@ -119,8 +120,8 @@ task.graph @rms_linear iterations 4 arena 622592 {
 // CHECK-NEXT: }
 
 // GENERIC:      "task.grid"() <{sym_name = "linear", shape = array<i64: 16>, reads = [#task.footprint<@h[(d0) -> (0, d0 * 384)] [8, 384]>, #task.footprint<@w[(d0) -> (d0 * 384, 0)] [384, 1024]>], writes = [#task.footprint<@part[(d0) -> (d0, 0, 0)] [1, 8, 1024]>], waits = [#task.edge<@h_ready (d0) -> (d0 floordiv 4)>, #task.edge<@part_free (d0) -> (0) distance 1>], signals = [#task.edge<@part_ready (d0) -> (0)>], prefetch = [@w], cost_bytes = 792576 : i64, cost_flops = 6291456 : i64}> ({
-// GENERIC-NEXT: ^bb0(%h: tensor<8x384xbf16>, %w: tensor<384x1024xbf16>, %part: tensor<1x8x1024xf32>):
-// GENERIC-NEXT:   "task.yield"(%part) : (tensor<1x8x1024xf32>) -> ()
+// GENERIC-NEXT: ^bb0(%h: tensor<8x6144xbf16>, %w: tensor<6144x1024xbf16>, %part: tensor<16x8x1024xf32>):
+// GENERIC-NEXT:   "task.yield"(%part) : (tensor<16x8x1024xf32>) -> ()
 // GENERIC:      "task.queue"() <{sm = 3 : i64, tasks = array<i32: 3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 43, 47, 51, 55, 59, 63, 67, 71, 75, 79>}> : () -> ()
 
 // -----
@@ -136,13 +137,13 @@ task.graph @shapes iterations 1 arena 0 attributes {note = "shapes"} {
       reads(@a[(d0, d1, d2) -> (d1 * 32, d2 * 32)] [32, 32])
       writes(@b[(d0, d1, d2) -> (d0, d1 * 32, d2 * 32)] [1, 32, 32])
       signals(@done (d0, d1, d2) -> (d0 mod 2, d1 * 2 + d2)) attributes {tag = 1 : i64} {
-  ^bb0(%a: tensor<32x32xf32>, %b: tensor<1x32x32xf32>):
-    task.yield %b : tensor<1x32x32xf32>
+  ^bb0(%a: tensor<64x64xf32>, %b: tensor<4x64x64xf32>):
+    task.yield %b : tensor<4x64x64xf32>
   }
   task.grid @check [2, 4]
       reads(@b[(i, j) -> (i * 2 + 1, (j ceildiv 2) * 16, (j mod 2) * 16 + 16 - (i * 16))] [1, 32, 16])
       waits(@done (i, j) -> (i, j)) {
-  ^bb0(%b: tensor<1x32x16xf32>):
+  ^bb0(%b: tensor<4x64x64xf32>):
     task.yield
   }
   task.schedule num_sms 3 {
@@ -160,13 +161,13 @@ task.graph @shapes iterations 1 arena 0 attributes {note = "shapes"} {
 // CHECK-NEXT:         reads(@a[(d0, d1, d2) -> (d1 * 32, d2 * 32)] [32, 32])
 // CHECK-NEXT:         writes(@b[(d0, d1, d2) -> (d0, d1 * 32, d2 * 32)] [1, 32, 32])
 // CHECK-NEXT:         signals(@done (d0, d1, d2) -> (d0 mod 2, d1 * 2 + d2)) attributes {tag = 1 : i64} {
-// CHECK-NEXT:     ^bb0(%a: tensor<32x32xf32>, %b: tensor<1x32x32xf32>):
-// CHECK-NEXT:       task.yield %b : tensor<1x32x32xf32>
+// CHECK-NEXT:     ^bb0(%a: tensor<64x64xf32>, %b: tensor<4x64x64xf32>):
+// CHECK-NEXT:       task.yield %b : tensor<4x64x64xf32>
 // CHECK-NEXT:     }
 // CHECK-NEXT:     task.grid @check [2, 4]
 // CHECK-NEXT:         reads(@b[(d0, d1) -> (d0 * 2 + 1, (d1 ceildiv 2) * 16, (d1 mod 2) * 16 + 16 - d0 * 16)] [1, 32, 16])
 // CHECK-NEXT:         waits(@done (d0, d1) -> (d0, d1)) {
-// CHECK-NEXT:     ^bb0(%b: tensor<1x32x16xf32>):
+// CHECK-NEXT:     ^bb0(%b: tensor<4x64x64xf32>):
 // CHECK-NEXT:       task.yield
 // CHECK-NEXT:     }
 // CHECK-NEXT:     task.schedule num_sms 3 {
@@ -177,3 +178,24 @@ task.graph @shapes iterations 1 arena 0 attributes {note = "shapes"} {
 // CHECK-NEXT: }
 
 // GENERIC:      "task.queue"() <{sm = 2 : i64, tasks = array<i32>}> : () -> ()
+
+// -----
+
+// A buffer both read and written (an in-place update) is a body argument twice: once among
+// the reads, once among the writes.
+task.graph @in_place iterations 1 arena 0 {
+  task.buffer @a output 0 : tensor<16x32xf32>
+  task.grid @scale [2]
+      reads(@a[(d0) -> (d0 * 8, 0)] [8, 32])
+      writes(@a[(d0) -> (d0 * 8, 0)] [8, 32]) {
+  ^bb0(%old: tensor<16x32xf32>, %new: tensor<16x32xf32>):
+    task.yield %old : tensor<16x32xf32>
+  }
+}
+
+// CHECK:      task.grid @scale [2]
+// CHECK-NEXT:     reads(@a[(d0) -> (d0 * 8, 0)] [8, 32])
+// CHECK-NEXT:     writes(@a[(d0) -> (d0 * 8, 0)] [8, 32]) {
+// CHECK-NEXT: ^bb0(%old: tensor<16x32xf32>, %new: tensor<16x32xf32>):
+// CHECK-NEXT:   task.yield %old : tensor<16x32xf32>
+// CHECK-NEXT: }
