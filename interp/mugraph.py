@@ -241,17 +241,29 @@ def _run_block(
     return env
 
 
-def run_graph_def(op: GraphDefOp, args: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
-    """Run a graph-defined kernel on whole tensors, block by block and iteration by iteration."""
+def run_graph_def(
+    op: GraphDefOp, args: Sequence[np.ndarray], blocks: Sequence[BlockCoord] | None = None
+) -> tuple[np.ndarray, ...]:
+    """Run a graph-defined kernel on whole tensors, block by block and iteration by iteration.
+
+    With `blocks`, only those blocks run (one task of a task grid runs one block): elements no
+    given block writes stay NaN (integers: their minimum), and completeness is not checked.
+    """
     plan = _plan(op)
     results = _Results(op)
     outputs = op.output_ops()
     forloop = op.forloop_range()
-    for index, block in enumerate(op.blocks()):
+    if blocks is None:
+        chosen = list(enumerate(op.blocks()))
+    else:
+        order = {b: i for i, b in enumerate(op.blocks())}
+        chosen = [(order[b], b) for b in blocks]  # KeyError: a block outside the grid
+    for index, block in chosen:
         env = _run_block(plan, args, block, forloop)
         for out in outputs:
             results.write(out, env[out.tile], block, index)
-    results.check_complete()
+    if blocks is None:
+        results.check_complete()
     return tuple(results.values)
 
 

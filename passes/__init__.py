@@ -31,10 +31,34 @@ def _mugraph_stats() -> type[ModulePass]:
     return MugraphStatsPass
 
 
+def _mugraph_to_task() -> type[ModulePass]:
+    from mk.passes.mugraph_to_task import MugraphToTaskPass
+
+    return MugraphToTaskPass
+
+
 def _nn_to_mugraph() -> type[ModulePass]:
     from mk.passes.nn_to_mugraph import NnToMugraphPass
 
     return NnToMugraphPass
+
+
+def _task_schedule() -> type[ModulePass]:
+    from mk.passes.task_schedule import TaskSchedulePass
+
+    return TaskSchedulePass
+
+
+def _task_stats() -> type[ModulePass]:
+    from mk.passes.task_stats import TaskStatsPass
+
+    return TaskStatsPass
+
+
+def _task_simulate() -> type[ModulePass]:
+    from mk.passes.task_simulate import TaskSimulatePass
+
+    return TaskSimulatePass
 
 
 def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
@@ -45,4 +69,8 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "dce": _dce,
         "nn-to-mugraph": _nn_to_mugraph,
         "mugraph-stats": _mugraph_stats,
+        "mugraph-to-task": _mugraph_to_task,
+        "task-simulate": _task_simulate,
+        "task-schedule": _task_schedule,
+        "task-stats": _task_stats,
     }

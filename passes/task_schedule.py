@@ -1,0 +1,322 @@
+"""task-schedule: static per-SM queues by critical-path-first list scheduling over the event DAG.
+
+`task-schedule{num-sms=132 bandwidth-gbs=4100.0 peak-tflops=740.0}` replaces the `task.schedule`
+of every `task.graph` with one queue per SM that gets work:
+
+1. The dependence DAG has one node per task and one per event element (counter). A task points
+   to every element it signals; an element points to every task that waits on it with distance
+   0 (a loop-carried wait is met by an earlier iteration, so it orders nothing inside one).
+2. A task's time on one SM comes from its grid's `cost(bytes, flops)`: one SM gets a
+   `1/num_sms` share of the bandwidth and of the peak, and the task takes the larger of
+   `bytes / bandwidth_share` and `flops / peak_share`; a grid without a cost takes 1 µs.
+3. A task's priority is its bottom level: its time plus the longest path of times after it.
+4. List scheduling on a simulated clock: the SM that becomes free first takes, among the tasks
+   whose producers have all finished by then, the one with the highest priority (ties: lowest
+   task id) and appends it to its queue. No SM idles while a task is ready.
+
+Why no interleaving can deadlock: a task is picked only after every producer of every element it
+waits on was picked, so the picking order is one topological order of the DAG, and each queue,
+being filled in that order, is a subsequence of it. Hence every dependence and every queue edge
+points forward in that order, so in any interleaving the first unfinished task of that order has
+all its producers and all its queue predecessors finished and can run; across iterations the
+order (iteration, pick position) does the same, since loop-carried waits point to earlier
+iterations. The pass still checks the result with `check_queues_deadlock_free`.
+
+Grid-level `prefetch(...)` hints are left as they are: a task may load those weights as soon as
+its SM reaches it in the queue, before its waits fire.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+from mk.diagnostics import MkError, op_location
+from mk.dialects.task import GraphOp
+from mk.dialects.task_index import GraphIndex, check_queues_deadlock_free
+from mk.dialects.task_maps import edge_elements, format_coords, linearize
+from mk.dialects.task_schedule import QueueOp, ScheduleOp
+from mk.passes.cost_model import Target
+
+FALLBACK_TASK_US = 1.0
+
+
+@dataclass(frozen=True)
+class TaskDag:
+    """Tasks 0..T-1 and counters 0..C-1 (the flat event-element numbering of `GraphIndex`)."""
+
+    cost_us: list[float]  # per task: time on one SM
+    signals: list[list[int]]  # per task: the counters it signals
+    waits: list[list[int]]  # per task: the distinct counters it waits on with distance 0
+    waiters: list[list[int]]  # per counter: the tasks waiting on it with distance 0
+    producer_counts: list[int]  # per counter: how many tasks signal it per iteration
+
+    @property
+    def num_tasks(self) -> int:
+        return len(self.cost_us)
+
+
+@dataclass(frozen=True)
+class ListSchedule:
+    queues: list[list[int]]  # per SM, in run order (possibly empty)
+    makespan_us: float
+
+
+def target_for(num_sms: int, bandwidth_gbs: float, peak_tflops: float) -> Target:
+    return Target(num_sms=num_sms, bandwidth=bandwidth_gbs * 1e9, peak_flops=peak_tflops * 1e12)
+
+
+def task_costs_us(index: GraphIndex, target: Target) -> list[float]:
+    """Each task's time on one SM, in microseconds (tasks of a grid cost the same)."""
+    costs: list[float] = []
+    for grid in index.grids:
+        cost = grid.cost
+        if cost:
+            seconds = max(
+                cost.get("bytes", 0) * target.num_sms / target.bandwidth,
+                cost.get("flops", 0) * target.num_sms / target.peak_flops,
+            )
+            costs.extend([seconds * 1e6] * grid.num_tasks)
+        else:
+            costs.extend([FALLBACK_TASK_US] * grid.num_tasks)
+    return costs
+
+
+def _edge_pairs(index: GraphIndex, waits: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(task, counter) pairs of every signal, or of every distance-0 wait, without repeats."""
+    tasks: list[np.ndarray] = []
+    counters: list[np.ndarray] = []
+    table = index.consumers if waits else index.producers
+    for name, edges in table.items():
+        shape = index.events[name].shape_tuple
+        for grid, edge in edges:
+            if waits and edge.distance_value != 0:
+                continue
+            elements = edge_elements(grid, edge)
+            if elements is None:
+                raise ValueError(f"@{grid.sym_name.data} has a malformed edge to @{name}")
+            tasks.append(index.base_of(grid) + np.arange(grid.num_tasks, dtype=np.int64))
+            counters.append(index.counter_bases[name] + linearize(elements, shape))
+    if not tasks:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    pairs = np.unique(np.stack([np.concatenate(tasks), np.concatenate(counters)], axis=1), axis=0)
+    return pairs[:, 0], pairs[:, 1]
+
+
+def _group(keys: np.ndarray, values: np.ndarray, size: int) -> list[list[int]]:
+    """values grouped by key (0..size-1), each group in ascending value order."""
+    order = np.lexsort((values, keys))
+    bounds = np.searchsorted(keys[order], np.arange(size + 1))
+    flat = values[order].tolist()
+    return [flat[bounds[i] : bounds[i + 1]] for i in range(size)]
+
+
+def build_dag(index: GraphIndex, target: Target, pass_name: str = "task-schedule") -> TaskDag:
+    """The dependence DAG of one iteration; raises MkError for a wait that nothing signals."""
+    sig_tasks, sig_counters = _edge_pairs(index, waits=False)
+    wait_tasks, wait_counters = _edge_pairs(index, waits=True)
+    tasks, counters = index.total_tasks, index.total_counters
+    producer_counts = np.bincount(sig_counters, minlength=counters)
+    orphan = np.flatnonzero(producer_counts[wait_counters] == 0)
+    if orphan.size:
+        task, counter = int(wait_tasks[orphan[0]]), int(wait_counters[orphan[0]])
+        name, element = index.locate_counter(counter)
+        raise MkError(
+            f"{pass_name}: {index.describe(task)} waits on @{name}{format_coords(element)}, "
+            f"which no task signals",
+            op_location(index.graph),
+        )
+    return TaskDag(
+        cost_us=task_costs_us(index, target),
+        signals=_group(sig_tasks, sig_counters, tasks),
+        waits=_group(wait_tasks, wait_counters, tasks),
+        waiters=_group(wait_counters, wait_tasks, counters),
+        producer_counts=producer_counts.tolist(),
+    )
+
+
+def topological_order(dag: TaskDag) -> list[int] | None:
+    """The tasks in an order that respects every dependence, or None if they form a cycle."""
+    missing = [len(w) for w in dag.waits]
+    pending = list(dag.producer_counts)
+    order = [t for t in range(dag.num_tasks) if missing[t] == 0]
+    for task in order:  # grows while it is walked
+        for counter in dag.signals[task]:
+            pending[counter] -= 1
+            if pending[counter] == 0:
+                for waiter in dag.waiters[counter]:
+                    missing[waiter] -= 1
+                    if missing[waiter] == 0:
+                        order.append(waiter)
+    return order if len(order) == dag.num_tasks else None
+
+
+def bottom_levels(dag: TaskDag, order: Sequence[int]) -> list[float]:
+    """Per task: its time plus the longest chain of task times that must follow it."""
+    level = [0.0] * dag.num_tasks
+    counter_level = [0.0] * len(dag.producer_counts)
+    for task in reversed(order):
+        after = max((counter_level[c] for c in dag.signals[task]), default=0.0)
+        level[task] = dag.cost_us[task] + after
+        for counter in dag.waits[task]:
+            counter_level[counter] = max(counter_level[counter], level[task])
+    return level
+
+
+def _cycle_error(index: GraphIndex, dag: TaskDag) -> MkError:
+    order = set(topological_order(dag) or [])
+    stuck = next(t for t in range(dag.num_tasks) if t not in order)
+    return MkError(
+        f"task-schedule: the dependences of @{index.graph.sym_name.data} form a cycle "
+        f"through {index.describe(stuck)}",
+        op_location(index.graph),
+    )
+
+
+@dataclass
+class _Clock:
+    """The list scheduler's state: SMs by the time they become free, and tasks by readiness."""
+
+    dag: TaskDag
+    missing: list[int]
+    pending: list[int]
+    counter_done: list[float]
+    ready_at: list[float]
+    available: list[tuple[float, int]]  # (time its last producer finishes, task)
+
+    @classmethod
+    def start(cls, dag: TaskDag) -> _Clock:
+        missing = [len(w) for w in dag.waits]
+        available = [(0.0, t) for t in range(dag.num_tasks) if missing[t] == 0]
+        counters = len(dag.producer_counts)
+        pending = list(dag.producer_counts)
+        return cls(dag, missing, pending, [0.0] * counters, [0.0] * dag.num_tasks, available)
+
+    def finish(self, task: int, end: float) -> None:
+        """Records that `task` ends at `end`; waiters whose last producer this was get a time."""
+        for counter in self.dag.signals[task]:
+            self.counter_done[counter] = max(self.counter_done[counter], end)
+            self.pending[counter] -= 1
+            if self.pending[counter]:
+                continue
+            done = self.counter_done[counter]
+            for waiter in self.dag.waiters[counter]:
+                self.ready_at[waiter] = max(self.ready_at[waiter], done)
+                self.missing[waiter] -= 1
+                if self.missing[waiter] == 0:
+                    heapq.heappush(self.available, (self.ready_at[waiter], waiter))
+
+
+def list_schedule(dag: TaskDag, priority: Sequence[float], num_sms: int) -> ListSchedule | None:
+    """Critical-path-first list schedule on `num_sms` SMs, or None if the tasks form a cycle."""
+    clock = _Clock.start(dag)
+    heapq.heapify(clock.available)
+    ready: list[tuple[float, int]] = []  # (-priority, task): highest priority, then lowest id
+    sms = [(0.0, sm) for sm in range(num_sms)]  # (time it becomes free, SM): a valid heap
+    queues: list[list[int]] = [[] for _ in range(num_sms)]
+    makespan = 0.0
+    for _ in range(dag.num_tasks):
+        while True:
+            free = sms[0][0]
+            while clock.available and clock.available[0][0] <= free:
+                task = heapq.heappop(clock.available)[1]
+                heapq.heappush(ready, (-priority[task], task))
+            if ready:
+                break
+            if not clock.available:
+                return None
+            # Nothing can start before the next task's producers finish: SMs idle until then.
+            wake = clock.available[0][0]
+            while sms[0][0] < wake:
+                heapq.heapreplace(sms, (wake, sms[0][1]))
+        free, sm = sms[0]
+        task = heapq.heappop(ready)[1]
+        end = free + dag.cost_us[task]
+        heapq.heapreplace(sms, (end, sm))
+        queues[sm].append(task)
+        makespan = max(makespan, end)
+        clock.finish(task, end)
+    return ListSchedule(queues, makespan)
+
+
+def queue_makespan(dag: TaskDag, queues: Sequence[Sequence[int]]) -> float | None:
+    """When the last task ends if each SM runs its queue in order and every task starts as
+    soon as its SM and its producers are done, or None if the queues deadlock."""
+    clock = _Clock.start(dag)
+    position = [0] * len(queues)
+    sm_time = [0.0] * len(queues)
+    blocked: dict[int, list[int]] = {}  # counter -> SMs whose next task waits on it
+    work = list(range(len(queues)))
+    done = 0
+    while work:
+        sm = work.pop()
+        queue = queues[sm]
+        while position[sm] < len(queue):
+            task = queue[position[sm]]
+            unmet = next((c for c in dag.waits[task] if clock.pending[c]), None)
+            if unmet is not None:
+                blocked.setdefault(unmet, []).append(sm)
+                break
+            start = max(sm_time[sm], clock.ready_at[task])
+            sm_time[sm] = start + dag.cost_us[task]
+            position[sm] += 1
+            done += 1
+            clock.finish(task, sm_time[sm])
+            for counter in dag.signals[task]:
+                if not clock.pending[counter]:
+                    work.extend(blocked.pop(counter, []))
+    if done < dag.num_tasks:
+        return None
+    return max(sm_time, default=0.0)
+
+
+def schedule_graph(graph: GraphOp, num_sms: int, target: Target) -> ListSchedule:
+    """Replaces the graph's task.schedule with a list schedule on `num_sms` SMs."""
+    for op in list(graph.body.block.ops):
+        if isinstance(op, ScheduleOp):
+            graph.body.block.erase_op(op)
+    index = graph.index()
+    dag = build_dag(index, target)
+    order = topological_order(dag)
+    if order is None:
+        raise _cycle_error(index, dag)
+    result = list_schedule(dag, bottom_levels(dag, order), num_sms)
+    assert result is not None  # the DAG is acyclic
+    schedule = ScheduleOp(num_sms)
+    for sm, tasks in enumerate(result.queues):
+        if tasks:
+            schedule.body.block.add_op(QueueOp(sm, tasks))
+    graph.body.block.add_op(schedule)
+    if (problem := check_queues_deadlock_free(graph)) is not None:
+        raise MkError(f"task-schedule: internal error: {problem}", op_location(graph))
+    return result
+
+
+def task_graphs(module: ModuleOp) -> list[GraphOp]:
+    return [op for op in module.walk() if isinstance(op, GraphOp)]
+
+
+@dataclass(frozen=True)
+class TaskSchedulePass(ModulePass):
+    """`task-schedule{num-sms=132 bandwidth-gbs=4100.0 peak-tflops=740.0}`."""
+
+    name = "task-schedule"
+
+    num_sms: int = 132
+    bandwidth_gbs: float = 4100.0
+    peak_tflops: float = 740.0
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.num_sms < 1:
+            raise MkError(f"task-schedule: num-sms must be >= 1, got {self.num_sms}")
+        if self.bandwidth_gbs <= 0 or self.peak_tflops <= 0:
+            raise MkError("task-schedule: bandwidth-gbs and peak-tflops must be > 0")
+        target = target_for(self.num_sms, self.bandwidth_gbs, self.peak_tflops)
+        for graph in task_graphs(op):
+            schedule_graph(graph, self.num_sms, target)

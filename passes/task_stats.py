@@ -1,0 +1,138 @@
+"""task-stats: annotate every task.graph with its size, its waits and its estimated time.
+
+`task-stats{num-sms=132 bandwidth-gbs=4100.0 peak-tflops=740.0}` sets the discardable attribute
+
+    task.stats = {tasks, grids, events, event_elements, waits, max_waits_per_task,
+                  mean_waits_per_task, critical_path_us, est_us, coarse_events}
+
+on each `task.graph` and changes nothing else. `waits` counts every (task, wait) pair, the
+loop-carried ones included, since each is a wait the megakernel executes. Times are for one
+iteration, from the cost model of `task-schedule` (a task's share of one SM's bandwidth and
+peak): `critical_path_us` is the longest chain of task times along distance-0 dependences, and
+`est_us` is the makespan of the graph's own `task.schedule` when it has one (each SM runs its
+queue in order, each task as soon as its SM and its producers are done; that schedule's
+`num_sms` sets the SM share), else that of the list schedule `task-schedule` would build on
+`num-sms` SMs. `coarse_events` counts events carrying the `mk.coarse` attribute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, ModuleOp, f64, i64
+from xdsl.ir import Attribute
+from xdsl.passes import ModulePass
+
+from mk.diagnostics import MkError, op_location
+from mk.dialects.task import GraphOp
+from mk.dialects.task_index import GraphIndex, check_queues_deadlock_free
+from mk.dialects.task_maps import int_value
+from mk.passes.task_schedule import (
+    TaskDag,
+    bottom_levels,
+    build_dag,
+    list_schedule,
+    queue_makespan,
+    target_for,
+    task_graphs,
+    topological_order,
+)
+
+STATS_ATTR = "task.stats"
+COARSE_ATTR = "mk.coarse"
+
+
+def _short(value: float) -> float:
+    """Rounded to a nanosecond (or a thousandth) and 6 significant digits: xDSL prints such a
+    float as `1.234560e+03`, and any other one with 17 digits."""
+    return float(f"{round(value, 3):.6g}")
+
+
+@dataclass(frozen=True)
+class GraphStats:
+    tasks: int
+    grids: int
+    events: int
+    event_elements: int
+    waits: int
+    max_waits_per_task: int
+    critical_path_us: float
+    est_us: float
+    coarse_events: int
+
+    @property
+    def mean_waits_per_task(self) -> float:
+        return self.waits / self.tasks if self.tasks else 0.0
+
+    def attr(self) -> DictionaryAttr:
+        ints = ("tasks", "grids", "events", "event_elements", "waits", "max_waits_per_task")
+        values: dict[str, Attribute] = {k: IntegerAttr(getattr(self, k), i64) for k in ints}
+        values["mean_waits_per_task"] = FloatAttr(_short(self.mean_waits_per_task), f64)
+        values["critical_path_us"] = FloatAttr(_short(self.critical_path_us), f64)
+        values["est_us"] = FloatAttr(_short(self.est_us), f64)
+        values["coarse_events"] = IntegerAttr(self.coarse_events, i64)
+        return DictionaryAttr(values)
+
+
+def _estimate(
+    graph: GraphOp, index: GraphIndex, dag: TaskDag, order: list[int], num_sms: int
+) -> float:
+    """The makespan of the graph's schedule, or of the list schedule when it has none."""
+    if index.schedule is None:
+        result = list_schedule(dag, bottom_levels(dag, order), num_sms)
+        assert result is not None  # the DAG is acyclic
+        return result.makespan_us
+    if (problem := check_queues_deadlock_free(graph)) is not None:
+        raise MkError(f"task-stats: {problem}", op_location(index.schedule))
+    makespan = queue_makespan(dag, [q.task_ids for q in index.schedule.queues])
+    assert makespan is not None  # checked deadlock-free above
+    return makespan
+
+
+def graph_stats(
+    graph: GraphOp, num_sms: int, bandwidth_gbs: float, peak_tflops: float
+) -> GraphStats:
+    index = graph.index()
+    if index.schedule is not None:
+        num_sms = int_value(index.schedule.num_sms)
+    dag = build_dag(index, target_for(num_sms, bandwidth_gbs, peak_tflops), "task-stats")
+    order = topological_order(dag)
+    if order is None:
+        raise MkError(
+            f"task-stats: the dependences of @{graph.sym_name.data} form a cycle",
+            op_location(graph),
+        )
+    est_us = _estimate(graph, index, dag, order, num_sms)
+    per_grid = [len(grid.waits) for grid in index.grids]
+    return GraphStats(
+        tasks=index.total_tasks,
+        grids=len(index.grids),
+        events=len(index.events),
+        event_elements=index.total_counters,
+        waits=sum(n * grid.num_tasks for n, grid in zip(per_grid, index.grids, strict=True)),
+        max_waits_per_task=max(per_grid, default=0),
+        critical_path_us=max(bottom_levels(dag, order), default=0.0),
+        est_us=est_us,
+        coarse_events=sum(COARSE_ATTR in e.attributes for e in index.events.values()),
+    )
+
+
+@dataclass(frozen=True)
+class TaskStatsPass(ModulePass):
+    """`task-stats{num-sms=132 bandwidth-gbs=4100.0 peak-tflops=740.0}`."""
+
+    name = "task-stats"
+
+    num_sms: int = 132
+    bandwidth_gbs: float = 4100.0
+    peak_tflops: float = 740.0
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.num_sms < 1:
+            raise MkError(f"task-stats: num-sms must be >= 1, got {self.num_sms}")
+        if self.bandwidth_gbs <= 0 or self.peak_tflops <= 0:
+            raise MkError("task-stats: bandwidth-gbs and peak-tflops must be > 0")
+        for graph in task_graphs(op):
+            stats = graph_stats(graph, self.num_sms, self.bandwidth_gbs, self.peak_tflops)
+            graph.attributes[STATS_ATTR] = stats.attr()

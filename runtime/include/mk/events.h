@@ -1,0 +1,86 @@
+// The event protocol both executors run: monotonic thresholds, release on signal, acquire on wait.
+//
+// Counters start at 0 once per launch and only ever grow. A producer signals an element once per
+// iteration per producer task (`count` signals per element per iteration in all), so after every
+// producer finished iteration t the counter is at least count * (t + 1). A wait of distance k in
+// iteration t therefore needs count * (t + 1 - k); a threshold <= 0 (the first k iterations of a
+// loop-carried wait) is satisfied at once.
+//
+// Ordering: the signal is a release read-modify-write and the wait an acquire load, so whatever
+// a producer wrote before signalling is visible to a consumer once it sees the threshold; since
+// every increment continues the release sequence, one acquire that sees count * n synchronises
+// with all n * count signals before it.
+//
+// Exactness caveat the scheduler must uphold: with count > 1 a fast producer that is already an
+// iteration ahead adds to the same counter, so a consumer may pass before a slow producer of
+// iteration t signalled. The lowering prevents that with loop-carried "free" waits (a producer
+// in iteration t + 1 waits, distance 1, for the consumers of iteration t), as task.graph does.
+#pragma once
+
+#include <stdint.h>
+
+#include "mk/tables.h"
+
+namespace mk {
+
+// The value counters[w.counter] must reach before a task with wait `w` runs in iteration t.
+MK_HOST_DEVICE inline int64_t wait_threshold(int32_t count, int32_t distance, int32_t iteration) {
+  return static_cast<int64_t>(count) * (static_cast<int64_t>(iteration) + 1 - distance);
+}
+
+}  // namespace mk
+
+#if !defined(__CUDACC__)
+#include <atomic>
+
+namespace mk {
+
+using Counter = std::atomic<uint32_t>;
+
+// MK_EVENTS_BROKEN_RELAXED is for runtime/tests/tsan_stress.cpp only: it drops the ordering so
+// that ThreadSanitizer can show the data races acquire/release prevent. Never define it elsewhere.
+#if defined(MK_EVENTS_BROKEN_RELAXED)
+constexpr std::memory_order kWaitOrder = std::memory_order_relaxed;
+constexpr std::memory_order kSignalOrder = std::memory_order_relaxed;
+#else
+constexpr std::memory_order kWaitOrder = std::memory_order_acquire;
+constexpr std::memory_order kSignalOrder = std::memory_order_release;
+#endif
+
+// Non-blocking wait: the counter value if it reached `threshold` is reported through `seen`.
+// Callers poll it with their own backoff and watchdog, so that one thread can play several SMs.
+inline bool event_ready(const Counter& counter, int64_t threshold, uint32_t* seen) {
+  if (threshold <= 0) return true;
+  uint32_t value = counter.load(kWaitOrder);
+  *seen = value;
+  return static_cast<int64_t>(value) >= threshold;
+}
+
+inline void event_signal(Counter& counter) { counter.fetch_add(1, kSignalOrder); }
+
+}  // namespace mk
+
+#else  // __CUDACC__
+
+namespace mk {
+
+// TODO(cuda backend): implement with `ld.acquire.gpu.u32` / `atom.add.release.gpu.u32` (or
+// cuda::atomic_ref<uint32_t, cuda::thread_scope_device>), one thread per CTA polling and a
+// __syncthreads() after it, plus the watchdog writing RunStatus to host-mapped memory. The
+// stubs trap so that no kernel silently runs without synchronisation.
+__device__ inline bool event_ready(const uint32_t* counter, int64_t threshold, uint32_t* seen) {
+  (void)counter;
+  (void)threshold;
+  (void)seen;
+  __trap();
+  return false;
+}
+
+__device__ inline void event_signal(uint32_t* counter) {
+  (void)counter;
+  __trap();
+}
+
+}  // namespace mk
+
+#endif  // __CUDACC__

@@ -1,0 +1,499 @@
+// The CPU executor: table validation, the task-kind registry, and the SM-playing worker threads.
+#include "cpu_executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "mk/version.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define MK_CPU_RELAX() _mm_pause()
+#else
+#define MK_CPU_RELAX() ((void)0)
+#endif
+
+namespace mk {
+namespace {
+
+// ------------------------------------------------------------------ errors and formatting
+
+template <class... Parts>
+std::string cat(const Parts&... parts) {
+  std::ostringstream out;
+  (out << ... << parts);
+  return out.str();
+}
+
+[[noreturn]] void table_error(const std::string& table, int64_t index, const std::string& what) {
+  throw TableError(cat(table, "[", index, "]: ", what));
+}
+
+std::string coord_text(const TaskDesc& t) {
+  return cat("[", t.coord[0], ", ", t.coord[1], ", ", t.coord[2], "]");
+}
+
+// ------------------------------------------------------------------ built-in kinds
+
+void run_nop(const TaskDesc&, ExecContext&) {}
+
+void run_trace(const TaskDesc&, ExecContext& ctx) {
+  int64_t* slot = ctx.trace + (static_cast<int64_t>(ctx.iteration) * ctx.num_tasks + ctx.task) * 2;
+  slot[0] = ctx.tick();
+  slot[1] = ctx.tick();
+}
+
+void run_add(const TaskDesc& t, ExecContext& ctx) {
+  float* dst = ctx.buffer<float>(t.args[ADD_DST]);
+  const float* a = ctx.buffer<float>(t.args[ADD_A]);
+  const float* b = ctx.buffer<float>(t.args[ADD_B]);
+  for (int32_t i = t.args[ADD_BEGIN]; i < t.args[ADD_END]; ++i) dst[i] = a[i] + b[i];
+}
+
+std::string check_add(const TaskDesc& t, const std::vector<BufferDesc>& buffers) {
+  const int32_t begin = t.args[ADD_BEGIN], end = t.args[ADD_END];
+  if (begin < 0 || end < begin) return cat("add range [", begin, ", ", end, ") is invalid");
+  for (int arg : {ADD_DST, ADD_A, ADD_B}) {
+    const int32_t b = t.args[arg];
+    if (b < 0 || b >= static_cast<int32_t>(buffers.size()))
+      return cat("add arg ", arg, " names buffer ", b, " of ", buffers.size());
+    if (buffers[b].dtype != DTYPE_F32) return cat("add buffer ", b, " is not float32");
+    if (static_cast<uint64_t>(end) * 4 > buffers[b].bytes)
+      return cat("add range end ", end, " exceeds buffer ", b, " (", buffers[b].bytes, " bytes)");
+  }
+  return {};
+}
+
+struct KindInfo {
+  std::string name;
+  KindFn run;
+  KindCheck check;
+};
+
+struct Registry {
+  std::mutex mutex;
+  std::map<int32_t, KindInfo> kinds;
+};
+
+Registry& registry() {
+  static Registry* r = [] {
+    auto* reg = new Registry;  // never destroyed: kinds may be looked up during static teardown
+    reg->kinds[KIND_NOP] = {"nop", run_nop, {}};
+    reg->kinds[KIND_TRACE] = {"trace", run_trace, {}};
+    reg->kinds[KIND_ADD] = {"add", run_add, check_add};
+    return reg;
+  }();
+  return *r;
+}
+
+// ------------------------------------------------------------------ validation
+
+void validate_tasks(const Tables& t) {
+  const int64_t nw = static_cast<int64_t>(t.waits.size());
+  const int64_t ns = static_cast<int64_t>(t.signals.size());
+  for (size_t i = 0; i < t.tasks.size(); ++i) {
+    const TaskDesc& d = t.tasks[i];
+    if (d.wait_begin < 0 || d.wait_end < d.wait_begin || d.wait_end > nw)
+      table_error("tasks", i, cat("wait rows [", d.wait_begin, ", ", d.wait_end, ") outside 0..", nw));
+    if (d.signal_begin < 0 || d.signal_end < d.signal_begin || d.signal_end > ns)
+      table_error("tasks", i,
+                  cat("signal rows [", d.signal_begin, ", ", d.signal_end, ") outside 0..", ns));
+  }
+  for (size_t i = 0; i < t.waits.size(); ++i) {
+    const WaitDesc& w = t.waits[i];
+    if (w.counter < 0 || w.counter >= t.num_counters)
+      table_error("waits", i, cat("counter ", w.counter, " outside 0..", t.num_counters));
+    if (w.count < 1) table_error("waits", i, cat("count ", w.count, " is not positive"));
+    if (w.distance < 0) table_error("waits", i, cat("distance ", w.distance, " is negative"));
+  }
+  for (size_t i = 0; i < t.signals.size(); ++i) {
+    const int32_t c = t.signals[i].counter;
+    if (c < 0 || c >= t.num_counters)
+      table_error("signals", i, cat("counter ", c, " outside 0..", t.num_counters));
+  }
+}
+
+void validate_queues(const Tables& t) {
+  const auto& off = t.queue_offsets;
+  if (off.size() < 2) table_error("queue_offsets", 0, "needs num_sms + 1 >= 2 entries");
+  if (off[0] != 0) table_error("queue_offsets", 0, cat("is ", off[0], ", not 0"));
+  for (size_t s = 1; s < off.size(); ++s)
+    if (off[s] < off[s - 1]) table_error("queue_offsets", s, "decreases");
+  if (off.back() != static_cast<int64_t>(t.queue_tasks.size()))
+    table_error("queue_offsets", off.size() - 1,
+                cat("is ", off.back(), ", not the ", t.queue_tasks.size(), " queued tasks"));
+  std::vector<int32_t> seen(t.tasks.size(), -1);
+  for (size_t i = 0; i < t.queue_tasks.size(); ++i) {
+    const int32_t task = t.queue_tasks[i];
+    if (task < 0 || task >= static_cast<int32_t>(t.tasks.size()))
+      table_error("queue_tasks", i, cat("task ", task, " outside 0..", t.tasks.size()));
+    if (seen[task] >= 0)
+      table_error("queue_tasks", i, cat("task ", task, " is queued twice (also at ", seen[task], ")"));
+    seen[task] = static_cast<int32_t>(i);
+  }
+  for (size_t task = 0; task < seen.size(); ++task)
+    if (seen[task] < 0) table_error("tasks", task, "is in no queue");
+}
+
+void validate_buffers(const Tables& t) {
+  for (size_t i = 0; i < t.buffers.size(); ++i) {
+    const BufferDesc& b = t.buffers[i];
+    if (b.dtype < 0 || b.dtype >= DTYPE_COUNT) table_error("buffers", i, cat("dtype ", b.dtype, " unknown"));
+    if (b.kind < 0 || b.kind >= BUF_KIND_COUNT) table_error("buffers", i, cat("kind ", b.kind, " unknown"));
+    if (b.rank < 0 || b.rank > MAX_RANK) table_error("buffers", i, cat("rank ", b.rank, " outside 0..4"));
+    uint64_t elements = 1;
+    for (int d = 0; d < b.rank; ++d) {
+      if (b.shape[d] < 0) table_error("buffers", i, cat("shape[", d, "] is negative"));
+      elements *= static_cast<uint64_t>(b.shape[d]);
+    }
+    if (elements * dtype_size(b.dtype) > b.bytes)
+      table_error("buffers", i, cat(b.bytes, " bytes cannot hold the shape"));
+    const bool arena = b.kind == BUF_ACTIVATION || b.kind == BUF_WORKSPACE;
+    if (arena && (b.offset_or_ptr > t.arena_bytes || b.bytes > t.arena_bytes - b.offset_or_ptr))
+      table_error("buffers", i, cat("arena range ", b.offset_or_ptr, " + ", b.bytes,
+                                    " exceeds the arena of ", t.arena_bytes, " bytes"));
+  }
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ registry, header, validation
+
+void register_kind(int32_t kind, const std::string& name, KindFn run, KindCheck check) {
+  if (kind < 0) throw std::invalid_argument(cat("task kind ", kind, " is negative"));
+  if (!run) throw std::invalid_argument(cat("task kind ", kind, " has no function"));
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mutex);
+  auto found = reg.kinds.find(kind);
+  if (found != reg.kinds.end())
+    throw std::invalid_argument(cat("task kind ", kind, " is already '", found->second.name, "'"));
+  reg.kinds[kind] = {name, std::move(run), std::move(check)};
+}
+
+std::vector<std::pair<int32_t, std::string>> registered_kinds() {
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mutex);
+  std::vector<std::pair<int32_t, std::string>> out;
+  for (const auto& [id, info] : reg.kinds) out.emplace_back(id, info.name);
+  return out;
+}
+
+GraphHeader make_header(const Tables& t) {
+  GraphHeader h{};
+  h.abi = MK_RUNTIME_ABI;
+  h.num_tasks = static_cast<int32_t>(t.tasks.size());
+  h.num_waits = static_cast<int32_t>(t.waits.size());
+  h.num_signals = static_cast<int32_t>(t.signals.size());
+  h.num_sms = static_cast<int32_t>(t.queue_offsets.size()) - 1;
+  h.num_counters = t.num_counters;
+  h.num_buffers = static_cast<int32_t>(t.buffers.size());
+  h.iterations = t.iterations;
+  h.arena_bytes = t.arena_bytes;
+  return h;
+}
+
+void validate_tables(const Tables& t) {
+  constexpr size_t kMaxRows = static_cast<size_t>(INT32_MAX);
+  if (t.tasks.size() >= kMaxRows || t.waits.size() >= kMaxRows || t.signals.size() >= kMaxRows)
+    table_error("tasks", 0, "tables exceed int32 indexing");
+  if (t.num_counters < 0) table_error("num_counters", 0, "is negative");
+  if (t.iterations < 1) table_error("iterations", 0, cat(t.iterations, " is not positive"));
+  validate_tasks(t);
+  validate_queues(t);
+  validate_buffers(t);
+}
+
+// ------------------------------------------------------------------ executor
+
+CpuExecutor::CpuExecutor(Tables tables) : tables_(std::move(tables)) {
+  validate_tables(tables_);
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mutex);
+  for (size_t i = 0; i < tables_.tasks.size(); ++i) {
+    const TaskDesc& d = tables_.tasks[i];
+    auto found = reg.kinds.find(d.kind);
+    if (found == reg.kinds.end()) table_error("tasks", i, cat("kind ", d.kind, " is not registered"));
+    if (found->second.check) {
+      std::string problem = found->second.check(d, tables_.buffers);
+      if (!problem.empty()) table_error("tasks", i, problem);
+    }
+    if (static_cast<size_t>(d.kind) >= kinds_.size()) kinds_.resize(d.kind + 1);
+    kinds_[d.kind] = found->second.run;
+    traced_ = traced_ || d.kind == KIND_TRACE;
+  }
+}
+
+std::vector<void*> CpuExecutor::bind(const std::vector<BufferBinding>& bindings, void* arena,
+                                     uint64_t arena_bytes) const {
+  const auto& descs = tables_.buffers;
+  if (!bindings.empty() && bindings.size() != descs.size())
+    throw TableError(cat("buffers: got ", bindings.size(), " for ", descs.size(), " buffer rows"));
+  std::vector<void*> out(descs.size(), nullptr);
+  for (size_t i = 0; i < descs.size(); ++i) {
+    const BufferDesc& d = descs[i];
+    if (!bindings.empty() && bindings[i].data != nullptr) {
+      if (bindings[i].bytes < d.bytes)
+        table_error("buffers", i, cat("bound ", bindings[i].bytes, " bytes, needs ", d.bytes));
+      out[i] = bindings[i].data;
+      continue;
+    }
+    if (arena == nullptr) table_error("buffers", i, "is not bound and there is no arena");
+    if (d.offset_or_ptr > arena_bytes || d.bytes > arena_bytes - d.offset_or_ptr)
+      table_error("buffers", i, cat("arena range ", d.offset_or_ptr, " + ", d.bytes,
+                                    " exceeds the given arena of ", arena_bytes, " bytes"));
+    out[i] = static_cast<char*>(arena) + d.offset_or_ptr;
+  }
+  return out;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The progress of one SM through its queue, written only by the worker thread that plays it
+// (read by the others only after join). Aligned so neighbours do not share a cache line.
+struct alignas(64) SmState {
+  int32_t sm = 0;
+  int32_t begin = 0, end = 0;  // its slice of queue_tasks
+  int32_t pos = 0;             // next queue slot
+  int32_t iteration = 0;
+  int32_t wait_row = -1;       // first wait of the next task not yet seen satisfied
+  bool done = false;
+  Clock::time_point blocked_since{};
+  bool blocked = false;
+  int32_t blocked_counter = -1;
+  uint32_t blocked_value = 0;
+  int64_t blocked_threshold = 0;
+};
+
+// Everything one launch shares between its worker threads.
+class Launch {
+ public:
+  Launch(const Tables& t, const std::vector<KindFn>& kinds, const std::vector<void*>& buffers,
+         const RunOptions& opt, int32_t iterations, bool traced)
+      : t_(t), kinds_(kinds), buffers_(buffers), opt_(opt), iterations_(iterations),
+        counters_(new Counter[t.num_counters > 0 ? t.num_counters : 1]),
+        sms_(t.queue_offsets.size() - 1) {
+    for (int32_t c = 0; c < t.num_counters; ++c) counters_[c].store(0, std::memory_order_relaxed);
+    for (size_t sm = 0; sm < sms_.size(); ++sm) {
+      SmState& s = sms_[sm];
+      s.sm = static_cast<int32_t>(sm);
+      s.begin = s.pos = t.queue_offsets[sm];
+      s.end = t.queue_offsets[sm + 1];
+      s.done = s.begin == s.end;
+    }
+    if (traced) trace_.assign(static_cast<size_t>(iterations) * t.tasks.size() * 2, -1);
+  }
+
+  void worker(int32_t thread, int32_t num_threads);
+  void finish();  // after join: throws the first error, if any
+  void abort() { stop_.store(true, std::memory_order_release); }
+  std::vector<int64_t> take_trace() { return std::move(trace_); }
+
+ private:
+  bool step(SmState& s, ExecContext& ctx, std::mt19937_64& rng);
+  void check_watchdog(const std::vector<SmState*>& mine, Clock::time_point now);
+  const SmState* oldest_blocked() const;
+  void fail(const RunStatus& status, std::exception_ptr error);
+  void delay(std::mt19937_64& rng, int one_in);
+
+  const Tables& t_;
+  const std::vector<KindFn>& kinds_;
+  const std::vector<void*>& buffers_;
+  const RunOptions& opt_;
+  const int32_t iterations_;
+  std::unique_ptr<Counter[]> counters_;
+  std::vector<SmState> sms_;
+  std::vector<int64_t> trace_;
+  std::atomic<int64_t> clock_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex error_mutex_;
+  RunStatus status_{};
+  std::exception_ptr error_;
+};
+
+void Launch::delay(std::mt19937_64& rng, int one_in) {
+  if (opt_.max_delay_us <= 0 || rng() % one_in != 0) return;
+  std::this_thread::sleep_for(std::chrono::microseconds(rng() % (opt_.max_delay_us + 1)));
+}
+
+// Runs the SM's next task if all its waits are satisfied; never blocks.
+bool Launch::step(SmState& s, ExecContext& ctx, std::mt19937_64& rng) {
+  const int32_t task = t_.queue_tasks[s.pos];
+  const TaskDesc& d = t_.tasks[task];
+  if (s.wait_row < 0) s.wait_row = d.wait_begin;
+  // Satisfied waits stay satisfied (counters only grow), so a retry resumes at the blocker.
+  for (; s.wait_row < d.wait_end; ++s.wait_row) {
+    const WaitDesc& w = t_.waits[s.wait_row];
+    const int64_t threshold = wait_threshold(w.count, w.distance, s.iteration);
+    uint32_t seen = 0;
+    if (event_ready(counters_[w.counter], threshold, &seen)) continue;
+    if (!s.blocked) s.blocked_since = Clock::now();
+    s.blocked = true;
+    s.blocked_counter = w.counter;
+    s.blocked_value = seen;
+    s.blocked_threshold = threshold;
+    return false;
+  }
+  s.blocked = false;
+  delay(rng, 2);
+  ctx.task = task;
+  ctx.sm = s.sm;
+  ctx.iteration = s.iteration;
+  try {
+    kinds_[d.kind](d, ctx);
+  } catch (...) {
+    RunStatus st{RUN_KERNEL_FAILED, s.sm, task, -1, s.iteration, 0, 0, 0};
+    fail(st, std::current_exception());
+    return false;
+  }
+  delay(rng, 4);
+  for (int32_t r = d.signal_begin; r < d.signal_end; ++r) event_signal(counters_[t_.signals[r].counter]);
+  s.wait_row = -1;
+  if (++s.pos == s.end) {
+    s.pos = s.begin;
+    s.done = ++s.iteration == iterations_;
+  }
+  return true;
+}
+
+void Launch::fail(const RunStatus& status, std::exception_ptr error) {
+  std::lock_guard<std::mutex> lock(error_mutex_);
+  if (status_.error == RUN_OK) {
+    status_ = status;
+    error_ = std::move(error);
+  }
+  stop_.store(true, std::memory_order_release);
+}
+
+void Launch::check_watchdog(const std::vector<SmState*>& mine, Clock::time_point now) {
+  if (opt_.timeout_ms <= 0) return;
+  const auto limit = std::chrono::milliseconds(opt_.timeout_ms);
+  for (const SmState* s : mine) {
+    if (s->done || !s->blocked || now - s->blocked_since <= limit) continue;
+    // Which SM is reported is settled after join (the oldest wait), so only the kind matters.
+    fail(RunStatus{RUN_TIMEOUT, s->sm, t_.queue_tasks[s->pos], s->blocked_counter, s->iteration, 0, 0, 0},
+         nullptr);
+    return;
+  }
+}
+
+// The SM that has waited longest: on a stuck launch, the nearest to the root cause (SMs that
+// wait on its queue block later). Only called after the workers joined.
+const SmState* Launch::oldest_blocked() const {
+  const SmState* oldest = nullptr;
+  for (const SmState& s : sms_)
+    if (!s.done && s.blocked && (oldest == nullptr || s.blocked_since < oldest->blocked_since)) oldest = &s;
+  return oldest;
+}
+
+void Launch::worker(int32_t thread, int32_t num_threads) {
+  std::vector<SmState*> mine;
+  for (size_t sm = thread; sm < sms_.size(); sm += num_threads) mine.push_back(&sms_[sm]);
+  ExecContext ctx;
+  ctx.thread = thread;
+  ctx.num_tasks = static_cast<int32_t>(t_.tasks.size());
+  ctx.num_buffers = static_cast<int32_t>(t_.buffers.size());
+  ctx.buffers = buffers_.data();
+  ctx.buffer_descs = t_.buffers.data();
+  ctx.trace = trace_.empty() ? nullptr : trace_.data();
+  ctx.clock = &clock_;
+  std::mt19937_64 rng(opt_.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(thread) + 1);
+  uint32_t idle_rounds = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    bool progressed = false, all_done = true;
+    // Poll every owned SM: one blocked SM never stalls another that shares this thread.
+    for (SmState* s : mine) {
+      while (!s->done && !stop_.load(std::memory_order_relaxed) && step(*s, ctx, rng)) progressed = true;
+      all_done = all_done && s->done;
+    }
+    if (all_done) return;
+    if (progressed) {
+      idle_rounds = 0;
+      continue;
+    }
+    ++idle_rounds;
+    if (idle_rounds < 64) {
+      MK_CPU_RELAX();
+    } else if (idle_rounds < 256) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    if (idle_rounds % 32 == 0 || idle_rounds >= 256) check_watchdog(mine, Clock::now());
+  }
+}
+
+void Launch::finish() {
+  if (status_.error == RUN_OK) return;
+  if (status_.error == RUN_TIMEOUT) {
+    const SmState& s = *oldest_blocked();  // at least the SM whose watchdog fired
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - s.blocked_since);
+    status_ = RunStatus{RUN_TIMEOUT,       s.sm,        t_.queue_tasks[s.pos],
+                        s.blocked_counter, s.iteration, s.blocked_value,
+                        static_cast<uint32_t>(s.blocked_threshold), static_cast<int32_t>(waited.count())};
+  }
+  const RunStatus& st = status_;
+  const TaskDesc& d = t_.tasks[st.task];
+  const std::string where = cat("task ", st.task, " (kind ", d.kind, ", grid ", d.grid, ", coord ",
+                                coord_text(d), ") on SM ", st.sm, " in iteration ", st.iteration);
+  if (error_) {
+    try {
+      std::rethrow_exception(error_);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(cat(where, " failed: ", e.what()));
+    } catch (...) {
+      throw std::runtime_error(cat(where, " failed with a non-standard exception"));
+    }
+  }
+  throw DeadlockError(cat("watchdog: ", where, " waited ", st.wait_ms, " ms on event counter ",
+                          st.counter, ": value ", st.value, ", threshold ", st.threshold,
+                          " (a missing signal, a wait cycle or a queue order against the waits)"),
+                      st);
+}
+
+}  // namespace
+
+RunResult CpuExecutor::run(const std::vector<void*>& buffers, const RunOptions& options) const {
+  if (buffers.size() != tables_.buffers.size())
+    throw TableError(cat("buffers: got ", buffers.size(), " addresses for ", tables_.buffers.size(), " rows"));
+  if (options.num_threads < 1 || options.num_threads > MAX_THREADS)
+    throw TableError(cat("num_threads ", options.num_threads, " outside 1..", MAX_THREADS));
+  if (options.max_delay_us < 0) throw TableError("max_delay_us is negative");
+  const int32_t iterations = options.iterations > 0 ? options.iterations : tables_.iterations;
+  for (size_t i = 0; i < tables_.waits.size(); ++i)
+    if (wait_threshold(tables_.waits[i].count, 0, iterations - 1) > UINT32_MAX)
+      table_error("waits", i, cat("count ", tables_.waits[i].count, " over ", iterations,
+                                  " iterations overflows a 32-bit counter"));
+  const int32_t num_sms = static_cast<int32_t>(tables_.queue_offsets.size()) - 1;
+  const int32_t threads = std::min(options.num_threads, num_sms);
+  Launch launch(tables_, kinds_, buffers, options, iterations, traced_);
+  std::vector<std::thread> workers;
+  workers.reserve(threads);
+  try {
+    for (int32_t i = 0; i < threads; ++i)
+      workers.emplace_back([&launch, i, threads] { launch.worker(i, threads); });
+  } catch (...) {
+    // Threads already started must be stopped and joined before the error leaves this frame.
+    launch.abort();
+    for (std::thread& w : workers) w.join();
+    throw;
+  }
+  for (std::thread& w : workers) w.join();
+  launch.finish();
+  RunResult result;
+  result.iterations = iterations;
+  result.threads = threads;
+  result.trace = launch.take_trace();
+  return result;
+}
+
+}  // namespace mk
