@@ -27,16 +27,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation, SSAValue
 
 from mk.dialects.mugraph import GraphDefOp, KernelOp
-from mk.dialects.task import ARENA_KINDS, BufferOp, GraphOp, GridOp, YieldOp
+from mk.dialects.task import ARENA_KINDS, GraphOp, GridOp, YieldOp
 from mk.dialects.task_index import GraphIndex
 from mk.dialects.task_maps import (
     eval_point,
     format_coords,
-    format_rect,
     grid_points,
     int_value,
     wait_threshold,
@@ -462,7 +460,6 @@ class _Run:
                 else "while nothing orders them (it finished first by chance)"
             )
             verb = {"raw": "reads", "waw": "writes", "war": "overwrites"}[kind]
-            role = {"raw": "which", "waw": "which", "war": "which"}[kind]
             did = {"raw": "writes", "waw": "also writes", "war": "reads"}[kind]
             label = {
                 "raw": "read-after-write",
@@ -471,7 +468,7 @@ class _Run:
             }
             return Violation(
                 kind,
-                f"{label[kind]}: {sim.describe(stamp)} {verb} @{name}, {role} "
+                f"{label[kind]}: {sim.describe(stamp)} {verb} @{name}, which "
                 f"{sim.describe(other)} {did}, {when} ({how})",
                 sim.tasks[task].grid,
                 self.linking_event(other, stamp)[0],
@@ -640,15 +637,3 @@ def simulate(
     if ref.violation is not None:
         return SimResult(ref.outputs, ref.violation)
     return sim.simulate(inputs, seed, ref, max_delay)
-
-
-def tensor_types(graph: GraphOp) -> list[TensorType]:
-    """The argument types of a graph: its input and weight buffers by index."""
-    return [b.buffer_type for b in Simulator(graph).inputs]
-
-
-def region_text(buffer: BufferOp, where: tuple[slice, ...]) -> str:
-    """`@h[0:8, 128:256]`, for messages."""
-    starts = [s.start for s in where]
-    sizes = [s.stop - s.start for s in where]
-    return f"@{buffer.sym_name.data}{format_rect(starts, sizes)}"

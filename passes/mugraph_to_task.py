@@ -23,7 +23,7 @@ is a mugraph kernel graph by a `task.graph` of the same name:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,7 +51,7 @@ from mk.passes.mugraph_to_task_events import Access, EventPlan, GridInfo, build_
 
 Kernel = GraphDefOp | KernelOp
 # Per tensor dim: the grid axis partitioning it (None: read whole) and the chunk size.
-Partition = list[tuple[int | None, int]]
+Partition = Sequence[tuple[int | None, int]]
 
 
 @dataclass
@@ -79,7 +79,7 @@ def task_shape(kernel: Kernel) -> tuple[int, ...]:
 
 
 def _partition(shape: Sequence[int], grid: Sequence[int], dims: Sequence[int]) -> Partition:
-    parts: Partition = [(None, size) for size in shape]
+    parts: list[tuple[int | None, int]] = [(None, size) for size in shape]
     for axis, d in enumerate(dims):
         if d >= 0 and grid[axis] > 1:
             parts[d] = (axis, shape[d] // grid[axis])
@@ -151,7 +151,7 @@ class _Lowering:
                 self.kernels.append(op)
             elif op is not terminator:
                 raise MkError(
-                    f"'{op.name}' cannot be lowered to a task graph: only mugraph kernels can",
+                    f"'{op.name}' is not a mugraph kernel: mugraph-to-task lowers kernel graphs only",
                     op_location(op),
                 )
         self.copies: list[tuple[SSAValue, str]] = []  # (source value, output buffer)
@@ -230,7 +230,7 @@ class _Lowering:
         block = Block(arg_types=types)
         for arg, fp in zip(block.args, (*plan.reads, *plan.writes), strict=True):
             arg.name_hint = fp.buffer_name
-        mapper = dict(zip(plan.read_values, block.args, strict=False))
+        mapper: dict[SSAValue, SSAValue] = dict(zip(plan.read_values, block.args, strict=False))
         clone = plan.kernel.clone(value_mapper=mapper)
         block.add_op(clone)
         block.add_op(YieldOp(*clone.results))
@@ -281,13 +281,14 @@ class _Lowering:
         return graph
 
 
-def _declaration_order(buffers: Sequence[BufferPlan] | object) -> list[BufferPlan]:
-    rank = {"input": 0, "weight": 0, "output": 1}
-    items = list(buffers)  # type: ignore[call-overload]
-    return sorted(
-        items,
-        key=lambda b: (rank.get(b.kind, 2), b.index if b.index is not None else b.writer or 0),
-    )
+def _declaration_order(buffers: Iterable[BufferPlan]) -> list[BufferPlan]:
+    """Arguments by position, then results by position, then the arena in kernel order."""
+    group = {"input": 0, "weight": 0, "output": 1}
+
+    def key(b: BufferPlan) -> tuple[int, int]:
+        return group.get(b.kind, 2), b.index if b.index is not None else b.writer or 0
+
+    return sorted(buffers, key=key)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ PRUNE_LIMIT = 8192
 MAX_GROUPINGS = 64
 
 
-@dataclass
+@dataclass(eq=False)
 class Access:
     """One footprint of a grid: the rectangle `starts[t] + [0, sizes)` of task t in a buffer."""
 
@@ -105,6 +105,16 @@ def span_overlap(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarr
     return (a[0][:, None] < b[1][None, :]) & (b[0][None, :] < a[1][:, None])
 
 
+def arena_overlap(a: Access, x: BufferPlan, b: Access, y: BufferPlan) -> np.ndarray:
+    """[i, j]: task i's rectangle of `a` (in x) may share bytes with task j's of `b` (in y).
+
+    Exact when both buffers lay the same elements on the same bytes; else byte spans.
+    """
+    if x.offset == y.offset and x.shape == y.shape and x.element_bytes == y.element_bytes:
+        return rect_overlap(a, b)
+    return span_overlap(byte_spans(a, x), byte_spans(b, y))
+
+
 def bytes_overlap(x: BufferPlan, y: BufferPlan) -> bool:
     if not (x.in_arena and y.in_arena) or x.name == y.name:
         return False
@@ -146,9 +156,8 @@ def collect_needs(
                 if i > j and iterations > 1:  # next iteration's write after this one's reads
                     Needs.add(needs.carried, i, rect_overlap(write, other))
             for name in _sharing(target, buffers):
-                mine = byte_spans(write, target)
                 for i, other in accessors[name]:
-                    need = span_overlap(mine, byte_spans(other, buffers[name]))
+                    need = arena_overlap(write, target, other, buffers[name])
                     if i < j:
                         Needs.add(needs.same, i, need)
                     elif i > j and iterations > 1:

@@ -206,7 +206,9 @@ def _task_rows(tasks: Sequence[Task], num_counters: int) -> tuple[np.ndarray, ..
         row["kind"] = _check_int("tasks", i, "kind", task.kind, 0, _INT32_MAX)
         row["grid"] = task.grid
         row["coord"][: len(task.coord)] = task.coord
-        row["args"][: len(task.args)] = [_check_int("tasks", i, "arg", a, -(2**31), _INT32_MAX) for a in task.args]
+        row["args"][: len(task.args)] = [
+            _check_int("tasks", i, "arg", a, -(2**31), _INT32_MAX) for a in task.args
+        ]
         row["wait_begin"] = len(waits)
         for w in task.waits:
             _check_int("tasks", i, "wait counter", w.counter, 0, top)
@@ -272,9 +274,13 @@ def build_tables(
 ) -> Tables:
     """Tables from plain lists; raises ValueError naming the table and row of any bad index."""
     if iterations < 1 or num_counters < 0:
-        raise ValueError(f"iterations {iterations} and num_counters {num_counters} must be >= 1, >= 0")
+        raise ValueError(
+            f"iterations {iterations} and num_counters {num_counters} must be >= 1, >= 0"
+        )
     if arena_bytes is None:
-        arena_bytes = max((b.offset + b.nbytes for b in buffers if b.kind in ARENA_KINDS), default=0)
+        arena_bytes = max(
+            (b.offset + b.nbytes for b in buffers if b.kind in ARENA_KINDS), default=0
+        )
     task_rows, wait_rows, signal_rows = _task_rows(tasks, num_counters)
     offsets, flat = _queue_rows(queues, len(tasks))
     return Tables(
@@ -293,7 +299,10 @@ def build_tables(
 def dtype_layout(dtype: np.dtype) -> dict[str, Any]:
     """Size and field byte offsets of a row dtype, in the shape `table_layouts()` reports."""
     assert dtype.fields is not None
-    return {"size": dtype.itemsize, "fields": {name: spec[1] for name, spec in dtype.fields.items()}}
+    return {
+        "size": dtype.itemsize,
+        "fields": {name: spec[1] for name, spec in dtype.fields.items()},
+    }
 
 
 def layout_mismatches(runtime_layouts: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -305,5 +314,7 @@ def layout_mismatches(runtime_layouts: Mapping[str, Mapping[str, Any]]) -> list[
             problems.append(f"{name}: missing from the runtime")
         elif (ours["size"], ours["fields"]) != (theirs["size"], dict(theirs["fields"])):
             problems.append(f"{name}: NumPy {ours} != C {dict(theirs)}")
-    problems.extend(f"{name}: not mirrored in NumPy" for name in runtime_layouts if name not in LAYOUTS)
+    problems.extend(
+        f"{name}: not mirrored in NumPy" for name in runtime_layouts if name not in LAYOUTS
+    )
     return problems

@@ -207,19 +207,20 @@ def unordered_conflicts(graph: GraphOp) -> int:
     assert int(graph.iterations.value.data) == 1
     sim = Simulator(graph)
     index = sim.index
+    # Arena buffers at their offsets; every other buffer in its own far-away range.
     offset = {
-        n: int(b.offset.value.data) if b.offset is not None else 0 for n, b in index.buffers.items()
+        n: int(b.offset.value.data) if b.offset is not None else (k + 1) << 40
+        for k, (n, b) in enumerate(index.buffers.items())
     }
-    space = {n: "arena" if b.offset is not None else n for n, b in index.buffers.items()}
 
-    def touched(fps: tuple[tuple[str, tuple[slice, ...]], ...]) -> set[tuple[str, int]]:
-        out: set[tuple[str, int]] = set()
+    def touched(fps: tuple[tuple[str, tuple[slice, ...]], ...]) -> np.ndarray:
+        parts = [np.zeros(0, dtype=np.int64)]
         for name, where in fps:
             buf = index.buffers[name]
             size = np.dtype(sim_dtype(buf)).itemsize
-            addr = np.arange(buf.nbytes).reshape(*buf.shape, size)[where].ravel() + offset[name]
-            out |= {(space[name], int(a)) for a in addr}
-        return out
+            addr = np.arange(buf.nbytes).reshape(*buf.shape, size)[where].ravel()
+            parts.append(addr + offset[name])
+        return np.unique(np.concatenate(parts))
 
     access = [(touched(t.reads), touched(t.writes)) for t in sim.tasks]
     after: list[set[int]] = [set() for _ in sim.tasks]
@@ -244,7 +245,9 @@ def unordered_conflicts(graph: GraphOp) -> int:
                 stack.append(nxt)
         for b in range(a + 1, sim.num_tasks):
             (ra, wa), (rb, wb) = access[a], access[b]
-            lost += bool((wa & rb) or (ra & wb) or (wa & wb)) and b not in seen
+            if b not in seen:
+                pairs = ((wa, rb), (ra, wb), (wa, wb))
+                lost += any(np.intersect1d(x, y, assume_unique=True).size for x, y in pairs)
     return lost
 
 

@@ -89,7 +89,7 @@ task.graph @chain iterations 2 arena 4096 {
     }
     task.yield %r : tensor<8x64xf32>
   }
-// CHECK: task_simulate.mlir:[[# @LINE + 1]]:3: error: 'task.grid' task-simulate (seed {{[0-9]+}}): read-after-write: task {{[45]}} (@b[{{[01]}}]) of iteration {{[01]}} reads @h[{{.*}}] before its producer task {{[0-3]}} (@a[{{[0-3]}}]) of iteration {{[01]}} finished (no event element task {{[45]}} (@b[{{[01]}}]) waits on at distance 0 is signalled by task {{[0-3]}} (@a[{{[0-3]}}]))
+// CHECK: task_simulate.mlir:[[# @LINE + 1]]:3: error: 'task.grid' task-simulate (seed {{[0-9]+}}): read-after-write: task {{[45]}} (@b[{{[01]}}]) of iteration {{[01]}} reads @h, which task {{[0-3]}} (@a[{{[0-3]}}]) of iteration {{[01]}} writes, {{.*}} (no event element task {{[45]}} (@b[{{[01]}}]) waits on at distance 0 is signalled by task {{[0-3]}} (@a[{{[0-3]}}]))
   task.grid @b [2]
       reads(@h[(d0) -> (0, d0 * 32)] [8, 32])
       writes(@t[(d0) -> (0, d0 * 32)] [8, 32])
