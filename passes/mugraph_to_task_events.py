@@ -29,7 +29,7 @@ from mk.dialects.task_maps import EdgeAttr, eval_map, grid_points, linearize, pa
 from mk.passes.mugraph_to_task_buffers import BufferPlan, SymbolNames
 
 # Transitive pruning keeps one bit per pair of tasks; beyond this many tasks it is skipped.
-PRUNE_LIMIT = 8192
+PRUNE_LIMIT = 4096
 # Producer groupings tried (smallest first) before falling back to one element for all.
 MAX_GROUPINGS = 64
 
@@ -192,10 +192,13 @@ def _divisors(n: int) -> list[int]:
 def _bounding_boxes(need: np.ndarray, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per needing consumer row: the lowest and highest producer coordinates it needs."""
     big = np.iinfo(np.int64).max
-    lo = np.stack(
-        [np.where(need, points[:, d], big).min(axis=1) for d in range(points.shape[1])], 1
-    )
-    hi = np.stack([np.where(need, points[:, d], -1).max(axis=1) for d in range(points.shape[1])], 1)
+    lo = np.empty((need.shape[0], points.shape[1]), dtype=np.int64)
+    hi = np.empty_like(lo)
+    for start in range(0, need.shape[0], 256):  # bounded temporaries for big grids
+        rows = need[start : start + 256]
+        for d in range(points.shape[1]):
+            lo[start : start + 256, d] = np.where(rows, points[:, d], big).min(axis=1)
+            hi[start : start + 256, d] = np.where(rows, points[:, d], -1).max(axis=1)
     return lo, hi
 
 

@@ -434,8 +434,9 @@ void Launch::worker(int32_t thread, int32_t num_threads) {
 
 void Launch::finish() {
   if (status_.error == RUN_OK) return;
-  if (status_.error == RUN_TIMEOUT) {
-    const SmState& s = *oldest_blocked();  // at least the SM whose watchdog fired
+  const SmState* oldest = oldest_blocked();  // at least the SM whose watchdog fired
+  if (status_.error == RUN_TIMEOUT && oldest != nullptr) {
+    const SmState& s = *oldest;
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - s.blocked_since);
     status_ = RunStatus{RUN_TIMEOUT,       s.sm,        t_.queue_tasks[s.pos],
                         s.blocked_counter, s.iteration, s.blocked_value,
