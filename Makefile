@@ -9,7 +9,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 all: test
 
-$(STAMP): pyproject.toml CMakeLists.txt $(wildcard runtime/src/*.cpp runtime/include/mk/*.h)
+$(STAMP): pyproject.toml CMakeLists.txt $(wildcard runtime/src/*.cpp runtime/src/*.h runtime/include/mk/*.h)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'

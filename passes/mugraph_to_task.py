@@ -34,7 +34,6 @@ from xdsl.ir import Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from mk.diagnostics import MkError, op_location
-from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import GraphDefOp, InputOp, KernelOp, OutputOp
 from mk.dialects.task import ARENA_ALIGNMENT, BufferOp, EventOp, GraphOp, GridOp, YieldOp
 from mk.dialects.task_maps import FootprintAttr, eval_map, grid_points, parse_map
@@ -120,7 +119,6 @@ def _read_partition(
     inputs: list[InputOp] = [i for i in kernel.input_ops() if i.source_index() in positions]
     if not inputs:
         return [(None, size) for size in shape]
-    maps.input_tile_shape(shape, grid, inputs[0].imap_dims(), -1, 1)  # validates the split
     return _bounding([_partition(shape, grid, i.imap_dims()) for i in inputs], shape)
 
 
@@ -156,34 +154,34 @@ class _Lowering:
                 )
         self.copies: list[tuple[SSAValue, str]] = []  # (source value, output buffer)
 
-    def _declare(self, plan: BufferPlan, value: SSAValue | None, where: Operation) -> BufferPlan:
-        shape_ok = isinstance(plan.type, TensorType) and plan.type.has_static_shape()
-        if not shape_ok:
-            raise MkError(f"@{plan.name} needs a static tensor type", op_location(where))
-        self.buffers[plan.name] = plan
-        if value is not None:
-            self.buffer_of[value] = plan.name
-        return plan
+    def _declare(
+        self, name: str, value: SSAValue, kind: str, index: int | None, where: Operation
+    ) -> str:
+        """A buffer for `value` (bound to it unless it is an output copy), located on errors."""
+        ty = value.type
+        if not (isinstance(ty, TensorType) and ty.has_static_shape()):
+            raise MkError(f"@{name} needs a statically shaped tensor, got {ty}", op_location(where))
+        self.buffers[name] = BufferPlan(name, ty, kind, index)
+        return name
 
     def plan_buffers(self) -> None:
         for i, arg in enumerate(self.func.args):
             kind = "weight" if is_weight(arg) else "input"
             name = self.names.take(arg.name_hint or f"arg{i}")
-            self._declare(BufferPlan(name, arg.type, kind, index=i), arg, self.func)  # type: ignore[arg-type]
+            self.buffer_of[arg] = self._declare(name, arg, kind, i, self.func)
         for k, value in enumerate(self.returned):
             if value in self.buffer_of:  # an argument, or returned before: copy it
-                name = self.names.take(f"result{k}")
-                self._declare(BufferPlan(name, value.type, "output", index=k), None, self.func)  # type: ignore[arg-type]
+                name = self._declare(self.names.take(f"result{k}"), value, "output", k, self.func)
                 self.copies.append((value, name))
             else:
                 name = self.names.take(value.name_hint or f"result{k}")
-                self._declare(BufferPlan(name, value.type, "output", index=k), value, self.func)  # type: ignore[arg-type]
+                self.buffer_of[value] = self._declare(name, value, "output", k, self.func)
         for pos, kernel in enumerate(self.kernels):
             for value in kernel.results:
                 if value not in self.buffer_of:
                     kind = "workspace" if is_split_partial(value) else "activation"
                     name = self.names.take(value.name_hint or f"v{pos}")
-                    self._declare(BufferPlan(name, value.type, kind), value, kernel)  # type: ignore[arg-type]
+                    self.buffer_of[value] = self._declare(name, value, kind, None, kernel)
                 self.buffers[self.buffer_of[value]].writer = pos
             for value in dict.fromkeys(kernel.operands):
                 self.buffers[self.buffer_of[value]].readers.append(pos)

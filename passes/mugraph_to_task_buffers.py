@@ -74,10 +74,6 @@ class SymbolNames:
         return name
 
 
-def value_label(value: SSAValue, fallback: str) -> str:
-    return value.name_hint or fallback
-
-
 # --------------------------------------------------------------------------- classification
 
 
@@ -130,7 +126,8 @@ def is_split_partial(value: SSAValue) -> bool:
     index = owner.results.index(value)
     dest = owner.result_args()[index]
     grid = owner.grid_shape()
-    shape = tuple(value.type.get_shape())  # type: ignore[union-attr]
+    assert isinstance(value.type, TensorType)
+    shape = tuple(value.type.get_shape())
     split_dims = {
         d
         for out in owner.output_ops()

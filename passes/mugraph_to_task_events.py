@@ -148,7 +148,7 @@ def collect_needs(
         needs = Needs()
         for read in grid.reads:
             for i, other in accessors[read.buffer]:
-                if i != j and other in grids[i].writes:
+                if i < j and other in grids[i].writes:
                     Needs.add(needs.same, i, rect_overlap(read, other))
         for write in grid.writes:
             target = buffers[write.buffer]

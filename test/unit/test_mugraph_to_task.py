@@ -49,15 +49,16 @@ def lower(module: ModuleOp, nn: bool = True, **options: int | bool) -> GraphOp:
     ctx = make_context()
     if nn:
         NnToMugraphPass().apply(ctx, module)
-    MugraphToTaskPass(**options).apply(ctx, module)  # type: ignore[arg-type]
+    MugraphToTaskPass(**options).apply(ctx, module)  # pyright: ignore[reportArgumentType]
     module.verify()
     graphs = [op for op in module.ops if isinstance(op, GraphOp)]
     assert len(graphs) == 1
     return graphs[0]
 
 
-def example(name: str, **options: int | bool) -> GraphOp:
-    return lower(load_module(EXAMPLES / name), **options)
+def example(name: str, iterations: int = 1, merge_events: bool = True) -> GraphOp:
+    module = load_module(EXAMPLES / name)
+    return lower(module, iterations=iterations, merge_events=merge_events)
 
 
 # --------------------------------------------------------------------------- brute force
