@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from test_nn_to_mugraph import OPTIONS, programs  # the random nn programs of the previous pass
+from nn_programs import OPTIONS, programs  # the random nn programs of the previous pass
 from xdsl.dialects.builtin import ModuleOp
 
 from mk.diagnostics import MkError
@@ -337,7 +337,7 @@ def test_llama3_block_builds_fast_and_compact() -> None:
 
 
 @settings(
-    max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
 )
 @given(programs(), OPTIONS)
 def test_random_programs_cover_every_dependence(module: ModuleOp, options: dict[str, int]) -> None:
