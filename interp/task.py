@@ -332,7 +332,10 @@ def _run_body(grid: GridOp, coords: tuple[int, ...], args: list[np.ndarray]) -> 
     for op in block.ops:
         if isinstance(op, YieldOp):
             return [env[v] for v in op.values]
-        env.update(zip(op.results, _run_op(op, coords, [env[v] for v in op.operands]), strict=True))
+        # IEEE semantics as on the GPU (NaN inputs outside footprints are expected): no warnings.
+        with np.errstate(all="ignore"):
+            results = _run_op(op, coords, [env[v] for v in op.operands])
+        env.update(zip(op.results, results, strict=True))
     raise ValueError(f"@{grid.sym_name.data}: body has no task.yield")
 
 
