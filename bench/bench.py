@@ -1,0 +1,185 @@
+"""GPU benchmark: mk vs PyTorch eager vs PyTorch + CUDA graph vs the floor, side by side in one run.
+
+floor = bytes that must move (every input, weight and output once) / measured device copy bandwidth.
+Each timing is the median of >= 50 runs measured with CUDA events after warm-up, on random data.
+Usage (on the GPU machine): python bench/bench.py [--runs 100] [--only NAME] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mk.inputs import random_inputs
+from mk.source import entry_function, load_module
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from torch_nn import torch_callable  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rmsnorm_linear(b: int, n: int, k: int = 4096) -> str:
+    x, w, y = f"tensor<{b}x{k}xbf16>", f"tensor<{n}x{k}xbf16>", f"tensor<{b}x{n}xbf16>"
+    return f"""func.func @rmsnorm_linear(%x: {x}, %g: tensor<{k}xbf16>, %w: {w}) -> {y} {{
+  %h = nn.rms_norm %x, %g {{epsilon = 1.0e-05 : f32}} : ({x}, tensor<{k}xbf16>) -> {x}
+  %y = nn.linear %h, %w : ({x}, {w}) -> {y}
+  func.return %y : {y}
+}}"""
+
+
+def gated_mlp(b: int, h: int = 4096, i: int = 14336) -> str:
+    x, wi, wo, m = (
+        f"tensor<{b}x{h}xbf16>",
+        f"tensor<{i}x{h}xbf16>",
+        f"tensor<{h}x{i}xbf16>",
+        f"tensor<{b}x{i}xbf16>",
+    )
+    return f"""func.func @gated_mlp(%x: {x}, %wg: {wi}, %wu: {wi}, %wd: {wo}) -> {x} {{
+  %g = nn.linear %x, %wg : ({x}, {wi}) -> {m}
+  %u = nn.linear %x, %wu : ({x}, {wi}) -> {m}
+  %s = nn.silu %g : ({m}) -> {m}
+  %p = nn.mul %s, %u : ({m}, {m}) -> {m}
+  %y = nn.linear %p, %wd : ({m}, {wo}) -> {x}
+  func.return %y : {x}
+}}"""
+
+
+def workloads() -> dict[str, str]:
+    w = {
+        f"rmsnorm_linear B{b} 4096x{n}": rmsnorm_linear(b, n) for b in (1, 8) for n in (6144, 12288)
+    }
+    w |= {f"gated_mlp B{b} 4096-14336-4096": gated_mlp(b) for b in (1, 8)}
+    w["llama3_8b_block B1 ctx1024"] = (ROOT / "examples/llama3_8b_block.mlir").read_text()
+    return w
+
+
+def to_torch(a: np.ndarray) -> torch.Tensor:
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16).cuda()
+    return torch.from_numpy(a).cuda()
+
+
+def median_ms(fn: Callable[[], object], runs: int, warmup: int = 10) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(runs):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def copy_bandwidth(runs: int) -> float:
+    """Device-to-device copy bandwidth in bytes/s (bytes read + bytes written)."""
+    n = 1 << 30
+    src, dst = (
+        torch.empty(n, dtype=torch.uint8, device="cuda"),
+        torch.empty(n, dtype=torch.uint8, device="cuda"),
+    )
+    ms = median_ms(lambda: dst.copy_(src), runs)
+    return 2 * n / (ms * 1e-3)
+
+
+def cuda_graph(fn: Callable[[], object]) -> Callable[[], object]:
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def mk_runner(text: str, inputs: list[torch.Tensor]) -> Callable[[], object] | None:
+    try:
+        import mk
+
+        prog = mk.compile(text, target="cuda")
+    except Exception as e:  # noqa: BLE001 - the table says why mk did not run
+        print(f"  mk: not run ({type(e).__name__}: {str(e).splitlines()[0][:100]})")
+        return None
+    return lambda: prog(*inputs)
+
+
+def bench_one(name: str, text: str, bandwidth: float, runs: int) -> dict[str, object]:
+    fn = entry_function(load_module(text))
+    arrays = random_inputs(fn, seed=0)
+    inputs = [to_torch(a) for a in arrays]
+    run = torch_callable(text)
+    outs = run(*inputs)
+    moved = sum(a.nbytes for a in arrays) + sum(o.numel() * o.element_size() for o in outs)
+    row: dict[str, object] = {"workload": name, "bytes": moved, "floor_ms": moved / bandwidth * 1e3}
+    row["eager_ms"] = median_ms(lambda: run(*inputs), runs)
+    row["graph_ms"] = median_ms(cuda_graph(lambda: run(*inputs)), runs)
+    mk_fn = mk_runner(text, inputs)
+    row["mk_ms"] = median_ms(mk_fn, runs) if mk_fn is not None else None
+    print(f"  {name}: {row}", flush=True)
+    return row
+
+
+def table(rows: list[dict[str, object]], bandwidth: float, commit: str) -> str:
+    gpu = torch.cuda.get_device_name(0)
+    head = (
+        f"### {datetime.date.today().isoformat()} — {gpu}, commit {commit}, copy bandwidth "
+        f"{bandwidth / 1e12:.2f} TB/s (median of runs, CUDA events)\n\n"
+        "| workload | MB moved | floor ms | mk ms | PyTorch eager ms | PyTorch + CUDA graph ms | mk / floor |\n"
+        "|---|---:|---:|---:|---:|---:|---:|\n"
+    )
+    lines = []
+    for r in rows:
+        mk_ms = r["mk_ms"]
+        mk_txt = f"{mk_ms:.4f}" if isinstance(mk_ms, float) else "—"
+        ratio = f"{mk_ms / r['floor_ms']:.2f}×" if isinstance(mk_ms, float) else "—"  # type: ignore[operator]
+        lines.append(
+            f"| {r['workload']} | {r['bytes'] / 1e6:.1f} | {r['floor_ms']:.4f} | {mk_txt} | "  # type: ignore[operator]
+            f"{r['eager_ms']:.4f} | {r['graph_ms']:.4f} | {ratio} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--only", default="")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    assert args.runs >= 50, "the method asks for at least 50 timed runs"
+    commit = (
+        subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+        ).stdout.strip()
+        or "unknown"
+    )
+    bandwidth = copy_bandwidth(args.runs)
+    rows = [bench_one(n, t, bandwidth, args.runs) for n, t in workloads().items() if args.only in n]
+    md = table(rows, bandwidth, commit)
+    print(md)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "bench.md").write_text(md)
+        (args.out / "bench.json").write_text(
+            json.dumps({"bandwidth": bandwidth, "rows": rows}, indent=1)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

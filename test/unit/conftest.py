@@ -1,0 +1,19 @@
+"""pytest configuration: `gpu`-marked tests skip cleanly on machines without an NVIDIA GPU."""
+
+import pytest
+
+
+def _has_gpu() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if any(item.get_closest_marker("gpu") for item in items) and not _has_gpu():
+        skip = pytest.mark.skip(reason="needs an NVIDIA GPU and torch with CUDA")
+        for item in items:
+            if item.get_closest_marker("gpu"):
+                item.add_marker(skip)
