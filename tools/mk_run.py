@@ -1,4 +1,4 @@
-"""mk-run: run an nn program on random inputs (today with the NumPy reference interpreter)."""
+"""mk-run: compile an nn program, run it on random inputs and compare it with the reference."""
 
 from __future__ import annotations
 
@@ -7,8 +7,13 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from xdsl.dialects.builtin import ModuleOp
+    from xdsl.dialects.func import FuncOp
 
 _TARGETS = ("cpu", "cuda")
 _FIRST_VALUES = 4
@@ -17,13 +22,16 @@ _FIRST_VALUES = 4
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mk-run",
-        description="Run an nn program on random inputs and print its outputs' statistics.",
+        description="Compile an nn program, run it on random inputs, compare with the reference.",
     )
     p.add_argument("file", help="the .mlir program")
     p.add_argument("--reference", action="store_true", help="run the NumPy reference interpreter")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--entry", default=None, help="function to run (default: first public one)")
     p.add_argument("--target", choices=_TARGETS, default="cpu", help="compilation target")
+    p.add_argument("--threads", type=int, default=None, help="CPU executor threads")
+    p.add_argument("--num-sms", type=int, default=None, help="SM queues of the schedule")
+    p.add_argument("--cache-dir", default=None, help="compiled-program cache (default ~/.cache/mk)")
     return p
 
 
@@ -46,12 +54,7 @@ def _run(args: argparse.Namespace) -> int:
     module = load_module(Path(args.file))
     func = entry_function(module, args.entry)
     if not args.reference:
-        print(
-            f"mk-run: error: the '{args.target}' target is not available yet (compilation is "
-            "not implemented); use --reference to run the NumPy reference interpreter",
-            file=sys.stderr,
-        )
-        return 2
+        return _run_compiled(args, module, func)
     inputs = random_inputs(func, args.seed)
     print(f"@{func.sym_name.data}: reference interpreter, seed {args.seed}")
     for i, arg in enumerate(func.body.block.args):
@@ -65,6 +68,53 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_compiled(args: argparse.Namespace, module: ModuleOp, func: FuncOp) -> int:
+    import mk
+    from mk.compiler import compile, output_error
+    from mk.interp.nn import random_inputs
+
+    if args.target == "cuda":
+        print(
+            "mk-run: error: the 'cuda' target is not available yet (no CUDA backend); "
+            "use --target cpu",
+            file=sys.stderr,
+        )
+        return 2
+    start = time.perf_counter()
+    name = func.sym_name.data
+    prog = compile(
+        module,
+        "cpu",
+        num_sms=args.num_sms,
+        num_threads=args.threads,
+        entry=name,
+        cache_dir=args.cache_dir,
+    )
+    compiled = time.perf_counter() - start
+    cached = "cache hit" if prog.cache_hit else "built"
+    print(
+        f"@{name}: cpu, {len(prog.tables.tasks)} tasks on {prog.num_sms} SMs, "
+        f"{prog.num_threads} threads, seed {args.seed}"
+    )
+    print(f"compile time: {compiled * 1e3:.1f} ms ({cached})")
+    inputs = random_inputs(func, args.seed)
+    start = time.perf_counter()
+    outputs = prog(*inputs)
+    elapsed = time.perf_counter() - start
+    references = mk.reference(module, *inputs, entry=name)
+    ok = True
+    for i, (out, ref) in enumerate(zip(outputs, references, strict=True)):
+        error, bound = output_error(out, ref)
+        good = error <= bound
+        ok &= good
+        print(_describe(i, out))
+        print(
+            f"  error vs reference {error:.3e} (tolerance {bound:g}): {'ok' if good else 'MISMATCH'}"
+        )
+    print(f"cpu run time: {elapsed * 1e3:.2f} ms")
+    return 0 if ok else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (the console script exits with it)."""
     args = _parser().parse_args(argv)
@@ -72,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         code = _run(args)
-    except (MkError, ValueError) as e:
+    except (MkError, ValueError, RuntimeError) as e:
         sys.stdout.flush()
         message = str(e)
         print(message if "error:" in message else f"mk-run: error: {message}", file=sys.stderr)

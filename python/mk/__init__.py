@@ -7,10 +7,18 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from mk.compiler import Program
     from mk.diagnostics import MkError
     from mk.source import Source
 
-__all__ = ["MkError", "__version__", "reference"]
+__all__ = ["MkError", "Program", "__version__", "compile", "reference"]
+
+
+def compile(source: Source, target: str = "cpu", **options: Any) -> Program:
+    """Compile an nn program into a runnable `Program` (see mk.compiler.compile for options)."""
+    from mk.compiler import compile as compile_program
+
+    return compile_program(source, target, **options)
 
 
 def reference(source: Source, *inputs: Any, entry: str | None = None) -> tuple[Any, ...]:
@@ -26,4 +34,8 @@ def __getattr__(name: str) -> Any:
         from mk.diagnostics import MkError
 
         return MkError
+    if name == "Program":
+        from mk.compiler import Program
+
+        return Program
     raise AttributeError(f"module 'mk' has no attribute {name!r}")

@@ -172,8 +172,8 @@ class Tables:
         row["iterations"], row["arena_bytes"] = self.iterations, self.arena_bytes
         return row
 
-    def executor(self) -> Any:
-        """A `mk._runtime.CpuExecutor` over these tables."""
+    def executor(self, library: Any = None) -> Any:
+        """A `mk._runtime.CpuExecutor` over these tables (kinds >= 16 from `library`, if given)."""
         runtime = importlib.import_module("mk._runtime")
         return runtime.CpuExecutor(
             self.tasks,
@@ -185,6 +185,7 @@ class Tables:
             num_counters=self.num_counters,
             iterations=self.iterations,
             arena_bytes=self.arena_bytes,
+            library=library,
         )
 
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <dlfcn.h>
 #include <exception>
 #include <map>
 #include <memory>
@@ -213,12 +214,83 @@ void validate_tables(const Tables& t) {
 
 // ------------------------------------------------------------------ executor
 
-CpuExecutor::CpuExecutor(Tables tables) : tables_(std::move(tables)) {
+// ------------------------------------------------------------------ kernel libraries
+
+namespace {
+
+void* library_symbol(void* handle, const std::string& path, const char* name) {
+  dlerror();  // clears a stale error so that a null symbol is told apart from a missing one
+  void* sym = dlsym(handle, name);
+  if (sym == nullptr) {
+    const char* why = dlerror();
+    dlclose(handle);
+    throw std::runtime_error(cat("kernel library ", path, " does not export '", name,
+                                 "'", why ? cat(": ", why) : std::string()));
+  }
+  return sym;
+}
+
+}  // namespace
+
+KernelLibrary::KernelLibrary(const std::string& path) : path_(path) {
+  // RTLD_LOCAL: two programs' libraries export the same names and must not resolve to each other.
+  handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle_ == nullptr) {
+    const char* why = dlerror();
+    throw std::runtime_error(cat("cannot load kernel library ", path, ": ", why ? why : "unknown error"));
+  }
+  auto abi = reinterpret_cast<AbiFn>(library_symbol(handle_, path, "mk_abi_version"));
+  auto num_kinds = reinterpret_cast<AbiFn>(library_symbol(handle_, path, "mk_num_kinds"));
+  kind_name_ = reinterpret_cast<KindNameFn>(library_symbol(handle_, path, "mk_kind_name"));
+  dispatch_ = reinterpret_cast<DispatchFn>(library_symbol(handle_, path, "mk_dispatch"));
+  last_error_ = reinterpret_cast<LastErrorFn>(library_symbol(handle_, path, "mk_last_error"));
+  abi_ = abi();
+  num_kinds_ = num_kinds();
+  if (abi_ != MK_RUNTIME_ABI || num_kinds_ < 0) {
+    dlclose(handle_);
+    throw std::runtime_error(cat("kernel library ", path, " was built for runtime ABI ", abi_,
+                                 " with ", num_kinds_, " kinds; this runtime has ABI ", MK_RUNTIME_ABI,
+                                 " (recompile the program)"));
+  }
+}
+
+KernelLibrary::~KernelLibrary() {
+  if (handle_ != nullptr) dlclose(handle_);
+}
+
+std::string KernelLibrary::kind_name(int32_t kind) const {
+  if (kind < KIND_FIRST_LOWERED || kind - KIND_FIRST_LOWERED >= num_kinds_) return {};
+  const char* name = kind_name_(kind);
+  return name ? name : "";
+}
+
+void KernelLibrary::dispatch(const TaskDesc& task, void* const* buffers) const {
+  const int32_t code = dispatch_(task.kind, &task, buffers);
+  if (code == 0) return;
+  const char* why = last_error_();  // thread-local in the library: this thread's last failure
+  throw std::runtime_error(cat("kernel '", kind_name(task.kind), "' (kind ", task.kind, ") returned ",
+                               code, ": ", why ? why : "no message"));
+}
+
+// ------------------------------------------------------------------ executor construction
+
+CpuExecutor::CpuExecutor(Tables tables, std::shared_ptr<const KernelLibrary> library)
+    : tables_(std::move(tables)), library_(std::move(library)) {
   validate_tables(tables_);
   Registry& reg = registry();
   std::lock_guard<std::mutex> lock(reg.mutex);
   for (size_t i = 0; i < tables_.tasks.size(); ++i) {
     const TaskDesc& d = tables_.tasks[i];
+    if (library_ && d.kind >= KIND_FIRST_LOWERED) {
+      if (d.kind - KIND_FIRST_LOWERED >= library_->num_kinds())
+        table_error("tasks", i, cat("kind ", d.kind, " is not in kernel library ", library_->path(),
+                                    " (kinds ", KIND_FIRST_LOWERED, "..",
+                                    KIND_FIRST_LOWERED + library_->num_kinds() - 1, ")"));
+      if (static_cast<size_t>(d.kind) >= kinds_.size()) kinds_.resize(d.kind + 1);
+      const KernelLibrary* lib = library_.get();  // kept alive by library_ as long as kinds_
+      kinds_[d.kind] = [lib](const TaskDesc& t, ExecContext& ctx) { lib->dispatch(t, ctx.buffers); };
+      continue;
+    }
     auto found = reg.kinds.find(d.kind);
     if (found == reg.kinds.end()) table_error("tasks", i, cat("kind ", d.kind, " is not registered"));
     if (found->second.check) {

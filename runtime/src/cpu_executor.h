@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -59,6 +60,40 @@ using KindCheck = std::function<std::string(const TaskDesc&, const std::vector<B
 void register_kind(int32_t kind, const std::string& name, KindFn run, KindCheck check = {});
 std::vector<std::pair<int32_t, std::string>> registered_kinds();
 
+// A kernel library emitted by backends/cpu (see the ABI in README): a shared object exporting, with
+// C linkage, mk_abi_version, mk_num_kinds, mk_kind_name, mk_dispatch and mk_last_error. Loading
+// checks the ABI; every kind >= KIND_FIRST_LOWERED of an executor built with it runs mk_dispatch.
+class KernelLibrary {
+ public:
+  // dlopens `path`; throws std::runtime_error naming the path and the missing symbol, the dlerror
+  // or the ABI mismatch.
+  explicit KernelLibrary(const std::string& path);
+  ~KernelLibrary();
+  KernelLibrary(const KernelLibrary&) = delete;
+  KernelLibrary& operator=(const KernelLibrary&) = delete;
+
+  const std::string& path() const { return path_; }
+  int32_t abi() const { return abi_; }
+  int32_t num_kinds() const { return num_kinds_; }  // kinds KIND_FIRST_LOWERED .. + num_kinds - 1
+  std::string kind_name(int32_t kind) const;        // "" outside the library's kinds
+  // Runs one task; throws std::runtime_error with the kernel's code and mk_last_error() message.
+  void dispatch(const TaskDesc& task, void* const* buffers) const;
+
+ private:
+  using AbiFn = int32_t (*)();
+  using KindNameFn = const char* (*)(int32_t);
+  using DispatchFn = int32_t (*)(int32_t, const TaskDesc*, void* const*);
+  using LastErrorFn = const char* (*)();
+
+  std::string path_;
+  void* handle_ = nullptr;
+  int32_t abi_ = 0;
+  int32_t num_kinds_ = 0;
+  KindNameFn kind_name_ = nullptr;
+  DispatchFn dispatch_ = nullptr;
+  LastErrorFn last_error_ = nullptr;
+};
+
 // The tables of one scheduled graph, owned (copied from the caller's arrays).
 struct Tables {
   std::vector<TaskDesc> tasks;
@@ -97,9 +132,12 @@ struct BufferBinding {
 
 class CpuExecutor {
  public:
-  explicit CpuExecutor(Tables tables);  // validates; throws TableError
+  // Validates; throws TableError. With a library, kinds >= KIND_FIRST_LOWERED run its
+  // mk_dispatch (a kind it does not define is a TableError) instead of the registry's.
+  explicit CpuExecutor(Tables tables, std::shared_ptr<const KernelLibrary> library = nullptr);
 
   const Tables& tables() const { return tables_; }
+  const std::shared_ptr<const KernelLibrary>& library() const { return library_; }
   GraphHeader header() const { return make_header(tables_); }
 
   // Resolves every buffer row to an address: a bound buffer or arena + offset (TableError if a
@@ -113,7 +151,8 @@ class CpuExecutor {
 
  private:
   Tables tables_;
-  std::vector<KindFn> kinds_;  // indexed by kind id, snapshot of the registry
+  std::shared_ptr<const KernelLibrary> library_;
+  std::vector<KindFn> kinds_;  // indexed by kind id, snapshot of the registry (or library)
   bool traced_ = false;
 };
 

@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -85,10 +86,18 @@ py::dict table_layouts() {
   return d;
 }
 
+// None, a KernelLibrary, or a path (str or os.PathLike) to load one from.
+std::shared_ptr<const mk::KernelLibrary> as_library(const py::object& library) {
+  if (library.is_none()) return nullptr;
+  if (py::isinstance<mk::KernelLibrary>(library)) return library.cast<std::shared_ptr<mk::KernelLibrary>>();
+  const std::string path = py::str(py::module_::import("os").attr("fspath")(library));
+  return std::make_shared<mk::KernelLibrary>(path);
+}
+
 mk::CpuExecutor make_executor(const py::handle& tasks, const py::handle& waits, const py::handle& signals,
                               const py::handle& queue_offsets, const py::handle& queue_tasks,
                               const py::handle& buffers, int32_t num_counters, int32_t iterations,
-                              uint64_t arena_bytes) {
+                              uint64_t arena_bytes, const py::object& library) {
   mk::Tables t;
   t.tasks = rows<mk::TaskDesc>(tasks, "tasks");
   t.waits = rows<mk::WaitDesc>(waits, "waits");
@@ -99,7 +108,7 @@ mk::CpuExecutor make_executor(const py::handle& tasks, const py::handle& waits, 
   t.num_counters = num_counters;
   t.iterations = iterations;
   t.arena_bytes = arena_bytes;
-  return mk::CpuExecutor(std::move(t));
+  return mk::CpuExecutor(std::move(t), as_library(library));
 }
 
 // `buffers` is a list (one entry per buffer row, None = place in the arena) or one arena object.
@@ -225,11 +234,35 @@ PYBIND11_MODULE(_runtime, m) {
     }
   });
 
+  py::class_<mk::KernelLibrary, std::shared_ptr<mk::KernelLibrary>>(
+      m, "KernelLibrary",
+      "A kernel library emitted by mk.backends.cpu, loaded with dlopen and checked against the ABI.")
+      .def(py::init([](const py::object& path) {
+             return std::const_pointer_cast<mk::KernelLibrary>(as_library(path));
+           }),
+           py::arg("path"))
+      .def_property_readonly("path", &mk::KernelLibrary::path)
+      .def_property_readonly("abi", &mk::KernelLibrary::abi)
+      .def_property_readonly("num_kinds", &mk::KernelLibrary::num_kinds)
+      .def("kind_name", &mk::KernelLibrary::kind_name, py::arg("kind"),
+           "The name of a kind (>= KIND_FIRST_LOWERED) the library defines, else ''.")
+      .def("__repr__", [](const mk::KernelLibrary& lib) {
+        return "<mk._runtime.KernelLibrary " + lib.path() + ": " + std::to_string(lib.num_kinds()) + " kinds>";
+      });
+
   py::class_<mk::CpuExecutor>(m, "CpuExecutor",
                               "Runs flat task tables on threads that play SMs (see mk/tables.h).")
       .def(py::init(&make_executor), py::arg("tasks"), py::arg("waits"), py::arg("signals"),
            py::arg("queue_offsets"), py::arg("queue_tasks"), py::arg("buffers") = py::none(), py::kw_only(),
-           py::arg("num_counters"), py::arg("iterations") = 1, py::arg("arena_bytes") = 0)
+           py::arg("num_counters"), py::arg("iterations") = 1, py::arg("arena_bytes") = 0,
+           py::arg("library") = py::none(),
+           "`library`: a KernelLibrary (or a path to load one from) that runs every kind >= "
+           "KIND_FIRST_LOWERED through its mk_dispatch.")
+      .def_property_readonly("library",
+                             [](const mk::CpuExecutor& e) -> py::object {
+                               if (!e.library()) return py::none();
+                               return py::cast(std::const_pointer_cast<mk::KernelLibrary>(e.library()));
+                             })
       .def("run", &run, py::arg("buffers") = py::none(), py::kw_only(), py::arg("arena") = py::none(),
            py::arg("iterations") = 0, py::arg("num_threads") = 1, py::arg("timeout_ms") = 10000,
            py::arg("max_delay_us") = 0, py::arg("seed") = 0,

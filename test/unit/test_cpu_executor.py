@@ -566,6 +566,7 @@ def _compile(out: Path, *flags: str) -> subprocess.Popen[bytes]:
         f"-I{ROOT / 'runtime/include'}",
         f"-I{ROOT / 'runtime/src'}",
         *map(str, sources),
+        "-ldl",
         "-o",
         str(out),
     ]
