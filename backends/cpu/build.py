@@ -26,12 +26,15 @@ def include_dir() -> Path:
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("MK_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME")
-    root = Path(base) if base else Path.home() / ".cache"
-    return root / "mk" / "cpu" if not os.environ.get("MK_CACHE_DIR") else root / "cpu"
+    """`$MK_CACHE_DIR/cpu`, else `$XDG_CACHE_HOME/mk/cpu`, else `~/.cache/mk/cpu`."""
+    if mk_dir := os.environ.get("MK_CACHE_DIR"):
+        return Path(mk_dir) / "cpu"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "mk" / "cpu"
 
 
-def _compiler() -> list[str]:
+def compiler() -> list[str]:
+    """The C++ compiler command: `$CXX` (may carry flags) or g++."""
     return shlex.split(os.environ.get("CXX") or "g++")
 
 
@@ -47,7 +50,7 @@ def library_key(source: str) -> str:
     """Hash of everything the library depends on: source, headers, compiler and flags."""
     include = include_dir()
     h = hashlib.sha256()
-    for part in (source, _headers_digest(include), " ".join(_compiler()), " ".join(CXXFLAGS)):
+    for part in (source, _headers_digest(include), " ".join(compiler()), " ".join(CXXFLAGS)):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:24]
@@ -62,11 +65,15 @@ def build_library(source: str, cache_dir: Path | None = None) -> Path:
     if lib.is_file():
         return lib
     src = cache / f"mk_cpu_{key}.cpp"
-    src.write_text(source)
-    # Compile to a private name then rename: concurrent builds never see a half-written file.
+    # Write and compile under private names, then rename: concurrent builds of the same
+    # program never see a half-written source or library.
+    fd, staged = tempfile.mkstemp(prefix=f".mk_cpu_{key}.", suffix=".cpp", dir=cache)
+    with os.fdopen(fd, "w") as f:
+        f.write(source)
+    os.replace(staged, src)
     fd, tmp = tempfile.mkstemp(prefix=f".mk_cpu_{key}.", suffix=".so", dir=cache)
     os.close(fd)
-    cmd = [*_compiler(), *CXXFLAGS, f"-I{include_dir()}", str(src), "-o", tmp]
+    cmd = [*compiler(), *CXXFLAGS, f"-I{include_dir()}", str(src), "-o", tmp]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     except OSError as e:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xdsl.dialects.builtin import DenseArrayBase, FloatAttr, IntegerAttr, ModuleOp, TensorType, i1
-from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
+from xdsl.dialects.builtin import DenseArrayBase, FloatAttr, IntegerAttr, ModuleOp
+from xdsl.ir import Attribute, BlockArgument, OpResult, SSAValue
 from xdsl.irdl import IRDLOperation
 
 from mk.backends.cpu.emit_ops import BufferRef, GraphDefEmitter, tensor_shape
@@ -102,8 +102,7 @@ def _grid_function(name: str, grid: GridOp, refs: dict[str, BufferRef]) -> str:
     results: dict[int, list[tuple[BufferRef, tuple[slice, ...]]]] = {}
     coords = (0,) * len(grid.shape_tuple)
     for pos, value in enumerate(yielded.operands):
-        if value.owner is kernel:
-            assert not isinstance(value, BlockArgument)
+        if isinstance(value, OpResult) and value.owner is kernel:
             fp = writes[pos]
             results.setdefault(value.index, []).append((refs[fp.buffer_name], fp.slices(coords)))
     if isinstance(kernel, GraphDefOp):
@@ -119,9 +118,21 @@ def _grid_function(name: str, grid: GridOp, refs: dict[str, BufferRef]) -> str:
         body = LibraryEmitter(kernel, operands, results.get(0, [])).emit()
     lines = [f"// task.grid @{grid.sym_name.data} {list(grid.shape_tuple)}"]
     lines.append(f"int32_t {name}(const mk::TaskDesc* t, void* const* buffers) {{")
-    lines += ["  " + line for line in body]
+    lines += _indent(body, 1)
     lines += ["  return 0;", "}"]
     return "\n".join(lines) + "\n"
+
+
+def _indent(lines: Sequence[str], depth: int) -> list[str]:
+    """Indent statements two spaces per open brace (the emitters write them flat)."""
+    out = []
+    for line in lines:
+        if line.startswith("}"):
+            depth -= 1
+        out.append("  " * depth + line)
+        if line.endswith("{"):
+            depth += 1
+    return out
 
 
 def _abi(names: Sequence[tuple[str, str]]) -> str:
@@ -130,7 +141,7 @@ def _abi(names: Sequence[tuple[str, str]]) -> str:
         for i, (fn, _) in enumerate(names)
     )
     kind_names = "\n".join(
-        f"    case {KIND_FIRST_LOWERED + i}: return \"{grid}\";" for i, (_, grid) in enumerate(names)
+        f'    case {KIND_FIRST_LOWERED + i}: return "{grid}";' for i, (_, grid) in enumerate(names)
     )
     return f"""\
 extern "C" {{
@@ -268,9 +279,7 @@ class LibraryEmitter:
                 f"{float_literal(float(eps.value.data))});"
             )
         elif kind == "rope":
-            emit(
-                f"mk::cpu::lib_rope(r, a0, {dims(s[0])}, a1, {dims(s[1])}, a2, {dims(s[2])});"
-            )
+            emit(f"mk::cpu::lib_rope(r, a0, {dims(s[0])}, a1, {dims(s[1])}, a2, {dims(s[2])});")
         else:
             self.compute_layout(kind)
 
@@ -313,7 +322,7 @@ class LibraryEmitter:
             f"const int64_t bad = mk::cpu::lib_embedding(r, a0, {dims(s[0])}, {ids});",
             "if (bad >= 0) {",
             f'  return fail("{prefix}error: \'mugraph.kernel\' \\"embedding\\" id " + '
-            f"std::to_string({ids}[bad]) + \" at index \" + mk::cpu::format_index(bad, "
+            f'std::to_string({ids}[bad]) + " at index " + mk::cpu::format_index(bad, '
             f'{dims(s[1])}) + " is out of range for a table of {rows} rows");',
             "}",
         ]

@@ -14,8 +14,14 @@ from dataclasses import dataclass
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation, SSAValue
 
-from mk.backends.cpu.emit_scalar import dims, dtype_code, float_literal, is_float, scalar_body
-from mk.backends.cpu.emit_scalar import tile_ctype
+from mk.backends.cpu.emit_scalar import (
+    dims,
+    dtype_code,
+    float_literal,
+    is_float,
+    scalar_body,
+    tile_ctype,
+)
 from mk.diagnostics import MkError, op_location
 from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import ArgmaxOp, GraphDefOp, InputOp, OutputOp, PositionOp
@@ -129,7 +135,8 @@ class GraphDefEmitter:
             f"mk::cpu::load_box({self.var(op.tile)}, buffers[{ref.index}], {ref.dtype}, "
             f"{dims(ref.shape)}, {starts}, {dims(op.tile_shape())});"
         )
-        self.round(op.tile)
+        if dtype_code(op.tile.type) != ref.dtype:
+            self.round(op.tile)
 
     def store(self, op: OutputOp) -> None:
         tile = shape_of(op.tile)

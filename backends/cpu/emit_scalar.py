@@ -61,13 +61,17 @@ def dims(shape: Sequence[int]) -> str:
 
 
 def float_literal(value: float, double: bool = False) -> str:
-    """An exact C++ literal of a float32 (or double) value."""
+    """A C++ literal that parses to exactly this float32 (or double) value."""
     v = float(value) if double else float(np.float32(value))
     if math.isnan(v):
         return "NAN"
     if math.isinf(v):
         return "INFINITY" if v > 0 else "-INFINITY"
-    return v.hex() + ("" if double else "f")
+    # The shortest text that round-trips in the literal's own precision.
+    text = repr(v) if double else str(np.float32(v))
+    if not any(c in text for c in ".en"):
+        text += ".0"
+    return text if double else text + "f"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -187,7 +191,9 @@ def scalar_expr(op: Operation, args: list[str]) -> str:
     raise MkError(f"'{op.name}' is not supported by the CPU backend", op_location(op))
 
 
-def scalar_body(block: Block, inputs: list[str], names: Callable[[], str]) -> tuple[list[str], list[str]]:
+def scalar_body(
+    block: Block, inputs: list[str], names: Callable[[], str]
+) -> tuple[list[str], list[str]]:
     """Statements computing a thread_map body per element, and the yielded expressions."""
     env: dict[SSAValue, str] = dict(zip(block.args, inputs, strict=True))
     lines: list[str] = []
@@ -198,4 +204,7 @@ def scalar_body(block: Block, inputs: list[str], names: Callable[[], str]) -> tu
         ctype = scalar_ctype(op.results[0].type)
         lines.append(f"const {ctype} {name} = {scalar_expr(op, [env[v] for v in op.operands])};")
         env[op.results[0]] = name
-    raise MkError("a thread_map body must end with mugraph.yield", op_location(block.parent_op()))
+    parent = block.parent_op()
+    raise MkError(
+        "a thread_map body must end with mugraph.yield", op_location(parent) if parent else None
+    )
