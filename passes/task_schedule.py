@@ -68,7 +68,12 @@ class ListSchedule:
     makespan_us: float
 
 
-def target_for(num_sms: int, bandwidth_gbs: float, peak_tflops: float) -> Target:
+def target_for(num_sms: int, bandwidth_gbs: float, peak_tflops: float, pass_name: str) -> Target:
+    """The cost-model target of a pass's options, rejecting impossible ones with a clear error."""
+    if num_sms < 1:
+        raise MkError(f"{pass_name}: num-sms must be >= 1, got {num_sms}")
+    if bandwidth_gbs <= 0 or peak_tflops <= 0:
+        raise MkError(f"{pass_name}: bandwidth-gbs and peak-tflops must be > 0")
     return Target(num_sms=num_sms, bandwidth=bandwidth_gbs * 1e9, peak_flops=peak_tflops * 1e12)
 
 
@@ -313,10 +318,6 @@ class TaskSchedulePass(ModulePass):
     peak_tflops: float = 740.0
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.num_sms < 1:
-            raise MkError(f"task-schedule: num-sms must be >= 1, got {self.num_sms}")
-        if self.bandwidth_gbs <= 0 or self.peak_tflops <= 0:
-            raise MkError("task-schedule: bandwidth-gbs and peak-tflops must be > 0")
-        target = target_for(self.num_sms, self.bandwidth_gbs, self.peak_tflops)
+        target = target_for(self.num_sms, self.bandwidth_gbs, self.peak_tflops, self.name)
         for graph in task_graphs(op):
             schedule_graph(graph, self.num_sms, target)

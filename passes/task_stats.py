@@ -96,7 +96,9 @@ def graph_stats(
     index = graph.index()
     if index.schedule is not None:
         num_sms = int_value(index.schedule.num_sms)
-    dag = build_dag(index, target_for(num_sms, bandwidth_gbs, peak_tflops), "task-stats")
+    dag = build_dag(
+        index, target_for(num_sms, bandwidth_gbs, peak_tflops, "task-stats"), "task-stats"
+    )
     order = topological_order(dag)
     if order is None:
         raise MkError(
@@ -129,10 +131,7 @@ class TaskStatsPass(ModulePass):
     peak_tflops: float = 740.0
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.num_sms < 1:
-            raise MkError(f"task-stats: num-sms must be >= 1, got {self.num_sms}")
-        if self.bandwidth_gbs <= 0 or self.peak_tflops <= 0:
-            raise MkError("task-stats: bandwidth-gbs and peak-tflops must be > 0")
+        target_for(self.num_sms, self.bandwidth_gbs, self.peak_tflops, self.name)  # validates
         for graph in task_graphs(op):
             stats = graph_stats(graph, self.num_sms, self.bandwidth_gbs, self.peak_tflops)
             graph.attributes[STATS_ATTR] = stats.attr()

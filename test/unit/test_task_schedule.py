@@ -190,7 +190,7 @@ def _run(module: ModuleOp, pipeline: str) -> None:
 @given(module=task_graphs(), num_sms=st.integers(1, 5))
 def test_random_graphs_schedule_validly(module: ModuleOp, num_sms: int) -> None:
     graph = _graph(module)
-    target = target_for(num_sms, 4100.0, 740.0)
+    target = target_for(num_sms, 4100.0, 740.0, "test")
     result = schedule_graph(graph, num_sms, target)
     module.verify()
     assert check_queues_deadlock_free(graph) is None
@@ -224,7 +224,7 @@ def test_makespan_within_graham_bound(module: ModuleOp, num_sms: int) -> None:
     stats = graph.attributes[STATS_ATTR]
     assert isinstance(stats, DictionaryAttr)
     est, path = _float(stats, "est_us"), _float(stats, "critical_path_us")
-    dag = build_dag(graph.index(), target_for(num_sms, 4100.0, 740.0))
+    dag = build_dag(graph.index(), target_for(num_sms, 4100.0, 740.0, "test"))
     slack = 1e-3 + 1e-5 * est  # the printed numbers are rounded
     assert path - slack <= est <= sum(dag.cost_us) / num_sms + path + slack
     assert est + slack >= sum(dag.cost_us) / num_sms
@@ -371,7 +371,7 @@ def test_llama_shaped_graph_schedules_fast() -> None:
 def test_list_schedule_uses_every_sm_when_work_allows() -> None:
     module = _llama_shaped()
     graph = _graph(module)
-    dag = build_dag(graph.index(), target_for(132, 4100.0, 740.0))
+    dag = build_dag(graph.index(), target_for(132, 4100.0, 740.0, "test"))
     result = list_schedule(dag, [0.0] * dag.num_tasks, 132)
     assert result is not None
     assert all(result.queues)  # 1000 tasks in waves of >= 32: no SM left without work
@@ -397,7 +397,7 @@ def test_examples_schedule(path: Path) -> None:
         queues = _queues(graph)
         flat = sorted(t for ids in queues.values() for t in ids)
         assert flat == list(range(graph.index().total_tasks))
-        dag = build_dag(graph.index(), target_for(132, 4100.0, 740.0))
+        dag = build_dag(graph.index(), target_for(132, 4100.0, 740.0, "test"))
         times = _asap_times(graph, dag.cost_us)
         assert times is not None
         starts, finish = times
