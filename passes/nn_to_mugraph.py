@@ -241,7 +241,7 @@ def lower_block(block: Block, t: Tiling) -> None:
 
 @dataclass(frozen=True)
 class NnToMugraphPass(ModulePass):
-    """`nn-to-mugraph{num-sms=132 tile-n=64 tile-k=64 kv-chunk=64 kv-splits=0}`."""
+    """`nn-to-mugraph{num-sms=132 tile-n=64 tile-k=64 kv-chunk=64 kv-splits=0 k-splits=1}`."""
 
     name = "nn-to-mugraph"
 
@@ -250,14 +250,21 @@ class NnToMugraphPass(ModulePass):
     tile_k: int = 64  # K elements per for-loop iteration
     kv_chunk: int = 64  # keys per for-loop iteration in attention
     kv_splits: int = 0  # splits of the KV length; 0 chooses blocks ≈ num_sms
+    # splits of a linear's K (at most 16); 0 chooses blocks ≈ num_sms, 1 never splits. The default
+    # stays 1 until mugraph-to-task builds exact (not coarse) events for split-K consumers.
+    k_splits: int = 1
 
     def tiling(self) -> Tiling:
         for option in ("num_sms", "tile_n", "tile_k", "kv_chunk"):
             if getattr(self, option) < 1:
                 raise MkError(f"nn-to-mugraph: {option.replace('_', '-')} must be >= 1")
-        if self.kv_splits < 0:
-            raise MkError("nn-to-mugraph: kv-splits must be >= 0")
-        return Tiling(self.num_sms, self.tile_n, self.tile_k, self.kv_chunk, self.kv_splits)
+        for option in ("kv_splits", "k_splits"):
+            if getattr(self, option) < 0:
+                raise MkError(f"nn-to-mugraph: {option.replace('_', '-')} must be >= 0")
+        return Tiling(
+            self.num_sms, self.tile_n, self.tile_k, self.kv_chunk, self.kv_splits,
+            k_splits=self.k_splits,
+        )  # fmt: skip
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         t = self.tiling()

@@ -25,12 +25,20 @@ from dataclasses import dataclass, field
 
 from xdsl.dialects import arith
 from xdsl.dialects import math as mathd
-from xdsl.dialects.builtin import StringAttr, TensorType
+from xdsl.dialects.builtin import IntegerAttr, StringAttr, TensorType, f32, i64
 from xdsl.ir import Operation, SSAValue
 
 from mk.dialects import nn
+from mk.dialects.mugraph import GraphDefOp
 from mk.dialects.mugraph_builder import BlockGraphBuilder
-from mk.dialects.mugraph_tiles import AccumOp, BinaryOp, MatmulOp, shape_of, tensor_type
+from mk.dialects.mugraph_tiles import (
+    AccumOp,
+    BinaryOp,
+    MatmulOp,
+    ReduceOp,
+    shape_of,
+    tensor_type,
+)
 from mk.passes.nn_to_mugraph_rules import (
     ELEMENTWISE_OPS,
     Emitted,
@@ -43,6 +51,7 @@ from mk.passes.nn_to_mugraph_rules import (
     maps_broadcast,
     new_builder,
     nn_float,
+    parts_at_most,
     reshape,
     run_scalar_chain,
 )
@@ -318,9 +327,31 @@ def _fold_views(group: LinearGroup, claimed: set[Operation], lay: _Layout) -> No
             group.views[v] = view
 
 
+MAX_K_SPLITS = 16
+
+
+def k_splits(lay: _Layout, t: Tiling) -> int:
+    """Splits of K across grid z: 1 unless the output blocks leave SMs idle; then about
+    num_sms / blocks splits (at most 16) of at least two for-loop iterations each, dividing the
+    loop. A forced count (k_splits > 1) is the largest divisor of the loop not above it."""
+    if t.k_splits > 0:
+        return parts_at_most(lay.forloop, min(t.k_splits, MAX_K_SPLITS))
+    blocks = lay.grid[0] * lay.grid[1]
+    if blocks >= t.num_sms:
+        return 1
+    return parts_at_most(lay.forloop, min(MAX_K_SPLITS, t.num_sms // blocks, lay.forloop // 2))
+
+
 def linear_group_kernel(group: LinearGroup, t: Tiling, lookup: ValueMap) -> Emitted:
-    """The fused graph_def of a linear group; maps each written nn value to the kernel's result."""
+    """The fused graph_def(s) of a linear group; maps each written nn value to a kernel result.
+
+    One graph_def, or with split-K two: the first writes each head's f32 partial sums of its K
+    split into a workspace [S, ...] (grid z → the leading split dim), the second sums them and
+    applies the norm scale (Σx² recomputed from x), the epilogue, the rounding and the views."""
     lay = _layout(group, t)
+    splits = k_splits(lay, t)
+    if splits > 1:
+        return _split_k_kernels(group, lay, splits, lookup)
     outputs = group.computed_outputs()
     written = [group.written(v) for v in outputs]
     names = [v.name_hint or "y" for v in written]
@@ -331,34 +362,133 @@ def linear_group_kernel(group: LinearGroup, t: Tiling, lookup: ValueMap) -> Emit
     extras = {v: operands.index(v) for v in group.extras()}
     args = [lookup(v) for v in operands.values]
     b = new_builder(args, [v.type for v in written], lay.grid, 128, lay.forloop, names)
-    xr = len(shape_of(group.x))
-    xt = b.input(ix, (-1, xr - 2 if lay.grid[1] > 1 else -1, -1), xr - 1, "xt")
-    if xr == 1:
-        xt = reshape(b, xt, (1, *shape_of(xt)), "xt2")  # a row for the matmul
-    a, rs = xt, None
-    if group.norm is not None:
-        gt = b.input(ig, (-1, -1, -1), 0, "gt")
-        a = b.add(BinaryOp("mul", xt, gt), "xg").res
-    accs: dict[SSAValue, SSAValue] = {
-        h.results[0]: _head_accumulator(b, h, a, iw[i]) for i, h in enumerate(group.heads)
-    }
+    xt, accs = _products(b, group, lay, ix, ig, iw, 1)
+    rs = None
     if group.norm is not None:
         rs = _norm_scale(b, AccumOp("mean_sq_last", xt), nn_float(group.norm, "epsilon"))
+    _write_outputs(b, group, lay, accs, rs, extras)
+    kernel = finish(b, names)
+    if _is_fused(group):
+        kernel.attributes["mk.fused"] = _fused_label(group)
+    return [kernel], dict(zip(written, kernel.results, strict=True))
+
+
+def _is_fused(group: LinearGroup) -> bool:
+    return bool(group.norm or group.epilogue or len(group.heads) > 1 or group.views)
+
+
+def _x_tile(
+    b: BlockGraphBuilder, group: LinearGroup, lay: _Layout, ix: int, split: bool
+) -> SSAValue:
+    """x's tile of one iteration (a row when x is a vector); grid z picks the K split."""
+    xr = len(shape_of(group.x))
+    kdim = xr - 1 if split else -1
+    xt = b.input(ix, (-1, xr - 2 if lay.grid[1] > 1 else -1, kdim), xr - 1, "xt")
+    return reshape(b, xt, (1, *shape_of(xt)), "xt2") if xr == 1 else xt
+
+
+def _products(
+    b: BlockGraphBuilder, group: LinearGroup, lay: _Layout, ix: int, ig: int, iw: list[int],
+    splits: int,
+) -> tuple[SSAValue, dict[SSAValue, SSAValue]]:  # fmt: skip
+    """x's tile and each head's accumulated product (x·g when a norm is fused) over the loop."""
+    split = splits > 1
+    xt = _x_tile(b, group, lay, ix, split)
+    a = xt
+    if group.norm is not None:
+        gt = b.input(ig, (-1, -1, 0 if split else -1), 0, "gt")
+        a = b.add(BinaryOp("mul", xt, gt), "xg").res
+    accs: dict[SSAValue, SSAValue] = {
+        h.results[0]: _head_accumulator(b, h, a, iw[i], split) for i, h in enumerate(group.heads)
+    }
+    return xt, accs
+
+
+def _write_outputs(
+    b: BlockGraphBuilder,
+    group: LinearGroup,
+    lay: _Layout,
+    accs: dict[SSAValue, SSAValue],
+    rs: SSAValue | None,
+    extras: dict[SSAValue, int],
+) -> None:
+    """The epilogue of every computed output, rounded and written (into its view when folded)."""
     extra_tiles = {
         v: b.input(i, lay.extra_map(shape_of(v)), -1, f"{v.name_hint or 'e'}_t")
         for v, i in extras.items()
     }
-    for i, (v, w) in enumerate(zip(outputs, written, strict=True)):
+    for i, v in enumerate(group.computed_outputs()):
+        w = group.written(v)
+        name = w.name_hint or "y"
         tile = _epilogue_value(b, group, v, accs, rs, extra_tiles)
         width = shape_of(v)[-1]
         tile_shape, omap = lay.view_map(width, shape_of(w)) if w is not v else (None, None)  # type: ignore[misc]
         if tile_shape is None or omap is None:
             tile_shape, omap = (*lay.tile_lead(), width // lay.grid[0]), lay.out_map()
-        b.output(reshape(b, tile, tile_shape, f"{names[i]}v"), i, omap)
+        b.output(reshape(b, tile, tile_shape, f"{name}v"), i, omap)
+
+
+def _partial_map(lay: _Layout, z: int) -> tuple[int, int, int]:
+    """The output map shifted past the leading split dim, grid z onto that dim (or -1)."""
+    x, y, _ = lay.out_map()
+    return (x + 1, y + 1 if y >= 0 else -1, z)
+
+
+def _split_k_kernels(group: LinearGroup, lay: _Layout, splits: int, lookup: ValueMap) -> Emitted:
+    heads = [h.results[0] for h in group.heads]
+    partials = [TensorType(f32, (splits, *shape_of(v))) for v in heads]
+    pnames = [f"{v.name_hint or 'y'}_p" for v in heads]
+    operands = Operands()
+    ix = operands.index(group.x)
+    ig = operands.index(group.norm.operands[1]) if group.norm else -1
+    iw = [operands.index(h.operands[1]) for h in group.heads]
+    grid = (lay.grid[0], lay.grid[1], splits)
+    b = new_builder(
+        [lookup(v) for v in operands.values], partials, grid, 128, lay.forloop // splits, pnames
+    )
+    _, accs = _products(b, group, lay, ix, ig, iw, splits)
+    for i, v in enumerate(heads):
+        tile = (1, *lay.tile_lead(), shape_of(v)[-1] // lay.grid[0])
+        b.output(reshape(b, accs[v], tile, f"{pnames[i]}v"), i, _partial_map(lay, 0))
+    split = finish(b, pnames)
+    split.attributes["mk.split_k"] = IntegerAttr(splits, i64)
+    if _is_fused(group):
+        split.attributes["mk.fused"] = _fused_label(group)
+    reduce = _reduce_kernel(group, lay, list(split.results), lookup)
+    written = [group.written(v) for v in group.computed_outputs()]
+    return [split, reduce], dict(zip(written, reduce.results, strict=True))
+
+
+def _reduce_kernel(
+    group: LinearGroup, lay: _Layout, partials: list[SSAValue], lookup: ValueMap
+) -> GraphDefOp:
+    """Σ over the split dim of each head's partials, then the group's epilogue."""
+    written = [group.written(v) for v in group.computed_outputs()]
+    names = [v.name_hint or "y" for v in written]
+    operands = Operands()
+    for p in partials:
+        operands.index(p)
+    ix = operands.index(group.x) if group.norm else -1
+    extras = {v: operands.index(v) for v in group.extras()}
+    args = [lookup(v) for v in operands.values]
+    forloop = lay.forloop if group.norm else 1  # the norm statistic walks x's row again
+    grid = (lay.grid[0], lay.grid[1], 1)
+    b = new_builder(args, [v.type for v in written], grid, 128, forloop, names)
+    accs: dict[SSAValue, SSAValue] = {}
+    for i, h in enumerate(group.heads):
+        v, name = h.results[0], h.results[0].name_hint or "y"
+        pt = b.input(i, _partial_map(lay, -1), -1, f"{name}_pt")
+        total = b.add(ReduceOp("sum", pt, 0), f"{name}_s").res
+        lead = lay.tile_lead() if len(shape_of(group.x)) >= 2 else (1,)  # a vector x is a row
+        accs[v] = reshape(b, total, (*lead, shape_of(v)[-1] // lay.grid[0]), f"{name}acc")
+    rs = None
+    if group.norm is not None:
+        xt = _x_tile(b, group, lay, ix, False)
+        rs = _norm_scale(b, AccumOp("mean_sq_last", xt), nn_float(group.norm, "epsilon"))
+    _write_outputs(b, group, lay, accs, rs, extras)
     kernel = finish(b, names)
-    if group.norm is not None or group.epilogue or len(group.heads) > 1 or group.views:
-        kernel.attributes["mk.fused"] = _fused_label(group)
-    return [kernel], dict(zip(written, kernel.results, strict=True))
+    kernel.attributes["mk.split_k_reduce"] = IntegerAttr(shape_of(partials[0])[0], i64)
+    return kernel
 
 
 def _norm_scale(b: BlockGraphBuilder, mean_sq: AccumOp, eps: float) -> SSAValue:
@@ -376,15 +506,17 @@ def _fused_label(group: LinearGroup) -> StringAttr:
     return StringAttr("+".join(op.name.removeprefix("nn.") for op in ops))
 
 
-def _head_accumulator(b: BlockGraphBuilder, head: Operation, a: SSAValue, index: int) -> SSAValue:
+def _head_accumulator(
+    b: BlockGraphBuilder, head: Operation, a: SSAValue, index: int, split: bool
+) -> SSAValue:
     w = head.operands[1]
     name = w.name_hint or "w"
     if isinstance(head, nn.LinearOp):
-        wt = b.input(index, (0, -1, -1), 1, f"{name}t")
+        wt = b.input(index, (0, -1, 1 if split else -1), 1, f"{name}t")
         p = b.add(MatmulOp(a, wt, transpose_b=True), f"{name}p").res
     else:
         r = len(shape_of(w))
-        wt = b.input(index, (r - 1, -1, -1), r - 2, f"{name}t")
+        wt = b.input(index, (r - 1, -1, r - 2 if split else -1), r - 2, f"{name}t")
         p = b.add(MatmulOp(a, wt), f"{name}p").res
     return b.add(AccumOp("sum", p), f"{name}acc").res
 

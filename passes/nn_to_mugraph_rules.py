@@ -47,6 +47,7 @@ class Tiling:
     kv_chunk: int = 64
     kv_splits: int = 0
     tile_m: int = 64  # rows per block before the linear family also splits rows
+    k_splits: int = 1  # linear family: splits of K; 0 chooses blocks ≈ num_sms, 1 never splits
 
 
 def chunk_size(extent: int, want: int) -> int:

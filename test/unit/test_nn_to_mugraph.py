@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from nn_programs import OPTIONS, programs
-from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, TensorType, f32, i64
+from xdsl.ir import SSAValue
 from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, result_def
 
 from mk.diagnostics import MkError
@@ -25,6 +26,7 @@ SMALL_EXAMPLES = sorted(p.name for p in EXAMPLES.glob("*.mlir") if p.name != "ll
 
 
 def lower(module: ModuleOp, **options: int) -> ModuleOp:
+    options.setdefault("k_splits", 0)  # split-K on (auto) unless a test pins it
     NnToMugraphPass(**options).apply(make_context(), module)
     module.verify()
     return module
@@ -83,7 +85,7 @@ def test_example_agrees_with_reference(name: str, options: dict[str, int]) -> No
 
 
 def test_rmsnorm_linear_is_one_fused_kernel() -> None:
-    lowered = lower(load_module(EXAMPLES / "rmsnorm_linear.mlir"))
+    lowered = lower(load_module(EXAMPLES / "rmsnorm_linear.mlir"), k_splits=1)
     (kernel,) = kernels(lowered)
     assert isinstance(kernel, mg.GraphDefOp)
     assert kernel.grid_shape() == (16, 1, 1) and kernel.forloop_range() == 8
@@ -93,7 +95,7 @@ def test_rmsnorm_linear_is_one_fused_kernel() -> None:
 
 
 def test_gated_mlp_is_fused_plus_down_projection() -> None:
-    lowered = lower(load_module(EXAMPLES / "gated_mlp.mlir"))
+    lowered = lower(load_module(EXAMPLES / "gated_mlp.mlir"), k_splits=1)
     fused, down = kernels(lowered)
     assert isinstance(fused, mg.GraphDefOp) and isinstance(down, mg.GraphDefOp)
     assert fused.attributes["mk.fused"].data == "linear+linear+silu+mul"  # type: ignore[attr-defined]
@@ -116,7 +118,7 @@ func.func @gated(%x: tensor<8x256xbf16>, %g: tensor<256xbf16>, %w1: tensor<512x2
 
 def test_mirage_gated_mlp_is_one_kernel() -> None:
     """Mirage's gated MLP, silu(norm(x)·W1ᵀ)·(norm(x)·W3ᵀ), is a single graph-defined kernel."""
-    lowered = check_agrees(load_module(MIRAGE_GATED_MLP))
+    lowered = check_agrees(load_module(MIRAGE_GATED_MLP), k_splits=1)
     (kernel,) = kernels(lowered)
     assert isinstance(kernel, mg.GraphDefOp)
     assert kernel.attributes["mk.fused"].data == "rms_norm+linear+linear+silu+mul"  # type: ignore[attr-defined]
@@ -134,8 +136,11 @@ def test_attention_splits_and_merges() -> None:
 def test_llama3_block_lowers_and_verifies() -> None:
     lowered = lower(load_module(EXAMPLES / "llama3_8b_block.mlir"))
     ks = kernels(lowered)
-    # qkv, attention split + merge, o-proj + residual, norm + gate/up + silu·mul, down + residual
-    assert sum(isinstance(k, mg.GraphDefOp) for k in ks) == 6
+    # qkv, attention split + merge, o-proj + residual, norm + gate/up + silu·mul, down + residual;
+    # qkv, o-proj and down have 64 column blocks on 132 SMs: each splits K in two + a reduce
+    assert sum(isinstance(k, mg.GraphDefOp) for k in ks) == 9
+    splits = [k.attributes["mk.split_k"] for k in ks if "mk.split_k" in k.attributes]
+    assert splits == [IntegerAttr(2, i64)] * 3
     library = sorted(k.kind.data for k in ks if isinstance(k, mg.KernelOp))
     assert library == ["concat", "concat", "reshape", "reshape", "reshape", "rope", "rope"]
     fused = [k.attributes["mk.fused"].data for k in ks if "mk.fused" in k.attributes]  # type: ignore[attr-defined]
@@ -215,7 +220,9 @@ def test_odd_contraction_falls_back_to_one_iteration() -> None:
 
 
 def test_tile_k_option_sets_the_loop() -> None:
-    lowered = lower(load_module(EXAMPLES / "rmsnorm_linear.mlir"), tile_k=32, tile_n=128)
+    lowered = lower(
+        load_module(EXAMPLES / "rmsnorm_linear.mlir"), tile_k=32, tile_n=128, k_splits=1
+    )
     (kernel,) = kernels(lowered)
     assert isinstance(kernel, mg.GraphDefOp)
     assert kernel.forloop_range() == 16 and kernel.grid_shape() == (8, 1, 1)
@@ -262,6 +269,116 @@ def test_op_without_a_rule_is_a_located_error() -> None:
 def test_bad_option_is_a_located_error() -> None:
     with pytest.raises(MkError, match="tile-k must be >= 1"):
         lower(load_module(EXAMPLES / "rmsnorm_linear.mlir"), tile_k=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# Split-K: few output blocks split K across grid z, a reduce kernel sums the f32 partials
+# ------------------------------------------------------------------------------------------------
+
+
+def split_and_reduce(module: ModuleOp) -> tuple[mg.GraphDefOp, mg.GraphDefOp]:
+    split, reduce = [k for k in kernels(module) if isinstance(k, mg.GraphDefOp)][-2:]
+    assert list(reduce.args)[: len(split.results)] == list(split.results)
+    return split, reduce
+
+
+def test_rmsnorm_linear_splits_k_when_blocks_are_few() -> None:
+    lowered = check_agrees(load_module(EXAMPLES / "rmsnorm_linear.mlir"))
+    split, reduce = kernels(lowered)  # type: ignore[misc]
+    assert isinstance(split, mg.GraphDefOp) and isinstance(reduce, mg.GraphDefOp)
+    # 16 column blocks on 132 SMs; K = 8 iterations: 4 splits of 2 (each split >= 2 iterations)
+    assert split.grid_shape() == (16, 1, 4) and split.forloop_range() == 2
+    assert split.res[0].type == TensorType(f32, (4, 8, 1024))
+    assert split.attributes["mk.split_k"] == IntegerAttr(4, i64)
+    # the reduce kernel recomputes Σx² from x (blocks of one column tile see only their K split)
+    assert reduce.grid_shape() == (16, 1, 1) and reduce.forloop_range() == 8
+    accums = [op.kind.data for op in reduce.body.ops if isinstance(op, mg.AccumOp)]
+    assert accums == ["mean_sq_last"]
+    assert any(isinstance(op, mg.ReduceOp) for op in reduce.body.ops)
+
+
+def test_filled_sms_do_not_split() -> None:
+    lowered = lower(load_module(EXAMPLES / "rmsnorm_linear.mlir"), num_sms=16)
+    assert len(kernels(lowered)) == 1
+    lowered = lower(load_module(EXAMPLES / "rmsnorm_linear.mlir"), num_sms=32)
+    assert [k.grid_shape() for k in kernels(lowered)] == [(16, 1, 2), (16, 1, 1)]  # type: ignore[union-attr]
+
+
+SPLIT_K_EPILOGUE = """
+func.func @f(%x: tensor<2x3x512xbf16>, %g: tensor<512xbf16>, %w1: tensor<128x512xbf16>, %w3: tensor<128x512xbf16>, %r: tensor<3x128xbf16>) -> tensor<2x3x2x1x64xbf16> {
+  %h = nn.rms_norm %x, %g {epsilon = 1.0e-05 : f32} : (tensor<2x3x512xbf16>, tensor<512xbf16>) -> tensor<2x3x512xbf16>
+  %a = nn.linear %h, %w1 : (tensor<2x3x512xbf16>, tensor<128x512xbf16>) -> tensor<2x3x128xbf16>
+  %b = nn.linear %h, %w3 : (tensor<2x3x512xbf16>, tensor<128x512xbf16>) -> tensor<2x3x128xbf16>
+  %s = nn.silu %a : (tensor<2x3x128xbf16>) -> tensor<2x3x128xbf16>
+  %m = nn.mul %s, %b : (tensor<2x3x128xbf16>, tensor<2x3x128xbf16>) -> tensor<2x3x128xbf16>
+  %y = nn.add %m, %r : (tensor<2x3x128xbf16>, tensor<3x128xbf16>) -> tensor<2x3x128xbf16>
+  %v = nn.reshape %y : (tensor<2x3x128xbf16>) -> tensor<2x3x2x1x64xbf16>
+  func.return %v : tensor<2x3x2x1x64xbf16>
+}"""
+
+VECTOR_LINEAR = """
+func.func @f(%x: tensor<256xf32>, %b: tensor<48x256xf32>, %c: tensor<48xf32>) -> tensor<48xf32> {
+  %y = nn.linear %x, %b : (tensor<256xf32>, tensor<48x256xf32>) -> tensor<48xf32>
+  %z = nn.mul %y, %c : (tensor<48xf32>, tensor<48xf32>) -> tensor<48xf32>
+  func.return %z : tensor<48xf32>
+}"""
+
+
+@pytest.mark.parametrize("splits", [0, 2, 3, 4, 16])
+def test_split_k_norm_epilogue_and_view_agree(splits: int) -> None:
+    lowered = check_agrees(load_module(SPLIT_K_EPILOGUE), k_splits=splits, tile_k=32)
+    split, reduce = split_and_reduce(lowered)
+    want = {0: 8, 2: 2, 3: 2, 4: 4, 16: 16}[splits]  # auto: 2 blocks, 16 iterations -> 8
+    assert split.grid_shape()[2] == want and split.forloop_range() == 16 // want
+    assert reduce.attributes["mk.split_k_reduce"] == IntegerAttr(want, i64)
+    assert all(tensor_element(r) == f32 for r in split.results)
+
+
+@pytest.mark.parametrize("options", [{}, {"tile_k": 16, "tile_n": 16}, {"k_splits": 16}])
+def test_split_k_vector_linear_agrees(options: dict[str, int]) -> None:
+    lowered = check_agrees(load_module(VECTOR_LINEAR), **options)
+    split, _ = split_and_reduce(lowered)
+    assert split.grid_shape()[2] > 1
+
+
+BATCHED_MATMUL = """
+func.func @f(%a: tensor<2x4x256xbf16>, %b: tensor<2x256x32xbf16>) -> tensor<2x4x32xbf16> {
+  %y = nn.matmul %a, %b : (tensor<2x4x256xbf16>, tensor<2x256x32xbf16>) -> tensor<2x4x32xbf16>
+  func.return %y : tensor<2x4x32xbf16>
+}"""
+
+
+def test_split_k_batched_matmul_agrees() -> None:
+    lowered = check_agrees(load_module(BATCHED_MATMUL), tile_k=32, num_sms=8)
+    split, _ = split_and_reduce(lowered)
+    assert split.grid_shape() == (1, 1, 4) and split.res[0].type == TensorType(f32, (4, 2, 4, 32))
+
+
+def test_split_k_rows_split_agrees() -> None:
+    text = """
+    func.func @f(%x: tensor<128x256xbf16>, %w: tensor<64x256xbf16>) -> tensor<128x64xbf16> {
+      %y = nn.linear %x, %w : (tensor<128x256xbf16>, tensor<64x256xbf16>) -> tensor<128x64xbf16>
+      func.return %y : tensor<128x64xbf16>
+    }"""
+    lowered = check_agrees(load_module(text), tile_k=32, tile_n=32)
+    split, reduce = split_and_reduce(lowered)
+    assert split.grid_shape() == (2, 2, 4) and reduce.grid_shape() == (2, 2, 1)
+
+
+def test_split_k_is_deterministic() -> None:
+    text = (EXAMPLES / "llama3_8b_block.mlir").read_text()
+    first, second = (str(lower(load_module(text))) for _ in range(2))
+    assert first == second and "mk.split_k = 2" in first
+
+
+def test_negative_k_splits_is_an_error() -> None:
+    with pytest.raises(MkError, match="k-splits must be >= 0"):
+        lower(load_module(EXAMPLES / "rmsnorm_linear.mlir"), k_splits=-1)
+
+
+def tensor_element(value: object) -> object:
+    assert isinstance(value, SSAValue) and isinstance(value.type, TensorType)
+    return value.type.element_type
 
 
 # ------------------------------------------------------------------------------------------------

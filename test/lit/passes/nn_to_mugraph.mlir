@@ -1,8 +1,9 @@
-// RUN: mk-opt %s --split-input-file -p nn-to-mugraph | filecheck %s
-// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{num-sms=8 tile-k=32}' | filecheck %s --check-prefix=OPT
-// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{kv-splits=2 kv-chunk=16}' | filecheck %s --check-prefix=SPLIT
-// RUN: mk-opt %s --split-input-file -p nn-to-mugraph | mk-opt --split-input-file | filecheck %s --check-prefix=ROUND
-// RUN: mk-opt %s --split-input-file -p nn-to-mugraph --print-op-generic | mk-opt --split-input-file -p nn-to-mugraph | filecheck %s --check-prefix=ROUND
+// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{k-splits=1}' | filecheck %s
+// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{num-sms=8 tile-k=32 k-splits=1}' | filecheck %s --check-prefix=OPT
+// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{kv-splits=2 kv-chunk=16 k-splits=1}' | filecheck %s --check-prefix=SPLIT
+// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{k-splits=1}' | mk-opt --split-input-file | filecheck %s --check-prefix=ROUND
+// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{k-splits=1}' --print-op-generic | mk-opt --split-input-file -p 'nn-to-mugraph{k-splits=1}' | filecheck %s --check-prefix=ROUND
+// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{k-splits=0}' | filecheck %s --check-prefix=SPLITK
 
 // RMSNorm + Linear: one graph_def. Grid x over the 1024 output columns (64 per block), the
 // for-loop over K = 512 in chunks of tile-k; x·g feeds the matmul while the mean of x²
@@ -37,6 +38,30 @@ func.func @rmsnorm_linear(%x: tensor<8x512xbf16>, %g: tensor<512xbf16>, %w: tens
 
 // ROUND-LABEL: func.func @rmsnorm_linear
 // ROUND-NEXT:    %y = mugraph.graph_def grid [16, 1, 1] threads 128 forloop 8 (%x, %g, %w) attributes {mk.fused = "rms_norm+linear"}
+
+// Split-K (k-splits=0, auto): 16 column blocks leave most of 132 SMs idle, so grid z
+// splits K = 8 iterations into 4 of 2; each block writes its f32 partial to the leading split
+// dim of a [4, 8, 1024] workspace (omap z -> 0). The reduce kernel sums the partials over that
+// dim and recomputes mean(x²) from x (one block's split sees only part of the row).
+// SPLITK-LABEL: func.func @rmsnorm_linear
+// SPLITK-NEXT:    %y_p = mugraph.graph_def grid [16, 1, 4] threads 128 forloop 2 (%x, %g, %w) attributes {mk.split_k = 4 : i64, mk.fused = "rms_norm+linear"} : (tensor<8x512xbf16>, tensor<512xbf16>, tensor<1024x512xbf16>) -> tensor<4x8x1024xf32> {
+// SPLITK:           %xt = mugraph.input %x_a imap [-1, -1, 1] fmap 1 : tensor<8x512xbf16> -> tensor<8x64xbf16>
+// SPLITK-NEXT:      %gt = mugraph.input %g_a imap [-1, -1, 0] fmap 0 : tensor<512xbf16> -> tensor<64xbf16>
+// SPLITK:           %wt = mugraph.input %w_a imap [0, -1, 1] fmap 1 : tensor<1024x512xbf16> -> tensor<64x64xbf16>
+// SPLITK:           %wacc = mugraph.accum "sum" %wp : tensor<8x64xf32> -> tensor<8x64xf32>
+// SPLITK-NOT:       mean_sq_last
+// SPLITK:           %y_pv = mugraph.reshape %wacc : tensor<8x64xf32> -> tensor<1x8x64xf32>
+// SPLITK-NEXT:      mugraph.output %y_pv to %y_p_r omap [2, -1, 0] : tensor<1x8x64xf32> -> tensor<4x8x1024xf32>
+// SPLITK-NEXT:    }
+// SPLITK-NEXT:    %y = mugraph.graph_def grid [16, 1, 1] threads 128 forloop 8 (%y_p, %x) attributes {mk.split_k_reduce = 4 : i64} : (tensor<4x8x1024xf32>, tensor<8x512xbf16>) -> tensor<8x1024xbf16> {
+// SPLITK:           %y_pt = mugraph.input %y_p_a imap [2, -1, -1] fmap -1 : tensor<4x8x1024xf32> -> tensor<4x8x64xf32>
+// SPLITK-NEXT:      %y_s = mugraph.reduce "sum" %y_pt dim 0 : tensor<4x8x64xf32> -> tensor<8x64xf32>
+// SPLITK-NEXT:      %xt = mugraph.input %x_a imap [-1, -1, -1] fmap 1 : tensor<8x512xbf16> -> tensor<8x64xbf16>
+// SPLITK-NEXT:      %ms = mugraph.accum "mean_sq_last" %xt : tensor<8x64xbf16> -> tensor<8x1xf32>
+// SPLITK:           %yt = mugraph.binary "mul" %y_s, %rs : (tensor<8x64xf32>, tensor<8x1xf32>) -> tensor<8x64xbf16>
+// SPLITK-NEXT:      mugraph.output %yt to %y_r omap [1, -1, -1] : tensor<8x64xbf16> -> tensor<8x1024xbf16>
+// SPLITK-NEXT:    }
+// SPLITK-NEXT:    func.return %y : tensor<8x1024xbf16>
 
 // -----
 
