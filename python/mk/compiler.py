@@ -32,6 +32,7 @@ from mk.source import Source, entry_function, load_module
 TARGETS = ("cpu", "cuda")
 DEFAULT_NUM_SMS = 8  # the CPU target: small programs do not need an H200's 132 queues
 DEFAULT_TIMEOUT_MS = 10_000
+DEFAULT_CUDA_NUM_SMS = 132  # an H200: one queue per SM
 
 # The pipeline, one stage per IR level: (stage, passes run to reach it). Options are routed
 # to every pass of a stage that declares them (num_sms reaches nn-to-mugraph and the scheduler).
@@ -234,10 +235,9 @@ def compile(
     """
     if target not in TARGETS:
         raise ValueError(f"mk.compile: unknown target {target!r}; expected one of {TARGETS}")
-    if target == "cuda":
-        raise MkError("the CUDA backend is not available yet; use target='cpu'")
     _check_options(pass_options)
-    num_sms = DEFAULT_NUM_SMS if num_sms is None else num_sms
+    if num_sms is None:
+        num_sms = DEFAULT_CUDA_NUM_SMS if target == "cuda" else DEFAULT_NUM_SMS
     if num_sms < 1:
         raise ValueError(f"mk.compile: num_sms must be >= 1, got {num_sms}")
     module = _load(source)
@@ -245,6 +245,8 @@ def compile(
     options = Options(target, num_sms, tuple(sorted(pass_options.items())))
     texts = run_pipeline(module, {**pass_options, "num_sms": num_sms})
     graph = find_graph(module, func.sym_name.data)
+    if target == "cuda":
+        return _compile_cuda(func, graph, texts, num_sms, timeout_ms, cache_root(cache_dir))
     backend = cpu_backend()
     cpu_source = backend.emit_source(graph)
     include = backend.include_dir() if hasattr(backend, "include_dir") else None
@@ -261,6 +263,36 @@ def compile(
         num_sms=num_sms,
         num_threads=num_threads,
         timeout_ms=timeout_ms,
+    )
+
+
+def _compile_cuda(
+    func: FuncOp,
+    graph: GraphOp,
+    texts: Mapping[str, str],
+    num_sms: int,
+    timeout_ms: int,
+    root: Path,
+) -> Program:
+    """Emits the megakernel and, where nvcc exists, builds it (cached by content hash)."""
+    from mk.backends.cuda import build_cuda, emit_cuda, nvcc
+    from mk.backends.cuda.host import CudaProgram
+
+    source = emit_cuda(graph)
+    library, hit = build_cuda(source.text, root) if nvcc() is not None else (None, False)
+    STATS["hits" if hit else "builds"] += library is not None
+    return CudaProgram(
+        func=func,
+        graph=graph,
+        texts=texts,
+        cpu_source="",
+        library_path=library,  # type: ignore[arg-type]
+        cache_key=hashlib.sha256(source.text.encode()).hexdigest(),
+        cache_hit=hit,
+        num_sms=num_sms,
+        timeout_ms=timeout_ms,
+        cuda_source=source.text,
+        scratch_per_sm=source.scratch_per_sm,
     )
 
 

@@ -64,21 +64,19 @@ inline void event_signal(Counter& counter) { counter.fetch_add(1, kSignalOrder);
 
 namespace mk {
 
-// TODO(cuda backend): implement with `ld.acquire.gpu.u32` / `atom.add.release.gpu.u32` (or
-// cuda::atomic_ref<uint32_t, cuda::thread_scope_device>), one thread per CTA polling and a
-// __syncthreads() after it, plus the watchdog writing RunStatus to host-mapped memory. The
-// stubs trap so that no kernel silently runs without synchronisation.
+// One thread per CTA polls (the CTA's other threads wait at a __syncthreads() after it) and
+// one thread signals after a __syncthreads() and __threadfence(), so the CTA's writes are
+// ordered before the release. Acquire/release at GPU scope, as PTX spells them.
 __device__ inline bool event_ready(const uint32_t* counter, int64_t threshold, uint32_t* seen) {
-  (void)counter;
-  (void)threshold;
-  (void)seen;
-  __trap();
-  return false;
+  if (threshold <= 0) return true;
+  uint32_t value;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(counter) : "memory");
+  *seen = value;
+  return static_cast<int64_t>(value) >= threshold;
 }
 
 __device__ inline void event_signal(uint32_t* counter) {
-  (void)counter;
-  __trap();
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" : : "l"(counter) : "memory");
 }
 
 }  // namespace mk

@@ -1,0 +1,83 @@
+"""Build an emitted CUDA source into a shared library with nvcc, cached by content hash."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from functools import cache
+from pathlib import Path
+
+from mk.backends.cpu.build import include_dir
+from mk.diagnostics import MkError
+
+NVCC_FLAGS = (
+    "-O3",
+    "-std=c++17",
+    "-gencode=arch=compute_90a,code=sm_90a",
+    "-shared",
+    "-Xcompiler",
+    "-fPIC",
+    "--expt-relaxed-constexpr",
+)
+_ERROR_LINES = 12
+
+
+def nvcc() -> str | None:
+    """The nvcc to build with ($NVCC, else on PATH, else /usr/local/cuda/bin), or None."""
+    for candidate in (os.environ.get("NVCC"), "nvcc", "/usr/local/cuda/bin/nvcc"):
+        if candidate and shutil.which(candidate):
+            return shutil.which(candidate)
+    return None
+
+
+@cache
+def nvcc_version(path: str) -> str:
+    done = subprocess.run([path, "--version"], capture_output=True, text=True, check=False)
+    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "unknown"
+
+
+def headers_digest() -> str:
+    digest = hashlib.sha256()
+    for path in sorted((include_dir() / "mk").glob("*")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def library_key(source: str, compiler: str) -> str:
+    """sha256 of the source, the runtime headers, the compiler's version and the flags."""
+    digest = hashlib.sha256()
+    for part in (source, headers_digest(), nvcc_version(compiler), " ".join(NVCC_FLAGS)):
+        digest.update(part.encode() + b"\0")
+    return digest.hexdigest()
+
+
+def build_cuda(source: str, root: Path) -> tuple[Path, bool]:
+    """The `.so` of `source` under `root/cuda/` (built on a miss) and whether it was cached."""
+    compiler = nvcc()
+    if compiler is None:
+        raise MkError("nvcc was not found (set $NVCC or put it on PATH)")
+    key = library_key(source, compiler)
+    entry = root / "cuda" / key[:2]
+    lib = entry / f"{key}.so"
+    if lib.is_file():
+        return lib, True
+    entry.mkdir(parents=True, exist_ok=True)
+    (entry / f"{key}.cu").write_text(source)
+    with tempfile.TemporaryDirectory(prefix="mk-nvcc-") as build:
+        src, out = Path(build) / "megakernel.cu", Path(build) / "megakernel.so"
+        src.write_text(source)
+        cmd = [compiler, *NVCC_FLAGS, f"-I{include_dir()}", str(src), "-o", str(out)]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            errors = [line for line in done.stderr.splitlines() if "error" in line]
+            shown = "\n".join((errors or done.stderr.splitlines())[:_ERROR_LINES])
+            raise MkError(f"nvcc failed on {entry / f'{key}.cu'}:\n{shown}")
+        # Publish by rename so that a concurrent reader never loads half a library.
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".so", dir=entry)
+        os.close(fd)
+        shutil.copy2(out, tmp)
+        os.replace(tmp, lib)
+    return lib, False

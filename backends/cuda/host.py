@@ -1,0 +1,290 @@
+"""The host side of the CUDA backend: a Program that binds buffers and launches the megakernel."""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from mk.compiler import Program, _from_torch, _is_torch, _unwritten
+from mk.diagnostics import MkError
+from mk.inputs import check_inputs, numpy_dtype, tensor_type
+from mk.runtime_tables import RUN_STATUS
+
+DEFAULT_NUM_SMS = 132  # an H200's SMs: one queue per SM
+RUN_TIMEOUT, RUN_KERNEL_FAILED = 1, 2
+
+
+class CudaRunError(RuntimeError):
+    """A launch that stopped: a wait timed out (the watchdog) or a task body failed."""
+
+    sm: int
+    task: int
+    counter: int
+    iteration: int
+    value: int
+    threshold: int
+    wait_ms: int
+
+
+class LaunchParams(ctypes.Structure):
+    """Mirror of mk::LaunchParams (mk/cuda_megakernel.cuh); its size is checked at load."""
+
+    _fields_ = [
+        *(
+            (name, ctypes.c_uint64)
+            for name in (
+                "tasks",
+                "waits",
+                "signals",
+                "queue_offsets",
+                "queue_tasks",
+                "buffers",
+                "counters",
+                "status",
+                "abort_flag",
+                "scratch",
+                "scratch_per_sm",
+                "timeline",
+            )
+        ),  # fmt: skip
+        ("num_sms", ctypes.c_int32),
+        ("num_tasks", ctypes.c_int32),
+        ("iterations", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+        ("timeout_ns", ctypes.c_int64),
+    ]
+
+
+def _torch() -> Any:
+    try:
+        torch = importlib.import_module("torch")
+    except ImportError:
+        torch = None
+    if torch is None or not torch.cuda.is_available():
+        raise MkError(
+            "running a target='cuda' program needs an NVIDIA GPU and torch with CUDA; "
+            "compiling works without one (see prog.cuda_source)"
+        )
+    return torch
+
+
+def _torch_dtype(dtype: np.dtype) -> Any:
+    torch = _torch()
+    if dtype == ml_dtypes.bfloat16:
+        return torch.bfloat16
+    return getattr(torch, np.dtype(dtype).name if dtype != np.bool_ else "bool")
+
+
+def _device_bytes(array: np.ndarray) -> Any:
+    torch = _torch()
+    raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    if raw.size == 0:
+        raw = np.zeros(16, np.uint8)
+    return torch.from_numpy(raw.copy()).cuda()
+
+
+class CudaProgram(Program):
+    """A program compiled for target='cuda': `cuda_source` always, a library when nvcc ran."""
+
+    def __init__(self, *, cuda_source: str, scratch_per_sm: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cuda_source = cuda_source
+        self.scratch_per_sm = scratch_per_sm
+        self.record_timeline = False
+        self.last_timeline: np.ndarray | None = None
+        self._lib: Any = None
+
+    def __repr__(self) -> str:
+        return f"<mk.Program @{self.name} (cuda): {len(self.tables.tasks)} tasks on {self.num_sms} SMs>"
+
+    def library(self) -> Any:
+        if self.library_path is None:
+            raise MkError("this CUDA program was compiled without nvcc: no library to run")
+        if self._lib is None:
+            lib = ctypes.CDLL(str(self.library_path))
+            lib.mk_cuda_launch.argtypes = [ctypes.POINTER(LaunchParams)]
+            lib.mk_cuda_error_string.restype = ctypes.c_char_p
+            if lib.mk_cuda_sizeof_params() != ctypes.sizeof(LaunchParams):
+                raise MkError("mk::LaunchParams and host.LaunchParams differ in size")
+            self._lib = lib
+        return self._lib
+
+    # ------------------------------------------------------------------------- calling
+
+    def __call__(self, *inputs: Any, **run_options: Any) -> tuple[Any, ...]:
+        """Torch CUDA tensors run in place (outputs are CUDA tensors); anything else is copied."""
+        torch = _torch()
+        if inputs and all(_is_torch(x) and x.is_cuda for x in inputs):
+            self._check_tensors(inputs)
+            outputs = [
+                torch.full(shape, _unwritten(dtype), dtype=_torch_dtype(dtype), device="cuda")
+                for shape, dtype in self._results
+            ]
+            self._launch_tensors(list(inputs), outputs, **run_options)
+            return tuple(outputs)
+        torch_in = any(_is_torch(x) for x in inputs)
+        arrays = [_from_torch(x) if _is_torch(x) else x for x in inputs]
+        outs = self.run(check_inputs(self.func, arrays), **run_options)
+        if torch_in:
+            return tuple(
+                torch.from_numpy(o.view(np.int16)).view(torch.bfloat16)
+                if o.dtype == ml_dtypes.bfloat16
+                else torch.from_numpy(o)
+                for o in outs
+            )
+        return outs
+
+    def _check_tensors(self, inputs: Sequence[Any]) -> None:
+        args = self.func.body.block.args
+        if len(inputs) != len(args):
+            raise ValueError(f"@{self.name} expects {len(args)} inputs, got {len(inputs)}")
+
+        for i, (arg, x) in enumerate(zip(args, inputs, strict=True)):
+            ty = tensor_type(arg)
+            shape, dtype = tuple(ty.get_shape()), numpy_dtype(ty.get_element_type())
+            if tuple(x.shape) != shape or x.dtype != _torch_dtype(dtype):
+                raise ValueError(
+                    f"@{self.name} input #{i}: expected {dtype}{list(shape)}, "
+                    f"got {x.dtype}{list(x.shape)}"
+                )
+            if not x.is_contiguous():
+                raise ValueError(f"@{self.name} input #{i}: expected a contiguous tensor")
+
+    def run(
+        self, inputs: Sequence[np.ndarray], *, timeout_ms: int | None = None, **_: Any
+    ) -> tuple[np.ndarray, ...]:
+        """Copies NumPy inputs to the GPU, runs, copies the outputs back."""
+        torch = _torch()
+        tensors = [_device_bytes(a) for a in inputs]
+        outputs = [
+            torch.full(shape, _unwritten(dtype), dtype=_torch_dtype(dtype), device="cuda")
+            for shape, dtype in self._results
+        ]
+        self._launch_tensors(tensors, outputs, timeout_ms=timeout_ms)
+        result = []
+        for (shape, dtype), out in zip(self._results, outputs, strict=True):
+            raw = out.contiguous().view(-1).view(torch.uint8).cpu().numpy()
+            result.append(raw.view(dtype).reshape(shape).copy())
+        return tuple(result)
+
+    def _launch_tensors(
+        self,
+        inputs: Sequence[Any],
+        outputs: Sequence[Any],
+        *,
+        timeout_ms: int | None = None,
+        **_: Any,
+    ) -> None:
+        torch = _torch()
+        lib = self.library()
+        t = self.tables
+        arena = torch.full((max(t.arena_bytes, 1),), 0xFF, dtype=torch.uint8, device="cuda")
+        pointers = np.zeros(max(len(self._slots), 1), np.uint64)
+        for row, slot in enumerate(self._slots):
+            if slot.kind in ("input", "weight"):
+                pointers[row] = inputs[slot.index or 0].data_ptr()
+            elif slot.kind == "output":
+                pointers[row] = outputs[slot.index or 0].data_ptr()
+            else:
+                pointers[row] = arena.data_ptr() + int(t.buffers[row]["offset_or_ptr"])
+        keep = {
+            "tasks": _device_bytes(t.tasks),
+            "waits": _device_bytes(t.waits),
+            "signals": _device_bytes(t.signals),
+            "queue_offsets": _device_bytes(t.queue_offsets.astype(np.int32)),
+            "queue_tasks": _device_bytes(t.queue_tasks.astype(np.int32)),
+            "buffers": _device_bytes(pointers),
+            "counters": torch.zeros(max(t.num_counters, 1) * 4, dtype=torch.uint8, device="cuda"),
+            "status": torch.zeros(RUN_STATUS.itemsize, dtype=torch.uint8, device="cuda"),
+            "abort_flag": torch.zeros(16, dtype=torch.uint8, device="cuda"),
+            "scratch": torch.empty(
+                self.num_sms * self.scratch_per_sm, dtype=torch.uint8, device="cuda"
+            ),
+        }
+        timeline = None
+        if self.record_timeline:
+            timeline = torch.zeros(
+                t.iterations * len(t.tasks) * 2, dtype=torch.int64, device="cuda"
+            )
+        params = LaunchParams(
+            **{name: tensor.data_ptr() for name, tensor in keep.items()},
+            scratch_per_sm=self.scratch_per_sm,
+            timeline=0 if timeline is None else timeline.data_ptr(),
+            num_sms=self.num_sms,
+            num_tasks=len(t.tasks),
+            iterations=t.iterations,
+            timeout_ns=(self.timeout_ms if timeout_ms is None else timeout_ms) * 1_000_000,
+        )
+        torch.cuda.synchronize()
+        rc = lib.mk_cuda_launch(ctypes.byref(params))
+        if rc != 0:
+            message = lib.mk_cuda_error_string(rc).decode()
+            raise MkError(
+                f"@{self.name}: the megakernel launch failed ({num_sms_note(self.num_sms)}): {message}"
+            )
+        status = np.frombuffer(keep["status"].cpu().numpy().tobytes(), RUN_STATUS)[0]
+        if timeline is not None:
+            self.last_timeline = timeline.cpu().numpy().reshape(t.iterations, len(t.tasks), 2)
+        if int(status["error"]) != 0:
+            raise self._run_error(status)
+
+    def _run_error(self, status: np.void) -> CudaRunError:
+        index = self.graph.index()
+        task, sm = int(status["task"]), int(status["sm"])
+        if int(status["error"]) == RUN_TIMEOUT:
+            event, element = index.locate_counter(int(status["counter"]))
+            text = (
+                f"@{self.name}: {index.describe(task)} waits on @{event}{list(element)} "
+                f"(counter {int(status['counter'])}) on SM {sm}: the watchdog saw "
+                f"{int(status['value'])} < {int(status['threshold'])} in iteration "
+                f"{int(status['iteration'])} after {int(status['wait_ms'])} ms"
+            )
+        else:
+            text = (
+                f"@{self.name}: {index.describe(task)} failed on SM {sm} in iteration "
+                f"{int(status['iteration'])}: detail {int(status['value'])} (for an embedding: "
+                "the flat index of the first id out of range)"
+            )
+        error = CudaRunError(text)
+        for field in ("sm", "task", "counter", "iteration", "value", "threshold", "wait_ms"):
+            setattr(error, field, int(status[field]))
+        return error
+
+    # ------------------------------------------------------------------------- trace
+
+    def trace(self, path: str | Path) -> None:
+        """Writes the last run's per-task timeline (record_timeline = True) as a Chrome trace."""
+        if self.last_timeline is None:
+            raise MkError("no timeline: set prog.record_timeline = True and run first")
+        t = self.tables
+        sm_of = np.zeros(len(t.tasks), np.int64)
+        for sm in range(self.num_sms):
+            sm_of[t.queue_tasks[t.queue_offsets[sm] : t.queue_offsets[sm + 1]]] = sm
+        origin = int(self.last_timeline[..., 0][self.last_timeline[..., 0] > 0].min(initial=0))
+        index = self.graph.index()
+        events = [
+            {
+                "name": index.describe(task),
+                "ph": "X",
+                "pid": 0,
+                "tid": int(sm_of[task]),
+                "ts": (int(start) - origin) / 1000,
+                "dur": (int(end) - int(start)) / 1000,
+                "args": {"iteration": it},
+            }
+            for it, row in enumerate(self.last_timeline)
+            for task, (start, end) in enumerate(row)
+            if end > 0
+        ]
+        Path(path).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
+
+
+def num_sms_note(num_sms: int) -> str:
+    return f"{num_sms} CTAs of 256 threads, cooperative"

@@ -1,0 +1,524 @@
+// Device tile kernels of the CUDA backend: the CPU reference kernels (mk/cpu_kernels.h) made
+// cooperative. Every function is called by all threads of a CTA with the same arguments; each
+// loops over its outputs with a stride of blockDim.x and ends with __syncthreads(), so the next
+// call sees the results. Values compute as on the CPU (float32, sums in double, bf16/f16 by
+// round-to-nearest-even), so both backends agree with the NumPy interpreters.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "mk/tables.h"
+
+namespace mk {
+namespace gpu {
+
+#define MK_FOR_EACH(e, n) for (int64_t e = threadIdx.x; e < (n); e += blockDim.x)
+
+// ------------------------------------------------------------------------------ shapes, memory
+
+constexpr int kMaxDims = 8;
+
+struct Dims {
+  int64_t v[kMaxDims];
+  int n;
+  template <class... A>
+  __device__ Dims(A... a) : v{static_cast<int64_t>(a)...}, n(sizeof...(A)) {}
+  __device__ int size() const { return n; }
+  __device__ bool empty() const { return n == 0; }
+  __device__ int64_t operator[](int i) const { return v[i]; }
+  __device__ int64_t back() const { return v[n - 1]; }
+};
+
+__device__ inline int64_t numel(const Dims& d) {
+  int64_t n = 1;
+  for (int i = 0; i < d.n; ++i) n *= d.v[i];
+  return n;
+}
+
+__device__ inline Dims dims_range(const Dims& d, int begin, int end) {
+  Dims r;
+  for (int i = begin; i < end; ++i) r.v[r.n++] = d.v[i];
+  return r;
+}
+
+// Row-major strides of `in` seen from `out` (right-aligned, 0 where `in` broadcasts).
+__device__ inline Dims bcast_strides(const Dims& in, const Dims& out) {
+  Dims s;
+  s.n = out.n;
+  for (int i = 0; i < out.n; ++i) s.v[i] = 0;
+  int64_t stride = 1;
+  for (int k = 0; k < in.n; ++k) {
+    const int di = in.n - 1 - k, dout = out.n - 1 - k;
+    s.v[dout] = in.v[di] == 1 ? 0 : stride;
+    stride *= in.v[di];
+  }
+  return s;
+}
+
+// The flat offset of output element `e` (row-major in `out`) in an input with `strides`.
+__device__ inline int64_t bcast_offset(int64_t e, const Dims& out, const Dims& strides) {
+  int64_t off = 0;
+  for (int d = out.n - 1; d >= 0; --d) {
+    off += (e % out.v[d]) * strides.v[d];
+    e /= out.v[d];
+  }
+  return off;
+}
+
+// Per-CTA bump allocator over this SM's slice of the scratch area. All threads allocate in the
+// same order, so they agree on every address without talking to each other.
+struct Arena {
+  uint8_t* base;
+  uint64_t top;
+  uint64_t cap;
+  __device__ void* alloc(uint64_t bytes) {
+    const uint64_t at = (top + 15) & ~uint64_t{15};
+    if (at + bytes > cap) {
+      if (threadIdx.x == 0) printf("mk: CTA %d scratch overflow (%llu > %llu bytes)\n", blockIdx.x,
+                                   (unsigned long long)(at + bytes), (unsigned long long)cap);
+      __trap();
+    }
+    top = at + bytes;
+    return base + at;
+  }
+};
+
+// A dense tile in scratch memory with a fixed capacity (its static size): a handle, so copies
+// share storage; `resize` only changes the logical size.
+template <class T>
+struct Tile {
+  T* p = nullptr;
+  int64_t n = 0;
+  int64_t cap = 0;
+  __device__ Tile() {}
+  __device__ Tile(Arena& a, int64_t capacity)
+      : p(static_cast<T*>(a.alloc(sizeof(T) * (capacity > 0 ? capacity : 1)))), n(0), cap(capacity) {}
+  __device__ void resize(int64_t m) {
+    if (m > cap) {
+      if (threadIdx.x == 0) printf("mk: tile of %lld elements resized to %lld\n", (long long)cap, (long long)m);
+      __trap();
+    }
+    n = m;
+  }
+  __device__ int64_t size() const { return n; }
+  __device__ T* data() const { return p; }
+  __device__ T& operator[](int64_t i) const { return p[i]; }
+  __device__ void assign(int64_t m, T value) {
+    resize(m);
+    MK_FOR_EACH(e, m) p[e] = value;
+    __syncthreads();
+  }
+};
+
+template <class T>
+__device__ inline void copy_tile(Tile<T>& out, const Tile<T>& x) {
+  out.resize(x.n);
+  MK_FOR_EACH(e, x.n) out.p[e] = x.p[e];
+  __syncthreads();
+}
+
+__device__ inline Tile<float> as_float(Arena& a, const Tile<int64_t>& t) {
+  Tile<float> r(a, t.n);
+  r.resize(t.n);
+  MK_FOR_EACH(e, t.n) r.p[e] = static_cast<float>(t.p[e]);
+  __syncthreads();
+  return r;
+}
+__device__ inline const Tile<float>& as_float(Arena&, const Tile<float>& t) { return t; }
+
+// ------------------------------------------------------------------------------ elements
+
+__device__ inline uint16_t f32_to_bf16(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+__device__ inline float bf16_to_f32(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
+__device__ inline uint16_t f32_to_f16(float f) { return __half_as_ushort(__float2half_rn(f)); }
+__device__ inline float f16_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+__device__ inline float round_to(float x, int32_t dtype) {
+  switch (dtype) {
+    case DTYPE_BF16: return bf16_to_f32(f32_to_bf16(x));
+    case DTYPE_F16: return f16_to_f32(f32_to_f16(x));
+    default: return x;
+  }
+}
+
+__device__ inline void round_tile(Tile<float>& t, int32_t dtype) {
+  if (dtype != DTYPE_F32) {
+    MK_FOR_EACH(e, t.n) t.p[e] = round_to(t.p[e], dtype);
+  }
+  __syncthreads();
+}
+__device__ inline void round_tile(Tile<int64_t>&, int32_t) {}
+
+template <class T>
+__device__ inline T from_float(float x) { return static_cast<T>(x); }
+template <>
+__device__ inline int64_t from_float<int64_t>(float x) { return isfinite(x) ? static_cast<int64_t>(x) : 0; }
+
+__device__ inline float load_elem_f(const void* base, int32_t dtype, int64_t i) {
+  switch (dtype) {
+    case DTYPE_F32: return static_cast<const float*>(base)[i];
+    case DTYPE_BF16: return bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    case DTYPE_F16: return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    case DTYPE_F64: return static_cast<float>(static_cast<const double*>(base)[i]);
+    case DTYPE_I32: return static_cast<float>(static_cast<const int32_t*>(base)[i]);
+    case DTYPE_I64: return static_cast<float>(static_cast<const int64_t*>(base)[i]);
+    case DTYPE_I8: return static_cast<float>(static_cast<const int8_t*>(base)[i]);
+    default: return static_cast<float>(static_cast<const uint8_t*>(base)[i]);
+  }
+}
+
+__device__ inline int64_t load_elem_i(const void* base, int32_t dtype, int64_t i) {
+  switch (dtype) {
+    case DTYPE_I32: return static_cast<const int32_t*>(base)[i];
+    case DTYPE_I64: return static_cast<const int64_t*>(base)[i];
+    case DTYPE_I8: return static_cast<const int8_t*>(base)[i];
+    case DTYPE_U8: return static_cast<const uint8_t*>(base)[i];
+    default: return from_float<int64_t>(load_elem_f(base, dtype, i));
+  }
+}
+
+__device__ inline void store_elem(void* base, int32_t dtype, int64_t i, float x) {
+  switch (dtype) {
+    case DTYPE_F32: static_cast<float*>(base)[i] = x; break;
+    case DTYPE_BF16: static_cast<uint16_t*>(base)[i] = f32_to_bf16(x); break;
+    case DTYPE_F16: static_cast<uint16_t*>(base)[i] = f32_to_f16(x); break;
+    case DTYPE_F64: static_cast<double*>(base)[i] = x; break;
+    case DTYPE_I32: static_cast<int32_t*>(base)[i] = from_float<int32_t>(x); break;
+    case DTYPE_I64: static_cast<int64_t*>(base)[i] = from_float<int64_t>(x); break;
+    case DTYPE_I8: static_cast<int8_t*>(base)[i] = from_float<int8_t>(x); break;
+    default: static_cast<uint8_t*>(base)[i] = x != 0.0f; break;
+  }
+}
+
+__device__ inline void store_elem(void* base, int32_t dtype, int64_t i, int64_t x) {
+  switch (dtype) {
+    case DTYPE_I32: static_cast<int32_t*>(base)[i] = static_cast<int32_t>(x); break;
+    case DTYPE_I64: static_cast<int64_t*>(base)[i] = x; break;
+    case DTYPE_I8: static_cast<int8_t*>(base)[i] = static_cast<int8_t>(x); break;
+    case DTYPE_U8: static_cast<uint8_t*>(base)[i] = x != 0; break;
+    default: store_elem(base, dtype, i, static_cast<float>(x)); break;
+  }
+}
+
+__device__ inline void load_into(float& dst, const void* base, int32_t dtype, int64_t i) { dst = load_elem_f(base, dtype, i); }
+__device__ inline void load_into(int64_t& dst, const void* base, int32_t dtype, int64_t i) { dst = load_elem_i(base, dtype, i); }
+
+// Offset in a row-major tensor of shape `full` of element `e` of a box at `start`.
+__device__ inline int64_t box_offset(int64_t e, const Dims& full, const Dims& start, const Dims& box) {
+  int64_t off = 0, stride = 1;
+  for (int d = box.n - 1; d >= 0; --d) {
+    off += (start.v[d] + e % box.v[d]) * stride;
+    e /= box.v[d];
+    stride *= full.v[d];
+  }
+  return off;
+}
+
+template <class T>
+__device__ void load_box(Tile<T>& tile, const void* base, int32_t dtype, const Dims& full,
+                         const Dims& start, const Dims& box) {
+  tile.resize(numel(box));
+  MK_FOR_EACH(e, tile.n) load_into(tile.p[e], base, dtype, box_offset(e, full, start, box));
+  __syncthreads();
+}
+
+template <class T>
+__device__ void store_box(void* base, int32_t dtype, const Dims& full, const Dims& start,
+                          const Dims& box, const Tile<T>& tile) {
+  MK_FOR_EACH(e, tile.n) store_elem(base, dtype, box_offset(e, full, start, box), tile.p[e]);
+  __syncthreads();
+}
+
+template <class T>
+__device__ void load_all(Tile<T>& t, const void* base, int32_t dtype, const Dims& shape) {
+  Dims zero;
+  zero.n = shape.n;
+  for (int i = 0; i < shape.n; ++i) zero.v[i] = 0;
+  load_box(t, base, dtype, shape, zero, shape);
+}
+
+template <class T>
+__device__ void store_region(void* base, int32_t dtype, const Dims& full, const Dims& start,
+                             const Dims& box, const Tile<T>& t) {
+  MK_FOR_EACH(e, numel(box)) {
+    const int64_t off = box_offset(e, full, start, box);
+    store_elem(base, dtype, off, t.p[off]);
+  }
+  __syncthreads();
+}
+
+__device__ inline void position_tile(Tile<int64_t>& out, const Dims& shape, int64_t dim, int64_t start) {
+  int64_t inner = 1;
+  for (int d = dim + 1; d < shape.n; ++d) inner *= shape.v[d];
+  out.resize(numel(shape));
+  MK_FOR_EACH(e, out.n) out.p[e] = start + (e / inner) % shape.v[dim];
+  __syncthreads();
+}
+
+// ------------------------------------------------------------------------------ elementwise
+
+__device__ inline float nan_max(float a, float b) { return (a != a || b != b) ? NAN : (a > b ? a : b); }
+__device__ inline float nan_min(float a, float b) { return (a != a || b != b) ? NAN : (a < b ? a : b); }
+
+__device__ inline float sigmoid(float x) {
+  const float e = expf(-fabsf(x));
+  return x >= 0 ? 1.0f / (1.0f + e) : e / (1.0f + e);
+}
+__device__ inline float gelu_tile(float x) {
+  const float u = x / static_cast<float>(sqrt(2.0));
+  return 0.5f * x * (1.0f + static_cast<float>(erf(static_cast<double>(u))));
+}
+__device__ inline float gelu_nn(float x) {
+  const double d = x;
+  return static_cast<float>(0.5 * d * (1.0 + erf(d / sqrt(2.0))));
+}
+
+enum Unary : int32_t {
+  U_EXP, U_SQRT, U_RSQRT, U_SQUARE, U_NEG, U_RELU, U_SIGMOID, U_SILU, U_GELU, U_RECIP, U_SCALE,
+  U_CAST, U_GELU_NN,
+};
+
+__device__ inline float unary(int32_t kind, float x, float factor) {
+  switch (kind) {
+    case U_EXP: return expf(x);
+    case U_SQRT: return sqrtf(x);
+    case U_RSQRT: return 1.0f / sqrtf(x);
+    case U_SQUARE: return x * x;
+    case U_NEG: return -x;
+    case U_RELU: return nan_max(x, 0.0f);
+    case U_SIGMOID: return sigmoid(x);
+    case U_SILU: return x * sigmoid(x);
+    case U_GELU: return gelu_tile(x);
+    case U_RECIP: return 1.0f / x;
+    case U_SCALE: return x * factor;
+    case U_GELU_NN: return gelu_nn(x);
+    default: return x;
+  }
+}
+
+enum Binary : int32_t { B_ADD, B_SUB, B_MUL, B_DIV, B_MAX, B_MIN };
+
+__device__ inline float binary(int32_t kind, float a, float b) {
+  switch (kind) {
+    case B_ADD: return a + b;
+    case B_SUB: return a - b;
+    case B_MUL: return a * b;
+    case B_DIV: return a / b;
+    case B_MAX: return nan_max(a, b);
+    default: return nan_min(a, b);
+  }
+}
+
+template <class T>
+__device__ void unary_tile(Tile<T>& out, const Tile<float>& x, int32_t kind, float factor) {
+  out.resize(x.n);
+  MK_FOR_EACH(i, x.n) out.p[i] = from_float<T>(unary(kind, x.p[i], factor));
+  __syncthreads();
+}
+
+__device__ inline void binary_tile(Tile<float>& out, const Dims& oshape, const Tile<float>& a,
+                                   const Dims& ashape, const Tile<float>& b, const Dims& bshape,
+                                   int32_t kind) {
+  out.resize(numel(oshape));
+  const Dims sa = bcast_strides(ashape, oshape), sb = bcast_strides(bshape, oshape);
+  MK_FOR_EACH(e, out.n) {
+    out.p[e] = binary(kind, a.p[bcast_offset(e, oshape, sa)], b.p[bcast_offset(e, oshape, sb)]);
+  }
+  __syncthreads();
+}
+
+// ------------------------------------------------------------------------------ reductions
+
+enum Reduce : int32_t { R_SUM, R_MAX, R_MEAN };
+
+__device__ inline float reduce_line(const float* p, int64_t n, int64_t inner, int32_t kind, bool square) {
+  if (kind == R_MAX) {
+    float r = n ? (square ? p[0] * p[0] : p[0]) : -INFINITY;
+    for (int64_t k = 1; k < n; ++k) r = nan_max(r, square ? p[k * inner] * p[k * inner] : p[k * inner]);
+    return r;
+  }
+  double s = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    const float x = square ? p[k * inner] * p[k * inner] : p[k * inner];
+    s += x;
+  }
+  float r = static_cast<float>(s);
+  if (kind == R_MEAN) r = r / static_cast<float>(n);
+  return r;
+}
+
+__device__ inline void outer_inner(const Dims& shape, int64_t dim, int64_t* outer, int64_t* inner) {
+  *outer = 1;
+  *inner = 1;
+  for (int64_t d = 0; d < dim; ++d) *outer *= shape.v[d];
+  for (int d = dim + 1; d < shape.n; ++d) *inner *= shape.v[d];
+}
+
+__device__ inline void reduce_tile(Tile<float>& out, const Tile<float>& x, const Dims& shape,
+                                   int64_t dim, int32_t kind) {
+  int64_t outer, inner;
+  outer_inner(shape, dim, &outer, &inner);
+  const int64_t n = shape.v[dim];
+  out.resize(outer * inner);
+  MK_FOR_EACH(e, out.n) {
+    const int64_t o = e / inner, i = e % inner;
+    out.p[e] = reduce_line(x.p + o * n * inner + i, n, inner, kind, false);
+  }
+  __syncthreads();
+}
+
+__device__ inline void matmul_tile(Tile<float>& out, const Dims& oshape, const Tile<float>& a,
+                                   const Dims& ashape, const Tile<float>& b, const Dims& bshape,
+                                   bool transpose_b) {
+  const int64_t m = ashape.v[ashape.n - 2], k = ashape.back();
+  const int64_t n = transpose_b ? bshape.v[bshape.n - 2] : bshape.back();
+  const Dims obatch = dims_range(oshape, 0, oshape.n - 2);
+  const Dims sa = bcast_strides(dims_range(ashape, 0, ashape.n - 2), obatch);
+  const Dims sb = bcast_strides(dims_range(bshape, 0, bshape.n - 2), obatch);
+  out.resize(numel(oshape));
+  MK_FOR_EACH(e, out.n) {
+    const int64_t bi = e / (m * n), i = (e / n) % m, j = e % n;
+    const float* pa = a.p + bcast_offset(bi, obatch, sa) * m * k;
+    const float* pb = b.p + bcast_offset(bi, obatch, sb) * k * n;
+    double s = 0;
+    for (int64_t q = 0; q < k; ++q) {
+      s += static_cast<double>(pa[i * k + q]) * (transpose_b ? pb[j * k + q] : pb[q * n + j]);
+    }
+    out.p[e] = static_cast<float>(s);
+  }
+  __syncthreads();
+}
+
+__device__ inline void rms_norm_tile(Tile<float>& out, const Dims& oshape, const Tile<float>& x,
+                                     const Dims& xshape, const Tile<float>& g, const Dims& gshape,
+                                     float eps, Arena& arena) {
+  const int64_t h = xshape.empty() ? 1 : xshape.back();
+  const uint64_t mark = arena.top;
+  Tile<float> normed(arena, x.n);
+  normed.resize(x.n);
+  MK_FOR_EACH(r, x.n / h) {
+    double s = 0;
+    for (int64_t c = 0; c < h; ++c) {
+      const float sq = x.p[r * h + c] * x.p[r * h + c];
+      s += sq;
+    }
+    const float root = sqrtf(static_cast<float>(s) / static_cast<float>(h) + eps);
+    for (int64_t c = 0; c < h; ++c) normed.p[r * h + c] = x.p[r * h + c] / root;
+  }
+  __syncthreads();
+  binary_tile(out, oshape, normed, xshape, g, gshape, B_MUL);
+  arena.top = mark;
+}
+
+template <class T, int N>
+__device__ void concat_tile(Tile<T>& out, const Tile<T>* const (&parts)[N], const Dims (&shapes)[N],
+                            int64_t dim) {
+  int64_t outer, inner, total = 0;
+  outer_inner(shapes[0], dim, &outer, &inner);
+  for (int p = 0; p < N; ++p) total += shapes[p].v[dim];
+  out.resize(outer * total * inner);
+  MK_FOR_EACH(e, out.n) {
+    const int64_t o = e / (total * inner);
+    int64_t at = e % (total * inner);
+    for (int p = 0; p < N; ++p) {
+      const int64_t len = shapes[p].v[dim] * inner;
+      if (at < len) {
+        out.p[e] = parts[p]->p[o * len + at];
+        break;
+      }
+      at -= len;
+    }
+  }
+  __syncthreads();
+}
+
+template <class P>
+__device__ void argmax_tile(Tile<float>& vmax, Tile<P>& arg, const Tile<float>& v,
+                            const Tile<P>& payload, const Dims& shape, int64_t dim) {
+  int64_t outer, inner;
+  outer_inner(shape, dim, &outer, &inner);
+  const int64_t n = shape.v[dim];
+  vmax.resize(outer * inner);
+  arg.resize(outer * inner);
+  MK_FOR_EACH(e, outer * inner) {
+    const int64_t o = e / inner, i = e % inner;
+    int64_t best = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      const float x = v.p[(o * n + k) * inner + i], y = v.p[(o * n + best) * inner + i];
+      if (y != y) break;
+      if (x != x || x > y) best = k;
+    }
+    vmax.p[e] = v.p[(o * n + best) * inner + i];
+    arg.p[e] = payload.p[(o * n + best) * inner + i];
+  }
+  __syncthreads();
+}
+
+// ------------------------------------------------------------------------------ accumulators
+
+__device__ inline void accum_update(Tile<float>& state, const Tile<float>& x, const Dims& xshape,
+                                    bool square, bool reduce_last, bool is_max) {
+  const int64_t h = reduce_last && !xshape.empty() ? xshape.back() : 1;
+  MK_FOR_EACH(i, state.n) {
+    float v;
+    if (reduce_last) {
+      v = reduce_line(x.p + i * h, h, 1, is_max ? R_MAX : R_SUM, square);
+    } else {
+      v = square ? x.p[i] * x.p[i] : x.p[i];
+    }
+    state.p[i] = is_max ? nan_max(state.p[i], v) : state.p[i] + v;
+  }
+  __syncthreads();
+}
+
+__device__ inline void accum_softmax_update(Tile<float>& o, Tile<float>& m, Tile<float>& l,
+                                            const Dims& oshape, const Tile<float>& s,
+                                            const Dims& sshape, const Tile<float>& v,
+                                            const Dims& vshape, Arena& arena) {
+  const int64_t kv = sshape.back(), d = oshape.back();
+  const uint64_t mark = arena.top;
+  Tile<float> p(arena, s.n), pv(arena, o.n);
+  p.resize(s.n);
+  MK_FOR_EACH(r, m.n) {
+    float peak = -INFINITY;
+    for (int64_t c = 0; c < kv; ++c) peak = nan_max(peak, s.p[r * kv + c]);
+    const float m_new = nan_max(m.p[r], peak);
+    const float shift = isfinite(m_new) ? m_new : 0.0f;
+    const float rescale = expf(m.p[r] - shift);
+    double sum = 0;
+    for (int64_t c = 0; c < kv; ++c) {
+      p.p[r * kv + c] = expf(s.p[r * kv + c] - shift);
+      sum += p.p[r * kv + c];
+    }
+    l.p[r] = l.p[r] * rescale + static_cast<float>(sum);
+    for (int64_t c = 0; c < d; ++c) o.p[r * d + c] = o.p[r * d + c] * rescale;
+    m.p[r] = m_new;
+  }
+  __syncthreads();
+  matmul_tile(pv, oshape, p, sshape, v, vshape, false);
+  MK_FOR_EACH(i, o.n) o.p[i] = o.p[i] + pv.p[i];
+  __syncthreads();
+  arena.top = mark;
+}
+
+template <class A, class B>
+__device__ inline auto imax(A a, B b) { return a > b ? a : b; }
+template <class A, class B>
+__device__ inline auto imin(A a, B b) { return a < b ? a : b; }
+
+__device__ inline void div_tile(Tile<float>& t, float d) {
+  MK_FOR_EACH(i, t.n) t.p[i] = t.p[i] / d;
+  __syncthreads();
+}
+
+}  // namespace gpu
+}  // namespace mk
+
+#include "mk/cuda_library.h"

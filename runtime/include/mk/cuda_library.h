@@ -1,0 +1,158 @@
+// Device library kernels of the CUDA backend (`mugraph.kernel` on whole tensors): the nn
+// semantics of mk/cpu_library.h, made cooperative like mk/cuda_kernels.h.
+#pragma once
+
+#include "mk/cuda_kernels.h"
+
+namespace mk {
+namespace gpu {
+
+// Softmax of the line of n values at p (stride inner) into q (same layout).
+__device__ inline void softmax_line(float* q, const float* p, int64_t n, int64_t inner) {
+  float peak = -INFINITY;
+  for (int64_t k = 0; k < n; ++k) peak = nan_max(peak, p[k * inner]);
+  if (!isfinite(peak)) peak = 0.0f;  // fully masked rows give zeros, not NaN
+  double total = 0;
+  for (int64_t k = 0; k < n; ++k) total += expf(p[k * inner] - peak);
+  const float t = static_cast<float>(total);
+  for (int64_t k = 0; k < n; ++k) q[k * inner] = t > 0 ? expf(p[k * inner] - peak) / t : 0.0f;
+}
+
+__device__ inline void lib_softmax(Tile<float>& out, const Tile<float>& x, const Dims& shape,
+                                   int64_t dim) {
+  int64_t outer, inner;
+  outer_inner(shape, dim, &outer, &inner);
+  const int64_t n = shape.v[dim];
+  out.resize(x.n);
+  MK_FOR_EACH(e, outer * inner) {
+    const int64_t base = (e / inner) * n * inner + e % inner;
+    softmax_line(out.p + base, x.p + base, n, inner);
+  }
+  __syncthreads();
+}
+
+__device__ inline void lib_rope(Tile<float>& out, const Tile<float>& x, const Dims& xshape,
+                                const Tile<float>& c, const Dims& cshape, const Tile<float>& s,
+                                const Dims& sshape) {
+  const int64_t dfull = xshape.back(), half = dfull / 2;
+  Dims hshape = xshape;
+  hshape.v[hshape.n - 1] = half;
+  const Dims sc = bcast_strides(cshape, hshape), ss = bcast_strides(sshape, hshape);
+  out.resize(x.n);
+  MK_FOR_EACH(e, numel(hshape)) {
+    const int64_t r = e / half, j = e % half;
+    const float x1 = x.p[r * dfull + j], x2 = x.p[r * dfull + half + j];
+    const float cv = c.p[bcast_offset(e, hshape, sc)], sv = s.p[bcast_offset(e, hshape, ss)];
+    out.p[r * dfull + j] = x1 * cv - x2 * sv;
+    out.p[r * dfull + half + j] = x2 * cv + x1 * sv;
+  }
+  __syncthreads();
+}
+
+// Row gather; returns (to every thread) the flat index of the first id out of range, or -1.
+__device__ inline int64_t lib_embedding(Tile<float>& out, const Tile<float>& table,
+                                        const Dims& tshape, const Tile<int64_t>& ids) {
+  __shared__ unsigned long long first_bad;
+  const int64_t rows = tshape.v[0], h = numel(tshape) / rows;
+  if (threadIdx.x == 0) first_bad = ~0ull;
+  __syncthreads();
+  out.resize(ids.n * h);
+  MK_FOR_EACH(e, out.n) {
+    const int64_t i = e / h, id = ids.p[i];
+    if (id < 0 || id >= rows) {
+      atomicMin(&first_bad, static_cast<unsigned long long>(i));
+      out.p[e] = 0.0f;
+    } else {
+      out.p[e] = table.p[id * h + e % h];
+    }
+  }
+  __syncthreads();
+  const unsigned long long bad = first_bad;
+  __syncthreads();
+  return bad == ~0ull ? -1 : static_cast<int64_t>(bad);
+}
+
+__device__ inline void lib_argmax(Tile<int64_t>& out, const Tile<float>& x, const Dims& shape,
+                                  int64_t dim) {
+  int64_t outer, inner;
+  outer_inner(shape, dim, &outer, &inner);
+  const int64_t n = shape.v[dim];
+  out.resize(outer * inner);
+  MK_FOR_EACH(e, outer * inner) {
+    const int64_t o = e / inner, i = e % inner;
+    int64_t best = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      const float a = x.p[(o * n + k) * inner + i], b = x.p[(o * n + best) * inner + i];
+      if (b != b) break;
+      if (a != a || a > b) best = k;
+    }
+    out.p[e] = best;
+  }
+  __syncthreads();
+}
+
+template <class T>
+__device__ void lib_transpose(Tile<T>& out, const Tile<T>& x, const Dims& shape, const Dims& perm) {
+  Dims oshape = perm, xstrides = shape, ostrides = perm;
+  int64_t stride = 1;
+  for (int d = shape.n - 1; d >= 0; --d) {
+    xstrides.v[d] = stride;
+    stride *= shape.v[d];
+  }
+  for (int d = 0; d < perm.n; ++d) {
+    oshape.v[d] = shape.v[perm.v[d]];
+    ostrides.v[d] = xstrides.v[perm.v[d]];
+  }
+  out.resize(x.n);
+  MK_FOR_EACH(e, out.n) out.p[e] = x.p[bcast_offset(e, oshape, ostrides)];
+  __syncthreads();
+}
+
+template <class T>
+__device__ void lib_slice(Tile<T>& out, const Tile<T>& x, const Dims& shape, const Dims& offsets,
+                          const Dims& sizes) {
+  out.resize(numel(sizes));
+  MK_FOR_EACH(e, out.n) out.p[e] = x.p[box_offset(e, shape, offsets, sizes)];
+  __syncthreads();
+}
+
+// softmax(q k^T * scale) v with grouped-query heads, kv_len masking and causal masking; one
+// thread per query row, its scores in scratch.
+__device__ inline void lib_attention(Tile<float>& out, const Tile<float>& q, const Dims& qs,
+                                     const Tile<float>& k, const Dims& ks, const Tile<float>& v,
+                                     const Tile<int64_t>* kv_len, float scale, bool causal,
+                                     Arena& arena) {
+  const int64_t batch = qs.v[0], hq = qs.v[1], sq = qs.v[2], d = qs.v[3];
+  const int64_t hkv = ks.v[1], s = ks.v[2], group = hq / hkv;
+  const int64_t rows = batch * hq * sq;
+  const uint64_t mark = arena.top;
+  Tile<float> scores(arena, rows * s), probs(arena, rows * s);
+  out.resize(rows * d);
+  MK_FOR_EACH(row, rows) {
+    const int64_t b = row / (hq * sq), h = (row / sq) % hq, i = row % sq;
+    const int64_t length = kv_len ? kv_len->p[b] : s;
+    const float* kh = k.p + (b * hkv + h / group) * s * d;
+    const float* vh = v.p + (b * hkv + h / group) * s * d;
+    const float* qi = q.p + row * d;
+    float* sc = scores.p + row * s;
+    float* pr = probs.p + row * s;
+    const int64_t query_pos = length - sq + i;
+    for (int64_t j = 0; j < s; ++j) {
+      double dot = 0;
+      for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(qi[c]) * kh[j * d + c];
+      const bool visible = j < length && (!causal || j <= query_pos);
+      sc[j] = visible ? static_cast<float>(dot) * scale : -INFINITY;
+    }
+    softmax_line(pr, sc, s, 1);
+    for (int64_t c = 0; c < d; ++c) {
+      double acc = 0;
+      for (int64_t j = 0; j < s; ++j) acc += static_cast<double>(pr[j]) * vh[j * d + c];
+      out.p[row * d + c] = static_cast<float>(acc);
+    }
+  }
+  __syncthreads();
+  arena.top = mark;
+}
+
+}  // namespace gpu
+}  // namespace mk

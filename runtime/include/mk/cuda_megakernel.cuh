@@ -1,0 +1,162 @@
+// The persistent CUDA megakernel: one CTA per queue, all co-resident, each walking its static
+// queue every iteration; waits poll event counters (acquire) under a globaltimer watchdog,
+// signals release after the CTA's writes. The emitted program supplies `Dispatch::run`.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "mk/cuda_kernels.h"
+#include "mk/events.h"
+#include "mk/tables.h"
+
+namespace mk {
+
+constexpr int kCudaThreads = 256;
+// mk_cuda_launch's own refusal (beside cudaError_t codes): the grid cannot be co-resident.
+constexpr int kNotCoResident = 100000;
+
+// Everything a launch needs, all device pointers; passed by value as the kernel parameter.
+struct LaunchParams {
+  const TaskDesc* tasks;
+  const WaitDesc* waits;
+  const SignalDesc* signals;
+  const int32_t* queue_offsets;
+  const int32_t* queue_tasks;
+  void* const* buffers;       // base address of every buffer-table row
+  uint32_t* counters;         // zeroed by the host before the launch
+  RunStatus* status;          // zeroed by the host; first failure wins
+  int32_t* abort_flag;        // set by a failing CTA, polled by all
+  uint8_t* scratch;           // scratch_per_sm bytes per CTA
+  uint64_t scratch_per_sm;
+  uint64_t* timeline;         // [iterations][num_tasks][2] start/end ns, or null
+  int32_t num_sms;
+  int32_t num_tasks;
+  int32_t iterations;
+  int32_t reserved;
+  int64_t timeout_ns;
+};
+
+__device__ inline uint64_t globaltimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ inline bool aborted(const LaunchParams& p) {
+  return *static_cast<volatile int32_t*>(p.abort_flag) != 0;
+}
+
+// Records the first failure of the launch and tells every CTA to stop.
+__device__ inline void record_failure(const LaunchParams& p, RunStatus s) {
+  if (atomicCAS(&p.status->error, RUN_OK, s.error) == RUN_OK) {
+    p.status->sm = s.sm;
+    p.status->task = s.task;
+    p.status->counter = s.counter;
+    p.status->iteration = s.iteration;
+    p.status->value = s.value;
+    p.status->threshold = s.threshold;
+    p.status->wait_ms = s.wait_ms;
+    __threadfence_system();
+  }
+  atomicExch(p.abort_flag, 1);
+}
+
+// Thread 0: waits until every wait of `task` holds in iteration t; false if the launch stops.
+__device__ inline bool wait_task(const LaunchParams& p, int32_t id, int32_t sm, int32_t t) {
+  const TaskDesc& task = p.tasks[id];
+  for (int32_t w = task.wait_begin; w < task.wait_end; ++w) {
+    const WaitDesc wd = p.waits[w];
+    const int64_t threshold = wait_threshold(wd.count, wd.distance, t);
+    uint32_t seen = 0;
+    const uint64_t start = globaltimer();
+    unsigned sleep_ns = 32;
+    while (!event_ready(p.counters + wd.counter, threshold, &seen)) {
+      if (aborted(p)) return false;
+      const uint64_t waited = globaltimer() - start;
+      if (static_cast<int64_t>(waited) > p.timeout_ns) {
+        record_failure(p, RunStatus{RUN_TIMEOUT, sm, id, wd.counter, t, seen,
+                                    static_cast<uint32_t>(threshold),
+                                    static_cast<int32_t>(waited / 1000000)});
+        return false;
+      }
+      __nanosleep(sleep_ns);
+      if (sleep_ns < 1024) sleep_ns *= 2;
+    }
+  }
+  __threadfence();
+  return !aborted(p);
+}
+
+template <class Dispatch>
+__global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams p) {
+  __shared__ int32_t go;
+  const int32_t sm = blockIdx.x;
+  gpu::Arena arena{p.scratch + static_cast<uint64_t>(sm) * p.scratch_per_sm, 0, p.scratch_per_sm};
+  const int32_t begin = p.queue_offsets[sm], end = p.queue_offsets[sm + 1];
+  for (int32_t t = 0; t < p.iterations; ++t) {
+    for (int32_t q = begin; q < end; ++q) {
+      const int32_t id = p.queue_tasks[q];
+      const TaskDesc* task = p.tasks + id;
+      if (threadIdx.x == 0) go = wait_task(p, id, sm, t);
+      __syncthreads();
+      if (!go) return;
+      const uint64_t started = p.timeline && threadIdx.x == 0 ? globaltimer() : 0;
+      arena.top = 0;
+      const int32_t rc = Dispatch::run(task->kind, task, p.buffers, arena);
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        if (rc != 0) {
+          record_failure(p, RunStatus{RUN_KERNEL_FAILED, sm, id, -1, t,
+                                      static_cast<uint32_t>(rc - 1), 0, 0});
+        } else {
+          __threadfence();
+          for (int32_t s = task->signal_begin; s < task->signal_end; ++s) {
+            event_signal(p.counters + p.signals[s].counter);
+          }
+        }
+        if (p.timeline) {
+          uint64_t* slot = p.timeline + (static_cast<uint64_t>(t) * p.num_tasks + id) * 2;
+          slot[0] = started;
+          slot[1] = globaltimer();
+        }
+      }
+      if (rc != 0) return;
+    }
+  }
+}
+
+// Launches the grid cooperatively (all CTAs co-resident, or a refusal) and waits for it.
+template <class Dispatch>
+int launch(const LaunchParams* params) {
+  int device = 0, sms = 0, per_sm = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (e == cudaSuccess) {
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, megakernel<Dispatch>, kCudaThreads, 0);
+  }
+  if (e != cudaSuccess) return static_cast<int>(e);
+  if (params->num_sms > sms * per_sm) return kNotCoResident;
+  void* args[] = {const_cast<LaunchParams*>(params)};
+  e = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(megakernel<Dispatch>),
+                                  dim3(params->num_sms), dim3(kCudaThreads), args, 0, nullptr);
+  if (e == cudaSuccess) e = cudaDeviceSynchronize();
+  return static_cast<int>(e);
+}
+
+}  // namespace mk
+
+#define MK_CUDA_ENTRY_POINTS(Dispatch)                                                        \
+  extern "C" int mk_abi_version(void) { return MK_RUNTIME_ABI; }                            \
+  extern "C" int mk_cuda_launch(const mk::LaunchParams* p) { return mk::launch<Dispatch>(p); } \
+  extern "C" const char* mk_cuda_error_string(int e) {                                      \
+    return e == mk::kNotCoResident ? "the grid cannot be co-resident"                       \
+                                   : cudaGetErrorString(static_cast<cudaError_t>(e));       \
+  }                                                                                         \
+  extern "C" int mk_cuda_device_sms(void) {                                                 \
+    int d = 0, n = 0;                                                                       \
+    cudaGetDevice(&d);                                                                      \
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, d);                          \
+    return n;                                                                               \
+  }                                                                                         \
+  extern "C" int mk_cuda_sizeof_params(void) { return sizeof(mk::LaunchParams); }
