@@ -114,19 +114,8 @@ def _assert_close(outs: tuple[np.ndarray, ...], refs: tuple[np.ndarray, ...]) ->
         assert error <= bound, f"output {i} {ref.dtype}{list(ref.shape)}: error {error:.3g}"
 
 
-# Measured on the H200: rows after the first come out wrong for these two (open bug; the same
-# bodies run correctly under a 4-thread CPU emulation with barriers). llama3 was not reached.
-_KNOWN_BAD = {"gated_mlp", "rmsnorm_linear", "llama3_8b_block"}
-GPU_EXAMPLES = [
-    pytest.param(p, marks=pytest.mark.xfail(reason="open CUDA correctness bug", strict=False))
-    if p.stem in _KNOWN_BAD
-    else p
-    for p in EXAMPLES
-]
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize("path", GPU_EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_example_matches_the_reference_on_the_gpu(path: Path, cache: Path) -> None:
     prog = mk.compile(path, target="cuda", cache_dir=cache)
     for seed in (0, 1):

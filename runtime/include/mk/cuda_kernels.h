@@ -23,8 +23,13 @@ constexpr int kMaxDims = 8;
 struct Dims {
   int64_t v[kMaxDims];
   int n;
-  template <class... A>
-  __device__ Dims(A... a) : v{static_cast<int64_t>(a)...}, n(sizeof...(A)) {}
+  // An explicit empty constructor, and bcast_strides below copies `out` instead of building from
+  // an empty Dims: the earlier form (one variadic constructor) gave 0 for the outer stride of a
+  // full-rank input when inlined under nvcc 13.0 for sm_90a (correct when not inlined), so every
+  // row of an elementwise op read row 0. Kept this way; the GPU tests cover it.
+  __device__ Dims() : v{}, n(0) {}
+  template <class A0, class... A>
+  __device__ Dims(A0 a0, A... a) : v{static_cast<int64_t>(a0), static_cast<int64_t>(a)...}, n(1 + sizeof...(A)) {}
   __device__ int size() const { return n; }
   __device__ bool empty() const { return n == 0; }
   __device__ int64_t operator[](int i) const { return v[i]; }
@@ -45,13 +50,14 @@ __device__ inline Dims dims_range(const Dims& d, int begin, int end) {
 
 // Row-major strides of `in` seen from `out` (right-aligned, 0 where `in` broadcasts).
 __device__ inline Dims bcast_strides(const Dims& in, const Dims& out) {
-  Dims s;
-  s.n = out.n;
-  for (int i = 0; i < out.n; ++i) s.v[i] = 0;
+  Dims s = out;
   int64_t stride = 1;
-  for (int k = 0; k < in.n; ++k) {
-    const int di = in.n - 1 - k, dout = out.n - 1 - k;
-    s.v[dout] = in.v[di] == 1 ? 0 : stride;
+  for (int d = out.n - 1, di = in.n - 1; d >= 0; --d, --di) {
+    if (di < 0) {
+      s.v[d] = 0;
+      continue;
+    }
+    s.v[d] = in.v[di] == 1 ? 0 : stride;
     stride *= in.v[di];
   }
   return s;
