@@ -18,6 +18,7 @@ from mk.backends.cuda.emit import emit_cuda
 from mk.backends.cuda.host import CudaProgram, CudaRunError
 from mk.diagnostics import MkError
 from mk.inputs import random_inputs
+from mk.source import entry_function, load_module
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.mlir"))
@@ -166,3 +167,17 @@ def test_timeline_exports_a_chrome_trace(cache: Path, tmp_path: Path) -> None:
     events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert len(events) == len(prog.tables.tasks) * prog.tables.iterations
     assert all(e["dur"] >= 0 and 0 <= e["tid"] < 4 for e in events)
+
+
+@pytest.mark.gpu
+@pytest.mark.xfail(
+    reason="open bug: with one KV split (num_sms <= 4 here, 4 for-loop iterations of accum_softmax) "
+    "the CUDA task gives wrong or non-finite rows; the CPU backend is exact for the same IR",
+    strict=False,
+)
+@pytest.mark.parametrize("num_sms", [1, 4])
+def test_single_split_attention_on_the_gpu(num_sms: int, cache: Path) -> None:
+    path = ROOT / "examples/attention_decode.mlir"
+    inputs = random_inputs(entry_function(load_module(path)), seed=0)
+    prog = mk.compile(path, target="cuda", num_sms=num_sms, cache_dir=cache)
+    _assert_close(prog(*inputs), mk.reference(path, *inputs))
