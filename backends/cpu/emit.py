@@ -10,6 +10,7 @@ footprint: that is how kernel operands and results find their buffers.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from xdsl.dialects.builtin import DenseArrayBase, FloatAttr, IntegerAttr, ModuleOp
 from xdsl.ir import Attribute, BlockArgument, OpResult, SSAValue
@@ -80,15 +81,39 @@ def _ident(text: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in text)
 
 
-def _grid_function(name: str, grid: GridOp, refs: dict[str, BufferRef]) -> str:
+@dataclass(frozen=True)
+class GridKernel:
+    """A grid body's one kernel, with its operands and result destinations as buffer refs."""
+
+    kernel: GraphDefOp | KernelOp
+    operands: list[BufferRef]
+    # result index -> (buffer, the slice of the whole buffer a grid-of-one task writes)
+    results: dict[int, list[tuple[BufferRef, tuple[slice, ...]]]]
+
+    def result_buffers(self) -> dict[int, list[BufferRef]]:
+        return {i: [r for r, _ in rs] for i, rs in self.results.items()}
+
+    def library_results(self, grid: GridOp) -> list[tuple[BufferRef, tuple[slice, ...]]]:
+        """The destinations of a library kernel, which runs whole as a grid of one task."""
+        if grid.num_tasks != 1:
+            raise MkError(
+                f"task.grid @{grid.sym_name.data}: a mugraph.kernel runs whole, as a grid of one "
+                f"task, not {grid.num_tasks}",
+                op_location(grid),
+            )
+        return self.results.get(0, [])
+
+
+def grid_kernel(grid: GridOp, refs: dict[str, BufferRef], backend: str) -> GridKernel:
+    """Resolve a task.grid body (one mugraph kernel + task.yield) against the buffer table."""
     block = grid.body.block
     footprints = [f for _, f in grid.footprints]
     ops = [op for op in block.ops if not isinstance(op, YieldOp)]
     yields = [op for op in block.ops if isinstance(op, YieldOp)]
     if len(ops) != 1 or len(yields) != 1 or not isinstance(ops[0], GraphDefOp | KernelOp):
         raise MkError(
-            f"task.grid @{grid.sym_name.data}: the CPU backend expects one mugraph.graph_def or "
-            "mugraph.kernel and a task.yield in a grid body",
+            f"task.grid @{grid.sym_name.data}: the {backend} backend expects one mugraph.graph_def "
+            "or mugraph.kernel and a task.yield in a grid body",
             op_location(grid),
         )
     kernel, yielded = ops[0], yields[0]
@@ -98,24 +123,21 @@ def _grid_function(name: str, grid: GridOp, refs: dict[str, BufferRef]) -> str:
         assert isinstance(value, BlockArgument) and value.owner is block
         return refs[footprints[value.index].buffer_name]
 
-    operands = [operand_ref(v) for v in kernel.operands]
     results: dict[int, list[tuple[BufferRef, tuple[slice, ...]]]] = {}
     coords = (0,) * len(grid.shape_tuple)
     for pos, value in enumerate(yielded.operands):
         if isinstance(value, OpResult) and value.owner is kernel:
             fp = writes[pos]
             results.setdefault(value.index, []).append((refs[fp.buffer_name], fp.slices(coords)))
-    if isinstance(kernel, GraphDefOp):
-        plain = {i: [r for r, _ in rs] for i, rs in results.items()}
-        body = GraphDefEmitter(kernel, operands, plain).emit()
+    return GridKernel(kernel, [operand_ref(v) for v in kernel.operands], results)
+
+
+def _grid_function(name: str, grid: GridOp, refs: dict[str, BufferRef]) -> str:
+    gk = grid_kernel(grid, refs, "CPU")
+    if isinstance(gk.kernel, GraphDefOp):
+        body = GraphDefEmitter(gk.kernel, gk.operands, gk.result_buffers()).emit()
     else:
-        if grid.num_tasks != 1:
-            raise MkError(
-                f"task.grid @{grid.sym_name.data}: a mugraph.kernel runs whole, as a grid of one "
-                f"task, not {grid.num_tasks}",
-                op_location(grid),
-            )
-        body = LibraryEmitter(kernel, operands, results.get(0, [])).emit()
+        body = LibraryEmitter(gk.kernel, gk.operands, gk.library_results(grid)).emit()
     lines = [f"// task.grid @{grid.sym_name.data} {list(grid.shape_tuple)}"]
     lines.append(f"int32_t {name}(const mk::TaskDesc* t, void* const* buffers) {{")
     lines += _indent(body, 1)

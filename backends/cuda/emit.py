@@ -14,16 +14,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects.builtin import ModuleOp, TensorType
-from xdsl.ir import BlockArgument, OpResult, SSAValue
+from xdsl.ir import SSAValue
 
-from mk.backends.cpu.emit import LibraryEmitter, _graph_of, _ident, _indent
+from mk.backends.cpu.emit import LibraryEmitter, _graph_of, _ident, _indent, grid_kernel
 from mk.backends.cpu.emit_ops import BufferRef, GraphDefEmitter
 from mk.backends.cpu.emit_scalar import dims, dtype_code, is_float, scalar_body
 from mk.diagnostics import MkError, op_location
 from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import GraphDefOp, KernelOp
 from mk.dialects.mugraph_tiles import ThreadMapOp, shape_of
-from mk.dialects.task import BufferOp, GraphOp, GridOp, YieldOp
+from mk.dialects.task import BufferOp, GraphOp, GridOp
 
 KIND_FIRST_LOWERED = 16
 SCRATCH_SLACK = 1 << 16  # bytes per CTA beyond the tiles: alignment and small temporaries
@@ -185,43 +185,14 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
 
 
 def _grid_function(name: str, grid: GridOp, refs: dict[str, BufferRef]) -> tuple[str, int]:
-    block = grid.body.block
-    footprints = [f for _, f in grid.footprints]
-    ops = [op for op in block.ops if not isinstance(op, YieldOp)]
-    yields = [op for op in block.ops if isinstance(op, YieldOp)]
-    if len(ops) != 1 or len(yields) != 1 or not isinstance(ops[0], GraphDefOp | KernelOp):
-        raise MkError(
-            f"task.grid @{grid.sym_name.data}: the CUDA backend expects one mugraph.graph_def or "
-            "mugraph.kernel and a task.yield in a grid body",
-            op_location(grid),
-        )
-    kernel, yielded = ops[0], yields[0]
-    writes = footprints[len(grid.reads) :]
-
-    def operand_ref(value: SSAValue) -> BufferRef:
-        assert isinstance(value, BlockArgument) and value.owner is block
-        return refs[footprints[value.index].buffer_name]
-
-    operands = [operand_ref(v) for v in kernel.operands]
-    results: dict[int, list[tuple[BufferRef, tuple[slice, ...]]]] = {}
-    coords = (0,) * len(grid.shape_tuple)
-    for pos, value in enumerate(yielded.operands):
-        if isinstance(value, OpResult) and value.owner is kernel:
-            fp = writes[pos]
-            results.setdefault(value.index, []).append((refs[fp.buffer_name], fp.slices(coords)))
+    gk = grid_kernel(grid, refs, "CUDA")
+    kernel = gk.kernel
     if isinstance(kernel, GraphDefOp):
-        plain = {i: [r for r, _ in rs] for i, rs in results.items()}
-        emitter = DeviceGraphDefEmitter(kernel, operands, plain)
+        emitter = DeviceGraphDefEmitter(kernel, gk.operands, gk.result_buffers())
         body = emitter.emit()
         sizes = {n: _numel(v) for v, n in emitter.names.items()}
     else:
-        if grid.num_tasks != 1:
-            raise MkError(
-                f"task.grid @{grid.sym_name.data}: a mugraph.kernel runs whole, as a grid of one "
-                f"task, not {grid.num_tasks}",
-                op_location(grid),
-            )
-        body = DeviceLibraryEmitter(kernel, operands, results.get(0, [])).emit()
+        body = DeviceLibraryEmitter(kernel, gk.operands, gk.library_results(grid)).emit()
         sizes = {f"a{i}": _numel(v) for i, v in enumerate(kernel.operands)}
         sizes["r"] = _numel(kernel.res[0])
     lines, tiles = device_lines(body, sizes)
