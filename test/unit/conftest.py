@@ -17,3 +17,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if item.get_closest_marker("gpu"):
                 item.add_marker(skip)
+
+
+@pytest.fixture
+def gpu_present() -> bool:
+    """Whether an NVIDIA GPU (and torch with CUDA) is available to this test run."""
+    return _has_gpu()

@@ -586,13 +586,15 @@ def test_mk_run_reference(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert first.split("reference time")[0] == second.split("reference time")[0]
 
 
-def test_mk_run_without_reference_says_targets_are_unavailable(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_mk_run_cuda_without_a_gpu_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], gpu_present: bool
 ) -> None:
     path = tmp_path / "decode.mlir"
     path.write_text(DECODE)
+    if gpu_present:
+        pytest.skip("a GPU is present: the cuda target runs")
     assert mk_run([str(path), "--target", "cuda"]) == 2
-    assert "'cuda' target is not available yet" in capsys.readouterr().err
+    assert "'cuda' target needs an NVIDIA GPU" in capsys.readouterr().err
 
 
 def test_mk_run_user_errors_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
