@@ -8,7 +8,7 @@ result to the result's element type, as the interpreter's `astype` does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects.builtin import TensorType
@@ -282,21 +282,29 @@ class GraphDefEmitter:
             raise MkError(f"'{op.name}' is not supported by the CPU backend", op_location(op))
 
     def thread_map(self, op: ThreadMapOp) -> None:
-        emit = self.lines.append
         out_shape = maps.broadcast_shapes(*(shape_of(a) for a in op.args))
         assert out_shape is not None
         n = _numel(out_shape)
         for r in op.res:
-            emit(f"{self.var(r)}.resize({n});")
+            self.lines.append(f"{self.var(r)}.resize({n});")
         operand_shapes = ", ".join(dims(shape_of(a)) for a in op.args)
-        emit("{")
-        emit(f"mk::cpu::Walk w({dims(out_shape)}, {{{operand_shapes}}});")
-        emit(f"for (int64_t e = 0; e < {n}; ++e, w.next()) {{")
+        self.lines += [
+            "{",
+            f"mk::cpu::Walk w({dims(out_shape)}, {{{operand_shapes}}});",
+            f"for (int64_t e = 0; e < {n}; ++e, w.next()) {{",
+        ]
+        self.thread_map_element(op, lambda k: f"w.at({k})")
+        self.lines += ["}", "}"]
+
+    def thread_map_element(self, op: ThreadMapOp, offset: Callable[[int], str]) -> None:
+        """The body of a thread_map's element loop: read each operand at `offset(k)` (a C++
+        expression of the element index `e`), run the scalar region, write each result at `e`."""
+        emit = self.lines.append
         inputs = []
         for k, (a, arg) in enumerate(zip(op.args, op.body.block.args, strict=True)):
             name = self.fresh()
             ctype = "float" if is_float(arg.type) else "int64_t"
-            emit(f"const {ctype} {name} = static_cast<{ctype}>({self.var(a)}[w.at({k})]);")
+            emit(f"const {ctype} {name} = static_cast<{ctype}>({self.var(a)}[{offset(k)}]);")
             inputs.append(name)
         lines, yielded = scalar_body(op.body.block, inputs, self.fresh)
         self.lines.extend(lines)
@@ -308,8 +316,6 @@ class GraphDefEmitter:
                 )
             else:
                 emit(f"{self.var(r)}[e] = static_cast<int64_t>({y});")
-        emit("}")
-        emit("}")
 
 
 def _numel(shape: Sequence[int]) -> int:

@@ -18,7 +18,7 @@ from xdsl.ir import SSAValue
 
 from mk.backends.cpu.emit import LibraryEmitter, _graph_of, _ident, _indent, grid_kernel
 from mk.backends.cpu.emit_ops import BufferRef, GraphDefEmitter
-from mk.backends.cpu.emit_scalar import dims, dtype_code, is_float, scalar_body
+from mk.backends.cpu.emit_scalar import dims, dtype_code, is_float
 from mk.diagnostics import MkError, op_location
 from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import GraphDefOp, KernelOp
@@ -69,25 +69,7 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
                 f"const mk::gpu::Dims tm_s{k} = mk::gpu::bcast_strides({dims(shape_of(a))}, tm_out);"
             )
         emit(f"MK_FOR_EACH(e, {n}) {{")
-        inputs = []
-        for k, (a, arg) in enumerate(zip(op.args, op.body.block.args, strict=True)):
-            name = self.fresh()
-            ctype = "float" if is_float(arg.type) else "int64_t"
-            emit(
-                f"const {ctype} {name} = static_cast<{ctype}>("
-                f"{self.var(a)}[mk::gpu::bcast_offset(e, tm_out, tm_s{k})]);"
-            )
-            inputs.append(name)
-        lines, yielded = scalar_body(op.body.block, inputs, self.fresh)
-        self.lines.extend(lines)
-        for r, y in zip(op.res, yielded, strict=True):
-            if is_float(r.type):
-                emit(
-                    f"{self.var(r)}[e] = mk::cpu::round_to(static_cast<float>({y}), "
-                    f"{dtype_code(r.type)});"
-                )
-            else:
-                emit(f"{self.var(r)}[e] = static_cast<int64_t>({y});")
+        self.thread_map_element(op, lambda k: f"mk::gpu::bcast_offset(e, tm_out, tm_s{k})")
         emit("}")
         emit("__syncthreads();")
         emit("}")
