@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import time
 from collections.abc import Sequence
@@ -70,7 +71,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _has_gpu() -> bool:
     try:
-        import torch
+        torch = importlib.import_module("torch")  # optional: not a dependency of mk
     except ImportError:
         return False
     return bool(torch.cuda.is_available())
