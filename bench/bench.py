@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -108,7 +109,7 @@ def cuda_graph(fn: Callable[[], object]) -> Callable[[], object]:
     return graph.replay
 
 
-def mk_runner(text: str, inputs: list[torch.Tensor]) -> Callable[[], object] | None:
+def mk_runner(text: str, inputs: list[torch.Tensor]) -> tuple[Callable[[], object], object] | None:
     try:
         import mk
 
@@ -116,7 +117,17 @@ def mk_runner(text: str, inputs: list[torch.Tensor]) -> Callable[[], object] | N
     except Exception as e:  # noqa: BLE001 - the table says why mk did not run
         print(f"  mk: not run ({type(e).__name__}: {str(e).splitlines()[0][:100]})")
         return None
-    return lambda: prog(*inputs)
+    return (lambda: prog.launch(*inputs)), prog  # type: ignore[attr-defined]
+
+
+def max_error(outs: tuple[torch.Tensor, ...], refs: tuple[torch.Tensor, ...]) -> float:
+    """Largest |mk − torch| / (1 + |torch|) over all outputs (NaN shows unwritten elements)."""
+    worst = 0.0
+    for o, r in zip(outs, refs, strict=True):
+        o, r = o.double(), r.double()
+        err = ((o - r).abs() / (1 + r.abs())).max().item()
+        worst = max(worst, err) if err == err else float("nan")
+    return worst
 
 
 def bench_one(name: str, text: str, bandwidth: float, runs: int) -> dict[str, object]:
@@ -129,10 +140,19 @@ def bench_one(name: str, text: str, bandwidth: float, runs: int) -> dict[str, ob
     row: dict[str, object] = {"workload": name, "bytes": moved, "floor_ms": moved / bandwidth * 1e3}
     row["eager_ms"] = median_ms(lambda: run(*inputs), runs)
     row["graph_ms"] = median_ms(cuda_graph(lambda: run(*inputs)), runs)
-    mk_fn = mk_runner(text, inputs)
-    row["mk_ms"] = median_ms(mk_fn, runs) if mk_fn is not None else None
+    mk_run = mk_runner(text, inputs)
+    row["mk_ms"] = row["mk_error"] = None
+    if mk_run is not None:
+        launch, prog = mk_run
+        row["mk_error"] = max_error(prog(*inputs), outs)  # type: ignore[operator]
+        row["mk_ms"] = median_ms(launch, runs)
+        prog.check()  # type: ignore[attr-defined]
     print(f"  {name}: {row}", flush=True)
     return row
+
+
+def _fmt(value: object) -> str:
+    return f"{value:.1e}" if isinstance(value, float) else "—"
 
 
 def table(rows: list[dict[str, object]], bandwidth: float, commit: str) -> str:
@@ -140,8 +160,8 @@ def table(rows: list[dict[str, object]], bandwidth: float, commit: str) -> str:
     head = (
         f"### {datetime.date.today().isoformat()} — {gpu}, commit {commit}, copy bandwidth "
         f"{bandwidth / 1e12:.2f} TB/s (median of runs, CUDA events)\n\n"
-        "| workload | MB moved | floor ms | mk ms | PyTorch eager ms | PyTorch + CUDA graph ms | mk / floor |\n"
-        "|---|---:|---:|---:|---:|---:|---:|\n"
+        "| workload | MB moved | floor ms | mk ms | PyTorch eager ms | PyTorch + CUDA graph ms | mk / floor | mk error |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|\n"
     )
     lines = []
     for r in rows:
@@ -150,7 +170,7 @@ def table(rows: list[dict[str, object]], bandwidth: float, commit: str) -> str:
         ratio = f"{mk_ms / r['floor_ms']:.2f}×" if isinstance(mk_ms, float) else "—"  # type: ignore[operator]
         lines.append(
             f"| {r['workload']} | {r['bytes'] / 1e6:.1f} | {r['floor_ms']:.4f} | {mk_txt} | "  # type: ignore[operator]
-            f"{r['eager_ms']:.4f} | {r['graph_ms']:.4f} | {ratio} |"
+            f"{r['eager_ms']:.4f} | {r['graph_ms']:.4f} | {ratio} | {_fmt(r['mk_error'])} |"
         )
     return head + "\n".join(lines) + "\n"
 
@@ -162,7 +182,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     assert args.runs >= 50, "the method asks for at least 50 timed runs"
-    commit = (
+    commit = os.environ.get("MK_COMMIT") or (
         subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
         ).stdout.strip()

@@ -246,7 +246,7 @@ class NnToMugraphPass(ModulePass):
     name = "nn-to-mugraph"
 
     num_sms: int = 132
-    tile_n: int = 64  # output columns per block for the linear family
+    tile_n: int = 64  # output columns per block for the linear family; 0 fits the SMs' waves
     tile_k: int = 64  # K elements per for-loop iteration
     kv_chunk: int = 64  # keys per for-loop iteration in attention
     kv_splits: int = 0  # splits of the KV length; 0 chooses blocks ≈ num_sms
@@ -255,10 +255,10 @@ class NnToMugraphPass(ModulePass):
     k_splits: int = 1
 
     def tiling(self) -> Tiling:
-        for option in ("num_sms", "tile_n", "tile_k", "kv_chunk"):
+        for option in ("num_sms", "tile_k", "kv_chunk"):
             if getattr(self, option) < 1:
                 raise MkError(f"nn-to-mugraph: {option.replace('_', '-')} must be >= 1")
-        for option in ("kv_splits", "k_splits"):
+        for option in ("tile_n", "kv_splits", "k_splits"):
             if getattr(self, option) < 0:
                 raise MkError(f"nn-to-mugraph: {option.replace('_', '-')} must be >= 0")
         return Tiling(

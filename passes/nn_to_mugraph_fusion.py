@@ -40,6 +40,7 @@ from mk.dialects.mugraph_tiles import (
     tensor_type,
 )
 from mk.passes.nn_to_mugraph_rules import (
+    DEFAULT_TILE_N,
     ELEMENTWISE_OPS,
     Emitted,
     Operands,
@@ -244,10 +245,13 @@ def match_elementwise_group(
 # ------------------------------------------------------------------------------------------------
 
 
-def _column_blocks(widths: Sequence[int], tile_n: int) -> int:
-    """Blocks along the output columns: each head's width split evenly, tiles <= tile_n."""
+def _column_blocks(widths: Sequence[int], tile_n: int, row_blocks: int, num_sms: int) -> int:
+    """Blocks along the output columns: each head's width split evenly, tiles <= tile_n; with
+    tile_n 0, the fewest blocks that fill the SMs' waves best (tiles of >= 8 columns)."""
     common = math.gcd(*widths)
     widest = max(widths)
+    if tile_n == 0:
+        return _wave_blocks(common, widest, row_blocks, num_sms)
     for d in range(1, common + 1):
         if common % d == 0 and widest // d <= tile_n:
             parts = d
@@ -256,6 +260,20 @@ def _column_blocks(widths: Sequence[int], tile_n: int) -> int:
         parts = common
     tile = widest // parts
     return parts if tile * 2 > min(widest, tile_n) or tile == widest else 1
+
+
+MIN_AUTO_TILE = 8
+
+
+def _wave_blocks(common: int, widest: int, row_blocks: int, num_sms: int) -> int:
+    def fill(d: int) -> float:
+        blocks = d * row_blocks
+        return blocks / (-(-blocks // num_sms) * num_sms)
+
+    parts = [d for d in range(1, common + 1) if common % d == 0]
+    parts = [d for d in parts if widest // d >= MIN_AUTO_TILE] or [1]
+    best = max(fill(d) for d in parts)
+    return min(d for d in parts if fill(d) >= best - 0.02)
 
 
 @dataclass
@@ -307,10 +325,11 @@ class _Layout:
 def _layout(group: LinearGroup, t: Tiling) -> _Layout:
     xs: list[int] = list(shape_of(group.x))
     out = shape_of(group.heads[0].results[0])
-    cols = _column_blocks([shape_of(h.results[0])[-1] for h in group.heads], t.tile_n)
     rows = 1
     if len(xs) >= 2 and len(out) == len(xs) and xs[-2] > t.tile_m:
         rows = xs[-2] // chunk_size(xs[-2], t.tile_m)
+    widths = [shape_of(h.results[0])[-1] for h in group.heads]
+    cols = _column_blocks(widths, t.tile_n, rows, t.num_sms)
     k = xs[-1]
     return _Layout((cols, rows, 1), k // chunk_size(k, t.tile_k), out)
 
@@ -579,7 +598,7 @@ def elementwise_kernel(group: ElementwiseGroup, t: Tiling, lookup: ValueMap) -> 
     outputs, leaves = group.outputs(), group.leaves()
     shape = shape_of(group.ops[0].results[0])
     r = len(shape)
-    cols = shape[-1] // chunk_size(shape[-1], t.tile_n)
+    cols = shape[-1] // chunk_size(shape[-1], t.tile_n or DEFAULT_TILE_N)
     rows = shape[-2] // chunk_size(shape[-2], t.tile_m) if r >= 2 else 1
     lay = _Layout((cols, rows, 1), 1, shape)
     names = [v.name_hint or "y" for v in outputs]

@@ -37,12 +37,15 @@ ValueMap = Callable[[SSAValue], SSAValue]
 Emitted = tuple[list[Operation], dict[SSAValue, SSAValue]]
 
 
+DEFAULT_TILE_N = 64
+
+
 @dataclass(frozen=True)
 class Tiling:
     """The pass options every rule reads."""
 
     num_sms: int = 132
-    tile_n: int = 64
+    tile_n: int = DEFAULT_TILE_N  # 0: fit the SMs' waves
     tile_k: int = 64
     kv_chunk: int = 64
     kv_splits: int = 0

@@ -93,15 +93,13 @@ class GraphDefEmitter:
         body = self.op.body.block
         for op in body.ops:
             for r in op.results:
-                out.append(f"std::vector<{tile_ctype(r.type)}> {self.var(r)};")
+                if self.materialised(r):
+                    out.append(f"std::vector<{tile_ctype(r.type)}> {self.var(r)};")
         loop, epilogue = self.op.loop_ops(), self.op.epilogue_ops()
         accs = [o for o in loop if isinstance(o, AccumOp | AccumSoftmaxOp)]
         for acc in accs:
             self.init_accumulator(acc)
-        out.append(f"for (int64_t it = 0; it < {self.forloop}; ++it) {{")
-        for op in loop:
-            self.step(op, "it")
-        out.append("}")
+        self.emit_loop(loop)
         out.append(f"const int64_t last = {self.forloop - 1};")
         out.append("(void)last;")
         for acc in accs:
@@ -112,6 +110,17 @@ class GraphDefEmitter:
         for op in self.op.output_ops():
             self.store(op)
         return out
+
+    def materialised(self, value: SSAValue) -> bool:
+        """Whether `value` is held as a tile (a backend may compute some values without one)."""
+        return True
+
+    def emit_loop(self, loop: Sequence[Operation]) -> None:
+        """The for-loop over the reduction: every loop op per iteration (accumulators set)."""
+        self.lines.append(f"for (int64_t it = 0; it < {self.forloop}; ++it) {{")
+        for op in loop:
+            self.step(op, "it")
+        self.lines.append("}")
 
     # -------------------------------------------------------------------------- inputs, outputs
 

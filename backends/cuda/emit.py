@@ -14,11 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects.builtin import ModuleOp, TensorType
-from xdsl.ir import SSAValue
+from xdsl.ir import Operation, SSAValue
 
 from mk.backends.cpu.emit import LibraryEmitter, _graph_of, _ident, _indent, grid_kernel
 from mk.backends.cpu.emit_ops import BufferRef, GraphDefEmitter
 from mk.backends.cpu.emit_scalar import dims, dtype_code, is_float
+from mk.backends.cuda.stream import plan_stream
 from mk.diagnostics import MkError, op_location
 from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import GraphDefOp, KernelOp
@@ -33,6 +34,7 @@ _PRELUDE = """\
 #include <stdint.h>
 
 #include "mk/cuda_megakernel.cuh"
+#include "mk/cuda_stream.cuh"
 #include "mk/version.h"
 
 namespace {{
@@ -53,7 +55,60 @@ def _numel(value: SSAValue) -> int:
 
 
 class DeviceGraphDefEmitter(GraphDefEmitter):
-    """The CPU emitter with thread_map's element loop spread over the CTA's threads."""
+    """The CPU emitter with thread_map's element loop spread over the CTA's threads, and the
+    loop of a decode-shaped linear streamed (see stream.py)."""
+
+    def __init__(
+        self, op: GraphDefOp, operands: Sequence[BufferRef], results: dict[int, list[BufferRef]]
+    ) -> None:
+        super().__init__(op, operands, results)
+        self.plan = plan_stream(op)
+        self.smem_floats = 0
+
+    def materialised(self, value: SSAValue) -> bool:
+        return self.plan is None or value not in self.plan.streamed()
+
+    def emit_loop(self, loop: Sequence[Operation]) -> None:
+        plan = self.plan
+        if plan is None:
+            super().emit_loop(loop)
+            return
+        emit = self.lines.append
+        k = self.forloop * plan.x.tile_shape()[1]
+        chunk = plan.chunk(k)
+        self.smem_floats = plan.rows * chunk
+        x = self.operands[plan.x.source_index()]
+        r0, c0 = self.input_starts(plan.x, "0")
+        emit("{")
+        emit("mk::gpu::StreamLinear sl{};")
+        emit(
+            f"sl.x = mk::gpu::elem_at(buffers[{x.index}], {x.dtype}, ({r0}) * {x.shape[1]} + {c0});"
+        )
+        emit(f"sl.x_dtype = {x.dtype};")
+        emit(f"sl.x_ld = {x.shape[1]};")
+        if plan.g is not None:
+            g = self.operands[plan.g.source_index()]
+            (g0,) = self.input_starts(plan.g, "0")
+            emit(f"sl.g = mk::gpu::elem_at(buffers[{g.index}], {g.dtype}, {g0});")
+            emit(f"sl.g_dtype = {g.dtype};")
+        emit(f"sl.w_dtype = {dtype_code(plan.products[0][0].tile.type)};")
+        emit(f"sl.k = {k};")
+        emit(f"sl.kc = {chunk};")
+        if plan.sum_sq is not None:
+            emit(f"sl.sum_sq = {self.var(plan.sum_sq.res)}.data();")
+        emit(f"sl.nw = {len(plan.products)};")
+        for i, (w, acc) in enumerate(plan.products):
+            ref = self.operands[w.source_index()]
+            n0, k0 = self.input_starts(w, "0")
+            emit(
+                f"sl.w[{i}] = mk::gpu::StreamWeight{{static_cast<const uint16_t*>(buffers[{ref.index}])"
+                f" + ({n0}) * {ref.shape[1]} + {k0}, {ref.shape[1]}, {w.tile_shape()[0]}, "
+                f"{self.var(acc.res)}.data()}};"
+            )
+        emit(f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}>(sl);")
+        emit("}")
+        for op in plan.invariant:
+            self.load(op, "0")
 
     def thread_map(self, op: ThreadMapOp) -> None:
         emit = self.lines.append
@@ -153,26 +208,37 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
         for i, b in enumerate(buffers)
     }
     out = [_PRELUDE.format(name=g.sym_name.data)]
-    names, scratch = [], 0
+    names, scratch, smem = [], 0, 0
     for gi, grid in enumerate(grids):
         name = f"task_{gi}_{_ident(grid.sym_name.data)}"
         names.append(name)
         text, need = _grid_function(name, grid, refs)
         out.append(text)
-        scratch = max(scratch, need)
-    out.append(_dispatch(names))
+        scratch = max(scratch, need.scratch)
+        smem = max(smem, need.smem)
+    out.append(_dispatch(names, smem))
     out.append("}  // namespace\n")
     out.append("MK_CUDA_ENTRY_POINTS(Dispatch)\n")
     return CudaSource("\n".join(out), scratch + SCRATCH_SLACK)
 
 
-def _grid_function(name: str, grid: GridOp, refs: dict[str, BufferRef]) -> tuple[str, int]:
+@dataclass(frozen=True)
+class _Need:
+    """Per-CTA memory of one task body: global scratch and dynamic shared memory, in bytes."""
+
+    scratch: int
+    smem: int
+
+
+def _grid_function(name: str, grid: GridOp, refs: dict[str, BufferRef]) -> tuple[str, _Need]:
     gk = grid_kernel(grid, refs, "CUDA")
     kernel = gk.kernel
+    smem = 0
     if isinstance(kernel, GraphDefOp):
         emitter = DeviceGraphDefEmitter(kernel, gk.operands, gk.result_buffers())
         body = emitter.emit()
         sizes = {n: _numel(v) for v, n in emitter.names.items()}
+        smem = 4 * emitter.smem_floats
     else:
         body = DeviceLibraryEmitter(kernel, gk.operands, gk.library_results(grid)).emit()
         sizes = {f"a{i}": _numel(v) for i, v in enumerate(kernel.operands)}
@@ -184,16 +250,17 @@ def _grid_function(name: str, grid: GridOp, refs: dict[str, BufferRef]) -> tuple
         "mk::gpu::Arena& arena) {"
     )
     text = "\n".join([*head, *_indent(lines, 1), "  return 0;", "}"]) + "\n"
-    return text, tiles + _temporaries(kernel, tiles)
+    return text, _Need(tiles + _temporaries(kernel, tiles), smem)
 
 
-def _dispatch(names: Sequence[str]) -> str:
+def _dispatch(names: Sequence[str], smem: int) -> str:
     cases = "\n".join(
         f"      case {KIND_FIRST_LOWERED + i}: return {fn}(t, buffers, arena);"
         for i, fn in enumerate(names)
     )
     return f"""\
 struct Dispatch {{
+  static constexpr unsigned kSmemBytes = {smem};
   __device__ static int32_t run(int32_t kind, const mk::TaskDesc* t, void* const* buffers,
                                 mk::gpu::Arena& arena) {{
     switch (kind) {{

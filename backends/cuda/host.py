@@ -90,6 +90,56 @@ def _device_bytes(array: np.ndarray) -> Any:
     return torch.from_numpy(raw.copy()).cuda()
 
 
+class _DeviceState:
+    """What a program keeps on the GPU between launches: the tables, the arena (0xFF-filled
+    once, so a read of an unwritten intermediate shows as NaN), per-CTA scratch, the buffer
+    pointers of the last launch, and the flags (counters, status, abort) zeroed per launch."""
+
+    def __init__(self, tables: Any, num_sms: int, scratch_per_sm: int) -> None:
+        torch = _torch()
+        self.num_sms, self.scratch_per_sm = num_sms, scratch_per_sm
+        self.tables = {
+            "tasks": _device_bytes(tables.tasks),
+            "waits": _device_bytes(tables.waits),
+            "signals": _device_bytes(tables.signals),
+            "queue_offsets": _device_bytes(tables.queue_offsets.astype(np.int32)),
+            "queue_tasks": _device_bytes(tables.queue_tasks.astype(np.int32)),
+        }
+        self.arena = torch.full(
+            (max(tables.arena_bytes, 1),), 0xFF, dtype=torch.uint8, device="cuda"
+        )
+        self.scratch = torch.empty(num_sms * scratch_per_sm, dtype=torch.uint8, device="cuda")
+        self.counter_bytes = -(-max(tables.num_counters, 1) * 4 // 256) * 256
+        self.flags = torch.zeros(self.counter_bytes + 256 + 256, dtype=torch.uint8, device="cuda")
+        self.buffers: Any = None
+        self.bound: bytes = b""
+        self.timeline: Any = None
+
+    def bind(self, pointers: np.ndarray) -> None:
+        raw = pointers.tobytes()
+        if raw != self.bound:
+            self.buffers = _device_bytes(pointers)
+            self.bound = raw
+
+    def status(self) -> Any:
+        at = self.counter_bytes
+        return self.flags[at : at + RUN_STATUS.itemsize]
+
+    def params(self, **fields: Any) -> LaunchParams:
+        base = self.flags.data_ptr()
+        return LaunchParams(
+            **{name: tensor.data_ptr() for name, tensor in self.tables.items()},
+            buffers=self.buffers.data_ptr(),
+            counters=base,
+            status=base + self.counter_bytes,
+            abort_flag=base + self.counter_bytes + 256,
+            scratch=self.scratch.data_ptr(),
+            scratch_per_sm=self.scratch_per_sm,
+            num_sms=self.num_sms,
+            **fields,
+        )
+
+
 class CudaProgram(Program):
     """A program compiled for target='cuda': `cuda_source` always, a library when nvcc ran."""
 
@@ -100,6 +150,7 @@ class CudaProgram(Program):
         self.record_timeline = False
         self.last_timeline: np.ndarray | None = None
         self._lib: Any = None
+        self._state: _DeviceState | None = None
 
     def __repr__(self) -> str:
         return f"<mk.Program @{self.name} (cuda): {len(self.tables.tasks)} tasks on {self.num_sms} SMs>"
@@ -109,7 +160,7 @@ class CudaProgram(Program):
             raise MkError("this CUDA program was compiled without nvcc: no library to run")
         if self._lib is None:
             lib = ctypes.CDLL(str(self.library_path))
-            lib.mk_cuda_launch.argtypes = [ctypes.POINTER(LaunchParams)]
+            lib.mk_cuda_launch.argtypes = [ctypes.POINTER(LaunchParams), ctypes.c_void_p]
             lib.mk_cuda_error_string.restype = ctypes.c_char_p
             if lib.mk_cuda_sizeof_params() != ctypes.sizeof(LaunchParams):
                 raise MkError("mk::LaunchParams and host.LaunchParams differ in size")
@@ -174,6 +225,33 @@ class CudaProgram(Program):
             result.append(raw.view(dtype).reshape(shape).copy())
         return tuple(result)
 
+    def launch(self, *inputs: Any) -> tuple[Any, ...]:
+        """Enqueues one run on torch's current stream and returns its (NaN-filled until then)
+        output tensors without waiting; `check()` waits and raises what the run reported."""
+        torch = _torch()
+        if not inputs or not all(_is_torch(x) and x.is_cuda for x in inputs):
+            raise ValueError(f"@{self.name}: launch() takes CUDA tensors")
+        self._check_tensors(inputs)
+        outputs = [
+            torch.full(shape, _unwritten(dtype), dtype=_torch_dtype(dtype), device="cuda")
+            for shape, dtype in self._results
+        ]
+        self._enqueue(list(inputs), outputs, None)
+        return tuple(outputs)
+
+    def check(self) -> None:
+        """Waits for the last launch; raises CudaRunError for a timed-out wait or failed task."""
+        state = self._state
+        if state is None:
+            return
+        _torch().cuda.current_stream().synchronize()
+        status = np.frombuffer(state.status().cpu().numpy().tobytes(), RUN_STATUS)[0]
+        if self.record_timeline and state.timeline is not None:
+            t = self.tables
+            self.last_timeline = state.timeline.cpu().numpy().reshape(t.iterations, len(t.tasks), 2)
+        if int(status["error"]) != 0:
+            raise self._run_error(status)
+
     def _launch_tensors(
         self,
         inputs: Sequence[Any],
@@ -182,10 +260,44 @@ class CudaProgram(Program):
         timeout_ms: int | None = None,
         **_: Any,
     ) -> None:
+        self._enqueue(inputs, outputs, timeout_ms)
+        self.check()
+
+    def _enqueue(
+        self, inputs: Sequence[Any], outputs: Sequence[Any], timeout_ms: int | None
+    ) -> None:
         torch = _torch()
         lib = self.library()
+        if self._state is None:
+            self._state = _DeviceState(self.tables, self.num_sms, self.scratch_per_sm)
+        state = self._state
+        state.bind(self._pointers(state, inputs, outputs))
+        state.flags.zero_()
+        state.timeline = None
         t = self.tables
-        arena = torch.full((max(t.arena_bytes, 1),), 0xFF, dtype=torch.uint8, device="cuda")
+        if self.record_timeline:
+            state.timeline = torch.zeros(
+                t.iterations * len(t.tasks) * 2, dtype=torch.int64, device="cuda"
+            )
+        params = state.params(
+            timeline=0 if state.timeline is None else state.timeline.data_ptr(),
+            num_tasks=len(t.tasks),
+            iterations=t.iterations,
+            timeout_ns=(self.timeout_ms if timeout_ms is None else timeout_ms) * 1_000_000,
+        )
+        rc = lib.mk_cuda_launch(
+            ctypes.byref(params), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        )
+        if rc != 0:
+            message = lib.mk_cuda_error_string(rc).decode()
+            raise MkError(
+                f"@{self.name}: the megakernel launch failed ({num_sms_note(self.num_sms)}): {message}"
+            )
+
+    def _pointers(
+        self, state: _DeviceState, inputs: Sequence[Any], outputs: Sequence[Any]
+    ) -> np.ndarray:
+        t = self.tables
         pointers = np.zeros(max(len(self._slots), 1), np.uint64)
         for row, slot in enumerate(self._slots):
             if slot.kind in ("input", "weight"):
@@ -193,47 +305,8 @@ class CudaProgram(Program):
             elif slot.kind == "output":
                 pointers[row] = outputs[slot.index or 0].data_ptr()
             else:
-                pointers[row] = arena.data_ptr() + int(t.buffers[row]["offset_or_ptr"])
-        keep = {
-            "tasks": _device_bytes(t.tasks),
-            "waits": _device_bytes(t.waits),
-            "signals": _device_bytes(t.signals),
-            "queue_offsets": _device_bytes(t.queue_offsets.astype(np.int32)),
-            "queue_tasks": _device_bytes(t.queue_tasks.astype(np.int32)),
-            "buffers": _device_bytes(pointers),
-            "counters": torch.zeros(max(t.num_counters, 1) * 4, dtype=torch.uint8, device="cuda"),
-            "status": torch.zeros(RUN_STATUS.itemsize, dtype=torch.uint8, device="cuda"),
-            "abort_flag": torch.zeros(16, dtype=torch.uint8, device="cuda"),
-            "scratch": torch.empty(
-                self.num_sms * self.scratch_per_sm, dtype=torch.uint8, device="cuda"
-            ),
-        }
-        timeline = None
-        if self.record_timeline:
-            timeline = torch.zeros(
-                t.iterations * len(t.tasks) * 2, dtype=torch.int64, device="cuda"
-            )
-        params = LaunchParams(
-            **{name: tensor.data_ptr() for name, tensor in keep.items()},
-            scratch_per_sm=self.scratch_per_sm,
-            timeline=0 if timeline is None else timeline.data_ptr(),
-            num_sms=self.num_sms,
-            num_tasks=len(t.tasks),
-            iterations=t.iterations,
-            timeout_ns=(self.timeout_ms if timeout_ms is None else timeout_ms) * 1_000_000,
-        )
-        torch.cuda.synchronize()
-        rc = lib.mk_cuda_launch(ctypes.byref(params))
-        if rc != 0:
-            message = lib.mk_cuda_error_string(rc).decode()
-            raise MkError(
-                f"@{self.name}: the megakernel launch failed ({num_sms_note(self.num_sms)}): {message}"
-            )
-        status = np.frombuffer(keep["status"].cpu().numpy().tobytes(), RUN_STATUS)[0]
-        if timeline is not None:
-            self.last_timeline = timeline.cpu().numpy().reshape(t.iterations, len(t.tasks), 2)
-        if int(status["error"]) != 0:
-            raise self._run_error(status)
+                pointers[row] = state.arena.data_ptr() + int(t.buffers[row]["offset_or_ptr"])
+        return pointers
 
     def _run_error(self, status: np.void) -> CudaRunError:
         index = self.graph.index()

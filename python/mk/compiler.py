@@ -242,6 +242,9 @@ def compile(
         raise ValueError(f"mk.compile: num_sms must be >= 1, got {num_sms}")
     module = _load(source)
     func = entry_function(module, entry).clone()
+    if target == "cuda":
+        # Linear tiles sized to fill the SMs' waves (the CPU keeps the fixed default).
+        pass_options = {"tile_n": 0, **pass_options}
     options = Options(target, num_sms, tuple(sorted(pass_options.items())))
     texts = run_pipeline(module, {**pass_options, "num_sms": num_sms})
     graph = find_graph(module, func.sym_name.data)

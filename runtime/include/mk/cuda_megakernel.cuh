@@ -126,29 +126,42 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
   }
 }
 
-// Launches the grid cooperatively (all CTAs co-resident, or a refusal) and waits for it.
+// Enqueues the grid cooperatively on `stream` (all CTAs co-resident, or a refusal) without
+// waiting for it. Dispatch::kSmemBytes of dynamic shared memory go to each CTA (the task bodies
+// share it); the attribute and the occupancy are settled once per process.
 template <class Dispatch>
-int launch(const LaunchParams* params) {
-  int device = 0, sms = 0, per_sm = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (e == cudaSuccess) {
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, megakernel<Dispatch>, kCudaThreads, 0);
+int launch(const LaunchParams* params, cudaStream_t stream) {
+  static int capacity = -1;  // co-resident CTAs the device takes, once known
+  const size_t smem = Dispatch::kSmemBytes;
+  if (capacity < 0) {
+    int device = 0, sms = 0, per_sm = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (e == cudaSuccess) {
+      e = cudaFuncSetAttribute(megakernel<Dispatch>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(smem));
+    }
+    if (e == cudaSuccess) {
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, megakernel<Dispatch>,
+                                                        kCudaThreads, smem);
+    }
+    if (e != cudaSuccess) return static_cast<int>(e);
+    capacity = sms * per_sm;
   }
-  if (e != cudaSuccess) return static_cast<int>(e);
-  if (params->num_sms > sms * per_sm) return kNotCoResident;
+  if (params->num_sms > capacity) return kNotCoResident;
   void* args[] = {const_cast<LaunchParams*>(params)};
-  e = cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(megakernel<Dispatch>),
-                                  dim3(params->num_sms), dim3(kCudaThreads), args, 0, nullptr);
-  if (e == cudaSuccess) e = cudaDeviceSynchronize();
-  return static_cast<int>(e);
+  return static_cast<int>(cudaLaunchCooperativeKernel(
+      reinterpret_cast<const void*>(megakernel<Dispatch>), dim3(params->num_sms),
+      dim3(kCudaThreads), args, smem, stream));
 }
 
 }  // namespace mk
 
 #define MK_CUDA_ENTRY_POINTS(Dispatch)                                                        \
   extern "C" int mk_abi_version(void) { return MK_RUNTIME_ABI; }                            \
-  extern "C" int mk_cuda_launch(const mk::LaunchParams* p) { return mk::launch<Dispatch>(p); } \
+  extern "C" int mk_cuda_launch(const mk::LaunchParams* p, void* stream) {                  \
+    return mk::launch<Dispatch>(p, static_cast<cudaStream_t>(stream));                      \
+  }                                                                                         \
   extern "C" const char* mk_cuda_error_string(int e) {                                      \
     return e == mk::kNotCoResident ? "the grid cannot be co-resident"                       \
                                    : cudaGetErrorString(static_cast<cudaError_t>(e));       \

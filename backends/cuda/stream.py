@@ -1,0 +1,174 @@
+"""The streamed form of a decode-shaped linear graph_def, and the device call that runs its loop.
+
+A graph_def whose for-loop only multiplies a few activation rows (optionally scaled by a norm
+weight) with the K-tiles of one to four weights, summing the products and Σx², does not need
+its tiles: `mk::gpu::stream_linear` (mk/cuda_stream.cuh) computes the accumulators' final
+states in one pass over the weights, and the epilogue runs as usual on them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from xdsl.ir import Operation, SSAValue
+
+from mk.backends.cpu.emit_scalar import dtype_code
+from mk.dialects.mugraph import GraphDefOp, InputOp
+from mk.dialects.mugraph_tiles import AccumOp, BinaryOp, MatmulOp, shape_of
+
+MAX_ROWS = 16  # activation rows the streamed loop takes (decode batches)
+MAX_WEIGHTS = 4
+WARPS = 8  # mk::kCudaThreads / 32
+SMEM_FLOATS = (128 << 10) // 4  # mk::gpu::kStreamSmemBytes
+_WEIGHT_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16")
+_FLOAT_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16", "mk::DTYPE_F32")
+
+
+@dataclass(frozen=True)
+class StreamPlan:
+    """The loop of a graph_def in streamed form."""
+
+    x: InputOp  # [M, tk] tiles of a [rows, K] activation along K
+    g: InputOp | None  # [tk] tiles of the norm weight, multiplied into x before the products
+    scaled: BinaryOp | None
+    products: tuple[tuple[InputOp, AccumOp], ...]  # each weight's tiles and its sum
+    sum_sq: AccumOp | None  # mean_sq_last of x
+    invariant: tuple[InputOp, ...]  # loop-invariant tiles only the epilogue reads
+
+    @property
+    def rows(self) -> int:
+        return self.x.tile_shape()[0]
+
+    def streamed(self) -> set[SSAValue]:
+        """The values the streamed loop never holds as tiles."""
+        values: set[SSAValue] = {self.x.tile}
+        if self.g is not None and self.scaled is not None:
+            values |= {self.g.tile, self.scaled.res}
+        for w, acc in self.products:
+            values |= {w.tile, acc.x}
+        return values
+
+    def rows_per_round(self) -> int:
+        """Weight rows a warp streams at once: all of its share in as few equal rounds as fit
+        the registers (RG · M sums per thread)."""
+        total = sum(w.tile_shape()[0] for w, _ in self.products)
+        share = -(-total // WARPS)
+        most = max(1, min(8, 64 // self.rows))
+        return -(-share // -(-share // most))
+
+    def chunk(self, k: int) -> int:
+        """Columns staged per chunk: all of the task's K when the shared memory holds it."""
+        return min(k, SMEM_FLOATS // self.rows // 256 * 256)
+
+
+def plan_stream(op: GraphDefOp) -> StreamPlan | None:
+    """The streamed form of `op`'s loop, or None when the loop does anything else."""
+    loop = op.loop_ops()
+    in_loop = set(loop)
+    matmuls = [o for o in loop if isinstance(o, MatmulOp)]
+    if not 1 <= len(matmuls) <= MAX_WEIGHTS or any(not _is_product(m) for m in matmuls):
+        return None
+    lhs = matmuls[0].a
+    if any(m.a != lhs for m in matmuls):
+        return None
+    side = _activation_side(lhs)
+    if side is None:
+        return None
+    x, g, scaled = side
+    products = []
+    for m in matmuls:
+        w = m.b.owner
+        acc = _sole_user(m.res)
+        if not isinstance(w, InputOp) or not isinstance(acc, AccumOp) or acc.kind.data != "sum":
+            return None
+        if _sole_user(w.tile) is not m or not _weight_ok(w, x):
+            return None
+        products.append((w, acc))
+    if len({dtype_code(w.tile.type) for w, _ in products}) != 1:
+        return None
+    sum_sq = None
+    handled: set[Operation] = {x, *(p for pair in products for p in pair), *matmuls}
+    handled |= {o for o in (g, scaled) if o is not None}
+    invariant = []
+    for o in loop:
+        if o in handled:
+            continue
+        if isinstance(o, AccumOp) and o.kind.data == "mean_sq_last" and o.x == x.tile:
+            if sum_sq is not None:
+                return None
+            sum_sq = o
+        elif isinstance(o, InputOp) and o.fmap_dim() < 0 and _only_after(o, in_loop):
+            invariant.append(o)
+        else:
+            return None
+    if any(u.operation not in handled | {sum_sq} for u in x.tile.uses):
+        return None
+    return StreamPlan(x, g, scaled, tuple(products), sum_sq, tuple(invariant))
+
+
+def _is_product(m: MatmulOp) -> bool:
+    return m.transpose_b is not None and dtype_code(m.res.type) == "mk::DTYPE_F32"
+
+
+def _sole_user(value: SSAValue) -> Operation | None:
+    users = {u.operation for u in value.uses}
+    return users.pop() if len(users) == 1 else None
+
+
+def _only_after(op: InputOp, in_loop: set[Operation]) -> bool:
+    return all(u.operation not in in_loop for u in op.tile.uses)
+
+
+def _activation_side(lhs: SSAValue) -> tuple[InputOp, InputOp | None, BinaryOp | None] | None:
+    """(x, g, x·g) when the matmuls' left side is x's tile or x's tile times g's tile."""
+    owner = lhs.owner
+    if isinstance(owner, InputOp):
+        return (owner, None, None) if _activation_ok(owner) else None
+    if not isinstance(owner, BinaryOp) or owner.kind.data != "mul":
+        return None
+    if dtype_code(owner.res.type) != "mk::DTYPE_F32":
+        return None
+    a, b = owner.a.owner, owner.b.owner
+    if not isinstance(a, InputOp) or not isinstance(b, InputOp):
+        return None
+    x, g = (a, b) if len(a.tile_shape()) == 2 else (b, a)
+    if not _activation_ok(x) or len(g.tile_shape()) != 1 or g.fmap_dim() != 0:
+        return None
+    if len(shape_of(g.source)) != 1 or g.tile_shape()[0] != x.tile_shape()[1]:
+        return None
+    if not _same_dtype(g) or dtype_code(g.tile.type) not in _FLOAT_DTYPES:
+        return None
+    if _sole_user(g.tile) is not owner:
+        return None
+    return x, g, owner
+
+
+def _same_dtype(op: InputOp) -> bool:
+    return dtype_code(op.tile.type) == dtype_code(op.source.type)
+
+
+def _activation_ok(x: InputOp) -> bool:
+    tile = x.tile_shape()
+    return (
+        len(tile) == 2
+        and len(shape_of(x.source)) == 2
+        and x.fmap_dim() == 1
+        and 1 <= tile[0] <= MAX_ROWS
+        and tile[1] % 8 == 0
+        and _same_dtype(x)
+        and dtype_code(x.tile.type) in _FLOAT_DTYPES
+    )
+
+
+def _weight_ok(w: InputOp, x: InputOp) -> bool:
+    tile, shape = w.tile_shape(), shape_of(w.source)
+    return (
+        len(tile) == 2
+        and len(shape) == 2
+        and w.fmap_dim() == 1
+        and tile[1] == x.tile_shape()[1]
+        and _same_dtype(w)
+        and dtype_code(w.tile.type) in _WEIGHT_DTYPES
+        and math.prod(tile) > 0
+    )

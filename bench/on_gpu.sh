@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the project root with the wheels carried in .whl/:
+#   bash bench/on_gpu.sh [tests] [sanitize] [bench] [timeline]   (default: all four)
+# Installs mk, runs the gpu-marked tests, compute-sanitizer on the examples, the benchmark
+# table and the per-grid timelines; logs go to $OUT (or ./gpu-out).
+set -u
+ROOT=$PWD
+OUT=${OUT:-$ROOT/gpu-out}
+mkdir -p "$OUT"
+steps=${*:-tests sanitize bench timeline}
+source .whl/on-device.sh || exit 1
+python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/site . >"$OUT/install.log" 2>&1 \
+  || { tail -30 "$OUT/install.log"; exit 1; }
+export PYTHONPATH=/tmp/site MK_CACHE_DIR=/tmp/mk-cache
+cd /tmp || exit 1
+for step in $steps; do
+  case $step in
+    tests)
+      python3 -m pytest -q -p no:cacheprovider -m gpu "$ROOT/test/unit" 2>&1 | tee "$OUT/tests.log" | tail -15 ;;
+    sanitize)
+      for ex in rmsnorm_linear gated_mlp attention_decode; do
+        for tool in memcheck racecheck; do
+          compute-sanitizer --tool $tool --error-exitcode 3 \
+            python3 -m mk.tools.mk_run "$ROOT/examples/$ex.mlir" --target cuda >"$OUT/san_${ex}_$tool.log" 2>&1
+          echo "compute-sanitizer $tool $ex: rc=$? $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_${ex}_$tool.log")"
+        done
+      done ;;
+    bench)
+      MK_COMMIT=${MK_COMMIT:-} python3 "$ROOT/bench/bench.py" --runs 100 --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -14 ;;
+    timeline)
+      python3 "$ROOT/bench/timeline.py" --out "$OUT" 2>&1 | tee "$OUT/timeline.log" | tail -80 ;;
+  esac
+done

@@ -1,0 +1,74 @@
+"""Per-grid timeline of one megakernel run on the GPU: where a workload's time goes.
+
+Usage (on the GPU machine): python bench/timeline.py [--only NAME] [--out DIR]
+For each task.grid: its tasks, the span from its first start to its last end (µs, from the
+launch's first task start) and the mean task time. Also writes a Chrome trace per workload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import mk
+from mk.inputs import random_inputs
+from mk.source import entry_function, load_module
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import to_torch, workloads  # noqa: E402
+
+
+def grid_rows(prog: object) -> list[tuple[str, int, float, float, float]]:
+    """(grid, tasks, start µs, end µs, mean task µs) in order of first start."""
+    timeline = prog.last_timeline[-1]  # type: ignore[attr-defined]
+    index = prog.graph.index()  # type: ignore[attr-defined]
+    origin = timeline[:, 0][timeline[:, 0] > 0].min()
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for task, (start, end) in enumerate(timeline):
+        grid, _ = index.locate(task)
+        spans.setdefault(grid.sym_name.data, []).append((int(start), int(end)))
+    rows = []
+    for name, s in spans.items():
+        a = np.array(s, dtype=np.int64) - origin
+        rows.append(
+            (
+                name,
+                len(s),
+                a[:, 0].min() / 1e3,
+                a[:, 1].max() / 1e3,
+                (a[:, 1] - a[:, 0]).mean() / 1e3,
+            )
+        )
+    return sorted(rows, key=lambda r: r[2])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--only", default="")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    for name, text in workloads().items():
+        if args.only not in name:
+            continue
+        inputs = [to_torch(a) for a in random_inputs(entry_function(load_module(text)), seed=0)]
+        prog = mk.compile(text, target="cuda")
+        prog.record_timeline = True  # type: ignore[attr-defined]
+        for _ in range(3):
+            prog(*inputs)
+        torch.cuda.synchronize()
+        print(f"{name}: {len(prog.tables.tasks)} tasks")
+        print(f"  {'grid':<14}{'tasks':>6}{'start us':>10}{'end us':>10}{'mean task us':>14}")
+        for grid, n, start, end, mean in grid_rows(prog):
+            print(f"  {grid:<14}{n:>6}{start:>10.2f}{end:>10.2f}{mean:>14.2f}")
+        if args.out is not None:
+            args.out.mkdir(parents=True, exist_ok=True)
+            prog.trace(args.out / (name.split()[0] + "_" + name.split()[1] + ".json"))  # type: ignore[attr-defined]
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

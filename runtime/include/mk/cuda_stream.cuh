@@ -1,0 +1,238 @@
+// Decode-shaped linear layers on the GPU: a task reduces its rows of one to four weights
+// against a few activation rows (M <= 16) by streaming every weight byte from HBM exactly once
+// with 16-byte non-allocating loads, several rows in flight per warp. The activation side
+// (x, or x * g for a fused RMSNorm) is staged once per chunk of K in shared memory as floats,
+// so the weight stream never waits on it; Σx² for the norm is taken in the same pass.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "mk/cuda_kernels.h"
+
+namespace mk {
+namespace gpu {
+
+constexpr int kStreamMaxWeights = 4;
+constexpr int kStreamMaxRows = 16;               // activation rows (M)
+constexpr uint32_t kStreamSmemBytes = 128 << 10;  // the staged activation chunk, floats
+
+extern __shared__ __align__(16) unsigned char mk_dynamic_smem[];
+
+struct StreamWeight {
+  const uint16_t* w;  // element (first row, first column) of this task's part: bf16 or f16
+  int64_t ld;         // elements between rows
+  int32_t rows;
+  float* out;         // [M][rows] sums, added to
+};
+
+struct StreamLinear {
+  const void* x;      // element (first row, first column) of the activation
+  int32_t x_dtype;
+  int64_t x_ld;
+  const void* g;      // the norm weight at the first column, or null
+  int32_t g_dtype;
+  int32_t w_dtype;    // DTYPE_BF16 or DTYPE_F16
+  int64_t k;          // columns reduced by this task
+  int32_t kc;         // columns per staged chunk (a multiple of 8)
+  float* sum_sq;      // [M] Σx² over the task's columns, or null
+  int32_t nw;
+  StreamWeight w[kStreamMaxWeights];
+};
+
+__device__ inline int64_t elem_bytes(int32_t dtype) {
+  switch (dtype) {
+    case DTYPE_F16:
+    case DTYPE_BF16: return 2;
+    case DTYPE_F64:
+    case DTYPE_I64: return 8;
+    case DTYPE_F32:
+    case DTYPE_I32: return 4;
+    default: return 1;
+  }
+}
+
+__device__ inline const void* elem_at(const void* base, int32_t dtype, int64_t i) {
+  return static_cast<const unsigned char*>(base) + i * elem_bytes(dtype);
+}
+
+// 16 bytes that nothing else in the launch writes: no L1 allocation, 256-byte L2 fetches.
+__device__ inline uint4 load_stream(const uint16_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+template <bool Vec>
+__device__ inline uint4 load8(const uint16_t* p) {
+  if constexpr (Vec) {
+    return load_stream(p);
+  } else {
+    uint4 v;
+    v.x = p[0] | (static_cast<uint32_t>(p[1]) << 16);
+    v.y = p[2] | (static_cast<uint32_t>(p[3]) << 16);
+    v.z = p[4] | (static_cast<uint32_t>(p[5]) << 16);
+    v.w = p[6] | (static_cast<uint32_t>(p[7]) << 16);
+    return v;
+  }
+}
+
+__device__ inline float2 unpack2(uint32_t u, bool bf16) {
+  if (bf16) return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+  const __half2 h = *reinterpret_cast<const __half2*>(&u);
+  return __half22float2(h);
+}
+
+__device__ inline float dot8(uint4 w, const float4& a, const float4& b, bool bf16) {
+  const float2 w0 = unpack2(w.x, bf16), w1 = unpack2(w.y, bf16);
+  const float2 w2 = unpack2(w.z, bf16), w3 = unpack2(w.w, bf16);
+  float s = w0.x * a.x;
+  s = fmaf(w0.y, a.y, s);
+  s = fmaf(w1.x, a.z, s);
+  s = fmaf(w1.y, a.w, s);
+  s = fmaf(w2.x, b.x, s);
+  s = fmaf(w2.y, b.y, s);
+  s = fmaf(w3.x, b.z, s);
+  return fmaf(w3.y, b.w, s);
+}
+
+__device__ inline float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// One warp: rows [begin, end) of the concatenated weights against the staged chunk `xs`
+// ([M][stride] floats, columns [0, kc)), RG rows at a time, two 256-column steps per round.
+template <int M, int RG, bool Vec>
+__device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, int kc, int64_t c,
+                            int begin, int end) {
+  const int lane = threadIdx.x & 31;
+  const bool bf16 = s.w_dtype == DTYPE_BF16;
+  for (int r0 = begin; r0 < end; r0 += RG) {
+    const uint16_t* wp[RG];
+    float* op[RG];
+    int32_t os[RG];
+#pragma unroll
+    for (int j = 0; j < RG; ++j) {
+      wp[j] = nullptr;
+      op[j] = nullptr;
+      os[j] = 0;
+      int row = r0 + j;
+      if (row >= end) continue;
+      for (int i = 0; i < s.nw; ++i) {
+        if (row < s.w[i].rows) {
+          wp[j] = s.w[i].w + row * s.w[i].ld + c;
+          op[j] = s.w[i].out + row;
+          os[j] = s.w[i].rows;
+          break;
+        }
+        row -= s.w[i].rows;
+      }
+    }
+    float acc[RG][M];
+#pragma unroll
+    for (int j = 0; j < RG; ++j)
+#pragma unroll
+      for (int m = 0; m < M; ++m) acc[j][m] = 0.0f;
+    for (int k = lane * 8; k < kc; k += 512) {
+      const int k2 = k + 256;
+      uint4 wa[RG], wb[RG];
+#pragma unroll
+      for (int j = 0; j < RG; ++j) {
+        wa[j] = wp[j] ? load8<Vec>(wp[j] + k) : make_uint4(0, 0, 0, 0);
+        wb[j] = wp[j] && k2 < kc ? load8<Vec>(wp[j] + k2) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        const float* xr = xs + m * stride;
+        const float4 a0 = *reinterpret_cast<const float4*>(xr + k);
+        const float4 a1 = *reinterpret_cast<const float4*>(xr + k + 4);
+#pragma unroll
+        for (int j = 0; j < RG; ++j) acc[j][m] += dot8(wa[j], a0, a1, bf16);
+        if (k2 < kc) {
+          const float4 b0 = *reinterpret_cast<const float4*>(xr + k2);
+          const float4 b1 = *reinterpret_cast<const float4*>(xr + k2 + 4);
+#pragma unroll
+          for (int j = 0; j < RG; ++j) acc[j][m] += dot8(wb[j], b0, b1, bf16);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < RG; ++j)
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        const float v = warp_sum(acc[j][m]);
+        if (lane == 0 && op[j]) op[j][m * os[j]] += v;
+      }
+  }
+}
+
+// Stages columns [c, c + kc) of the activation side into xs and adds their squares to ss.
+template <int M>
+__device__ void stage_chunk(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
+                            float (&ss)[M]) {
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    for (int k = threadIdx.x; k < kc; k += blockDim.x) {
+      float v = load_elem_f(s.x, s.x_dtype, m * s.x_ld + c + k);
+      ss[m] = fmaf(v, v, ss[m]);
+      if (s.g) v *= load_elem_f(s.g, s.g_dtype, c + k);
+      xs[m * stride + k] = v;
+    }
+  }
+}
+
+template <int M>
+__device__ void store_sum_sq(const StreamLinear& s, float (&ss)[M]) {
+  __shared__ float part[32][M];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const float v = warp_sum(ss[m]);
+    if (lane == 0) part[warp][m] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x < M) {
+    float total = 0.0f;
+    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) total += part[w][threadIdx.x];
+    s.sum_sq[threadIdx.x] += total;
+  }
+}
+
+// All threads of the CTA: out[m][row] += Σ_k xside[m][k] · w[row][k] for every weight row of
+// the task, and sum_sq[m] += Σ_k x[m][k]². Ends with __syncthreads().
+template <int M, int RG>
+__device__ void stream_linear(const StreamLinear& s) {
+  static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
+  float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
+  bool vec = true;
+  for (int i = 0; i < s.nw; ++i) {
+    vec = vec && (reinterpret_cast<uintptr_t>(s.w[i].w) & 15) == 0 && s.w[i].ld % 8 == 0;
+  }
+  int rows = 0;
+  for (int i = 0; i < s.nw; ++i) rows += s.w[i].rows;
+  const int warps = static_cast<int>(blockDim.x >> 5), warp = static_cast<int>(threadIdx.x >> 5);
+  const int per_warp = (rows + warps - 1) / warps;
+  const int begin = warp * per_warp, end = begin + per_warp < rows ? begin + per_warp : rows;
+  float ss[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) ss[m] = 0.0f;
+  for (int64_t c = 0; c < s.k; c += s.kc) {
+    const int kc = static_cast<int>(s.k - c < s.kc ? s.k - c : s.kc);
+    __syncthreads();
+    stage_chunk<M>(s, xs, s.kc, kc, c, ss);
+    __syncthreads();
+    if (vec) {
+      stream_rows<M, RG, true>(s, xs, s.kc, kc, c, begin, end);
+    } else {
+      stream_rows<M, RG, false>(s, xs, s.kc, kc, c, begin, end);
+    }
+  }
+  if (s.sum_sq) store_sum_sq<M>(s, ss);
+  __syncthreads();
+}
+
+}  // namespace gpu
+}  // namespace mk
