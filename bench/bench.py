@@ -2,6 +2,8 @@
 
 floor = bytes that must move (every input, weight and output once) / measured device copy bandwidth.
 Each timing is the median of >= 50 runs measured with CUDA events after warm-up, on random data.
+mk is timed as PyTorch + CUDA graph is: its launch captured in a CUDA graph and replayed (the
+megakernel, its output fill and its flag reset); its error is that of a checked call.
 Usage (on the GPU machine): python bench/bench.py [--runs 100] [--only NAME] [--out DIR]
 """
 
@@ -117,7 +119,8 @@ def mk_runner(text: str, inputs: list[torch.Tensor]) -> tuple[Callable[[], objec
     except Exception as e:  # noqa: BLE001 - the table says why mk did not run
         print(f"  mk: not run ({type(e).__name__}: {str(e).splitlines()[0][:100]})")
         return None
-    return (lambda: prog.launch(*inputs)), prog  # type: ignore[attr-defined]
+    outs = prog(*inputs)  # type: ignore[operator]
+    return cuda_graph(lambda: prog.launch(*inputs, out=outs)), prog  # type: ignore[attr-defined]
 
 
 def max_error(outs: tuple[torch.Tensor, ...], refs: tuple[torch.Tensor, ...]) -> float:

@@ -63,7 +63,7 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
     ) -> None:
         super().__init__(op, operands, results)
         self.plan = plan_stream(op)
-        self.smem_floats = 0
+        self.smem_bytes = 0
 
     def materialised(self, value: SSAValue) -> bool:
         return self.plan is None or value not in self.plan.streamed()
@@ -76,7 +76,7 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         emit = self.lines.append
         k = self.forloop * plan.x.tile_shape()[1]
         chunk = plan.chunk(k)
-        self.smem_floats = plan.rows * chunk
+        self.smem_bytes = plan.smem_bytes(k)
         x = self.operands[plan.x.source_index()]
         r0, c0 = self.input_starts(plan.x, "0")
         emit("{")
@@ -105,7 +105,7 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
                 f" + ({n0}) * {ref.shape[1]} + {k0}, {ref.shape[1]}, {w.tile_shape()[0]}, "
                 f"{self.var(acc.res)}.data()}};"
             )
-        emit(f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}>(sl);")
+        emit(f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_warp()}>(sl);")
         emit("}")
         for op in plan.invariant:
             self.load(op, "0")
@@ -238,7 +238,7 @@ def _grid_function(name: str, grid: GridOp, refs: dict[str, BufferRef]) -> tuple
         emitter = DeviceGraphDefEmitter(kernel, gk.operands, gk.result_buffers())
         body = emitter.emit()
         sizes = {n: _numel(v) for v, n in emitter.names.items()}
-        smem = 4 * emitter.smem_floats
+        smem = emitter.smem_bytes
     else:
         body = DeviceLibraryEmitter(kernel, gk.operands, gk.library_results(grid)).emit()
         sizes = {f"a{i}": _numel(v) for i, v in enumerate(kernel.operands)}

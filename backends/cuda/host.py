@@ -225,19 +225,34 @@ class CudaProgram(Program):
             result.append(raw.view(dtype).reshape(shape).copy())
         return tuple(result)
 
-    def launch(self, *inputs: Any) -> tuple[Any, ...]:
-        """Enqueues one run on torch's current stream and returns its (NaN-filled until then)
-        output tensors without waiting; `check()` waits and raises what the run reported."""
+    def launch(self, *inputs: Any, out: Sequence[Any] | None = None) -> tuple[Any, ...]:
+        """Enqueues one run on torch's current stream and returns its output tensors without
+        waiting (NaN-filled until the run writes them, or the given `out` tensors, which keeps
+        every pointer fixed, as a CUDA graph capture needs); `check()` waits and raises what
+        the run reported."""
         torch = _torch()
         if not inputs or not all(_is_torch(x) and x.is_cuda for x in inputs):
             raise ValueError(f"@{self.name}: launch() takes CUDA tensors")
         self._check_tensors(inputs)
-        outputs = [
-            torch.full(shape, _unwritten(dtype), dtype=_torch_dtype(dtype), device="cuda")
-            for shape, dtype in self._results
-        ]
+        if out is None:
+            outputs = [
+                torch.full(shape, _unwritten(dtype), dtype=_torch_dtype(dtype), device="cuda")
+                for shape, dtype in self._results
+            ]
+        else:
+            outputs = list(out)
+            self._check_outputs(outputs)
         self._enqueue(list(inputs), outputs, None)
         return tuple(outputs)
+
+    def _check_outputs(self, outputs: Sequence[Any]) -> None:
+        if len(outputs) != len(self._results):
+            raise ValueError(f"@{self.name}: out= takes {len(self._results)} tensors")
+        for i, ((shape, dtype), o) in enumerate(zip(self._results, outputs, strict=True)):
+            if tuple(o.shape) != tuple(shape) or o.dtype != _torch_dtype(dtype) or not o.is_cuda:
+                raise ValueError(f"@{self.name} out #{i}: expected a CUDA {dtype}{list(shape)}")
+            if not o.is_contiguous():
+                raise ValueError(f"@{self.name} out #{i}: expected a contiguous tensor")
 
     def check(self) -> None:
         """Waits for the last launch; raises CudaRunError for a timed-out wait or failed task."""
