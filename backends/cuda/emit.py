@@ -27,6 +27,8 @@ from mk.dialects.mugraph_tiles import ThreadMapOp, shape_of
 from mk.dialects.task import BufferOp, GraphOp, GridOp
 
 KIND_FIRST_LOWERED = 16
+_DTYPE_BYTES = {"mk::DTYPE_F32": 4, "mk::DTYPE_F16": 2, "mk::DTYPE_BF16": 2, "mk::DTYPE_I32": 4}
+_DTYPE_BYTES |= {"mk::DTYPE_I64": 8, "mk::DTYPE_F64": 8, "mk::DTYPE_I8": 1, "mk::DTYPE_U8": 1}
 SCRATCH_SLACK = 1 << 16  # bytes per CTA beyond the tiles: alignment and small temporaries
 
 _PRELUDE = """\
@@ -63,7 +65,7 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
     ) -> None:
         super().__init__(op, operands, results)
         self.plan = plan_stream(op)
-        self.smem_bytes = 0
+        self.smem_floats = 0
 
     def materialised(self, value: SSAValue) -> bool:
         return self.plan is None or value not in self.plan.streamed()
@@ -76,7 +78,7 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         emit = self.lines.append
         k = self.forloop * plan.x.tile_shape()[1]
         chunk = plan.chunk(k)
-        self.smem_bytes = plan.smem_bytes(k)
+        self.smem_floats = plan.rows * chunk
         x = self.operands[plan.x.source_index()]
         r0, c0 = self.input_starts(plan.x, "0")
         emit("{")
@@ -105,7 +107,7 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
                 f" + ({n0}) * {ref.shape[1]} + {k0}, {ref.shape[1]}, {w.tile_shape()[0]}, "
                 f"{self.var(acc.res)}.data()}};"
             )
-        emit(f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_warp()}>(sl);")
+        emit(f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}>(sl);")
         emit("}")
         for op in plan.invariant:
             self.load(op, "0")
@@ -131,7 +133,48 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
 
 
 class DeviceLibraryEmitter(LibraryEmitter):
-    """The CPU library emitter; an embedding id out of range fails the task with its index."""
+    """The CPU library emitter; an embedding id out of range fails the task with its index;
+    concat and reshape between buffers of one dtype copy bytes (contiguous runs, 16-byte
+    vectors where aligned) instead of going through float tiles."""
+
+    def emit(self) -> list[str]:
+        runs = self.copy_runs()
+        if runs is None:
+            return super().emit()
+        outer, parts = runs
+        srcs = ", ".join(f"mk::gpu::CopyPart{{buffers[{ref.index}], {run}}}" for ref, run in parts)
+        self.lines.append("(void)t;  // a library kernel runs whole: no tile coordinates")
+        self.lines.append(f"const mk::gpu::CopyPart parts[] = {{{srcs}}};")
+        for ref, _ in self.results:
+            self.lines.append(
+                f"mk::gpu::concat_runs(buffers[{ref.index}], parts, {len(parts)}, {outer});"
+            )
+        return self.lines
+
+    def copy_runs(self) -> tuple[int, list[tuple[BufferRef, int]]] | None:
+        """(outer rows, [(source, bytes per row)]) when the kernel is a byte copy into whole
+        result buffers of its own dtype, else None."""
+        kind = self.op.kind.data
+        out_dtype = dtype_code(self.op.res[0].type)
+        if kind not in ("concat", "reshape") or not self.results:
+            return None
+        if any(r.dtype != out_dtype for r in self.operands) or any(
+            any(sl.start != 0 or sl.stop != n for sl, n in zip(where, ref.shape, strict=True))
+            or math.prod(ref.shape) != math.prod(self.out_shape)
+            for ref, where in self.results
+        ):
+            return None
+        size = _DTYPE_BYTES.get(out_dtype)
+        if size is None:
+            return None
+        if kind == "reshape":
+            return 1, [(self.operands[0], math.prod(self.shapes[0]) * size)]
+        d = self.dim("dim", len(self.shapes[0]))
+        outer = math.prod(self.shapes[0][:d])
+        return outer, [
+            (ref, math.prod(shape[d:]) * size)
+            for ref, shape in zip(self.operands, self.shapes, strict=True)
+        ]
 
     def embedding(self) -> None:
         if is_float(self.op.operands[1].type):
@@ -238,7 +281,7 @@ def _grid_function(name: str, grid: GridOp, refs: dict[str, BufferRef]) -> tuple
         emitter = DeviceGraphDefEmitter(kernel, gk.operands, gk.result_buffers())
         body = emitter.emit()
         sizes = {n: _numel(v) for v, n in emitter.names.items()}
-        smem = emitter.smem_bytes
+        smem = 4 * emitter.smem_floats
     else:
         body = DeviceLibraryEmitter(kernel, gk.operands, gk.library_results(grid)).emit()
         sizes = {f"a{i}": _numel(v) for i, v in enumerate(kernel.operands)}

@@ -19,9 +19,8 @@ from mk.dialects.mugraph_tiles import AccumOp, BinaryOp, MatmulOp, shape_of
 
 MAX_ROWS = 16  # activation rows the streamed loop takes (decode batches)
 MAX_WEIGHTS = 4
-RING_BYTES = 6 * (16 << 10)  # mk::gpu::kRingBytes
-PANEL_COLS = 1024  # columns of a one-row-per-warp panel (mk::gpu::PanelCursor)
-XS_FLOATS = (96 << 10) // 4  # the staged activation chunk
+WARPS = 8  # mk::kCudaThreads / 32
+SMEM_FLOATS = (160 << 10) // 4  # mk::gpu::kStreamSmemBytes
 _WEIGHT_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16")
 _FLOAT_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16", "mk::DTYPE_F32")
 
@@ -50,19 +49,17 @@ class StreamPlan:
             values |= {w.tile, acc.x}
         return values
 
-    def rows_per_warp(self) -> int:
-        """Weight rows each warp reduces per ring panel: more rows share each activation read
-        when there are more activation rows."""
-        return 1 if self.rows == 1 else 2 if self.rows <= 4 else 4
+    def rows_per_round(self) -> int:
+        """Weight rows a warp streams at once: all of its share in as few equal rounds as fit
+        the registers (RG · M sums and 4 · RG loads per thread)."""
+        total = sum(w.tile_shape()[0] for w, _ in self.products)
+        share = -(-total // WARPS)
+        most = max(1, min(8, 160 // (self.rows + 16)))  # sums plus four loads' registers
+        return -(-share // -(-share // most))
 
     def chunk(self, k: int) -> int:
-        """Columns staged per chunk: all of the task's K when the shared memory holds it, else
-        whole panels."""
-        panel = PANEL_COLS // self.rows_per_warp()
-        return min(k, XS_FLOATS // self.rows // panel * panel)
-
-    def smem_bytes(self, k: int) -> int:
-        return RING_BYTES + 4 * self.rows * self.chunk(k)
+        """Columns staged per chunk: all of the task's K when the shared memory holds it."""
+        return min(k, SMEM_FLOATS // self.rows // 256 * 256)
 
 
 def plan_stream(op: GraphDefOp) -> StreamPlan | None:
