@@ -273,7 +273,7 @@ def _wave_blocks(common: int, widest: int, row_blocks: int, num_sms: int) -> int
     parts = [d for d in range(1, common + 1) if common % d == 0]
     parts = [d for d in parts if widest // d >= MIN_AUTO_TILE] or [1]
     best = max(fill(d) for d in parts)
-    return min(d for d in parts if fill(d) >= best - 0.02)
+    return min(d for d in parts if fill(d) >= 0.98 * best)
 
 
 @dataclass

@@ -1,0 +1,153 @@
+"""Decode-shaped linears on the GPU: the streamed plan, wave-fitted tiles, byte copies, launch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mk
+from mk import compiler
+from mk.backends.cuda.stream import plan_stream
+from mk.dialects import make_context
+from mk.dialects.mugraph import GraphDefOp
+from mk.inputs import random_inputs
+from mk.passes.nn_to_mugraph import NnToMugraphPass
+from mk.passes.nn_to_mugraph_fusion import _wave_blocks
+from mk.source import load_module
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _graph_defs(path: Path | str, **options: int) -> dict[str, GraphDefOp]:
+    text = path.read_text() if isinstance(path, Path) else path
+    module = load_module(text)
+    NnToMugraphPass(**options).apply(make_context(), module)
+    return {op.results[0].name_hint or "": op for op in module.walk() if isinstance(op, GraphDefOp)}
+
+
+def _linear(b: int, n: int, k: int, norm: bool, heads: int = 1) -> str:
+    x, y = f"tensor<{b}x{k}xbf16>", f"tensor<{b}x{n}xbf16>"
+    w = f"tensor<{n}x{k}xbf16>"
+    args = [f"%x: {x}", f"%g: tensor<{k}xbf16>"] + [f"%w{i}: {w}" for i in range(heads)]
+    body = []
+    h = "%x"
+    if norm:
+        body.append(
+            f"%h = nn.rms_norm %x, %g {{epsilon = 1.0e-05 : f32}} : ({x}, tensor<{k}xbf16>) -> {x}"
+        )
+        h = "%h"
+    outs = []
+    for i in range(heads):
+        body.append(f"%y{i} = nn.linear {h}, %w{i} : ({x}, {w}) -> {y}")
+        outs.append(f"%y{i}")
+    if not norm:
+        body.append(
+            f"%s = nn.mul %g, %g : (tensor<{k}xbf16>, tensor<{k}xbf16>) -> tensor<{k}xbf16>"
+        )
+        outs.append("%s")
+        types = ", ".join([y] * heads + [f"tensor<{k}xbf16>"])
+    else:
+        types = ", ".join([y] * heads)
+    lines = "\n  ".join(body)
+    return (
+        f"func.func @lin({', '.join(args)}) -> ({types}) {{\n  {lines}\n"
+        f"  func.return {', '.join(outs)} : {types}\n}}"
+    )
+
+
+# --------------------------------------------------------------------------- no GPU needed
+
+
+def test_every_linear_of_the_llama_block_streams() -> None:
+    kernels = _graph_defs(ROOT / "examples/llama3_8b_block.mlir", tile_n=0)
+    streamed = {name for name, op in kernels.items() if plan_stream(op) is not None}
+    assert streamed == {"q", "r", "m", "y"}, streamed
+    plan = plan_stream(kernels["q"])
+    assert plan is not None and plan.rows == 1 and len(plan.products) == 3
+    assert plan.g is not None and plan.sum_sq is not None
+    down = plan_stream(kernels["y"])
+    assert down is not None and down.g is None and len(down.invariant) == 1  # the residual
+
+
+def test_attention_and_merge_do_not_stream() -> None:
+    kernels = _graph_defs(ROOT / "examples/attention_decode.mlir")
+    assert kernels and all(plan_stream(op) is None for op in kernels.values())
+
+
+@pytest.mark.parametrize(
+    ("common", "widest", "rows", "sms", "blocks"),
+    [(4096, 4096, 1, 132, 128), (14336, 14336, 1, 132, 128), (1024, 1024, 1, 132, 128),
+     (12288, 12288, 1, 132, 128), (64, 64, 1, 132, 8), (1024, 1024, 1, 8, 8), (24, 24, 1, 132, 3)],
+)  # fmt: skip
+def test_wave_fitted_column_blocks(
+    common: int, widest: int, rows: int, sms: int, blocks: int
+) -> None:
+    assert _wave_blocks(common, widest, rows, sms) == blocks
+
+
+def test_wave_fitted_tiles_agree_with_the_reference(tmp_path: Path) -> None:
+    text = _linear(3, 96, 128, norm=True, heads=2)
+    prog = mk.compile(text, num_sms=5, tile_n=0, cache_dir=tmp_path)
+    inputs = random_inputs(prog.func, seed=3)
+    for out, ref in zip(prog(*inputs), mk.reference(text, *inputs), strict=True):
+        error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
+        assert error <= bound
+
+
+def test_emitted_source_streams_and_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import mk.backends.cuda as backend
+    from mk.backends.cuda import build as cuda_build
+
+    monkeypatch.setattr(cuda_build, "nvcc", lambda: None)
+    monkeypatch.setattr(backend, "nvcc", lambda: None)
+    prog = mk.compile(ROOT / "examples/llama3_8b_block.mlir", target="cuda", cache_dir=tmp_path)
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    assert src.count("mk::gpu::stream_linear<1, ") == 4
+    assert src.count("mk::gpu::concat_runs(") == 5  # two KV concats, three reshapes
+    assert "static constexpr unsigned kSmemBytes = " in src
+
+
+# --------------------------------------------------------------------------- on the GPU
+
+SHAPES = [
+    (1, 200, 776, True, 1),
+    (3, 64, 1024, False, 2),
+    (16, 48, 512, True, 3),
+    (5, 40, 100, True, 1),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_streamed_linears_match_the_reference(
+    shape: tuple[int, int, int, bool, int], tmp_path: Path
+) -> None:
+    text = _linear(*shape)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    for seed in (0, 1):
+        inputs = random_inputs(prog.func, seed=seed)
+        for out, ref in zip(prog(*inputs), mk.reference(text, *inputs), strict=True):
+            error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
+            assert error <= bound, (shape, error)
+
+
+@pytest.mark.gpu
+def test_launch_into_given_outputs_then_check(tmp_path: Path) -> None:
+    import torch
+
+    text = _linear(2, 64, 256, True)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    inputs = random_inputs(prog.func, seed=5)
+    tensors = [compiler._to_torch(a).cuda() for a in inputs]
+    (out,) = prog.launch(*tensors)  # type: ignore[attr-defined]
+    given = torch.full_like(out, float("nan"))
+    (same,) = prog.launch(*tensors, out=[given])  # type: ignore[attr-defined]
+    prog.check()  # type: ignore[attr-defined]
+    assert same is given and torch.equal(out, given)
+    (ref,) = mk.reference(text, *inputs)
+    error, bound = compiler.output_error(compiler._from_torch(given), np.asarray(ref))
+    assert error <= bound
+    with pytest.raises(ValueError, match="out #0"):
+        prog.launch(*tensors, out=[given[:1]])  # type: ignore[attr-defined]
