@@ -25,10 +25,9 @@ from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import GraphDefOp, KernelOp
 from mk.dialects.mugraph_tiles import ThreadMapOp, shape_of
 from mk.dialects.task import BufferOp, GraphOp, GridOp
+from mk.inputs import numpy_dtype, tensor_type
 
 KIND_FIRST_LOWERED = 16
-_DTYPE_BYTES = {"mk::DTYPE_F32": 4, "mk::DTYPE_F16": 2, "mk::DTYPE_BF16": 2, "mk::DTYPE_I32": 4}
-_DTYPE_BYTES |= {"mk::DTYPE_I64": 8, "mk::DTYPE_F64": 8, "mk::DTYPE_I8": 1, "mk::DTYPE_U8": 1}
 SCRATCH_SLACK = 1 << 16  # bytes per CTA beyond the tiles: alignment and small temporaries
 
 _PRELUDE = """\
@@ -164,9 +163,7 @@ class DeviceLibraryEmitter(LibraryEmitter):
             for ref, where in self.results
         ):
             return None
-        size = _DTYPE_BYTES.get(out_dtype)
-        if size is None:
-            return None
+        size = numpy_dtype(tensor_type(self.op.res[0]).get_element_type()).itemsize
         if kind == "reshape":
             return 1, [(self.operands[0], math.prod(self.shapes[0]) * size)]
         d = self.dim("dim", len(self.shapes[0]))

@@ -174,10 +174,7 @@ class CudaProgram(Program):
         torch = _torch()
         if inputs and all(_is_torch(x) and x.is_cuda for x in inputs):
             self._check_tensors(inputs)
-            outputs = [
-                torch.full(shape, _unwritten(dtype), dtype=_torch_dtype(dtype), device="cuda")
-                for shape, dtype in self._results
-            ]
+            outputs = self._new_outputs()
             self._launch_tensors(list(inputs), outputs, **run_options)
             return tuple(outputs)
         torch_in = any(_is_torch(x) for x in inputs)
@@ -214,10 +211,7 @@ class CudaProgram(Program):
         """Copies NumPy inputs to the GPU, runs, copies the outputs back."""
         torch = _torch()
         tensors = [_device_bytes(a) for a in inputs]
-        outputs = [
-            torch.full(shape, _unwritten(dtype), dtype=_torch_dtype(dtype), device="cuda")
-            for shape, dtype in self._results
-        ]
+        outputs = self._new_outputs()
         self._launch_tensors(tensors, outputs, timeout_ms=timeout_ms)
         result = []
         for (shape, dtype), out in zip(self._results, outputs, strict=True):
@@ -230,20 +224,26 @@ class CudaProgram(Program):
         waiting (NaN-filled until the run writes them, or the given `out` tensors, which keeps
         every pointer fixed, as a CUDA graph capture needs); `check()` waits and raises what
         the run reported."""
-        torch = _torch()
+        _torch()  # a clear error without torch or a GPU
         if not inputs or not all(_is_torch(x) and x.is_cuda for x in inputs):
             raise ValueError(f"@{self.name}: launch() takes CUDA tensors")
         self._check_tensors(inputs)
         if out is None:
-            outputs = [
-                torch.full(shape, _unwritten(dtype), dtype=_torch_dtype(dtype), device="cuda")
-                for shape, dtype in self._results
-            ]
+            outputs = self._new_outputs()
         else:
             outputs = list(out)
             self._check_outputs(outputs)
         self._enqueue(list(inputs), outputs, None)
         return tuple(outputs)
+
+    def _new_outputs(self) -> list[Any]:
+        """CUDA tensors for the results, NaN-filled (integers: their minimum) so an element no
+        task wrote shows."""
+        torch = _torch()
+        return [
+            torch.full(shape, _unwritten(dtype), dtype=_torch_dtype(dtype), device="cuda")
+            for shape, dtype in self._results
+        ]
 
     def _check_outputs(self, outputs: Sequence[Any]) -> None:
         if len(outputs) != len(self._results):

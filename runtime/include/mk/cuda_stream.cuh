@@ -42,20 +42,8 @@ struct StreamLinear {
   StreamWeight w[kStreamMaxWeights];
 };
 
-__device__ inline int64_t elem_bytes(int32_t dtype) {
-  switch (dtype) {
-    case DTYPE_F16:
-    case DTYPE_BF16: return 2;
-    case DTYPE_F64:
-    case DTYPE_I64: return 8;
-    case DTYPE_F32:
-    case DTYPE_I32: return 4;
-    default: return 1;
-  }
-}
-
 __device__ inline const void* elem_at(const void* base, int32_t dtype, int64_t i) {
-  return static_cast<const unsigned char*>(base) + i * elem_bytes(dtype);
+  return static_cast<const unsigned char*>(base) + i * dtype_size(dtype);
 }
 
 // 16 bytes that nothing else in the launch writes: no L1 allocation, 256-byte L2 fetches.
