@@ -1,0 +1,181 @@
+"""The decoder in PyTorch with a static KV cache (CUDA-graph capturable): GPU check and baseline."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from mk.models.config import ModelConfig
+from mk.models.reference import Generation
+from mk.models.weights import check_prompt, check_weights, rope_tables
+
+
+def _torch() -> Any:
+    try:
+        return importlib.import_module("torch")  # optional: not a dependency of mk
+    except ImportError:
+        raise RuntimeError("the PyTorch reference needs torch (not installed)") from None
+
+
+def to_torch(array: np.ndarray, device: str) -> Any:
+    """A NumPy array (bf16 as ml_dtypes.bfloat16) as a torch tensor on `device`."""
+    torch = _torch()
+    a = np.ascontiguousarray(array)
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16).to(device)
+    return torch.from_numpy(a).to(device)
+
+
+class TorchDecoder:
+    """One greedy decode step as fixed-address tensor operations, the way a PyTorch user writes a
+    bf16 model: matmuls in bf16 (cuBLAS, f32 accumulation), norms and RoPE in f32, every op's
+    result in bf16. All state lives in static buffers (token, position, caches, logits) and the
+    step makes no host synchronisation, so `capture()` can record it in a CUDA graph.
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        weights: Mapping[str, np.ndarray],
+        batch: int,
+        context: int,
+        device: str = "cuda",
+    ) -> None:
+        torch = _torch()
+        self.torch, self.config, self.batch, self.context = torch, config, batch, context
+        self.device = device
+        self.w = {k: to_torch(v, device) for k, v in check_weights(config, weights).items()}
+        c, bf16 = config, torch.bfloat16
+        shape = (c.layers, batch, c.kv_heads, context, c.head_dim)
+        self.k_cache = torch.zeros(shape, dtype=bf16, device=device)
+        self.v_cache = torch.zeros(shape, dtype=bf16, device=device)
+        cos, sin = rope_tables(config, context)
+        self.cos, self.sin = to_torch(cos, device), to_torch(sin, device)
+        self.token = torch.zeros(batch, dtype=torch.int64, device=device)
+        self.pos = torch.zeros(1, dtype=torch.int64, device=device)
+        self.logits = torch.zeros(batch, c.vocab, dtype=bf16, device=device)
+        self.positions = torch.arange(context, device=device)
+        self.graph: Any = None
+
+    def _rms_norm(self, x: Any, g: Any) -> Any:
+        xf = x.float()
+        ms = xf.pow(2).mean(-1, keepdim=True)
+        return (xf * self.torch.rsqrt(ms + self.config.rms_eps) * g.float()).to(x.dtype)
+
+    def _rope(self, x: Any, cos: Any, sin: Any) -> Any:
+        x1, x2 = x.float().chunk(2, dim=-1)
+        c, s = cos.float(), sin.float()
+        return self.torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(x.dtype)
+
+    def step(self) -> None:
+        """Runs `token` at `pos`: writes the caches at pos, `logits`, then token = argmax, pos += 1."""
+        torch, c, b, d = self.torch, self.config, self.batch, self.config.head_dim
+        F = torch.nn.functional
+        w = self.w
+        x = F.embedding(self.token, w["model.embed_tokens.weight"])
+        cos = self.cos.index_select(0, self.pos)  # [1, d/2]: broadcast over batch and heads
+        sin = self.sin.index_select(0, self.pos)
+        mask = (self.positions <= self.pos).view(1, 1, 1, self.context)
+        for layer in range(c.layers):
+            p = f"model.layers.{layer}."
+            h = self._rms_norm(x, w[p + "input_layernorm.weight"])
+            q = F.linear(h, w[p + "self_attn.q_proj.weight"]).view(b, c.heads, 1, d)
+            k = F.linear(h, w[p + "self_attn.k_proj.weight"]).view(b, c.kv_heads, 1, d)
+            v = F.linear(h, w[p + "self_attn.v_proj.weight"]).view(b, c.kv_heads, 1, d)
+            if c.qk_norm:
+                q = self._rms_norm(q, w[p + "self_attn.q_norm.weight"])
+                k = self._rms_norm(k, w[p + "self_attn.k_norm.weight"])
+            q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
+            kc, vc = self.k_cache[layer], self.v_cache[layer]
+            kc.index_copy_(2, self.pos, k)
+            vc.index_copy_(2, self.pos, v)
+            a = F.scaled_dot_product_attention(
+                q, kc, vc, attn_mask=mask, scale=d**-0.5, enable_gqa=c.heads != c.kv_heads
+            )
+            x = x + F.linear(a.reshape(b, c.q_dim), w[p + "self_attn.o_proj.weight"])
+            h2 = self._rms_norm(x, w[p + "post_attention_layernorm.weight"])
+            g = F.linear(h2, w[p + "mlp.gate_proj.weight"])
+            u = F.linear(h2, w[p + "mlp.up_proj.weight"])
+            x = x + F.linear(F.silu(g) * u, w[p + "mlp.down_proj.weight"])
+        head = w["model.embed_tokens.weight" if c.tied_embeddings else "lm_head.weight"]
+        self.logits.copy_(F.linear(self._rms_norm(x, w["model.norm.weight"]), head))
+        self.token.copy_(self.logits.argmax(-1))
+        self.pos.add_(1)
+
+    def reset(self, prompt: np.ndarray) -> None:
+        """Empties the caches, runs the prompt [batch, P] but its last token, and sets that token
+        at position P-1 as the next step's input."""
+        torch = self.torch
+        prompt = check_prompt(self.config, prompt, self.batch, self.context)
+        self.k_cache.zero_()
+        self.v_cache.zero_()
+        self.pos.zero_()
+        ids = torch.from_numpy(prompt.astype(np.int64)).to(self.device)
+        for t in range(prompt.shape[1] - 1):
+            self.token.copy_(ids[:, t])
+            self.step()
+        self.token.copy_(ids[:, -1])
+
+    def capture(self) -> None:
+        """Records `step` in a CUDA graph (warm-up on a side stream first; state is then stale:
+        call `reset` before replaying)."""
+        torch = self.torch
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                self.step()
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.step()
+
+    def run_step(self) -> None:
+        """One step: the captured graph's replay when there is one, else eager."""
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self.step()
+
+    def generate(
+        self, prompt: np.ndarray, steps: int, forced: np.ndarray | None = None
+    ) -> Generation:
+        """Greedy decoding (teacher-forced by `forced` [batch, steps] when given)."""
+        torch = self.torch
+        n = np.asarray(prompt).shape[-1]
+        if n + steps > self.context:
+            raise ValueError(f"a {n}-token prompt and {steps} steps do not fit {self.context}")
+        self.reset(prompt)
+        forced_t = None if forced is None else torch.from_numpy(forced.astype(np.int64))
+        tokens = torch.zeros(steps, self.batch, dtype=torch.int64, device=self.device)
+        logits = torch.zeros(steps, self.batch, self.config.vocab, device=self.device)
+        for t in range(steps):
+            self.run_step()
+            tokens[t].copy_(self.token)
+            logits[t].copy_(self.logits)
+            if forced_t is not None:
+                self.token.copy_(forced_t[:, t])
+        return Generation(
+            tokens.T.contiguous().cpu().numpy().astype(np.int32), logits.cpu().numpy()
+        )
+
+
+def torch_generate(
+    config: ModelConfig,
+    weights: Mapping[str, np.ndarray],
+    prompt: np.ndarray,
+    steps: int,
+    *,
+    context: int,
+    forced: np.ndarray | None = None,
+    graph: bool = True,
+    device: str = "cuda",
+) -> Generation:
+    """Greedy generation with TorchDecoder (in a CUDA graph by default)."""
+    model = TorchDecoder(config, weights, np.asarray(prompt).shape[0], context, device)
+    if graph:
+        model.capture()
+    return model.generate(prompt, steps, forced)

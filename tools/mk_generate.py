@@ -1,0 +1,369 @@
+"""mk-generate: greedy token generation with a decoder model compiled into one mk program."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+_TARGETS = ("cpu", "cuda")
+
+
+def _parser() -> argparse.ArgumentParser:
+    from mk.models.config import PRESETS
+
+    p = argparse.ArgumentParser(
+        prog="mk-generate",
+        description="Generate tokens greedily with a decoder model compiled by mk "
+        "(random weights unless --weights is given).",
+    )
+    p.add_argument("--model", required=True, help=f"preset: {', '.join(PRESETS)}")
+    p.add_argument("--batch", type=int, default=1, help="sequences decoded together (default 1)")
+    p.add_argument("--steps", type=int, default=8, help="tokens generated per call (default 8)")
+    p.add_argument("--context", type=int, default=None, help="KV-cache positions (default: fit)")
+    p.add_argument("--target", choices=_TARGETS, default="cpu", help="compilation target")
+    p.add_argument("--check", action="store_true", help="compare with the reference model")
+    p.add_argument("--bench", action="store_true", help="time repeated runs (median)")
+    p.add_argument("--runs", type=int, default=50, help="timed runs of --bench (default 50)")
+    p.add_argument("--weights", default=None, help=".safetensors file or directory of shards")
+    p.add_argument("--seed", type=int, default=0, help="seed of weights and prompt (default 0)")
+    p.add_argument("--prompt-len", type=int, default=1, help="random prompt tokens (default 1)")
+    p.add_argument(
+        "--host-loop",
+        action="store_true",
+        help="compile one step and launch it once per token (logits of every step are checked)",
+    )
+    p.add_argument(
+        "--tie-tol",
+        type=float,
+        default=0.05,
+        help="a token may differ from the reference's when its logit is within this fraction "
+        "of the logits' rms of the top one (default 0.05)",
+    )
+    p.add_argument(
+        "--logit-tol", type=float, default=2e-2, help="relative logit tolerance (default 0.02)"
+    )
+    p.add_argument("--threads", type=int, default=None, help="CPU executor threads")
+    p.add_argument("--cache-dir", default=None, help="compiled-program cache (default ~/.cache/mk)")
+    p.add_argument("--emit", default=None, help="also write the nn program to this file")
+    return p
+
+
+@dataclass
+class Run:
+    """What one generation produced."""
+
+    tokens: np.ndarray  # [batch, steps]
+    logits: dict[int, np.ndarray] = field(default_factory=dict)  # step -> [batch, V] float32
+    seconds: float = 0.0  # wall time of the generating call(s)
+    notes: list[str] = field(default_factory=list)
+
+
+def _torch() -> Any:
+    return importlib.import_module("torch")  # optional: not a dependency of mk
+
+
+def _has_gpu() -> bool:
+    try:
+        torch = _torch()
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    for name in ("batch", "steps", "prompt_len", "runs"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.context is None:
+        args.context = args.prompt_len + args.steps
+    if args.prompt_len + args.steps > args.context:
+        raise ValueError(
+            f"--context {args.context} is too small for a {args.prompt_len}-token prompt and "
+            f"{args.steps} steps (at least {args.prompt_len + args.steps})"
+        )
+    if args.tie_tol < 0 or args.logit_tol < 0:
+        raise ValueError("tolerances must be >= 0")
+
+
+# --------------------------------------------------------------------------- running mk
+
+
+def _device_inputs(inputs: list[np.ndarray]) -> list[Any]:
+    from mk.models.torch_reference import to_torch
+
+    return [to_torch(a, "cuda") for a in inputs]
+
+
+def _host(value: Any) -> np.ndarray:
+    """A NumPy copy of an output (torch bf16 as ml_dtypes.bfloat16)."""
+    if isinstance(value, np.ndarray):
+        return value
+    import ml_dtypes
+
+    torch = _torch()
+    if value.dtype == torch.bfloat16:
+        return value.cpu().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return value.cpu().numpy()
+
+
+def _run_in_kernel(prog: Any, inputs: list[Any], pos: int, steps: int) -> Run:
+    from mk.models.weights import generated_tokens
+
+    start = time.perf_counter()
+    tokens, logits = prog(*inputs)
+    seconds = time.perf_counter() - start
+    tokens, history = _host(tokens), _host(inputs[0])
+    run = Run(generated_tokens(tokens, pos, steps), {steps - 1: _host(logits).astype(np.float32)})
+    run.seconds = seconds
+    if not np.array_equal(tokens, history):
+        run.notes.append(
+            "the donated token history differs from the returned one (donation not written back)"
+        )
+    return run
+
+
+def _run_host_loop(prog: Any, inputs: list[Any], pos: int, steps: int) -> Run:
+    """One launch per token: the donated token history and caches carry the state."""
+    from mk.models.weights import generated_tokens
+
+    run = Run(np.zeros((0, 0), np.int32))
+    base = _host(inputs[1]).copy()
+    start = time.perf_counter()
+    for t in range(steps):
+        if isinstance(inputs[1], np.ndarray):
+            inputs[1] = base + t
+        else:
+            inputs[1].fill_(int(base[0]) + t)
+        _, logits = prog(*inputs)
+        run.logits[t] = _host(logits).astype(np.float32)
+    run.seconds = time.perf_counter() - start
+    run.tokens = generated_tokens(_host(inputs[0]), pos, steps)
+    if isinstance(inputs[1], np.ndarray):
+        inputs[1] = base
+    else:
+        inputs[1].fill_(int(base[0]))
+    return run
+
+
+def _bench_cpu(call: Callable[[], object], runs: int) -> float:
+    call()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def _bench_cuda(
+    launch: Callable[[], object],
+    runs: int,
+    setup: Callable[[], object] = lambda: None,
+    warmup: int = 5,
+) -> float:
+    """Median milliseconds of `launch` by CUDA events (`setup` runs untimed before each)."""
+    torch = _torch()
+    for _ in range(warmup):
+        setup()
+        launch()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(runs):
+        setup()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def _print_tokens(prompt: np.ndarray, tokens: np.ndarray) -> None:
+    for b in range(tokens.shape[0]):
+        head = " ".join(map(str, prompt[b]))
+        print(f"  sequence {b}: [{head}] {' '.join(map(str, tokens[b]))}")
+
+
+def _check(
+    args: argparse.Namespace, config: Any, weights: Any, prompt: np.ndarray, run: Run
+) -> bool:
+    from mk.models.reference import compare, reference_generate
+
+    if args.target == "cuda":
+        from mk.models.torch_reference import torch_generate
+
+        name = "PyTorch (CUDA graph)"
+        ref = torch_generate(
+            config, weights, prompt, args.steps, context=args.context, forced=run.tokens
+        )
+    else:
+        name = "NumPy"
+        ref = reference_generate(
+            config, weights, prompt, args.steps, context=args.context, forced=run.tokens
+        )
+    result = compare(
+        run.tokens, ref.logits, run.logits, tie_tol=args.tie_tol, logit_tol=args.logit_tol
+    )
+    agree = int(np.sum(run.tokens == ref.tokens))
+    print(f"check against the {name} reference (teacher-forced on mk's tokens):")
+    print(f"  tokens: {agree} of {run.tokens.size} are the reference's argmax")
+    if result.divergence is not None:
+        t, b = result.divergence
+        print(f"  first near-tie choice: step {t}, sequence {b} (allowed: within --tie-tol)")
+    steps = ", ".join(map(str, result.compared_steps))
+    print(
+        f"  logits (step {steps}): max relative error {result.logit_error:.3e}, "
+        f"max abs error {result.logit_abs_error:.3e} (tolerance {args.logit_tol:g})"
+    )
+    for note in run.notes:
+        print(f"  MISMATCH: {note}")
+    for problem in result.problems:
+        print(f"  MISMATCH: {problem}")
+    ok = result.ok and not run.notes
+    print(f"check: {'ok' if ok else 'FAILED'}")
+    return ok
+
+
+# --------------------------------------------------------------------------- main flow
+
+
+def _count(n: int) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return str(n)
+
+
+def _load_weights(args: argparse.Namespace, config: Any) -> dict[str, np.ndarray]:
+    from mk.models.weights import check_weights, load_safetensors, random_weights
+
+    if args.weights is None:
+        return random_weights(config, args.seed)
+    return check_weights(config, load_safetensors(Path(args.weights)))
+
+
+def _generate(args: argparse.Namespace) -> int:
+    import mk
+    from mk.models.build import decode_program
+    from mk.models.config import preset
+    from mk.models.weights import program_inputs, random_prompt
+
+    _check_args(args)
+    config = preset(args.model)
+    if args.target == "cuda" and not _has_gpu():
+        print(
+            "mk-generate: error: the 'cuda' target needs an NVIDIA GPU and torch with CUDA; "
+            "use --target cpu",
+            file=sys.stderr,
+        )
+        return 2
+    start = time.perf_counter()
+    weights = _load_weights(args, config)
+    prompt = random_prompt(config, args.batch, args.prompt_len, args.seed)
+    inputs: list[Any] = program_inputs(config, weights, args.batch, args.context, prompt)
+    prepared = time.perf_counter() - start
+    per_call = 1 if args.host_loop else args.steps
+    text = decode_program(config, args.batch, args.context, per_call)
+    if args.emit:
+        Path(args.emit).write_text(text)
+    source = "random weights" if args.weights is None else args.weights
+    print(
+        f"{config.name}: {_count(config.parameter_count())} parameters ({source}, seed "
+        f"{args.seed}), batch {args.batch}, context {args.context}, {args.steps} steps "
+        f"({'one launch per token' if args.host_loop else 'one launch'}), target {args.target}"
+    )
+    start = time.perf_counter()
+    options: dict[str, Any] = {"cache_dir": args.cache_dir}
+    if args.target == "cpu" and args.threads is not None:
+        options["num_threads"] = args.threads
+    prog = mk.compile(text, target=args.target, **options)
+    compiled = time.perf_counter() - start
+    print(f"weights and inputs: {prepared:.2f} s; compile: {compiled:.2f} s")
+    if args.target == "cuda":
+        inputs = _device_inputs(inputs)
+    pos = args.prompt_len - 1
+    runner = _run_host_loop if args.host_loop else _run_in_kernel
+    run = runner(prog, inputs, pos, args.steps)
+    print("tokens ([prompt] generated):")
+    _print_tokens(prompt, run.tokens)
+    print(
+        f"latency: {run.seconds * 1e3 / args.steps:.3f} ms/token "
+        f"(wall time of the call{'s' if args.host_loop else ''} / {args.steps} steps)"
+    )
+    if args.bench:
+        _bench(args, prog, inputs, config, weights, prompt)
+    ok = _check(args, config, weights, prompt, run) if args.check else True
+    return 0 if ok else 1
+
+
+def _bench(
+    args: argparse.Namespace,
+    prog: Any,
+    inputs: list[Any],
+    config: Any,
+    weights: dict[str, np.ndarray],
+    prompt: np.ndarray,
+) -> None:
+    """Repeated runs from the same position (each rewrites the same cache and token entries)."""
+    calls = 1 if not args.host_loop else args.steps
+    per_call = args.steps // calls
+    if args.target == "cpu":
+        ms = _bench_cpu(lambda: prog(*inputs), args.runs)
+        print(f"bench: {ms / per_call:.3f} ms/token (median wall time of {args.runs} calls)")
+        return
+    outs = prog(*inputs)
+    ms = _bench_cuda(lambda: prog.launch(*inputs, out=outs), args.runs)
+    prog.check()
+    print(
+        f"bench: mk {ms / per_call:.4f} ms/token (median of {args.runs} CUDA-event-timed launches)"
+    )
+    from mk.models.torch_reference import TorchDecoder
+
+    model = TorchDecoder(config, weights, args.batch, args.context)
+    model.capture()
+    model.reset(prompt)
+    token, pos = model.token.clone(), model.pos.clone()
+
+    def restart() -> None:
+        model.token.copy_(token)
+        model.pos.copy_(pos)
+
+    def torch_steps() -> None:
+        for _ in range(per_call):
+            model.run_step()
+
+    torch_ms = _bench_cuda(torch_steps, args.runs, restart)
+    print(f"bench: PyTorch + CUDA graph {torch_ms / per_call:.4f} ms/token (same method)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status (the console script exits with it)."""
+    args = _parser().parse_args(argv)
+    from mk.diagnostics import MkError
+
+    try:
+        code = _generate(args)
+    except (MkError, ValueError, RuntimeError, OSError) as e:
+        sys.stdout.flush()
+        message = str(e)
+        print(message if "error:" in message else f"mk-generate: error: {message}", file=sys.stderr)
+        code = 1
+    sys.stdout.flush()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
