@@ -24,7 +24,8 @@ class NumpyDecoder:
 
     Math runs in `dtype` (float32 or float64) from the bf16 weights. With `round_bf16` every
     op's result is rounded to bf16 where a bf16 model (and an nn program) stores it: norms,
-    projections, RoPE, attention, residual sums, the MLP's activations and the logits.
+    projections, RoPE, attention, residual sums, the MLP's activations and the logits; and the
+    RoPE tables are the program's. Without it, nothing is rounded (exact tables).
     """
 
     def __init__(
@@ -45,7 +46,8 @@ class NumpyDecoder:
         shape = (batch, config.kv_heads, context, config.head_dim)
         self.k_cache = [np.zeros(shape, self.dtype) for _ in range(config.layers)]
         self.v_cache = [np.zeros(shape, self.dtype) for _ in range(config.layers)]
-        cos, sin = rope_tables(config, context)
+        # The program's tables; exact ones for the unrounded model.
+        cos, sin = rope_tables(config, context, None if round_bf16 else np.dtype(np.float64))
         self.cos, self.sin = cos.astype(self.dtype), sin.astype(self.dtype)
 
     def _r(self, x: np.ndarray) -> np.ndarray:

@@ -210,10 +210,14 @@ def inverse_frequencies(config: ModelConfig) -> np.ndarray:
     )
 
 
-def rope_tables(config: ModelConfig, context: int) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin [context, head_dim/2] of position·frequency, in the program's table dtype."""
+def rope_tables(
+    config: ModelConfig, context: int, dtype: np.dtype | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin [context, head_dim/2] of position·frequency, in `dtype` (default: the
+    program's table dtype)."""
     angles = np.arange(context, dtype=np.float64)[:, None] * inverse_frequencies(config)[None, :]
-    dtype = BF16 if ROPE_TABLE == "bf16" else np.dtype(np.float32)
+    if dtype is None:
+        dtype = BF16 if ROPE_TABLE == "bf16" else np.dtype(np.float32)
     return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
 
 

@@ -1,0 +1,433 @@
+"""mk.models: presets, safetensors, the NumPy reference, the decode program and mk-generate."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import struct
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import mk
+from mk.models import (
+    PRESETS,
+    ModelConfig,
+    WeightsError,
+    check_weights,
+    decode_program,
+    generated_tokens,
+    load_safetensors,
+    preset,
+    program_inputs,
+    random_prompt,
+    random_weights,
+    reference_generate,
+)
+from mk.models.build import arguments
+from mk.models.reference import compare
+from mk.models.weights import inverse_frequencies
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _has_decode_ops() -> bool:
+    from mk.dialects import nn
+
+    return hasattr(nn, "CacheWriteOp") and hasattr(nn, "StepOp")
+
+
+needs_decode_ops = pytest.mark.skipif(
+    not _has_decode_ops(), reason="nn.cache_write / nn.step have not landed in the compiler"
+)
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
+
+
+# --------------------------------------------------------------------------- presets
+
+
+def _count_by_hand(h: int, hq: int, hkv: int, d: int, layers: int, i: int, v: int, tied: bool,
+                   qk_norm: bool) -> int:  # fmt: skip
+    attn = h * hq * d * 2 + h * hkv * d * 2 + (2 * d if qk_norm else 0)
+    per_layer = attn + 3 * h * i + 2 * h
+    return v * h * (1 if tied else 2) + layers * per_layer + h
+
+
+@pytest.mark.parametrize(
+    ("name", "expected", "approx"),
+    [
+        ("llama-3.2-1b", _count_by_hand(2048, 32, 8, 64, 16, 8192, 128256, True, False), 1.24e9),
+        ("qwen3-0.6b", _count_by_hand(1024, 16, 8, 128, 28, 3072, 151936, True, True), 0.60e9),
+        ("qwen3-8b", _count_by_hand(4096, 32, 8, 128, 36, 12288, 151936, False, True), 8.19e9),
+    ],
+)
+def test_preset_parameter_counts(name: str, expected: int, approx: float) -> None:
+    config = preset(name)
+    assert config.parameter_count() == expected
+    assert config.parameter_count() == pytest.approx(approx, rel=0.01)
+
+
+def test_preset_shapes() -> None:
+    q = preset("qwen3-8b")
+    shapes = q.weight_shapes()
+    assert shapes["model.layers.35.self_attn.q_proj.weight"] == (4096, 4096)
+    assert shapes["model.layers.0.self_attn.k_proj.weight"] == (1024, 4096)
+    assert shapes["model.layers.0.self_attn.q_norm.weight"] == (128,)
+    assert shapes["lm_head.weight"] == (151936, 4096)
+    small = preset("qwen3-0.6b")
+    # Qwen3-0.6B's attention is wider than its hidden size: 16 heads of 128 on 1024.
+    assert small.weight_shapes()["model.layers.0.self_attn.o_proj.weight"] == (1024, 2048)
+    assert "lm_head.weight" not in small.weight_shapes()
+    llama = preset("llama-3.2-1b")
+    assert "model.layers.0.self_attn.q_norm.weight" not in llama.weight_shapes()
+    assert llama.rope_scaling is not None and not llama.qk_norm
+    assert {PRESETS["tiny"].family, PRESETS["tiny-qwen3"].family} == {"llama", "qwen3"}
+    # KV cache bytes: 2 (K, V) x 28 layers x 8 heads x 1024 positions x 128 x 2 bytes.
+    assert small.kv_cache_bytes(1, 1024) == 2 * 28 * 8 * 1024 * 128 * 2
+
+
+def test_bad_presets_and_configs() -> None:
+    with pytest.raises(ValueError, match="unknown model preset 'llama-9'; presets: tiny"):
+        preset("llama-9")
+    with pytest.raises(ValueError, match="multiple of kv_heads"):
+        PRESETS["tiny"].with_(kv_heads=3)
+    with pytest.raises(ValueError, match="family"):
+        ModelConfig("x", "gpt", 8, 1, 1, 8, 1, 8, 8, True, 1e4, 1e-6, False)
+
+
+def test_llama3_rope_scaling() -> None:
+    config = preset("llama-3.2-1b")
+    plain = 1.0 / 500000.0 ** (np.arange(0, 64, 2) / 64)
+    scaled = inverse_frequencies(config)
+    wavelength = 2 * np.pi / plain
+    high = wavelength < 8192 / 4  # short wavelengths are kept
+    low = wavelength > 8192 / 1  # long ones are divided by the factor 32
+    assert high.any() and low.any()
+    np.testing.assert_allclose(scaled[high], plain[high])
+    np.testing.assert_allclose(scaled[low], plain[low] / 32)
+    mid = ~high & ~low
+    assert np.all(scaled[mid] < plain[mid]) and np.all(scaled[mid] > plain[mid] / 32)
+    assert np.all(np.diff(scaled) < 0)
+
+
+# --------------------------------------------------------------------------- safetensors
+
+
+_ST_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32", "int64": "I64"}
+
+
+def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
+    """A minimal writer of the format (independent of the reader under test)."""
+    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    blobs, offset = [], 0
+    for name, array in tensors.items():
+        data = np.ascontiguousarray(array).tobytes()
+        header[name] = {
+            "dtype": _ST_DTYPES[array.dtype.name],
+            "shape": list(array.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def test_safetensors_roundtrip(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((3, 5)).astype(BF16)
+    b = rng.standard_normal(7).astype(np.float16)
+    c = rng.standard_normal((2, 2, 2)).astype(np.float32)
+    write_safetensors(tmp_path / "one.safetensors", {"a": a, "b": b})
+    write_safetensors(tmp_path / "two.safetensors", {"c": c})
+    one = load_safetensors(tmp_path / "one.safetensors")
+    assert sorted(one) == ["a", "b"]
+    both = load_safetensors(tmp_path)  # a directory: every shard
+    assert sorted(both) == ["a", "b", "c"]
+    assert both["a"].dtype == BF16 and both["b"].dtype == np.float16
+    np.testing.assert_array_equal(both["a"].view(np.uint16), a.view(np.uint16))
+    np.testing.assert_array_equal(both["b"], b)
+    np.testing.assert_array_equal(both["c"], c)
+    listed = load_safetensors([tmp_path / "two.safetensors", tmp_path / "one.safetensors"])
+    assert sorted(listed) == ["a", "b", "c"]
+
+
+def test_model_weights_through_safetensors(tmp_path: Path) -> None:
+    config = preset("tiny-qwen3")
+    weights = random_weights(config, seed=3)
+    names = list(weights)
+    half = len(names) // 2
+    write_safetensors(tmp_path / "model-00001.safetensors", {n: weights[n] for n in names[:half]})
+    # The second shard stores f32 (converted to bf16 on load) and an unused extra tensor.
+    rest = {n: weights[n].astype(np.float32) for n in names[half:]}
+    rest["model.layers.0.self_attn.rotary_emb.inv_freq"] = np.ones(16, np.float32)
+    write_safetensors(tmp_path / "model-00002.safetensors", rest)
+    loaded = check_weights(config, load_safetensors(tmp_path))
+    assert sorted(loaded) == sorted(weights)
+    for name, w in weights.items():
+        assert loaded[name].dtype == BF16
+        np.testing.assert_array_equal(loaded[name].view(np.uint16), w.view(np.uint16))
+
+
+def test_safetensors_errors(tmp_path: Path) -> None:
+    config = preset("tiny")
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(struct.pack("<Q", 1 << 40) + b"{}")
+    with pytest.raises(WeightsError, match="header length"):
+        load_safetensors(bad)
+    bad.write_bytes(struct.pack("<Q", 4) + b"{no}")
+    with pytest.raises(WeightsError, match="not valid JSON"):
+        load_safetensors(bad)
+    bad.write_bytes(b"abc")
+    with pytest.raises(WeightsError, match="shorter than its 8-byte header"):
+        load_safetensors(bad)
+    with pytest.raises(WeightsError, match="no such file"):
+        load_safetensors(tmp_path / "nothing.safetensors")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(WeightsError, match="no .safetensors files"):
+        load_safetensors(empty)
+    write_safetensors(bad, {"x": np.zeros(4, np.int64)})
+    with pytest.raises(WeightsError, match="dtype I64 is not supported"):
+        load_safetensors(bad)
+    # Data offsets that do not match the shape.
+    header = json.dumps({"x": {"dtype": "F32", "shape": [4], "data_offsets": [0, 8]}}).encode()
+    bad.write_bytes(struct.pack("<Q", len(header)) + header + bytes(16))
+    with pytest.raises(WeightsError, match="8 bytes of data for shape"):
+        load_safetensors(bad)
+    # Weights that do not fit the model.
+    weights = random_weights(config)
+    del weights["model.layers.1.mlp.up_proj.weight"]
+    with pytest.raises(WeightsError, match=r"missing weight\(s\) model.layers.1.mlp.up_proj"):
+        check_weights(config, weights)
+    weights = random_weights(config)
+    weights["model.norm.weight"] = np.ones(65, BF16)
+    with pytest.raises(
+        WeightsError, match=r"'model.norm.weight' has shape \[65\], expected \[64\]"
+    ):
+        check_weights(config, weights)
+    write_safetensors(tmp_path / "a.safetensors", {"x": np.ones(2, np.float32)})
+    write_safetensors(tmp_path / "b.safetensors", {"x": np.ones(2, np.float32)})
+    with pytest.raises(WeightsError, match="'x' is in both"):
+        load_safetensors([tmp_path / "a.safetensors", tmp_path / "b.safetensors"])
+
+
+# --------------------------------------------------------------------------- the NumPy reference
+
+
+def _full_forward(
+    config: ModelConfig, weights: dict[str, np.ndarray], seq: np.ndarray
+) -> np.ndarray:
+    """Logits [B, S, V] of the whole sequence at once with a causal mask, in float64, without a
+    cache: a different algorithm from the step-by-step decoder, written from the model's
+    definition (rotate_half form of RoPE, per-head attention loops)."""
+    w = {k: v.astype(np.float64) for k, v in weights.items()}
+    b, s = seq.shape
+    d, hq, hkv = config.head_dim, config.heads, config.kv_heads
+
+    def norm(x: np.ndarray, g: np.ndarray) -> np.ndarray:
+        return x / np.sqrt((x**2).mean(-1, keepdims=True) + config.rms_eps) * g
+
+    inv = inverse_frequencies(config)
+    angles = np.arange(s)[:, None] * inv[None, :]
+    cos = np.concatenate([np.cos(angles)] * 2, -1)  # [S, D]
+    sin = np.concatenate([np.sin(angles)] * 2, -1)
+
+    def rotate(x: np.ndarray) -> np.ndarray:  # x [B, heads, S, D]
+        x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+        return x * cos + np.concatenate([-x2, x1], -1) * sin
+
+    x = w["model.embed_tokens.weight"][seq]  # [B, S, H]
+    causal = np.tril(np.ones((s, s), bool))
+    for layer in range(config.layers):
+        p = f"model.layers.{layer}."
+        h = norm(x, w[p + "input_layernorm.weight"])
+        q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(b, s, hq, d).transpose(0, 2, 1, 3)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(b, s, hkv, d).transpose(0, 2, 1, 3)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(b, s, hkv, d).transpose(0, 2, 1, 3)
+        if config.qk_norm:
+            q = norm(q, w[p + "self_attn.q_norm.weight"])
+            k = norm(k, w[p + "self_attn.k_norm.weight"])
+        q, k = rotate(q), rotate(k)
+        out = np.zeros_like(q)
+        for head in range(hq):
+            kv = head * hkv // hq
+            scores = q[:, head] @ k[:, kv].transpose(0, 2, 1) / math.sqrt(d)  # [B, S, S]
+            scores = np.where(causal, scores, -np.inf)
+            probs = np.exp(scores - scores.max(-1, keepdims=True))
+            out[:, head] = (probs / probs.sum(-1, keepdims=True)) @ v[:, kv]
+        att = out.transpose(0, 2, 1, 3).reshape(b, s, hq * d)
+        x = x + att @ w[p + "self_attn.o_proj.weight"].T
+        h2 = norm(x, w[p + "post_attention_layernorm.weight"])
+        g = h2 @ w[p + "mlp.gate_proj.weight"].T
+        u = h2 @ w[p + "mlp.up_proj.weight"].T
+        x = x + (g / (1 + np.exp(-g)) * u) @ w[p + "mlp.down_proj.weight"].T
+    head_w = w["model.embed_tokens.weight" if config.tied_embeddings else "lm_head.weight"]
+    return norm(x, w["model.norm.weight"]) @ head_w.T
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-qwen3"])
+def test_numpy_reference_matches_full_recompute(name: str) -> None:
+    config = preset(name)
+    weights = random_weights(config, seed=5)
+    prompt = random_prompt(config, batch=2, length=3, seed=5)
+    steps = 5
+    gen = reference_generate(config, weights, prompt, steps, dtype=np.float64, round_bf16=False)
+    seq = np.concatenate([prompt, gen.tokens], axis=1)
+    for t in range(steps):
+        # Step t's logits are those of the last position of the sequence so far.
+        full = _full_forward(config, weights, seq[:, : prompt.shape[1] + t])[:, -1]
+        np.testing.assert_allclose(gen.logits[t], full, rtol=1e-9, atol=1e-9)
+        np.testing.assert_array_equal(gen.tokens[:, t], np.argmax(full, -1))
+    assert len(set(gen.tokens.ravel().tolist())) > 1  # the test sees several different tokens
+
+
+def test_bf16_reference_stays_close_to_exact() -> None:
+    config = preset("tiny")
+    weights = random_weights(config, seed=2)
+    prompt = random_prompt(config, 2, 1, seed=2)
+    exact = reference_generate(config, weights, prompt, 4, dtype=np.float64, round_bf16=False)
+    bf16 = reference_generate(config, weights, prompt, 4, forced=exact.tokens)
+    rel = np.linalg.norm(bf16.logits - exact.logits) / np.linalg.norm(exact.logits)
+    assert 0 < rel < 2e-2
+    assert bf16.logits.std() > 1.0  # random weights give logits a spread of a few units
+
+
+def test_compare_allows_only_near_ties() -> None:
+    ref = np.array([[[0.0, 5.0, 4.99, 1.0]], [[3.0, 0.0, 0.0, 0.0]]])  # [steps, batch, V]
+    ok = compare(np.array([[2, 0]]), ref, {1: ref[1]})
+    assert ok.ok and ok.divergence == (0, 0) and ok.logit_error == 0
+    bad = compare(np.array([[3, 0]]), ref, {})
+    assert not bad.ok and "step 0 sequence 0: token 3, reference 1" in bad.problems[0]
+    off = compare(np.array([[1, 0]]), ref, {1: ref[1] * 1.1})
+    assert not off.ok and "step 1: logits differ" in off.problems[0]
+
+
+# --------------------------------------------------------------------------- the decode program
+
+
+def test_decode_program_text_and_inputs() -> None:
+    from mk.source import entry_function, load_module
+
+    config = preset("tiny-qwen3")
+    text = decode_program(config, batch=2, context=16, steps=4)
+    assert text == decode_program(config, batch=2, context=16, steps=4)  # deterministic
+    assert "attributes {nn.steps = 4 : i64}" in text
+    assert "%tokens: tensor<16x2xi32> {nn.donated}" in text
+    assert "%l1_v_cache: tensor<2x2x16x32xbf16> {nn.donated}" in text
+    assert "%l0_qn = nn.rms_norm %l0_q4, %l0_q_norm" in text
+    assert "%logits = nn.linear %xn, %embed" in text  # tied embeddings
+    single = decode_program(config, batch=2, context=16)
+    assert "nn.steps" not in single
+    llama = decode_program(preset("tiny"), 1, 8)
+    assert "%logits = nn.linear %xn, %lm_head" in llama and "q_norm" not in llama
+    with pytest.raises(ValueError, match="do not fit"):
+        decode_program(config, 1, 4, steps=4)
+    if not _has_decode_ops():
+        return
+    func = entry_function(load_module(text))  # parses and verifies
+    args = func.body.block.args
+    specs = arguments(config, 2, 16)
+    assert len(args) == len(specs)
+    inputs = program_inputs(config, random_weights(config), 2, 16, random_prompt(config, 2, 3))
+    from mk.inputs import check_inputs
+
+    check_inputs(func, inputs)  # dtypes and shapes match the signature
+    assert inputs[1].tolist() == [2]  # pos: the prompt's last token
+
+
+@needs_decode_ops
+@pytest.mark.parametrize("name", ["tiny", "tiny-qwen3"])
+def test_nn_interpreter_matches_numpy_reference(name: str) -> None:
+    config = preset(name)
+    weights = random_weights(config, seed=1)
+    prompt = random_prompt(config, 2, 3, seed=1)
+    steps, context = 4, 8
+    inputs = program_inputs(config, weights, 2, context, prompt)
+    tokens, logits = mk.reference(decode_program(config, 2, context, steps), *inputs)
+    ref = reference_generate(config, weights, prompt, steps, context=context)
+    np.testing.assert_array_equal(generated_tokens(tokens, 2, steps), ref.tokens)
+    np.testing.assert_array_equal(inputs[0], tokens)  # the donated history was updated
+    assert np.abs(inputs[-1][:, :, : 2 + steps]).max() > 0  # and the last V cache
+    got = logits.astype(np.float64)
+    assert np.linalg.norm(got - ref.logits[-1]) / np.linalg.norm(ref.logits[-1]) < 1e-2
+
+
+# --------------------------------------------------------------------------- end to end on the CPU
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("mk-cache")
+
+
+@needs_decode_ops
+@needs_gxx
+def test_tiny_generates_on_cpu_executor(cache_dir: Path) -> None:
+    config = preset("tiny")
+    weights = random_weights(config)
+    batch, steps, context = 2, 4, 5  # the shape mk-generate's test below compiles too
+    prompt = random_prompt(config, batch)
+    prog = mk.compile(decode_program(config, batch, context, steps), cache_dir=cache_dir)
+    inputs = program_inputs(config, weights, batch, context, prompt)
+    tokens, logits = prog(*inputs)
+    got = generated_tokens(tokens, 0, steps)
+    np.testing.assert_array_equal(inputs[0], tokens)  # donated: written back
+    ref = reference_generate(config, weights, prompt, steps, context=context, forced=got)
+    result = compare(got, ref.logits, {steps - 1: logits.astype(np.float32)})
+    assert result.ok, result.problems
+    assert result.divergence is None  # tiny's random weights have no near-ties here
+    np.testing.assert_array_equal(got, reference_generate(config, weights, prompt, steps).tokens)
+
+
+@needs_decode_ops
+@needs_gxx
+def test_mk_generate_check(cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from mk.tools.mk_generate import main
+
+    argv = ["--model", "tiny", "--batch", "2", "--steps", "4", "--target", "cpu", "--check"]
+    assert main([*argv, "--cache-dir", str(cache_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "tokens: 8 of 8 are the reference's argmax" in out and "check: ok" in out
+    assert "ms/token" in out
+
+
+def test_mk_generate_user_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from mk.tools.mk_generate import main
+
+    assert main(["--model", "gpt-5"]) == 1
+    assert "mk-generate: error: unknown model preset 'gpt-5'" in capsys.readouterr().err
+    assert main(["--model", "tiny", "--steps", "8", "--context", "4"]) == 1
+    assert "--context 4 is too small" in capsys.readouterr().err
+    assert main(["--model", "tiny", "--weights", str(tmp_path / "none.safetensors")]) == 1
+    assert "no such file or directory" in capsys.readouterr().err
+    write_safetensors(tmp_path / "w.safetensors", {"model.norm.weight": np.ones(64, np.float32)})
+    assert main(["--model", "tiny", "--weights", str(tmp_path / "w.safetensors")]) == 1
+    err = capsys.readouterr().err
+    assert "missing weight(s) model.embed_tokens.weight" in err and "Traceback" not in err
+
+
+@needs_decode_ops
+@needs_gxx
+def test_qwen3_single_steps_on_cpu_executor(cache_dir: Path) -> None:
+    """One step per call (no nn.steps), the host advancing pos; Qwen3's QK-norm and tied head."""
+    config = preset("tiny-qwen3").with_(layers=1)
+    weights = random_weights(config, seed=4)
+    batch, steps, context = 2, 3, 6
+    prompt = random_prompt(config, batch, 2, seed=4)
+    prog = mk.compile(decode_program(config, batch, context), cache_dir=cache_dir)
+    inputs = program_inputs(config, weights, batch, context, prompt)
+    logits = {}
+    for t in range(steps):
+        inputs[1] = np.array([1 + t], np.int32)
+        _, out = prog(*inputs)
+        logits[t] = out.astype(np.float32)
+    got = generated_tokens(inputs[0], 1, steps)
+    ref = reference_generate(config, weights, prompt, steps, context=context, forced=got)
+    result = compare(got, ref.logits, logits)
+    assert result.ok, result.problems
+    assert result.compared_steps == [0, 1, 2] and result.logit_error < 2e-2
