@@ -119,6 +119,8 @@ LIBRARY_KINDS: dict[str, tuple[int, int | None, tuple[str, ...]]] = {
     "transpose": (1, 1, ("perm",)),
     "slice": (1, 1, ("offsets", "sizes")),
     "concat": (1, None, ("dim",)),
+    "step": (1, 1, ()),
+    "cache_write": (3, 3, ("dim",)),
 }
 
 

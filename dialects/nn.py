@@ -8,9 +8,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
-from xdsl.dialects.builtin import TensorType, i32
-from xdsl.ir import Attribute, Dialect, SSAValue
+from xdsl.dialects.builtin import (
+    ArrayAttr,
+    DictionaryAttr,
+    IntegerAttr,
+    StringAttr,
+    TensorType,
+    UnitAttr,
+    i32,
+)
+from xdsl.dialects.func import FuncOp
+from xdsl.ir import Attribute, Dialect, Operation, SSAValue
 from xdsl.irdl import irdl_op_definition, operand_def, opt_operand_def, var_operand_def
 from xdsl.utils.exceptions import VerifyException
 
@@ -389,7 +399,8 @@ class RopeOp(NNOp):
     @classmethod
     def _infer(cls, types: list[TensorType], attrs: Mapping[str, AttrValue]) -> TensorType:
         x, cos, sin = types
-        element_type([("x", x), ("cos", cos), ("sin", sin)])
+        element_type([("x", x)])
+        element_type([("cos", cos), ("sin", sin)])  # tables may be kept at higher precision
         require_rank_at_least("x", x, 1)
         sx = x.get_shape()
         if sx[-1] % 2:
@@ -428,10 +439,156 @@ class EmbeddingOp(NNOp):
     @classmethod
     def _infer(cls, types: list[TensorType], attrs: Mapping[str, AttrValue]) -> TensorType:
         table, ids = types
-        dtype = element_type([("table", table)])
+        dtype = element_type([("table", table)], ANY_TYPES)
         element_type([("ids", ids)], INDEX_TYPES)
         require_rank("table", table, 2, "[V, H]")
         return TensorType(dtype, (*ids.get_shape(), table.get_shape()[1]))
+
+
+# ----------------------------------------------------------------------------- decode loop
+
+
+@irdl_op_definition
+class StepOp(NNOp):
+    """`nn.step {offset = 0}`: base + offset + t, t the decode-loop step, broadcast to the result.
+
+    t counts the runs of the function body inside one call (`nn.steps`); it is 0 without one.
+    """
+
+    name = "nn.step"
+    base = operand_def(tensor_constr("base"))
+    offset = i64_prop("offset", 0)
+
+    def __init__(self, base: Operand, shape: Sequence[int] | None = None, offset: int = 0) -> None:
+        value = SSAValue.get(base)
+        (bt,) = static_tensors(type(self), [value.type])
+        result = TensorType(bt.element_type, bt.get_shape() if shape is None else shape)
+        super().__init__(
+            operands=[value], result_types=[result], properties={"offset": i64_attr(offset)}
+        )
+        check_step(bt, result)
+
+    def verify_(self) -> None:
+        (base,) = static_tensors(type(self), self.operand_types)
+        check_step(base, self.result.type)
+
+
+def check_step(base: TensorType, result: Attribute) -> None:
+    """An integer base whose shape broadcasts to the result's, of the same element type."""
+    element_type([("base", base)], INDEX_TYPES)
+    if not isinstance(result, TensorType):
+        raise VerifyException(f"result must be a ranked tensor, got {result}")
+    require_static("result", result)
+    if result.element_type != base.element_type:
+        raise VerifyException(
+            f"result element type is {result.element_type}, expected {base.element_type}"
+        )
+    shape = tuple(result.get_shape())
+    if broadcast_shapes(base.get_shape(), shape) != shape:
+        raise VerifyException(
+            f"base {fmt_dims(base)} does not broadcast to the result {fmt_dims(result)}"
+        )
+
+
+@irdl_op_definition
+class CacheWriteOp(NNOp):
+    """`nn.cache_write {dim}`: cache with `new` written at positions index.. along `dim`.
+
+    cache[..., C, ...], new[..., n, ...] (cache's shape but n <= C along dim), index [1] or
+    [cache.shape[0]] (one position per leading row, dim > 0) int -> cache's type. On a donated
+    argument (`{nn.donated}`) the write happens in place.
+    """
+
+    name = "nn.cache_write"
+    cache = operand_def(tensor_constr("cache"))
+    new = operand_def(tensor_constr("new"))
+    index = operand_def(tensor_constr("index"))
+    dim = i64_prop("dim")
+
+    def __init__(self, cache: Operand, new: Operand, index: Operand, dim: int) -> None:
+        self._create([cache, new, index], {"dim": i64_attr(dim)})
+
+    @classmethod
+    def _infer(cls, types: list[TensorType], attrs: Mapping[str, AttrValue]) -> TensorType:
+        cache, new, index = types
+        element_type([("cache", cache)], ANY_TYPES)
+        element_type([("index", index)], INDEX_TYPES)
+        if new.element_type != cache.element_type:
+            raise VerifyException(
+                f"new has element type {new.element_type}, cache has {cache.element_type}"
+            )
+        rank = cache.get_num_dims()
+        dim = normalize_dim(as_int(attrs["dim"]), rank)
+        require_rank("new", new, rank, "cache's rank")
+        c, n = cache.get_shape(), new.get_shape()
+        for d in range(rank):
+            if (d == dim and n[d] > c[d]) or (d != dim and n[d] != c[d]):
+                raise VerifyException(
+                    f"new {fmt_dims(new)} does not fit cache {fmt_dims(cache)} along dim {dim}"
+                )
+        rows = (1, c[0]) if dim > 0 else (1,)
+        if index.get_num_dims() != 1 or index.get_shape()[0] not in rows:
+            allowed = " or ".join(f"[{r}]" for r in dict.fromkeys(rows))
+            raise VerifyException(
+                f"index must have shape {allowed}, got {list(index.get_shape())}"
+            )
+        return cache
+
+
+DONATED = "nn.donated"
+STEPS = "nn.steps"
+
+
+def decode_steps(func: Operation) -> int:
+    """The `nn.steps` of a function: how many times one call runs its body (1 without it)."""
+    attr = func.attributes.get(STEPS)
+    return 1 if attr is None else as_int(_plain_int(attr))
+
+
+def _plain_int(attr: Attribute) -> int:
+    if not isinstance(attr, IntegerAttr):
+        raise VerifyException(f"'{STEPS}' must be an integer, got {attr}")
+    return int(attr.value.data)
+
+
+def donated_args(func: FuncOp) -> list[int]:
+    """Indices of the arguments marked `{nn.donated}`."""
+    attrs = func.arg_attrs
+    if attrs is None:
+        return []
+    return [i for i, d in enumerate(attrs) if isinstance(d, DictionaryAttr) and DONATED in d.data]
+
+
+def is_cache_write(op: Operation) -> bool:
+    """An nn.cache_write, or the library kernel it became."""
+    kind = getattr(op, "kind", None)
+    return op.name == "nn.cache_write" or (
+        op.name == "mugraph.kernel" and isinstance(kind, StringAttr) and kind.data == "cache_write"
+    )
+
+
+def donated_write(func: FuncOp, index: int) -> SSAValue:
+    """The value a donated argument holds after one run of the body: its cache write's result."""
+    arg = func.args[index]
+    writes = [u.operation for u in arg.uses if u.index == 0 and is_cache_write(u.operation)]
+    if len(writes) != 1:
+        raise VerifyException(
+            f"donated argument #{index} must be the cache of exactly one cache write, "
+            f"found {len(writes)}"
+        )
+    return writes[0].results[0]
+
+
+def verify_decode_function(func: FuncOp) -> None:
+    """`nn.steps` >= 1; a donated argument is a tensor the body writes with one nn.cache_write."""
+    steps = decode_steps(func)
+    if steps < 1:
+        raise VerifyException(f"'{STEPS}' must be >= 1, got {steps}")
+    for i in donated_args(func):
+        attr = cast(DictionaryAttr, cast(ArrayAttr[Any], func.arg_attrs).data[i]).data[DONATED]
+        if not isinstance(attr, UnitAttr):
+            raise VerifyException(f"'{DONATED}' on argument #{i} must be a unit attribute")
+        donated_write(func, i)
 
 
 # ----------------------------------------------------------------------------- layout
@@ -587,6 +744,8 @@ ALL_OPS: tuple[type[NNOp], ...] = (
     ArgmaxOp,
     *LAYOUT_OPS,
     AttentionOp,
+    StepOp,
+    CacheWriteOp,
 )
 
 NN = Dialect("nn", list(ALL_OPS), [])

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
+from xdsl.dialects.builtin import FunctionType
 from xdsl.dialects.func import CallOp, FuncOp, ReturnOp
 from xdsl.interpreter import (
     Interpreter,
@@ -20,8 +21,9 @@ from xdsl.ir import Operation
 from xdsl.traits import SymbolTable
 
 from mk.diagnostics import MkError, op_location
-from mk.inputs import check_inputs, numpy_dtype, random_inputs, tensor_type
-from mk.interp.nn_ops import KERNELS, KernelError
+from mk.dialects.nn import decode_steps, donated_args, donated_write
+from mk.inputs import check_donated, check_inputs, numpy_dtype, random_inputs, tensor_type
+from mk.interp.nn_ops import KERNELS, KernelError, current_step
 from mk.source import Source, entry_function, load_module
 
 __all__ = ["random_inputs", "run_nn_op", "run_reference"]
@@ -105,21 +107,54 @@ def run_interpreted(
 
     The one run loop every NumPy interpreter of mk shares: located MkError for a bad program or an
     unsupported op (before anything runs), ValueError for bad inputs, outputs that never alias inputs.
+    A decode function (`nn.steps`) runs its body that many times; its donated arguments carry their
+    written values from step to step and hold the last ones when it returns.
     """
     module = load_module(source)
     func = entry_function(module, entry)
     arrays = check_inputs(func, tuple(inputs))
     check_supported(func)
+    check_donated(func, arrays)
+    donated = donated_args(func)
+    num_results = len(func.function_type.outputs.data)
+    if donated:
+        module = module.clone()
+        func = entry_function(module, func.sym_name.data)
+        return_states(func, donated)
     interp = Interpreter(module)
     interp.register_implementations(FuncFunctions())
     interp.register_implementations(nn_functions()())
     for functions in extra:
         interp.register_implementations(functions)
-    # IEEE semantics as on the GPU: overflow to inf and 0/0 to NaN without Python warnings.
-    with np.errstate(all="ignore"):
-        outputs = interp.call_op(func, tuple(arrays))
+    state = list(arrays)
+    outputs: tuple[Any, ...] = ()
+    for step in range(decode_steps(func)):
+        token = current_step.set(step)
+        # IEEE semantics as on the GPU: overflow to inf and 0/0 to NaN without Python warnings.
+        try:
+            with np.errstate(all="ignore"):
+                outputs = interp.call_op(func, tuple(state))
+        finally:
+            current_step.reset(token)
+        for k, i in enumerate(donated):
+            state[i] = outputs[num_results + k]
+    for i in donated:
+        arrays[i][...] = state[i]
     # Copies, so that no output aliases an input (a returned argument, a reshape's view).
-    return tuple(np.array(out, copy=True) for out in outputs)
+    return tuple(np.array(out, copy=True) for out in outputs[:num_results])
+
+
+def return_states(func: FuncOp, donated: Sequence[int]) -> None:
+    """Append each donated argument's written value to the function's results (interpreters)."""
+    ret = func.body.block.last_op
+    assert isinstance(ret, ReturnOp)
+    values = [*ret.operands, *(donated_write(func, i) for i in donated)]
+    ret.detach()
+    ret.erase()
+    func.body.block.add_op(ReturnOp(*values))
+    func.function_type = FunctionType.from_lists(
+        func.function_type.inputs.data, [v.type for v in values]
+    )
 
 
 def run_reference(source: Source, *inputs: Any, entry: str | None = None) -> tuple[np.ndarray, ...]:

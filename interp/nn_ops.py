@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 
 import numpy as np
 
@@ -160,6 +161,37 @@ def _attention(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.nd
     return np.matmul(_softmax_along(scores, -1), v)
 
 
+# The decode-loop step t the interpreters are running (`nn.steps`); 0 outside a decode loop.
+current_step: ContextVar[int] = ContextVar("current_step", default=0)
+
+
+def _step(args: Sequence[np.ndarray], attrs: Attrs, shape: Shape) -> np.ndarray:
+    value = args[0].astype(np.int64) + _int(attrs, "offset") + current_step.get()
+    return np.broadcast_to(value, shape)
+
+
+def _cache_write(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.ndarray:
+    cache, new, index = args
+    dim = _int(attrs, "dim") % cache.ndim
+    extent, n = cache.shape[dim], new.shape[dim]
+    out = np.array(cache, copy=True)
+    starts = np.asarray(index).astype(np.int64)
+    for row in range(cache.shape[0] if len(starts) > 1 else 1):
+        start = int(starts[row if len(starts) > 1 else 0])
+        if start < 0 or start + n > extent:
+            raise KernelError(
+                f"index {start} writes positions [{start}, {start + n}) outside [0, {extent}) "
+                f"of dim {dim}"
+            )
+        where: list[slice | int] = [slice(None)] * cache.ndim
+        if len(starts) > 1:
+            where[0] = slice(row, row + 1)
+        src: list[slice | int] = list(where)
+        where[dim] = slice(start, start + n)
+        out[tuple(where)] = new[tuple(src)]
+    return out
+
+
 KERNELS: dict[str, Kernel] = {
     "nn.matmul": _matmul,
     "nn.linear": _linear,
@@ -191,6 +223,8 @@ KERNELS: dict[str, Kernel] = {
     "nn.concat": _concat,
     "nn.slice": _slice,
     "nn.attention": _attention,
+    "nn.step": _step,
+    "nn.cache_write": _cache_write,
 }
-"""Op name -> kernel. Layout ops keep their operands' dtype; every other kernel returns float32
-(argmax: int32)."""
+"""Op name -> kernel. Layout ops and cache_write keep their operands' dtype, step its integers;
+every other kernel returns float32 (argmax: int32)."""

@@ -41,6 +41,7 @@ from mk.dialects.task_maps import (
 )
 from mk.inputs import numpy_dtype
 from mk.interp.mugraph import run_graph_def, run_kernel
+from mk.interp.nn_ops import current_step
 from mk.interp.task_order import Conflict, conflicts, footprint_bytes
 
 __all__ = ["Simulator", "SimResult", "Violation", "sequential", "simulate"]
@@ -211,8 +212,10 @@ class Simulator:
     def results(self, memory: _Memory) -> tuple[np.ndarray, ...]:
         return tuple(memory.view(b.sym_name.data).copy() for b in self.outputs)
 
-    def run_task(self, memory: _Memory, task: int, unmasked: int | None = None) -> list[np.ndarray]:
-        """The values one task writes, one per write footprint (taken from the yielded buffers).
+    def run_task(
+        self, memory: _Memory, task: int, iteration: int, unmasked: int | None = None
+    ) -> list[np.ndarray]:
+        """The values one task writes in `iteration`, one per write footprint (of the yielded buffers).
 
         `unmasked`: -1 gives every read buffer whole, k >= 0 only read k (footprint checks).
         """
@@ -229,7 +232,11 @@ class Simulator:
         for name, _ in info.writes:
             whole = memory.view(name)
             args.append(np.full_like(whole, _fill(whole.dtype)))
-        yielded = _run_body(info.grid, info.coords, args)
+        token = current_step.set(iteration)
+        try:
+            yielded = _run_body(info.grid, info.coords, args)
+        finally:
+            current_step.reset(token)
         return [
             np.asarray(value, dtype=memory.dtype(name))[where].copy()
             for value, (name, where) in zip(yielded, info.writes, strict=True)
@@ -251,9 +258,9 @@ class Simulator:
                 expected[iteration, task] = [
                     memory.stamp_view(name)[where].copy() for name, where in info.reads
                 ]
-                values = self.run_task(memory, task)
+                values = self.run_task(memory, task, iteration)
                 if violation is None:
-                    violation = self._footprint_problem(memory, task, values)
+                    violation = self._footprint_problem(memory, task, iteration, values)
                 stamp = iteration * self.num_tasks + task
                 for (name, where), value in zip(info.writes, values, strict=True):
                     memory.view(name)[where] = value
@@ -262,12 +269,12 @@ class Simulator:
         return Reference(self.results(memory), expected, finals, violation)
 
     def _footprint_problem(
-        self, memory: _Memory, task: int, values: list[np.ndarray]
+        self, memory: _Memory, task: int, iteration: int, values: list[np.ndarray]
     ) -> Violation | None:
         """A task whose writes change when it sees whole buffers reads outside its footprints;
         one that writes fill values writes more than its kernel produces."""
         info = self.tasks[task]
-        whole = self.run_task(memory, task, unmasked=-1)
+        whole = self.run_task(memory, task, iteration, unmasked=-1)
         if not all(_same(a, b) for a, b in zip(values, whole, strict=True)):
             culprit = (
                 next(
@@ -275,7 +282,9 @@ class Simulator:
                     for pos in range(len(info.reads))
                     if not all(
                         _same(a, b)
-                        for a, b in zip(values, self.run_task(memory, task, pos), strict=True)
+                        for a, b in zip(
+                            values, self.run_task(memory, task, iteration, pos), strict=True
+                        )
                     )
                 )
                 if info.reads
@@ -429,7 +438,7 @@ class _Run:
                     np.maximum(self.vc[row], self.cc[counter], out=self.vc[row])
                 violation = self.check_order(task, iteration, row)
                 violation = violation or self.check_reads(memory, task, iteration)
-                running[sm] = (task, iteration, sim.run_task(memory, task))
+                running[sm] = (task, iteration, sim.run_task(memory, task, iteration))
                 self.push(int(self.rng.integers(1, self.max_delay + 1)), "finish", sm, now)
                 continue
             task, iteration, values = running.pop(sm)

@@ -35,6 +35,7 @@ from xdsl.passes import ModulePass
 
 from mk.diagnostics import MkError, op_location
 from mk.dialects.mugraph import GraphDefOp, InputOp, KernelOp, OutputOp
+from mk.dialects.nn import STEPS, decode_steps, donated_args, donated_write
 from mk.dialects.task import ARENA_ALIGNMENT, BufferOp, EventOp, GraphOp, GridOp, YieldOp
 from mk.dialects.task_maps import FootprintAttr, eval_map, grid_points, parse_map
 from mk.passes.cost_model import kernel_cost
@@ -153,6 +154,8 @@ class _Lowering:
                     op_location(op),
                 )
         self.copies: list[tuple[SSAValue, str]] = []  # (source value, output buffer)
+        # A decode function's own step count wins over the pass option.
+        self.iterations = decode_steps(func) if STEPS in func.attributes else options.iterations
 
     def _declare(
         self, name: str, value: SSAValue, kind: str, index: int | None, where: Operation
@@ -169,6 +172,8 @@ class _Lowering:
             kind = "weight" if is_weight(arg) else "input"
             name = self.names.take(arg.name_hint or f"arg{i}")
             self.buffer_of[arg] = self._declare(name, arg, kind, i, self.func)
+        for i in donated_args(self.func):  # written in place: the write's result is the argument
+            self.buffer_of[donated_write(self.func, i)] = self.buffer_of[self.func.args[i]]
         for k, value in enumerate(self.returned):
             if value in self.buffer_of:  # an argument, or returned before: copy it
                 name = self._declare(self.names.take(f"result{k}"), value, "output", k, self.func)
@@ -262,9 +267,9 @@ class _Lowering:
         plans += [self.copy_plan(base + n, v, out) for n, (v, out) in enumerate(self.copies)]
         events = build_events(
             [p.info for p in plans], self.buffers, self.names,
-            self.options.iterations, self.options.merge_events,
+            self.iterations, self.options.merge_events,
         )  # fmt: skip
-        graph = GraphOp(self.func.sym_name.data, self.options.iterations, arena)
+        graph = GraphOp(self.func.sym_name.data, self.iterations, arena)
         graph.location = self.func.location
         block = graph.body.block
         for buf in _declaration_order(self.buffers.values()):

@@ -159,7 +159,8 @@ def raw_ancestors(buffers: Sequence[BufferPlan], kernels: int) -> list[set[int]]
     preds: list[set[int]] = [set() for _ in range(kernels)]
     for buf in buffers:
         for reader in buf.readers:
-            if buf.writer is not None and reader != buf.writer:
+            # A reader before the writer reads a donated argument's value before its in-place write.
+            if buf.writer is not None and buf.writer < reader:
                 preds[reader].add(buf.writer)
     ancestors: list[set[int]] = []
     for pos in range(kernels):  # kernel order is a topological order

@@ -138,7 +138,12 @@ class Needs:
 def collect_needs(
     grids: Sequence[GridInfo], buffers: dict[str, BufferPlan], iterations: int
 ) -> list[Needs]:
-    """Every grid's dependences on other grids (RAW, arena WAR/WAW, loop-carried WAR)."""
+    """Every grid's dependences on other grids (RAW, arena WAR/WAW, loop-carried WAR).
+
+    A buffer written in place (a donated argument's cache write) is also read before its write
+    in program order: the write waits for those reads, and with several iterations a read before
+    the write waits for the previous iteration's write (loop-carried RAW).
+    """
     accessors: dict[str, list[tuple[int, Access]]] = {}
     for i, grid in enumerate(grids):
         for access in (*grid.reads, *grid.writes):
@@ -148,11 +153,17 @@ def collect_needs(
         needs = Needs()
         for read in grid.reads:
             for i, other in accessors[read.buffer]:
-                if i < j and other in grids[i].writes:
+                if other not in grids[i].writes:
+                    continue
+                if i < j:
                     Needs.add(needs.same, i, rect_overlap(read, other))
+                elif i > j and iterations > 1:  # written in place later: the previous step's value
+                    Needs.add(needs.carried, i, rect_overlap(read, other))
         for write in grid.writes:
             target = buffers[write.buffer]
             for i, other in accessors[write.buffer]:
+                if i < j and other in grids[i].reads:  # an in-place write after earlier reads
+                    Needs.add(needs.same, i, rect_overlap(write, other))
                 if i > j and iterations > 1:  # next iteration's write after this one's reads
                     Needs.add(needs.carried, i, rect_overlap(write, other))
             for name in _sharing(target, buffers):

@@ -36,13 +36,13 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _describe(index: int, value: np.ndarray) -> str:
+def _describe(index: int, value: np.ndarray, label: str | None = None) -> str:
     data = value.astype(np.float64)
     first = ", ".join(f"{v:.6g}" for v in data.reshape(-1)[:_FIRST_VALUES])
     more = ", ..." if data.size > _FIRST_VALUES else ""
     stats = f"mean {data.mean():.6g} std {data.std():.6g}" if data.size else "empty"
     return (
-        f"output {index}: shape {tuple(value.shape)} dtype {value.dtype.name} "
+        f"{label or f'output {index}'}: shape {tuple(value.shape)} dtype {value.dtype.name} "
         f"{stats} first [{first}{more}]"
     )
 
@@ -80,6 +80,8 @@ def _has_gpu() -> bool:
 def _run_compiled(args: argparse.Namespace, module: ModuleOp, func: FuncOp) -> int:
     import mk
     from mk.compiler import compile, output_error
+    from mk.dialects.nn import donated_args
+    from mk.inputs import argument_label
     from mk.interp.nn import random_inputs
 
     if args.target == "cuda" and not _has_gpu():
@@ -104,16 +106,26 @@ def _run_compiled(args: argparse.Namespace, module: ModuleOp, func: FuncOp) -> i
     )
     print(f"compile time: {compiled * 1e3:.1f} ms ({cached})")
     inputs = random_inputs(func, args.seed)
+    pristine = [x.copy() for x in inputs]  # donated inputs are updated in place by each run
     start = time.perf_counter()
     outputs = prog(*inputs)
     elapsed = time.perf_counter() - start
-    references = mk.reference(module, *inputs, entry=name)
+    references = mk.reference(module, *pristine, entry=name)
+    donated = donated_args(func)
+    outputs = (*outputs, *(inputs[i] for i in donated))
+    references = (*references, *(pristine[i] for i in donated))
     ok = True
     for i, (out, ref) in enumerate(zip(outputs, references, strict=True)):
         error, bound = output_error(out, ref)
         good = error <= bound
         ok &= good
-        print(_describe(i, out))
+        n = len(outputs) - len(donated)
+        label = (
+            None
+            if i < n
+            else f"donated {argument_label(donated[i - n], func.args[donated[i - n]])}"
+        )
+        print(_describe(i, out, label))
         print(
             f"  error vs reference {error:.3e} (tolerance {bound:g}): {'ok' if good else 'MISMATCH'}"
         )

@@ -9,6 +9,8 @@ footprint: that is how kernel operands and results find their buffers.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,6 +23,7 @@ from mk.backends.cpu.emit_scalar import dims, dtype_code, float_literal, is_floa
 from mk.diagnostics import MkError, op_location
 from mk.dialects.mugraph import GraphDefOp, KernelOp
 from mk.dialects.task import BufferOp, GraphOp, GridOp, YieldOp
+from mk.inputs import numpy_dtype, tensor_type
 
 KIND_FIRST_LOWERED = 16
 
@@ -139,10 +142,19 @@ def _grid_function(name: str, grid: GridOp, refs: dict[str, BufferRef]) -> str:
     else:
         body = LibraryEmitter(gk.kernel, gk.operands, gk.library_results(grid)).emit()
     lines = [f"// task.grid @{grid.sym_name.data} {list(grid.shape_tuple)}"]
-    lines.append(f"int32_t {name}(const mk::TaskDesc* t, void* const* buffers) {{")
-    lines += _indent(body, 1)
+    lines.append(
+        f"int32_t {name}(const mk::TaskDesc* t, void* const* buffers, int32_t iteration) {{"
+    )
+    lines += _indent(uses_iteration(body), 1)
     lines += ["  return 0;", "}"]
     return "\n".join(lines) + "\n"
+
+
+def uses_iteration(body: list[str]) -> list[str]:
+    """The body, told not to warn about the decode-loop iteration when it does not read it."""
+    if any(re.search(r"\biteration\b", line) for line in body):
+        return body
+    return ["(void)iteration;  // the same in every decode-loop iteration", *body]
 
 
 def _indent(lines: Sequence[str], depth: int) -> list[str]:
@@ -159,7 +171,7 @@ def _indent(lines: Sequence[str], depth: int) -> list[str]:
 
 def _abi(names: Sequence[tuple[str, str]]) -> str:
     cases = "\n".join(
-        f"      case {KIND_FIRST_LOWERED + i}: return {fn}(task, buffers);"
+        f"      case {KIND_FIRST_LOWERED + i}: return {fn}(task, buffers, iteration);"
         for i, (fn, _) in enumerate(names)
     )
     kind_names = "\n".join(
@@ -181,7 +193,8 @@ const char* mk_kind_name(int32_t kind) {{
 
 const char* mk_last_error(void) {{ return g_error.c_str(); }}
 
-int32_t mk_dispatch(int32_t kind, const mk::TaskDesc* task, void* const* buffers) {{
+int32_t mk_dispatch(int32_t kind, const mk::TaskDesc* task, void* const* buffers,
+                    int32_t iteration) {{
   try {{
     switch (kind) {{
 {cases}
@@ -256,6 +269,8 @@ class LibraryEmitter:
     def emit(self) -> list[str]:
         emit = self.lines.append
         emit("(void)t;  // a library kernel runs whole: no tile coordinates")
+        if self.op.kind.data == "cache_write":
+            return self.cache_write()
         for i, (value, ref) in enumerate(zip(self.op.operands, self.operands, strict=True)):
             ctype = tile_ctype(value.type)
             emit(f"std::vector<{ctype}> a{i};")
@@ -326,6 +341,12 @@ class LibraryEmitter:
             emit(f"mk::cpu::lib_argmax(r, a0, {dims(s[0])}, {self.dim('dim', len(s[0]))});")
         elif kind == "embedding":
             self.embedding()
+        elif kind == "step":
+            offset = _int(self.attrs["offset"])
+            emit(
+                f"mk::cpu::lib_step(r, {dims(self.out_shape)}, a0, {dims(s[0])}, "
+                f"{offset} + static_cast<int64_t>(iteration));"
+            )
         elif kind == "attention":
             self.attention()
         else:
@@ -346,6 +367,39 @@ class LibraryEmitter:
             f'  return fail("{prefix}error: \'mugraph.kernel\' \\"embedding\\" id " + '
             f'std::to_string({ids}[bad]) + " at index " + mk::cpu::format_index(bad, '
             f'{dims(s[1])}) + " is out of range for a table of {rows} rows");',
+            "}",
+        ]
+
+    def cache_write(self) -> list[str]:
+        """Bytes of `new` into the result, in place when it is the cache's own buffer (a donated
+        argument): nothing else of the cache is read or written then."""
+        cache, new, index = self.operands
+        (out, _), *_ = self.results
+        s = self.shapes
+        dim = self.dim("dim", len(s[0]))
+        size = numpy_dtype(tensor_type(self.op.operands[0]).element_type).itemsize
+        self.lines += [
+            "std::vector<int64_t> a2;",
+            f"mk::cpu::load_all(a2, buffers[{index.index}], {index.dtype}, {dims(index.shape)});",
+            f"const int64_t bad = mk::cpu::cache_write_bytes(buffers[{out.index}], "
+            f"buffers[{cache.index}], buffers[{new.index}], a2, {dims(s[0])}, {dim}, "
+            f"{s[1][dim]}, {size});",
+        ]
+        self.cache_write_failure(dim, s[1][dim], s[0][dim])
+        return self.lines
+
+    def cache_write_failure(self, dim: int, n: int, extent: int) -> None:
+        loc = op_location(self.op)
+        prefix = f"{loc}: " if loc else ""
+        rows = "bad * static_cast<int64_t>(a2.size()) / " + str(
+            math.prod(self.shapes[0][:dim]) if dim else 1
+        )
+        self.lines += [
+            "if (bad >= 0) {",
+            f"  const int64_t at = a2[{rows}];",
+            f'  return fail("{prefix}error: \'mugraph.kernel\' \\"cache_write\\" index " + '
+            f'std::to_string(at) + " writes positions [" + std::to_string(at) + ", " + '
+            f'std::to_string(at + {n}) + ") outside [0, {extent}) of dim {dim}");',
             "}",
         ]
 

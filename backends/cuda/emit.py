@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation, SSAValue
 
-from mk.backends.cpu.emit import LibraryEmitter, _graph_of, _ident, _indent, grid_kernel
+from mk.backends.cpu.emit import (
+    LibraryEmitter,
+    _graph_of,
+    _ident,
+    _indent,
+    grid_kernel,
+    uses_iteration,
+)
 from mk.backends.cpu.emit_ops import BufferRef, GraphDefEmitter
 from mk.backends.cpu.emit_scalar import dims, dtype_code, is_float
 from mk.backends.cuda.stream import plan_stream
@@ -173,6 +180,9 @@ class DeviceLibraryEmitter(LibraryEmitter):
             for ref, shape in zip(self.operands, self.shapes, strict=True)
         ]
 
+    def cache_write_failure(self, dim: int, n: int, extent: int) -> None:
+        self.lines.append("if (bad >= 0) return static_cast<int32_t>(bad) + 1;")
+
     def embedding(self) -> None:
         if is_float(self.op.operands[1].type):
             raise MkError("embedding ids must be integers", op_location(self.op))
@@ -287,22 +297,22 @@ def _grid_function(name: str, grid: GridOp, refs: dict[str, BufferRef]) -> tuple
     head = [f"// task.grid @{grid.sym_name.data} {list(grid.shape_tuple)}"]
     head.append(
         f"__device__ __noinline__ int32_t {name}(const mk::TaskDesc* t, void* const* buffers, "
-        "mk::gpu::Arena& arena) {"
+        "mk::gpu::Arena& arena, int32_t iteration) {"
     )
-    text = "\n".join([*head, *_indent(lines, 1), "  return 0;", "}"]) + "\n"
+    text = "\n".join([*head, *_indent(uses_iteration(lines), 1), "  return 0;", "}"]) + "\n"
     return text, _Need(tiles + _temporaries(kernel, tiles), smem)
 
 
 def _dispatch(names: Sequence[str], smem: int) -> str:
     cases = "\n".join(
-        f"      case {KIND_FIRST_LOWERED + i}: return {fn}(t, buffers, arena);"
+        f"      case {KIND_FIRST_LOWERED + i}: return {fn}(t, buffers, arena, iteration);"
         for i, fn in enumerate(names)
     )
     return f"""\
 struct Dispatch {{
   static constexpr unsigned kSmemBytes = {smem};
   __device__ static int32_t run(int32_t kind, const mk::TaskDesc* t, void* const* buffers,
-                                mk::gpu::Arena& arena) {{
+                                mk::gpu::Arena& arena, int32_t iteration) {{
     switch (kind) {{
 {cases}
       default: return 0x7fffffff;  // an unknown kind fails the task

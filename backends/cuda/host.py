@@ -12,9 +12,10 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from mk.compiler import Program, _from_torch, _is_torch, _unwritten
+from mk.compiler import Program, _from_torch, _is_torch, _unwritten, _write_back
 from mk.diagnostics import MkError
-from mk.inputs import check_inputs, numpy_dtype, tensor_type
+from mk.dialects.nn import donated_args
+from mk.inputs import check_donated, check_inputs, numpy_dtype, tensor_type
 from mk.runtime_tables import RUN_STATUS
 
 DEFAULT_NUM_SMS = 132  # an H200's SMs: one queue per SM
@@ -179,7 +180,10 @@ class CudaProgram(Program):
             return tuple(outputs)
         torch_in = any(_is_torch(x) for x in inputs)
         arrays = [_from_torch(x) if _is_torch(x) else x for x in inputs]
-        outs = self.run(check_inputs(self.func, arrays), **run_options)
+        checked = check_inputs(self.func, arrays)
+        check_donated(self.func, checked)
+        outs = self.run(checked, **run_options)
+        _write_back(inputs, arrays, donated_args(self.func))
         if torch_in:
             return tuple(
                 torch.from_numpy(o.view(np.int16)).view(torch.bfloat16)
@@ -213,6 +217,9 @@ class CudaProgram(Program):
         tensors = [_device_bytes(a) for a in inputs]
         outputs = self._new_outputs()
         self._launch_tensors(tensors, outputs, timeout_ms=timeout_ms)
+        for i in donated_args(self.func):  # written in place on the GPU: copy the update back
+            raw = tensors[i].view(-1).cpu().numpy()
+            inputs[i].reshape(-1).view(np.uint8)[...] = raw
         result = []
         for (shape, dtype), out in zip(self._results, outputs, strict=True):
             raw = out.contiguous().view(-1).view(torch.uint8).cpu().numpy()

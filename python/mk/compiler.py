@@ -24,8 +24,9 @@ from xdsl.dialects.func import FuncOp
 from xdsl.passes import PassPipeline
 
 from mk.diagnostics import MkError
+from mk.dialects.nn import donated_args
 from mk.dialects.task import GraphOp
-from mk.inputs import check_inputs, numpy_dtype
+from mk.inputs import check_donated, check_inputs, numpy_dtype
 from mk.runtime_tables import Tables
 from mk.source import Source, entry_function, load_module
 
@@ -342,6 +343,15 @@ def _unwritten(dtype: np.dtype) -> float | int | bool:
     return int(np.iinfo(dtype).min) if dtype.kind in "iu" else float("nan")
 
 
+def _write_back(
+    inputs: Sequence[Any], arrays: Sequence[np.ndarray], donated: Sequence[int]
+) -> None:
+    """Donated torch tensors whose NumPy view was a copy (not on the CPU, say) get its update."""
+    for i in donated:
+        if _is_torch(inputs[i]) and not np.shares_memory(_from_torch(inputs[i]), arrays[i]):
+            inputs[i].copy_(_to_torch(arrays[i]))
+
+
 def _is_torch(value: object) -> bool:
     return type(value).__module__.split(".")[0] == "torch"
 
@@ -453,7 +463,10 @@ class Program:
         """
         torch_in = any(_is_torch(x) for x in inputs)
         arrays = [_from_torch(x) if _is_torch(x) else x for x in inputs]
-        outputs = self.run(check_inputs(self.func, arrays), **run_options)
+        checked = check_inputs(self.func, arrays)
+        check_donated(self.func, checked)
+        outputs = self.run(checked, **run_options)
+        _write_back(inputs, arrays, donated_args(self.func))
         return tuple(_to_torch(o) for o in outputs) if torch_in else outputs
 
     def run(

@@ -12,6 +12,7 @@ from xdsl.dialects.builtin import (
     Float16Type,
     Float32Type,
     Float64Type,
+    IntegerAttr,
     IntegerType,
     TensorType,
 )
@@ -80,6 +81,16 @@ def check_inputs(func: FuncOp, inputs: Sequence[object]) -> list[np.ndarray]:
     ]
 
 
+def check_donated(func: FuncOp, arrays: Sequence[np.ndarray]) -> None:
+    """Donated arguments are written in place: each must be a writable C-contiguous array."""
+    from mk.dialects.nn import donated_args
+
+    for i in donated_args(func):
+        if not (arrays[i].flags.writeable and arrays[i].flags.c_contiguous):
+            label = argument_label(i, func.body.block.args[i])
+            raise ValueError(f"{label}: a donated array must be writable and C-contiguous")
+
+
 def _check_one(index: int, arg: BlockArgument, value: object) -> np.ndarray:
     label = argument_label(index, arg)
     ty = tensor_type(arg)
@@ -145,9 +156,40 @@ def _role(arg: BlockArgument) -> _Role:
                 role.fan_in = _fan_in(op.operands[1], -1)
             case "nn.rope", 1 | 2:
                 role.trig = True
+            case "nn.step", 0:
+                high = _step_high(op)
+                role.int_high = high if role.int_high is None else min(role.int_high, high)
             case _:
                 pass
     return role
+
+
+def _index_high(op: Operation, index: int) -> int:
+    """Exclusive bound of an integer operand that indexes: ids, kv_len, cache write positions."""
+    match op.name, index:
+        case "nn.embedding", 1:
+            return tensor_type(op.operands[0]).get_shape()[0]
+        case "nn.attention", 3:
+            return tensor_type(op.operands[1]).get_shape()[2] + 1
+        case "nn.cache_write", 2:
+            dim = op.attributes.get("dim") or op.properties.get("dim")
+            d = int(dim.value.data) if isinstance(dim, IntegerAttr) else 0
+            cache, new = (tensor_type(v).get_shape() for v in op.operands[:2])
+            return cache[d] - new[d] + 1
+        case _:
+            return 16
+
+
+def _step_high(step: Operation) -> int:
+    """Exclusive bound of a step's base: every step's value (base + offset + t) stays valid."""
+    from mk.dialects.nn import decode_steps
+
+    func = step.parent_op()
+    steps = decode_steps(func) if func is not None else 1
+    offset = step.properties.get("offset") or step.attributes.get("offset")
+    add = (int(offset.value.data) if isinstance(offset, IntegerAttr) else 0) + steps - 1
+    limits = [_index_high(op, i) for op, i in _uses(step.results[0])] or [16]
+    return max(min(limits) - add, 1)
 
 
 def _fan_in(value: SSAValue, axis: int) -> int | None:

@@ -264,8 +264,8 @@ std::string KernelLibrary::kind_name(int32_t kind) const {
   return name ? name : "";
 }
 
-void KernelLibrary::dispatch(const TaskDesc& task, void* const* buffers) const {
-  const int32_t code = dispatch_(task.kind, &task, buffers);
+void KernelLibrary::dispatch(const TaskDesc& task, void* const* buffers, int32_t iteration) const {
+  const int32_t code = dispatch_(task.kind, &task, buffers, iteration);
   if (code == 0) return;
   const char* why = last_error_();  // thread-local in the library: this thread's last failure
   throw std::runtime_error(cat("kernel '", kind_name(task.kind), "' (kind ", task.kind, ") returned ",
@@ -288,7 +288,7 @@ CpuExecutor::CpuExecutor(Tables tables, std::shared_ptr<const KernelLibrary> lib
                                     KIND_FIRST_LOWERED + library_->num_kinds() - 1, ")"));
       if (static_cast<size_t>(d.kind) >= kinds_.size()) kinds_.resize(d.kind + 1);
       const KernelLibrary* lib = library_.get();  // kept alive by library_ as long as kinds_
-      kinds_[d.kind] = [lib](const TaskDesc& t, ExecContext& ctx) { lib->dispatch(t, ctx.buffers); };
+      kinds_[d.kind] = [lib](const TaskDesc& t, ExecContext& ctx) { lib->dispatch(t, ctx.buffers, ctx.iteration); };
       continue;
     }
     auto found = reg.kinds.find(d.kind);

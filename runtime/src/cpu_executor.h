@@ -77,12 +77,12 @@ class KernelLibrary {
   int32_t num_kinds() const { return num_kinds_; }  // kinds KIND_FIRST_LOWERED .. + num_kinds - 1
   std::string kind_name(int32_t kind) const;        // "" outside the library's kinds
   // Runs one task; throws std::runtime_error with the kernel's code and mk_last_error() message.
-  void dispatch(const TaskDesc& task, void* const* buffers) const;
+  void dispatch(const TaskDesc& task, void* const* buffers, int32_t iteration) const;
 
  private:
   using AbiFn = int32_t (*)();
   using KindNameFn = const char* (*)(int32_t);
-  using DispatchFn = int32_t (*)(int32_t, const TaskDesc*, void* const*);
+  using DispatchFn = int32_t (*)(int32_t, const TaskDesc*, void* const*, int32_t);
   using LastErrorFn = const char* (*)();
 
   std::string path_;

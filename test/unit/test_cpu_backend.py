@@ -65,17 +65,20 @@ class Library:
             ctypes.c_int32,
             ctypes.POINTER(TaskDesc),
             ctypes.POINTER(ctypes.c_void_p),
+            ctypes.c_int32,
         ]
         self.dll.mk_last_error.restype = ctypes.c_char_p
         self.dll.mk_kind_name.restype = ctypes.c_char_p
         self.dll.mk_kind_name.argtypes = [ctypes.c_int32]
 
-    def dispatch(self, kind: int, coords: Sequence[int], ptrs: ctypes.Array) -> int:
+    def dispatch(
+        self, kind: int, coords: Sequence[int], ptrs: ctypes.Array, iteration: int = 0
+    ) -> int:
         task = TaskDesc()
         task.kind, task.grid = kind, kind - 16
         for i, c in enumerate(coords):
             task.coord[i] = int(c)
-        return int(self.dll.mk_dispatch(kind, ctypes.byref(task), ptrs))
+        return int(self.dll.mk_dispatch(kind, ctypes.byref(task), ptrs, iteration))
 
     def error(self) -> str:
         return self.dll.mk_last_error().decode()
@@ -100,15 +103,15 @@ def run_tasks(
     ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
     grids = [op for op in graph.body.block.ops if isinstance(op, GridOp)]
 
-    def one(kind: int, point: Sequence[int]) -> None:
-        if lib.dispatch(kind, point, ptrs) != 0:
+    def one(kind: int, point: Sequence[int], iteration: int) -> None:
+        if lib.dispatch(kind, point, ptrs, iteration) != 0:
             raise RuntimeError(lib.error())
 
     with ThreadPoolExecutor(threads) as pool:
-        for _ in range(int_value(graph.iterations)):
+        for it in range(int_value(graph.iterations)):
             for gi, grid in enumerate(grids):
                 points = list(grid_points(grid.shape_tuple))
-                list(pool.map(lambda p, k=16 + gi: one(k, p), points))
+                list(pool.map(lambda p, k=16 + gi, t=it: one(k, p, t), points))
     outs = {
         int_value(b.index): a
         for b, a in zip(buffers, arrays, strict=True)

@@ -346,7 +346,7 @@ def test_verifier_accepts_what_builders_make() -> None:
 
 def test_dialect_lists_every_op_once() -> None:
     names = [op.name for op in nn.NN.operations]
-    assert len(names) == len(set(names)) == len(nn.ALL_OPS) == 30
+    assert len(names) == len(set(names)) == len(nn.ALL_OPS) == 32
     assert all(name.startswith("nn.") for name in names)
     assert {"nn.rms_norm", "nn.reduce_mean", "nn.attention", "nn.concat"} <= set(names)
 

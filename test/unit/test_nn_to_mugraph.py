@@ -15,6 +15,7 @@ from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, result_def
 from mk.diagnostics import MkError
 from mk.dialects import make_context, nn
 from mk.dialects import mugraph as mg
+from mk.dialects.nn import donated_args
 from mk.inputs import random_inputs
 from mk.interp.mugraph import run_mugraph
 from mk.interp.nn import run_reference
@@ -58,10 +59,14 @@ def check_agrees(module: ModuleOp, seed: int = 0, **options: int) -> ModuleOp:
     """Run the nn reference, lower, run the mugraph interpreter on the same inputs, compare."""
     func = entry_function(module)
     inputs = random_inputs(func, seed)
-    reference = run_reference(module, *inputs)
+    ref_inputs = [x.copy() for x in inputs]  # donated arguments are updated in place
+    reference = run_reference(module, *ref_inputs)
     lowered = lower(module, **options)
     assert not [op for op in lowered.walk() if op.dialect_name() == "nn"]
     outputs = run_mugraph(lowered, *inputs)
+    donated = donated_args(func)
+    outputs = (*outputs, *(inputs[i] for i in donated))
+    reference = (*reference, *(ref_inputs[i] for i in donated))
     for out, ref in zip(outputs, reference, strict=True):
         assert out.dtype == ref.dtype and out.shape == ref.shape
         if ref.dtype.kind in "iu":

@@ -57,13 +57,59 @@ inline void lib_rope(std::vector<float>& out, const std::vector<float>& x, const
 }
 
 // Row gather; returns the flat index of the first id out of range, or -1.
-inline int64_t lib_embedding(std::vector<float>& out, const std::vector<float>& table,
-                             const Dims& tshape, const std::vector<int64_t>& ids) {
+template <class T>
+int64_t lib_embedding(std::vector<T>& out, const std::vector<T>& table, const Dims& tshape,
+                      const std::vector<int64_t>& ids) {
   const int64_t rows = tshape[0], h = tshape.size() > 1 ? numel(Dims(tshape.begin() + 1, tshape.end())) : 1;
-  out.assign(static_cast<size_t>(static_cast<int64_t>(ids.size()) * h), 0.0f);
+  out.assign(static_cast<size_t>(static_cast<int64_t>(ids.size()) * h), T(0));
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= rows) return static_cast<int64_t>(i);
     std::copy(table.begin() + ids[i] * h, table.begin() + (ids[i] + 1) * h, out.begin() + i * h);
+  }
+  return -1;
+}
+
+// base + add broadcast to `oshape` (NumPy rules): the value of a decode-loop step.
+inline void lib_step(std::vector<int64_t>& out, const Dims& oshape, const std::vector<int64_t>& base,
+                     const Dims& bshape, int64_t add) {
+  out.assign(static_cast<size_t>(numel(oshape)), 0);
+  Walk w(oshape, {bshape});
+  for (size_t e = 0; e < out.size(); ++e, w.next()) out[e] = base[w.at(0)] + add;
+}
+
+// The rows of a cache write: `outer` runs of `n` positions along the written dim, each run of
+// `inner` bytes per position; run o of the source goes to positions starts[o * rows / outer] +
+// [0, n) of a dim of `extent` positions (rows = starts.size(), 1 when all runs share a start).
+struct CacheRuns {
+  int64_t outer, extent, n, inner;
+};
+
+inline CacheRuns cache_runs(const Dims& cshape, int64_t dim, int64_t n, int64_t esize) {
+  CacheRuns c{1, cshape[dim], n, esize};
+  for (int64_t d = 0; d < dim; ++d) c.outer *= cshape[d];
+  for (size_t d = dim + 1; d < cshape.size(); ++d) c.inner *= cshape[d];
+  return c;
+}
+
+// Writes `src` into `out` (a copy of `cache` unless they are the same bytes, the in-place write
+// of a donated argument) at the positions `starts` gives; returns the first run whose positions
+// fall outside the dim, or -1 (nothing written then).
+inline int64_t cache_write_bytes(void* out, const void* cache, const void* src,
+                                 const std::vector<int64_t>& starts, const Dims& cshape,
+                                 int64_t dim, int64_t n, int64_t esize) {
+  const CacheRuns c = cache_runs(cshape, dim, n, esize);
+  const int64_t rows = static_cast<int64_t>(starts.size());
+  for (int64_t o = 0; o < c.outer; ++o) {
+    const int64_t s = starts[o * rows / c.outer];
+    if (s < 0 || s + n > c.extent) return o;
+  }
+  char* dst = static_cast<char*>(out);
+  if (out != cache) memcpy(dst, cache, static_cast<size_t>(c.outer * c.extent * c.inner));
+  const char* from = static_cast<const char*>(src);
+  for (int64_t o = 0; o < c.outer; ++o) {
+    const int64_t s = starts[o * rows / c.outer];
+    memcpy(dst + (o * c.extent + s) * c.inner, from + o * n * c.inner,
+                static_cast<size_t>(n * c.inner));
   }
   return -1;
 }

@@ -50,8 +50,9 @@ __device__ inline void lib_rope(Tile<float>& out, const Tile<float>& x, const Di
 }
 
 // Row gather; returns (to every thread) the flat index of the first id out of range, or -1.
-__device__ inline int64_t lib_embedding(Tile<float>& out, const Tile<float>& table,
-                                        const Dims& tshape, const Tile<int64_t>& ids) {
+template <class T>
+__device__ int64_t lib_embedding(Tile<T>& out, const Tile<T>& table, const Dims& tshape,
+                                 const Tile<int64_t>& ids) {
   __shared__ unsigned long long first_bad;
   const int64_t rows = tshape.v[0], h = numel(tshape) / rows;
   if (threadIdx.x == 0) first_bad = ~0ull;
@@ -61,7 +62,7 @@ __device__ inline int64_t lib_embedding(Tile<float>& out, const Tile<float>& tab
     const int64_t i = e / h, id = ids.p[i];
     if (id < 0 || id >= rows) {
       atomicMin(&first_bad, static_cast<unsigned long long>(i));
-      out.p[e] = 0.0f;
+      out.p[e] = T(0);
     } else {
       out.p[e] = table.p[id * h + e % h];
     }
@@ -70,6 +71,67 @@ __device__ inline int64_t lib_embedding(Tile<float>& out, const Tile<float>& tab
   const unsigned long long bad = first_bad;
   __syncthreads();
   return bad == ~0ull ? -1 : static_cast<int64_t>(bad);
+}
+
+// base + add broadcast to `oshape` (NumPy rules): the value of a decode-loop step.
+__device__ inline void lib_step(Tile<int64_t>& out, const Dims& oshape, const Tile<int64_t>& base,
+                                const Dims& bshape, int64_t add) {
+  const Dims s = bcast_strides(bshape, oshape);
+  out.resize(numel(oshape));
+  MK_FOR_EACH(e, out.n) out.p[e] = base.p[bcast_offset(e, oshape, s)] + add;
+  __syncthreads();
+}
+
+// Byte copy by every thread of the CTA, 16 bytes at a time when both ends allow it.
+__device__ inline void copy_bytes(void* dst, const void* src, int64_t bytes) {
+  if (reinterpret_cast<uintptr_t>(dst) % 16 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    MK_FOR_EACH(v, bytes / 16) static_cast<uint4*>(dst)[v] = static_cast<const uint4*>(src)[v];
+    MK_FOR_EACH(b, bytes % 16) {
+      const int64_t at = bytes / 16 * 16 + b;
+      static_cast<char*>(dst)[at] = static_cast<const char*>(src)[at];
+    }
+  } else {
+    MK_FOR_EACH(b, bytes) static_cast<char*>(dst)[b] = static_cast<const char*>(src)[b];
+  }
+}
+
+// The cache write of mk/cpu_library.h (`cache_write_bytes`), by every thread of the CTA: a copy
+// of the cache first unless it is written in place, then the new positions, 4 bytes at a time
+// where the runs allow it. Returns (to every thread) the first bad run, or -1.
+__device__ inline int64_t cache_write_bytes(void* out, const void* cache, const void* src,
+                                            const Tile<int64_t>& starts, const Dims& cshape,
+                                            int64_t dim, int64_t n, int64_t esize) {
+  int64_t outer = 1, inner = esize;
+  for (int64_t d = 0; d < dim; ++d) outer *= cshape.v[d];
+  for (int64_t d = dim + 1; d < cshape.n; ++d) inner *= cshape.v[d];
+  const int64_t extent = cshape.v[dim], rows = starts.n;
+  for (int64_t o = 0; o < outer; ++o) {
+    const int64_t s = starts.p[o * rows / outer];
+    if (s < 0 || s + n > extent) return o;
+  }
+  if (out != cache) {
+    copy_bytes(out, cache, outer * extent * inner);
+    __syncthreads();
+  }
+  const int64_t run = n * inner;
+  char* dst = static_cast<char*>(out);
+  const char* from = static_cast<const char*>(src);
+  if (run % 4 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0 &&
+      reinterpret_cast<uintptr_t>(src) % 4 == 0 && inner % 4 == 0) {
+    MK_FOR_EACH(w, outer * run / 4) {
+      const int64_t o = w / (run / 4), k = w % (run / 4);
+      const int64_t s = starts.p[o * rows / outer];
+      reinterpret_cast<uint32_t*>(dst + (o * extent + s) * inner)[k] =
+          reinterpret_cast<const uint32_t*>(from + o * run)[k];
+    }
+  } else {
+    MK_FOR_EACH(b, outer * run) {
+      const int64_t o = b / run, k = b % run;
+      dst[(o * extent + starts.p[o * rows / outer]) * inner + k] = from[o * run + k];
+    }
+  }
+  __syncthreads();
+  return -1;
 }
 
 __device__ inline void lib_argmax(Tile<int64_t>& out, const Tile<float>& x, const Dims& shape,

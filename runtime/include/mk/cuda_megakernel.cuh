@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
       if (!go) return;
       const uint64_t started = p.timeline && threadIdx.x == 0 ? globaltimer() : 0;
       arena.top = 0;
-      const int32_t rc = Dispatch::run(task->kind, task, p.buffers, arena);
+      const int32_t rc = Dispatch::run(task->kind, task, p.buffers, arena, t);
       __syncthreads();
       if (threadIdx.x == 0) {
         if (rc != 0) {

@@ -297,7 +297,7 @@ func.func @f(%x: tensor<2x4x64xf32>, %c: tensor<4x32xf32>, %s: tensor<3x32xf32>)
 // -----
 
 func.func @f(%x: tensor<4x64xf32>, %c: tensor<4x32xf32>, %s: tensor<4x32xbf16>) {
-// CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'nn.rope' element types differ: x is f32, sin is bf16
+// CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'nn.rope' element types differ: cos is f32, sin is bf16
   %0 = nn.rope %x, %c, %s : (tensor<4x64xf32>, tensor<4x32xf32>, tensor<4x32xbf16>) -> tensor<4x64xf32>
   func.return
 }
@@ -307,14 +307,6 @@ func.func @f(%x: tensor<4x64xf32>, %c: tensor<4x32xf32>, %s: tensor<4x32xbf16>) 
 func.func @f(%t: tensor<1000x64xf16>, %ids: tensor<7xf32>) {
 // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'nn.embedding' ids must have element type i32 or i64, got f32
   %0 = nn.embedding %t, %ids : (tensor<1000x64xf16>, tensor<7xf32>) -> tensor<7x64xf16>
-  func.return
-}
-
-// -----
-
-func.func @f(%t: tensor<1000x64xi32>, %ids: tensor<7xi32>) {
-// CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'nn.embedding' table must have element type f32, f16 or bf16, got i32
-  %0 = nn.embedding %t, %ids : (tensor<1000x64xi32>, tensor<7xi32>) -> tensor<7x64xi32>
   func.return
 }
 
@@ -520,4 +512,60 @@ func.func @f(%q: tensor<1x8x1x64xf32>, %k: tensor<1x8x16x64xbf16>) {
 // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'nn.attention' element types differ: q is f32, k is bf16
   %0 = nn.attention %q, %k, %k {scale = 1.0 : f32} : (tensor<1x8x1x64xf32>, tensor<1x8x16x64xbf16>, tensor<1x8x16x64xbf16>) -> tensor<1x8x1x64xf32>
   func.return
+}
+
+// ===== decode loop: nn.step, nn.cache_write, {nn.donated}, nn.steps
+
+// -----
+
+func.func @f(%p: tensor<1xf32>) {
+// CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'nn.step' base must have element type i32 or i64, got f32
+  %0 = nn.step %p : (tensor<1xf32>) -> tensor<1xf32>
+  func.return
+}
+
+// -----
+
+func.func @f(%p: tensor<2xi32>) {
+// CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'nn.step' base 2 does not broadcast to the result 3
+  %0 = nn.step %p : (tensor<2xi32>) -> tensor<3xi32>
+  func.return
+}
+
+// -----
+
+func.func @f(%c: tensor<2x4x16x8xbf16>, %n: tensor<2x4x1x8xf32>, %i: tensor<1xi32>) {
+// CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'nn.cache_write' new has element type f32, cache has bf16
+  %0 = nn.cache_write %c, %n, %i {dim = 2 : i64} : (tensor<2x4x16x8xbf16>, tensor<2x4x1x8xf32>, tensor<1xi32>) -> tensor<2x4x16x8xbf16>
+  func.return
+}
+
+// -----
+
+func.func @f(%c: tensor<2x4x16x8xbf16>, %n: tensor<2x4x1x4xbf16>, %i: tensor<1xi32>) {
+// CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'nn.cache_write' new 2x4x1x4 does not fit cache 2x4x16x8 along dim 2
+  %0 = nn.cache_write %c, %n, %i {dim = 2 : i64} : (tensor<2x4x16x8xbf16>, tensor<2x4x1x4xbf16>, tensor<1xi32>) -> tensor<2x4x16x8xbf16>
+  func.return
+}
+
+// -----
+
+func.func @f(%c: tensor<16x2xi32>, %n: tensor<1x2xi32>, %i: tensor<16xi32>) {
+// CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'nn.cache_write' index must have shape [1], got [16]
+  %0 = nn.cache_write %c, %n, %i {dim = 0 : i64} : (tensor<16x2xi32>, tensor<1x2xi32>, tensor<16xi32>) -> tensor<16x2xi32>
+  func.return
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 1]]:1: error: 'func.func' @f: donated argument #0 must be the cache of exactly one cache write, found 0
+func.func @f(%c: tensor<16x2xi32> {nn.donated}) -> tensor<16x2xi32> {
+  func.return %c : tensor<16x2xi32>
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 1]]:1: error: 'func.func' @f: 'nn.steps' must be >= 1, got 0
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> attributes {nn.steps = 0 : i64} {
+  func.return %x : tensor<4xf32>
 }

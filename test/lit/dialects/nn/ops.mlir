@@ -132,3 +132,21 @@ func.func @attention(%q: tensor<2x8x1x64xf16>, %k: tensor<2x8x32x64xf16>, %gq: t
   %gqa = nn.attention %gq, %gk, %gv, %len {scale = 0.0883883461 : f32, causal = true} : (tensor<2x32x4x128xbf16>, tensor<2x8x256x128xbf16>, tensor<2x8x256x128xbf16>, tensor<2xi32>) -> tensor<2x32x4x128xbf16>
   func.return %mha : tensor<2x8x1x64xf16>
 }
+
+// -----
+
+// A decode function: the body runs `nn.steps` times per call; donated arguments are written in place.
+// CHECK-LABEL: func.func @decode(%tokens: tensor<16x2xi32> {nn.donated}, %pos: tensor<1xi32>, %kc: tensor<2x4x16x8xbf16> {nn.donated}, %k: tensor<2x4x1x8xbf16>) -> tensor<16x2xi32> attributes {nn.steps = 3 : i64} {
+func.func @decode(%tokens: tensor<16x2xi32> {nn.donated}, %pos: tensor<1xi32>, %kc: tensor<2x4x16x8xbf16> {nn.donated}, %k: tensor<2x4x1x8xbf16>) -> tensor<16x2xi32> attributes {nn.steps = 3 : i64} {
+  // CHECK-NEXT: %p = nn.step %pos : (tensor<1xi32>) -> tensor<1xi32>
+  %p = nn.step %pos : (tensor<1xi32>) -> tensor<1xi32>
+  // CHECK-NEXT: %len = nn.step %pos {offset = 1 : i64} : (tensor<1xi32>) -> tensor<2xi32>
+  %len = nn.step %pos {offset = 1 : i64} : (tensor<1xi32>) -> tensor<2xi32>
+  // CHECK-NEXT: %kc2 = nn.cache_write %kc, %k, %len {dim = 2 : i64} : (tensor<2x4x16x8xbf16>, tensor<2x4x1x8xbf16>, tensor<2xi32>) -> tensor<2x4x16x8xbf16>
+  %kc2 = nn.cache_write %kc, %k, %len {dim = 2 : i64} : (tensor<2x4x16x8xbf16>, tensor<2x4x1x8xbf16>, tensor<2xi32>) -> tensor<2x4x16x8xbf16>
+  // CHECK-NEXT: %t = nn.embedding %tokens, %p : (tensor<16x2xi32>, tensor<1xi32>) -> tensor<1x2xi32>
+  %t = nn.embedding %tokens, %p : (tensor<16x2xi32>, tensor<1xi32>) -> tensor<1x2xi32>
+  // CHECK-NEXT: %t2 = nn.cache_write %tokens, %t, %p {dim = 0 : i64} : (tensor<16x2xi32>, tensor<1x2xi32>, tensor<1xi32>) -> tensor<16x2xi32>
+  %t2 = nn.cache_write %tokens, %t, %p {dim = 0 : i64} : (tensor<16x2xi32>, tensor<1x2xi32>, tensor<1xi32>) -> tensor<16x2xi32>
+  func.return %t2 : tensor<16x2xi32>
+}
