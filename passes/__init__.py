@@ -43,6 +43,12 @@ def _nn_to_mugraph() -> type[ModulePass]:
     return NnToMugraphPass
 
 
+def _superoptimize() -> type[ModulePass]:
+    from mk.passes.search.superoptimize import SuperoptimizePass
+
+    return SuperoptimizePass
+
+
 def _task_schedule() -> type[ModulePass]:
     from mk.passes.task_schedule import TaskSchedulePass
 
@@ -70,6 +76,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "nn-to-mugraph": _nn_to_mugraph,
         "mugraph-stats": _mugraph_stats,
         "mugraph-to-task": _mugraph_to_task,
+        "superoptimize": _superoptimize,
         "task-simulate": _task_simulate,
         "task-schedule": _task_schedule,
         "task-stats": _task_stats,

@@ -1,0 +1,1 @@
+"""The μGraph superoptimizer: enumerate, prune, rank and verify fused kernels (`superoptimize`)."""

@@ -1,0 +1,170 @@
+"""The search for one nn function: block-graph enumeration per loop choice, tiling sweep, cost
+ranking against the rule-based lowering, verification of the winner."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Block, Region
+
+from mk.dialects import nn
+from mk.passes.cost_model import ProgramCost, Target, function_cost
+from mk.passes.search.blockgraph import vocabulary
+from mk.passes.search.emit import Tiling, default_tiling, instantiate, smem_bytes, tilings
+from mk.passes.search.enumerate import BlockSearch, Found, SearchStats
+from mk.passes.search.progress import Progress
+from mk.passes.search.target import Problem, function_problem
+from mk.passes.search.verify import Verdict, verify
+
+MAX_VERIFIED = 4  # candidates verified, cheapest first, before the rules win
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    budget_s: float = 30.0
+    max_ops: int = 8
+    num_sms: int = 132
+    seed: int = 0
+    smem_kb: int = 227  # H200: 227 KiB of shared memory per block
+    top_k: int = 3  # graphs whose tilings are swept
+    bits: int = 30  # verification: false-positive bound 2^-bits
+    progress: bool | None = None  # None: when stderr is a terminal
+
+
+@dataclass
+class Ranked:
+    found: Found
+    tiling: Tiling
+    module: ModuleOp
+    cost: ProgramCost
+
+    def order(self) -> tuple[float, int, int, int, bytes]:
+        c = self.cost
+        return (c.est_seconds, c.tile_load_bytes, c.flops, self.found.op_count(), self.found.sig)
+
+
+@dataclass
+class SearchResult:
+    """What the search chose for a function (`module` is None when the rules' lowering won)."""
+
+    name: str
+    module: ModuleOp | None
+    stats: SearchStats
+    rule_cost: ProgramCost | None = None
+    best_cost: ProgramCost | None = None
+    tiling: str = ""
+    verdict: Verdict | None = None
+    rejected: list[str] = field(default_factory=list)  # verification failures of cheaper graphs
+
+    def summary(self) -> dict[str, object]:
+        out: dict[str, object] = dict(self.stats.as_dict())
+        if self.rule_cost is not None:
+            out["rule_est_us"] = round(self.rule_cost.est_us, 4)
+        if self.best_cost is not None:
+            out["found_est_us"] = round(self.best_cost.est_us, 4)
+            out["tiling"] = self.tiling
+        if self.verdict is not None:
+            out["verify_trials"] = self.verdict.trials
+            out["verify_log2_bound"] = round(self.verdict.log2_bound, 1)
+        out["chosen"] = "search" if self.module is not None else "rules"
+        return out
+
+
+def candidate_module(func: FuncOp, p: Problem, found: Found, tiling: Tiling) -> ModuleOp | None:
+    """A module holding @name whose body is the one kernel `found` under `tiling`."""
+    block = Block(arg_types=[a.type for a in func.body.block.args])
+    for new, old in zip(block.args, func.body.block.args, strict=True):
+        new.name_hint = old.name_hint
+    kernel = instantiate(p, found, tiling, list(block.args))
+    if kernel is None:
+        return None
+    block.add_ops([kernel, ReturnOp(*kernel.results)])
+    out = FuncOp(func.sym_name.data, func.function_type, Region(block))
+    return ModuleOp([out])
+
+
+def _function(module: ModuleOp) -> FuncOp:
+    op = module.body.block.first_op
+    assert isinstance(op, FuncOp)
+    return op
+
+
+def rule_cost(func: FuncOp, num_sms: int, target: Target) -> ProgramCost:
+    """The cost of what nn-to-mugraph makes of the function."""
+    from mk.dialects import make_context
+    from mk.passes.nn_to_mugraph import NnToMugraphPass
+
+    module = ModuleOp([func.clone()])
+    NnToMugraphPass(num_sms=num_sms).apply(make_context(), module)
+    return function_cost(_function(module), target)
+
+
+class FunctionSearch:
+    """One function's search; `run()` returns the SearchResult."""
+
+    def __init__(self, func: FuncOp, opts: SearchOptions) -> None:
+        self.func, self.opts = func, opts
+        self.target = Target(num_sms=opts.num_sms)
+        self.stats = SearchStats()
+        self.progress = Progress(f"@{func.sym_name.data}", opts.budget_s, opts.progress)
+
+    def _tick(self) -> None:
+        self.progress.update(len(self.stats.visited), self.stats.candidates)
+
+    def enumerate(self, p: Problem) -> list[Found]:
+        factors = [float(nn.attribute_values(op)["factor"]) for op in self.func.body.walk() if isinstance(op, nn.ScaleOp)]  # type: ignore[arg-type]
+        vocab = vocabulary(p, factors)
+        loops: list[int | None] = [*sorted(p.reduced), None]
+        start = time.monotonic()
+        end = start + self.opts.budget_s
+        found: list[Found] = []
+        for i, loop in enumerate(loops):
+            now = time.monotonic()
+            deadline = now + (end - now) / (len(loops) - i)
+            found += BlockSearch(p, vocab, loop, self.opts.max_ops, deadline, self.stats, self._tick).run()
+        self.stats.seconds = time.monotonic() - start
+        self.progress.close(len(self.stats.visited), self.stats.candidates)
+        return found
+
+    def _rank(self, p: Problem, found: Found, tiling: Tiling) -> Ranked | None:
+        module = candidate_module(self.func, p, found, tiling)
+        if module is None:
+            return None
+        kernel = _function(module).body.block.first_op
+        assert kernel is not None
+        if smem_bytes(kernel) > self.opts.smem_kb * 1024:  # type: ignore[arg-type]
+            return None
+        return Ranked(found, tiling, module, function_cost(_function(module), self.target))
+
+    def rank(self, p: Problem, found: list[Found]) -> list[Ranked]:
+        """Each graph at the default tiling, then every tiling of the top_k graphs."""
+        first = [r for f in found if (r := self._rank(p, f, default_tiling(p, f, self.opts.num_sms)))]
+        first.sort(key=Ranked.order)
+        swept: list[Ranked] = []
+        for r in first[: self.opts.top_k]:
+            swept += [x for t in tilings(p, r.found, self.opts.num_sms) if (x := self._rank(p, r.found, t))]
+        return sorted(swept + first, key=Ranked.order)
+
+    def run(self) -> SearchResult:
+        name = self.func.sym_name.data
+        p = function_problem(self.func)
+        ranked = self.rank(p, self.enumerate(p))
+        result = SearchResult(name, None, self.stats, rule_cost(self.func, self.opts.num_sms, self.target))
+        target = ModuleOp([self.func.clone()])
+        seen: set[bytes] = set()
+        for r in ranked:
+            if r.found.sig in seen:
+                continue  # one verdict per graph: tilings do not change what it computes
+            if len(seen) == MAX_VERIFIED or r.cost.est_seconds > result.rule_cost.est_seconds:  # type: ignore[union-attr]
+                break
+            seen.add(r.found.sig)
+            verdict = verify(target, r.module, name, self.opts.seed, self.opts.bits)
+            if verdict.equivalent:
+                result.module, result.best_cost, result.verdict = r.module, r.cost, verdict
+                result.tiling = r.tiling.describe()
+                break
+            result.rejected.append(verdict.reason)
+        return result

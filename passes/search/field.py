@@ -1,0 +1,355 @@
+"""Programs over a finite field Z_p: the nn target and a candidate μGraph on random field inputs.
+
+Ring ops (add, sub, mul, matmul, sums, means as multiplication by n⁻¹, constants) are exact in
+Z_p. Every other op is built from a few **uninterpreted functions** — exp, rsqrt, sqrt, recip,
+erf and a binary max — each evaluated as a keyed pseudo-random function Z_p → Z_p whose key is
+drawn fresh for every trial: silu(x) = x·recip(1 + exp(−x)), sigmoid(x) = recip(1 + exp(−x)),
+a / b = a·recip(b), relu(x) = max(x, 0), rms_norm = x·rsqrt(mean(x²) + ε)·g, and a thread_map
+body's arith/math ops the same way. Both programs use the same definitions, so a candidate that
+is the same formal expression as the target (commutative-ring identities, the uninterpreted
+functions compared by their arguments) gives equal outputs in every trial.
+
+Each value carries a degree bound (inputs 1, products add, an uninterpreted function's result
+counts as a fresh variable of degree 1) and each uninterpreted-function application is counted:
+`verify` turns both into the false-positive bound.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+from xdsl.dialects.builtin import FloatAttr, IntegerAttr, TensorType
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Operation, SSAValue
+
+from mk.dialects import mugraph_maps as maps
+from mk.dialects import nn
+from mk.dialects.mugraph import GraphDefOp, InputOp, KernelOp, OutputOp
+from mk.dialects.mugraph_tiles import (
+    AccumOp,
+    BinaryOp,
+    MatmulOp,
+    ReduceOp,
+    ReshapeOp,
+    RMSNormOp,
+    ThreadMapOp,
+    UnaryOp,
+    YieldOp,
+)
+
+# Two primes below 2^31: products fit int64, and a matmul splits one operand into 16-bit halves.
+PRIMES = (2_147_483_647, 2_147_483_629)
+_MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+class Unsupported(Exception):
+    """An op the field semantics does not model (max-reductions, softmax, gathers, ...)."""
+
+
+@dataclass
+class Value:
+    """A field array and a bound on its degree as a polynomial in inputs and function outputs."""
+
+    a: np.ndarray  # int64 in [0, p)
+    deg: int
+
+
+@dataclass
+class Field:
+    """Z_p with this trial's uninterpreted functions; records degrees and function uses."""
+
+    p: int
+    rng: np.random.Generator
+    keys: dict[str, int] = field(default_factory=dict)
+    uses: dict[str, int] = field(default_factory=dict)  # scalar applications per function
+    max_deg: int = 1
+
+    def random(self, shape: Sequence[int]) -> Value:
+        return Value(self.rng.integers(0, self.p, size=tuple(shape), dtype=np.int64), 1)
+
+    def const(self, c: float) -> Value:
+        frac = Fraction(c).limit_denominator(1 << 16)
+        if float(frac) == c:  # 1/512, 0.5, 1: exact rationals map to n·d⁻¹
+            v = frac.numerator % self.p * pow(frac.denominator, -1, self.p) % self.p
+        else:  # ε = 1e-6 is not one: any fixed element works, the same in both programs
+            v = int.from_bytes(np.float64(c).tobytes(), "little") % self.p
+        return Value(np.array(v, dtype=np.int64), 0)
+
+    def _track(self, v: Value) -> Value:
+        self.max_deg = max(self.max_deg, v.deg)
+        return v
+
+    def add(self, x: Value, y: Value) -> Value:
+        return Value((x.a + y.a) % self.p, max(x.deg, y.deg))
+
+    def neg(self, x: Value) -> Value:
+        return Value((self.p - x.a) % self.p, x.deg)
+
+    def mul(self, x: Value, y: Value) -> Value:
+        return self._track(Value(x.a * y.a % self.p, x.deg + y.deg))
+
+    def matmul(self, x: Value, y: Value) -> Value:
+        lo, hi = y.a & 0xFFFF, y.a >> 16
+        out = (np.matmul(x.a, hi) % self.p * 65536 + np.matmul(x.a, lo)) % self.p
+        return self._track(Value(out, x.deg + y.deg))
+
+    def sum(self, x: Value, axis: int, keepdims: bool = True) -> Value:
+        # Chunks of 2^31 keep the int64 sum exact.
+        return Value(np.sum(x.a % self.p, axis=axis, keepdims=keepdims) % self.p, x.deg)
+
+    def scale_int_inv(self, x: Value, n: int) -> Value:
+        return Value(x.a * pow(n, -1, self.p) % self.p, x.deg)
+
+    def fn(self, name: str, *xs: Value) -> Value:
+        """An uninterpreted function: splitmix64 of the arguments under this trial's key."""
+        key = self.keys.setdefault(name, int(self.rng.integers(0, 1 << 62)))
+        shape = np.broadcast_shapes(*(x.a.shape for x in xs))
+        z = np.full(shape, key, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            for x in xs:
+                z = _mix(z ^ np.broadcast_to(x.a, shape).astype(np.uint64))
+        self.uses[name] = self.uses.get(name, 0) + int(math.prod(shape))
+        return Value((z % np.uint64(self.p)).astype(np.int64), 1)
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    z = (z + np.uint64(0x9E3779B97F4A7C15)) & _MASK
+    z = ((z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & _MASK
+    z = ((z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & _MASK
+    return z ^ (z >> np.uint64(31))
+
+
+# ------------------------------------------------------------------------------------------------
+# Elementwise and reduction semantics shared by nn ops, library kernels and tile ops
+# ------------------------------------------------------------------------------------------------
+
+
+def recip(f: Field, x: Value) -> Value:
+    return f.fn("recip", x)
+
+
+def sigmoid(f: Field, x: Value) -> Value:
+    return recip(f, f.add(f.const(1.0), f.fn("exp", f.neg(x))))
+
+
+UNARY: dict[str, Callable[[Field, Value], Value]] = {
+    "exp": lambda f, x: f.fn("exp", x),
+    "sqrt": lambda f, x: f.fn("sqrt", x),
+    "rsqrt": lambda f, x: f.fn("rsqrt", x),
+    "recip": recip,
+    "square": lambda f, x: f.mul(x, x),
+    "neg": lambda f, x: f.neg(x),
+    "relu": lambda f, x: f.fn("max", x, f.const(0.0)),
+    "sigmoid": sigmoid,
+    "silu": lambda f, x: f.mul(x, sigmoid(f, x)),
+    "gelu": lambda f, x: f.mul(
+        f.mul(x, f.const(0.5)),
+        f.add(f.const(1.0), f.fn("erf", f.mul(x, f.const(1.0 / math.sqrt(2.0))))),
+    ),
+    "cast": lambda f, x: x,
+}
+BINARY: dict[str, Callable[[Field, Value, Value], Value]] = {
+    "add": lambda f, x, y: f.add(x, y),
+    "sub": lambda f, x, y: f.add(x, f.neg(y)),
+    "mul": lambda f, x, y: f.mul(x, y),
+    "div": lambda f, x, y: f.mul(x, recip(f, y)),
+    "maximum": lambda f, x, y: f.fn("max", x, y),
+}
+
+
+def reduce(f: Field, kind: str, x: Value, dim: int, keepdim: bool) -> Value:
+    if kind not in ("sum", "mean"):
+        raise Unsupported(f"reduction '{kind}'")
+    total = f.sum(x, dim, keepdim)
+    return f.scale_int_inv(total, x.a.shape[dim]) if kind == "mean" else total
+
+
+def rms_norm(f: Field, x: Value, g: Value, eps: float) -> Value:
+    ms = reduce(f, "mean", f.mul(x, x), x.a.ndim - 1, True)
+    return f.mul(f.mul(x, f.fn("rsqrt", f.add(ms, f.const(eps)))), g)
+
+
+def _attr_float(attrs: dict[str, object], name: str) -> float:
+    value = attrs[name]
+    assert isinstance(value, float | int)
+    return float(value)
+
+
+def nn_kernel(f: Field, kind: str, args: Sequence[Value], attrs: dict[str, object], shape: Sequence[int]) -> Value:
+    """One nn op (or library kernel of that kind) on field values."""
+    if kind in UNARY:
+        return UNARY[kind](f, args[0])
+    if kind == "scale":
+        return f.mul(args[0], f.const(_attr_float(attrs, "factor")))
+    if kind in BINARY:
+        return BINARY[kind](f, args[0], args[1])
+    if kind in ("matmul", "linear"):
+        w = args[1].a.T if kind == "linear" else args[1].a
+        return f.matmul(args[0], Value(w, args[1].deg))
+    if kind in ("reduce_sum", "reduce_mean"):
+        x = args[0]
+        dim = int(attrs["dim"]) % x.a.ndim  # type: ignore[call-overload]
+        return reduce(f, kind.removeprefix("reduce_"), x, dim, bool(attrs["keepdim"]))
+    if kind == "rms_norm":
+        return rms_norm(f, args[0], args[1], _attr_float(attrs, "epsilon"))
+    if kind == "reshape":
+        return Value(args[0].a.reshape(tuple(shape)), args[0].deg)
+    raise Unsupported(f"'{kind}'")
+
+
+# ------------------------------------------------------------------------------------------------
+# Programs
+# ------------------------------------------------------------------------------------------------
+
+
+def _shape(v: SSAValue) -> tuple[int, ...]:
+    assert isinstance(v.type, TensorType)
+    return tuple(v.type.get_shape())
+
+
+def run_function(f: Field, func: FuncOp, inputs: Sequence[Value]) -> list[Value]:
+    """An nn / mugraph kernel-graph function on field values."""
+    env: dict[SSAValue, Value] = dict(zip(func.body.block.args, inputs, strict=True))
+    for op in func.body.block.ops:
+        if isinstance(op, ReturnOp):
+            return [env[v] for v in op.operands]
+        args = [env[v] for v in op.operands]
+        if isinstance(op, GraphDefOp):
+            outs = run_graph_def(f, op, args)
+        elif isinstance(op, KernelOp):
+            attrs = {k: _plain(a) for k, a in op.attributes.items()}
+            outs = [nn_kernel(f, op.kind.data, args, attrs, _shape(op.res[0]))]
+        elif isinstance(op, nn.NNOp):
+            outs = [nn_kernel(f, op.name.removeprefix("nn."), args, nn.attribute_values(op), _shape(op.results[0]))]  # type: ignore[arg-type]
+        else:
+            raise Unsupported(f"'{op.name}'")
+        env.update(zip(op.results, outs, strict=True))
+    raise Unsupported("function without func.return")
+
+
+def _plain(attr: object) -> object:
+    if isinstance(attr, FloatAttr):
+        return float(attr.value.data)
+    if isinstance(attr, IntegerAttr):
+        return int(attr.value.data)
+    return attr
+
+
+def run_graph_def(f: Field, op: GraphDefOp, args: Sequence[Value]) -> list[Value]:
+    """A graph-defined kernel block by block and iteration by iteration, as the interpreter
+    does; every result element must be written exactly once."""
+    results = [np.full(_shape(r), -1, dtype=np.int64) for r in op.res]
+    degs = [0] * len(results)
+    loop, epilogue = op.loop_ops(), op.epilogue_ops()
+    forloop = op.forloop_range()
+    for block in op.blocks():
+        env: dict[SSAValue, Value] = {}
+        accs: dict[Operation, Value] = {}
+        for it in range(forloop):
+            for inner in loop:
+                _step(f, inner, env, accs, args, block, it, forloop)
+        for acc, value in accs.items():
+            env[acc.results[0]] = _finish_accum(f, acc, value, forloop)
+        for inner in epilogue:
+            if isinstance(inner, OutputOp):
+                _write(inner, env[inner.tile], results, degs, block)
+            else:
+                _step(f, inner, env, accs, args, block, forloop - 1, forloop)
+    if any((r < 0).any() for r in results):
+        raise AssertionError("a graph_def left an element unwritten")
+    return [Value(r, d) for r, d in zip(results, degs, strict=True)]
+
+
+def _write(out: OutputOp, tile: Value, results: list[np.ndarray], degs: list[int], block: maps.BlockCoord) -> None:
+    i = out.result_index()
+    where = out.tile_slices(block)
+    if (results[i][where] >= 0).any():
+        raise AssertionError("two blocks write one element")
+    results[i][where] = np.broadcast_to(tile.a, results[i][where].shape)
+    degs[i] = max(degs[i], tile.deg)
+
+
+def _step(
+    f: Field, op: Operation, env: dict[SSAValue, Value], accs: dict[Operation, Value],
+    args: Sequence[Value], block: maps.BlockCoord, it: int, forloop: int,
+) -> None:  # fmt: skip
+    if isinstance(op, InputOp):
+        src = args[op.source_index()]
+        env[op.tile] = Value(src.a[op.tile_slices(block, it)], src.deg)
+        return
+    xs = [env[v] for v in op.operands]
+    if isinstance(op, AccumOp):
+        update = _accum_update(f, op, xs[0])
+        accs[op] = f.add(accs[op], update) if op in accs else update
+        return
+    env.update(zip(op.results, _tile_op(f, op, xs), strict=True))
+
+
+def _accum_update(f: Field, op: AccumOp, x: Value) -> Value:
+    kind = maps.ACCUM_KINDS.get(op.kind.data)
+    if kind is None or kind.combine != "sum":
+        raise Unsupported(f"accumulator '{op.kind.data}'")
+    if kind.square:
+        x = f.mul(x, x)
+    return f.sum(x, x.a.ndim - 1) if kind.reduce_last else x
+
+
+def _finish_accum(f: Field, op: Operation, value: Value, forloop: int) -> Value:
+    assert isinstance(op, AccumOp)
+    if maps.ACCUM_KINDS[op.kind.data].mean:
+        x = op.x.type
+        assert isinstance(x, TensorType)
+        return f.scale_int_inv(value, x.get_shape()[-1] * forloop)
+    return value
+
+
+def _tile_op(f: Field, op: Operation, xs: list[Value]) -> list[Value]:
+    if isinstance(op, MatmulOp):
+        b = xs[1].a.swapaxes(-1, -2) if op.transpose_b is not None else xs[1].a
+        return [f.matmul(xs[0], Value(b, xs[1].deg))]
+    if isinstance(op, UnaryOp):
+        if op.kind.data == "scale":
+            assert op.factor is not None
+            return [f.mul(xs[0], f.const(float(op.factor.value.data)))]
+        return [UNARY[op.kind.data](f, xs[0])]
+    if isinstance(op, BinaryOp):
+        return [BINARY[op.kind.data](f, xs[0], xs[1])]
+    if isinstance(op, ReduceOp):
+        return [reduce(f, op.kind.data, xs[0], op.dim.value.data, op.keepdim is not None)]
+    if isinstance(op, RMSNormOp):
+        return [rms_norm(f, xs[0], xs[1], float(op.epsilon.value.data))]
+    if isinstance(op, ReshapeOp):
+        return [Value(xs[0].a.reshape(_shape(op.res)), xs[0].deg)]
+    if isinstance(op, ThreadMapOp):
+        return _thread_map(f, op, xs)
+    raise Unsupported(f"'{op.name}'")
+
+
+_SCALAR_BINARY = {"arith.addf": "add", "arith.subf": "sub", "arith.mulf": "mul", "arith.divf": "div", "arith.maximumf": "maximum"}
+_SCALAR_UNARY = {"arith.negf": "neg", "math.exp": "exp", "math.sqrt": "sqrt", "math.rsqrt": "rsqrt"}
+
+
+def _thread_map(f: Field, op: ThreadMapOp, xs: list[Value]) -> list[Value]:
+    env: dict[SSAValue, Value] = dict(zip(op.body.block.args, xs, strict=True))
+    for s in op.body.block.ops:
+        if isinstance(s, YieldOp):
+            shape = np.broadcast_shapes(*(x.a.shape for x in xs))
+            return [Value(np.broadcast_to(env[v].a, shape), env[v].deg) for v in s.values]
+        args = [env[v] for v in s.operands]
+        if s.name == "arith.constant":
+            value = s.properties["value"]
+            assert isinstance(value, FloatAttr)
+            env[s.results[0]] = f.const(float(value.value.data))
+        elif s.name in _SCALAR_BINARY:
+            env[s.results[0]] = BINARY[_SCALAR_BINARY[s.name]](f, args[0], args[1])
+        elif s.name in _SCALAR_UNARY:
+            env[s.results[0]] = UNARY[_SCALAR_UNARY[s.name]](f, args[0])
+        elif s.name == "math.erf":
+            env[s.results[0]] = f.fn("erf", args[0])
+        else:
+            raise Unsupported(f"'{s.name}' in a thread_map")
+    raise AssertionError("a verified thread_map body ends with mugraph.yield")

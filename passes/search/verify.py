@@ -1,0 +1,120 @@
+"""Probabilistic equivalence of a candidate μGraph and its nn target, then a float check.
+
+**Finite-field trials.** A trial draws, for each of two primes p (`field.PRIMES`), independent
+uniform inputs in Z_p and a fresh key for every uninterpreted function, and runs both programs
+(`field`). Different outputs prove the candidate wrong. If the two programs are *not* the same
+formal expression (ring identities; the uninterpreted functions compared by their arguments),
+the chance that one trial in Z_p still sees equal outputs is at most
+
+    δ_p = D · (1 + Σ_f C(N_f, 2)) / p
+
+where D bounds the degree of every value of either program (the function outputs counted as
+fresh variables) and N_f counts the scalar applications of function f in both: either two
+applications with formally different arguments collide (each pair at most D/p, Schwartz–Zippel
+on the difference of the arguments), or none do, the function outputs are independent uniform
+values, and the difference of the outputs is a nonzero polynomial of degree <= D (at most D/p).
+The two primes' draws are independent, so a trial's bound is δ_p1 · δ_p2, and trials with fresh
+draws multiply. Trials repeat until the product is below 2^-bits (30 by default); a program too
+large for any trial to help (δ >= 1) is not certified. The keyed hash stands in for a random
+function (the bound assumes it is one).
+
+**Float check.** The candidate then runs through the mugraph interpreter and the target through
+the nn reference interpreter on random float inputs; every output must be within DESIGN.md's
+tolerance (1e-5 relative L2 for f32, 2e-2 for 16-bit floats).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.func import FuncOp
+
+from mk.diagnostics import MkError
+from mk.inputs import random_inputs
+from mk.passes.search.field import PRIMES, Field, Unsupported, run_function
+
+MAX_TRIALS = 16
+
+
+@dataclass
+class Verdict:
+    """The outcome of verifying one candidate."""
+
+    equivalent: bool
+    reason: str
+    trials: int = 0
+    log2_bound: float = 0.0  # log2 of the false-positive bound reached (<= -bits when accepted)
+    trial_log2: list[float] = field(default_factory=list)  # each trial's log2(δ_p1 · δ_p2)
+    float_errors: list[float] = field(default_factory=list)
+
+
+def _log2_delta(f: Field) -> float:
+    pairs = sum(n * (n - 1) // 2 for n in f.uses.values())
+    return min(0.0, math.log2(f.max_deg * (1 + pairs)) - math.log2(f.p))
+
+
+def field_trials(target: FuncOp, candidate: FuncOp, seed: int, bits: int = 30) -> Verdict:
+    """Finite-field trials until the false-positive bound is below 2^-bits."""
+    total, logs = 0.0, []
+    for trial in range(MAX_TRIALS):
+        trial_log = 0.0
+        for i, p in enumerate(PRIMES):
+            f = Field(p, np.random.default_rng([seed, trial, i]))
+            inputs = [f.random(a.type.get_shape()) for a in target.body.block.args]  # type: ignore[attr-defined]
+            try:
+                want = run_function(f, target, inputs)
+                got = run_function(f, candidate, inputs)
+            except Unsupported as e:
+                return Verdict(False, f"not modelled over finite fields: {e}", trial)
+            except AssertionError as e:
+                return Verdict(False, f"malformed candidate: {e}", trial)
+            for k, (w, g) in enumerate(zip(want, got, strict=True)):
+                if w.a.shape != g.a.shape or not np.array_equal(w.a, g.a):
+                    return Verdict(False, f"output #{k} differs mod {p} (trial {trial})", trial + 1)
+            trial_log += _log2_delta(f)
+        logs.append(trial_log)
+        total += trial_log
+        if total < -bits:
+            return Verdict(True, "equal in every trial", trial + 1, total, logs)
+    return Verdict(False, f"bound 2^{total:.1f} after {MAX_TRIALS} trials: too large to certify", MAX_TRIALS, total, logs)
+
+
+def float_check(target: ModuleOp, candidate: ModuleOp, entry: str, seed: int) -> list[float] | None:
+    """Relative errors of the candidate (mugraph interpreter) against the reference, or None
+    when an output is outside the tolerance."""
+    from mk.compiler import output_error
+    from mk.interp.mugraph import run_mugraph
+    from mk.interp.nn import run_reference
+    from mk.source import entry_function
+
+    inputs = random_inputs(entry_function(target, entry), seed)
+    want = run_reference(target, *inputs, entry=entry)
+    try:
+        got = run_mugraph(candidate, *inputs, entry=entry)
+    except MkError:
+        return None
+    errors = []
+    for w, g in zip(want, got, strict=True):
+        err, tol = output_error(g, w)
+        if not err <= tol:
+            return None
+        errors.append(err)
+    return errors
+
+
+def verify(target: ModuleOp, candidate: ModuleOp, entry: str, seed: int, bits: int = 30) -> Verdict:
+    """Field trials, then the float check; `target` and `candidate` hold function @entry."""
+    from mk.source import entry_function
+
+    verdict = field_trials(entry_function(target, entry), entry_function(candidate, entry), seed, bits)
+    if not verdict.equivalent:
+        return verdict
+    errors = float_check(target, candidate, entry, seed)
+    if errors is None:
+        verdict.equivalent, verdict.reason = False, "float check failed"
+        return verdict
+    verdict.float_errors = errors
+    return verdict
