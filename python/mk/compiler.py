@@ -43,6 +43,10 @@ PIPELINE: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("task", ("mugraph-to-task", "task-schedule")),
 )
 STAGES = tuple(name for name, _ in PIPELINE)
+# mk.compile(..., search=True): the superoptimizer replaces what it can beat, the rules the rest.
+SEARCH_PIPELINE = tuple(
+    (stage, ("superoptimize", *names) if stage == "mugraph" else names) for stage, names in PIPELINE
+)
 
 # Counts of library builds and cache hits in this process (tests check that a hit skips g++).
 STATS = {"builds": 0, "hits": 0}
@@ -92,8 +96,8 @@ def pass_spec(names: Sequence[str], options: Mapping[str, Any]) -> str:
     return ",".join(specs)
 
 
-def _check_options(options: Mapping[str, Any]) -> None:
-    known = {f for _, names in PIPELINE for n in names for f in _pass_fields(n)}
+def _check_options(options: Mapping[str, Any], pipeline: Sequence[Any] = PIPELINE) -> None:
+    known = {f for _, names in pipeline for n in names for f in _pass_fields(n)}
     unknown = sorted(set(options) - known)
     if unknown:
         raise TypeError(
@@ -102,13 +106,15 @@ def _check_options(options: Mapping[str, Any]) -> None:
         )
 
 
-def run_pipeline(module: ModuleOp, options: Mapping[str, Any]) -> dict[str, str]:
+def run_pipeline(
+    module: ModuleOp, options: Mapping[str, Any], pipeline: Sequence[Any] = PIPELINE
+) -> dict[str, str]:
     """Lowers `module` in place through every stage; returns each stage's IR text."""
     from mk.dialects import make_context
     from mk.passes import get_all_passes
 
     texts: dict[str, str] = {}
-    for stage, names in PIPELINE:
+    for stage, names in pipeline:
         if names:
             spec = pass_spec(names, options)
             PassPipeline.parse_spec(get_all_passes(), spec).apply(make_context(), module)
@@ -227,16 +233,21 @@ def compile(
     entry: str | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    search: bool = False,
     **pass_options: Any,
 ) -> Program:
     """Compile an nn program (MLIR text, a path or a ModuleOp) into a runnable `Program`.
 
     `num_sms`: queues of the schedule (default 8 on the CPU); `num_threads`: executor threads
-    (default min(cpu_count, num_sms)); other keywords are pass options (e.g. tile_n=32).
+    (default min(cpu_count, num_sms)); `search`: run the superoptimizer before the rules (its
+    options, e.g. budget_s, are pass options too); other keywords are pass options (tile_n=32).
     """
     if target not in TARGETS:
         raise ValueError(f"mk.compile: unknown target {target!r}; expected one of {TARGETS}")
-    _check_options(pass_options)
+    pipeline = SEARCH_PIPELINE if search else PIPELINE
+    _check_options(pass_options, pipeline)
+    if search and cache_dir is not None:
+        pass_options = {"cache_dir": f'"{cache_root(cache_dir)}"', **pass_options}
     if num_sms is None:
         num_sms = DEFAULT_CUDA_NUM_SMS if target == "cuda" else DEFAULT_NUM_SMS
     if num_sms < 1:
@@ -246,8 +257,9 @@ def compile(
     if target == "cuda":
         # Linear tiles sized to fill the SMs' waves (the CPU keeps the fixed default).
         pass_options = {"tile_n": 0, **pass_options}
-    options = Options(target, num_sms, tuple(sorted(pass_options.items())))
-    texts = run_pipeline(module, {**pass_options, "num_sms": num_sms})
+    keyed = {**pass_options, "search": True} if search else pass_options
+    options = Options(target, num_sms, tuple(sorted(keyed.items())))
+    texts = run_pipeline(module, {**pass_options, "num_sms": num_sms}, pipeline)
     graph = find_graph(module, func.sym_name.data)
     if target == "cuda":
         return _compile_cuda(func, graph, texts, num_sms, timeout_ms, cache_root(cache_dir))
