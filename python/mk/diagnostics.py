@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, StringAttr
+from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
@@ -99,7 +100,12 @@ def _message(e: Exception) -> str:
 
 
 def verify_located(module: ModuleOp) -> None:
-    """Verify every op in source order, raising MkError at the first failing op's location."""
+    """Verify every op in source order, raising MkError at the first failing op's location.
+
+    A function also gets the decode-loop rules of the nn dialect (`nn.steps`, `{nn.donated}`).
+    """
+    from mk.dialects.nn import verify_decode_function
+
     for op in module.walk():
         try:
             op.verify(verify_nested_ops=False)
@@ -108,6 +114,12 @@ def verify_located(module: ModuleOp) -> None:
             if not message.startswith(f"'{op.name}'"):  # xDSL's trait messages name the op already
                 message = f"'{op.name}' {message}"
             raise MkError(message, op_location(op)) from None
+        if isinstance(op, FuncOp) and not op.is_declaration:
+            try:
+                verify_decode_function(op)
+            except VerifyException as e:
+                message = f"'func.func' @{op.sym_name.data}: {_message(e)}"
+                raise MkError(message, op_location(op)) from None
 
 
 def error_from_diagnostic(e: DiagnosticException, module: ModuleOp | None = None) -> MkError:

@@ -7,9 +7,8 @@ from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp
-from xdsl.utils.exceptions import VerifyException
 
-from mk.diagnostics import MkError, op_location, parse_module, verify_located
+from mk.diagnostics import MkError, parse_module, verify_located
 from mk.dialects import make_context
 
 Source = str | os.PathLike[str] | ModuleOp
@@ -34,22 +33,7 @@ def load_module(source: Source) -> ModuleOp:
             text, name = str(source), "<source>"
         module = parse_module(make_context(), text, name)
     verify_located(module)
-    _verify_decode_functions(module)
     return module
-
-
-def _verify_decode_functions(module: ModuleOp) -> None:
-    """The function-level rules of the decode loop (`nn.steps`, `{nn.donated}`), located."""
-    from mk.dialects.nn import verify_decode_function
-
-    for func in module.ops:
-        if isinstance(func, FuncOp) and not func.is_declaration:
-            try:
-                verify_decode_function(func)
-            except VerifyException as e:
-                raise MkError(
-                    f"'func.func' @{func.sym_name.data}: {e}", op_location(func)
-                ) from None
 
 
 def entry_function(module: ModuleOp, name: str | None = None) -> FuncOp:
