@@ -1,0 +1,213 @@
+"""Decode loops in one call: nn.steps, donated arguments, nn.step and nn.cache_write at every level."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from xdsl.passes import PassPipeline
+
+import mk
+from mk.diagnostics import MkError
+from mk.dialects import make_context
+from mk.dialects.nn import donated_args
+from mk.inputs import random_inputs
+from mk.interp.mugraph import run_mugraph
+from mk.passes import get_all_passes
+from mk.passes.nn_to_mugraph import NnToMugraphPass
+from mk.source import entry_function, load_module
+
+ROOT = Path(__file__).resolve().parents[2]
+DECODE = ROOT / "examples" / "decode_loop.mlir"
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
+
+HISTORY = """
+func.func @history(%tokens: tensor<8x2xi32> {nn.donated}, %pos: tensor<1xi32>, %table: tensor<16x2xi32>)
+    -> tensor<8x2xi32> attributes {nn.steps = STEPS : i64} {
+  %p = nn.step %pos : (tensor<1xi32>) -> tensor<1xi32>
+  %p1 = nn.step %pos {offset = 1 : i64} : (tensor<1xi32>) -> tensor<1xi32>
+  %tok = nn.embedding %tokens, %p : (tensor<8x2xi32>, tensor<1xi32>) -> tensor<1x2xi32>
+  %flat = nn.reshape %tok : (tensor<1x2xi32>) -> tensor<2xi32>
+  %next = nn.embedding %table, %flat : (tensor<16x2xi32>, tensor<2xi32>) -> tensor<2x2xi32>
+  %pick = nn.slice %next {offsets = array<i64: 0, 0>, sizes = array<i64: 1, 2>} : (tensor<2x2xi32>) -> tensor<1x2xi32>
+  %t2 = nn.cache_write %tokens, %pick, %p1 {dim = 0 : i64} : (tensor<8x2xi32>, tensor<1x2xi32>, tensor<1xi32>) -> tensor<8x2xi32>
+  func.return %t2 : tensor<8x2xi32>
+}
+"""
+
+ROWS = """
+func.func @rows(%cache: tensor<3x4x5xf32>, %new: tensor<3x2x5xf32>, %at: tensor<3xi32>) -> tensor<3x4x5xf32> {
+  %r = nn.cache_write %cache, %new, %at {dim = 1 : i64} : (tensor<3x4x5xf32>, tensor<3x2x5xf32>, tensor<3xi32>) -> tensor<3x4x5xf32>
+  func.return %r : tensor<3x4x5xf32>
+}
+"""
+
+
+def history_inputs() -> list[np.ndarray]:
+    tokens = np.full((8, 2), -7, np.int32)
+    tokens[1] = [3, 5]
+    table = np.arange(32, dtype=np.int32).reshape(16, 2) % 16
+    return [tokens, np.array([1], np.int32), table]
+
+
+def expected_history(steps: int) -> np.ndarray:
+    """NumPy by hand: next token of sequence b is table[token, 0]... via the slice of row 0."""
+    tokens, pos, table = history_inputs()
+    p = int(pos[0])
+    for t in range(steps):
+        cur = tokens[p + t]
+        tokens[p + t + 1] = table[cur[0]]
+    return tokens
+
+
+@pytest.mark.parametrize("steps", [1, 3, 6])
+def test_reference_runs_the_body_steps_times_and_updates_donated_in_place(steps: int) -> None:
+    source = HISTORY.replace("STEPS", str(steps))
+    inputs = history_inputs()
+    (out,) = mk.reference(source, *inputs)
+    want = expected_history(steps)
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(inputs[0], want)  # the donated argument holds the last state
+    assert not np.shares_memory(out, inputs[0])
+
+
+def test_cache_write_per_row_positions_and_copy_semantics() -> None:
+    rng = np.random.default_rng(1)
+    cache = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    new = rng.standard_normal((3, 2, 5)).astype(np.float32)
+    at = np.array([0, 2, 1], np.int32)
+    (out,) = mk.reference(ROWS, cache, new, at)
+    want = cache.copy()
+    for b, s in enumerate(at):
+        want[b, s : s + 2] = new[b]
+    np.testing.assert_array_equal(out, want)
+    assert not np.array_equal(cache, want)  # not donated: the argument is left alone
+
+
+def test_cache_write_out_of_range_is_a_value_error_with_the_location() -> None:
+    cache = np.zeros((3, 4, 5), np.float32)
+    with pytest.raises(ValueError, match=r"<source>:3:\d+: .*index 3 writes positions \[3, 5\)"):
+        mk.reference(ROWS, cache, np.ones((3, 2, 5), np.float32), np.array([0, 3, 1], np.int32))
+
+
+def test_read_only_donated_array_is_rejected_before_running() -> None:
+    inputs = history_inputs()
+    inputs[0].flags.writeable = False
+    with pytest.raises(ValueError, match="'%tokens'.*donated array must be writable"):
+        mk.reference(HISTORY.replace("STEPS", "2"), *inputs)
+
+
+def test_random_inputs_keep_every_step_in_range() -> None:
+    func = entry_function(load_module(DECODE))
+    for seed in range(20):
+        pos = random_inputs(func, seed)[1]
+        # 4 steps write token positions pos+1 .. pos+4 of 24 and cache rows pos .. pos+3.
+        assert 0 <= int(pos[0]) <= 24 - 4 - 1
+
+
+def test_mugraph_interpreter_matches_the_reference_with_state() -> None:
+    module = load_module(DECODE)
+    func = entry_function(module)
+    inputs = random_inputs(func, 2)
+    ref_inputs = [x.copy() for x in inputs]
+    want = mk.reference(DECODE, *ref_inputs)
+    NnToMugraphPass().apply(make_context(), module)
+    got = run_mugraph(module, *inputs)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(inputs[0], ref_inputs[0])
+    for i in donated_args(func)[1:]:  # KV caches: the fused linears round differently
+        a, b = inputs[i].astype(np.float64), ref_inputs[i].astype(np.float64)
+        assert np.linalg.norm(a - b) <= 2e-2 * np.linalg.norm(b)
+
+
+def test_task_graph_iterates_with_loop_carried_waits() -> None:
+    module = load_module(DECODE)
+    spec = "nn-to-mugraph,mugraph-to-task,task-schedule{num-sms=4},task-simulate{seeds=3}"
+    PassPipeline.parse_spec(get_all_passes(), spec).apply(make_context(), module)
+    text = str(module)
+    assert "iterations 4" in text
+    assert "distance 1" in text  # the next step's token read waits on this step's write
+
+
+@needs_gxx
+@pytest.mark.parametrize("threads", [1, 4])
+def test_cpu_executor_generates_like_the_reference(threads: int) -> None:
+    func = entry_function(load_module(DECODE))
+    inputs = random_inputs(func, 5)
+    ref_inputs = [x.copy() for x in inputs]
+    want = mk.reference(DECODE, *ref_inputs)
+    prog = mk.compile(DECODE, target="cpu", num_threads=threads)
+    got = prog(*inputs, max_delay_us=20 if threads > 1 else 0)
+    np.testing.assert_array_equal(got[0], want[0])  # token history: exact
+    rel = np.linalg.norm(got[1].astype(np.float64) - want[1].astype(np.float64))
+    assert rel / np.linalg.norm(want[1].astype(np.float64)) <= 2e-2
+    np.testing.assert_array_equal(inputs[0], ref_inputs[0])
+    for i in donated_args(func)[1:]:  # KV caches: written rows agree within bf16 rounding
+        a, b = inputs[i].astype(np.float64), ref_inputs[i].astype(np.float64)
+        assert np.linalg.norm(a - b) <= 2e-2 * np.linalg.norm(b)
+
+
+@needs_gxx
+def test_cpu_executor_reports_a_bad_position_at_the_op() -> None:
+    prog = mk.compile(ROWS, target="cpu")
+    cache = np.zeros((3, 4, 5), np.float32)
+    with pytest.raises(Exception, match=r"cache_write.*index 3 writes positions \[3, 5\)"):
+        prog(cache, np.ones((3, 2, 5), np.float32), np.array([0, 3, 1], np.int32))
+
+
+@needs_gxx
+def test_cpu_executor_non_donated_cache_write_copies() -> None:
+    rng = np.random.default_rng(3)
+    cache = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    new = rng.standard_normal((3, 2, 5)).astype(np.float32)
+    at = np.array([2, 0, 1], np.int32)
+    before = cache.copy()
+    (got,) = mk.compile(ROWS, target="cpu")(cache, new, at)
+    (want,) = mk.reference(ROWS, cache, new, at)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(cache, before)
+
+
+@needs_gxx
+def test_cpu_executor_donated_bf16_cache_in_place() -> None:
+    source = HISTORY.replace("STEPS", "5")
+    inputs = history_inputs()
+    (out,) = mk.compile(source, target="cpu")(*inputs)
+    np.testing.assert_array_equal(out, expected_history(5))
+    np.testing.assert_array_equal(inputs[0], expected_history(5))
+
+
+def test_donated_argument_without_a_write_is_a_located_error() -> None:
+    bad = """
+func.func @f(%c: tensor<4xbf16> {nn.donated}) -> tensor<4xbf16> {
+  func.return %c : tensor<4xbf16>
+}
+"""
+    with pytest.raises(MkError, match=r"<source>:2:1: .*donated argument #0 must be the cache"):
+        mk.reference(bad, np.zeros(4, ml_dtypes.bfloat16))
+
+
+@pytest.mark.gpu
+def test_gpu_decode_loop_updates_donated_tensors_in_place(tmp_path: Path) -> None:
+    import torch
+
+    prog = mk.compile(DECODE, target="cuda", cache_dir=tmp_path)
+    func = prog.func
+    inputs = random_inputs(func, 7)
+    ref_inputs = [x.copy() for x in inputs]
+    want = mk.reference(DECODE, *ref_inputs)
+    tensors = [mk.compiler._to_torch(x).cuda() for x in inputs]
+    got = prog(*tensors)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(got[0].cpu().numpy(), want[0])
+    np.testing.assert_array_equal(tensors[0].cpu().numpy(), ref_inputs[0])
+    for i in donated_args(func)[1:]:
+        a = tensors[i].float().cpu().numpy().astype(np.float64)
+        b = ref_inputs[i].astype(np.float64)
+        assert np.linalg.norm(a - b) <= 2e-2 * np.linalg.norm(b)
+    numpy_inputs = random_inputs(func, 7)  # the NumPy path copies the donated state back
+    prog(*numpy_inputs)
+    np.testing.assert_array_equal(numpy_inputs[0], ref_inputs[0])
