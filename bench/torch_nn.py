@@ -15,7 +15,7 @@ from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue
 
-from mk.dialects.nn import attribute_values
+from mk.dialects.nn import attribute_values, decode_steps, donated_args, donated_write
 from mk.source import Source, entry_function, load_module
 
 DTYPES = {
@@ -58,7 +58,21 @@ def _attention(q, k, v, kv_len=None, *, scale: float, causal: bool) -> torch.Ten
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 
-def _op_fn(op: Operation) -> Callable[..., torch.Tensor]:
+def _cache_write(cache, new, index, *, dim: int, in_place: bool) -> torch.Tensor:
+    """index_copy_ at index.. along dim (per leading row when index has one entry per row)."""
+    out = cache if in_place else cache.clone()
+    dim %= cache.dim()
+    n = new.shape[dim]
+    span = torch.arange(n, device=cache.device)
+    if index.numel() == 1:
+        out.index_copy_(dim, index.long().reshape(1) + span, new)
+    else:
+        for row in range(cache.shape[0]):
+            out[row].index_copy_(dim - 1, index[row].long() + span, new[row])
+    return out
+
+
+def _op_fn(op: Operation, step: int, in_place: bool) -> Callable[..., torch.Tensor]:
     a = attribute_values(op)
     name = op.name.removeprefix("nn.")
     out_shape = tuple(op.results[0].type.get_shape())  # type: ignore[attr-defined]
@@ -79,6 +93,8 @@ def _op_fn(op: Operation) -> Callable[..., torch.Tensor]:
         "concat": lambda *xs: torch.cat(xs, a["dim"]),
         "slice": lambda x: x[tuple(slice(o, o + s) for o, s in zip(a["offsets"], a["sizes"], strict=True))],
         "attention": lambda *xs: _attention(*xs, scale=a["scale"], causal=bool(a.get("causal"))),
+        "step": lambda base: (base.long() + a.get("offset", 0) + step).expand(out_shape),
+        "cache_write": lambda c, n, i: _cache_write(c, n, i, dim=a["dim"], in_place=in_place),
     }  # fmt: skip
     return table[name]
 
@@ -86,23 +102,39 @@ def _op_fn(op: Operation) -> Callable[..., torch.Tensor]:
 def torch_callable(
     source: Source, entry: str | None = None
 ) -> Callable[..., tuple[torch.Tensor, ...]]:
-    """A Python function running the program's entry with PyTorch ops (capturable in a CUDA graph)."""
+    """A Python function running the program's entry with PyTorch ops (capturable in a CUDA graph).
+
+    A decode function runs its body `nn.steps` times (unrolled); donated arguments are written in
+    place (`index_copy_`), as the megakernel does.
+    """
     module: ModuleOp = load_module(source)
     func: FuncOp = entry_function(module, entry)
-    steps: list[tuple[Callable[..., torch.Tensor], Sequence[SSAValue], SSAValue, torch.dtype]] = []
+    donated = {func.args[i] for i in donated_args(func)}
+    bodies = []
     returned: Sequence[SSAValue] = ()
-    for op in func.body.block.ops:
-        if isinstance(op, ReturnOp):
-            returned = op.arguments
-            continue
-        result = op.results[0]
-        steps.append((_op_fn(op), op.operands, result, torch_dtype(result.type)))  # type: ignore[arg-type]
+    for step in range(decode_steps(func)):
+        ops: list[
+            tuple[Callable[..., torch.Tensor], Sequence[SSAValue], SSAValue, torch.dtype]
+        ] = []
+        for op in func.body.block.ops:
+            if isinstance(op, ReturnOp):
+                returned = op.arguments
+                continue
+            result = op.results[0]
+            in_place = op.name == "nn.cache_write" and op.operands[0] in donated
+            fn = _op_fn(op, step, in_place)
+            ops.append((fn, op.operands, result, torch_dtype(result.type)))  # type: ignore[arg-type]
+        bodies.append(ops)
     args = func.body.block.args
+    writes = {v: donated_write(func, i) for i, v in enumerate(args) if v in donated}
 
     def run(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         env: dict[SSAValue, Any] = dict(zip(args, inputs, strict=True))
-        for fn, operands, result, dtype in steps:
-            env[result] = fn(*(env[v] for v in operands)).to(dtype)
+        for ops in bodies:
+            for fn, operands, result, dtype in ops:
+                env[result] = fn(*(env[v] for v in operands)).to(dtype)
+            for arg, value in writes.items():  # already the same tensor: written in place
+                env[arg] = env[value]
         return tuple(env[v] for v in returned)
 
     return run
