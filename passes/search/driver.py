@@ -25,7 +25,7 @@ MAX_VERIFIED = 4  # candidates verified, cheapest first, before the rules win
 @dataclass(frozen=True)
 class SearchOptions:
     budget_s: float = 30.0
-    max_ops: int = 8
+    max_ops: int = 7
     num_sms: int = 132
     seed: int = 0
     smem_kb: int = 227  # H200: 227 KiB of shared memory per block

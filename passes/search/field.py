@@ -67,6 +67,7 @@ class Field:
     keys: dict[str, int] = field(default_factory=dict)
     uses: dict[str, int] = field(default_factory=dict)  # scalar applications per function
     max_deg: int = 1
+    counting: bool = True  # off while a block recomputes terms another block already made
 
     def random(self, shape: Sequence[int]) -> Value:
         return Value(self.rng.integers(0, self.p, size=tuple(shape), dtype=np.int64), 1)
@@ -112,7 +113,8 @@ class Field:
         with np.errstate(over="ignore"):
             for x in xs:
                 z = _mix(z ^ np.broadcast_to(x.a, shape).astype(np.uint64))
-        self.uses[name] = self.uses.get(name, 0) + int(math.prod(shape))
+        if self.counting:
+            self.uses[name] = self.uses.get(name, 0) + int(math.prod(shape))
         return Value((z % np.uint64(self.p)).astype(np.int64), 1)
 
 
@@ -246,22 +248,49 @@ def run_graph_def(f: Field, op: GraphDefOp, args: Sequence[Value]) -> list[Value
     degs = [0] * len(results)
     loop, epilogue = op.loop_ops(), op.epilogue_ops()
     forloop = op.forloop_range()
+    fresh = _FreshTerms(op)
     for block in op.blocks():
         env: dict[SSAValue, Value] = {}
         accs: dict[Operation, Value] = {}
         for it in range(forloop):
             for inner in loop:
+                f.counting = fresh(inner, block, it)
                 _step(f, inner, env, accs, args, block, it, forloop)
         for acc, value in accs.items():
             env[acc.results[0]] = _finish_accum(f, acc, value, forloop)
         for inner in epilogue:
+            f.counting = fresh(inner, block, -1)
             if isinstance(inner, OutputOp):
                 _write(inner, env[inner.tile], results, degs, block)
             else:
                 _step(f, inner, env, accs, args, block, forloop - 1, forloop)
+    f.counting = True
     if any((r < 0).any() for r in results):
         raise AssertionError("a graph_def left an element unwritten")
     return [Value(r, d) for r, d in zip(results, degs, strict=True)]
+
+
+class _FreshTerms:
+    """Whether an op in a block makes scalar terms no earlier block made: its result depends
+    only on the slices its ancestor inputs read, so blocks reading the same slices (a
+    replicated operand) recompute formally identical terms, which the bound counts once."""
+
+    def __init__(self, op: GraphDefOp) -> None:
+        self.inputs: dict[Operation, list[InputOp]] = {}
+        for inner in op.body.block.ops:
+            if isinstance(inner, InputOp):
+                self.inputs[inner] = [inner]
+            else:
+                ups = [self.inputs.get(v.owner, []) for v in inner.operands if isinstance(v.owner, Operation)]
+                self.inputs[inner] = list(dict.fromkeys(x for u in ups for x in u))
+        self.seen: set[tuple[object, ...]] = set()
+
+    def __call__(self, op: Operation, block: maps.BlockCoord, iteration: int) -> bool:
+        key = (op, iteration, *(str(i.block_slices(block)) for i in self.inputs[op]))
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
 
 
 def _write(out: OutputOp, tile: Value, results: list[np.ndarray], degs: list[int], block: maps.BlockCoord) -> None:

@@ -58,13 +58,13 @@ def _search(func: FuncOp, opts: SearchOptions) -> tuple[str, dict[str, object]]:
 
 @dataclass(frozen=True)
 class SuperoptimizePass(ModulePass):
-    """`superoptimize{budget-s=30 max-ops=8 num-sms=132 seed=0 smem-kb=227 max-nn-ops=12
+    """`superoptimize{budget-s=30 max-ops=7 num-sms=132 seed=0 smem-kb=227 max-nn-ops=12
     progress=false stats=false cache=true cache-dir=""}`."""
 
     name = "superoptimize"
 
     budget_s: float | int = 30.0  # wall-clock seconds of enumeration per function
-    max_ops: int = 8  # block-graph ops per kernel (inputs and outputs not counted)
+    max_ops: int = 7  # block-graph ops per kernel (inputs and outputs not counted)
     num_sms: int = 132
     seed: int = 0  # verification inputs and keys
     smem_kb: int = 227  # shared memory per block
