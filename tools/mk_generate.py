@@ -35,6 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=50, help="timed runs of --bench (default 50)")
     p.add_argument("--weights", default=None, help=".safetensors file or directory of shards")
     p.add_argument("--seed", type=int, default=0, help="seed of weights and prompt (default 0)")
+    p.add_argument(
+        "--layers", type=int, default=None, help="keep only the first N layers (quick checks)"
+    )
     p.add_argument("--prompt-len", type=int, default=1, help="random prompt tokens (default 1)")
     p.add_argument(
         "--host-loop",
@@ -263,6 +266,12 @@ def _generate(args: argparse.Namespace) -> int:
 
     _check_args(args)
     config = preset(args.model)
+    if args.layers is not None:
+        if not 1 <= args.layers <= config.layers:
+            raise ValueError(f"--layers must be in 1..{config.layers} for {config.name}")
+        config = config.with_(
+            layers=args.layers, name=f"{config.name} (first {args.layers} layers)"
+        )
     if args.target == "cuda" and not _has_gpu():
         print(
             "mk-generate: error: the 'cuda' target needs an NVIDIA GPU and torch with CUDA; "
