@@ -139,10 +139,17 @@ class FunctionSearch:
             return None
         return Ranked(found, tiling, module, function_cost(_function(module), self.target))
 
+    def _first(self, p: Problem, found: Found) -> Ranked | None:
+        """`found` at the default tiling, else (it does not fit) at its best tiling."""
+        r = self._rank(p, found, default_tiling(p, found, self.opts.num_sms))
+        if r is None:
+            fits = [x for t in tilings(p, found, self.opts.num_sms) if (x := self._rank(p, found, t))]
+            r = min(fits, key=Ranked.order, default=None)
+        return r
+
     def rank(self, p: Problem, found: list[Found]) -> list[Ranked]:
         """Each graph at the default tiling, then every tiling of the top_k graphs."""
-        first = [r for f in found if (r := self._rank(p, f, default_tiling(p, f, self.opts.num_sms)))]
-        first.sort(key=Ranked.order)
+        first = sorted((r for f in found if (r := self._first(p, f))), key=Ranked.order)
         swept: list[Ranked] = []
         for r in first[: self.opts.top_k]:
             swept += [x for t in tilings(p, r.found, self.opts.num_sms) if (x := self._rank(p, r.found, t))]

@@ -1,0 +1,102 @@
+"""superoptimize's pruning and verification: abstract expressions reject what cannot be part of
+the target; finite-field trials reject near misses (a wrong map, a missing rescale)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from superoptimize_programs import GATED, RMS_LINEAR
+from xdsl.dialects.builtin import DenseArrayBase, ModuleOp, i64
+
+from mk.dialects import mugraph as mg
+from mk.passes.search.driver import FunctionSearch, SearchOptions, candidate_module
+from mk.passes.search.emit import Tiling
+from mk.passes.search.enumerate import Found, _prune_dead
+from mk.passes.search.expr import SubexpressionOracle
+from mk.passes.search.field import PRIMES, Field
+from mk.passes.search.target import Problem, function_problem
+from mk.passes.search.verify import verify
+from mk.source import entry_function, load_module
+
+
+def problem(src: str) -> tuple[ModuleOp, Problem]:
+    module = load_module(src)
+    return module, function_problem(entry_function(module))
+
+
+def founds(src: str) -> tuple[ModuleOp, Problem, list[Found]]:
+    module, p = problem(src)
+    search = FunctionSearch(entry_function(module), SearchOptions(budget_s=15.0))
+    return module, p, search.enumerate(p)
+
+
+def test_oracle_keeps_parts_of_the_target_and_rejects_the_rest() -> None:
+    _, p = problem(RMS_LINEAR)
+    a = p.algebra
+    x, g, w = (p.nf[v] for v in p.inputs)
+    (k,) = p.reduced
+    m, n, _ = p.labels[p.inputs[0]] + (0,)  # x is (M, K)
+    ok = SubexpressionOracle(a, [p.nf[p.outputs[0]]])
+    assert ok(a.mul(x, g)) and ok(a.mul(x, x))
+    assert ok(a.reduce(a.mul(a.mul(x, g), w), k, False))  # one for-loop chunk of the matmul
+    assert ok(a.reduce(a.mul(x, x), k, True))  # Σx² under the rsqrt
+    assert not ok(a.reduce(x, k, True))  # Σ_k x_k leaves out w_k, which depends on k
+    assert not ok(a.mul(g, g))
+    # x_k · Σ_j x_j is not Σ_k x_k²: the reduction is shadowed by the free k
+    shadowed = a.mul(x, a.reduce(x, k, True), p.labels[p.inputs[0]], (m, -1))
+    assert shadowed != a.reduce(a.mul(x, x), k, True)
+    assert not ok(shadowed)
+    del n
+
+
+def test_field_constants_and_functions_are_consistent() -> None:
+    f = Field(PRIMES[0], np.random.default_rng(0))
+    assert int(f.const(1 / 512).a) * 512 % f.p == 1
+    x = f.random((3, 4))
+    assert np.array_equal(f.fn("exp", x).a, f.fn("exp", x).a)
+    assert not np.array_equal(f.fn("exp", x).a, f.fn("rsqrt", x).a)
+    assert f.uses["exp"] == 3 * 12  # scalar applications, counted for the bound
+
+
+def _gated_wrong_map() -> tuple[ModuleOp, ModuleOp, ModuleOp]:
+    module, p, found = founds(GATED)
+    direct = min((f for f in found if f.loop is None), key=Found.op_count)
+    m, n = p.output_labels()
+    func = entry_function(module)
+    # Grid x over columns, y over rows: x's rows follow grid y.
+    right = candidate_module(func, p, direct, Tiling(((n, 2), (m, 2)), 1))
+    wrong = candidate_module(func, p, direct, Tiling(((n, 2), (m, 2)), 1))
+    assert right is not None and wrong is not None
+    for op in wrong.walk():
+        if isinstance(op, mg.InputOp) and op.source_index() == 0:
+            assert op.imap_dims() == (-1, 0, -1)
+            op.imap = DenseArrayBase.from_list(i64, [0, -1, -1])  # rows follow grid x: a near miss
+    wrong.verify()  # well-formed: the same tile shapes
+    return module, right, wrong
+
+
+def test_verification_rejects_a_wrong_map() -> None:
+    target, right, wrong = _gated_wrong_map()
+    good = verify(target, right, "gated", seed=0)
+    assert good.equivalent and good.log2_bound < -30
+    assert good.trials == len(good.trial_log2) and math.isclose(sum(good.trial_log2), good.log2_bound)
+    bad = verify(target, wrong, "gated", seed=0)
+    assert not bad.equivalent and "differs" in bad.reason
+
+
+def test_verification_rejects_a_missing_rescale() -> None:
+    module, p, found = founds(RMS_LINEAR)
+    (k,) = p.reduced
+    mirage = next(f for f in found if f.loop == k and any(t.attr == "mean_sq_last" for t in f.tiles))
+    acc = next(i for i, t in enumerate(mirage.tiles) if t.kind == "accum" and t.attr == "sum")
+    unscaled = _prune_dead(list(mirage.tiles), [acc], k)  # Σ x·g·w without the rsqrt factor
+    func = entry_function(module)
+    (n,) = [label for label in p.output_labels() if p.extents[label] == 256]
+    tiling = Tiling(((n, 4),), 2)
+    right = candidate_module(func, p, mirage, tiling)
+    near = candidate_module(func, p, unscaled, tiling)
+    assert right is not None and near is not None
+    assert verify(module, right, "rms_linear", seed=1).equivalent
+    bad = verify(module, near, "rms_linear", seed=1)
+    assert not bad.equivalent and "differs" in bad.reason
