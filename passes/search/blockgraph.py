@@ -144,7 +144,9 @@ class Extender:
         if kind in ("mul", "add"):
             sigs.sort()
         key = (KIND_RANK[kind], repr(attr), b"".join(sigs))
-        out.append(Tile(kind, attr, ops, labels, chunked, phase, nf, digest(kind, attr, *sigs), key))
+        out.append(
+            Tile(kind, attr, ops, labels, chunked, phase, nf, digest(kind, attr, *sigs), key)
+        )
 
     def with_tile(self, tiles: Sequence[Tile], i: int) -> list[Tile]:
         """Every well-formed op using tile i and otherwise only tiles before it."""
@@ -197,7 +199,9 @@ class Extender:
             return
         labels, chunked = shape
         same = (labels, chunked, phase)
-        self._tile("mul", None, (j, i), tiles, *same, self.a.mul(a.nf, b.nf, a.labels, b.labels), out)
+        self._tile(
+            "mul", None, (j, i), tiles, *same, self.a.mul(a.nf, b.nf, a.labels, b.labels), out
+        )
         if i == j:
             return
         if self.vocab.add:

@@ -11,12 +11,13 @@ from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Block, Region
 
 from mk.dialects import nn
+from mk.dialects.mugraph import GraphDefOp
 from mk.passes.cost_model import ProgramCost, Target, function_cost
 from mk.passes.search.blockgraph import vocabulary
 from mk.passes.search.emit import Tiling, default_tiling, instantiate, smem_bytes, tilings
 from mk.passes.search.enumerate import BlockSearch, Found, SearchStats
 from mk.passes.search.progress import Progress
-from mk.passes.search.target import Problem, function_problem
+from mk.passes.search.target import Problem, attr_float, function_problem
 from mk.passes.search.verify import Verdict, verify
 
 MAX_VERIFIED = 4  # candidates verified, cheapest first, before the rules win
@@ -115,7 +116,9 @@ class FunctionSearch:
         self.progress.update(len(self.stats.visited), self.stats.candidates)
 
     def enumerate(self, p: Problem) -> list[Found]:
-        factors = [float(nn.attribute_values(op)["factor"]) for op in self.func.body.walk() if isinstance(op, nn.ScaleOp)]  # type: ignore[arg-type]
+        factors = [
+            attr_float(op, "factor") for op in self.func.body.walk() if isinstance(op, nn.ScaleOp)
+        ]
         vocab = vocabulary(p, factors)
         loops: list[int | None] = [*sorted(p.reduced), None]
         start = time.monotonic()
@@ -124,7 +127,9 @@ class FunctionSearch:
         for i, loop in enumerate(loops):
             now = time.monotonic()
             deadline = now + (end - now) / (len(loops) - i)
-            found += BlockSearch(p, vocab, loop, self.opts.max_ops, deadline, self.stats, self._tick).run()
+            found += BlockSearch(
+                p, vocab, loop, self.opts.max_ops, deadline, self.stats, self._tick
+            ).run()
         self.stats.seconds = time.monotonic() - start
         self.progress.close(len(self.stats.visited), self.stats.candidates)
         return found
@@ -134,8 +139,8 @@ class FunctionSearch:
         if module is None:
             return None
         kernel = _function(module).body.block.first_op
-        assert kernel is not None
-        if smem_bytes(kernel) > self.opts.smem_kb * 1024:  # type: ignore[arg-type]
+        assert isinstance(kernel, GraphDefOp)
+        if smem_bytes(kernel) > self.opts.smem_kb * 1024:
             return None
         return Ranked(found, tiling, module, function_cost(_function(module), self.target))
 
@@ -143,7 +148,9 @@ class FunctionSearch:
         """`found` at the default tiling, else (it does not fit) at its best tiling."""
         r = self._rank(p, found, default_tiling(p, found, self.opts.num_sms))
         if r is None:
-            fits = [x for t in tilings(p, found, self.opts.num_sms) if (x := self._rank(p, found, t))]
+            fits = [
+                x for t in tilings(p, found, self.opts.num_sms) if (x := self._rank(p, found, t))
+            ]
             r = min(fits, key=Ranked.order, default=None)
         return r
 
@@ -152,20 +159,25 @@ class FunctionSearch:
         first = sorted((r for f in found if (r := self._first(p, f))), key=Ranked.order)
         swept: list[Ranked] = []
         for r in first[: self.opts.top_k]:
-            swept += [x for t in tilings(p, r.found, self.opts.num_sms) if (x := self._rank(p, r.found, t))]
+            swept += [
+                x
+                for t in tilings(p, r.found, self.opts.num_sms)
+                if (x := self._rank(p, r.found, t))
+            ]
         return sorted(swept + first, key=Ranked.order)
 
     def run(self) -> SearchResult:
         name = self.func.sym_name.data
         p = function_problem(self.func)
         ranked = self.rank(p, self.enumerate(p))
-        result = SearchResult(name, None, self.stats, rule_cost(self.func, self.opts.num_sms, self.target))
+        rules = rule_cost(self.func, self.opts.num_sms, self.target)
+        result = SearchResult(name, None, self.stats, rules)
         target = ModuleOp([self.func.clone()])
         seen: set[bytes] = set()
         for r in ranked:
             if r.found.sig in seen:
                 continue  # one verdict per graph: tilings do not change what it computes
-            if len(seen) == MAX_VERIFIED or r.cost.est_seconds > result.rule_cost.est_seconds:  # type: ignore[union-attr]
+            if len(seen) == MAX_VERIFIED or r.cost.est_seconds > rules.est_seconds:
                 break
             seen.add(r.found.sig)
             verdict = verify(target, r.module, name, self.opts.seed, self.opts.bits)

@@ -51,7 +51,9 @@ class Tiling:
 
 
 def _splits(extent: int, smallest: int, most: int) -> list[int]:
-    return [d for d in range(2, min(extent, most) + 1) if extent % d == 0 and extent // d >= smallest]
+    return [
+        d for d in range(2, min(extent, most) + 1) if extent % d == 0 and extent // d >= smallest
+    ]
 
 
 def tilings(p: Problem, found: Found, num_sms: int) -> list[Tiling]:
@@ -64,7 +66,9 @@ def tilings(p: Problem, found: Found, num_sms: int) -> list[Tiling]:
             grids.append(((x, ex),))
             for y in labels:
                 if y != x:
-                    grids += [((x, ex), (y, ey)) for ey in _splits(p.extents[y], MIN_TILE, num_sms // ex)]
+                    grids += [
+                        ((x, ex), (y, ey)) for ey in _splits(p.extents[y], MIN_TILE, num_sms // ex)
+                    ]
     loops = [1] if found.loop is None else _splits(p.extents[found.loop], MIN_CHUNK, 1 << 30)
     return [Tiling(g, f) for g in grids for f in loops]
 
@@ -76,14 +80,30 @@ def default_tiling(p: Problem, found: Found, num_sms: int, tile: int = 64) -> Ti
     grid: tuple[tuple[int, int], ...] = ()
     if labels:
         last = labels[-1]
-        splits = [d for d in _splits(p.extents[last], MIN_TILE, num_sms) if p.extents[last] // d >= tile]
+        splits = [
+            d for d in _splits(p.extents[last], MIN_TILE, num_sms) if p.extents[last] // d >= tile
+        ]
         if splits:
             grid = ((last, max(splits)),)
     forloop = 1
     if found.loop is not None:
-        splits = [d for d in _splits(p.extents[found.loop], MIN_CHUNK, 1 << 30) if p.extents[found.loop] // d >= tile]
+        splits = [
+            d
+            for d in _splits(p.extents[found.loop], MIN_CHUNK, 1 << 30)
+            if p.extents[found.loop] // d >= tile
+        ]
         forloop = max(splits) if splits else 2 if p.extents[found.loop] % 2 == 0 else 1
     return Tiling(grid, forloop)
+
+
+def _int(attr: object) -> int:
+    assert isinstance(attr, int)
+    return attr
+
+
+def _float(attr: object) -> float:
+    assert isinstance(attr, int | float)
+    return float(attr)
 
 
 def _axis_map(labels: Sequence[int], tiling: Tiling) -> tuple[int, int, int]:
@@ -95,7 +115,7 @@ def _axis_map(labels: Sequence[int], tiling: Tiling) -> tuple[int, int, int]:
 class _Emitter:
     def __init__(self, p: Problem, found: Found, tiling: Tiling, operands: Sequence[SSAValue]):
         self.p, self.found, self.tiling = p, found, tiling
-        self.used = sorted({int(t.attr) for t in found.tiles if t.kind == "input"})  # type: ignore[call-overload]
+        self.used = sorted({_int(t.attr) for t in found.tiles if t.kind == "input"})
         args = [operands[i] for i in self.used]
         types = [o.type for o in p.outputs]
         names = [f"{p.input_names[i]}_a" for i in self.used]
@@ -128,7 +148,7 @@ class _Emitter:
         b, v, name = self.b, self.values, f"t{len(self.values)}"
         args = [v[i] for i in t.operands]
         if t.kind == "input":
-            index = int(t.attr)  # type: ignore[call-overload]
+            index = _int(t.attr)
             labels = self.p.labels[self.p.inputs[index]]
             loop = self.found.loop
             fmap = labels.index(loop) if loop is not None and loop in labels else -1
@@ -140,13 +160,14 @@ class _Emitter:
         if t.kind == "unary":
             return b.add(UnaryOp(str(t.attr), args[0]), name).res
         if t.kind == "scale":
-            return b.add(UnaryOp("scale", args[0], factor=float(t.attr)), name).res  # type: ignore[arg-type]
+            return b.add(UnaryOp("scale", args[0], factor=_float(t.attr)), name).res
         if t.kind == "addc":
-            c = float(t.attr)  # type: ignore[arg-type]
+            c = _float(t.attr)
             body = lambda x: [arith.AddfOp(x, const(c)).result]  # noqa: E731
             return b.thread_map(args, [args[0].type], body, name).res[0]
         if t.kind == "reduce":
-            kind, dim = t.attr  # type: ignore[misc]
+            assert isinstance(t.attr, tuple)
+            kind, dim = t.attr
             return b.add(ReduceOp(kind, args[0], dim, keepdim=True), name).res
         assert t.kind == "accum"
         return b.add(AccumOp(str(t.attr), args[0]), name).res

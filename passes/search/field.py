@@ -17,7 +17,7 @@ counts as a fresh variable of degree 1) and each uninterpreted-function applicat
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -175,13 +175,15 @@ def rms_norm(f: Field, x: Value, g: Value, eps: float) -> Value:
     return f.mul(f.mul(x, f.fn("rsqrt", f.add(ms, f.const(eps)))), g)
 
 
-def _attr_float(attrs: dict[str, object], name: str) -> float:
+def _attr_float(attrs: Mapping[str, object], name: str) -> float:
     value = attrs[name]
     assert isinstance(value, float | int)
     return float(value)
 
 
-def nn_kernel(f: Field, kind: str, args: Sequence[Value], attrs: dict[str, object], shape: Sequence[int]) -> Value:
+def nn_kernel(
+    f: Field, kind: str, args: Sequence[Value], attrs: Mapping[str, object], shape: Sequence[int]
+) -> Value:
     """One nn op (or library kernel of that kind) on field values."""
     if kind in UNARY:
         return UNARY[kind](f, args[0])
@@ -194,7 +196,9 @@ def nn_kernel(f: Field, kind: str, args: Sequence[Value], attrs: dict[str, objec
         return f.matmul(args[0], Value(w, args[1].deg))
     if kind in ("reduce_sum", "reduce_mean"):
         x = args[0]
-        dim = int(attrs["dim"]) % x.a.ndim  # type: ignore[call-overload]
+        dim = attrs["dim"]
+        assert isinstance(dim, int)
+        dim %= x.a.ndim
         return reduce(f, kind.removeprefix("reduce_"), x, dim, bool(attrs["keepdim"]))
     if kind == "rms_norm":
         return rms_norm(f, args[0], args[1], _attr_float(attrs, "epsilon"))
@@ -226,7 +230,15 @@ def run_function(f: Field, func: FuncOp, inputs: Sequence[Value]) -> list[Value]
             attrs = {k: _plain(a) for k, a in op.attributes.items()}
             outs = [nn_kernel(f, op.kind.data, args, attrs, _shape(op.res[0]))]
         elif isinstance(op, nn.NNOp):
-            outs = [nn_kernel(f, op.name.removeprefix("nn."), args, nn.attribute_values(op), _shape(op.results[0]))]  # type: ignore[arg-type]
+            outs = [
+                nn_kernel(
+                    f,
+                    op.name.removeprefix("nn."),
+                    args,
+                    nn.attribute_values(op),
+                    _shape(op.results[0]),
+                )
+            ]
         else:
             raise Unsupported(f"'{op.name}'")
         env.update(zip(op.results, outs, strict=True))
@@ -281,7 +293,11 @@ class _FreshTerms:
             if isinstance(inner, InputOp):
                 self.inputs[inner] = [inner]
             else:
-                ups = [self.inputs.get(v.owner, []) for v in inner.operands if isinstance(v.owner, Operation)]
+                ups = [
+                    self.inputs.get(v.owner, [])
+                    for v in inner.operands
+                    if isinstance(v.owner, Operation)
+                ]
                 self.inputs[inner] = list(dict.fromkeys(x for u in ups for x in u))
         self.seen: set[tuple[object, ...]] = set()
 
@@ -293,7 +309,9 @@ class _FreshTerms:
         return True
 
 
-def _write(out: OutputOp, tile: Value, results: list[np.ndarray], degs: list[int], block: maps.BlockCoord) -> None:
+def _write(
+    out: OutputOp, tile: Value, results: list[np.ndarray], degs: list[int], block: maps.BlockCoord
+) -> None:
     i = out.result_index()
     where = out.tile_slices(block)
     if (results[i][where] >= 0).any():
@@ -358,7 +376,13 @@ def _tile_op(f: Field, op: Operation, xs: list[Value]) -> list[Value]:
     raise Unsupported(f"'{op.name}'")
 
 
-_SCALAR_BINARY = {"arith.addf": "add", "arith.subf": "sub", "arith.mulf": "mul", "arith.divf": "div", "arith.maximumf": "maximum"}
+_SCALAR_BINARY = {
+    "arith.addf": "add",
+    "arith.subf": "sub",
+    "arith.mulf": "mul",
+    "arith.divf": "div",
+    "arith.maximumf": "maximum",
+}
 _SCALAR_UNARY = {"arith.negf": "neg", "math.exp": "exp", "math.sqrt": "sqrt", "math.rsqrt": "rsqrt"}
 
 

@@ -10,7 +10,9 @@ from typing import TextIO
 class Progress:
     """`[superoptimize @f] 3.1/15.0 s ████░░░░ 12345 states, 6 graphs`, redrawn in place."""
 
-    def __init__(self, label: str, budget_s: float, enabled: bool | None = None, stream: TextIO | None = None) -> None:
+    def __init__(
+        self, label: str, budget_s: float, enabled: bool | None = None, stream: TextIO | None = None
+    ) -> None:
         self.stream = stream or sys.stderr
         self.enabled = self.stream.isatty() if enabled is None else enabled
         self.label, self.budget_s = label, budget_s

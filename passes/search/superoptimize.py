@@ -6,7 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, ModuleOp, StringAttr, f64, i64
+from xdsl.dialects.builtin import (
+    DictionaryAttr,
+    FloatAttr,
+    IntegerAttr,
+    ModuleOp,
+    StringAttr,
+    f64,
+    i64,
+)
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Attribute, SSAValue
 from xdsl.passes import ModulePass
@@ -78,7 +86,9 @@ class SuperoptimizePass(ModulePass):
         if self.budget_s <= 0 or self.max_ops < 1 or self.num_sms < 1 or self.smem_kb < 1:
             raise MkError("superoptimize: budget-s, max-ops, num-sms and smem-kb must be positive")
         progress = True if self.progress else None
-        return SearchOptions(self.budget_s, self.max_ops, self.num_sms, self.seed, self.smem_kb, progress=progress)
+        return SearchOptions(
+            self.budget_s, self.max_ops, self.num_sms, self.seed, self.smem_kb, progress=progress
+        )
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         opts = self.options()
@@ -87,7 +97,11 @@ class SuperoptimizePass(ModulePass):
 
     def _function(self, func: FuncOp, opts: SearchOptions) -> None:
         nn_ops = [o for o in func.body.block.ops if o.dialect_name() == "nn"]
-        if not nn_ops or len(nn_ops) > self.max_nn_ops or len(nn_ops) + 1 != len(func.body.block.ops):
+        if (
+            not nn_ops
+            or len(nn_ops) > self.max_nn_ops
+            or len(nn_ops) + 1 != len(func.body.block.ops)
+        ):
             return
         key_opts = (opts.max_ops, opts.num_sms, opts.seed, opts.smem_kb, opts.budget_s, opts.bits)
         key = cache.canonical_key(func, key_opts)

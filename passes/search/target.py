@@ -37,6 +37,19 @@ SUPPORTED = (
 )  # fmt: skip
 
 
+def attr_float(op: Operation, name: str) -> float:
+    """A float (or integer) nn attribute, defaults filled in."""
+    value = nn.attribute_values(op)[name]
+    assert isinstance(value, int | float)
+    return float(value)
+
+
+def attr_int(op: Operation, name: str) -> int:
+    value = nn.attribute_values(op)[name]
+    assert isinstance(value, int)
+    return value
+
+
 class Unsupported(Exception):
     """The subgraph holds an op or shape the search does not model (the rules lower it)."""
 
@@ -101,7 +114,7 @@ def _unify_op(u: _Unify, op: Operation) -> list[int]:
     if isinstance(op, nn.ReduceSumOp | nn.ReduceMeanOp):
         (x,) = op.operands
         attrs = nn.attribute_values(op)
-        rank, dim = len(shape_of(x)), int(attrs["dim"])  # type: ignore[arg-type]
+        rank, dim = len(shape_of(x)), attr_int(op, "dim")
         dim %= rank
         j = 0
         for d in range(rank):
@@ -144,7 +157,7 @@ def _expression(p: Problem, op: Operation, reduced: list[int]) -> int:
         x, g = args
         k = shape_of(op.operands[0])[-1]
         ms = a.scale(a.reduce(a.mul(x, x), labels[-1], True), 1.0 / k)
-        eps = float(nn.attribute_values(op)["epsilon"])  # type: ignore[arg-type]
+        eps = attr_float(op, "epsilon")
         rs = a.fn("rsqrt", a.add(ms, a.const(eps)))
         return a.mul(a.mul(x, rs), g)
     return _elementwise(a, op, args)
@@ -167,7 +180,7 @@ def _elementwise(a: Algebra, op: Operation, args: list[int]) -> int:
         case nn.NegOp():
             return a.scale(args[0], -1.0)
         case nn.ScaleOp():
-            return a.scale(args[0], float(nn.attribute_values(op)["factor"]))  # type: ignore[arg-type]
+            return a.scale(args[0], attr_float(op, "factor"))
     raise Unsupported(f"'{op.name}'")
 
 
@@ -202,7 +215,8 @@ def analyse(
     algebra = Algebra()
     names = [v.name_hint or f"arg{i}" for i, v in enumerate(inputs)]
     nf = {
-        v: algebra.var(f"{n}#{i}", labels[v]) for i, (v, n) in enumerate(zip(inputs, names, strict=True))
+        v: algebra.var(f"{n}#{i}", labels[v])
+        for i, (v, n) in enumerate(zip(inputs, names, strict=True))
     }
     p = Problem(algebra, list(inputs), list(outputs), labels, extents, reduced, nf, names)
     for op in ops:

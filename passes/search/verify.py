@@ -29,8 +29,9 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
+from xdsl.ir import SSAValue
 
 from mk.diagnostics import MkError
 from mk.inputs import random_inputs
@@ -51,6 +52,11 @@ class Verdict:
     float_errors: list[float] = field(default_factory=list)
 
 
+def _shape(value: SSAValue) -> tuple[int, ...]:
+    assert isinstance(value.type, TensorType)
+    return tuple(value.type.get_shape())
+
+
 def _log2_delta(f: Field) -> float:
     pairs = sum(n * (n - 1) // 2 for n in f.uses.values())
     return min(0.0, math.log2(f.max_deg * (1 + pairs)) - math.log2(f.p))
@@ -63,7 +69,7 @@ def field_trials(target: FuncOp, candidate: FuncOp, seed: int, bits: int = 30) -
         trial_log = 0.0
         for i, p in enumerate(PRIMES):
             f = Field(p, np.random.default_rng([seed, trial, i]))
-            inputs = [f.random(a.type.get_shape()) for a in target.body.block.args]  # type: ignore[attr-defined]
+            inputs = [f.random(_shape(a)) for a in target.body.block.args]
             try:
                 want = run_function(f, target, inputs)
                 got = run_function(f, candidate, inputs)
@@ -79,7 +85,13 @@ def field_trials(target: FuncOp, candidate: FuncOp, seed: int, bits: int = 30) -
         total += trial_log
         if total < -bits:
             return Verdict(True, "equal in every trial", trial + 1, total, logs)
-    return Verdict(False, f"bound 2^{total:.1f} after {MAX_TRIALS} trials: too large to certify", MAX_TRIALS, total, logs)
+    return Verdict(
+        False,
+        f"bound 2^{total:.1f} after {MAX_TRIALS} trials: too large to certify",
+        MAX_TRIALS,
+        total,
+        logs,
+    )
 
 
 def float_check(target: ModuleOp, candidate: ModuleOp, entry: str, seed: int) -> list[float] | None:
@@ -109,7 +121,9 @@ def verify(target: ModuleOp, candidate: ModuleOp, entry: str, seed: int, bits: i
     """Field trials, then the float check; `target` and `candidate` hold function @entry."""
     from mk.source import entry_function
 
-    verdict = field_trials(entry_function(target, entry), entry_function(candidate, entry), seed, bits)
+    verdict = field_trials(
+        entry_function(target, entry), entry_function(candidate, entry), seed, bits
+    )
     if not verdict.equivalent:
         return verdict
     errors = float_check(target, candidate, entry, seed)

@@ -56,7 +56,12 @@ def agrees_with_reference(src: str, result: SearchResult, seed: int = 3) -> None
 
 @pytest.mark.parametrize(
     ("name", "src", "matmuls"),
-    [("rms_linear", RMS_LINEAR, 1), ("rms_unfused", RMS_UNFUSED, 1), ("gated", GATED, 2), ("lora", LORA, 3)],
+    [
+        ("rms_linear", RMS_LINEAR, 1),
+        ("rms_unfused", RMS_UNFUSED, 1),
+        ("gated", GATED, 2),
+        ("lora", LORA, 3),
+    ],
 )
 def test_search_finds_one_fused_verified_kernel(
     results: dict[str, SearchResult], name: str, src: str, matmuls: int

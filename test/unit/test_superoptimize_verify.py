@@ -80,7 +80,9 @@ def test_verification_rejects_a_wrong_map() -> None:
     target, right, wrong = _gated_wrong_map()
     good = verify(target, right, "gated", seed=0)
     assert good.equivalent and good.log2_bound < -30
-    assert good.trials == len(good.trial_log2) and math.isclose(sum(good.trial_log2), good.log2_bound)
+    assert good.trials == len(good.trial_log2) and math.isclose(
+        sum(good.trial_log2), good.log2_bound
+    )
     bad = verify(target, wrong, "gated", seed=0)
     assert not bad.equivalent and "differs" in bad.reason
 
@@ -88,7 +90,9 @@ def test_verification_rejects_a_wrong_map() -> None:
 def test_verification_rejects_a_missing_rescale() -> None:
     module, p, found = founds(RMS_LINEAR)
     (k,) = p.reduced
-    mirage = next(f for f in found if f.loop == k and any(t.attr == "mean_sq_last" for t in f.tiles))
+    mirage = next(
+        f for f in found if f.loop == k and any(t.attr == "mean_sq_last" for t in f.tiles)
+    )
     acc = next(i for i, t in enumerate(mirage.tiles) if t.kind == "accum" and t.attr == "sum")
     unscaled = _prune_dead(list(mirage.tiles), [acc], k)  # Σ x·g·w without the rsqrt factor
     func = entry_function(module)
