@@ -38,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--layers", type=int, default=None, help="keep only the first N layers (quick checks)"
     )
+    p.add_argument(
+        "--vocab", type=int, default=None, help="a smaller vocabulary (random weights only)"
+    )
     p.add_argument("--prompt-len", type=int, default=1, help="random prompt tokens (default 1)")
     p.add_argument(
         "--host-loop",
@@ -272,6 +275,10 @@ def _generate(args: argparse.Namespace) -> int:
         config = config.with_(
             layers=args.layers, name=f"{config.name} (first {args.layers} layers)"
         )
+    if args.vocab is not None:
+        if args.weights is not None or args.vocab < 2:
+            raise ValueError("--vocab takes a size >= 2 and works with random weights only")
+        config = config.with_(vocab=args.vocab, name=f"{config.name} (vocabulary {args.vocab})")
     if args.target == "cuda" and not _has_gpu():
         print(
             "mk-generate: error: the 'cuda' target needs an NVIDIA GPU and torch with CUDA; "

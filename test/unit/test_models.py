@@ -405,6 +405,10 @@ def test_mk_generate_user_errors(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert "--context 4 is too small" in capsys.readouterr().err
     assert main(["--model", "tiny", "--weights", str(tmp_path / "none.safetensors")]) == 1
     assert "no such file or directory" in capsys.readouterr().err
+    assert main(["--model", "tiny", "--layers", "3"]) == 1
+    assert "--layers must be in 1..2 for tiny" in capsys.readouterr().err
+    assert main(["--model", "tiny", "--vocab", "64", "--weights", str(tmp_path)]) == 1
+    assert "--vocab takes a size >= 2 and works with random weights only" in capsys.readouterr().err
     write_safetensors(tmp_path / "w.safetensors", {"model.norm.weight": np.ones(64, np.float32)})
     assert main(["--model", "tiny", "--weights", str(tmp_path / "w.safetensors")]) == 1
     err = capsys.readouterr().err
@@ -431,3 +435,13 @@ def test_qwen3_single_steps_on_cpu_executor(cache_dir: Path) -> None:
     result = compare(got, ref.logits, logits)
     assert result.ok, result.problems
     assert result.compared_steps == [0, 1, 2] and result.logit_error < 2e-2
+
+
+@pytest.mark.gpu
+def test_tiny_generates_on_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    """The in-kernel loop on the megakernel against the PyTorch decoder (one near-tie allowed)."""
+    from mk.tools.mk_generate import main
+
+    argv = ["--model", "tiny-qwen3", "--batch", "2", "--steps", "8", "--context", "32"]
+    assert main([*argv, "--target", "cuda", "--check"]) == 0
+    assert "check: ok" in capsys.readouterr().out
