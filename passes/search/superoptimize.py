@@ -1,5 +1,6 @@
-"""The superoptimize pass: replaces each small nn function by the cheapest verified μGraph the
-search finds, where that beats the rule-based lowering (nn-to-mugraph lowers what is left)."""
+"""The superoptimize pass: replaces each nn subgraph (the whole function when it is small) by the
+cheapest verified μGraph the search finds, where that beats the rule-based lowering of the same
+subgraph (nn-to-mugraph lowers what is left)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ from xdsl.dialects.builtin import (
     i64,
 )
 from xdsl.dialects.func import FuncOp
-from xdsl.ir import Attribute, SSAValue
+from xdsl.ir import Attribute
 from xdsl.passes import ModulePass
 
 from mk.diagnostics import MkError
 from mk.passes.search import cache
 from mk.passes.search.driver import FunctionSearch, SearchOptions
+from mk.passes.search.subgraphs import Subgraph, subgraphs
 from mk.passes.search.target import Unsupported
 
 # The last result of each searched function in this process, by name (for tools and tests).
@@ -38,24 +40,6 @@ def _attr(value: object) -> Attribute:
     return StringAttr(str(value))
 
 
-def _splice(func: FuncOp, text: str) -> None:
-    """Replace func's body ops by the kernels of the cached/searched module's function."""
-    from mk.source import load_module
-
-    found = load_module(text)
-    new = found.body.block.first_op
-    assert isinstance(new, FuncOp)
-    block = func.body.block
-    mapping: dict[SSAValue, SSAValue] = dict(zip(new.body.block.args, block.args, strict=True))
-    old = list(block.ops)
-    for op in new.body.block.ops:
-        block.add_op(op.clone(value_mapper=mapping))
-    for op in reversed(old):
-        block.detach_op(op)
-    for op in old:
-        op.erase(safe_erase=False)
-
-
 def _search(func: FuncOp, opts: SearchOptions) -> tuple[str, dict[str, object]]:
     try:
         result = FunctionSearch(func, opts).run()
@@ -66,7 +50,7 @@ def _search(func: FuncOp, opts: SearchOptions) -> tuple[str, dict[str, object]]:
 
 @dataclass(frozen=True)
 class SuperoptimizePass(ModulePass):
-    """`superoptimize{budget-s=30 max-ops=7 num-sms=132 seed=0 smem-kb=227 max-nn-ops=12
+    """`superoptimize{budget-s=30 max-ops=7 num-sms=132 seed=0 smem-kb=227 max-nn-ops=6
     progress=false stats=false cache=true cache-dir=""}`."""
 
     name = "superoptimize"
@@ -76,7 +60,7 @@ class SuperoptimizePass(ModulePass):
     num_sms: int = 132
     seed: int = 0  # verification inputs and keys
     smem_kb: int = 227  # shared memory per block
-    max_nn_ops: int = 12  # larger functions are left to the rules
+    max_nn_ops: int = 6  # nn ops per searched subgraph
     progress: bool = False  # the progress bar also when stderr is not a terminal
     stats: bool = False  # attach the search statistics as `mk.search` on each function
     cache: bool = True  # on-disk cache (the in-memory one is always used)
@@ -93,16 +77,20 @@ class SuperoptimizePass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         opts = self.options()
         for func in [f for f in op.walk() if isinstance(f, FuncOp) and not f.is_declaration]:
-            self._function(func, opts)
+            summaries = [
+                self._subgraph(part, f"{func.sym_name.data}.{i}", opts)
+                for i, part in enumerate(subgraphs(func, self.max_nn_ops))
+            ]
+            if len(summaries) == 1:
+                RESULTS[func.sym_name.data] = RESULTS.pop(f"{func.sym_name.data}.0")
+            if self.stats:
+                for i, summary in enumerate(summaries):
+                    key = "mk.search" if len(summaries) == 1 else f"mk.search.{i}"
+                    func.attributes[key] = DictionaryAttr({k: _attr(v) for k, v in summary.items()})
 
-    def _function(self, func: FuncOp, opts: SearchOptions) -> None:
-        nn_ops = [o for o in func.body.block.ops if o.dialect_name() == "nn"]
-        if (
-            not nn_ops
-            or len(nn_ops) > self.max_nn_ops
-            or len(nn_ops) + 1 != len(func.body.block.ops)
-        ):
-            return
+    def _subgraph(self, part: Subgraph, name: str, opts: SearchOptions) -> dict[str, object]:
+        """Search (or look up) one subgraph and splice in the kernels when the search won."""
+        func = part.extract(name)
         key_opts = (opts.max_ops, opts.num_sms, opts.seed, opts.smem_kb, opts.budget_s, opts.bits)
         key = cache.canonical_key(func, key_opts)
         hit = cache.load(key, self.cache_dir, self.cache)
@@ -110,11 +98,14 @@ class SuperoptimizePass(ModulePass):
             hit = _search(func, opts)
             cache.store(key, *hit, self.cache_dir, self.cache)
         text, summary = hit
-        RESULTS[func.sym_name.data] = {**summary, "cache_key": key}
+        RESULTS[name] = {**summary, "cache_key": key}
         if text:
-            _splice(func, text)
-        if self.stats:
-            func.attributes["mk.search"] = DictionaryAttr({k: _attr(v) for k, v in summary.items()})
+            from mk.source import load_module
+
+            kernels = load_module(text).body.block.first_op
+            assert isinstance(kernels, FuncOp)
+            part.replace(kernels)
+        return summary
 
 
 __all__ = ["RESULTS", "SuperoptimizePass"]
