@@ -152,11 +152,42 @@ func.func @sm(%x: tensor<4x64xf32>) -> tensor<4x64xf32> {
 }
 """
     module = load_module(src)
-    SuperoptimizePass(budget_s=1.0, cache=False).apply(make_context(), module)
-    assert "nn.softmax" in str(module)
-    assert RESULTS["sm"]["chosen"] == "rules"
+    SuperoptimizePass(budget_s=1.0, cache=False, stats=True).apply(make_context(), module)
+    assert "nn.softmax" in str(module) and "mk.search" not in str(module)
+    assert "sm" not in RESULTS  # no modelled subgraph: nothing searched
 
 
 def test_bad_options_are_user_errors() -> None:
     with pytest.raises(mk.MkError, match="must be positive"):
         SuperoptimizePass(budget_s=0).apply(make_context(), load_module(LORA))
+
+
+CONES = """
+func.func @cones(%x: tensor<4x128xf32>, %g: tensor<128xf32>, %wq: tensor<64x128xf32>, %wk: tensor<64x128xf32>) -> (tensor<4x64xf32>, tensor<4x64xf32>) {
+  %h = nn.rms_norm %x, %g : (tensor<4x128xf32>, tensor<128xf32>) -> tensor<4x128xf32>
+  %q = nn.linear %h, %wq : (tensor<4x128xf32>, tensor<64x128xf32>) -> tensor<4x64xf32>
+  %k = nn.linear %h, %wk : (tensor<4x128xf32>, tensor<64x128xf32>) -> tensor<4x64xf32>
+  %s = nn.softmax %q : (tensor<4x64xf32>) -> tensor<4x64xf32>
+  func.return %s, %k : tensor<4x64xf32>, tensor<4x64xf32>
+}
+"""
+
+
+def test_larger_functions_are_searched_as_cones() -> None:
+    # softmax is not modelled, so the function is cut into cones: q and k each with the
+    # RMSNorm recomputed (the same program up to names: the second is a cache hit).
+    cache.clear_memory()
+    module = load_module(CONES)
+    SuperoptimizePass(budget_s=BUDGET, cache=False, num_sms=8).apply(make_context(), module)
+    text = str(module)
+    assert "nn.rms_norm" not in text and "nn.linear" not in text and "nn.softmax" in text
+    graphs = [op for op in module.walk() if isinstance(op, mg.GraphDefOp)]
+    assert [len(g.args) for g in graphs] == [3, 3]  # x, g and one weight each
+    assert cache.STATS["memory_hits"] >= 1
+    from mk.passes.nn_to_mugraph import NnToMugraphPass
+
+    NnToMugraphPass(num_sms=8).apply(make_context(), module)
+    inputs = random_inputs(entry_function(load_module(CONES)), 2)
+    for got, want in zip(run_mugraph(module, *inputs), mk.reference(CONES, *inputs), strict=True):
+        err, tol = output_error(got, want)
+        assert err <= tol
