@@ -258,6 +258,11 @@ def _load_weights(args: argparse.Namespace, config: Any) -> dict[str, np.ndarray
 
     if args.weights is None:
         return random_weights(config, args.seed)
+    hf_config = Path(args.weights) / "config.json"
+    if hf_config.is_file() and args.layers is None:
+        from mk.models.config import check_hf_config
+
+        check_hf_config(config, hf_config)
     return check_weights(config, load_safetensors(Path(args.weights)))
 
 

@@ -113,6 +113,58 @@ def test_llama3_rope_scaling() -> None:
     assert np.all(np.diff(scaled) < 0)
 
 
+# The fields of the public config.json files that the presets stand for.
+_HF_LLAMA32_1B = {
+    "model_type": "llama",
+    "hidden_size": 2048,
+    "intermediate_size": 8192,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 16,
+    "head_dim": 64,
+    "vocab_size": 128256,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0,
+    "rope_scaling": {
+        "factor": 32.0,
+        "high_freq_factor": 4.0,
+        "low_freq_factor": 1.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+    "tie_word_embeddings": True,
+}
+_HF_QWEN3_06B = {
+    "model_type": "qwen3",
+    "hidden_size": 1024,
+    "intermediate_size": 3072,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 28,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000,
+    "rope_scaling": None,
+    "tie_word_embeddings": True,
+}
+
+
+def test_presets_match_hugging_face_configs(tmp_path: Path) -> None:
+    from mk.models.config import check_hf_config, config_from_hf
+
+    assert config_from_hf(_HF_LLAMA32_1B, "llama-3.2-1b") == preset("llama-3.2-1b")
+    assert config_from_hf(_HF_QWEN3_06B, "qwen3-0.6b") == preset("qwen3-0.6b")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**_HF_QWEN3_06B, "num_hidden_layers": 36}))
+    with pytest.raises(ValueError, match="does not describe qwen3-0.6b: layers 28 vs 36"):
+        check_hf_config(preset("qwen3-0.6b"), path)
+    with pytest.raises(ValueError, match="model_type 'mistral'"):
+        config_from_hf({**_HF_QWEN3_06B, "model_type": "mistral"})
+    with pytest.raises(ValueError, match="missing field 'hidden_size'"):
+        config_from_hf({k: v for k, v in _HF_QWEN3_06B.items() if k != "hidden_size"})
+
+
 # --------------------------------------------------------------------------- safetensors
 
 

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 FAMILIES = ("llama", "qwen3")
 
@@ -195,3 +199,54 @@ def preset(name: str) -> ModelConfig:
         return PRESETS[name]
     except KeyError:
         raise ValueError(f"unknown model preset {name!r}; presets: {', '.join(PRESETS)}") from None
+
+
+def config_from_hf(hf: Mapping[str, Any], name: str = "hf") -> ModelConfig:
+    """A ModelConfig from a Hugging Face `config.json` (model_type "llama" or "qwen3")."""
+    family = hf.get("model_type")
+    if family not in FAMILIES:
+        raise ValueError(f"config.json: model_type {family!r} is not one of {FAMILIES}")
+    try:
+        heads = int(hf["num_attention_heads"])
+        hidden = int(hf["hidden_size"])
+        scaling = hf.get("rope_scaling")
+        rope = None
+        if isinstance(scaling, Mapping) and scaling.get("rope_type") == "llama3":
+            rope = RopeScaling(
+                factor=float(scaling["factor"]),
+                low_freq_factor=float(scaling["low_freq_factor"]),
+                high_freq_factor=float(scaling["high_freq_factor"]),
+                original_context=int(scaling["original_max_position_embeddings"]),
+            )
+        elif scaling is not None:
+            raise ValueError(f"config.json: rope_scaling {scaling!r} is not supported")
+        return ModelConfig(
+            name=name,
+            family=family,
+            hidden=hidden,
+            heads=heads,
+            kv_heads=int(hf.get("num_key_value_heads", heads)),
+            head_dim=int(hf.get("head_dim") or hidden // heads),
+            layers=int(hf["num_hidden_layers"]),
+            intermediate=int(hf["intermediate_size"]),
+            vocab=int(hf["vocab_size"]),
+            tied_embeddings=bool(hf.get("tie_word_embeddings", False)),
+            rope_theta=float(hf.get("rope_theta", 10000.0)),
+            rms_eps=float(hf.get("rms_norm_eps", 1e-6)),
+            qk_norm=family == "qwen3",
+            rope_scaling=rope,
+        )
+    except KeyError as e:
+        raise ValueError(f"config.json: missing field {e.args[0]!r}") from None
+
+
+def check_hf_config(config: ModelConfig, path: str | Path) -> None:
+    """Raises ValueError naming every field where `config` differs from a config.json."""
+    theirs = config_from_hf(json.loads(Path(path).read_text()), config.name)
+    diffs = [
+        f"{f.name} {getattr(config, f.name)!r} vs {getattr(theirs, f.name)!r}"
+        for f in dataclasses.fields(ModelConfig)
+        if f.name != "name" and getattr(config, f.name) != getattr(theirs, f.name)
+    ]
+    if diffs:
+        raise ValueError(f"{path} does not describe {config.name}: {'; '.join(diffs)}")

@@ -48,6 +48,7 @@ class TorchDecoder:
         self.torch, self.config, self.batch, self.context = torch, config, batch, context
         self.device = device
         self.w = {k: to_torch(v, device) for k, v in check_weights(config, weights).items()}
+        self.norm_f32 = {k: v.float() for k, v in self.w.items() if v.dim() == 1}
         c, bf16 = config, torch.bfloat16
         shape = (c.layers, batch, c.kv_heads, context, c.head_dim)
         self.k_cache = torch.zeros(shape, dtype=bf16, device=device)
@@ -60,10 +61,14 @@ class TorchDecoder:
         self.positions = torch.arange(context, device=device)
         self.graph: Any = None
 
-    def _rms_norm(self, x: Any, g: Any) -> Any:
-        xf = x.float()
+    def _rms_norm(self, x: Any, name: str) -> Any:
+        """RMSNorm in f32 (torch's fused kernel where it has one), rounded to x's dtype."""
+        xf, g = x.float(), self.norm_f32[name]
+        fused = getattr(self.torch.nn.functional, "rms_norm", None)
+        if fused is not None:
+            return fused(xf, (xf.shape[-1],), g, self.config.rms_eps).to(x.dtype)
         ms = xf.pow(2).mean(-1, keepdim=True)
-        return (xf * self.torch.rsqrt(ms + self.config.rms_eps) * g.float()).to(x.dtype)
+        return (xf * self.torch.rsqrt(ms + self.config.rms_eps) * g).to(x.dtype)
 
     def _rope(self, x: Any, cos: Any, sin: Any) -> Any:
         x1, x2 = x.float().chunk(2, dim=-1)
@@ -81,13 +86,13 @@ class TorchDecoder:
         mask = (self.positions <= self.pos).view(1, 1, 1, self.context)
         for layer in range(c.layers):
             p = f"model.layers.{layer}."
-            h = self._rms_norm(x, w[p + "input_layernorm.weight"])
+            h = self._rms_norm(x, p + "input_layernorm.weight")
             q = F.linear(h, w[p + "self_attn.q_proj.weight"]).view(b, c.heads, 1, d)
             k = F.linear(h, w[p + "self_attn.k_proj.weight"]).view(b, c.kv_heads, 1, d)
             v = F.linear(h, w[p + "self_attn.v_proj.weight"]).view(b, c.kv_heads, 1, d)
             if c.qk_norm:
-                q = self._rms_norm(q, w[p + "self_attn.q_norm.weight"])
-                k = self._rms_norm(k, w[p + "self_attn.k_norm.weight"])
+                q = self._rms_norm(q, p + "self_attn.q_norm.weight")
+                k = self._rms_norm(k, p + "self_attn.k_norm.weight")
             q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
             kc, vc = self.k_cache[layer], self.v_cache[layer]
             kc.index_copy_(2, self.pos, k)
@@ -96,12 +101,12 @@ class TorchDecoder:
                 q, kc, vc, attn_mask=mask, scale=d**-0.5, enable_gqa=c.heads != c.kv_heads
             )
             x = x + F.linear(a.reshape(b, c.q_dim), w[p + "self_attn.o_proj.weight"])
-            h2 = self._rms_norm(x, w[p + "post_attention_layernorm.weight"])
+            h2 = self._rms_norm(x, p + "post_attention_layernorm.weight")
             g = F.linear(h2, w[p + "mlp.gate_proj.weight"])
             u = F.linear(h2, w[p + "mlp.up_proj.weight"])
             x = x + F.linear(F.silu(g) * u, w[p + "mlp.down_proj.weight"])
         head = w["model.embed_tokens.weight" if c.tied_embeddings else "lm_head.weight"]
-        self.logits.copy_(F.linear(self._rms_norm(x, w["model.norm.weight"]), head))
+        self.logits.copy_(F.linear(self._rms_norm(x, "model.norm.weight"), head))
         self.token.copy_(self.logits.argmax(-1))
         self.pos.add_(1)
 
