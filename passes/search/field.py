@@ -1,9 +1,10 @@
-"""Programs over a finite field Z_p: the nn target and a candidate μGraph on random field inputs.
+"""Programs over finite fields: the nn target and a candidate μGraph on random inputs, evaluated
+in Z_p and Z_q at once (every array has a leading axis of 2 for the two residues).
 
-Ring ops (add, sub, mul, matmul, sums, means as multiplication by n⁻¹, constants) are exact in
-Z_p. Every other op is built from a few **uninterpreted functions** — exp, rsqrt, sqrt, recip,
-erf and a binary max — each evaluated as a keyed pseudo-random function Z_p → Z_p whose key is
-drawn fresh for every trial: silu(x) = x·recip(1 + exp(−x)), sigmoid(x) = recip(1 + exp(−x)),
+Ring ops (add, sub, mul, matmul, sums, means as multiplication by n⁻¹, constants) are exact.
+Every other op is built from a few **uninterpreted functions** — exp, rsqrt, sqrt, recip, erf
+and a binary max — each evaluated as a keyed pseudo-random function of both residues of its
+argument, with a key drawn fresh for every trial: silu(x) = x·recip(1 + exp(−x)), sigmoid(x) = recip(1 + exp(−x)),
 a / b = a·recip(b), relu(x) = max(x, 0), rms_norm = x·rsqrt(mean(x²) + ε)·g, and a thread_map
 body's arith/math ops the same way. Both programs use the same definitions, so a candidate that
 is the same formal expression as the target (commutative-ring identities, the uninterpreted
@@ -52,70 +53,110 @@ class Unsupported(Exception):
 
 @dataclass
 class Value:
-    """A field array and a bound on its degree as a polynomial in inputs and function outputs."""
+    """Residues mod both primes (a leading axis of 2: `a[0]` mod p, `a[1]` mod q) and a bound on
+    the degree as a polynomial in the inputs and the function outputs."""
 
-    a: np.ndarray  # int64 in [0, p)
+    a: np.ndarray  # int64, shape (2, *logical shape)
     deg: int
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.a.shape[1:])
+
+    @property
+    def ndim(self) -> int:
+        return self.a.ndim - 1
+
+
+def _axis(dim: int) -> int:
+    """The array axis of a logical dim (past the leading residue axis)."""
+    return dim + 1 if dim >= 0 else dim
+
+
+def _aligned(x: Value, ndim: int) -> np.ndarray:
+    """x's array with size-1 axes after the residue axis, for NumPy broadcasting to `ndim`."""
+    missing = ndim - x.ndim
+    return x.a.reshape(2, *([1] * missing), *x.shape) if missing > 0 else x.a
 
 
 @dataclass
 class Field:
-    """Z_p with this trial's uninterpreted functions; records degrees and function uses."""
+    """Z_p × Z_q in lockstep with this trial's uninterpreted functions, which see both residues
+    of their argument; records degrees and function uses."""
 
-    p: int
     rng: np.random.Generator
+    primes: tuple[int, int] = PRIMES
     keys: dict[str, int] = field(default_factory=dict)
     uses: dict[str, int] = field(default_factory=dict)  # scalar applications per function
     max_deg: int = 1
     counting: bool = True  # off while a block recomputes terms another block already made
 
-    def random(self, shape: Sequence[int]) -> Value:
-        return Value(self.rng.integers(0, self.p, size=tuple(shape), dtype=np.int64), 1)
+    def _m(self, ndim: int) -> np.ndarray:
+        return np.array(self.primes, dtype=np.int64).reshape(2, *([1] * ndim))
 
-    def const(self, c: float) -> Value:
+    def random(self, shape: Sequence[int]) -> Value:
+        high = self._m(len(shape))
+        return Value(self.rng.integers(0, high, size=(2, *shape), dtype=np.int64), 1)
+
+    def _residue(self, c: float, p: int) -> int:
         frac = Fraction(c).limit_denominator(1 << 16)
         if float(frac) == c:  # 1/512, 0.5, 1: exact rationals map to n·d⁻¹
-            v = frac.numerator % self.p * pow(frac.denominator, -1, self.p) % self.p
-        else:  # ε = 1e-6 is not one: any fixed element works, the same in both programs
-            v = int.from_bytes(np.float64(c).tobytes(), "little") % self.p
-        return Value(np.array(v, dtype=np.int64), 0)
+            return frac.numerator % p * pow(frac.denominator, -1, p) % p
+        # ε = 1e-6 is not one: any fixed element works, the same in both programs
+        return int.from_bytes(np.float64(c).tobytes(), "little") % p
+
+    def const(self, c: float) -> Value:
+        return Value(np.array([self._residue(c, p) for p in self.primes], dtype=np.int64), 0)
 
     def _track(self, v: Value) -> Value:
         self.max_deg = max(self.max_deg, v.deg)
         return v
 
     def add(self, x: Value, y: Value) -> Value:
-        return Value((x.a + y.a) % self.p, max(x.deg, y.deg))
+        n = max(x.ndim, y.ndim)
+        return Value((_aligned(x, n) + _aligned(y, n)) % self._m(n), max(x.deg, y.deg))
 
     def neg(self, x: Value) -> Value:
-        return Value((self.p - x.a) % self.p, x.deg)
+        m = self._m(x.ndim)
+        return Value((m - x.a) % m, x.deg)
 
     def mul(self, x: Value, y: Value) -> Value:
-        return self._track(Value(x.a * y.a % self.p, x.deg + y.deg))
+        n = max(x.ndim, y.ndim)
+        return self._track(Value(_aligned(x, n) * _aligned(y, n) % self._m(n), x.deg + y.deg))
 
     def matmul(self, x: Value, y: Value) -> Value:
-        lo, hi = y.a & 0xFFFF, y.a >> 16
-        out = (np.matmul(x.a, hi) % self.p * 65536 + np.matmul(x.a, lo)) % self.p
+        n = max(x.ndim, y.ndim)
+        a, b, m = _aligned(x, n), _aligned(y, n), self._m(n)
+        lo, hi = b & 0xFFFF, b >> 16
+        out = (np.matmul(a, hi) % m * 65536 + np.matmul(a, lo)) % m
         return self._track(Value(out, x.deg + y.deg))
 
-    def sum(self, x: Value, axis: int, keepdims: bool = True) -> Value:
-        # Chunks of 2^31 keep the int64 sum exact.
-        return Value(np.sum(x.a % self.p, axis=axis, keepdims=keepdims) % self.p, x.deg)
+    def sum(self, x: Value, dim: int, keepdims: bool = True) -> Value:
+        total = np.sum(x.a, axis=_axis(dim), keepdims=keepdims)
+        return Value(total % self._m(total.ndim - 1), x.deg)
 
     def scale_int_inv(self, x: Value, n: int) -> Value:
-        return Value(x.a * pow(n, -1, self.p) % self.p, x.deg)
+        inv = np.array([pow(n, -1, p) for p in self.primes], dtype=np.int64)
+        return Value(x.a * inv.reshape(2, *([1] * x.ndim)) % self._m(x.ndim), x.deg)
+
+    def reshape(self, x: Value, shape: Sequence[int]) -> Value:
+        return Value(x.a.reshape(2, *shape), x.deg)
 
     def fn(self, name: str, *xs: Value) -> Value:
-        """An uninterpreted function: splitmix64 of the arguments under this trial's key."""
+        """An uninterpreted function: splitmix64 of both residues of each argument, under this
+        trial's key, reduced mod each prime."""
         key = self.keys.setdefault(name, int(self.rng.integers(0, 1 << 62)))
-        shape = np.broadcast_shapes(*(x.a.shape for x in xs))
+        shape = np.broadcast_shapes(*(x.shape for x in xs))
+        n = len(shape)
         z = np.full(shape, key, dtype=np.uint64)
         with np.errstate(over="ignore"):
             for x in xs:
-                z = _mix(z ^ np.broadcast_to(x.a, shape).astype(np.uint64))
+                a = np.broadcast_to(_aligned(x, n), (2, *shape)).astype(np.uint64)
+                z = _mix(_mix(z ^ a[0]) ^ a[1])
+            out = np.stack([z, _mix(z ^ np.uint64(0x5851F42D4C957F2D))])
         if self.counting:
             self.uses[name] = self.uses.get(name, 0) + int(math.prod(shape))
-        return Value((z % np.uint64(self.p)).astype(np.int64), 1)
+        return Value((out % self._m(n).astype(np.uint64)).astype(np.int64), 1)
 
 
 def _mix(z: np.ndarray) -> np.ndarray:
@@ -167,11 +208,11 @@ def reduce(f: Field, kind: str, x: Value, dim: int, keepdim: bool) -> Value:
     if kind not in ("sum", "mean"):
         raise Unsupported(f"reduction '{kind}'")
     total = f.sum(x, dim, keepdim)
-    return f.scale_int_inv(total, x.a.shape[dim]) if kind == "mean" else total
+    return f.scale_int_inv(total, x.shape[dim]) if kind == "mean" else total
 
 
 def rms_norm(f: Field, x: Value, g: Value, eps: float) -> Value:
-    ms = reduce(f, "mean", f.mul(x, x), x.a.ndim - 1, True)
+    ms = reduce(f, "mean", f.mul(x, x), x.ndim - 1, True)
     return f.mul(f.mul(x, f.fn("rsqrt", f.add(ms, f.const(eps)))), g)
 
 
@@ -192,18 +233,18 @@ def nn_kernel(
     if kind in BINARY:
         return BINARY[kind](f, args[0], args[1])
     if kind in ("matmul", "linear"):
-        w = args[1].a.T if kind == "linear" else args[1].a
+        w = args[1].a.swapaxes(-1, -2) if kind == "linear" else args[1].a
         return f.matmul(args[0], Value(w, args[1].deg))
     if kind in ("reduce_sum", "reduce_mean"):
         x = args[0]
         dim = attrs["dim"]
         assert isinstance(dim, int)
-        dim %= x.a.ndim
+        dim %= x.ndim
         return reduce(f, kind.removeprefix("reduce_"), x, dim, bool(attrs["keepdim"]))
     if kind == "rms_norm":
         return rms_norm(f, args[0], args[1], _attr_float(attrs, "epsilon"))
     if kind == "reshape":
-        return Value(args[0].a.reshape(tuple(shape)), args[0].deg)
+        return f.reshape(args[0], shape)
     raise Unsupported(f"'{kind}'")
 
 
@@ -256,7 +297,7 @@ def _plain(attr: object) -> object:
 def run_graph_def(f: Field, op: GraphDefOp, args: Sequence[Value]) -> list[Value]:
     """A graph-defined kernel block by block and iteration by iteration, as the interpreter
     does; every result element must be written exactly once."""
-    results = [np.full(_shape(r), -1, dtype=np.int64) for r in op.res]
+    results = [np.full((2, *_shape(r)), -1, dtype=np.int64) for r in op.res]
     degs = [0] * len(results)
     loop, epilogue = op.loop_ops(), op.epilogue_ops()
     forloop = op.forloop_range()
@@ -314,6 +355,7 @@ def _write(
 ) -> None:
     i = out.result_index()
     where = out.tile_slices(block)
+    where = (slice(None), *where)
     if (results[i][where] >= 0).any():
         raise AssertionError("two blocks write one element")
     results[i][where] = np.broadcast_to(tile.a, results[i][where].shape)
@@ -326,7 +368,7 @@ def _step(
 ) -> None:  # fmt: skip
     if isinstance(op, InputOp):
         src = args[op.source_index()]
-        env[op.tile] = Value(src.a[op.tile_slices(block, it)], src.deg)
+        env[op.tile] = Value(src.a[(slice(None), *op.tile_slices(block, it))], src.deg)
         return
     xs = [env[v] for v in op.operands]
     if isinstance(op, AccumOp):
@@ -342,7 +384,7 @@ def _accum_update(f: Field, op: AccumOp, x: Value) -> Value:
         raise Unsupported(f"accumulator '{op.kind.data}'")
     if kind.square:
         x = f.mul(x, x)
-    return f.sum(x, x.a.ndim - 1) if kind.reduce_last else x
+    return f.sum(x, -1) if kind.reduce_last else x
 
 
 def _finish_accum(f: Field, op: Operation, value: Value, forloop: int) -> Value:
@@ -370,7 +412,7 @@ def _tile_op(f: Field, op: Operation, xs: list[Value]) -> list[Value]:
     if isinstance(op, RMSNormOp):
         return [rms_norm(f, xs[0], xs[1], float(op.epsilon.value.data))]
     if isinstance(op, ReshapeOp):
-        return [Value(xs[0].a.reshape(_shape(op.res)), xs[0].deg)]
+        return [f.reshape(xs[0], _shape(op.res))]
     if isinstance(op, ThreadMapOp):
         return _thread_map(f, op, xs)
     raise Unsupported(f"'{op.name}'")
@@ -390,8 +432,12 @@ def _thread_map(f: Field, op: ThreadMapOp, xs: list[Value]) -> list[Value]:
     env: dict[SSAValue, Value] = dict(zip(op.body.block.args, xs, strict=True))
     for s in op.body.block.ops:
         if isinstance(s, YieldOp):
-            shape = np.broadcast_shapes(*(x.a.shape for x in xs))
-            return [Value(np.broadcast_to(env[v].a, shape), env[v].deg) for v in s.values]
+            shape = np.broadcast_shapes(*(x.shape for x in xs))
+            n = len(shape)
+            return [
+                Value(np.broadcast_to(_aligned(env[v], n), (2, *shape)), env[v].deg)
+                for v in s.values
+            ]
         args = [env[v] for v in s.operands]
         if s.name == "arith.constant":
             value = s.properties["value"]

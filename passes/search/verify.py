@@ -1,22 +1,26 @@
 """Probabilistic equivalence of a candidate μGraph and its nn target, then a float check.
 
-**Finite-field trials.** A trial draws, for each of two primes p (`field.PRIMES`), independent
-uniform inputs in Z_p and a fresh key for every uninterpreted function, and runs both programs
-(`field`). Different outputs prove the candidate wrong. If the two programs are *not* the same
-formal expression (ring identities; the uninterpreted functions compared by their arguments),
-the chance that one trial in Z_p still sees equal outputs is at most
+**Finite-field trials.** A trial runs both programs (`field`) over Z_p × Z_q for the two primes
+p, q of `field.PRIMES` (both just below 2^31), on inputs drawn uniformly and independently in
+each residue and with a fresh key for every uninterpreted function; a function sees both
+residues of its argument. Different outputs prove the candidate wrong. If the two programs are
+*not* the same formal expression (commutative-ring identities, with the uninterpreted functions
+compared by their arguments), the chance that one trial still sees equal outputs is at most
 
-    δ_p = D · (1 + Σ_f C(N_f, 2)) / p
+    δ = (D/p)·(D/q) · (1 + Σ_f C(N_f, 2))
 
-where D bounds the degree of every value of either program (the function outputs counted as
-fresh variables) and N_f counts the scalar applications of function f in both: either two
-applications with formally different arguments collide (each pair at most D/p, Schwartz–Zippel
-on the difference of the arguments), or none do, the function outputs are independent uniform
-values, and the difference of the outputs is a nonzero polynomial of degree <= D (at most D/p).
-The two primes' draws are independent, so a trial's bound is δ_p1 · δ_p2, and trials with fresh
-draws multiply. Trials repeat until the product is below 2^-bits (30 by default); a program too
-large for any trial to help (δ >= 1) is not certified. The keyed hash stands in for a random
-function (the bound assumes it is one).
+where D bounds the degree of every value of either program (function outputs counted as fresh
+variables) and N_f bounds the number of formally distinct applications of function f in the two
+programs (scalar applications counted; a block recomputing what another block with the same
+input slices made is not counted again). The argument: either two applications with formally
+different arguments collide — the difference of the arguments is a nonzero polynomial of degree
+<= D that must vanish at independent uniform points mod p and mod q, at most (D/p)·(D/q) per
+pair (Schwartz–Zippel) — or none does, the function outputs are independent uniform values, and
+the difference of the outputs is a nonzero polynomial of degree <= D, vanishing mod both primes
+with probability at most (D/p)·(D/q). Trials draw afresh, so their bounds multiply; they repeat
+until the product is below 2^-bits (30 by default). A program so large that δ >= 1 is not
+certified (the rules' lowering stays). The keyed hash (splitmix64) stands in for a random
+function: the bound assumes it is one.
 
 **Float check.** The candidate then runs through the mugraph interpreter and the target through
 the nn reference interpreter on random float inputs; every output must be within DESIGN.md's
@@ -35,7 +39,7 @@ from xdsl.ir import SSAValue
 
 from mk.diagnostics import MkError
 from mk.inputs import random_inputs
-from mk.passes.search.field import PRIMES, Field, Unsupported, run_function
+from mk.passes.search.field import Field, Unsupported, run_function
 
 MAX_TRIALS = 16
 
@@ -59,39 +63,36 @@ def _shape(value: SSAValue) -> tuple[int, ...]:
 
 def _log2_delta(f: Field) -> float:
     pairs = sum(n * (n - 1) // 2 for n in f.uses.values())
-    return min(0.0, math.log2(f.max_deg * (1 + pairs)) - math.log2(f.p))
+    bound = 2 * math.log2(f.max_deg) + math.log2(1 + pairs) - sum(map(math.log2, f.primes))
+    return min(0.0, bound)
 
 
 def field_trials(target: FuncOp, candidate: FuncOp, seed: int, bits: int = 30) -> Verdict:
     """Finite-field trials until the false-positive bound is below 2^-bits."""
     total, logs = 0.0, []
     for trial in range(MAX_TRIALS):
-        trial_log = 0.0
-        for i, p in enumerate(PRIMES):
-            f = Field(p, np.random.default_rng([seed, trial, i]))
-            inputs = [f.random(_shape(a)) for a in target.body.block.args]
-            try:
-                want = run_function(f, target, inputs)
-                got = run_function(f, candidate, inputs)
-            except Unsupported as e:
-                return Verdict(False, f"not modelled over finite fields: {e}", trial)
-            except AssertionError as e:
-                return Verdict(False, f"malformed candidate: {e}", trial)
-            for k, (w, g) in enumerate(zip(want, got, strict=True)):
-                if w.a.shape != g.a.shape or not np.array_equal(w.a, g.a):
-                    return Verdict(False, f"output #{k} differs mod {p} (trial {trial})", trial + 1)
-            trial_log += _log2_delta(f)
-        logs.append(trial_log)
-        total += trial_log
+        f = Field(np.random.default_rng([seed, trial]))
+        inputs = [f.random(_shape(a)) for a in target.body.block.args]
+        try:
+            want = run_function(f, target, inputs)
+            got = run_function(f, candidate, inputs)
+        except Unsupported as e:
+            return Verdict(False, f"not modelled over finite fields: {e}", trial)
+        except AssertionError as e:
+            return Verdict(False, f"malformed candidate: {e}", trial)
+        for k, (w, g) in enumerate(zip(want, got, strict=True)):
+            if w.a.shape != g.a.shape or not np.array_equal(w.a, g.a):
+                return Verdict(False, f"output #{k} differs mod p·q (trial {trial})", trial + 1)
+        logs.append(_log2_delta(f))
+        total += logs[-1]
         if total < -bits:
             return Verdict(True, "equal in every trial", trial + 1, total, logs)
+        if logs[-1] == 0.0:
+            break  # a trial this large bounds nothing; more of the same will not either
     return Verdict(
-        False,
-        f"bound 2^{total:.1f} after {MAX_TRIALS} trials: too large to certify",
-        MAX_TRIALS,
-        total,
-        logs,
-    )
+        False, f"bound 2^{total:.1f} after {len(logs)} trial(s): too large to certify",
+        len(logs), total, logs,
+    )  # fmt: skip
 
 
 def float_check(target: ModuleOp, candidate: ModuleOp, entry: str, seed: int) -> list[float] | None:
