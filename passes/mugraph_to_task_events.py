@@ -431,15 +431,22 @@ def build_events(
     needs = collect_needs(grids, buffers, iterations)
     builder = _Builder(grids, names, merge)
     ancestors = _Ancestors(grids)
+    # Grids every task of grid j waits for, every task of them, transitively: the grid-level
+    # pruning that still works when the task-level one is off (long programs).
+    whole: list[set[int]] = [set() for _ in grids]
     chosen: list[list[tuple[int, Choice]]] = [[] for _ in grids]
     for j, grid in enumerate(grids):
         for i in sorted(needs[j].same, reverse=True):  # nearest producers imply the most
+            if i in whole[j]:
+                continue
             need = needs[j].same[i]
             if (need & ~ancestors.implied(ancestors.same, grid, grids[i])).any():
                 choice = choose_event(need, grids[i].shape, grid.shape)
                 builder.wait(j, i, choice, 0)
                 ancestors.absorb(grid, grids[i], choice, 0)
                 chosen[j].append((i, choice))
+                if choice.waits.all():
+                    whole[j] |= {i} | whole[i]
     for j, grid in enumerate(grids):
         for i, choice in chosen[j]:
             ancestors.inherit(grid, grids[i], choice)

@@ -157,7 +157,7 @@ def _role(arg: BlockArgument) -> _Role:
             case "nn.rope", 1 | 2:
                 role.trig = True
             case "nn.step", 0:
-                high = _step_high(op)
+                high = step_high(op)
                 role.int_high = high if role.int_high is None else min(role.int_high, high)
             case _:
                 pass
@@ -180,7 +180,7 @@ def _index_high(op: Operation, index: int) -> int:
             return 16
 
 
-def _step_high(step: Operation) -> int:
+def step_high(step: Operation) -> int:
     """Exclusive bound of a step's base: every step's value (base + offset + t) stays valid."""
     from mk.dialects.nn import decode_steps
 

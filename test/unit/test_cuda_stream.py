@@ -105,7 +105,8 @@ def test_emitted_source_streams_and_copies(tmp_path: Path, monkeypatch: pytest.M
     prog = mk.compile(ROOT / "examples/llama3_8b_block.mlir", target="cuda", cache_dir=tmp_path)
     src = prog.cuda_source  # type: ignore[attr-defined]
     assert src.count("mk::gpu::stream_linear<1, ") == 4
-    assert src.count("mk::gpu::concat_runs(") == 5  # two KV concats, three reshapes
+    assert src.count("mk::gpu::concat_runs(") == 3  # three reshapes
+    assert src.count("mk::gpu::cache_write_bytes(") == 2  # K and V written in place, no concat
     assert "static constexpr unsigned kSmemBytes = " in src
 
 

@@ -367,6 +367,7 @@ def test_waits_stay_few_on_llama3() -> None:
     module = load_module(LLAMA)
     graph = lower(module, iterations=2)
     grids = graph.index().grids
-    assert max(len(g.waits) for g in grids) <= 3
+    # At most one wait per operand producer: attention reads q, both caches and kv_len.
+    assert max(len(g.waits) for g in grids) <= 4
     events = [op for op in graph.body.block.ops if isinstance(op, EventOp)]
     assert len(events) <= len(grids) + 2
