@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 _TARGETS = ("cpu", "cuda")
+_PROMPT_SHOWN = 8  # the last prompt tokens printed before the generated ones
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -194,12 +195,33 @@ def _bench_cuda(
     return statistics.median(times)
 
 
+def _prefill_on_gpu(
+    config: Any, weights: Any, prompt: np.ndarray, context: int, inputs: list[Any]
+) -> None:
+    """Fills the device K/V caches with the prompt's positions, computed by the PyTorch decoder
+    (the check's reference computes the same ones)."""
+    from mk.models.build import arguments
+    from mk.models.torch_reference import TorchDecoder
+
+    start = time.perf_counter()
+    model = TorchDecoder(config, weights, prompt.shape[0], context)
+    model.reset(prompt)
+    for arg, value in zip(arguments(config, prompt.shape[0], context), inputs, strict=True):
+        if arg.role in ("k_cache", "v_cache"):
+            cache = model.k_cache if arg.role == "k_cache" else model.v_cache
+            value.copy_(cache[arg.layer or 0])
+    _torch().cuda.synchronize()
+    print(f"prefill of the prompt (PyTorch): {time.perf_counter() - start:.2f} s")
+
+
 # --------------------------------------------------------------------------- reporting
 
 
 def _print_tokens(prompt: np.ndarray, tokens: np.ndarray) -> None:
     for b in range(tokens.shape[0]):
-        head = " ".join(map(str, prompt[b]))
+        shown = prompt[b, -_PROMPT_SHOWN:]
+        more = f"{prompt.shape[1] - shown.size} more ... " if prompt.shape[1] > shown.size else ""
+        head = more + " ".join(map(str, shown))
         print(f"  sequence {b}: [{head}] {' '.join(map(str, tokens[b]))}")
 
 
@@ -294,7 +316,10 @@ def _generate(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     weights = _load_weights(args, config)
     prompt = random_prompt(config, args.batch, args.prompt_len, args.seed)
-    inputs: list[Any] = program_inputs(config, weights, args.batch, args.context, prompt)
+    gpu_prefill = args.target == "cuda" and args.prompt_len > 1
+    inputs: list[Any] = program_inputs(
+        config, weights, args.batch, args.context, prompt, prefill=not gpu_prefill
+    )
     prepared = time.perf_counter() - start
     per_call = 1 if args.host_loop else args.steps
     text = decode_program(config, args.batch, args.context, per_call)
@@ -315,6 +340,8 @@ def _generate(args: argparse.Namespace) -> int:
     print(f"weights and inputs: {prepared:.2f} s; compile: {compiled:.2f} s")
     if args.target == "cuda":
         inputs = _device_inputs(inputs)
+        if gpu_prefill:
+            _prefill_on_gpu(config, weights, prompt, args.context, inputs)
     pos = args.prompt_len - 1
     runner = _run_host_loop if args.host_loop else _run_in_kernel
     run = runner(prog, inputs, pos, args.steps)
@@ -345,12 +372,19 @@ def _bench(
         ms = _bench_cpu(lambda: prog(*inputs), args.runs)
         print(f"bench: {ms / per_call:.3f} ms/token (median wall time of {args.runs} calls)")
         return
+    from mk.models.torch_reference import capture_graph, copy_bandwidth
+
     outs = prog(*inputs)
-    ms = _bench_cuda(lambda: prog.launch(*inputs, out=outs), args.runs)
+    try:
+        launch, how = capture_graph(lambda: prog.launch(*inputs, out=outs)), "CUDA-graph replays"
+    except RuntimeError as e:  # the launch could not be captured: time plain launches
+        print(f"bench: mk launch not captured in a CUDA graph ({e}); timing plain launches")
+        launch, how = (lambda: prog.launch(*inputs, out=outs)), "launches"
+    ms = _bench_cuda(launch, args.runs)
     prog.check()
-    print(
-        f"bench: mk {ms / per_call:.4f} ms/token (median of {args.runs} CUDA-event-timed launches)"
-    )
+    print(f"bench: mk {ms / per_call:.4f} ms/token (median of {args.runs} {how}, CUDA events)")
+    floor = _floor_bytes(config, args, per_call) / copy_bandwidth() * 1e3
+    print(f"bench: floor {floor:.4f} ms/token (weights + KV read once ÷ measured copy bandwidth)")
     from mk.models.torch_reference import TorchDecoder
 
     model = TorchDecoder(config, weights, args.batch, args.context)
@@ -368,6 +402,15 @@ def _bench(
 
     torch_ms = _bench_cuda(torch_steps, args.runs, restart)
     print(f"bench: PyTorch + CUDA graph {torch_ms / per_call:.4f} ms/token (same method)")
+
+
+def _floor_bytes(config: Any, args: argparse.Namespace, per_call: int) -> float:
+    """Bytes one step must move on average: every weight once (bf16) and the K/V entries the
+    steps of one call attend to."""
+    pos = args.prompt_len - 1
+    positions = sum(pos + t + 1 for t in range(per_call)) / per_call
+    kv_per_position = config.kv_cache_bytes(args.batch, 1)
+    return 2 * config.parameter_count() + kv_per_position * positions
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+import statistics
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -24,9 +25,44 @@ def to_torch(array: np.ndarray, device: str) -> Any:
     """A NumPy array (bf16 as ml_dtypes.bfloat16) as a torch tensor on `device`."""
     torch = _torch()
     a = np.ascontiguousarray(array)
+    if not a.flags.writeable:  # e.g. memory-mapped weights: torch wants writable memory
+        a = a.copy()
     if a.dtype.name == "bfloat16":
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16).to(device)
     return torch.from_numpy(a).to(device)
+
+
+def capture_graph(fn: Callable[[], object]) -> Callable[[], object]:
+    """`fn` recorded in a CUDA graph (after three warm-up calls on a side stream); returns
+    the graph's replay."""
+    torch = _torch()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+def copy_bandwidth(runs: int = 20) -> float:
+    """Device-to-device copy bandwidth in bytes/s (bytes read + written), median of `runs`."""
+    torch = _torch()
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(runs + 3):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return 2 * n / (statistics.median(times[3:]) * 1e-3)
 
 
 class TorchDecoder:
@@ -127,21 +163,12 @@ class TorchDecoder:
     def capture(self) -> None:
         """Records `step` in a CUDA graph (warm-up on a side stream first; state is then stale:
         call `reset` before replaying)."""
-        torch = self.torch
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                self.step()
-        torch.cuda.current_stream().wait_stream(stream)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.step()
+        self.graph = capture_graph(self.step)
 
     def run_step(self) -> None:
         """One step: the captured graph's replay when there is one, else eager."""
         if self.graph is not None:
-            self.graph.replay()
+            self.graph()
         else:
             self.step()
 

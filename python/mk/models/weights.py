@@ -249,13 +249,16 @@ def program_inputs(
     batch: int,
     context: int,
     prompt: np.ndarray | None = None,
+    *,
+    prefill: bool = True,
 ) -> list[np.ndarray]:
     """The decode program's arguments, in order (see build.arguments).
 
     `prompt` [batch, P] (default: one random token per sequence) goes into the token history at
     positions 0..P-1 and `pos` is P-1, the position of its last token. The K/V caches hold the
     prompt's first P-1 positions, computed by the NumPy reference (zeros beyond): the program's
-    first step then continues the prompt. Caches and token history are fresh, writable arrays.
+    first step then continues the prompt; with `prefill=False` the caches stay zero for the
+    caller to fill (e.g. on the GPU). Caches and token history are fresh, writable arrays.
     """
     from mk.models.reference import NumpyDecoder
 
@@ -268,7 +271,7 @@ def program_inputs(
     pos = prompt.shape[1] - 1
     k_caches = [np.zeros(a.shape, BF16) for a in _args(config, batch, context, "k_cache")]
     v_caches = [np.zeros(a.shape, BF16) for a in _args(config, batch, context, "v_cache")]
-    if pos > 0:
+    if pos > 0 and prefill:
         model = NumpyDecoder(config, w, batch, context)
         model.prefill(prompt[:, :pos])
         for layer in range(config.layers):
