@@ -250,7 +250,10 @@ def _check(
     print(f"  tokens: {agree} of {run.tokens.size} are the reference's argmax")
     if result.divergence is not None:
         t, b = result.divergence
-        print(f"  first near-tie choice: step {t}, sequence {b} (allowed: within --tie-tol)")
+        print(
+            f"  first near-tie choice: step {t}, sequence {b}, {result.divergence_gap:.3g} below "
+            "the reference's top logit (allowed: within --tie-tol)"
+        )
     steps = ", ".join(map(str, result.compared_steps))
     print(
         f"  logits (step {steps}): max relative error {result.logit_error:.3e}, "

@@ -353,6 +353,7 @@ def test_compare_allows_only_near_ties() -> None:
     ref = np.array([[[0.0, 5.0, 4.99, 1.0]], [[3.0, 0.0, 0.0, 0.0]]])  # [steps, batch, V]
     ok = compare(np.array([[2, 0]]), ref, {1: ref[1]})
     assert ok.ok and ok.divergence == (0, 0) and ok.logit_error == 0
+    assert ok.divergence_gap == pytest.approx(0.01)
     bad = compare(np.array([[3, 0]]), ref, {})
     assert not bad.ok and "step 0 sequence 0: token 3, reference 1" in bad.problems[0]
     off = compare(np.array([[1, 0]]), ref, {1: ref[1] * 1.1})
@@ -497,3 +498,26 @@ def test_tiny_generates_on_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--model", "tiny-qwen3", "--batch", "2", "--steps", "8", "--context", "32"]
     assert main([*argv, "--target", "cuda", "--check"]) == 0
     assert "check: ok" in capsys.readouterr().out
+
+
+@needs_decode_ops
+@needs_gxx
+def test_mk_generate_host_loop(cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One launch per token through mk-generate (the program of the test above: a cache hit)."""
+    from mk.tools.mk_generate import main
+
+    argv = ["--model", "tiny-qwen3", "--layers", "1", "--batch", "2", "--context", "6"]
+    argv += [
+        "--steps",
+        "3",
+        "--prompt-len",
+        "2",
+        "--host-loop",
+        "--check",
+        "--bench",
+        "--runs",
+        "2",
+    ]
+    assert main([*argv, "--cache-dir", str(cache_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "logits (step 0, 1, 2)" in out and "check: ok" in out and "bench: " in out

@@ -162,6 +162,7 @@ class Comparison:
     ok: bool = True
     problems: list[str] = field(default_factory=list)
     divergence: tuple[int, int] | None = None  # (step, sequence) of the first near-tie choice
+    divergence_gap: float = 0.0  # how far below the reference's top logit that choice was
     logit_error: float = 0.0  # max over compared steps of ‖out − ref‖ / ‖ref‖
     logit_abs_error: float = 0.0
     compared_steps: list[int] = field(default_factory=list)
@@ -201,7 +202,7 @@ def compare(
             behind = float(row[best] - row[chosen]) if 0 <= chosen < row.size else np.inf
             if behind <= tie_tol * scale:
                 if out.divergence is None:
-                    out.divergence = (t, b)
+                    out.divergence, out.divergence_gap = (t, b), behind
                 continue
             out.ok = False
             out.problems.append(

@@ -11,7 +11,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from mk.models.build import ROPE_TABLE, arguments
+from mk.models.build import ROPE_TABLE, Arg, arguments
 from mk.models.config import ModelConfig
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -298,7 +298,7 @@ def program_inputs(
     return values
 
 
-def _args(config: ModelConfig, batch: int, context: int, role: str) -> list:
+def _args(config: ModelConfig, batch: int, context: int, role: str) -> list[Arg]:
     return [a for a in arguments(config, batch, context) if a.role == role]
 
 
