@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Block, Region
+from xdsl.utils.exceptions import VerifyException
 
 from mk.dialects import nn
 from mk.dialects.mugraph import GraphDefOp
@@ -21,6 +22,7 @@ from mk.passes.search.target import Problem, attr_float, function_problem
 from mk.passes.search.verify import Verdict, verify
 
 MAX_VERIFIED = 4  # candidates verified, cheapest first, before the rules win
+ENUMERATION_SHARE = 0.8  # of the budget; the tiling sweep may use the rest
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class SearchOptions:
     smem_kb: int = 227  # H200: 227 KiB of shared memory per block
     top_k: int = 3  # graphs whose tilings are swept
     bits: int = 30  # verification: false-positive bound 2^-bits
+    max_kernels: int = 2  # kernels per subgraph (2: also try cutting it at an intermediate value)
     progress: bool | None = None  # None: when stderr is a terminal
 
 
@@ -74,12 +77,14 @@ class SearchResult:
         return out
 
 
-def candidate_module(func: FuncOp, p: Problem, found: Found, tiling: Tiling) -> ModuleOp | None:
+def candidate_module(
+    func: FuncOp, p: Problem, found: Found, tiling: Tiling, verify: bool = True
+) -> ModuleOp | None:
     """A module holding @name whose body is the one kernel `found` under `tiling`."""
     block = Block(arg_types=[a.type for a in func.body.block.args])
     for new, old in zip(block.args, func.body.block.args, strict=True):
         new.name_hint = old.name_hint
-    kernel = instantiate(p, found, tiling, list(block.args))
+    kernel = instantiate(p, found, tiling, list(block.args), verify)
     if kernel is None:
         return None
     block.add_ops([kernel, ReturnOp(*kernel.results)])
@@ -94,13 +99,17 @@ def _function(module: ModuleOp) -> FuncOp:
 
 
 def rule_cost(func: FuncOp, num_sms: int, target: Target) -> ProgramCost:
-    """The cost of what nn-to-mugraph makes of the function."""
+    """The cost of what nn-to-mugraph makes of the function: the better of its CPU default
+    (64-column tiles) and its CUDA default (tiles fitted to the SMs' waves)."""
     from mk.dialects import make_context
     from mk.passes.nn_to_mugraph import NnToMugraphPass
 
-    module = ModuleOp([func.clone()])
-    NnToMugraphPass(num_sms=num_sms).apply(make_context(), module)
-    return function_cost(_function(module), target)
+    costs = []
+    for tile_n in (64, 0):
+        module = ModuleOp([func.clone()])
+        NnToMugraphPass(num_sms=num_sms, tile_n=tile_n).apply(make_context(), module)
+        costs.append(function_cost(_function(module), target))
+    return min(costs, key=lambda c: c.est_seconds)
 
 
 class FunctionSearch:
@@ -111,9 +120,10 @@ class FunctionSearch:
         self.target = Target(num_sms=opts.num_sms)
         self.stats = SearchStats()
         self.progress = Progress(f"@{func.sym_name.data}", opts.budget_s, opts.progress)
+        self.deadline = time.monotonic() + opts.budget_s  # enumeration and tiling sweep
 
     def _tick(self) -> None:
-        self.progress.update(len(self.stats.visited), self.stats.candidates)
+        self.progress.update(self.stats.states, self.stats.candidates)
 
     def enumerate(self, p: Problem) -> list[Found]:
         factors = [
@@ -122,7 +132,7 @@ class FunctionSearch:
         vocab = vocabulary(p, factors)
         loops: list[int | None] = [*sorted(p.reduced), None]
         start = time.monotonic()
-        end = start + self.opts.budget_s
+        end = start + ENUMERATION_SHARE * self.opts.budget_s
         found: list[Found] = []
         for i, loop in enumerate(loops):
             now = time.monotonic()
@@ -131,11 +141,11 @@ class FunctionSearch:
                 p, vocab, loop, self.opts.max_ops, deadline, self.stats, self._tick
             ).run()
         self.stats.seconds = time.monotonic() - start
-        self.progress.close(len(self.stats.visited), self.stats.candidates)
+        self.progress.close(self.stats.states, self.stats.candidates)
         return found
 
     def _rank(self, p: Problem, found: Found, tiling: Tiling) -> Ranked | None:
-        module = candidate_module(self.func, p, found, tiling)
+        module = candidate_module(self.func, p, found, tiling, verify=False)
         if module is None:
             return None
         kernel = _function(module).body.block.first_op
@@ -148,22 +158,24 @@ class FunctionSearch:
         """`found` at the default tiling, else (it does not fit) at its best tiling."""
         r = self._rank(p, found, default_tiling(p, found, self.opts.num_sms))
         if r is None:
-            fits = [
-                x for t in tilings(p, found, self.opts.num_sms) if (x := self._rank(p, found, t))
-            ]
-            r = min(fits, key=Ranked.order, default=None)
+            r = min(self._sweep(p, found), key=Ranked.order, default=None)
         return r
 
+    def _sweep(self, p: Problem, found: Found) -> list[Ranked]:
+        """`found` at every tiling that fits, until the budget's deadline."""
+        out = []
+        for t in tilings(p, found, self.opts.num_sms):
+            if time.monotonic() > self.deadline and out:
+                break
+            if (r := self._rank(p, found, t)) is not None:
+                out.append(r)
+        return out
+
     def rank(self, p: Problem, found: list[Found]) -> list[Ranked]:
-        """Each graph at the default tiling, then every tiling of the top_k graphs."""
+        """Each graph at the default tiling, then every tiling of the top_k graphs (the sweep
+        stops at the budget's deadline)."""
         first = sorted((r for f in found if (r := self._first(p, f))), key=Ranked.order)
-        swept: list[Ranked] = []
-        for r in first[: self.opts.top_k]:
-            swept += [
-                x
-                for t in tilings(p, r.found, self.opts.num_sms)
-                if (x := self._rank(p, r.found, t))
-            ]
+        swept = [x for r in first[: self.opts.top_k] for x in self._sweep(p, r.found)]
         return sorted(swept + first, key=Ranked.order)
 
     def run(self) -> SearchResult:
@@ -180,6 +192,11 @@ class FunctionSearch:
             if len(seen) == MAX_VERIFIED or r.cost.est_seconds > rules.est_seconds:
                 break
             seen.add(r.found.sig)
+            try:
+                r.module.verify()  # ranking skipped the IR verifier; what is emitted must pass
+            except VerifyException as e:
+                result.rejected.append(f"invalid IR: {e}")
+                continue
             verdict = verify(target, r.module, name, self.opts.seed, self.opts.bits)
             if verdict.equivalent:
                 result.module, result.best_cost, result.verdict = r.module, r.cost, verdict

@@ -12,6 +12,7 @@ from xdsl.dialects.builtin import TensorType
 from xdsl.ir import SSAValue
 from xdsl.utils.exceptions import VerifyException
 
+from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import GraphDefOp
 from mk.dialects.mugraph_builder import BlockGraphBuilder
 from mk.dialects.mugraph_maps import MapError
@@ -131,7 +132,9 @@ class _Emitter:
         for k, (out, index) in enumerate(zip(self.p.outputs, self.found.outputs, strict=True)):
             omap = _axis_map(self.p.labels[out], self.tiling)
             tile = self.values[index]
-            want = [s // self._parts(out, d) for d, s in enumerate(shape_of(out))]
+            want = list(maps.output_tile_shape(shape_of(out), self.tiling.grid_shape(), omap))
+            if math.prod(shape_of(tile)) != math.prod(want):
+                raise MapError(f"output tile {shape_of(tile)} does not fill {want}")
             if list(shape_of(tile)) != want:
                 tile = self.b.add(ReshapeOp(tile, want), f"o{k}").res
             self.b.output(tile, k, omap)
@@ -139,10 +142,6 @@ class _Emitter:
         for r, out in zip(kernel.results, self.p.outputs, strict=True):
             r.name_hint = out.name_hint
         return kernel
-
-    def _parts(self, out: SSAValue, d: int) -> int:
-        label = self.p.labels[out][d]
-        return next((e for lab, e in self.tiling.grid if lab == label), 1)
 
     def _op(self, t: Tile) -> SSAValue:
         b, v, name = self.b, self.values, f"t{len(self.values)}"
@@ -174,13 +173,15 @@ class _Emitter:
 
 
 def instantiate(
-    p: Problem, found: Found, tiling: Tiling, operands: Sequence[SSAValue]
+    p: Problem, found: Found, tiling: Tiling, operands: Sequence[SSAValue], verify: bool = True
 ) -> GraphDefOp | None:
     """The graph_def of `found` under `tiling` reading `operands` (one per problem input), or
-    None when the tiling does not fit (a split that does not divide, an invalid map)."""
+    None when the tiling does not fit (a split that does not divide, an invalid map). Without
+    `verify` only the maps and shapes the builder computes are checked (enough to cost it)."""
     try:
         kernel = _Emitter(p, found, tiling, operands).build()
-        kernel.verify()
+        if verify:
+            kernel.verify()
     except (MapError, VerifyException, AssertionError):
         return None
     return kernel

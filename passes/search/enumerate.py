@@ -39,7 +39,8 @@ class BudgetExhausted(Exception):
 class SearchStats:
     """What a search did; `bytes_per_state` and `duplicate_rate` are the issue's measurements."""
 
-    expanded: int = 0  # distinct states (graphs) visited
+    states: int = 0  # distinct states (graphs) visited
+    expanded: int = 0  # states extended (visited ones that were not complete or at max-ops)
     generated: int = 0  # well-formed extensions considered
     pruned_expression: int = 0
     pruned_redundant: int = 0
@@ -55,7 +56,7 @@ class SearchStats:
     @property
     def duplicate_rate(self) -> float:
         """Hash hits / (hits + new states)."""
-        total = self.duplicates + len(self.visited)
+        total = self.duplicates + self.states
         return self.duplicates / total if total else 0.0
 
     @property
@@ -70,7 +71,7 @@ class SearchStats:
 
     def as_dict(self) -> dict[str, float | int | bool]:
         return {
-            "states": len(self.visited),
+            "states": self.states,
             "expanded": self.expanded,
             "generated": self.generated,
             "duplicates": self.duplicates,
@@ -195,6 +196,7 @@ class BlockSearch:
                 stats.duplicates += 1
                 continue
             stats.visited.add(state)
+            stats.states += 1
             if merged is None:
                 merged = sorted(older + fresh, key=_key)
             self._push(tiles, uses, merged, t, present, ident, depth)

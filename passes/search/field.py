@@ -45,6 +45,8 @@ from mk.dialects.mugraph_tiles import (
 # Two primes below 2^31: products fit int64, and a matmul splits one operand into 16-bit halves.
 PRIMES = (2_147_483_647, 2_147_483_629)
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
+_LIMB_K = 1 << 11  # (2^31 · 2^11) · 2^11 = 2^53: float64 sums stay exact
+_SHIFTS = (0, 11, 22)  # b's 11-bit limbs
 
 
 class Unsupported(Exception):
@@ -125,10 +127,20 @@ class Field:
         return self._track(Value(_aligned(x, n) * _aligned(y, n) % self._m(n), x.deg + y.deg))
 
     def matmul(self, x: Value, y: Value) -> Value:
+        """Exact modular matmul through float64 BLAS: b in 11-bit limbs, K in chunks of 2^11, so
+        every partial sum stays below 2^53."""
         n = max(x.ndim, y.ndim)
         a, b, m = _aligned(x, n), _aligned(y, n), self._m(n)
-        lo, hi = b & 0xFFFF, b >> 16
-        out = (np.matmul(a, hi) % m * 65536 + np.matmul(a, lo)) % m
+        k = a.shape[-1]
+        scale = np.array([1 << s for s in _SHIFTS], dtype=np.int64).reshape(3, *([1] * (n + 1)))
+        out: np.ndarray | int = 0
+        for start in range(0, k, _LIMB_K):
+            af = a[..., start : start + _LIMB_K].astype(np.float64)
+            bc = b[..., start : start + _LIMB_K, :]
+            limbs = np.stack([(bc >> s) & 0x7FF for s in _SHIFTS]).astype(np.float64)
+            part = np.matmul(af, limbs).astype(np.int64) % m  # one BLAS call for the 3 limbs
+            out = (out + (part * scale).sum(axis=0)) % m
+        assert isinstance(out, np.ndarray)
         return self._track(Value(out, x.deg + y.deg))
 
     def sum(self, x: Value, dim: int, keepdims: bool = True) -> Value:
@@ -341,9 +353,17 @@ class _FreshTerms:
                 ]
                 self.inputs[inner] = list(dict.fromkeys(x for u in ups for x in u))
         self.seen: set[tuple[object, ...]] = set()
+        self._block: maps.BlockCoord | None = None
+        self._foot: dict[InputOp, tuple[tuple[int, int], ...]] = {}
 
     def __call__(self, op: Operation, block: maps.BlockCoord, iteration: int) -> bool:
-        key = (op, iteration, *(str(i.block_slices(block)) for i in self.inputs[op]))
+        if block != self._block:
+            self._block = block
+            self._foot = {
+                i: tuple((s.start, s.stop) for s in i.block_slices(block))
+                for i in {x for xs in self.inputs.values() for x in xs}
+            }
+        key = (op, iteration, tuple(self._foot[i] for i in self.inputs[op]))
         if key in self.seen:
             return False
         self.seen.add(key)

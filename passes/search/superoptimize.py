@@ -4,6 +4,7 @@ subgraph (nn-to-mugraph lowers what is left)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -22,7 +23,8 @@ from xdsl.passes import ModulePass
 
 from mk.diagnostics import MkError
 from mk.passes.search import cache
-from mk.passes.search.driver import FunctionSearch, SearchOptions
+from mk.passes.search.driver import SearchOptions
+from mk.passes.search.plans import search_subgraph
 from mk.passes.search.subgraphs import Subgraph, subgraphs
 from mk.passes.search.target import Unsupported
 
@@ -42,7 +44,7 @@ def _attr(value: object) -> Attribute:
 
 def _search(func: FuncOp, opts: SearchOptions) -> tuple[str, dict[str, object]]:
     try:
-        result = FunctionSearch(func, opts).run()
+        result = search_subgraph(func, opts)
     except Unsupported as e:
         return "", {"chosen": "rules", "reason": str(e)}
     return (str(result.module) if result.module else ""), result.summary()
@@ -50,13 +52,14 @@ def _search(func: FuncOp, opts: SearchOptions) -> tuple[str, dict[str, object]]:
 
 @dataclass(frozen=True)
 class SuperoptimizePass(ModulePass):
-    """`superoptimize{budget-s=30 max-ops=7 num-sms=132 seed=0 smem-kb=227 max-nn-ops=6
+    """`superoptimize{budget-s=30 max-ops=7 max-kernels=2 num-sms=132 seed=0 smem-kb=227 max-nn-ops=6
     progress=false stats=false cache=true cache-dir=""}`."""
 
     name = "superoptimize"
 
     budget_s: float | int = 30.0  # wall-clock seconds of enumeration per function
     max_ops: int = 7  # block-graph ops per kernel (inputs and outputs not counted)
+    max_kernels: int = 2  # 2: also try the subgraph as two kernels, cut at a value
     num_sms: int = 132
     seed: int = 0  # verification inputs and keys
     smem_kb: int = 227  # shared memory per block
@@ -67,12 +70,15 @@ class SuperoptimizePass(ModulePass):
     cache_dir: str = ""  # default: mk.compile's cache root
 
     def options(self) -> SearchOptions:
-        if self.budget_s <= 0 or self.max_ops < 1 or self.num_sms < 1 or self.smem_kb < 1:
-            raise MkError("superoptimize: budget-s, max-ops, num-sms and smem-kb must be positive")
+        if min(self.budget_s, self.max_ops, self.num_sms, self.smem_kb, self.max_kernels) <= 0:
+            raise MkError(
+                "superoptimize: budget-s, max-ops, num-sms, smem-kb and max-kernels must be positive"
+            )
         progress = True if self.progress else None
         return SearchOptions(
-            self.budget_s, self.max_ops, self.num_sms, self.seed, self.smem_kb, progress=progress
-        )
+            self.budget_s, self.max_ops, self.num_sms, self.seed, self.smem_kb,
+            progress=progress, max_kernels=self.max_kernels,
+        )  # fmt: skip
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         opts = self.options()
@@ -91,8 +97,7 @@ class SuperoptimizePass(ModulePass):
     def _subgraph(self, part: Subgraph, name: str, opts: SearchOptions) -> dict[str, object]:
         """Search (or look up) one subgraph and splice in the kernels when the search won."""
         func = part.extract(name)
-        key_opts = (opts.max_ops, opts.num_sms, opts.seed, opts.smem_kb, opts.budget_s, opts.bits)
-        key = cache.canonical_key(func, key_opts)
+        key = cache.canonical_key(func, dataclasses.replace(opts, progress=None))
         hit = cache.load(key, self.cache_dir, self.cache)
         if hit is None:
             hit = _search(func, opts)

@@ -4,20 +4,28 @@ the target; finite-field trials reject near misses (a wrong map, a missing resca
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 from superoptimize_programs import GATED, RMS_LINEAR
 from xdsl.dialects.builtin import DenseArrayBase, ModuleOp, i64
 
+from mk.compiler import output_error
 from mk.dialects import mugraph as mg
+from mk.inputs import random_inputs
+from mk.interp.mugraph import run_mugraph
+from mk.interp.nn import run_reference
 from mk.passes.search.driver import FunctionSearch, SearchOptions, candidate_module
 from mk.passes.search.emit import Tiling
-from mk.passes.search.enumerate import Found, _prune_dead
+from mk.passes.search.enumerate import Found, SearchStats, _prune_dead
 from mk.passes.search.expr import SubexpressionOracle
 from mk.passes.search.field import PRIMES, Field
+from mk.passes.search.plans import cut_points, two_kernel_plan
 from mk.passes.search.target import Problem, function_problem
 from mk.passes.search.verify import verify
 from mk.source import entry_function, load_module
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def problem(src: str) -> tuple[ModuleOp, Problem]:
@@ -104,3 +112,21 @@ def test_verification_rejects_a_missing_rescale() -> None:
     assert verify(module, right, "rms_linear", seed=1).equivalent
     bad = verify(module, near, "rms_linear", seed=1)
     assert not bad.equivalent and "differs" in bad.reason
+
+
+def test_two_kernel_plans_compose_verified_kernels() -> None:
+    src = (EXAMPLES / "gated_mlp.mlir").read_text()
+    func = entry_function(load_module(src))
+    cuts = cut_points(func)
+    assert len(cuts) == 4  # g, u, silu(g), silu(g)·u
+    opts = SearchOptions(budget_s=5.0, bits=31, max_kernels=1)
+    plan = two_kernel_plan(func, cuts[-1], opts, SearchStats())  # cut at the gated product
+    assert plan is not None
+    module, cost, verdict = plan
+    assert [type(op) for op in entry_function(module).body.block.ops][:2] == [mg.GraphDefOp] * 2
+    assert cost.kernels == 2
+    assert verdict.equivalent and verdict.log2_bound <= -30  # 2^-31 per kernel, union bound
+    inputs = random_inputs(func, 4)
+    for got, want in zip(run_mugraph(module, *inputs), run_reference(src, *inputs), strict=True):
+        err, tol = output_error(got, want)
+        assert err <= tol

@@ -35,7 +35,7 @@ func.func @gated(%x: tensor<4x128xbf16>, %wg: tensor<256x128xbf16>, %wu: tensor<
 // STATS-SAME:    duplicate_rate = {{.*}} : f64, bytes_per_state = {{.*}} : f64, digest_bytes = 16 : i64
 // STATS-SAME:    chosen = "search"
 
-// ERR: superoptimize: budget-s, max-ops, num-sms and smem-kb must be positive
+// ERR: superoptimize: budget-s, max-ops, num-sms, smem-kb and max-kernels must be positive
 
 // -----
 
