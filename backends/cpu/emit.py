@@ -20,6 +20,7 @@ from xdsl.irdl import IRDLOperation
 
 from mk.backends.cpu.emit_ops import BufferRef, GraphDefEmitter, tensor_shape
 from mk.backends.cpu.emit_scalar import dims, dtype_code, float_literal, is_float, tile_ctype
+from mk.backends.shared_bodies import SharedBodies, SharedFunction
 from mk.diagnostics import MkError, op_location
 from mk.dialects.mugraph import GraphDefOp, KernelOp
 from mk.dialects.task import BufferOp, GraphOp, GridOp, YieldOp
@@ -70,13 +71,14 @@ def emit_source(graph: GraphOp | ModuleOp) -> str:
         for b in buffers
     }
     out = [_PRELUDE.format(name=g.sym_name.data)]
-    names = []
+    shared = SharedBodies()
     for gi, grid in enumerate(grids):
         name = f"task_{gi}_{_ident(grid.sym_name.data)}"
-        names.append((name, grid.sym_name.data))
-        out.append(_grid_function(name, grid, refs))
+        shared.add(name, grid.sym_name.data, _grid_body(grid, refs))
+    out += [_cpu_function(fn) for fn in shared.functions]
+    out.append(shared.table_decl("const"))
     out.append("}  // namespace\n")
-    out.append(_abi(names))
+    out.append(_abi(shared))
     return "\n".join(out)
 
 
@@ -135,17 +137,20 @@ def grid_kernel(grid: GridOp, refs: dict[str, BufferRef], backend: str) -> GridK
     return GridKernel(kernel, [operand_ref(v) for v in kernel.operands], results)
 
 
-def _grid_function(name: str, grid: GridOp, refs: dict[str, BufferRef]) -> str:
+def _grid_body(grid: GridOp, refs: dict[str, BufferRef]) -> list[str]:
     gk = grid_kernel(grid, refs, "CPU")
     if isinstance(gk.kernel, GraphDefOp):
-        body = GraphDefEmitter(gk.kernel, gk.operands, gk.result_buffers()).emit()
-    else:
-        body = LibraryEmitter(gk.kernel, gk.operands, gk.library_results(grid)).emit()
-    lines = [f"// task.grid @{grid.sym_name.data} {list(grid.shape_tuple)}"]
+        return GraphDefEmitter(gk.kernel, gk.operands, gk.result_buffers()).emit()
+    return LibraryEmitter(gk.kernel, gk.operands, gk.library_results(grid)).emit()
+
+
+def _cpu_function(fn: SharedFunction) -> str:
+    lines = [fn.comment()]
     lines.append(
-        f"int32_t {name}(const mk::TaskDesc* t, void* const* buffers, int32_t iteration) {{"
+        f"int32_t {fn.name}(const mk::TaskDesc* t, void* const* buffers, int32_t iteration, "
+        "const int32_t* bi) {"
     )
-    lines += _indent(uses_iteration(body), 1)
+    lines += _indent(uses_iteration(fn.body), 1)
     lines += ["  return 0;", "}"]
     return "\n".join(lines) + "\n"
 
@@ -169,20 +174,22 @@ def _indent(lines: Sequence[str], depth: int) -> list[str]:
     return out
 
 
-def _abi(names: Sequence[tuple[str, str]]) -> str:
+def _abi(shared: SharedBodies) -> str:
     cases = "\n".join(
-        f"      case {KIND_FIRST_LOWERED + i}: return {fn}(task, buffers, iteration);"
-        for i, (fn, _) in enumerate(names)
+        f"      case {KIND_FIRST_LOWERED + i}: "
+        f"return {fn.name}(task, buffers, iteration, kBufferIndex + {offset});"
+        for i, (_, fn, offset) in enumerate(shared.calls)
     )
     kind_names = "\n".join(
-        f'    case {KIND_FIRST_LOWERED + i}: return "{grid}";' for i, (_, grid) in enumerate(names)
+        f'    case {KIND_FIRST_LOWERED + i}: return "{grid}";'
+        for i, (grid, _, _) in enumerate(shared.calls)
     )
     return f"""\
 extern "C" {{
 
 int32_t mk_abi_version(void) {{ return MK_RUNTIME_ABI; }}
 
-int32_t mk_num_kinds(void) {{ return {len(names)}; }}
+int32_t mk_num_kinds(void) {{ return {len(shared.calls)}; }}
 
 const char* mk_kind_name(int32_t kind) {{
   switch (kind) {{

@@ -27,6 +27,7 @@ from mk.backends.cpu.emit import (
 from mk.backends.cpu.emit_ops import BufferRef, GraphDefEmitter
 from mk.backends.cpu.emit_scalar import dims, dtype_code, is_float
 from mk.backends.cuda.stream import plan_stream
+from mk.backends.shared_bodies import SharedBodies, SharedFunction
 from mk.diagnostics import MkError, op_location
 from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import GraphDefOp, KernelOp
@@ -258,15 +259,15 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
         for i, b in enumerate(buffers)
     }
     out = [_PRELUDE.format(name=g.sym_name.data)]
-    names, scratch, smem = [], 0, 0
+    shared, scratch, smem = SharedBodies(), 0, 0
     for gi, grid in enumerate(grids):
-        name = f"task_{gi}_{_ident(grid.sym_name.data)}"
-        names.append(name)
-        text, need = _grid_function(name, grid, refs)
-        out.append(text)
+        lines, need = _grid_body(grid, refs)
+        shared.add(f"task_{gi}_{_ident(grid.sym_name.data)}", grid.sym_name.data, lines)
         scratch = max(scratch, need.scratch)
         smem = max(smem, need.smem)
-    out.append(_dispatch(names, smem))
+    out += [_device_function(fn) for fn in shared.functions]
+    out.append(shared.table_decl("__constant__"))
+    out.append(_dispatch(shared, smem))
     out.append("}  // namespace\n")
     out.append("MK_CUDA_ENTRY_POINTS(Dispatch)\n")
     return CudaSource("\n".join(out), scratch + SCRATCH_SLACK)
@@ -280,7 +281,7 @@ class _Need:
     smem: int
 
 
-def _grid_function(name: str, grid: GridOp, refs: dict[str, BufferRef]) -> tuple[str, _Need]:
+def _grid_body(grid: GridOp, refs: dict[str, BufferRef]) -> tuple[list[str], _Need]:
     gk = grid_kernel(grid, refs, "CUDA")
     kernel = gk.kernel
     smem = 0
@@ -294,19 +295,23 @@ def _grid_function(name: str, grid: GridOp, refs: dict[str, BufferRef]) -> tuple
         sizes = {f"a{i}": _numel(v) for i, v in enumerate(kernel.operands)}
         sizes["r"] = _numel(kernel.res[0])
     lines, tiles = device_lines(body, sizes)
-    head = [f"// task.grid @{grid.sym_name.data} {list(grid.shape_tuple)}"]
-    head.append(
-        f"__device__ __noinline__ int32_t {name}(const mk::TaskDesc* t, void* const* buffers, "
-        "mk::gpu::Arena& arena, int32_t iteration) {"
-    )
-    text = "\n".join([*head, *_indent(uses_iteration(lines), 1), "  return 0;", "}"]) + "\n"
-    return text, _Need(tiles + _temporaries(kernel, tiles), smem)
+    return lines, _Need(tiles + _temporaries(kernel, tiles), smem)
 
 
-def _dispatch(names: Sequence[str], smem: int) -> str:
+def _device_function(fn: SharedFunction) -> str:
+    head = [
+        fn.comment(),
+        f"__device__ __noinline__ int32_t {fn.name}(const mk::TaskDesc* t, void* const* buffers, "
+        "mk::gpu::Arena& arena, int32_t iteration, const int32_t* bi) {",
+    ]
+    return "\n".join([*head, *_indent(uses_iteration(fn.body), 1), "  return 0;", "}"]) + "\n"
+
+
+def _dispatch(shared: SharedBodies, smem: int) -> str:
     cases = "\n".join(
-        f"      case {KIND_FIRST_LOWERED + i}: return {fn}(t, buffers, arena, iteration);"
-        for i, fn in enumerate(names)
+        f"      case {KIND_FIRST_LOWERED + i}: "
+        f"return {fn.name}(t, buffers, arena, iteration, kBufferIndex + {offset});"
+        for i, (_, fn, offset) in enumerate(shared.calls)
     )
     return f"""\
 struct Dispatch {{

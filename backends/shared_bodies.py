@@ -1,0 +1,68 @@
+"""Task bodies that differ only in the buffers they touch share one emitted function.
+
+The layers of a model lower to grids whose bodies are the same code on other buffers. Each
+body's `buffers[i]` become `buffers[bi[k]]` (k numbering the distinct buffers in order of first
+use); equal texts then share a function, and each grid passes its own slice of one table of
+buffer indices. This keeps the emitted source, and the compiler's time on it, proportional to
+the distinct layer shapes instead of the layer count.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+_BUFFER = re.compile(r"\bbuffers\[(\d+)\]")
+
+
+def parametrize_buffers(body: Sequence[str]) -> tuple[list[str], list[int]]:
+    """The body with buffer indices read from `bi`, and the indices it had (in slot order)."""
+    slots: dict[int, int] = {}
+
+    def slot(match: re.Match[str]) -> str:
+        k = slots.setdefault(int(match.group(1)), len(slots))
+        return f"buffers[bi[{k}]]"
+
+    return [_BUFFER.sub(slot, line) for line in body], list(slots)
+
+
+@dataclass
+class SharedFunction:
+    """One emitted function and the grids (by name) that run it."""
+
+    name: str
+    body: list[str]
+    grids: list[str] = field(default_factory=list)
+
+    def comment(self) -> str:
+        more = f" and {len(self.grids) - 1} more grid(s) on other buffers" if self.grids[1:] else ""
+        return f"// task.grid @{self.grids[0]}{more}"
+
+
+@dataclass
+class SharedBodies:
+    """The distinct bodies of a program's grids, and per grid its function and table slice."""
+
+    functions: list[SharedFunction] = field(default_factory=list)
+    calls: list[tuple[str, SharedFunction, int]] = field(default_factory=list)  # grid, fn, offset
+    table: list[int] = field(default_factory=list)
+    _by_body: dict[str, SharedFunction] = field(default_factory=dict)
+
+    def add(self, name: str, grid: str, body: Sequence[str]) -> SharedFunction:
+        """Register the next grid's body; returns the function that runs it."""
+        lines, indices = parametrize_buffers(body)
+        key = "\n".join(lines)
+        fn = self._by_body.get(key)
+        if fn is None:
+            fn = self._by_body[key] = SharedFunction(name, lines)
+            self.functions.append(fn)
+        fn.grids.append(grid)
+        self.calls.append((grid, fn, len(self.table)))
+        self.table += indices or [0]
+        return fn
+
+    def table_decl(self, qualifier: str) -> str:
+        """The buffer-index table as a C array definition (`qualifier` e.g. `static const`)."""
+        values = ", ".join(str(v) for v in self.table)
+        return f"{qualifier} int32_t kBufferIndex[{len(self.table)}] = {{{values}}};\n"
