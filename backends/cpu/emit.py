@@ -278,6 +278,8 @@ class LibraryEmitter:
         emit("(void)t;  // a library kernel runs whole: no tile coordinates")
         if self.op.kind.data == "cache_write":
             return self.cache_write()
+        if self.op.kind.data == "embedding":
+            return self.gather()
         for i, (value, ref) in enumerate(zip(self.op.operands, self.operands, strict=True)):
             ctype = tile_ctype(value.type)
             emit(f"std::vector<{ctype}> a{i};")
@@ -346,8 +348,6 @@ class LibraryEmitter:
             emit(f"mk::cpu::concat_tile<{ctype}>(r, {{{ptrs}}}, {{{shapes}}}, {d});")
         elif kind == "argmax":
             emit(f"mk::cpu::lib_argmax(r, a0, {dims(s[0])}, {self.dim('dim', len(s[0]))});")
-        elif kind == "embedding":
-            self.embedding()
         elif kind == "step":
             offset = _int(self.attrs["offset"])
             emit(
@@ -361,18 +361,31 @@ class LibraryEmitter:
                 f"'mugraph.kernel' \"{kind}\" has no CPU library kernel", op_location(self.op)
             )
 
-    def embedding(self) -> None:
-        s, rows = self.shapes, self.shapes[0][0]
+    def gather(self) -> list[str]:
+        """An embedding copies the bytes of the rows it picks: the table is never converted."""
+        table, ids = self.operands
+        (out, _), *_ = self.results
+        s = self.shapes
         if is_float(self.op.operands[1].type):
             raise MkError("embedding ids must be integers", op_location(self.op))
-        ids = "a1"
+        size = numpy_dtype(tensor_type(self.op.operands[0]).element_type).itemsize
+        self.lines += [
+            "std::vector<int64_t> a1;",
+            f"mk::cpu::load_all(a1, buffers[{ids.index}], {ids.dtype}, {dims(ids.shape)});",
+            f"const int64_t bad = mk::cpu::gather_rows(buffers[{out.index}], "
+            f"buffers[{table.index}], a1, {s[0][0]}, {math.prod(s[0][1:]) * size});",
+        ]
+        self.embedding_failure()
+        return self.lines
+
+    def embedding_failure(self) -> None:
+        s, rows = self.shapes, self.shapes[0][0]
         loc = op_location(self.op)
         prefix = f"{loc}: " if loc else ""
         self.lines += [
-            f"const int64_t bad = mk::cpu::lib_embedding(r, a0, {dims(s[0])}, {ids});",
             "if (bad >= 0) {",
             f'  return fail("{prefix}error: \'mugraph.kernel\' \\"embedding\\" id " + '
-            f'std::to_string({ids}[bad]) + " at index " + mk::cpu::format_index(bad, '
+            f'std::to_string(a1[bad]) + " at index " + mk::cpu::format_index(bad, '
             f'{dims(s[1])}) + " is out of range for a table of {rows} rows");',
             "}",
         ]

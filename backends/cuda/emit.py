@@ -25,10 +25,9 @@ from mk.backends.cpu.emit import (
     uses_iteration,
 )
 from mk.backends.cpu.emit_ops import BufferRef, GraphDefEmitter
-from mk.backends.cpu.emit_scalar import dims, dtype_code, is_float
+from mk.backends.cpu.emit_scalar import dims, dtype_code
 from mk.backends.cuda.stream import plan_stream
 from mk.backends.shared_bodies import SharedBodies, SharedFunction
-from mk.diagnostics import MkError, op_location
 from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import GraphDefOp, KernelOp
 from mk.dialects.mugraph_tiles import ThreadMapOp, shape_of
@@ -184,14 +183,8 @@ class DeviceLibraryEmitter(LibraryEmitter):
     def cache_write_failure(self, dim: int, n: int, extent: int) -> None:
         self.lines.append("if (bad >= 0) return static_cast<int32_t>(bad) + 1;")
 
-    def embedding(self) -> None:
-        if is_float(self.op.operands[1].type):
-            raise MkError("embedding ids must be integers", op_location(self.op))
-        s = self.shapes
-        self.lines += [
-            f"const int64_t bad = mk::cpu::lib_embedding(r, a0, {dims(s[0])}, a1);",
-            "if (bad >= 0) return static_cast<int32_t>(bad) + 1;",
-        ]
+    def embedding_failure(self) -> None:
+        self.lines.append("if (bad >= 0) return static_cast<int32_t>(bad) + 1;")
 
 
 # Statement rewrites from the CPU emitters' C++ to device C++ (applied in order).

@@ -56,16 +56,15 @@ inline void lib_rope(std::vector<float>& out, const std::vector<float>& x, const
   }
 }
 
-// Row gather; returns the flat index of the first id out of range, or -1.
-template <class T>
-int64_t lib_embedding(std::vector<T>& out, const std::vector<T>& table, const Dims& tshape,
-                      const std::vector<int64_t>& ids) {
-  const int64_t rows = tshape[0], h = tshape.size() > 1 ? numel(Dims(tshape.begin() + 1, tshape.end())) : 1;
-  out.assign(static_cast<size_t>(static_cast<int64_t>(ids.size()) * h), T(0));
-  for (size_t i = 0; i < ids.size(); ++i) {
+// Row gather by bytes (`row_bytes` per row of a table of `rows`); returns the index of the
+// first id out of range, or -1 (nothing written then).
+inline int64_t gather_rows(void* out, const void* table, const std::vector<int64_t>& ids,
+                           int64_t rows, int64_t row_bytes) {
+  for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] < 0 || ids[i] >= rows) return static_cast<int64_t>(i);
-    std::copy(table.begin() + ids[i] * h, table.begin() + (ids[i] + 1) * h, out.begin() + i * h);
-  }
+  for (size_t i = 0; i < ids.size(); ++i)
+    memcpy(static_cast<char*>(out) + i * row_bytes,
+           static_cast<const char*>(table) + ids[i] * row_bytes, static_cast<size_t>(row_bytes));
   return -1;
 }
 

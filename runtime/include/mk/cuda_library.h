@@ -49,28 +49,30 @@ __device__ inline void lib_rope(Tile<float>& out, const Tile<float>& x, const Di
   __syncthreads();
 }
 
-// Row gather; returns (to every thread) the flat index of the first id out of range, or -1.
-template <class T>
-__device__ int64_t lib_embedding(Tile<T>& out, const Tile<T>& table, const Dims& tshape,
-                                 const Tile<int64_t>& ids) {
-  __shared__ unsigned long long first_bad;
-  const int64_t rows = tshape.v[0], h = numel(tshape) / rows;
-  if (threadIdx.x == 0) first_bad = ~0ull;
-  __syncthreads();
-  out.resize(ids.n * h);
-  MK_FOR_EACH(e, out.n) {
-    const int64_t i = e / h, id = ids.p[i];
-    if (id < 0 || id >= rows) {
-      atomicMin(&first_bad, static_cast<unsigned long long>(i));
-      out.p[e] = T(0);
-    } else {
-      out.p[e] = table.p[id * h + e % h];
+// Row gather by bytes, by every thread of the CTA (16 bytes at a time where rows allow it);
+// returns (to every thread) the index of the first id out of range, or -1 (nothing written).
+__device__ inline int64_t gather_rows(void* out, const void* table, const Tile<int64_t>& ids,
+                                      int64_t rows, int64_t row_bytes) {
+  for (int64_t i = 0; i < ids.n; ++i)
+    if (ids.p[i] < 0 || ids.p[i] >= rows) return i;
+  const char* from = static_cast<const char*>(table);
+  char* to = static_cast<char*>(out);
+  if (row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(table) % 16 == 0) {
+    const int64_t per_row = row_bytes / 16;
+    MK_FOR_EACH(v, ids.n * per_row) {
+      const int64_t i = v / per_row, k = v % per_row;
+      reinterpret_cast<uint4*>(to)[v] =
+          reinterpret_cast<const uint4*>(from + ids.p[i] * row_bytes)[k];
+    }
+  } else {
+    MK_FOR_EACH(b, ids.n * row_bytes) {
+      const int64_t i = b / row_bytes, k = b % row_bytes;
+      to[b] = from[ids.p[i] * row_bytes + k];
     }
   }
   __syncthreads();
-  const unsigned long long bad = first_bad;
-  __syncthreads();
-  return bad == ~0ull ? -1 : static_cast<int64_t>(bad);
+  return -1;
 }
 
 // base + add broadcast to `oshape` (NumPy rules): the value of a decode-loop step.
