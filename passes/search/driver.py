@@ -178,11 +178,18 @@ class FunctionSearch:
         swept = [x for r in first[: self.opts.top_k] for x in self._sweep(p, r.found)]
         return sorted(swept + first, key=Ranked.order)
 
-    def run(self) -> SearchResult:
-        name = self.func.sym_name.data
+    def prepare(self) -> tuple[list[Ranked], ProgramCost]:
+        """The ranked candidates (not verified yet) and the rules' cost."""
         p = function_problem(self.func)
         ranked = self.rank(p, self.enumerate(p))
-        rules = rule_cost(self.func, self.opts.num_sms, self.target)
+        return ranked, rule_cost(self.func, self.opts.num_sms, self.target)
+
+    def run(self) -> SearchResult:
+        return self.choose(*self.prepare())
+
+    def choose(self, ranked: list[Ranked], rules: ProgramCost) -> SearchResult:
+        """Verify candidates cheapest first; the first that passes and beats the rules wins."""
+        name = self.func.sym_name.data
         result = SearchResult(name, None, self.stats, rules)
         target = ModuleOp([self.func.clone()])
         seen: set[bytes] = set()

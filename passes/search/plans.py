@@ -57,7 +57,8 @@ def _closure(func: FuncOp, roots: list[SSAValue], stop: SSAValue | None) -> Subg
     return Subgraph(ops, inputs, roots)
 
 
-def _parts(func: FuncOp, cut: tuple[int, int]) -> tuple[Subgraph, Subgraph] | None:
+def two_parts(func: FuncOp, cut: tuple[int, int]) -> tuple[Subgraph, Subgraph] | None:
+    """The cone of the cut value, and the rest reading it (None if the rest does not)."""
     v = _body(func)[cut[0]].results[cut[1]]
     second = _closure(func, _outputs(func), v)
     if v not in second.inputs:
@@ -99,7 +100,7 @@ def _compose(func: FuncOp, cut: tuple[int, int], sides: list[_Side]) -> ModuleOp
     module = ModuleOp([func.clone()])
     clone = module.body.block.first_op
     assert isinstance(clone, FuncOp)
-    parts = _parts(clone, cut)
+    parts = two_parts(clone, cut)
     assert parts is not None
     for part, side in reversed(list(zip(parts, sides, strict=True))):
         kernels = side.kernels()
@@ -109,19 +110,28 @@ def _compose(func: FuncOp, cut: tuple[int, int], sides: list[_Side]) -> ModuleOp
 
 
 def two_kernel_plan(
-    func: FuncOp, cut: tuple[int, int], opts: SearchOptions, stats: SearchStats
-) -> tuple[ModuleOp, ProgramCost, Verdict] | None:
-    parts = _parts(func, cut)
+    func: FuncOp, cut: tuple[int, int], opts: SearchOptions, stats: SearchStats,
+    beat: float = math.inf,
+) -> tuple[ModuleOp, ProgramCost, Verdict] | None:  # fmt: skip
+    """The subgraph as two kernels cut at `cut`, if their estimated time can be below `beat`
+    (checked before anything is verified)."""
+    parts = two_parts(func, cut)
     if parts is None:
         return None
     name = func.sym_name.data
-    sides = []
-    for k, part in enumerate(parts):
-        result = FunctionSearch(part.extract(f"{name}.k{k}"), opts).run()
-        _merge(stats, result.stats)
-        sides.append(_Side(result))
+    searches = [FunctionSearch(part.extract(f"{name}.k{k}"), opts) for k, part in enumerate(parts)]
+    prepared = [s.prepare() for s in searches]
+    for s in searches:
+        _merge(stats, s.stats)
+    hope = sum(
+        min([r.cost.est_seconds for r in ranked[:1]] + [rules.est_seconds])
+        for ranked, rules in prepared
+    )
+    if hope >= beat or all(not ranked for ranked, _ in prepared):
+        return None  # cannot win, or the rules with one more kernel boundary
+    sides = [_Side(s.choose(*p)) for s, p in zip(searches, prepared, strict=True)]
     if all(s.kernels() is None for s in sides):
-        return None  # the rules with one more kernel boundary: nothing searched to gain
+        return None
     target = Target(num_sms=opts.num_sms)
     cost = ProgramCost.total(name, [k for s in sides for k in s.cost().per_kernel], target)
     module = _compose(func, cut, sides)
@@ -149,12 +159,13 @@ def search_subgraph(func: FuncOp, opts: SearchOptions) -> SearchResult:
     for cut in cuts:
         if time.monotonic() > deadline:
             break  # the budget is spent: the cuts not tried yet are not tried
-        plan = two_kernel_plan(func, cut, part_opts, best.stats)
+        current = best.best_cost if best.module is not None else best.rule_cost
+        beat = current.est_seconds if current is not None else math.inf
+        plan = two_kernel_plan(func, cut, part_opts, best.stats, beat)
         if plan is None:
             continue
         module, cost, verdict = plan
-        current = best.best_cost if best.module is not None else best.rule_cost
-        if current is None or cost.est_seconds < current.est_seconds:
+        if cost.est_seconds < beat:
             best.module, best.best_cost, best.verdict = module, cost, verdict
             best.tiling = f"2 kernels cut at value #{cut[0]}"
     return best
