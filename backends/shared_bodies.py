@@ -2,7 +2,8 @@
 
 The layers of a model lower to grids whose bodies are the same code on other buffers. Each
 body's `buffers[i]` become `buffers[bi[k]]` (k numbering the distinct buffers in order of first
-use); equal texts then share a function, and each grid passes its own slice of one table of
+use); texts equal up to the value names in tile variables then share a function (the first
+grid's text), and each grid passes its own slice of one table of
 buffer indices. This keeps the emitted source, and the compiler's time on it, proportional to
 the distinct layer shapes instead of the layer count.
 """
@@ -14,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 _BUFFER = re.compile(r"\bbuffers\[(\d+)\]")
+# Tile variables are `t<k>_<value name>`; k alone is unique in a body, the name is for readers.
+_TILE = re.compile(r"\bt(\d+)_\w+")
 
 
 def parametrize_buffers(body: Sequence[str]) -> tuple[list[str], list[int]]:
@@ -52,7 +55,7 @@ class SharedBodies:
     def add(self, name: str, grid: str, body: Sequence[str]) -> SharedFunction:
         """Register the next grid's body; returns the function that runs it."""
         lines, indices = parametrize_buffers(body)
-        key = "\n".join(lines)
+        key = _TILE.sub(r"t\1", "\n".join(lines))
         fn = self._by_body.get(key)
         if fn is None:
             fn = self._by_body[key] = SharedFunction(name, lines)

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the project root with the wheels carried in .whl/:
-#   bash bench/on_gpu.sh [tests] [sanitize] [bench] [timeline]   (default: all four)
+#   bash bench/on_gpu.sh [tests] [sanitize] [bench] [timeline] [generate]   (default: all five)
 # Installs mk, runs the gpu-marked tests, compute-sanitizer on the examples, the benchmark
-# table and the per-grid timelines; logs go to $OUT (or ./gpu-out).
+# table, the per-grid timelines and mk-generate on the model presets (MODELS, BATCHES);
+# logs go to $OUT (or ./gpu-out).
 set -u
 ROOT=$PWD
 OUT=${OUT:-$ROOT/gpu-out}
 mkdir -p "$OUT"
-steps=${*:-tests sanitize bench timeline}
+steps=${*:-tests sanitize bench timeline generate}
 source .whl/on-device.sh || exit 1
 python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/site . >"$OUT/install.log" 2>&1 \
   || { tail -30 "$OUT/install.log"; exit 1; }
@@ -18,7 +19,7 @@ for step in $steps; do
     tests)
       python3 -m pytest -q -p no:cacheprovider -m gpu "$ROOT/test/unit" 2>&1 | tee "$OUT/tests.log" | tail -15 ;;
     sanitize)
-      for ex in rmsnorm_linear gated_mlp attention_decode; do
+      for ex in rmsnorm_linear gated_mlp attention_decode decode_loop; do
         for tool in memcheck racecheck; do
           compute-sanitizer --tool $tool --error-exitcode 3 \
             python3 -m mk.tools.mk_run "$ROOT/examples/$ex.mlir" --target cuda >"$OUT/san_${ex}_$tool.log" 2>&1
@@ -29,5 +30,14 @@ for step in $steps; do
       MK_COMMIT=${MK_COMMIT:-} python3 "$ROOT/bench/bench.py" --runs 100 --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -14 ;;
     timeline)
       python3 "$ROOT/bench/timeline.py" --out "$OUT" 2>&1 | tee "$OUT/timeline.log" | tail -80 ;;
+    generate)
+      for model in ${MODELS:-qwen3-0.6b llama-3.2-1b}; do
+        for batch in ${BATCHES:-1}; do
+          timeout "${GENERATE_TIMEOUT:-300}" python3 -m mk.tools.mk_generate --model "$model" \
+            --batch "$batch" --steps 8 --context 1024 --prompt-len 1000 --target cuda --check \
+            --bench --runs 20 >"$OUT/generate_${model}_b$batch.log" 2>&1
+          echo "mk-generate $model batch $batch: rc=$?"; tail -12 "$OUT/generate_${model}_b$batch.log"
+        done
+      done ;;
   esac
 done
