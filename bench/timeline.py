@@ -1,13 +1,17 @@
 """Per-grid timeline of one megakernel run on the GPU: where a workload's time goes.
 
 Usage (on the GPU machine): python bench/timeline.py [--only NAME] [--out DIR]
+                            python bench/timeline.py --model PRESET [--layers N] [--batch B]
 For each task.grid: its tasks, the span from its first start to its last end (µs, from the
 launch's first task start) and the mean task time. Also writes a Chrome trace per workload.
+With --model, one decode step of a model preset (positions at the end of a 1,024-slot cache),
+summed per kind of grid over the layers (`k12_l3_q` counts as `q`).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -19,7 +23,7 @@ from mk.inputs import random_inputs
 from mk.source import entry_function, load_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import to_torch, workloads  # noqa: E402
+from bench import at_full_context, to_torch, workloads  # noqa: E402
 
 
 def grid_rows(prog: object) -> list[tuple[str, int, float, float, float]]:
@@ -46,11 +50,53 @@ def grid_rows(prog: object) -> list[tuple[str, int, float, float, float]]:
     return sorted(rows, key=lambda r: r[2])
 
 
+def kind_of(grid: str) -> str:
+    """`k12_l3_q` -> `q`: a grid's role, the same in every layer."""
+    return re.sub(r"^k\d+_(l\d+_)?", "", grid)
+
+
+def model_summary(prog: object) -> None:
+    """Per kind of grid: grids, tasks, summed span and mean task time, largest first."""
+    kinds: dict[str, list[float]] = {}
+    for grid, n, start, end, mean in grid_rows(prog):
+        k = kinds.setdefault(kind_of(grid), [0, 0, 0.0, 0.0])
+        k[0], k[1], k[2], k[3] = k[0] + 1, k[1] + n, k[2] + end - start, k[3] + mean * n
+    rows = sorted(kinds.items(), key=lambda kv: -kv[1][2])
+    print(f"  {'kind':<16}{'grids':>6}{'tasks':>7}{'span us':>10}{'mean task us':>14}")
+    for kind, (grids, tasks, span, busy) in rows:
+        print(f"  {kind:<16}{grids:>6}{tasks:>7}{span:>10.1f}{busy / max(tasks, 1):>14.2f}")
+
+
+def model_workload(name: str, layers: int | None, batch: int) -> tuple[str, str]:
+    from mk.models import decode_program, preset
+
+    config = preset(name)
+    if layers is not None:
+        config = config.with_(layers=layers)
+    return f"{name} L{config.layers} B{batch}", decode_program(config, batch, 1024, 1)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--only", default="")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--model", default=None, help="a model preset instead of the workloads")
+    parser.add_argument("--layers", type=int, default=None)
+    parser.add_argument("--batch", type=int, default=1)
     args = parser.parse_args()
+    if args.model:
+        name, text = model_workload(args.model, args.layers, args.batch)
+        func = entry_function(load_module(text))
+        inputs = [to_torch(a) for a in at_full_context(func, random_inputs(func, seed=0))]
+        prog = mk.compile(text, target="cuda")
+        prog.record_timeline = True  # type: ignore[attr-defined]
+        for _ in range(3):
+            prog(*inputs)
+        torch.cuda.synchronize()
+        total = grid_rows(prog)
+        print(f"{name}: {len(prog.tables.tasks)} tasks, step {max(r[3] for r in total):.1f} us")
+        model_summary(prog)
+        return 0
     for name, text in workloads().items():
         if args.only not in name:
             continue
