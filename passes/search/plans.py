@@ -18,6 +18,8 @@ from mk.passes.search.enumerate import SearchStats
 from mk.passes.search.subgraphs import Subgraph
 from mk.passes.search.verify import Verdict, float_check
 
+WHOLE_SHARE = 0.75  # of the budget for the single-kernel search; cuts share the rest
+
 
 def _body(func: FuncOp) -> list[Operation]:
     return [op for op in func.body.block.ops if not isinstance(op, ReturnOp)]
@@ -148,13 +150,16 @@ def search_subgraph(func: FuncOp, opts: SearchOptions) -> SearchResult:
     """The best of one kernel, two kernels (cut at an intermediate value) and the rules."""
     deadline = time.monotonic() + opts.budget_s
     cuts = cut_points(func) if opts.max_kernels > 1 else []
-    whole_opts = dataclasses.replace(opts, budget_s=opts.budget_s / 2) if cuts else opts
+    whole_opts = dataclasses.replace(opts, budget_s=opts.budget_s * WHOLE_SHARE) if cuts else opts
     best = FunctionSearch(func, whole_opts).run()
     if not cuts:
         return best
     # Each side of a cut is verified to 2^-(bits+1): the union bound keeps the pair at 2^-bits.
     part_opts = dataclasses.replace(
-        opts, budget_s=opts.budget_s / 4 / len(cuts), bits=opts.bits + 1, max_kernels=1
+        opts,
+        budget_s=opts.budget_s * (1 - WHOLE_SHARE) / 2 / len(cuts),
+        bits=opts.bits + 1,
+        max_kernels=1,
     )
     for cut in cuts:
         if time.monotonic() > deadline:
