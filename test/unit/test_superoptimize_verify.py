@@ -130,3 +130,17 @@ def test_two_kernel_plans_compose_verified_kernels() -> None:
     for got, want in zip(run_mugraph(module, *inputs), run_reference(src, *inputs), strict=True):
         err, tol = output_error(got, want)
         assert err <= tol
+
+
+def test_progress_bar_draws_only_when_asked() -> None:
+    import io
+
+    from mk.passes.search.progress import Progress
+
+    shown, hidden = io.StringIO(), io.StringIO()
+    for stream, enabled in ((shown, True), (hidden, None)):  # None: only on a terminal
+        bar = Progress("@f", 10.0, enabled, stream)
+        bar.update(123, 4, force=True)
+        bar.close(456, 5)
+    assert "[superoptimize @f]" in shown.getvalue() and "456 states, 5 graphs" in shown.getvalue()
+    assert hidden.getvalue() == ""  # a StringIO is not a terminal
