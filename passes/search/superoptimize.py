@@ -57,7 +57,7 @@ class SuperoptimizePass(ModulePass):
 
     name = "superoptimize"
 
-    budget_s: float | int = 30.0  # wall-clock seconds of enumeration per function
+    budget_s: float | int = 30.0  # seconds per subgraph: enumeration and tiling sweep
     max_ops: int = 7  # block-graph ops per kernel (inputs and outputs not counted)
     max_kernels: int = 2  # 2: also try the subgraph as two kernels, cut at a value
     num_sms: int = 132
