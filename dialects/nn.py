@@ -529,9 +529,7 @@ class CacheWriteOp(NNOp):
         rows = (1, c[0]) if dim > 0 else (1,)
         if index.get_num_dims() != 1 or index.get_shape()[0] not in rows:
             allowed = " or ".join(f"[{r}]" for r in dict.fromkeys(rows))
-            raise VerifyException(
-                f"index must have shape {allowed}, got {list(index.get_shape())}"
-            )
+            raise VerifyException(f"index must have shape {allowed}, got {list(index.get_shape())}")
         return cache
 
 
