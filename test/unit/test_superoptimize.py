@@ -20,7 +20,7 @@ from mk.passes.search.driver import FunctionSearch, SearchOptions, SearchResult
 from mk.passes.search.superoptimize import RESULTS, SuperoptimizePass
 from mk.source import entry_function, load_module
 
-BUDGET = 15.0
+BUDGET = 20.0  # generous: a search stops as soon as it has enumerated everything
 
 
 def search(src: str, **options: object) -> SearchResult:
