@@ -447,13 +447,23 @@ def build_events(
                 chosen[j].append((i, choice))
                 if choice.waits.all():
                     whole[j] |= {i} | whole[i]
+    # The same for the previous iteration: grids every task of j (in iteration t) waits for,
+    # every task of them, in iteration t - 1. A decode loop's first grids wait on its last
+    # (the next token), which already orders nearly everything before them.
+    previous: list[set[int]] = [set() for _ in grids]
     for j, grid in enumerate(grids):
         for i, choice in chosen[j]:
             ancestors.inherit(grid, grids[i], choice)
+        for m in whole[j]:
+            previous[j] |= previous[m]
         for i in sorted(needs[j].carried, reverse=True):
+            if i in previous[j]:
+                continue
             need = needs[j].carried[i]
             if (need & ~ancestors.implied(ancestors.prev, grid, grids[i])).any():
                 choice = choose_event(need, grids[i].shape, grid.shape)
                 builder.wait(j, i, choice, 1)
                 ancestors.absorb(grid, grids[i], choice, 1)
+                if choice.waits.all():
+                    previous[j] |= {i} | whole[i]
     return builder.finish()
