@@ -211,3 +211,19 @@ def test_gpu_decode_loop_updates_donated_tensors_in_place(tmp_path: Path) -> Non
     numpy_inputs = random_inputs(func, 7)  # the NumPy path copies the donated state back
     prog(*numpy_inputs)
     np.testing.assert_array_equal(numpy_inputs[0], ref_inputs[0])
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-qwen3"])
+def test_grid_level_pruning_alone_keeps_a_model_decode_loop_race_free(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Long programs pass PRUNE_LIMIT and rely on the grid-level pruning only; force that path
+    # on a small model and let the simulator check every read, write and iteration.
+    from mk.models import decode_program, preset
+    from mk.passes import mugraph_to_task_events
+
+    monkeypatch.setattr(mugraph_to_task_events, "PRUNE_LIMIT", 0)
+    module = load_module(decode_program(preset(name), 2, 32, 3))
+    spec = "nn-to-mugraph,mugraph-to-task,task-schedule{num-sms=8},task-simulate{seeds=3}"
+    PassPipeline.parse_spec(get_all_passes(), spec).apply(make_context(), module)
+    assert "iterations 3" in str(module)
