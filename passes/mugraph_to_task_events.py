@@ -18,6 +18,7 @@ are dropped, and with `merge` an event with the same producer grouping serves ev
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -122,17 +123,28 @@ def bytes_overlap(x: BufferPlan, y: BufferPlan) -> bool:
     return x.offset < y.offset + y.nbytes and y.offset < x.offset + x.nbytes
 
 
+Thunk = Callable[[], np.ndarray]
+
+
 @dataclass
 class Needs:
-    """The dependences of one consumer grid: producer grid position -> need matrix."""
+    """The dependences of one consumer grid: producer grid position -> its need matrix, kept as
+    the overlaps to compute, so that a producer the grid-level pruning drops costs nothing."""
 
-    same: dict[int, np.ndarray] = field(default_factory=dict)  # distance 0
-    carried: dict[int, np.ndarray] = field(default_factory=dict)  # distance 1
+    same: dict[int, list[Thunk]] = field(default_factory=dict)  # distance 0
+    carried: dict[int, list[Thunk]] = field(default_factory=dict)  # distance 1
 
     @staticmethod
-    def add(table: dict[int, np.ndarray], producer: int, need: np.ndarray) -> None:
-        if need.any():
-            table[producer] = table[producer] | need if producer in table else need
+    def add(table: dict[int, list[Thunk]], producer: int, need: Thunk) -> None:
+        table.setdefault(producer, []).append(need)
+
+    @staticmethod
+    def matrix(thunks: Sequence[Thunk]) -> np.ndarray:
+        """[c, p]: consumer task c needs producer task p (the union of the overlaps)."""
+        need = thunks[0]()
+        for thunk in thunks[1:]:
+            need = need | thunk()
+        return need
 
 
 def collect_needs(
@@ -148,6 +160,7 @@ def collect_needs(
     for i, grid in enumerate(grids):
         for access in (*grid.reads, *grid.writes):
             accessors.setdefault(access.buffer, []).append((i, access))
+    carry = iterations > 1
     result: list[Needs] = []
     for j, grid in enumerate(grids):
         needs = Needs()
@@ -155,24 +168,25 @@ def collect_needs(
             for i, other in accessors[read.buffer]:
                 if other not in grids[i].writes:
                     continue
+                rect = functools.partial(rect_overlap, read, other)
                 if i < j:
-                    Needs.add(needs.same, i, rect_overlap(read, other))
-                elif i > j and iterations > 1:  # written in place later: the previous step's value
-                    Needs.add(needs.carried, i, rect_overlap(read, other))
+                    Needs.add(needs.same, i, rect)
+                elif i > j and carry:  # written in place later: the previous step's value
+                    Needs.add(needs.carried, i, rect)
         for write in grid.writes:
             target = buffers[write.buffer]
             for i, other in accessors[write.buffer]:
+                rect = functools.partial(rect_overlap, write, other)
                 if i < j and other in grids[i].reads:  # an in-place write after earlier reads
-                    Needs.add(needs.same, i, rect_overlap(write, other))
-                if i > j and iterations > 1:  # next iteration's write after this one's reads
-                    Needs.add(needs.carried, i, rect_overlap(write, other))
+                    Needs.add(needs.same, i, rect)
+                if i > j and carry:  # next iteration's write after this one's reads
+                    Needs.add(needs.carried, i, rect)
             for name in _sharing(target, buffers):
                 for i, other in accessors[name]:
-                    need = arena_overlap(write, target, other, buffers[name])
-                    if i < j:
-                        Needs.add(needs.same, i, need)
-                    elif i > j and iterations > 1:
-                        Needs.add(needs.carried, i, need)
+                    if i == j or (i > j and not carry):
+                        continue
+                    span = functools.partial(arena_overlap, write, target, other, buffers[name])
+                    Needs.add(needs.same if i < j else needs.carried, i, span)
         result.append(needs)
     return result
 
@@ -439,7 +453,7 @@ def build_events(
         for i in sorted(needs[j].same, reverse=True):  # nearest producers imply the most
             if i in whole[j]:
                 continue
-            need = needs[j].same[i]
+            need = Needs.matrix(needs[j].same[i])
             if (need & ~ancestors.implied(ancestors.same, grid, grids[i])).any():
                 choice = choose_event(need, grids[i].shape, grid.shape)
                 builder.wait(j, i, choice, 0)
@@ -459,7 +473,7 @@ def build_events(
         for i in sorted(needs[j].carried, reverse=True):
             if i in previous[j]:
                 continue
-            need = needs[j].carried[i]
+            need = Needs.matrix(needs[j].carried[i])
             if (need & ~ancestors.implied(ancestors.prev, grid, grids[i])).any():
                 choice = choose_event(need, grids[i].shape, grid.shape)
                 builder.wait(j, i, choice, 1)
