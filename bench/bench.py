@@ -24,6 +24,7 @@ import torch
 from xdsl.dialects.func import FuncOp
 
 from mk.inputs import random_inputs, step_high
+from mk.models.torch_reference import capture_graph
 from mk.source import entry_function, load_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -99,19 +100,6 @@ def copy_bandwidth(runs: int) -> float:
     return 2 * n / (ms * 1e-3)
 
 
-def cuda_graph(fn: Callable[[], object]) -> Callable[[], object]:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
-
-
 def mk_runner(text: str, inputs: list[torch.Tensor]) -> tuple[Callable[[], object], object] | None:
     try:
         import mk
@@ -121,7 +109,7 @@ def mk_runner(text: str, inputs: list[torch.Tensor]) -> tuple[Callable[[], objec
         print(f"  mk: not run ({type(e).__name__}: {str(e).splitlines()[0][:100]})")
         return None
     outs = prog(*inputs)  # type: ignore[operator]
-    return cuda_graph(lambda: prog.launch(*inputs, out=outs)), prog  # type: ignore[attr-defined]
+    return capture_graph(lambda: prog.launch(*inputs, out=outs)), prog  # type: ignore[attr-defined]
 
 
 def max_error(outs: tuple[torch.Tensor, ...], refs: tuple[torch.Tensor, ...]) -> float:
@@ -152,7 +140,7 @@ def bench_one(name: str, text: str, bandwidth: float, runs: int) -> dict[str, ob
     moved = sum(a.nbytes for a in arrays) + sum(o.numel() * o.element_size() for o in outs)
     row: dict[str, object] = {"workload": name, "bytes": moved, "floor_ms": moved / bandwidth * 1e3}
     row["eager_ms"] = median_ms(lambda: run(*inputs), runs)
-    row["graph_ms"] = median_ms(cuda_graph(lambda: run(*inputs)), runs)
+    row["graph_ms"] = median_ms(capture_graph(lambda: run(*inputs)), runs)
     mk_run = mk_runner(text, inputs)
     row["mk_ms"] = row["mk_error"] = None
     if mk_run is not None:
