@@ -578,15 +578,27 @@ def donated_write(func: FuncOp, index: int) -> SSAValue:
 
 
 def verify_decode_function(func: FuncOp) -> None:
-    """`nn.steps` >= 1; a donated argument is a tensor the body writes with one nn.cache_write."""
+    """`nn.steps` >= 1; a donated argument is a tensor the body writes with one nn.cache_write,
+    and every other use of it comes before that write (it reads the value before the write, and
+    in place the bytes change at the write)."""
     steps = decode_steps(func)
     if steps < 1:
         raise VerifyException(f"'{STEPS}' must be >= 1, got {steps}")
+    block = func.body.block
     for i in donated_args(func):
         attr = cast(DictionaryAttr, cast(ArrayAttr[Any], func.arg_attrs).data[i]).data[DONATED]
         if not isinstance(attr, UnitAttr):
             raise VerifyException(f"'{DONATED}' on argument #{i} must be a unit attribute")
-        donated_write(func, i)
+        write = donated_write(func, i).owner
+        assert isinstance(write, Operation)
+        at = block.get_operation_index(write)
+        for use in func.args[i].uses:
+            op = use.operation
+            if op is not write and (op.parent is not block or block.get_operation_index(op) > at):
+                raise VerifyException(
+                    f"donated argument #{i} is used by '{op.name}' after its in-place write; "
+                    "use the write's result instead"
+                )
 
 
 # ----------------------------------------------------------------------------- layout

@@ -189,7 +189,14 @@ class _Lowering:
                     self.buffer_of[value] = self._declare(name, value, kind, None, kernel)
                 self.buffers[self.buffer_of[value]].writer = pos
             for value in dict.fromkeys(kernel.operands):
-                self.buffers[self.buffer_of[value]].readers.append(pos)
+                buf = self.buffers[self.buffer_of[value]]
+                if value in self.func.args and buf.writer is not None and buf.writer != pos:
+                    raise MkError(
+                        f"@{buf.name}: a kernel reads the donated argument after its in-place "
+                        "write (the kernel order must keep the nn program's order)",
+                        op_location(kernel),
+                    )
+                buf.readers.append(pos)
         for n, (value, name) in enumerate(self.copies):
             self.buffers[self.buffer_of[value]].readers.append(len(self.kernels) + n)
             self.buffers[name].writer = len(self.kernels) + n

@@ -569,3 +569,20 @@ func.func @f(%c: tensor<16x2xi32> {nn.donated}) -> tensor<16x2xi32> {
 func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> attributes {nn.steps = 0 : i64} {
   func.return %x : tensor<4xf32>
 }
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 1]]:1: error: 'func.func' @f: donated argument #0 is used by 'func.return' after its in-place write; use the write's result instead
+func.func @f(%c: tensor<4x2xf32> {nn.donated}, %n: tensor<1x2xf32>, %i: tensor<1xi32>) -> tensor<4x2xf32> {
+  %w = nn.cache_write %c, %n, %i {dim = 0 : i64} : (tensor<4x2xf32>, tensor<1x2xf32>, tensor<1xi32>) -> tensor<4x2xf32>
+  func.return %c : tensor<4x2xf32>
+}
+
+// -----
+
+// CHECK: invalid.mlir:[[# @LINE + 1]]:1: error: 'func.func' @f: donated argument #0 is used by 'nn.exp' after its in-place write; use the write's result instead
+func.func @f(%c: tensor<4x2xf32> {nn.donated}, %n: tensor<1x2xf32>, %i: tensor<1xi32>) -> tensor<4x2xf32> {
+  %w = nn.cache_write %c, %n, %i {dim = 0 : i64} : (tensor<4x2xf32>, tensor<1x2xf32>, tensor<1xi32>) -> tensor<4x2xf32>
+  %e = nn.exp %c : (tensor<4x2xf32>) -> tensor<4x2xf32>
+  func.return %e : tensor<4x2xf32>
+}
