@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import ml_dtypes
@@ -33,12 +35,25 @@ class WeightsError(ValueError):
 # --------------------------------------------------------------------------- random weights
 
 
-def _normal_bf16(rng: np.random.Generator, shape: tuple[int, ...], std: float) -> np.ndarray:
-    """Normal(0, std²) samples rounded to bf16, generated in chunks (no full f64 temporary)."""
+def _normal_bf16(seed: np.random.SeedSequence, shape: tuple[int, ...], std: float) -> np.ndarray:
+    """Normal(0, std²) samples rounded to bf16, in chunks filled by a pool of threads (NumPy
+    releases the GIL while it fills); chunk i has its own child seed, so the values do not
+    depend on the number of threads."""
     out = np.empty(math.prod(shape), BF16)
-    for start in range(0, out.size, _CHUNK):
+    starts = range(0, out.size, _CHUNK)
+
+    def fill(args: tuple[int, np.random.SeedSequence]) -> None:
+        start, child = args
         n = min(_CHUNK, out.size - start)
-        out[start : start + n] = (rng.standard_normal(n, np.float32) * np.float32(std)).astype(BF16)
+        values = np.random.default_rng(child).standard_normal(n, np.float32)
+        out[start : start + n] = (values * np.float32(std)).astype(BF16)
+
+    jobs = list(zip(starts, seed.spawn(len(starts)), strict=True))
+    if len(jobs) == 1:
+        fill(jobs[0])
+    else:
+        with ThreadPoolExecutor(min(len(jobs), os.cpu_count() or 1)) as pool:
+            list(pool.map(fill, jobs))
     return out.reshape(shape)
 
 
@@ -50,17 +65,18 @@ def random_weights(config: ModelConfig, seed: int = 0) -> Weights:
     which keeps the greedy argmax away from ties most of the time.
     """
     rng = np.random.default_rng(seed)
+    root = np.random.SeedSequence(seed)
     weights: Weights = {}
     for name, shape in config.weight_shapes().items():
         if len(shape) == 1:
             w = (1.0 + 0.1 * rng.standard_normal(shape)).astype(BF16)
         elif name == "model.embed_tokens.weight":
             std = 3.0 / math.sqrt(config.hidden) if config.tied_embeddings else 1.0
-            w = _normal_bf16(rng, shape, std)
+            w = _normal_bf16(root.spawn(1)[0], shape, std)
         elif name == "lm_head.weight":
-            w = _normal_bf16(rng, shape, 3.0 / math.sqrt(shape[1]))
+            w = _normal_bf16(root.spawn(1)[0], shape, 3.0 / math.sqrt(shape[1]))
         else:
-            w = _normal_bf16(rng, shape, 1.0 / math.sqrt(shape[1]))
+            w = _normal_bf16(root.spawn(1)[0], shape, 1.0 / math.sqrt(shape[1]))
         weights[name] = w
     return weights
 
