@@ -147,7 +147,16 @@ def test_llama3_block_lowers_and_verifies() -> None:
     splits = [k.attributes["mk.split_k"] for k in ks if "mk.split_k" in k.attributes]
     assert splits == [IntegerAttr(2, i64)] * 3
     library = sorted(k.kind.data for k in ks if isinstance(k, mg.KernelOp))
-    assert library == ["cache_write", "cache_write", "reshape", "reshape", "reshape", "rope", "rope", "step"]
+    assert library == [
+        "cache_write",
+        "cache_write",
+        "reshape",
+        "reshape",
+        "reshape",
+        "rope",
+        "rope",
+        "step",
+    ]
     fused = [k.attributes["mk.fused"].data for k in ks if "mk.fused" in k.attributes]  # type: ignore[attr-defined]
     assert "rms_norm+linear+linear+silu+mul" in fused
 
