@@ -51,6 +51,8 @@ from mk.passes.nn_to_mugraph_rules import (
     argmax_kernels,
     attention_kernels,
     library_kernel,
+    rms_norm_rows_kernel,
+    row_dims,
 )
 
 Emit = Callable[[ValueMap], tuple[list[Operation], dict[SSAValue, SSAValue]]]
@@ -159,11 +161,20 @@ def plan_units(ops: list[Operation], t: Tiling) -> list[_Unit]:
             claim(_Unit(chain.ops, lambda lookup, c=chain: elementwise_kernel(c, t, lookup)))
         elif _is_last_dim_argmax(op):
             claim(_Unit([op], lambda lookup, o=op: _argmax_emit(o, t, lookup)))
+        elif isinstance(op, nn.RMSNormOp) and row_dims(shape_of(op.operands[0])):
+            claim(_Unit([op], lambda lookup, o=op: _single_emit(rms_norm_rows_kernel, o, lookup)))
         elif op.dialect_name() == "nn":
             claim(_library_unit(op))
         else:
             claim(_kept_unit(op))
     return units
+
+
+def _single_emit(
+    build: Callable[[Operation, ValueMap], list[Operation]], op: Operation, lookup: ValueMap
+) -> tuple[list[Operation], dict[SSAValue, SSAValue]]:
+    kernels = build(op, lookup)
+    return kernels, {op.results[0]: kernels[-1].results[0]}
 
 
 def _argmax_emit(

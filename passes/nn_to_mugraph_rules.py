@@ -22,6 +22,7 @@ from mk.dialects.mugraph_tiles import (
     MatmulOp,
     ReduceOp,
     ReshapeOp,
+    RMSNormOp,
     UnaryOp,
     shape_of,
     tensor_type,
@@ -260,6 +261,36 @@ def argmax_kernels(op: Operation, t: Tiling, lookup: ValueMap) -> list[Operation
     out_shape = (1, *lead[1:]) if r >= 2 else ()
     b.output(reshape(b, bi, out_shape, "id"), 0, imap)
     return [partial, finish(b, [name])]
+
+
+# ------------------------------------------------------------------------------------------------
+# RMSNorm on its own (e.g. QK-norm per head): one block per row, not one task for all rows
+# ------------------------------------------------------------------------------------------------
+
+
+def row_dims(shape: Sequence[int]) -> list[int]:
+    """The (at most two) largest leading dims a standalone RMSNorm spreads over blocks."""
+    lead = [d for d in range(len(shape) - 1) if shape[d] > 1]
+    return sorted(sorted(lead, key=lambda d: (-shape[d], d))[:2])
+
+
+def rms_norm_rows_kernel(op: Operation, lookup: ValueMap) -> list[Operation]:
+    """A graph_def with one block per row group: each normalises its rows with the weight."""
+    x, w = op.operands
+    res = op.results[0]
+    shape = shape_of(x)
+    dims = row_dims(shape)
+    grid = tuple(shape[d] for d in dims) + (1,) * (3 - len(dims))
+    imap = tuple(dims) + (-1,) * (3 - len(dims))
+    name = res.name_hint or "y"
+    b = new_builder([lookup(x), lookup(w)], [res.type], grid, 128, 1, [name])
+    xt = b.input(0, imap, -1, f"{name}_x")
+    wt = b.input(1, (-1, -1, -1), -1, f"{name}_w")
+    epsilon = nn.attribute_values(op)["epsilon"]
+    assert isinstance(epsilon, float)
+    yt = b.add(RMSNormOp(xt, wt, epsilon), f"{name}_t").res
+    b.output(yt, 0, imap)
+    return [finish(b, [name])]
 
 
 # ------------------------------------------------------------------------------------------------

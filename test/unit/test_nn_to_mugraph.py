@@ -408,3 +408,18 @@ def test_random_programs_agree(module: ModuleOp, options: dict[str, int]) -> Non
     text = str(module)
     module = load_module(text)  # parsed and verified, as a user program would be
     check_agrees(module, seed=1, **options)
+
+
+QK_NORM = """
+func.func @qk_norm(%q: tensor<3x4x1x16xbf16>, %w: tensor<16xbf16>) -> tensor<3x4x1x16xbf16> {
+  %y = nn.rms_norm %q, %w {epsilon = 1.0e-05 : f32} : (tensor<3x4x1x16xbf16>, tensor<16xbf16>) -> tensor<3x4x1x16xbf16>
+  func.return %y : tensor<3x4x1x16xbf16>
+}"""
+
+
+def test_standalone_rms_norm_gets_a_block_per_row() -> None:
+    lowered = check_agrees(load_module(QK_NORM))
+    (kernel,) = kernels(lowered)
+    assert isinstance(kernel, mg.GraphDefOp) and kernel.grid_shape() == (3, 4, 1)
+    (norm,) = [op for op in kernel.body.ops if isinstance(op, mg.RMSNormOp)]
+    assert abs(norm.epsilon.value.data - 1e-5) < 1e-12

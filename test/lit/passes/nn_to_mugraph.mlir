@@ -245,3 +245,19 @@ func.func @attention_views(%qf: tensor<1x256xf32>, %k: tensor<1x2x64x64xf32>, %v
 // SPLIT:           %kt = mugraph.input %k_a imap [1, 2, 0] fmap 2 : tensor<1x2x64x64xf32> -> tensor<1x1x16x64xf32>
 // SPLIT:         %o2 = mugraph.graph_def grid [2, 1, 1] threads 128 forloop 1 (%o2_o, %o2_m, %o2_l)
 // SPLIT:           mugraph.output %fin2 to %o2_r omap [1, -1, 0] : tensor<1x128xf32> -> tensor<1x256xf32>
+
+// -----
+
+// A standalone RMSNorm (QK-norm per head) gets one block per row over its two largest leading
+// dims, not one library task for all rows.
+func.func @qk_norm(%q: tensor<2x16x1x128xbf16>, %w: tensor<128xbf16>) -> tensor<2x16x1x128xbf16> {
+  %y = nn.rms_norm %q, %w {epsilon = 1.0e-05 : f32} : (tensor<2x16x1x128xbf16>, tensor<128xbf16>) -> tensor<2x16x1x128xbf16>
+  func.return %y : tensor<2x16x1x128xbf16>
+}
+// CHECK-LABEL: func.func @qk_norm
+// CHECK-NEXT:    %y = mugraph.graph_def grid [2, 16, 1] threads 128 forloop 1 (%q, %w)
+// CHECK-NEXT:    ^bb0(
+// CHECK-NEXT:      %y_x = mugraph.input %q_a imap [0, 1, -1] fmap -1 : tensor<2x16x1x128xbf16> -> tensor<1x1x1x128xbf16>
+// CHECK-NEXT:      %y_w = mugraph.input %w_a imap [-1, -1, -1] fmap -1 : tensor<128xbf16> -> tensor<128xbf16>
+// CHECK-NEXT:      %y_t = mugraph.rms_norm %y_x, %y_w {epsilon = 1.000000e-05 : f32}
+// CHECK-NEXT:      mugraph.output %y_t to %y_r omap [0, 1, -1]
