@@ -50,6 +50,7 @@ from mk.passes.nn_to_mugraph_rules import (
     ValueMap,
     argmax_kernels,
     attention_kernels,
+    head_view_source,
     library_kernel,
     rms_norm_rows_kernel,
     row_dims,
@@ -154,6 +155,13 @@ def plan_units(ops: list[Operation], t: Tiling) -> list[_Unit]:
             if group is not None:
                 claim(_Unit(group.ops(), lambda lookup, g=group: linear_group_kernel(g, t, lookup)))
     for op in ops:
+        if (
+            isinstance(op, nn.RMSNormOp)
+            and op not in claimed
+            and row_dims(shape_of(op.operands[0]))
+        ):
+            claim(_rms_norm_unit(op, claimed))
+    for op in ops:
         if op in claimed:
             continue
         chain = match_elementwise_group(op, claimed, order)
@@ -161,8 +169,6 @@ def plan_units(ops: list[Operation], t: Tiling) -> list[_Unit]:
             claim(_Unit(chain.ops, lambda lookup, c=chain: elementwise_kernel(c, t, lookup)))
         elif _is_last_dim_argmax(op):
             claim(_Unit([op], lambda lookup, o=op: _argmax_emit(o, t, lookup)))
-        elif isinstance(op, nn.RMSNormOp) and row_dims(shape_of(op.operands[0])):
-            claim(_Unit([op], lambda lookup, o=op: _single_emit(rms_norm_rows_kernel, o, lookup)))
         elif op.dialect_name() == "nn":
             claim(_library_unit(op))
         else:
@@ -170,11 +176,19 @@ def plan_units(ops: list[Operation], t: Tiling) -> list[_Unit]:
     return units
 
 
-def _single_emit(
-    build: Callable[[Operation, ValueMap], list[Operation]], op: Operation, lookup: ValueMap
-) -> tuple[list[Operation], dict[SSAValue, SSAValue]]:
-    kernels = build(op, lookup)
-    return kernels, {op.results[0]: kernels[-1].results[0]}
+def _rms_norm_unit(op: nn.RMSNormOp, claimed: set[Operation]) -> _Unit:
+    """A standalone RMSNorm, with the head-splitting reshape that feeds it folded in."""
+    view = op.operands[0].owner
+    source = None
+    if isinstance(view, Operation) and view not in claimed and _sole_user(view.results[0]) is op:
+        source = head_view_source(view)
+    ops = [op] if source is None else [view, op]
+
+    def emit(lookup: ValueMap) -> tuple[list[Operation], dict[SSAValue, SSAValue]]:
+        kernels = rms_norm_rows_kernel(op, lookup, source)
+        return kernels, {op.results[0]: kernels[-1].results[0]}
+
+    return _Unit(ops, emit)
 
 
 def _argmax_emit(

@@ -274,22 +274,45 @@ def row_dims(shape: Sequence[int]) -> list[int]:
     return sorted(sorted(lead, key=lambda d: (-shape[d], d))[:2])
 
 
-def rms_norm_rows_kernel(op: Operation, lookup: ValueMap) -> list[Operation]:
-    """A graph_def with one block per row group: each normalises its rows with the weight."""
+def head_view_source(view: Operation) -> SSAValue | None:
+    """The source of a reshape [..., H·D] -> [..., H, 1, ..., D] (heads split off the last dim)."""
+    if not isinstance(view, nn.ReshapeOp):
+        return None
+    src, out = shape_of(view.operands[0]), shape_of(view.results[0])
+    lead = len(src) - 1
+    tail = out[lead:]
+    if out[:lead] != src[:lead] or len(tail) < 2 or any(d != 1 for d in tail[1:-1]):
+        return None
+    return view.operands[0] if tail[0] * tail[-1] == src[-1] else None
+
+
+def rms_norm_rows_kernel(
+    op: Operation, lookup: ValueMap, source: SSAValue | None = None
+) -> list[Operation]:
+    """A graph_def with one block per row group: each normalises its rows with the weight.
+
+    With `source` (the input of a head-splitting reshape feeding the norm) the blocks read their
+    heads straight from it, and the reshape becomes a reshape of the tile.
+    """
     x, w = op.operands
     res = op.results[0]
     shape = shape_of(x)
     dims = row_dims(shape)
     grid = tuple(shape[d] for d in dims) + (1,) * (3 - len(dims))
-    imap = tuple(dims) + (-1,) * (3 - len(dims))
+    omap = tuple(dims) + (-1,) * (3 - len(dims))
     name = res.name_hint or "y"
-    b = new_builder([lookup(x), lookup(w)], [res.type], grid, 128, 1, [name])
+    read = x if source is None else source
+    lead = len(shape_of(read)) - 1
+    imap = tuple(min(d, lead) if d >= 0 else -1 for d in omap)
+    b = new_builder([lookup(read), lookup(w)], [res.type], grid, 128, 1, [name])
     xt = b.input(0, imap, -1, f"{name}_x")
+    tile = tuple(n // grid[dims.index(d)] if d in dims else n for d, n in enumerate(shape))
+    xt = reshape(b, xt, tile, f"{name}_xv")
     wt = b.input(1, (-1, -1, -1), -1, f"{name}_w")
     epsilon = nn.attribute_values(op)["epsilon"]
     assert isinstance(epsilon, float)
     yt = b.add(RMSNormOp(xt, wt, epsilon), f"{name}_t").res
-    b.output(yt, 0, imap)
+    b.output(yt, 0, omap)
     return [finish(b, [name])]
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from nn_programs import OPTIONS, programs
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, TensorType, f32, i64
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, TensorType, bf16, f32, i64
 from xdsl.ir import SSAValue
 from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, result_def
 
@@ -423,3 +423,20 @@ def test_standalone_rms_norm_gets_a_block_per_row() -> None:
     assert isinstance(kernel, mg.GraphDefOp) and kernel.grid_shape() == (3, 4, 1)
     (norm,) = [op for op in kernel.body.ops if isinstance(op, mg.RMSNormOp)]
     assert abs(norm.epsilon.value.data - 1e-5) < 1e-12
+
+
+QK_NORM_VIEW = """
+func.func @qk_norm_view(%q: tensor<3x64xbf16>, %w: tensor<16xbf16>) -> tensor<3x4x1x16xbf16> {
+  %q4 = nn.reshape %q : (tensor<3x64xbf16>) -> tensor<3x4x1x16xbf16>
+  %y = nn.rms_norm %q4, %w {epsilon = 1.0e-06 : f32} : (tensor<3x4x1x16xbf16>, tensor<16xbf16>) -> tensor<3x4x1x16xbf16>
+  func.return %y : tensor<3x4x1x16xbf16>
+}"""
+
+
+def test_head_splitting_reshape_folds_into_the_row_norm() -> None:
+    lowered = check_agrees(load_module(QK_NORM_VIEW))
+    (kernel,) = kernels(lowered)  # no reshape copy kernel left
+    assert isinstance(kernel, mg.GraphDefOp) and kernel.grid_shape() == (3, 4, 1)
+    (x,) = [op for op in kernel.input_ops() if op.tile.type == TensorType(bf16, (1, 16))]
+    assert kernel.operands[0].type == TensorType(bf16, (3, 64))  # reads q itself
+    assert tuple(x.imap.get_values()) == (0, 1, -1)

@@ -261,3 +261,17 @@ func.func @qk_norm(%q: tensor<2x16x1x128xbf16>, %w: tensor<128xbf16>) -> tensor<
 // CHECK-NEXT:      %y_w = mugraph.input %w_a imap [-1, -1, -1] fmap -1 : tensor<128xbf16> -> tensor<128xbf16>
 // CHECK-NEXT:      %y_t = mugraph.rms_norm %y_x, %y_w {epsilon = 1.000000e-05 : f32}
 // CHECK-NEXT:      mugraph.output %y_t to %y_r omap [0, 1, -1]
+
+// -----
+
+// A head-splitting reshape feeding it folds in: the blocks read their head of q directly.
+func.func @qk_norm_view(%q: tensor<2x256xbf16>, %w: tensor<64xbf16>) -> tensor<2x4x1x64xbf16> {
+  %q4 = nn.reshape %q : (tensor<2x256xbf16>) -> tensor<2x4x1x64xbf16>
+  %y = nn.rms_norm %q4, %w {epsilon = 1.0e-06 : f32} : (tensor<2x4x1x64xbf16>, tensor<64xbf16>) -> tensor<2x4x1x64xbf16>
+  func.return %y : tensor<2x4x1x64xbf16>
+}
+// CHECK-LABEL: func.func @qk_norm_view
+// CHECK-NEXT:    %y = mugraph.graph_def grid [2, 4, 1] threads 128 forloop 1 (%q, %w)
+// CHECK-NEXT:    ^bb0(
+// CHECK-NEXT:      %y_x = mugraph.input %q_a imap [0, 1, -1] fmap -1 : tensor<2x256xbf16> -> tensor<1x64xbf16>
+// CHECK-NEXT:      %y_xv = mugraph.reshape %y_x : tensor<1x64xbf16> -> tensor<1x1x1x64xbf16>
