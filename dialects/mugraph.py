@@ -92,6 +92,7 @@ from mk.dialects.mugraph_tiles import (
     ReduceOp,
     ReshapeOp,
     RMSNormOp,
+    RopeOp,
     ThreadMapOp,
     UnaryOp,
     YieldOp,
@@ -600,8 +601,8 @@ class ArgmaxOp(BlockGraphOp):
 
 
 BLOCK_OPS = (
-    InputOp, OutputOp, MatmulOp, UnaryOp, BinaryOp, ReduceOp, RMSNormOp, ConcatOp, ReshapeOp,
-    PositionOp, ArgmaxOp, ThreadMapOp, AccumOp, AccumSoftmaxOp,
+    InputOp, OutputOp, MatmulOp, UnaryOp, BinaryOp, ReduceOp, RMSNormOp, RopeOp, ConcatOp,
+    ReshapeOp, PositionOp, ArgmaxOp, ThreadMapOp, AccumOp, AccumSoftmaxOp,
 )  # fmt: skip
 
 MuGraph = Dialect("mugraph", [KernelOp, GraphDefOp, *BLOCK_OPS, YieldOp], [])

@@ -397,6 +397,48 @@ class RMSNormOp(BlockGraphOp):
 
 
 @irdl_op_definition
+class RopeOp(BlockGraphOp):
+    """`%r = mugraph.rope %x, %cos, %sin : (tensor<1x64xf32>, tensor<1x32xf32>, tensor<1x32xf32>) -> tensor<1x64xf32>`.
+
+    nn.rope on a tile: cat(x₁·cos − x₂·sin, x₂·cos + x₁·sin) over the last dim's halves, cos and
+    sin [..., D/2] broadcast against x's leading dims.
+    """
+
+    name = "mugraph.rope"
+    x = operand_def(TensorType)
+    cos = operand_def(TensorType)
+    sin = operand_def(TensorType)
+    res = result_def(TensorType)
+    traits = in_graph()
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$x `,` $cos `,` $sin attr-dict `:` functional-type(operands, results)"
+
+    def __init__(self, x: SSAValue, cos: SSAValue, sin: SSAValue, elem: Attribute = f32):
+        super().__init__(operands=[x, cos, sin], result_types=[_tile_type(shape_of(x), elem)])
+
+    def verify_block_op(self, parent: GraphDefOp) -> None:
+        floats_only(self)
+        x = shape_of(self.x)
+        require(len(x) >= 1 and x[-1] % 2 == 0, f"x's last dim must be even, got {shape_str(x)}")
+        tables: list[tuple[str, tuple[int, ...]]] = [
+            ("cos", shape_of(self.cos)),
+            ("sin", shape_of(self.sin)),
+        ]
+        for name, table in tables:
+            lead, x_lead = table[:-1], x[:-1]
+            require(
+                len(table) >= 1
+                and table[-1] * 2 == x[-1]
+                and len(lead) <= len(x_lead)
+                and all(
+                    a in (1, b) for a, b in zip(reversed(lead), reversed(x_lead), strict=False)
+                ),
+                f"{name} {shape_str(table)} does not fit x {shape_str(x)} (needs [..., D/2])",
+            )
+        expect_shape(self.res, x)
+
+
+@irdl_op_definition
 class ConcatOp(BlockGraphOp):
     """`%c = mugraph.concat %a, %b dim 1 : (tensor<8x64xf32>, tensor<8x64xf32>) -> tensor<8x128xf32>`."""
 

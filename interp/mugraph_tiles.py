@@ -21,6 +21,7 @@ from mk.dialects.mugraph_tiles import (
     ReduceOp,
     ReshapeOp,
     RMSNormOp,
+    RopeOp,
     ThreadMapOp,
     UnaryOp,
     YieldOp,
@@ -131,6 +132,14 @@ def _rms_norm(op: Operation, t: Sequence[Tile], _b: BlockCoord, _i: int) -> tupl
     return (x / np.sqrt(mean_sq + _F32(op.epsilon.value.data)) * g,)
 
 
+def _rope(op: Operation, t: Sequence[Tile], _b: BlockCoord, _i: int) -> tuple[Tile, ...]:
+    assert isinstance(op, RopeOp)
+    x, c, s = _f32(t[0]), _f32(t[1]), _f32(t[2])
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return (np.concatenate(np.broadcast_arrays(x1 * c - x2 * s, x2 * c + x1 * s), axis=-1),)
+
+
 def _concat(op: Operation, t: Sequence[Tile], _b: BlockCoord, _i: int) -> tuple[Tile, ...]:
     assert isinstance(op, ConcatOp)
     parts = [_f32(x) if is_float_dtype(x.dtype) else x for x in t]
@@ -179,6 +188,7 @@ TILE_KERNELS: dict[type[Operation], TileKernel] = {
     BinaryOp: _binary,
     ReduceOp: _reduce,
     RMSNormOp: _rms_norm,
+    RopeOp: _rope,
     ConcatOp: _concat,
     ReshapeOp: _reshape,
     PositionOp: _position,

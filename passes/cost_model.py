@@ -60,6 +60,7 @@ from mk.dialects.mugraph_tiles import (
     Phases,
     ReduceOp,
     RMSNormOp,
+    RopeOp,
     ThreadMapOp,
     UnaryOp,
     shape_of,
@@ -410,6 +411,8 @@ def block_op_flops(op: Operation) -> int:
         return BINARY_FLOPS.get(op.kind.data, 1) * _elements(op.res)
     if isinstance(op, ReduceOp):
         return _elements(op.x) + (_elements(op.res) if op.kind.data == "mean" else 0)
+    if isinstance(op, RopeOp):
+        return 3 * _elements(op.res)
     if isinstance(op, RMSNormOp):
         rows = _elements(op.x) // max(shape_of(op.x)[-1], 1)
         return RMS_NORM_FLOPS * _elements(op.x) + RMS_NORM_ROW_FLOPS * rows

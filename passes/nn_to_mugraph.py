@@ -46,13 +46,14 @@ from mk.passes.nn_to_mugraph_fusion import (
 )
 from mk.passes.nn_to_mugraph_rules import (
     AttentionPlan,
+    RowChain,
     Tiling,
     ValueMap,
     argmax_kernels,
     attention_kernels,
     head_view_source,
     library_kernel,
-    rms_norm_rows_kernel,
+    row_chain_kernel,
     row_dims,
 )
 
@@ -154,13 +155,11 @@ def plan_units(ops: list[Operation], t: Tiling) -> list[_Unit]:
             group = match_linear_group(op, claimed, order, t)
             if group is not None:
                 claim(_Unit(group.ops(), lambda lookup, g=group: linear_group_kernel(g, t, lookup)))
-    for op in ops:
-        if (
-            isinstance(op, nn.RMSNormOp)
-            and op not in claimed
-            and row_dims(shape_of(op.operands[0]))
-        ):
-            claim(_rms_norm_unit(op, claimed))
+    for kind in (nn.RopeOp, nn.RMSNormOp):  # a RoPE first, to take the norm that feeds it
+        for op in ops:
+            chain = _match_row_chain(op, claimed) if isinstance(op, kind) else None
+            if chain is not None:
+                claim(_row_chain_unit(chain))
     for op in ops:
         if op in claimed:
             continue
@@ -176,19 +175,40 @@ def plan_units(ops: list[Operation], t: Tiling) -> list[_Unit]:
     return units
 
 
-def _rms_norm_unit(op: nn.RMSNormOp, claimed: set[Operation]) -> _Unit:
-    """A standalone RMSNorm, with the head-splitting reshape that feeds it folded in."""
-    view = op.operands[0].owner
-    source = None
-    if isinstance(view, Operation) and view not in claimed and _sole_user(view.results[0]) is op:
-        source = head_view_source(view)
-    ops = [op] if source is None else [view, op]
+def _sole_unclaimed(value: SSAValue, user: Operation, claimed: set[Operation]) -> Operation | None:
+    """The op defining `value` when `user` is its only user and it is not claimed yet."""
+    op = value.owner
+    if isinstance(op, Operation) and op not in claimed and _sole_user(value) is user:
+        return op
+    return None
 
+
+def _match_row_chain(op: Operation, claimed: set[Operation]) -> RowChain | None:
+    """A RoPE or standalone RMSNorm with rows to spread, with the standalone RMSNorm feeding the
+    RoPE and the head-splitting reshape feeding the first of them."""
+    if op in claimed or not row_dims(shape_of(op.results[0])):
+        return None
+    rope = op if isinstance(op, nn.RopeOp) else None
+    norm = op if isinstance(op, nn.RMSNormOp) else None
+    if rope is None and norm is None:
+        return None
+    if rope is not None:
+        below = _sole_unclaimed(rope.operands[0], rope, claimed)
+        norm = below if isinstance(below, nn.RMSNormOp) else None
+    first = norm or rope
+    assert first is not None
+    view = _sole_unclaimed(first.operands[0], first, claimed)
+    if view is None or head_view_source(view) is None:
+        view = None
+    return RowChain(view, norm, rope)
+
+
+def _row_chain_unit(chain: RowChain) -> _Unit:
     def emit(lookup: ValueMap) -> tuple[list[Operation], dict[SSAValue, SSAValue]]:
-        kernels = rms_norm_rows_kernel(op, lookup, source)
-        return kernels, {op.results[0]: kernels[-1].results[0]}
+        kernels = row_chain_kernel(chain, lookup)
+        return kernels, {chain.last().results[0]: kernels[-1].results[0]}
 
-    return _Unit(ops, emit)
+    return _Unit(chain.ops(), emit)
 
 
 def _argmax_emit(

@@ -23,6 +23,7 @@ from mk.dialects.mugraph_tiles import (
     ReduceOp,
     ReshapeOp,
     RMSNormOp,
+    RopeOp,
     UnaryOp,
     shape_of,
     tensor_type,
@@ -286,33 +287,68 @@ def head_view_source(view: Operation) -> SSAValue | None:
     return view.operands[0] if tail[0] * tail[-1] == src[-1] else None
 
 
-def rms_norm_rows_kernel(
-    op: Operation, lookup: ValueMap, source: SSAValue | None = None
-) -> list[Operation]:
-    """A graph_def with one block per row group: each normalises its rows with the weight.
+@dataclass(frozen=True)
+class RowChain:
+    """Per-row ops fused into one graph_def with one block per row group: an optional
+    head-splitting reshape (read through), an optional standalone RMSNorm, an optional RoPE."""
 
-    With `source` (the input of a head-splitting reshape feeding the norm) the blocks read their
-    heads straight from it, and the reshape becomes a reshape of the tile.
-    """
-    x, w = op.operands
-    res = op.results[0]
-    shape = shape_of(x)
+    view: Operation | None
+    norm: Operation | None
+    rope: Operation | None
+
+    def ops(self) -> list[Operation]:
+        return [op for op in (self.view, self.norm, self.rope) if op is not None]
+
+    def last(self) -> Operation:
+        last = self.rope or self.norm
+        assert last is not None
+        return last
+
+    def source(self) -> SSAValue:
+        first = self.ops()[0]
+        return first.operands[0]
+
+
+def _table_map(table: Sequence[int], shape: Sequence[int], omap: Sequence[int]) -> tuple[int, ...]:
+    """A broadcast operand's imap: a grid axis maps to its aligned dim unless that is 1."""
+    shift = len(shape) - len(table)
+    return tuple(d - shift if d >= shift and table[d - shift] > 1 else -1 for d in omap)
+
+
+def row_chain_kernel(chain: RowChain, lookup: ValueMap) -> list[Operation]:
+    """Each block reads its rows (through a head-splitting reshape, as a tile reshape), then
+    normalises them and/or rotates them; nothing is rounded between the fused ops."""
+    res = chain.last().results[0]
+    shape = shape_of(res)
     dims = row_dims(shape)
     grid = tuple(shape[d] for d in dims) + (1,) * (3 - len(dims))
     omap = tuple(dims) + (-1,) * (3 - len(dims))
-    name = res.name_hint or "y"
-    read = x if source is None else source
+    read = chain.source()
     lead = len(shape_of(read)) - 1
+    operands = [read]
+    if chain.norm is not None:
+        operands.append(chain.norm.operands[1])
+    if chain.rope is not None:
+        operands += list(chain.rope.operands[1:])
+    name = res.name_hint or "y"
+    b = new_builder([lookup(v) for v in operands], [res.type], grid, 128, 1, [name])
     imap = tuple(min(d, lead) if d >= 0 else -1 for d in omap)
-    b = new_builder([lookup(read), lookup(w)], [res.type], grid, 128, 1, [name])
-    xt = b.input(0, imap, -1, f"{name}_x")
     tile = tuple(n // grid[dims.index(d)] if d in dims else n for d, n in enumerate(shape))
-    xt = reshape(b, xt, tile, f"{name}_xv")
-    wt = b.input(1, (-1, -1, -1), -1, f"{name}_w")
-    epsilon = nn.attribute_values(op)["epsilon"]
-    assert isinstance(epsilon, float)
-    yt = b.add(RMSNormOp(xt, wt, epsilon), f"{name}_t").res
-    b.output(yt, 0, omap)
+    xt = reshape(b, b.input(0, imap, -1, f"{name}_x"), tile, f"{name}_xv")
+    k = 1
+    if chain.norm is not None:
+        wt = b.input(k, (-1, -1, -1), -1, f"{name}_w")
+        epsilon = nn.attribute_values(chain.norm)["epsilon"]
+        assert isinstance(epsilon, float)
+        xt = b.add(RMSNormOp(xt, wt, epsilon), f"{name}_n").res
+        k += 1
+    if chain.rope is not None:
+        cos, sin = (
+            b.input(k + i, _table_map(shape_of(t), shape, omap), -1, f"{name}_{label}")
+            for i, (t, label) in enumerate(zip(chain.rope.operands[1:], ("c", "s"), strict=True))
+        )
+        xt = b.add(RopeOp(xt, cos, sin), f"{name}_rot").res
+    b.output(xt, 0, omap)
     return [finish(b, [name])]
 
 

@@ -34,6 +34,7 @@ from mk.dialects.mugraph_tiles import (
     ReduceOp,
     ReshapeOp,
     RMSNormOp,
+    RopeOp,
     ThreadMapOp,
     UnaryOp,
     shape_of,
@@ -248,6 +249,11 @@ class GraphDefEmitter:
             emit(
                 f"mk::cpu::reduce_tile({v(op.res)}, {f(op.x)}, {dims(shape_of(op.x))}, "
                 f"{op.dim.value.data}, {REDUCE_ENUM[op.kind.data]});"
+            )
+        elif isinstance(op, RopeOp):
+            emit(
+                f"mk::cpu::lib_rope({v(op.res)}, {f(op.x)}, {dims(shape_of(op.x))}, {f(op.cos)}, "
+                f"{dims(shape_of(op.cos))}, {f(op.sin)}, {dims(shape_of(op.sin))});"
             )
         elif isinstance(op, RMSNormOp):
             emit(

@@ -184,8 +184,11 @@ func.func @library(%x: tensor<4x6xf32>, %c: tensor<4x3xf32>, %s: tensor<4x3xf32>
 // CHECK-LABEL: func.func @library
 // CHECK-NEXT:    %t = mugraph.kernel "transpose" (%x) {perm = array<i64: 1, 0>} : (tensor<4x6xf32>) -> tensor<6x4xf32>
 // CHECK-NEXT:    %r = mugraph.kernel "reduce_sum" (%x) {dim = 1 : i64, keepdim = false} : (tensor<4x6xf32>) -> tensor<4xf32>
-// CHECK-NEXT:    %e = mugraph.kernel "rope" (%x, %c, %s) : (tensor<4x6xf32>, tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x6xf32>
-// CHECK-NEXT:    %m = mugraph.kernel "softmax" (%e) {dim = -1 : i64} : (tensor<4x6xf32>) -> tensor<4x6xf32>
+// A RoPE with rows to spread is the exception: one block per row (cos and sin tiled alike).
+// CHECK-NEXT:    %e = mugraph.graph_def grid [4, 1, 1] threads 128 forloop 1 (%x, %c, %s)
+// CHECK:           %e_c = mugraph.input %c_a imap [0, -1, -1] fmap -1 : tensor<4x3xf32> -> tensor<1x3xf32>
+// CHECK:           mugraph.rope %e_x, %e_c, %e_s : (tensor<1x6xf32>, tensor<1x3xf32>, tensor<1x3xf32>) -> tensor<1x6xf32>
+// CHECK:         %m = mugraph.kernel "softmax" (%e) {dim = -1 : i64} : (tensor<4x6xf32>) -> tensor<4x6xf32>
 // CHECK-NEXT:    func.return %t, %r, %m : tensor<6x4xf32>, tensor<4xf32>, tensor<4x6xf32>
 
 // -----
@@ -259,8 +262,8 @@ func.func @qk_norm(%q: tensor<2x16x1x128xbf16>, %w: tensor<128xbf16>) -> tensor<
 // CHECK-NEXT:    ^bb0(
 // CHECK-NEXT:      %y_x = mugraph.input %q_a imap [0, 1, -1] fmap -1 : tensor<2x16x1x128xbf16> -> tensor<1x1x1x128xbf16>
 // CHECK-NEXT:      %y_w = mugraph.input %w_a imap [-1, -1, -1] fmap -1 : tensor<128xbf16> -> tensor<128xbf16>
-// CHECK-NEXT:      %y_t = mugraph.rms_norm %y_x, %y_w {epsilon = 1.000000e-05 : f32}
-// CHECK-NEXT:      mugraph.output %y_t to %y_r omap [0, 1, -1]
+// CHECK-NEXT:      %y_n = mugraph.rms_norm %y_x, %y_w {epsilon = 1.000000e-05 : f32}
+// CHECK-NEXT:      mugraph.output %y_n to %y_r omap [0, 1, -1]
 
 // -----
 
@@ -275,3 +278,25 @@ func.func @qk_norm_view(%q: tensor<2x256xbf16>, %w: tensor<64xbf16>) -> tensor<2
 // CHECK-NEXT:    ^bb0(
 // CHECK-NEXT:      %y_x = mugraph.input %q_a imap [0, 1, -1] fmap -1 : tensor<2x256xbf16> -> tensor<1x64xbf16>
 // CHECK-NEXT:      %y_xv = mugraph.reshape %y_x : tensor<1x64xbf16> -> tensor<1x1x1x64xbf16>
+
+// -----
+
+// QK-norm then RoPE on heads split off a linear's output: one graph_def, one block per head,
+// reading q through the view and rotating by position tables broadcast to every head.
+func.func @qk_norm_rope(%q: tensor<1x256xbf16>, %w: tensor<64xbf16>, %c: tensor<1x32xf32>, %s: tensor<1x32xf32>) -> tensor<1x4x1x64xbf16> {
+  %q4 = nn.reshape %q : (tensor<1x256xbf16>) -> tensor<1x4x1x64xbf16>
+  %n = nn.rms_norm %q4, %w {epsilon = 1.0e-06 : f32} : (tensor<1x4x1x64xbf16>, tensor<64xbf16>) -> tensor<1x4x1x64xbf16>
+  %r = nn.rope %n, %c, %s : (tensor<1x4x1x64xbf16>, tensor<1x32xf32>, tensor<1x32xf32>) -> tensor<1x4x1x64xbf16>
+  func.return %r : tensor<1x4x1x64xbf16>
+}
+// CHECK-LABEL: func.func @qk_norm_rope
+// CHECK-NEXT:    %r = mugraph.graph_def grid [4, 1, 1] threads 128 forloop 1 (%q, %w, %c, %s)
+// CHECK-NEXT:    ^bb0(
+// CHECK-NEXT:      %r_x = mugraph.input %q_a imap [1, -1, -1] fmap -1 : tensor<1x256xbf16> -> tensor<1x64xbf16>
+// CHECK-NEXT:      %r_xv = mugraph.reshape %r_x : tensor<1x64xbf16> -> tensor<1x1x1x64xbf16>
+// CHECK-NEXT:      %r_w = mugraph.input %w_a imap [-1, -1, -1] fmap -1
+// CHECK-NEXT:      %r_n = mugraph.rms_norm %r_xv, %r_w
+// CHECK-NEXT:      %r_c = mugraph.input %c_a imap [-1, -1, -1] fmap -1 : tensor<1x32xf32> -> tensor<1x32xf32>
+// CHECK-NEXT:      %r_s = mugraph.input %s_a imap [-1, -1, -1] fmap -1 : tensor<1x32xf32> -> tensor<1x32xf32>
+// CHECK-NEXT:      %r_rot = mugraph.rope %r_n, %r_c, %r_s : (tensor<1x1x1x64xf32>, tensor<1x32xf32>, tensor<1x32xf32>) -> tensor<1x1x1x64xf32>
+// CHECK-NEXT:      mugraph.output %r_rot to %r_r omap [1, -1, -1]
