@@ -419,16 +419,13 @@ class RopeOp(BlockGraphOp):
     def verify_block_op(self, parent: GraphDefOp) -> None:
         floats_only(self)
         x = shape_of(self.x)
-        require(len(x) >= 1 and x[-1] % 2 == 0, f"x's last dim must be even, got {shape_str(x)}")
-        tables: list[tuple[str, tuple[int, ...]]] = [
-            ("cos", shape_of(self.cos)),
-            ("sin", shape_of(self.sin)),
-        ]
-        for name, table in tables:
+        width = x[-1] if x else 1
+        require(width % 2 == 0, f"x's last dim must be even, got {shape_str(x)}")
+        for name, table in (("cos", shape_of(self.cos)), ("sin", shape_of(self.sin))):
             lead, x_lead = table[:-1], x[:-1]
+            half = table[-1] if table else 0
             require(
-                len(table) >= 1
-                and table[-1] * 2 == x[-1]
+                half * 2 == width
                 and len(lead) <= len(x_lead)
                 and all(
                     a in (1, b) for a, b in zip(reversed(lead), reversed(x_lead), strict=False)

@@ -534,3 +534,17 @@ func.func @parse_error(%x: tensor<8x64xbf16>) -> tensor<8x64xbf16> {
   }
   func.return %y : tensor<8x64xbf16>
 }
+
+// -----
+
+func.func @rope_table_mismatch(%q: tensor<1x4x1x64xbf16>, %c: tensor<1x16xf32>) -> tensor<1x4x1x64xbf16> {
+  %r = mugraph.graph_def grid [4, 1, 1] threads 128 forloop 1 (%q, %c) : (tensor<1x4x1x64xbf16>, tensor<1x16xf32>) -> tensor<1x4x1x64xbf16> {
+  ^bb0(%qa: tensor<1x4x1x64xbf16>, %ca: tensor<1x16xf32>, %ra: tensor<1x4x1x64xbf16>):
+    %qt = mugraph.input %qa imap [1, -1, -1] fmap -1 : tensor<1x4x1x64xbf16> -> tensor<1x1x1x64xbf16>
+    %ct = mugraph.input %ca imap [-1, -1, -1] fmap -1 : tensor<1x16xf32> -> tensor<1x16xf32>
+// CHECK: invalid.mlir:[[# @LINE + 1]]:{{[0-9]+}}: error: 'mugraph.rope' cos 1x16 does not fit x 1x1x1x64 (needs [..., D/2])
+    %rt = mugraph.rope %qt, %ct, %ct : (tensor<1x1x1x64xbf16>, tensor<1x16xf32>, tensor<1x16xf32>) -> tensor<1x1x1x64xf32>
+    mugraph.output %rt to %ra omap [1, -1, -1] : tensor<1x1x1x64xf32> -> tensor<1x4x1x64xbf16>
+  }
+  func.return %r : tensor<1x4x1x64xbf16>
+}

@@ -243,3 +243,20 @@ func.func @tile_ops(%x: tensor<8x4096xbf16>, %g: tensor<4096xbf16>) -> (tensor<8
 // CHECK:          mugraph.yield %l, %h : f32, f32
 // CHECK:        %s2 = mugraph.accum "max_last" %xt : tensor<1x4096xbf16> -> tensor<1x1xf32>
 // CHECK:        %st = mugraph.concat %lo, %hi, %s1, %s2, %s3, %s4 dim 1 : (tensor<1x1xf32>, tensor<1x1xf32>, tensor<1x1xf32>, tensor<1x1xf32>, tensor<1x1xf32>, tensor<1x1xf32>) -> tensor<1x6xf32>
+
+// -----
+
+// RoPE on a tile: one head per block, the position's cos/sin broadcast to it.
+func.func @rope_tile(%q: tensor<1x4x1x64xbf16>, %c: tensor<1x32xf32>, %s: tensor<1x32xf32>) -> tensor<1x4x1x64xbf16> {
+  %r = mugraph.graph_def grid [4, 1, 1] threads 128 forloop 1 (%q, %c, %s) : (tensor<1x4x1x64xbf16>, tensor<1x32xf32>, tensor<1x32xf32>) -> tensor<1x4x1x64xbf16> {
+  ^bb0(%qa: tensor<1x4x1x64xbf16>, %ca: tensor<1x32xf32>, %sa: tensor<1x32xf32>, %ra: tensor<1x4x1x64xbf16>):
+    %qt = mugraph.input %qa imap [1, -1, -1] fmap -1 : tensor<1x4x1x64xbf16> -> tensor<1x1x1x64xbf16>
+    %ct = mugraph.input %ca imap [-1, -1, -1] fmap -1 : tensor<1x32xf32> -> tensor<1x32xf32>
+    %st = mugraph.input %sa imap [-1, -1, -1] fmap -1 : tensor<1x32xf32> -> tensor<1x32xf32>
+    %rt = mugraph.rope %qt, %ct, %st : (tensor<1x1x1x64xbf16>, tensor<1x32xf32>, tensor<1x32xf32>) -> tensor<1x1x1x64xf32>
+    mugraph.output %rt to %ra omap [1, -1, -1] : tensor<1x1x1x64xf32> -> tensor<1x4x1x64xbf16>
+  }
+  func.return %r : tensor<1x4x1x64xbf16>
+}
+// CHECK-LABEL: func.func @rope_tile
+// CHECK:        %rt = mugraph.rope %qt, %ct, %st : (tensor<1x1x1x64xbf16>, tensor<1x32xf32>, tensor<1x32xf32>) -> tensor<1x1x1x64xf32>
