@@ -7,8 +7,10 @@ Rule-based, per function:
    single split); linear groups (`nn.linear` / `nn.matmul` heads sharing one activation, with
    the `nn.rms_norm` that produced it, an elementwise epilogue and split-heads reshapes of the
    outputs; see `nn_to_mugraph_fusion`); chains of two or more elementwise ops (one thread_map
-   graph_def); argmax over the last dim of a rank >= 2 tensor (partial + reduce graph_defs).
-   Every op left becomes one library kernel (`mugraph.kernel "<kind>"`, the nn attributes with
+   graph_def); argmax over the last dim of a rank >= 2 tensor (partial + reduce graph_defs);
+   row chains — a RoPE or a standalone RMSNorm with rows to spread, with the standalone RMSNorm
+   feeding the RoPE and a head-splitting reshape in front (one block per head, e.g. QK-norm +
+   RoPE of q). Every op left becomes one library kernel (`mugraph.kernel "<kind>"`, the nn attributes with
    defaults filled in).
 2. **Order.** A group's kernel needs every value its ops read, so groups are emitted in a
    stable topological order (program order where dependencies allow).
@@ -19,7 +21,9 @@ Layout ops fold into maps in these cases (elsewhere they are library copy kernel
   [B, Hq·D] of attention's result (Sq = 1);
 - a reshape of a linear group's output (its only user) that changes only leading dims (rows not
   split), or splits the last dim into heads [..., H, 1, ..., D] when a block's column tile is a
-  whole number of heads.
+  whole number of heads;
+- a reshape [..., H·D] -> [..., H, 1, ..., D] feeding a row chain (its blocks read their heads
+  from the source and reshape the tile).
 """
 
 from __future__ import annotations
