@@ -419,17 +419,9 @@ def _floor_bytes(config: Any, args: argparse.Namespace, per_call: int) -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (the console script exits with it)."""
     args = _parser().parse_args(argv)
-    from mk.diagnostics import MkError
+    from mk.diagnostics import run_tool
 
-    try:
-        code = _generate(args)
-    except (MkError, ValueError, RuntimeError, OSError) as e:
-        sys.stdout.flush()
-        message = str(e)
-        print(message if "error:" in message else f"mk-generate: error: {message}", file=sys.stderr)
-        code = 1
-    sys.stdout.flush()
-    return code
+    return run_tool("mk-generate", lambda: _generate(args), (OSError,))
 
 
 if __name__ == "__main__":

@@ -136,17 +136,9 @@ def _run_compiled(args: argparse.Namespace, module: ModuleOp, func: FuncOp) -> i
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (the console script exits with it)."""
     args = _parser().parse_args(argv)
-    from mk.diagnostics import MkError
+    from mk.diagnostics import run_tool
 
-    try:
-        code = _run(args)
-    except (MkError, ValueError, RuntimeError) as e:
-        sys.stdout.flush()
-        message = str(e)
-        print(message if "error:" in message else f"mk-run: error: {message}", file=sys.stderr)
-        code = 1
-    sys.stdout.flush()
-    return code
+    return run_tool("mk-run", lambda: _run(args))
 
 
 if __name__ == "__main__":

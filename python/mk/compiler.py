@@ -358,10 +358,12 @@ def _unwritten(dtype: np.dtype) -> float | int | bool:
 def _write_back(
     inputs: Sequence[Any], arrays: Sequence[np.ndarray], donated: Sequence[int]
 ) -> None:
-    """Donated torch tensors whose NumPy view was a copy (not on the CPU, say) get its update."""
+    """Donated torch tensors whose NumPy view was a copy (`_from_torch` copies a tensor that is
+    not a contiguous CPU tensor) get its update."""
     for i in donated:
-        if _is_torch(inputs[i]) and not np.shares_memory(_from_torch(inputs[i]), arrays[i]):
-            inputs[i].copy_(_to_torch(arrays[i]))
+        x = inputs[i]
+        if _is_torch(x) and not (x.device.type == "cpu" and x.is_contiguous()):
+            x.copy_(_to_torch(arrays[i]))
 
 
 def _is_torch(value: object) -> bool:

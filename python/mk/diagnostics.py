@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+
 from xdsl.context import Context
 from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, StringAttr
 from xdsl.dialects.func import FuncOp
@@ -135,3 +138,18 @@ def parse_module(ctx: Context, text: str | bytes, name: str, line_offset: int = 
         return LocatingParser(ctx, text, name, line_offset).parse_module()
     except ParseError as e:
         raise error_from_parse(e) from None
+
+
+def run_tool(prog: str, body: Callable[[], int], extra: tuple[type[Exception], ...] = ()) -> int:
+    """Run a command-line tool's body: user errors (MkError, ValueError, RuntimeError and
+    `extra`) print `prog: error: ...` (or the located message as it is) and give exit status 1,
+    never a traceback."""
+    try:
+        code = body()
+    except (MkError, ValueError, RuntimeError, *extra) as e:
+        sys.stdout.flush()
+        message = str(e)
+        print(message if "error:" in message else f"{prog}: error: {message}", file=sys.stderr)
+        code = 1
+    sys.stdout.flush()
+    return code

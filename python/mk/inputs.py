@@ -12,7 +12,6 @@ from xdsl.dialects.builtin import (
     Float16Type,
     Float32Type,
     Float64Type,
-    IntegerAttr,
     IntegerType,
     TensorType,
 )
@@ -172,9 +171,10 @@ def _index_high(op: Operation, index: int) -> int:
         case "nn.attention", 3:
             return tensor_type(op.operands[1]).get_shape()[2] + 1
         case "nn.cache_write", 2:
-            dim = op.attributes.get("dim") or op.properties.get("dim")
-            d = int(dim.value.data) if isinstance(dim, IntegerAttr) else 0
+            from mk.dialects.nn_base import as_int, attribute_values
+
             cache, new = (tensor_type(v).get_shape() for v in op.operands[:2])
+            d = as_int(attribute_values(op)["dim"]) % len(cache)
             return cache[d] - new[d] + 1
         case _:
             return 16
@@ -183,11 +183,11 @@ def _index_high(op: Operation, index: int) -> int:
 def step_high(step: Operation) -> int:
     """Exclusive bound of a step's base: every step's value (base + offset + t) stays valid."""
     from mk.dialects.nn import decode_steps
+    from mk.dialects.nn_base import as_int, attribute_values
 
     func = step.parent_op()
     steps = decode_steps(func) if func is not None else 1
-    offset = step.properties.get("offset") or step.attributes.get("offset")
-    add = (int(offset.value.data) if isinstance(offset, IntegerAttr) else 0) + steps - 1
+    add = as_int(attribute_values(step)["offset"]) + steps - 1
     limits = [_index_high(op, i) for op, i in _uses(step.results[0])] or [16]
     return max(min(limits) - add, 1)
 
