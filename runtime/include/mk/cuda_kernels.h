@@ -445,6 +445,48 @@ __device__ void concat_tile(Tile<T>& out, const Tile<T>* const (&parts)[N], cons
   __syncthreads();
 }
 
+// Whether candidate (x, kx) beats (y, ky) under argmax's rule: the first NaN, else the largest
+// value, ties to the lower index (what the sequential scan below picks).
+__device__ inline bool argmax_better(float x, int64_t kx, float y, int64_t ky) {
+  const bool xn = x != x, yn = y != y;
+  if (xn || yn) return xn && (!yn || kx < ky);
+  return x > y || (x == y && kx < ky);
+}
+
+// argmax_tile for few, long lines: warp w takes line w, its lanes stride over the line and a
+// butterfly of shuffles combines them (one thread per line would scan thousands of values).
+template <class P>
+__device__ void argmax_lines_by_warp(Tile<float>& vmax, Tile<P>& arg, const Tile<float>& v,
+                                     const Tile<P>& payload, int64_t outer, int64_t inner,
+                                     int64_t n) {
+  const int64_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (warp < outer * inner) {
+    const int64_t o = warp / inner, i = warp % inner;
+    float bv = 0.0f;
+    long long bk = -1;
+    for (int64_t k = lane; k < n; k += 32) {
+      const float x = v.p[(o * n + k) * inner + i];
+      if (bk < 0 || argmax_better(x, k, bv, bk)) {
+        bv = x;
+        bk = k;
+      }
+    }
+    for (int s = 16; s > 0; s >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, s);
+      const long long ok = __shfl_xor_sync(0xffffffffu, bk, s);
+      if (ok >= 0 && (bk < 0 || argmax_better(ov, ok, bv, bk))) {
+        bv = ov;
+        bk = ok;
+      }
+    }
+    if (lane == 0) {
+      vmax.p[warp] = v.p[(o * n + bk) * inner + i];
+      arg.p[warp] = payload.p[(o * n + bk) * inner + i];
+    }
+  }
+  __syncthreads();
+}
+
 template <class P>
 __device__ void argmax_tile(Tile<float>& vmax, Tile<P>& arg, const Tile<float>& v,
                             const Tile<P>& payload, const Dims& shape, int64_t dim) {
@@ -453,6 +495,10 @@ __device__ void argmax_tile(Tile<float>& vmax, Tile<P>& arg, const Tile<float>& 
   const int64_t n = shape.v[dim];
   vmax.resize(outer * inner);
   arg.resize(outer * inner);
+  if (outer * inner <= blockDim.x / 32 && n >= 64) {  // few long lines: a warp per line
+    argmax_lines_by_warp(vmax, arg, v, payload, outer, inner, n);
+    return;
+  }
   MK_FOR_EACH(e, outer * inner) {
     const int64_t o = e / inner, i = e % inner;
     int64_t best = 0;
