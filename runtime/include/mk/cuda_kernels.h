@@ -409,14 +409,29 @@ __device__ inline void rms_norm_tile(Tile<float>& out, const Dims& oshape, const
   const uint64_t mark = arena.top;
   Tile<float> normed(arena, x.n);
   normed.resize(x.n);
-  MK_FOR_EACH(r, x.n / h) {
-    double s = 0;
-    for (int64_t c = 0; c < h; ++c) {
-      const float sq = x.p[r * h + c] * x.p[r * h + c];
-      s += sq;
+  const int64_t rows = x.n / h;
+  if (rows <= blockDim.x / 32 && h >= 64) {  // few long rows: a warp per row
+    const int64_t r = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (r < rows) {
+      double s = 0;
+      for (int64_t c = lane; c < h; c += 32) {
+        const float sq = x.p[r * h + c] * x.p[r * h + c];
+        s += sq;
+      }
+      for (int k = 16; k > 0; k >>= 1) s += __shfl_xor_sync(0xffffffffu, s, k);
+      const float root = sqrtf(static_cast<float>(s) / static_cast<float>(h) + eps);
+      for (int64_t c = lane; c < h; c += 32) normed.p[r * h + c] = x.p[r * h + c] / root;
     }
-    const float root = sqrtf(static_cast<float>(s) / static_cast<float>(h) + eps);
-    for (int64_t c = 0; c < h; ++c) normed.p[r * h + c] = x.p[r * h + c] / root;
+  } else {
+    MK_FOR_EACH(r, rows) {
+      double s = 0;
+      for (int64_t c = 0; c < h; ++c) {
+        const float sq = x.p[r * h + c] * x.p[r * h + c];
+        s += sq;
+      }
+      const float root = sqrtf(static_cast<float>(s) / static_cast<float>(h) + eps);
+      for (int64_t c = 0; c < h; ++c) normed.p[r * h + c] = x.p[r * h + c] / root;
+    }
   }
   __syncthreads();
   binary_tile(out, oshape, normed, xshape, g, gshape, B_MUL);
