@@ -1,0 +1,258 @@
+"""The streamed form of a decode-attention graph_def's loop, and the device call that runs it.
+
+A graph_def whose for-loop only scores a few loop-invariant query rows against K tiles
+(q·kᵀ, then a scale or an elementwise mask of the score, the key's position and loop-invariant
+scalars) and folds them with V into one online-softmax accumulator does not need its tiles:
+`mk::gpu::stream_attention` (mk/cuda_attention.cuh) computes the accumulator's final state
+in one pass over the keys, and the epilogue runs as usual on it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from xdsl.ir import Operation, SSAValue
+
+from mk.backends.cpu.emit_scalar import dtype_code, float_literal, is_float, scalar_body
+from mk.dialects.mugraph import GraphDefOp, InputOp, PositionOp
+from mk.dialects.mugraph_tiles import (
+    AccumOp,
+    AccumSoftmaxOp,
+    MatmulOp,
+    ReduceOp,
+    ReshapeOp,
+    ThreadMapOp,
+    UnaryOp,
+    shape_of,
+)
+
+MAX_ROWS = 8  # mk::gpu::kAttentionMaxRows
+HEAD_DIMS = (8, 16, 32, 64, 128, 256)  # D / 8 lanes per key must divide a warp
+THREADS = 256  # mk::kCudaThreads
+_KV_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16")
+_Q_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16", "mk::DTYPE_F32")
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """The loop of a graph_def in streamed form. `args` says what feeds each operand of the
+    score transform: "s" the dot product, "key" the key's position, or a scalar input."""
+
+    q: InputOp
+    k: InputOp
+    v: InputOp
+    acc: AccumSoftmaxOp
+    transform: UnaryOp | ThreadMapOp | None
+    args: tuple[str | InputOp, ...]
+    handled: frozenset[Operation]
+
+    @property
+    def rows(self) -> int:
+        return shape_of(self.acc.o)[0]
+
+    @property
+    def head_dim(self) -> int:
+        return shape_of(self.acc.o)[1]
+
+    def scalars(self) -> list[InputOp]:
+        return [a for a in self.args if isinstance(a, InputOp)]
+
+    def streamed(self) -> set[SSAValue]:
+        """The values the streamed loop never holds as tiles."""
+        return {r for op in self.handled for r in op.results}
+
+    def smem_floats(self) -> int:
+        slots = THREADS // (self.head_dim // 8)
+        return slots * self.rows * (self.head_dim + 2)
+
+
+def plan_attention(op: GraphDefOp) -> AttentionPlan | None:
+    """The streamed form of `op`'s loop, or None when the loop does anything else."""
+    loop = op.loop_ops()
+    accs = [o for o in loop if isinstance(o, AccumOp | AccumSoftmaxOp)]
+    if len(accs) != 1 or not isinstance(accs[0], AccumSoftmaxOp):
+        return None
+    acc = accs[0]
+    o_shape = shape_of(acc.o)
+    if len(o_shape) != 2 or not 1 <= o_shape[0] <= MAX_ROWS or o_shape[1] not in HEAD_DIMS:
+        return None
+    v, v_view = _key_side(acc.v, o_shape[1])
+    found = _transform(acc.scores)
+    if v is None or found is None:
+        return None
+    transform, args, chain = found
+    product = acc.scores if transform is None else transform.operands[0]
+    matmul = product.owner
+    if not isinstance(matmul, MatmulOp) or matmul.transpose_b is None:
+        return None
+    if dtype_code(matmul.res.type) != "mk::DTYPE_F32" or shape_of(matmul.res) != (
+        o_shape[0],
+        shape_of(acc.v)[0],
+    ):
+        return None
+    k, k_view = _key_side(matmul.b, o_shape[1])
+    q, q_view = _query_side(matmul.a, o_shape)
+    if k is None or q is None or not _same_walk(k, v) or shape_of(matmul.a) != o_shape:
+        return None
+    if any(isinstance(p, PositionOp) and p.x != k.tile for p in chain):
+        return None
+    handled: set[Operation] = {acc, matmul, q, k, v, *chain}
+    handled |= {x for x in (q_view, k_view, v_view, transform) if x is not None}
+    scalars: set[Operation] = {a for a in args if isinstance(a, InputOp)}
+    if any(o not in handled and o not in scalars for o in loop):
+        return None
+    if not _private(handled - {acc}, handled) or not _private(scalars, handled):
+        return None
+    return AttentionPlan(q, k, v, acc, transform, args, frozenset(handled - {acc}))
+
+
+def _strip_reshape(value: SSAValue) -> tuple[SSAValue, ReshapeOp | None]:
+    owner = value.owner
+    if isinstance(owner, ReshapeOp):
+        return owner.x, owner
+    return value, None
+
+
+def _key_side(value: SSAValue, d: int) -> tuple[InputOp | None, ReshapeOp | None]:
+    """The K or V input behind a [C, D] tile: keys along the source's second-last dim, every
+    head element of a key in the tile."""
+    base, view = _strip_reshape(value)
+    op = base.owner
+    if not isinstance(op, InputOp):
+        return None, None
+    tile, src = op.tile_shape(), shape_of(op.source)
+    n = len(src)
+    ok = (
+        n >= 2
+        and shape_of(value) == (tile[-2], d)
+        and op.fmap_dim() == n - 2
+        and src[-1] == d
+        and tile[-1] == d
+        and all(t == 1 for t in tile[:-2])
+        and dtype_code(op.tile.type) == dtype_code(op.source.type)
+        and dtype_code(op.tile.type) in _KV_DTYPES
+    )
+    return (op, view) if ok else (None, None)
+
+
+def _query_side(value: SSAValue, o_shape: Sequence[int]) -> tuple[InputOp | None, ReshapeOp | None]:
+    """The loop-invariant query input behind the [R, D] rows, read as one contiguous run."""
+    base, view = _strip_reshape(value)
+    op = base.owner
+    if not isinstance(op, InputOp) or op.fmap_dim() >= 0:
+        return None, None
+    tile, src = op.tile_shape(), shape_of(op.source)
+    first = next((i for i, t in enumerate(tile) if t != 1), len(tile))
+    ok = (
+        math.prod(tile) == math.prod(o_shape)
+        and tuple(tile[first + 1 :]) == tuple(src[first + 1 :])
+        and dtype_code(op.tile.type) == dtype_code(op.source.type)
+        and dtype_code(op.tile.type) in _Q_DTYPES
+    )
+    return (op, view) if ok else (None, None)
+
+
+def _same_walk(k: InputOp, v: InputOp) -> bool:
+    return (
+        k.tile_shape() == v.tile_shape()
+        and shape_of(k.source) == shape_of(v.source)
+        and k.imap_dims() == v.imap_dims()
+        and dtype_code(k.tile.type) == dtype_code(v.tile.type)
+    )
+
+
+Transform = tuple[UnaryOp | ThreadMapOp | None, tuple[str | InputOp, ...], list[Operation]]
+
+
+def _transform(scores: SSAValue) -> Transform | None:
+    """(the op between q·kᵀ and the softmax, what feeds its operands, the key-position ops);
+    None when the scores are computed some other way."""
+    owner = scores.owner
+    if isinstance(owner, MatmulOp):
+        return None, (), []
+    if isinstance(owner, UnaryOp) and owner.kind.data == "scale":
+        ok = dtype_code(owner.res.type) == "mk::DTYPE_F32"
+        return (owner, ("s",), []) if ok else None
+    if not isinstance(owner, ThreadMapOp) or len(owner.res) != 1 or not owner.args:
+        return None
+    if dtype_code(owner.res[0].type) != "mk::DTYPE_F32":
+        return None
+    args: list[str | InputOp] = ["s"]
+    chain: list[Operation] = []
+    for a in owner.args[1:]:
+        key = _key_positions(a)
+        src = a.owner
+        if key is not None:
+            args.append("key")
+            chain += key
+        elif isinstance(src, InputOp) and src.fmap_dim() < 0 and math.prod(shape_of(a)) == 1:
+            args.append(src)
+        else:
+            return None
+    return owner, tuple(args), chain
+
+
+def _key_positions(value: SSAValue) -> list[Operation] | None:
+    """The ops of position(k) -> sitofp -> max over the head dim -> reshape to [1, C]: each
+    key's position as a float; None for any other value."""
+    base, view = _strip_reshape(value)
+    red = base.owner
+    if not isinstance(red, ReduceOp) or red.kind.data != "max":
+        return None
+    conv = red.x.owner
+    if not isinstance(conv, ThreadMapOp) or len(conv.args) != 1 or not _is_sitofp(conv):
+        return None
+    pos = conv.args[0].owner
+    if not isinstance(pos, PositionOp) or not isinstance(pos.x.owner, InputOp):
+        return None
+    src = pos.input_op()
+    n = len(src.tile_shape())
+    if pos.dim.value.data != src.fmap_dim() or red.dim.value.data == pos.dim.value.data:
+        return None
+    if red.dim.value.data != n - 1 or math.prod(shape_of(value)) != src.tile_shape()[n - 2]:
+        return None
+    return [o for o in (pos, conv, red, view) if o is not None]
+
+
+def _is_sitofp(op: ThreadMapOp) -> bool:
+    body = list(op.body.block.ops)
+    return len(body) == 2 and body[0].name == "arith.sitofp" and is_float(op.res[0].type)
+
+
+def _private(ops: set[Operation], within: set[Operation]) -> bool:
+    """Whether every user of `ops`' results is one of `within`."""
+    return all(u.operation in within for o in ops for r in o.results for u in r.uses)
+
+
+def score_lambda(
+    plan: AttentionPlan, scalar: Callable[[InputOp], str], fresh: Callable[[], str]
+) -> list[str]:
+    """A device lambda `score(float s, int64_t key) -> float` computing the transform."""
+    head = "const auto score = [&](float s, int64_t key) -> float {"
+    t = plan.transform
+    if t is None:
+        return [head, "(void)key;", "return s;", "};"]
+    if isinstance(t, UnaryOp):
+        factor = float(t.factor.value.data) if t.factor is not None else 1.0
+        return [head, "(void)key;", f"return s * {float_literal(factor)};", "};"]
+    inputs = []
+    for a, block_arg in zip(plan.args, t.body.block.args, strict=True):
+        ctype = "float" if is_float(block_arg.type) else "int64_t"
+        if a == "s":
+            inputs.append(f"static_cast<{ctype}>(s)")
+        elif a == "key":
+            inputs.append(f"static_cast<{ctype}>(static_cast<float>(key))")
+        else:
+            assert isinstance(a, InputOp)
+            inputs.append(f"static_cast<{ctype}>({scalar(a)})")
+    lines, (y,) = scalar_body(t.body.block, inputs, fresh)
+    uses_key = "key" in plan.args
+    return [
+        head,
+        *([] if uses_key else ["(void)key;"]),
+        *lines,
+        f"return static_cast<float>({y});",
+        "};",
+    ]

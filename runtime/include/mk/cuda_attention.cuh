@@ -1,0 +1,205 @@
+// Decode attention on the GPU: one task's part of the keys, streamed once. The query rows live
+// in registers; a group of D/8 lanes takes one key at a time (16 bytes of K and of V per lane,
+// several keys' loads in flight), reduces the scores with shuffles inside the group and keeps
+// its own online-softmax state; the groups' states are merged through shared memory at the end.
+// The result is the accumulator's final state (o unnormalised, running max m, sum l), exactly
+// what the generic tile loop leaves, so the graph_def's epilogue runs on it unchanged.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "mk/cuda_kernels.h"
+
+namespace mk {
+namespace gpu {
+
+constexpr int kAttentionMaxRows = 8;
+
+extern __shared__ __align__(16) unsigned char mk_dynamic_smem[];
+
+struct StreamAttention {
+  const void* q;         // the task's [R][D] query rows, contiguous
+  int32_t q_dtype;
+  const uint16_t* k;     // the task's first key row: bf16 or f16, D contiguous elements per key
+  const uint16_t* v;
+  int32_t kv_dtype;
+  int64_t ld;            // elements between consecutive keys
+  int32_t keys;          // keys of this task
+  int64_t key0;          // position of the first one (what the score function is given)
+  float* o;              // [R][D]
+  float* m;              // [R]
+  float* l;              // [R]
+};
+
+// 16 bytes from L2 (not L1): the caches are written earlier in the same launch by other SMs.
+__device__ inline uint4 load_l2(const uint16_t* p) {
+  uint4 v;
+  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+template <bool Vec>
+__device__ inline uint4 load_kv(const uint16_t* p) {
+  if constexpr (Vec) {
+    return load_l2(p);
+  } else {
+    uint4 v;
+    v.x = p[0] | (static_cast<uint32_t>(p[1]) << 16);
+    v.y = p[2] | (static_cast<uint32_t>(p[3]) << 16);
+    v.z = p[4] | (static_cast<uint32_t>(p[5]) << 16);
+    v.w = p[6] | (static_cast<uint32_t>(p[7]) << 16);
+    return v;
+  }
+}
+
+__device__ inline void unpack8(float (&f)[8], uint4 u, bool bf16) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (bf16) {
+      f[2 * i] = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    } else {
+      const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      f[2 * i] = h.x;
+      f[2 * i + 1] = h.y;
+    }
+  }
+}
+
+// The exponent's offset for a running max: the max itself, or 0 while it is not finite (as the
+// CPU kernel does, so a row that has seen only -inf scores does not turn into NaN).
+__device__ inline float softmax_shift(float m) { return isfinite(m) ? m : 0.0f; }
+
+// One key's scores (already reduced over the group) into the group's online-softmax state.
+template <int R>
+__device__ inline void attend(float (&o)[R][8], float (&m)[R], float (&l)[R], const float (&s)[R],
+                              const float (&v)[8]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float mn = nan_max(m[r], s[r]);
+    const float shift = softmax_shift(mn);
+    const float alpha = __expf(m[r] - shift), p = __expf(s[r] - shift);
+    l[r] = l[r] * alpha + p;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[r][i] = fmaf(p, v[i], o[r][i] * alpha);
+    m[r] = mn;
+  }
+}
+
+// Group size L lanes, U keys' loads in flight per lane.
+template <int R, int D, int U, bool Vec, class Score>
+__device__ void attention_keys(const StreamAttention& a, Score& score, float (&o)[R][8],
+                               float (&m)[R], float (&l)[R]) {
+  constexpr int L = D / 8;
+  const int slots = static_cast<int>(blockDim.x) / L;
+  const int slot = static_cast<int>(threadIdx.x) / L, lane = static_cast<int>(threadIdx.x) % L;
+  const bool bf16 = a.kv_dtype == DTYPE_BF16;
+  float q[R][8];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q[r][i] = load_elem_f(a.q, a.q_dtype, r * D + lane * 8 + i);
+  // Every lane runs every round (keys past the end load nothing and update nothing), so the
+  // group shuffles always see the whole warp.
+  for (int j0 = slot; j0 - slot < a.keys; j0 += U * slots) {
+    uint4 kr[U], vr[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = j0 + u * slots;
+      kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+      if (j < a.keys) {
+        kr[u] = load_kv<Vec>(a.k + j * a.ld + lane * 8);
+        vr[u] = load_kv<Vec>(a.v + j * a.ld + lane * 8);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = j0 + u * slots;
+      float kf[8], s[R];
+      unpack8(kf, kr[u], bf16);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc = fmaf(q[r][i], kf[i], acc);
+#pragma unroll
+        for (int off = L / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+        s[r] = acc;
+      }
+      if (j < a.keys) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) s[r] = score(s[r], a.key0 + j);
+        float vf[8];
+        unpack8(vf, vr[u], bf16);
+        attend<R>(o, m, l, s, vf);
+      }
+    }
+  }
+}
+
+// All threads of the CTA: the final online-softmax state of R query rows over the task's keys,
+// each score passed through score(dot, key position) first. Ends with __syncthreads().
+// Shared memory: attention_smem_floats(R, D) floats.
+template <int R, int D, class Score>
+__device__ void stream_attention(const StreamAttention& a, Score score) {
+  static_assert(R >= 1 && R <= kAttentionMaxRows, "stream_attention takes 1..8 query rows");
+  static_assert(D % 8 == 0 && D / 8 <= 32 && 32 % (D / 8) == 0, "head dim: 8, 16, ..., 256");
+  constexpr int L = D / 8, U = R <= 4 ? 4 : 2;
+  float o[R][8], m[R], l[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[r][i] = 0.0f;
+  }
+  const bool vec = ((reinterpret_cast<uintptr_t>(a.k) | reinterpret_cast<uintptr_t>(a.v)) & 15) == 0 &&
+                   a.ld % 8 == 0;
+  if (vec) {
+    attention_keys<R, D, U, true>(a, score, o, m, l);
+  } else {
+    attention_keys<R, D, U, false>(a, score, o, m, l);
+  }
+  const int slots = static_cast<int>(blockDim.x) / L;
+  const int slot = static_cast<int>(threadIdx.x) / L, lane = static_cast<int>(threadIdx.x) % L;
+  float* so = reinterpret_cast<float*>(mk_dynamic_smem);  // [slots][R][D]
+  float* sm = so + slots * R * D;                          // [slots][R]
+  float* sl = sm + slots * R;
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) so[(slot * R + r) * D + lane * 8 + i] = o[r][i];
+    if (lane == 0) {
+      sm[slot * R + r] = m[r];
+      sl[slot * R + r] = l[r];
+    }
+  }
+  __syncthreads();
+  MK_FOR_EACH(e, R * D) {
+    const int r = static_cast<int>(e / D);
+    float peak = -INFINITY;
+    for (int s = 0; s < slots; ++s) peak = nan_max(peak, sm[s * R + r]);
+    const float shift = softmax_shift(peak);
+    float out = 0.0f, total = 0.0f;
+    for (int s = 0; s < slots; ++s) {
+      const float w = __expf(sm[s * R + r] - shift);
+      out = fmaf(w, so[(s * R + r) * D + e % D], out);
+      total = fmaf(w, sl[s * R + r], total);
+    }
+    a.o[e] = out;
+    if (e % D == 0) {
+      a.m[r] = peak;
+      a.l[r] = total;
+    }
+  }
+  __syncthreads();
+}
+
+}  // namespace gpu
+}  // namespace mk

@@ -1,0 +1,136 @@
+"""Decode attention on the GPU: which graph_defs stream, the emitted call, odd shapes on a GPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mk
+from mk import compiler
+from mk.backends.cuda.stream_attention import plan_attention
+from mk.dialects import make_context
+from mk.dialects.mugraph import GraphDefOp
+from mk.inputs import random_inputs
+from mk.passes.nn_to_mugraph import NnToMugraphPass
+from mk.source import load_module
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _attention(
+    b: int, hq: int, hkv: int, seq: int, d: int, *, dtype: str = "bf16", kv_len: bool = True,
+    causal: bool = False, sq: int = 1,
+) -> str:  # fmt: skip
+    q = f"tensor<{b}x{hq}x{sq}x{d}x{dtype}>"
+    kv = f"tensor<{b}x{hkv}x{seq}x{d}x{dtype}>"
+    lens = f", %kv_len: tensor<{b}xi32>" if kv_len else ""
+    operands = "%q, %k, %v" + (", %kv_len" if kv_len else "")
+    types = f"{q}, {kv}, {kv}" + (f", tensor<{b}xi32>" if kv_len else "")
+    flag = "true" if causal else "false"
+    return (
+        f"func.func @att(%q: {q}, %k: {kv}, %v: {kv}{lens}) -> {q} {{\n"
+        f"  %o = nn.attention {operands} {{scale = {d**-0.5!r} : f32, causal = {flag}}} : "
+        f"({types}) -> {q}\n"
+        f"  func.return %o : {q}\n}}"
+    )
+
+
+def _plans(text: str, **options: int) -> dict[str, bool]:
+    module = load_module(text)
+    NnToMugraphPass(**options).apply(make_context(), module)
+    return {
+        op.results[0].name_hint or "": plan_attention(op) is not None
+        for op in module.walk()
+        if isinstance(op, GraphDefOp)
+    }
+
+
+# --------------------------------------------------------------------------- no GPU needed
+
+
+@pytest.mark.parametrize(
+    ("example", "kernel", "rows", "head_dim", "args"),
+    [("attention_decode", "o_o", 4, 64, ("s", "key", "scalar")),
+     ("llama3_8b_block", "att2_o", 4, 128, ("s", "key", "scalar")),
+     ("decode_loop", "att2", 2, 16, ("s", "key", "scalar")),
+     ("decoder_block", "att2_o", 2, 64, ("s",))],
+)  # fmt: skip
+def test_split_kernels_of_the_examples_stream(
+    example: str, kernel: str, rows: int, head_dim: int, args: tuple[str, ...]
+) -> None:
+    module = load_module((ROOT / "examples" / f"{example}.mlir").read_text())
+    NnToMugraphPass().apply(make_context(), module)
+    kernels = {op.results[0].name_hint: op for op in module.walk() if isinstance(op, GraphDefOp)}
+    plans = {name: plan_attention(op) for name, op in kernels.items()}
+    assert {name for name, p in plans.items() if p is not None} == {kernel}
+    plan = plans[kernel]
+    assert plan is not None and (plan.rows, plan.head_dim) == (rows, head_dim)
+    assert tuple(a if isinstance(a, str) else "scalar" for a in plan.args) == args
+    # Nothing the loop computes is left as a tile but the accumulator's state.
+    streamed = plan.streamed()
+    assert not {plan.acc.o, plan.acc.m, plan.acc.l} & streamed
+    assert plan.k.tile in streamed and plan.v.tile in streamed and plan.q.tile in streamed
+
+
+@pytest.mark.parametrize(
+    ("shape", "why"),
+    [((1, 4, 1, 64, 64, {"causal": True, "sq": 2}), "query positions in the mask"),
+     ((1, 16, 1, 64, 64, {}), "16 query rows per block"),
+     ((1, 2, 1, 64, 96, {}), "head dim 96"),
+     ((1, 2, 1, 64, 64, {"dtype": "f32"}), "f32 keys")],
+)  # fmt: skip
+def test_other_attention_forms_keep_the_tile_loop(
+    shape: tuple[int, int, int, int, int, dict[str, object]], why: str
+) -> None:
+    *dims, extra = shape
+    plans = _plans(_attention(*dims, **extra))  # type: ignore[arg-type]
+    assert plans and not any(plans.values()), why
+
+
+def test_emitted_call_and_score_function(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import mk.backends.cuda as backend
+    from mk.backends.cuda import build as cuda_build
+
+    monkeypatch.setattr(cuda_build, "nvcc", lambda: None)
+    monkeypatch.setattr(backend, "nvcc", lambda: None)
+    prog = mk.compile(ROOT / "examples/llama3_8b_block.mlir", target="cuda", cache_dir=tmp_path)
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    assert src.count("mk::gpu::stream_attention<4, 128>(sa, score);") == 1
+    assert "const auto score = [&](float s, int64_t key) -> float {" in src
+    assert "mk::gpu::accum_softmax_update" not in src  # the split loop no longer runs on tiles
+    # Shared memory covers the groups' states: 16 groups of 16 lanes, 4 rows of 128 + m, l.
+    smem = int(src.split("kSmemBytes = ")[1].split(";")[0])
+    assert smem >= 4 * 16 * 4 * 130
+
+
+# --------------------------------------------------------------------------- on the GPU
+
+SHAPES = [
+    ((2, 8, 2, 256, 64), {}),
+    ((1, 32, 8, 1024, 128), {}),
+    ((1, 16, 8, 200, 128), {}),  # keys not a multiple of the groups
+    ((3, 2, 2, 96, 16), {"dtype": "f16"}),
+    ((1, 8, 1, 520, 256), {}),
+    ((2, 4, 4, 64, 32), {"kv_len": False}),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("dims", "extra"), SHAPES, ids=lambda s: "x".join(map(str, s)) if isinstance(s, tuple) else ""
+)
+def test_streamed_attention_matches_the_reference(
+    dims: tuple[int, ...], extra: dict[str, object], tmp_path: Path
+) -> None:
+    text = _attention(*dims, **extra)  # type: ignore[arg-type]
+    assert any(_plans(text).values())
+    for splits in (0, 3):
+        prog = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=splits)
+        for seed in (0, 1):
+            inputs = random_inputs(prog.func, seed=seed)
+            (out,) = prog(*inputs)
+            (ref,) = mk.reference(text, *inputs)
+            error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
+            assert error <= bound, (dims, splits, seed, error)
