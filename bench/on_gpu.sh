@@ -2,7 +2,8 @@
 # On the GPU machine, from the project root with the wheels carried in .whl/:
 #   bash bench/on_gpu.sh [tests] [sanitize] [bench] [timeline] [generate]   (default: all five)
 # Installs mk, runs the gpu-marked tests, compute-sanitizer on the examples, the benchmark
-# table, the per-grid timelines and mk-generate on the model presets (MODELS, BATCHES);
+# table, the per-grid timelines (TIMELINE_ARGS, e.g. "--model qwen3-0.6b --layers 4") and
+# mk-generate on the model presets (MODELS, BATCHES);
 # logs go to $OUT (or ./gpu-out).
 set -u
 ROOT=$PWD
@@ -29,7 +30,7 @@ for step in $steps; do
     bench)
       MK_COMMIT=${MK_COMMIT:-} python3 "$ROOT/bench/bench.py" --runs 100 --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -14 ;;
     timeline)
-      python3 "$ROOT/bench/timeline.py" --out "$OUT" 2>&1 | tee "$OUT/timeline.log" | tail -80 ;;
+      python3 "$ROOT/bench/timeline.py" --out "$OUT" ${TIMELINE_ARGS:-} 2>&1 | tee "$OUT/timeline.log" | tail -80 ;;
     generate)
       for model in ${MODELS:-qwen3-0.6b llama-3.2-1b}; do
         for batch in ${BATCHES:-1}; do
