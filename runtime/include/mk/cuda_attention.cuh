@@ -17,8 +17,6 @@ namespace gpu {
 
 constexpr int kAttentionMaxRows = 8;
 
-extern __shared__ __align__(16) unsigned char mk_dynamic_smem[];
-
 struct StreamAttention {
   const void* q;         // the task's [R][D] query rows, contiguous
   int32_t q_dtype;

@@ -73,13 +73,32 @@ __device__ inline int64_t bcast_offset(int64_t e, const Dims& out, const Dims& s
   return off;
 }
 
-// Per-CTA bump allocator over this SM's slice of the scratch area. All threads allocate in the
-// same order, so they agree on every address without talking to each other.
+// The dynamic shared memory of a CTA: the streamed bodies' staging area at the front, the
+// arena's fast part behind it (Dispatch::kArenaOffset).
+extern __shared__ __align__(16) unsigned char mk_dynamic_smem[];
+
+struct ArenaMark {
+  uint64_t top;
+  uint64_t fast_top;
+};
+
+// Per-CTA bump allocator: tiles go to a shared-memory part while it has room, then to this SM's
+// slice of the global scratch area. Most task bodies' tiles are small, and in shared memory each
+// of their cooperative steps costs a few dozen cycles instead of an L2 round trip. All threads
+// allocate in the same order, so they agree on every address without talking to each other.
 struct Arena {
   uint8_t* base;
   uint64_t top;
   uint64_t cap;
+  uint8_t* fast;
+  uint64_t fast_top;
+  uint64_t fast_cap;
   __device__ void* alloc(uint64_t bytes) {
+    const uint64_t near = (fast_top + 15) & ~uint64_t{15};
+    if (near + bytes <= fast_cap) {
+      fast_top = near + bytes;
+      return fast + near;
+    }
     const uint64_t at = (top + 15) & ~uint64_t{15};
     if (at + bytes > cap) {
       if (threadIdx.x == 0) printf("mk: CTA %d scratch overflow (%llu > %llu bytes)\n", blockIdx.x,
@@ -88,6 +107,11 @@ struct Arena {
     }
     top = at + bytes;
     return base + at;
+  }
+  __device__ ArenaMark mark() const { return ArenaMark{top, fast_top}; }
+  __device__ void reset(ArenaMark m) {
+    top = m.top;
+    fast_top = m.fast_top;
   }
 };
 
@@ -406,7 +430,7 @@ __device__ inline void rms_norm_tile(Tile<float>& out, const Dims& oshape, const
                                      const Dims& xshape, const Tile<float>& g, const Dims& gshape,
                                      float eps, Arena& arena) {
   const int64_t h = xshape.empty() ? 1 : xshape.back();
-  const uint64_t mark = arena.top;
+  const ArenaMark mark = arena.mark();
   Tile<float> normed(arena, x.n);
   normed.resize(x.n);
   const int64_t rows = x.n / h;
@@ -435,7 +459,7 @@ __device__ inline void rms_norm_tile(Tile<float>& out, const Dims& oshape, const
   }
   __syncthreads();
   binary_tile(out, oshape, normed, xshape, g, gshape, B_MUL);
-  arena.top = mark;
+  arena.reset(mark);
 }
 
 template <class T, int N>
@@ -550,7 +574,7 @@ __device__ inline void accum_softmax_update(Tile<float>& o, Tile<float>& m, Tile
                                             const Dims& sshape, const Tile<float>& v,
                                             const Dims& vshape, Arena& arena) {
   const int64_t kv = sshape.back(), d = oshape.back();
-  const uint64_t mark = arena.top;
+  const ArenaMark mark = arena.mark();
   Tile<float> p(arena, s.n), pv(arena, o.n);
   p.resize(s.n);
   MK_FOR_EACH(r, m.n) {
@@ -572,7 +596,7 @@ __device__ inline void accum_softmax_update(Tile<float>& o, Tile<float>& m, Tile
   matmul_tile(pv, oshape, p, sshape, v, vshape, false);
   MK_FOR_EACH(i, o.n) o.p[i] = o.p[i] + pv.p[i];
   __syncthreads();
-  arena.top = mark;
+  arena.reset(mark);
 }
 
 template <class A, class B>

@@ -189,7 +189,7 @@ __device__ inline void lib_attention(Tile<float>& out, const Tile<float>& q, con
   const int64_t batch = qs.v[0], hq = qs.v[1], sq = qs.v[2], d = qs.v[3];
   const int64_t hkv = ks.v[1], s = ks.v[2], group = hq / hkv;
   const int64_t rows = batch * hq * sq;
-  const uint64_t mark = arena.top;
+  const ArenaMark mark = arena.mark();
   Tile<float> scores(arena, rows * s), probs(arena, rows * s);
   out.resize(rows * d);
   MK_FOR_EACH(row, rows) {
@@ -215,7 +215,7 @@ __device__ inline void lib_attention(Tile<float>& out, const Tile<float>& q, con
     }
   }
   __syncthreads();
-  arena.top = mark;
+  arena.reset(mark);
 }
 
 }  // namespace gpu

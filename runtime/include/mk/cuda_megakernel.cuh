@@ -92,7 +92,8 @@ template <class Dispatch>
 __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams p) {
   __shared__ int32_t go;
   const int32_t sm = blockIdx.x;
-  gpu::Arena arena{p.scratch + static_cast<uint64_t>(sm) * p.scratch_per_sm, 0, p.scratch_per_sm};
+  gpu::Arena arena{p.scratch + static_cast<uint64_t>(sm) * p.scratch_per_sm, 0, p.scratch_per_sm,
+                   gpu::mk_dynamic_smem + Dispatch::kArenaOffset, 0, Dispatch::kArenaBytes};
   const int32_t begin = p.queue_offsets[sm], end = p.queue_offsets[sm + 1];
   for (int32_t t = 0; t < p.iterations; ++t) {
     for (int32_t q = begin; q < end; ++q) {
@@ -102,7 +103,7 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
       __syncthreads();
       if (!go) return;
       const uint64_t started = p.timeline && threadIdx.x == 0 ? globaltimer() : 0;
-      arena.top = 0;
+      arena.reset(gpu::ArenaMark{0, 0});
       const int32_t rc = Dispatch::run(task->kind, task, p.buffers, arena, t);
       __syncthreads();
       if (threadIdx.x == 0) {
@@ -127,8 +128,9 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
 }
 
 // Enqueues the grid cooperatively on `stream` (all CTAs co-resident, or a refusal) without
-// waiting for it. Dispatch::kSmemBytes of dynamic shared memory go to each CTA (the task bodies
-// share it); the attribute and the occupancy are settled once per process.
+// waiting for it. Dispatch::kSmemBytes of dynamic shared memory go to each CTA (the task bodies'
+// staging area, then the arena's fast part); the attribute and the occupancy are settled once per
+// process.
 template <class Dispatch>
 int launch(const LaunchParams* params, cudaStream_t stream) {
   static int capacity = -1;  // co-resident CTAs the device takes, once known

@@ -19,8 +19,6 @@ constexpr int kStreamMaxWeights = 4;
 constexpr int kStreamMaxRows = 16;               // activation rows (M)
 constexpr uint32_t kStreamSmemBytes = 160 << 10;  // the staged activation chunk, floats
 
-extern __shared__ __align__(16) unsigned char mk_dynamic_smem[];
-
 struct StreamWeight {
   const uint16_t* w;  // element (first row, first column) of this task's part: bf16 or f16
   int64_t ld;         // elements between rows
