@@ -70,9 +70,10 @@ __device__ inline bool wait_task(const LaunchParams& p, int32_t id, int32_t sm, 
     const int64_t threshold = wait_threshold(wd.count, wd.distance, t);
     uint32_t seen = 0;
     const uint64_t start = globaltimer();
-    unsigned sleep_ns = 32;
+    unsigned sleep_ns = 32, polls = 0;
     while (!event_ready(p.counters + wd.counter, threshold, &seen)) {
-      if (aborted(p)) return false;
+      // Every poll is a round trip to L2: look at the abort flag only now and then.
+      if ((++polls & 15) == 0 && aborted(p)) return false;
       const uint64_t waited = globaltimer() - start;
       if (static_cast<int64_t>(waited) > p.timeout_ns) {
         record_failure(p, RunStatus{RUN_TIMEOUT, sm, id, wd.counter, t, seen,
@@ -80,11 +81,11 @@ __device__ inline bool wait_task(const LaunchParams& p, int32_t id, int32_t sm, 
                                     static_cast<int32_t>(waited / 1000000)});
         return false;
       }
+      // A short cap: the sleep is latency on the critical path once the event fires.
       __nanosleep(sleep_ns);
-      if (sleep_ns < 1024) sleep_ns *= 2;
+      if (sleep_ns < 128) sleep_ns *= 2;
     }
   }
-  __threadfence();
   return !aborted(p);
 }
 
@@ -111,7 +112,7 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
           record_failure(p, RunStatus{RUN_KERNEL_FAILED, sm, id, -1, t,
                                       static_cast<uint32_t>(rc - 1), 0, 0});
         } else {
-          __threadfence();
+          event_release_fence();
           for (int32_t s = task->signal_begin; s < task->signal_end; ++s) {
             event_signal(p.counters + p.signals[s].counter);
           }

@@ -64,9 +64,11 @@ inline void event_signal(Counter& counter) { counter.fetch_add(1, kSignalOrder);
 
 namespace mk {
 
-// One thread per CTA polls (the CTA's other threads wait at a __syncthreads() after it) and
-// one thread signals after a __syncthreads() and __threadfence(), so the CTA's writes are
-// ordered before the release. Acquire/release at GPU scope, as PTX spells them.
+// One thread per CTA polls with acquire loads (the CTA's other threads wait at a __syncthreads()
+// after it). One thread signals after a __syncthreads() and one release fence, which is
+// cumulative over the CTA's writes; each signal after it is then a relaxed add (PTX's release
+// pattern: fence.acq_rel, then a strong write), so a task pays one fence however many events it
+// signals. GPU scope throughout.
 __device__ inline bool event_ready(const uint32_t* counter, int64_t threshold, uint32_t* seen) {
   if (threshold <= 0) return true;
   uint32_t value;
@@ -75,8 +77,10 @@ __device__ inline bool event_ready(const uint32_t* counter, int64_t threshold, u
   return static_cast<int64_t>(value) >= threshold;
 }
 
+__device__ inline void event_release_fence() { asm volatile("fence.acq_rel.gpu;" : : : "memory"); }
+
 __device__ inline void event_signal(uint32_t* counter) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" : : "l"(counter) : "memory");
+  asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" : : "l"(counter) : "memory");
 }
 
 }  // namespace mk
