@@ -157,7 +157,10 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
                 f" + ({n0}) * {ref.shape[1]} + {k0}, {ref.shape[1]}, {w.tile_shape()[0]}, "
                 f"{self.var(acc.res)}.data()}};"
             )
-        emit(f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}>(sl);")
+        emit(
+            f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}, "
+            f"{plan.steps_in_flight()}>(sl);"
+        )
         emit("}")
         for op in plan.invariant:
             self.load(op, "0")

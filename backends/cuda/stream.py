@@ -57,6 +57,12 @@ class StreamPlan:
         most = max(1, min(8, 160 // (self.rows + 16)))  # sums plus four loads' registers
         return -(-share // -(-share // most))
 
+    def steps_in_flight(self) -> int:
+        """256-column steps whose loads a lane issues before multiplying: about 24 16-byte
+        loads per lane for one or two activation rows, fewer as the sums take registers."""
+        loads = 24 if self.rows <= 2 else 16 if self.rows <= 8 else 8
+        return max(1, loads // self.rows_per_round())
+
     def chunk(self, k: int) -> int:
         """Columns staged per chunk: all of the task's K when the shared memory holds it."""
         return min(k, SMEM_FLOATS // self.rows // 256 * 256)

@@ -16,6 +16,11 @@ namespace gpu {
 
 #define MK_FOR_EACH(e, n) for (int64_t e = threadIdx.x; e < (n); e += blockDim.x)
 
+// The cooperative tile functions are called, not inlined: every task body of a megakernel uses
+// them, so one copy of each stays hot in the instruction cache instead of one per body (the
+// bodies of a decode step add up to hundreds of KB of code, far more than the cache holds).
+#define MK_COOPERATIVE __device__ __noinline__ inline
+
 // ------------------------------------------------------------------------------ shapes, memory
 
 constexpr int kMaxDims = 8;
@@ -63,12 +68,19 @@ __device__ inline Dims bcast_strides(const Dims& in, const Dims& out) {
   return s;
 }
 
+// Index arithmetic inside a tile runs in 32 bits (tiles hold far fewer than 2^32 elements): a
+// 64-bit division is a long software routine on the GPU, and these run per element and per
+// dimension. Offsets into buffers stay 64-bit.
+__device__ inline uint32_t u32(int64_t x) { return static_cast<uint32_t>(x); }
+
 // The flat offset of output element `e` (row-major in `out`) in an input with `strides`.
 __device__ inline int64_t bcast_offset(int64_t e, const Dims& out, const Dims& strides) {
   int64_t off = 0;
+  uint32_t r = u32(e);
   for (int d = out.n - 1; d >= 0; --d) {
-    off += (e % out.v[d]) * strides.v[d];
-    e /= out.v[d];
+    const uint32_t n = u32(out.v[d]);
+    off += static_cast<int64_t>(r % n) * strides.v[d];
+    r /= n;
   }
   return off;
 }
@@ -143,7 +155,7 @@ struct Tile {
 };
 
 template <class T>
-__device__ inline void copy_tile(Tile<T>& out, const Tile<T>& x) {
+MK_COOPERATIVE void copy_tile(Tile<T>& out, const Tile<T>& x) {
   out.resize(x.n);
   MK_FOR_EACH(e, x.n) out.p[e] = x.p[e];
   __syncthreads();
@@ -178,13 +190,13 @@ __device__ inline float round_to(float x, int32_t dtype) {
   }
 }
 
-__device__ inline void round_tile(Tile<float>& t, int32_t dtype) {
+MK_COOPERATIVE void round_tile(Tile<float>& t, int32_t dtype) {
   if (dtype != DTYPE_F32) {
     MK_FOR_EACH(e, t.n) t.p[e] = round_to(t.p[e], dtype);
   }
   __syncthreads();
 }
-__device__ inline void round_tile(Tile<int64_t>&, int32_t) {}
+MK_COOPERATIVE void round_tile(Tile<int64_t>&, int32_t) {}
 
 template <class T>
 __device__ inline T from_float(float x) { return static_cast<T>(x); }
@@ -243,16 +255,18 @@ __device__ inline void load_into(int64_t& dst, const void* base, int32_t dtype, 
 // Offset in a row-major tensor of shape `full` of element `e` of a box at `start`.
 __device__ inline int64_t box_offset(int64_t e, const Dims& full, const Dims& start, const Dims& box) {
   int64_t off = 0, stride = 1;
+  uint32_t r = u32(e);
   for (int d = box.n - 1; d >= 0; --d) {
-    off += (start.v[d] + e % box.v[d]) * stride;
-    e /= box.v[d];
+    const uint32_t n = u32(box.v[d]);
+    off += (start.v[d] + r % n) * stride;
+    r /= n;
     stride *= full.v[d];
   }
   return off;
 }
 
 template <class T>
-__device__ void load_box(Tile<T>& tile, const void* base, int32_t dtype, const Dims& full,
+MK_COOPERATIVE void load_box(Tile<T>& tile, const void* base, int32_t dtype, const Dims& full,
                          const Dims& start, const Dims& box) {
   tile.resize(numel(box));
   MK_FOR_EACH(e, tile.n) load_into(tile.p[e], base, dtype, box_offset(e, full, start, box));
@@ -260,14 +274,14 @@ __device__ void load_box(Tile<T>& tile, const void* base, int32_t dtype, const D
 }
 
 template <class T>
-__device__ void store_box(void* base, int32_t dtype, const Dims& full, const Dims& start,
+MK_COOPERATIVE void store_box(void* base, int32_t dtype, const Dims& full, const Dims& start,
                           const Dims& box, const Tile<T>& tile) {
   MK_FOR_EACH(e, tile.n) store_elem(base, dtype, box_offset(e, full, start, box), tile.p[e]);
   __syncthreads();
 }
 
 template <class T>
-__device__ void load_all(Tile<T>& t, const void* base, int32_t dtype, const Dims& shape) {
+MK_COOPERATIVE void load_all(Tile<T>& t, const void* base, int32_t dtype, const Dims& shape) {
   Dims zero;
   zero.n = shape.n;
   for (int i = 0; i < shape.n; ++i) zero.v[i] = 0;
@@ -275,7 +289,7 @@ __device__ void load_all(Tile<T>& t, const void* base, int32_t dtype, const Dims
 }
 
 template <class T>
-__device__ void store_region(void* base, int32_t dtype, const Dims& full, const Dims& start,
+MK_COOPERATIVE void store_region(void* base, int32_t dtype, const Dims& full, const Dims& start,
                              const Dims& box, const Tile<T>& t) {
   MK_FOR_EACH(e, numel(box)) {
     const int64_t off = box_offset(e, full, start, box);
@@ -284,11 +298,11 @@ __device__ void store_region(void* base, int32_t dtype, const Dims& full, const 
   __syncthreads();
 }
 
-__device__ inline void position_tile(Tile<int64_t>& out, const Dims& shape, int64_t dim, int64_t start) {
+MK_COOPERATIVE void position_tile(Tile<int64_t>& out, const Dims& shape, int64_t dim, int64_t start) {
   int64_t inner = 1;
   for (int d = dim + 1; d < shape.n; ++d) inner *= shape.v[d];
   out.resize(numel(shape));
-  MK_FOR_EACH(e, out.n) out.p[e] = start + (e / inner) % shape.v[dim];
+  MK_FOR_EACH(e, out.n) out.p[e] = start + (u32(e) / u32(inner)) % u32(shape.v[dim]);
   __syncthreads();
 }
 
@@ -347,13 +361,13 @@ __device__ inline float binary(int32_t kind, float a, float b) {
 }
 
 template <class T>
-__device__ void unary_tile(Tile<T>& out, const Tile<float>& x, int32_t kind, float factor) {
+MK_COOPERATIVE void unary_tile(Tile<T>& out, const Tile<float>& x, int32_t kind, float factor) {
   out.resize(x.n);
   MK_FOR_EACH(i, x.n) out.p[i] = from_float<T>(unary(kind, x.p[i], factor));
   __syncthreads();
 }
 
-__device__ inline void binary_tile(Tile<float>& out, const Dims& oshape, const Tile<float>& a,
+MK_COOPERATIVE void binary_tile(Tile<float>& out, const Dims& oshape, const Tile<float>& a,
                                    const Dims& ashape, const Tile<float>& b, const Dims& bshape,
                                    int32_t kind) {
   out.resize(numel(oshape));
@@ -391,20 +405,20 @@ __device__ inline void outer_inner(const Dims& shape, int64_t dim, int64_t* oute
   for (int d = dim + 1; d < shape.n; ++d) *inner *= shape.v[d];
 }
 
-__device__ inline void reduce_tile(Tile<float>& out, const Tile<float>& x, const Dims& shape,
+MK_COOPERATIVE void reduce_tile(Tile<float>& out, const Tile<float>& x, const Dims& shape,
                                    int64_t dim, int32_t kind) {
   int64_t outer, inner;
   outer_inner(shape, dim, &outer, &inner);
   const int64_t n = shape.v[dim];
   out.resize(outer * inner);
   MK_FOR_EACH(e, out.n) {
-    const int64_t o = e / inner, i = e % inner;
+    const int64_t o = u32(e) / u32(inner), i = u32(e) % u32(inner);
     out.p[e] = reduce_line(x.p + o * n * inner + i, n, inner, kind, false);
   }
   __syncthreads();
 }
 
-__device__ inline void matmul_tile(Tile<float>& out, const Dims& oshape, const Tile<float>& a,
+MK_COOPERATIVE void matmul_tile(Tile<float>& out, const Dims& oshape, const Tile<float>& a,
                                    const Dims& ashape, const Tile<float>& b, const Dims& bshape,
                                    bool transpose_b) {
   const int64_t m = ashape.v[ashape.n - 2], k = ashape.back();
@@ -414,7 +428,7 @@ __device__ inline void matmul_tile(Tile<float>& out, const Dims& oshape, const T
   const Dims sb = bcast_strides(dims_range(bshape, 0, bshape.n - 2), obatch);
   out.resize(numel(oshape));
   MK_FOR_EACH(e, out.n) {
-    const int64_t bi = e / (m * n), i = (e / n) % m, j = e % n;
+    const int64_t bi = u32(e) / u32(m * n), i = (u32(e) / u32(n)) % u32(m), j = u32(e) % u32(n);
     const float* pa = a.p + bcast_offset(bi, obatch, sa) * m * k;
     const float* pb = b.p + bcast_offset(bi, obatch, sb) * k * n;
     double s = 0;
@@ -426,7 +440,7 @@ __device__ inline void matmul_tile(Tile<float>& out, const Dims& oshape, const T
   __syncthreads();
 }
 
-__device__ inline void rms_norm_tile(Tile<float>& out, const Dims& oshape, const Tile<float>& x,
+MK_COOPERATIVE void rms_norm_tile(Tile<float>& out, const Dims& oshape, const Tile<float>& x,
                                      const Dims& xshape, const Tile<float>& g, const Dims& gshape,
                                      float eps, Arena& arena) {
   const int64_t h = xshape.empty() ? 1 : xshape.back();
@@ -463,15 +477,15 @@ __device__ inline void rms_norm_tile(Tile<float>& out, const Dims& oshape, const
 }
 
 template <class T, int N>
-__device__ void concat_tile(Tile<T>& out, const Tile<T>* const (&parts)[N], const Dims (&shapes)[N],
+MK_COOPERATIVE void concat_tile(Tile<T>& out, const Tile<T>* const (&parts)[N], const Dims (&shapes)[N],
                             int64_t dim) {
   int64_t outer, inner, total = 0;
   outer_inner(shapes[0], dim, &outer, &inner);
   for (int p = 0; p < N; ++p) total += shapes[p].v[dim];
   out.resize(outer * total * inner);
   MK_FOR_EACH(e, out.n) {
-    const int64_t o = e / (total * inner);
-    int64_t at = e % (total * inner);
+    const int64_t o = u32(e) / u32(total * inner);
+    int64_t at = u32(e) % u32(total * inner);
     for (int p = 0; p < N; ++p) {
       const int64_t len = shapes[p].v[dim] * inner;
       if (at < len) {
@@ -495,7 +509,7 @@ __device__ inline bool argmax_better(float x, int64_t kx, float y, int64_t ky) {
 // argmax_tile for few, long lines: warp w takes line w, its lanes stride over the line and a
 // butterfly of shuffles combines them (one thread per line would scan thousands of values).
 template <class P>
-__device__ void argmax_lines_by_warp(Tile<float>& vmax, Tile<P>& arg, const Tile<float>& v,
+MK_COOPERATIVE void argmax_lines_by_warp(Tile<float>& vmax, Tile<P>& arg, const Tile<float>& v,
                                      const Tile<P>& payload, int64_t outer, int64_t inner,
                                      int64_t n) {
   const int64_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -527,7 +541,7 @@ __device__ void argmax_lines_by_warp(Tile<float>& vmax, Tile<P>& arg, const Tile
 }
 
 template <class P>
-__device__ void argmax_tile(Tile<float>& vmax, Tile<P>& arg, const Tile<float>& v,
+MK_COOPERATIVE void argmax_tile(Tile<float>& vmax, Tile<P>& arg, const Tile<float>& v,
                             const Tile<P>& payload, const Dims& shape, int64_t dim) {
   int64_t outer, inner;
   outer_inner(shape, dim, &outer, &inner);
@@ -539,7 +553,7 @@ __device__ void argmax_tile(Tile<float>& vmax, Tile<P>& arg, const Tile<float>& 
     return;
   }
   MK_FOR_EACH(e, outer * inner) {
-    const int64_t o = e / inner, i = e % inner;
+    const int64_t o = u32(e) / u32(inner), i = u32(e) % u32(inner);
     int64_t best = 0;
     for (int64_t k = 0; k < n; ++k) {
       const float x = v.p[(o * n + k) * inner + i], y = v.p[(o * n + best) * inner + i];
@@ -554,7 +568,7 @@ __device__ void argmax_tile(Tile<float>& vmax, Tile<P>& arg, const Tile<float>& 
 
 // ------------------------------------------------------------------------------ accumulators
 
-__device__ inline void accum_update(Tile<float>& state, const Tile<float>& x, const Dims& xshape,
+MK_COOPERATIVE void accum_update(Tile<float>& state, const Tile<float>& x, const Dims& xshape,
                                     bool square, bool reduce_last, bool is_max) {
   const int64_t h = reduce_last && !xshape.empty() ? xshape.back() : 1;
   MK_FOR_EACH(i, state.n) {
@@ -569,7 +583,7 @@ __device__ inline void accum_update(Tile<float>& state, const Tile<float>& x, co
   __syncthreads();
 }
 
-__device__ inline void accum_softmax_update(Tile<float>& o, Tile<float>& m, Tile<float>& l,
+MK_COOPERATIVE void accum_softmax_update(Tile<float>& o, Tile<float>& m, Tile<float>& l,
                                             const Dims& oshape, const Tile<float>& s,
                                             const Dims& sshape, const Tile<float>& v,
                                             const Dims& vshape, Arena& arena) {
@@ -604,7 +618,7 @@ __device__ inline auto imax(A a, B b) { return a > b ? a : b; }
 template <class A, class B>
 __device__ inline auto imin(A a, B b) { return a < b ? a : b; }
 
-__device__ inline void div_tile(Tile<float>& t, float d) {
+MK_COOPERATIVE void div_tile(Tile<float>& t, float d) {
   MK_FOR_EACH(i, t.n) t.p[i] = t.p[i] / d;
   __syncthreads();
 }

@@ -25,7 +25,7 @@ __device__ inline void lib_softmax(Tile<float>& out, const Tile<float>& x, const
   const int64_t n = shape.v[dim];
   out.resize(x.n);
   MK_FOR_EACH(e, outer * inner) {
-    const int64_t base = (e / inner) * n * inner + e % inner;
+    const int64_t base = (u32(e) / u32(inner)) * n * inner + u32(e) % u32(inner);
     softmax_line(out.p + base, x.p + base, n, inner);
   }
   __syncthreads();
@@ -40,7 +40,7 @@ __device__ inline void lib_rope(Tile<float>& out, const Tile<float>& x, const Di
   const Dims sc = bcast_strides(cshape, hshape), ss = bcast_strides(sshape, hshape);
   out.resize(x.n);
   MK_FOR_EACH(e, numel(hshape)) {
-    const int64_t r = e / half, j = e % half;
+    const int64_t r = u32(e) / u32(half), j = u32(e) % u32(half);
     const float x1 = x.p[r * dfull + j], x2 = x.p[r * dfull + half + j];
     const float cv = c.p[bcast_offset(e, hshape, sc)], sv = s.p[bcast_offset(e, hshape, ss)];
     out.p[r * dfull + j] = x1 * cv - x2 * sv;
@@ -61,13 +61,13 @@ __device__ inline int64_t gather_rows(void* out, const void* table, const Tile<i
       reinterpret_cast<uintptr_t>(table) % 16 == 0) {
     const int64_t per_row = row_bytes / 16;
     MK_FOR_EACH(v, ids.n * per_row) {
-      const int64_t i = v / per_row, k = v % per_row;
+      const int64_t i = u32(v) / u32(per_row), k = u32(v) % u32(per_row);
       reinterpret_cast<uint4*>(to)[v] =
           reinterpret_cast<const uint4*>(from + ids.p[i] * row_bytes)[k];
     }
   } else {
     MK_FOR_EACH(b, ids.n * row_bytes) {
-      const int64_t i = b / row_bytes, k = b % row_bytes;
+      const int64_t i = u32(b) / u32(row_bytes), k = u32(b) % u32(row_bytes);
       to[b] = from[ids.p[i] * row_bytes + k];
     }
   }
@@ -121,14 +121,14 @@ __device__ inline int64_t cache_write_bytes(void* out, const void* cache, const 
   if (run % 4 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0 &&
       reinterpret_cast<uintptr_t>(src) % 4 == 0 && inner % 4 == 0) {
     MK_FOR_EACH(w, outer * run / 4) {
-      const int64_t o = w / (run / 4), k = w % (run / 4);
+      const int64_t o = u32(w) / u32(run / 4), k = u32(w) % u32(run / 4);
       const int64_t s = starts.p[o * rows / outer];
       reinterpret_cast<uint32_t*>(dst + (o * extent + s) * inner)[k] =
           reinterpret_cast<const uint32_t*>(from + o * run)[k];
     }
   } else {
     MK_FOR_EACH(b, outer * run) {
-      const int64_t o = b / run, k = b % run;
+      const int64_t o = u32(b) / u32(run), k = u32(b) % u32(run);
       dst[(o * extent + starts.p[o * rows / outer]) * inner + k] = from[o * run + k];
     }
   }
@@ -143,7 +143,7 @@ __device__ inline void lib_argmax(Tile<int64_t>& out, const Tile<float>& x, cons
   const int64_t n = shape.v[dim];
   out.resize(outer * inner);
   MK_FOR_EACH(e, outer * inner) {
-    const int64_t o = e / inner, i = e % inner;
+    const int64_t o = u32(e) / u32(inner), i = u32(e) % u32(inner);
     int64_t best = 0;
     for (int64_t k = 0; k < n; ++k) {
       const float a = x.p[(o * n + k) * inner + i], b = x.p[(o * n + best) * inner + i];

@@ -1,6 +1,6 @@
 // Decode-shaped linear layers on the GPU: a task reduces its rows of one to four weights
 // against a few activation rows (M <= 16) by streaming every weight byte from HBM exactly once
-// with 16-byte non-allocating loads, software-pipelined, several rows in flight per warp.
+// with 16-byte non-allocating loads, many of them in flight per lane.
 // (A TMA-ring variant, cp.async.bulk of 2 KiB row panels into six 16 KiB stages, measured
 // 2-3x slower on the H200 than these register streams and was dropped.) The activation side
 // (x, or x * g for a fused RMSNorm) is staged once per chunk of K in shared memory as floats,
@@ -91,8 +91,7 @@ __device__ inline float warp_sum(float v) {
   return v;
 }
 
-// One warp: rows [begin, end) of the concatenated weights against the staged chunk `xs`
-// ([M][stride] floats, columns [0, kc)), RG rows at a time, two 256-column steps per round.
+// The 16 bytes at column k of each of RG rows (zeros past the chunk or for a missing row).
 template <int RG, bool Vec>
 __device__ inline void load_rows(uint4 (&v)[RG], const uint16_t* const (&wp)[RG], int k, int kc) {
 #pragma unroll
@@ -112,10 +111,11 @@ __device__ inline void fma_rows(float (&acc)[RG][M], const uint4 (&v)[RG], const
 }
 
 // One warp: rows [begin, end) of the concatenated weights against the staged chunk `xs`
-// ([M][stride] floats, columns [0, kc)), RG rows at a time. Software-pipelined: the loads of
-// the next two 256-column steps are in flight while the current two are multiplied, so each
-// thread keeps 2·RG to 4·RG 16-byte loads outstanding.
-template <int M, int RG, bool Vec>
+// ([M][stride] floats, columns [0, kc)), RG rows at a time. Each lane issues the loads of S
+// 256-column steps of all RG rows before it multiplies any: a decode task is short, so what
+// bounds it is how many round trips to HBM it waits for, and S·RG loads per lane in flight
+// make a task of up to S·256 columns one round trip (and keep ~64 KB in flight per SM).
+template <int M, int RG, int S, bool Vec>
 __device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, int kc, int64_t c,
                             int begin, int end) {
   const int lane = threadIdx.x & 31;
@@ -146,20 +146,13 @@ __device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, 
     for (int j = 0; j < RG; ++j)
 #pragma unroll
       for (int m = 0; m < M; ++m) acc[j][m] = 0.0f;
-    uint4 a[RG], b[RG];
-    int k = lane * 8;
-    load_rows<RG, Vec>(a, wp, k, kc);
-    load_rows<RG, Vec>(b, wp, k + 256, kc);
-    for (; k < kc; k += 512) {
-      uint4 na[RG], nb[RG];
-      load_rows<RG, Vec>(na, wp, k + 512, kc);
-      load_rows<RG, Vec>(nb, wp, k + 768, kc);
-      fma_rows<M, RG>(acc, a, xs, stride, k, bf16);
-      if (k + 256 < kc) fma_rows<M, RG>(acc, b, xs, stride, k + 256, bf16);
+    for (int k = lane * 8; k < kc; k += S * 256) {
+      uint4 v[S][RG];
 #pragma unroll
-      for (int j = 0; j < RG; ++j) {
-        a[j] = na[j];
-        b[j] = nb[j];
+      for (int t = 0; t < S; ++t) load_rows<RG, Vec>(v[t], wp, k + t * 256, kc);
+#pragma unroll
+      for (int t = 0; t < S; ++t) {
+        if (k + t * 256 < kc) fma_rows<M, RG>(acc, v[t], xs, stride, k + t * 256, bf16);
       }
     }
 #pragma unroll
@@ -206,7 +199,7 @@ __device__ void store_sum_sq(const StreamLinear& s, float (&ss)[M]) {
 
 // All threads of the CTA: out[m][row] += Σ_k xside[m][k] · w[row][k] for every weight row of
 // the task, and sum_sq[m] += Σ_k x[m][k]². Ends with __syncthreads().
-template <int M, int RG>
+template <int M, int RG, int S>
 __device__ void stream_linear(const StreamLinear& s) {
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
@@ -228,9 +221,9 @@ __device__ void stream_linear(const StreamLinear& s) {
     stage_chunk<M>(s, xs, s.kc, kc, c, ss);
     __syncthreads();
     if (vec) {
-      stream_rows<M, RG, true>(s, xs, s.kc, kc, c, begin, end);
+      stream_rows<M, RG, S, true>(s, xs, s.kc, kc, c, begin, end);
     } else {
-      stream_rows<M, RG, false>(s, xs, s.kc, kc, c, begin, end);
+      stream_rows<M, RG, S, false>(s, xs, s.kc, kc, c, begin, end);
     }
   }
   if (s.sum_sq) store_sum_sq<M>(s, ss);
@@ -255,6 +248,7 @@ __device__ inline void concat_runs(void* dst, const CopyPart* parts, int n, int6
     vec = vec && parts[i].run % 16 == 0 && (reinterpret_cast<uintptr_t>(parts[i].src) & 15) == 0;
   }
   const int64_t unit = vec ? 16 : 1, row = total / unit, count = outer * row;
+  const bool narrow = count <= 0xffffffffLL;  // 32-bit index math (see u32) when it fits
   const int64_t step = blockDim.x;
   for (int64_t e0 = threadIdx.x; e0 < count; e0 += 4 * step) {
     uint4 v[4];
@@ -264,8 +258,8 @@ __device__ inline void concat_runs(void* dst, const CopyPart* parts, int n, int6
       const int64_t e = e0 + u * step;
       at[u] = -1;
       if (e >= count) continue;
-      const int64_t o = e / row;
-      int64_t c = (e % row) * unit;
+      const int64_t o = narrow ? u32(e) / u32(row) : e / row;
+      int64_t c = (narrow ? u32(e) % u32(row) : e % row) * unit;
       int i = 0;
       while (c >= parts[i].run) c -= parts[i++].run;
       const unsigned char* src = static_cast<const unsigned char*>(parts[i].src) + o * parts[i].run + c;
