@@ -16,10 +16,10 @@ namespace gpu {
 
 #define MK_FOR_EACH(e, n) for (int64_t e = threadIdx.x; e < (n); e += blockDim.x)
 
-// The cooperative tile functions are called, not inlined: every task body of a megakernel uses
-// them, so one copy of each stays hot in the instruction cache instead of one per body (the
-// bodies of a decode step add up to hundreds of KB of code, far more than the cache holds).
-#define MK_COOPERATIVE __device__ __noinline__ inline
+// The cooperative tile functions are inlined into each body. (Called instead, as shared
+// __noinline__ functions, they made the H200 decode step twice as slow: their Dims arguments
+// go through the stack.)
+#define MK_COOPERATIVE __device__ inline
 
 // ------------------------------------------------------------------------------ shapes, memory
 
