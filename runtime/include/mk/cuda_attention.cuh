@@ -54,21 +54,6 @@ __device__ inline uint4 load_kv(const uint16_t* p) {
   }
 }
 
-__device__ inline void unpack8(float (&f)[8], uint4 u, bool bf16) {
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if (bf16) {
-      f[2 * i] = __uint_as_float(w[i] << 16);
-      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    } else {
-      const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-      f[2 * i] = h.x;
-      f[2 * i + 1] = h.y;
-    }
-  }
-}
-
 // The exponent's offset for a running max: the max itself, or 0 while it is not finite (as the
 // CPU kernel does, so a row that has seen only -inf scores does not turn into NaN).
 __device__ inline float softmax_shift(float m) { return isfinite(m) ? m : 0.0f; }

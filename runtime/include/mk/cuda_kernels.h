@@ -182,6 +182,22 @@ __device__ inline float bf16_to_f32(uint16_t h) { return __uint_as_float(static_
 __device__ inline uint16_t f32_to_f16(float f) { return __half_as_ushort(__float2half_rn(f)); }
 __device__ inline float f16_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
+// Eight bf16 (or f16) values packed in 16 bytes, as floats.
+__device__ inline void unpack8(float (&f)[8], uint4 u, bool bf16) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (bf16) {
+      f[2 * i] = __uint_as_float(w[i] << 16);
+      f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    } else {
+      const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      f[2 * i] = h.x;
+      f[2 * i + 1] = h.y;
+    }
+  }
+}
+
 __device__ inline float round_to(float x, int32_t dtype) {
   switch (dtype) {
     case DTYPE_BF16: return bf16_to_f32(f32_to_bf16(x));

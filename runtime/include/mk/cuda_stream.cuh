@@ -165,17 +165,60 @@ __device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, 
   }
 }
 
-// Stages columns [c, c + kc) of the activation side into xs and adds their squares to ss.
+// Eight consecutive elements as floats: 16-byte loads when `vec` (the address is 16-byte aligned
+// for bf16/f16, 32-byte for f32), else element by element. Plain loads: the activation may have
+// been written earlier in this launch.
+__device__ inline void load8_f(float (&f)[8], const void* base, int32_t dtype, int64_t i, bool vec) {
+  if (vec && (dtype == DTYPE_BF16 || dtype == DTYPE_F16)) {
+    unpack8(f, *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + i),
+            dtype == DTYPE_BF16);
+  } else if (vec && dtype == DTYPE_F32) {
+    const float4 a = *reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
+    const float4 b = *reinterpret_cast<const float4*>(static_cast<const float*>(base) + i + 4);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) f[j] = load_elem_f(base, dtype, i + j);
+  }
+}
+
+__device__ inline bool vec8_ok(const void* p, int32_t dtype) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  return dtype == DTYPE_F32 ? (a & 31) == 0 : (a & 15) == 0;
+}
+
+// Stages columns [c, c + kc) of the activation side into xs and adds their squares to ss. Each
+// thread takes eight columns per round with one 16-byte load (two with the norm weight), so a
+// round stages 2,048 columns of a row: a decode row costs one or two round trips, not one per
+// 256 columns. (More groups in flight per thread made ptxas spill in the streamed loop.)
 template <int M>
 __device__ void stage_chunk(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
                             float (&ss)[M]) {
+  const bool vec = kc % 8 == 0 && s.x_ld % 8 == 0 && c % 8 == 0 && vec8_ok(s.x, s.x_dtype) &&
+                   (!s.g || vec8_ok(s.g, s.g_dtype));
+  const int groups = (kc + 7) / 8;
+  for (int e = threadIdx.x; e < M * groups; e += blockDim.x) {
+    const int m = e / groups, k = (e % groups) * 8;
+    float x[8], g[8];
+    if (vec || k + 8 <= kc) {
+      load8_f(x, s.x, s.x_dtype, m * s.x_ld + c + k, vec);
+      if (s.g) load8_f(g, s.g, s.g_dtype, c + k, vec);
+    } else {  // the ragged end of an unaligned chunk
 #pragma unroll
-  for (int m = 0; m < M; ++m) {
-    for (int k = threadIdx.x; k < kc; k += blockDim.x) {
-      float v = load_elem_f(s.x, s.x_dtype, m * s.x_ld + c + k);
-      ss[m] = fmaf(v, v, ss[m]);
-      if (s.g) v *= load_elem_f(s.g, s.g_dtype, c + k);
-      xs[m * stride + k] = v;
+      for (int j = 0; j < 8; ++j) {
+        x[j] = k + j < kc ? load_elem_f(s.x, s.x_dtype, m * s.x_ld + c + k + j) : 0.0f;
+        g[j] = s.g && k + j < kc ? load_elem_f(s.g, s.g_dtype, c + k + j) : 1.0f;
+      }
+    }
+    float sq = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      sq = fmaf(x[j], x[j], sq);
+      if (k + j < kc) xs[m * stride + k + j] = s.g ? x[j] * g[j] : x[j];
+    }
+#pragma unroll
+    for (int mm = 0; mm < M; ++mm) {
+      if (mm == m) ss[mm] += sq;
     }
   }
 }
