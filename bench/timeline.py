@@ -1,16 +1,18 @@
 """Per-grid timeline of one megakernel run on the GPU: where a workload's time goes.
 
-Usage (on the GPU machine): python bench/timeline.py [--only NAME] [--out DIR]
-                            python bench/timeline.py --model PRESET [--layers N] [--batch B]
+Usage (on the GPU machine): python bench/timeline.py [--only NAME] [--out DIR] [--ops]
+                            python bench/timeline.py --model PRESET [--layers N] [--batch B] [--ops]
 For each task.grid: its tasks, the span from its first start to its last end (µs, from the
 launch's first task start) and the mean task time. Also writes a Chrome trace per workload.
 With --model, one decode step of a model preset (positions at the end of a 1,024-slot cache),
-summed per kind of grid over the layers (`k12_l3_q` counts as `q`).
+summed per kind of grid over the layers (`k12_l3_q` counts as `q`). With --ops, a profile build
+(op marks, backends/cuda/op_marks.py) also says how long each statement of a task body takes.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -19,6 +21,7 @@ import numpy as np
 import torch
 
 import mk
+from mk.backends.cuda.op_marks import op_segments
 from mk.inputs import random_inputs
 from mk.source import entry_function, load_module
 
@@ -67,6 +70,22 @@ def model_summary(prog: object) -> None:
         print(f"  {kind:<16}{grids:>6}{tasks:>7}{span:>10.1f}{busy / max(tasks, 1):>14.2f}")
 
 
+def print_op_segments(prog: object, top: int = 12) -> None:
+    """The op-mark profile of the last run (a build with MK_CUDA_OP_MARKS=1), per kind."""
+    marks = prog.last_marks  # type: ignore[attr-defined]
+    if marks is None:
+        print("  (no op marks: the program was not built with MK_CUDA_OP_MARKS=1)")
+        return
+    index = prog.graph.index()  # type: ignore[attr-defined]
+    grids = [index.locate(t)[0].sym_name.data for t in range(len(prog.tables.tasks))]  # type: ignore[attr-defined]
+    labels = [prog.mark_labels.get(g, ()) for g in grids]  # type: ignore[attr-defined]
+    segments = op_segments(prog.last_timeline[-1], marks[-1], labels, [kind_of(g) for g in grids])  # type: ignore[attr-defined]
+    ranked = sorted(segments.items(), key=lambda kv: -sum(v for _, v in kv[1]))
+    for kind, rows in ranked[:top]:
+        parts = ", ".join(f"{name} {us:.2f}" for name, us in rows)
+        print(f"  {kind:<16}{sum(v for _, v in rows):>7.2f} us = {parts}")
+
+
 def model_workload(name: str, layers: int | None, batch: int) -> tuple[str, str]:
     from mk.models import decode_program, preset
 
@@ -83,7 +102,12 @@ def main() -> int:
     parser.add_argument("--model", default=None, help="a model preset instead of the workloads")
     parser.add_argument("--layers", type=int, default=None)
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument(
+        "--ops", action="store_true", help="op marks: where each kind of task spends its time"
+    )
     args = parser.parse_args()
+    if args.ops:
+        os.environ["MK_CUDA_OP_MARKS"] = "1"
     if args.model:
         name, text = model_workload(args.model, args.layers, args.batch)
         func = entry_function(load_module(text))
@@ -96,6 +120,12 @@ def main() -> int:
         total = grid_rows(prog)
         print(f"{name}: {len(prog.tables.tasks)} tasks, step {max(r[3] for r in total):.1f} us")
         model_summary(prog)
+        if args.ops:
+            print("mean task time per statement (µs), by kind:")
+            print_op_segments(prog)
+        if args.out is not None:
+            args.out.mkdir(parents=True, exist_ok=True)
+            prog.trace(args.out / f"{args.model}_L{args.layers or 'all'}_B{args.batch}.json")  # type: ignore[attr-defined]
         return 0
     for name, text in workloads().items():
         if args.only not in name:
@@ -110,6 +140,8 @@ def main() -> int:
         print(f"  {'grid':<14}{'tasks':>6}{'start us':>10}{'end us':>10}{'mean task us':>14}")
         for grid, n, start, end, mean in grid_rows(prog):
             print(f"  {grid:<14}{n:>6}{start:>10.2f}{end:>10.2f}{mean:>14.2f}")
+        if args.ops:
+            print_op_segments(prog)
         if args.out is not None:
             args.out.mkdir(parents=True, exist_ok=True)
             prog.trace(args.out / (name.split()[0] + "_" + name.split()[1] + ".json"))  # type: ignore[attr-defined]

@@ -58,7 +58,7 @@ class LaunchParams(ctypes.Structure):
         ("num_sms", ctypes.c_int32),
         ("num_tasks", ctypes.c_int32),
         ("iterations", ctypes.c_int32),
-        ("reserved", ctypes.c_int32),
+        ("marks", ctypes.c_int32),
         ("timeout_ns", ctypes.c_int64),
     ]
 
@@ -144,12 +144,23 @@ class _DeviceState:
 class CudaProgram(Program):
     """A program compiled for target='cuda': `cuda_source` always, a library when nvcc ran."""
 
-    def __init__(self, *, cuda_source: str, scratch_per_sm: int, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        cuda_source: str,
+        scratch_per_sm: int,
+        mark_labels: dict[str, tuple[str, ...]] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.cuda_source = cuda_source
         self.scratch_per_sm = scratch_per_sm
+        # A profile build's op-mark labels per grid (backends/cuda/op_marks.py), else None.
+        self.mark_labels = mark_labels
+        self.marks = max((len(v) for v in (mark_labels or {}).values()), default=0)
         self.record_timeline = False
-        self.last_timeline: np.ndarray | None = None
+        self.last_timeline: np.ndarray | None = None  # [iterations][tasks] (start, end) ns
+        self.last_marks: np.ndarray | None = None  # [iterations][tasks][marks] ns, 0 = none
         self._lib: Any = None
         self._state: _DeviceState | None = None
 
@@ -270,7 +281,9 @@ class CudaProgram(Program):
         status = np.frombuffer(state.status().cpu().numpy().tobytes(), RUN_STATUS)[0]
         if self.record_timeline and state.timeline is not None:
             t = self.tables
-            self.last_timeline = state.timeline.cpu().numpy().reshape(t.iterations, len(t.tasks), 2)
+            rows = state.timeline.cpu().numpy().reshape(t.iterations, len(t.tasks), 2 + self.marks)
+            self.last_timeline = rows[..., :2]
+            self.last_marks = rows[..., 2:] if self.marks else None
         if int(status["error"]) != 0:
             raise self._run_error(status)
 
@@ -299,12 +312,13 @@ class CudaProgram(Program):
         t = self.tables
         if self.record_timeline:
             state.timeline = torch.zeros(
-                t.iterations * len(t.tasks) * 2, dtype=torch.int64, device="cuda"
+                t.iterations * len(t.tasks) * (2 + self.marks), dtype=torch.int64, device="cuda"
             )
         params = state.params(
             timeline=0 if state.timeline is None else state.timeline.data_ptr(),
             num_tasks=len(t.tasks),
             iterations=t.iterations,
+            marks=self.marks if self.record_timeline else 0,
             timeout_ns=(self.timeout_ms if timeout_ms is None else timeout_ms) * 1_000_000,
         )
         rc = lib.mk_cuda_launch(

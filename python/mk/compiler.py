@@ -309,6 +309,7 @@ def _compile_cuda(
         timeout_ms=timeout_ms,
         cuda_source=source.text,
         scratch_per_sm=source.scratch_per_sm,
+        mark_labels=source.mark_labels,
     )
 
 

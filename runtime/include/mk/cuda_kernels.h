@@ -105,6 +105,9 @@ struct Arena {
   uint8_t* fast;
   uint64_t fast_top;
   uint64_t fast_cap;
+  uint64_t* marks;  // this task's op-mark timestamps (MK_OP_MARKS builds with a timeline), or null
+  int32_t mark_cap;
+  int32_t mark_n;
   __device__ void* alloc(uint64_t bytes) {
     const uint64_t near = (fast_top + 15) & ~uint64_t{15};
     if (near + bytes <= fast_cap) {
@@ -126,6 +129,26 @@ struct Arena {
     fast_top = m.fast_top;
   }
 };
+
+// Op marks: a build with MK_OP_MARKS defined stamps the time after each statement of a task body
+// (and between the phases of the streamed bodies) into the timeline, so a profile can say which
+// statement a task's time goes to. Thread 0 stamps; the statements end with __syncthreads().
+__device__ inline uint64_t mark_clock() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ inline void op_mark(Arena& a) {
+  if (threadIdx.x == 0 && a.marks && a.mark_n < a.mark_cap) a.marks[a.mark_n] = mark_clock();
+  ++a.mark_n;
+}
+
+#if defined(MK_OP_MARKS)
+#define MK_MARK(arena) ::mk::gpu::op_mark(arena)
+#else
+#define MK_MARK(arena) ((void)0)
+#endif
 
 // A dense tile in scratch memory with a fixed capacity (its static size): a handle, so copies
 // share storage; `resize` only changes the logical size.

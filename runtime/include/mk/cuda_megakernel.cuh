@@ -29,11 +29,11 @@ struct LaunchParams {
   int32_t* abort_flag;        // set by a failing CTA, polled by all
   uint8_t* scratch;           // scratch_per_sm bytes per CTA
   uint64_t scratch_per_sm;
-  uint64_t* timeline;         // [iterations][num_tasks][2] start/end ns, or null
+  uint64_t* timeline;         // [iterations][num_tasks][2 + marks] start, end, op marks (ns), or null
   int32_t num_sms;
   int32_t num_tasks;
   int32_t iterations;
-  int32_t reserved;
+  int32_t marks;              // op-mark slots per task in the timeline (MK_OP_MARKS builds)
   int64_t timeout_ns;
 };
 
@@ -94,7 +94,9 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
   __shared__ int32_t go;
   const int32_t sm = blockIdx.x;
   gpu::Arena arena{p.scratch + static_cast<uint64_t>(sm) * p.scratch_per_sm, 0, p.scratch_per_sm,
-                   gpu::mk_dynamic_smem + Dispatch::kArenaOffset, 0, Dispatch::kArenaBytes};
+                   gpu::mk_dynamic_smem + Dispatch::kArenaOffset, 0, Dispatch::kArenaBytes,
+                   nullptr, p.marks, 0};
+  const uint64_t slot_width = 2 + static_cast<uint64_t>(p.marks);
   const int32_t begin = p.queue_offsets[sm], end = p.queue_offsets[sm + 1];
   for (int32_t t = 0; t < p.iterations; ++t) {
     for (int32_t q = begin; q < end; ++q) {
@@ -105,6 +107,10 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
       if (!go) return;
       const uint64_t started = p.timeline && threadIdx.x == 0 ? globaltimer() : 0;
       arena.reset(gpu::ArenaMark{0, 0});
+      uint64_t* slot =
+          p.timeline ? p.timeline + (static_cast<uint64_t>(t) * p.num_tasks + id) * slot_width : nullptr;
+      arena.marks = slot && p.marks > 0 ? slot + 2 : nullptr;
+      arena.mark_n = 0;
       const int32_t rc = Dispatch::run(task->kind, task, p.buffers, arena, t);
       __syncthreads();
       if (threadIdx.x == 0) {
@@ -117,8 +123,7 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
             event_signal(p.counters + p.signals[s].counter);
           }
         }
-        if (p.timeline) {
-          uint64_t* slot = p.timeline + (static_cast<uint64_t>(t) * p.num_tasks + id) * 2;
+        if (slot) {
           slot[0] = started;
           slot[1] = globaltimer();
         }

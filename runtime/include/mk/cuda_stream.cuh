@@ -38,6 +38,7 @@ struct StreamLinear {
   float* sum_sq;      // [M] Σx² over the task's columns, or null
   int32_t nw;
   StreamWeight w[kStreamMaxWeights];
+  Arena* arena;       // for the op marks of a profile build
 };
 
 __device__ inline const void* elem_at(const void* base, int32_t dtype, int64_t i) {
@@ -263,12 +264,14 @@ __device__ void stream_linear(const StreamLinear& s) {
     __syncthreads();
     stage_chunk<M>(s, xs, s.kc, kc, c, ss);
     __syncthreads();
+    if (c == 0) MK_MARK(*s.arena);
     if (vec) {
       stream_rows<M, RG, S, true>(s, xs, s.kc, kc, c, begin, end);
     } else {
       stream_rows<M, RG, S, false>(s, xs, s.kc, kc, c, begin, end);
     }
   }
+  MK_MARK(*s.arena);
   if (s.sum_sq) store_sum_sq<M>(s, ss);
   __syncthreads();
 }

@@ -1,0 +1,117 @@
+"""Op marks: a profile build stamps each statement of a task body; the profile's arithmetic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mk
+from mk.backends.cuda import build as cuda_build
+from mk.backends.cuda.op_marks import MARK, STREAM_LINEAR_PHASES, mark_statements, op_segments
+from mk.inputs import random_inputs
+
+ROOT = Path(__file__).resolve().parents[2]
+HAS_NVCC = cuda_build.nvcc() is not None
+
+
+def _no_nvcc(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mk.backends.cuda as backend
+
+    monkeypatch.setattr(cuda_build, "nvcc", lambda: None)
+    monkeypatch.setattr(backend, "nvcc", lambda: None)
+
+
+def test_marks_follow_statements_not_declarations() -> None:
+    body = [
+        "const int64_t bx = t->coord[0], by = t->coord[1], bz = t->coord[2];",
+        "(void)bx; (void)by; (void)bz;",
+        "mk::gpu::Tile<float> t0_x(arena, 16);",
+        "t0_x.assign(16, 0.0f);",
+        "{",
+        "mk::gpu::StreamLinear sl{};",
+        "mk::gpu::stream_linear<1, 4, 6>(sl);",
+        "}",
+        "mk::gpu::binary_tile(t1, mk::gpu::Dims{1, 16}, t0_x, mk::gpu::Dims{1, 16}, t0_x,",
+        "    mk::gpu::Dims{1, 16}, mk::gpu::B_MUL);",
+    ]
+    out, labels = mark_statements(body)
+    assert out.count(MARK) == 3
+    assert out[out.index("t0_x.assign(16, 0.0f);") + 1] == MARK
+    # Nothing inside the block is marked; the block and the two-line call are marked once each.
+    assert out[out.index("}") + 1] == MARK and out[-1] == MARK
+    assert out[:3] == body[:3]
+    assert labels == [
+        "init accumulator",
+        *STREAM_LINEAR_PHASES,
+        "stream_linear: sum_sq, sync",
+        "binary_tile",
+    ]
+
+
+def test_profile_source_only_with_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_nvcc(monkeypatch)
+    path = ROOT / "examples/rmsnorm_linear.mlir"
+    plain = mk.compile(path, target="cuda", cache_dir=tmp_path)
+    assert "MK_OP_MARKS" not in plain.cuda_source and MARK not in plain.cuda_source  # type: ignore[attr-defined]
+    assert plain.marks == 0 and plain.mark_labels is None  # type: ignore[attr-defined]
+    monkeypatch.setenv("MK_CUDA_OP_MARKS", "1")
+    prog = mk.compile(path, target="cuda", cache_dir=tmp_path)
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    assert src.startswith("// Generated") and "#define MK_OP_MARKS 1" in src.splitlines()[1]
+    labels = prog.mark_labels  # type: ignore[attr-defined]
+    grids = [g.sym_name.data for g in prog.graph.index().grids]
+    assert set(labels) == set(grids)
+    # Every grid's function stamps as many marks as it has labels (streamed phases included).
+    assert prog.marks == max(len(v) for v in labels.values()) > 0  # type: ignore[attr-defined]
+    streamed = [v for v in labels.values() if "stream_linear: weights" in v]
+    assert streamed and all(v.count(MARK) == 0 for v in streamed)
+    assert src.count(MARK) == sum(
+        len([x for x in v if not x.startswith("stream_linear: ") or x.endswith("sync")])
+        for v in {labels[g]: None for g in grids}
+    )
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc not found")
+def test_profile_source_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MK_CUDA_OP_MARKS", "1")
+    prog = mk.compile(ROOT / "examples/rmsnorm_linear.mlir", target="cuda", cache_dir=tmp_path)
+    assert prog.library_path is not None
+
+
+def test_segments_are_mean_gaps_between_stamps() -> None:
+    timeline = np.array([[100, 1100], [200, 1400], [300, 0], [50, 950]], np.int64)
+    marks = np.array([[400, 900], [600, 1000], [0, 0], [150, 0]], np.int64)
+    labels = [("a", "b"), ("a", "b"), ("a", "b"), ("c",)]
+    kinds = ["lin", "lin", "lin", "copy"]
+    seg = op_segments(timeline, marks, labels, kinds)
+    # Task 2 never ended (0): skipped. lin: (300 + 400) / 2, (500 + 400) / 2, (200 + 400) / 2 ns.
+    assert [n for n, _ in seg["lin"]] == ["a", "b", "signal"]
+    assert [v for _, v in seg["lin"]] == pytest.approx([0.35, 0.45, 0.3])
+    assert [n for n, _ in seg["copy"]] == ["c", "signal"]
+    assert [v for _, v in seg["copy"]] == pytest.approx([0.1, 0.8])
+
+
+@pytest.mark.gpu
+def test_profile_run_stamps_inside_each_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MK_CUDA_OP_MARKS", "1")
+    path = ROOT / "examples/rmsnorm_linear.mlir"
+    prog = mk.compile(path, target="cuda", cache_dir=tmp_path)
+    prog.record_timeline = True  # type: ignore[attr-defined]
+    inputs = random_inputs(prog.func, seed=0)
+    (out,) = prog(*inputs)
+    (ref,) = mk.reference(path, *inputs)
+    error, bound = mk.compiler.output_error(np.asarray(out), np.asarray(ref))
+    assert error <= bound
+    timeline, marks = prog.last_timeline[-1], prog.last_marks[-1]  # type: ignore[attr-defined]
+    index = prog.graph.index()
+    for task, (start, end) in enumerate(timeline):
+        n = len(prog.mark_labels[index.locate(task)[0].sym_name.data])  # type: ignore[attr-defined]
+        stamps = [start, *marks[task, :n], end]
+        assert all(a <= b for a, b in zip(stamps, stamps[1:], strict=False)), (task, stamps)
+        assert (marks[task, n:] == 0).all()
