@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the project root with the wheels carried in .whl/:
-#   bash bench/on_gpu.sh [tests] [sanitize] [bench] [timeline] [generate]   (default: all five)
+#   bash bench/on_gpu.sh [tests] [sanitize] [bench] [timeline] [generate] [search]
+#   (default: all but search)
 # Installs mk, runs the gpu-marked tests, compute-sanitizer on the examples, the benchmark
 # table, the per-grid timelines (TIMELINE_ARGS, e.g. "--model qwen3-0.6b --layers 4") and
-# mk-generate on the model presets (MODELS, BATCHES);
+# mk-generate on the model presets (MODELS, BATCHES), and the superoptimizer's kernels against the
+# rules (bench/search_bench.py). Set MK_COMMIT to the local checkout's commit: the copy here may
+# carry stale git metadata;
 # logs go to $OUT (or ./gpu-out).
 set -u
 ROOT=$PWD
@@ -29,6 +32,8 @@ for step in $steps; do
       done ;;
     bench)
       MK_COMMIT=${MK_COMMIT:-} python3 "$ROOT/bench/bench.py" --runs 100 --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -14 ;;
+    search)
+      python3 "$ROOT/bench/search_bench.py" --runs 100 --out "$OUT" 2>&1 | tee "$OUT/search.log" | tail -10 ;;
     timeline)
       python3 "$ROOT/bench/timeline.py" --out "$OUT" ${TIMELINE_ARGS:-} 2>&1 | tee "$OUT/timeline.log" | tail -80 ;;
     generate)
