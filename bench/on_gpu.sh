@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the project root with the wheels carried in .whl/:
-#   bash bench/on_gpu.sh [tests] [sanitize] [bench] [timeline] [generate] [search]
-#   (default: all but search)
+#   bash bench/on_gpu.sh [tests] [sanitize] [bench] [timeline] [generate] [search] [profile]
+#   (default: all but search and profile)
 # Installs mk, runs the gpu-marked tests, compute-sanitizer on the examples, the benchmark
 # table, the per-grid timelines (TIMELINE_ARGS, e.g. "--model qwen3-0.6b --layers 4") and
 # mk-generate on the model presets (MODELS, BATCHES), and the superoptimizer's kernels against the
-# rules (bench/search_bench.py). Set MK_COMMIT to the local checkout's commit: the copy here may
+# rules (bench/search_bench.py), and an op-mark profile of one model step with its trace drawn as
+# SVG (PROFILE_ARGS, default "--model qwen3-0.6b --layers 4"). Set MK_COMMIT to the local checkout's commit: the copy here may
 # carry stale git metadata;
 # logs go to $OUT (or ./gpu-out).
 set -u
@@ -34,6 +35,12 @@ for step in $steps; do
       MK_COMMIT=${MK_COMMIT:-} python3 "$ROOT/bench/bench.py" --runs 100 --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -14 ;;
     search)
       python3 "$ROOT/bench/search_bench.py" --runs 100 --out "$OUT" 2>&1 | tee "$OUT/search.log" | tail -10 ;;
+    profile)
+      python3 "$ROOT/bench/timeline.py" --ops --out "$OUT" ${PROFILE_ARGS:---model qwen3-0.6b --layers 4} \
+        2>&1 | tee "$OUT/profile.log" | tail -40
+      for trace in "$OUT"/*_L*_B*.json; do
+        [ -e "$trace" ] && python3 "$ROOT/bench/trace_svg.py" "$trace" "${trace%.json}.svg"
+      done ;;
     timeline)
       python3 "$ROOT/bench/timeline.py" --out "$OUT" ${TIMELINE_ARGS:-} 2>&1 | tee "$OUT/timeline.log" | tail -80 ;;
     generate)
