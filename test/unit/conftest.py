@@ -23,3 +23,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def gpu_present() -> bool:
     """Whether an NVIDIA GPU (and torch with CUDA) is available to this test run."""
     return _has_gpu()
+
+
+@pytest.fixture
+def no_nvcc(monkeypatch: pytest.MonkeyPatch) -> None:
+    """target='cuda' compiles emit the source only (no nvcc build), as on a machine without it."""
+    import mk.backends.cuda as backend
+    from mk.backends.cuda import build as cuda_build
+
+    monkeypatch.setattr(cuda_build, "nvcc", lambda: None)
+    monkeypatch.setattr(backend, "nvcc", lambda: None)

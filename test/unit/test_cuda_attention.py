@@ -89,12 +89,8 @@ def test_other_attention_forms_keep_the_tile_loop(
     assert plans and not any(plans.values()), why
 
 
-def test_emitted_call_and_score_function(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import mk.backends.cuda as backend
-    from mk.backends.cuda import build as cuda_build
-
-    monkeypatch.setattr(cuda_build, "nvcc", lambda: None)
-    monkeypatch.setattr(backend, "nvcc", lambda: None)
+@pytest.mark.usefixtures("no_nvcc")
+def test_emitted_call_and_score_function(tmp_path: Path) -> None:
     prog = mk.compile(ROOT / "examples/llama3_8b_block.mlir", target="cuda", cache_dir=tmp_path)
     src = prog.cuda_source  # type: ignore[attr-defined]
     assert src.count("mk::gpu::stream_attention<4, 128>(sa, score);") == 1

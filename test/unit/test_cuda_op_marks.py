@@ -16,13 +16,6 @@ ROOT = Path(__file__).resolve().parents[2]
 HAS_NVCC = cuda_build.nvcc() is not None
 
 
-def _no_nvcc(monkeypatch: pytest.MonkeyPatch) -> None:
-    import mk.backends.cuda as backend
-
-    monkeypatch.setattr(cuda_build, "nvcc", lambda: None)
-    monkeypatch.setattr(backend, "nvcc", lambda: None)
-
-
 def test_marks_follow_statements_not_declarations() -> None:
     body = [
         "const int64_t bx = t->coord[0], by = t->coord[1], bz = t->coord[2];",
@@ -50,10 +43,10 @@ def test_marks_follow_statements_not_declarations() -> None:
     ]
 
 
+@pytest.mark.usefixtures("no_nvcc")
 def test_profile_source_only_with_the_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _no_nvcc(monkeypatch)
     path = ROOT / "examples/rmsnorm_linear.mlir"
     plain = mk.compile(path, target="cuda", cache_dir=tmp_path)
     assert "MK_OP_MARKS" not in plain.cuda_source and MARK not in plain.cuda_source  # type: ignore[attr-defined]

@@ -97,12 +97,8 @@ def test_wave_fitted_tiles_agree_with_the_reference(tmp_path: Path) -> None:
         assert error <= bound
 
 
-def test_emitted_source_streams_and_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import mk.backends.cuda as backend
-    from mk.backends.cuda import build as cuda_build
-
-    monkeypatch.setattr(cuda_build, "nvcc", lambda: None)
-    monkeypatch.setattr(backend, "nvcc", lambda: None)
+@pytest.mark.usefixtures("no_nvcc")
+def test_emitted_source_streams_and_copies(tmp_path: Path) -> None:
     prog = mk.compile(ROOT / "examples/llama3_8b_block.mlir", target="cuda", cache_dir=tmp_path)
     src = prog.cuda_source  # type: ignore[attr-defined]
     assert src.count("mk::gpu::stream_linear<1, ") == 4

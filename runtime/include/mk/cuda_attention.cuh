@@ -10,7 +10,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "mk/cuda_kernels.h"
+#include "mk/cuda_stream.cuh"
 
 namespace mk {
 namespace gpu {
@@ -30,29 +30,6 @@ struct StreamAttention {
   float* m;              // [R]
   float* l;              // [R]
 };
-
-// 16 bytes from L2 (not L1): the caches are written earlier in the same launch by other SMs.
-__device__ inline uint4 load_l2(const uint16_t* p) {
-  uint4 v;
-  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-template <bool Vec>
-__device__ inline uint4 load_kv(const uint16_t* p) {
-  if constexpr (Vec) {
-    return load_l2(p);
-  } else {
-    uint4 v;
-    v.x = p[0] | (static_cast<uint32_t>(p[1]) << 16);
-    v.y = p[2] | (static_cast<uint32_t>(p[3]) << 16);
-    v.z = p[4] | (static_cast<uint32_t>(p[5]) << 16);
-    v.w = p[6] | (static_cast<uint32_t>(p[7]) << 16);
-    return v;
-  }
-}
 
 // The exponent's offset for a running max: the max itself, or 0 while it is not finite (as the
 // CPU kernel does, so a row that has seen only -inf scores does not turn into NaN).
@@ -96,8 +73,8 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, float (&o
       const int j = j0 + u * slots;
       kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
       if (j < a.keys) {
-        kr[u] = load_kv<Vec>(a.k + j * a.ld + lane * 8);
-        vr[u] = load_kv<Vec>(a.v + j * a.ld + lane * 8);
+        kr[u] = load8<Vec, false>(a.k + j * a.ld + lane * 8);
+        vr[u] = load8<Vec, false>(a.v + j * a.ld + lane * 8);
       }
     }
 #pragma unroll

@@ -54,10 +54,21 @@ __device__ inline uint4 load_stream(const uint16_t* p) {
   return v;
 }
 
-template <bool Vec>
+// 16 bytes from L2, not L1: data other SMs wrote earlier in the same launch (the KV caches).
+__device__ inline uint4 load_l2(const uint16_t* p) {
+  uint4 v;
+  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// Eight 16-bit elements: one 16-byte load when Vec (aligned), read-only (load_stream) or
+// written in this launch (load_l2); else element by element.
+template <bool Vec, bool ReadOnly = true>
 __device__ inline uint4 load8(const uint16_t* p) {
   if constexpr (Vec) {
-    return load_stream(p);
+    return ReadOnly ? load_stream(p) : load_l2(p);
   } else {
     uint4 v;
     v.x = p[0] | (static_cast<uint32_t>(p[1]) << 16);
