@@ -58,16 +58,30 @@ def kind_of(grid: str) -> str:
     return re.sub(r"^k\d+_(l\d+_)?", "", grid)
 
 
+def grid_bytes(prog: object) -> dict[str, int]:
+    """DRAM bytes per grid by the cost model (its per-task share × tasks)."""
+    out = {}
+    for grid in prog.graph.index().grids:  # type: ignore[attr-defined]
+        out[grid.sym_name.data] = grid.cost.get("bytes", 0) * grid.num_tasks
+    return out
+
+
 def model_summary(prog: object) -> None:
-    """Per kind of grid: grids, tasks, summed span and mean task time, largest first."""
+    """Per kind of grid: grids, tasks, summed span, mean task time and the DRAM bandwidth its
+    bytes (cost model) over its span make, largest first."""
     kinds: dict[str, list[float]] = {}
+    moved = grid_bytes(prog)
     for grid, n, start, end, mean in grid_rows(prog):
-        k = kinds.setdefault(kind_of(grid), [0, 0, 0.0, 0.0])
+        k = kinds.setdefault(kind_of(grid), [0, 0, 0.0, 0.0, 0.0])
         k[0], k[1], k[2], k[3] = k[0] + 1, k[1] + n, k[2] + end - start, k[3] + mean * n
+        k[4] += moved.get(grid, 0)
     rows = sorted(kinds.items(), key=lambda kv: -kv[1][2])
-    print(f"  {'kind':<16}{'grids':>6}{'tasks':>7}{'span us':>10}{'mean task us':>14}")
-    for kind, (grids, tasks, span, busy) in rows:
-        print(f"  {kind:<16}{grids:>6}{tasks:>7}{span:>10.1f}{busy / max(tasks, 1):>14.2f}")
+    print(f"  {'kind':<16}{'grids':>6}{'tasks':>7}{'span us':>10}{'mean task us':>14}{'GB/s':>8}")
+    for kind, (grids, tasks, span, busy, nbytes) in rows:
+        rate = nbytes / (span * 1e3) if span > 0 else 0.0
+        print(
+            f"  {kind:<16}{grids:>6}{tasks:>7}{span:>10.1f}{busy / max(tasks, 1):>14.2f}{rate:>8.0f}"
+        )
 
 
 def print_op_segments(prog: object, top: int = 12) -> None:
