@@ -31,6 +31,7 @@ from mk.backends.cuda import op_marks
 from mk.backends.cuda.stream import StreamPlan, plan_stream
 from mk.backends.cuda.stream_attention import AttentionPlan, plan_attention, score_lambda
 from mk.backends.shared_bodies import SharedBodies, SharedFunction
+from mk.diagnostics import MkError
 from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import GraphDefOp, InputOp, KernelOp
 from mk.dialects.mugraph_tiles import ThreadMapOp, shape_of
@@ -369,7 +370,13 @@ def _device_function(fn: SharedFunction) -> str:
 def arena_smem(staging: int) -> tuple[int, int]:
     """(offset, bytes) of the arena's shared-memory part behind `staging` bytes of the streamed
     bodies; MK_CUDA_ARENA_SMEM (bytes) lowers the cap, 0 keeps every tile in global scratch."""
-    cap = int(os.environ.get("MK_CUDA_ARENA_SMEM", ARENA_SMEM))
+    text = os.environ.get("MK_CUDA_ARENA_SMEM", str(ARENA_SMEM))
+    try:
+        cap = int(text)
+    except ValueError:
+        raise MkError(f"MK_CUDA_ARENA_SMEM must be a byte count, got {text!r}") from None
+    if cap < 0:
+        raise MkError(f"MK_CUDA_ARENA_SMEM must be a byte count, got {text!r}")
     offset = -(-staging // 16) * 16
     room = SMEM_PER_CTA - STATIC_SMEM_MARGIN - offset
     return offset, max(0, min(cap, room)) // 16 * 16

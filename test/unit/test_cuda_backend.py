@@ -207,3 +207,26 @@ def test_single_split_attention_generic_loop_on_the_gpu(cache: Path) -> None:
     prog = mk.compile(_WIDE_GROUP_ATTENTION, target="cuda", num_sms=1, cache_dir=cache)
     assert "mk::gpu::stream_attention<" not in prog.cuda_source
     _assert_close(prog(*inputs), mk.reference(_WIDE_GROUP_ATTENTION, *inputs))
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(("value", "arena"), [("0", 0), ("4096", 4096), ("1000000", None)])
+def test_arena_shared_memory_cap(
+    value: str, arena: int | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MK_CUDA_ARENA_SMEM", value)
+    src = mk.compile(ROOT / "examples/rmsnorm_linear.mlir", target="cuda", cache_dir=tmp_path)
+    text = src.cuda_source  # type: ignore[attr-defined]
+    got = int(text.split("kArenaBytes = ")[1].split(";")[0])
+    offset = int(text.split("kArenaOffset = ")[1].split(";")[0])
+    total = int(text.split("kSmemBytes = ")[1].split(";")[0])
+    assert total == offset + got and offset % 16 == 0
+    # Too large a cap is cut to what a Hopper CTA can opt into beside the staging area.
+    assert got == arena if arena is not None else offset + got <= (227 - 16) << 10
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_arena_cap_must_be_a_byte_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MK_CUDA_ARENA_SMEM", "lots")
+    with pytest.raises(mk.MkError, match="MK_CUDA_ARENA_SMEM must be a byte count, got 'lots'"):
+        mk.compile(ROOT / "examples/rmsnorm_linear.mlir", target="cuda", cache_dir=tmp_path)
