@@ -1,0 +1,108 @@
+// Per-CTA memory of the CUDA task bodies: the dynamic shared memory, the bump arena the tiles
+// live in (a shared-memory part, then global scratch), the tiles themselves, and the op marks
+// of a profile build.
+#pragma once
+
+#include <stdint.h>
+#include <stdio.h>
+
+// A CTA-cooperative loop: thread i takes elements i, i + blockDim.x, ...
+#define MK_FOR_EACH(e, n) for (int64_t e = threadIdx.x; e < (n); e += blockDim.x)
+
+namespace mk {
+namespace gpu {
+
+// The dynamic shared memory of a CTA: the streamed bodies' staging area at the front, the
+// arena's fast part behind it (Dispatch::kArenaOffset).
+extern __shared__ __align__(16) unsigned char mk_dynamic_smem[];
+
+struct ArenaMark {
+  uint64_t top;
+  uint64_t fast_top;
+};
+
+// Per-CTA bump allocator: tiles go to a shared-memory part while it has room, then to this SM's
+// slice of the global scratch area. Most task bodies' tiles are small, and in shared memory each
+// of their cooperative steps costs a few dozen cycles instead of an L2 round trip. All threads
+// allocate in the same order, so they agree on every address without talking to each other.
+struct Arena {
+  uint8_t* base;
+  uint64_t top;
+  uint64_t cap;
+  uint8_t* fast;
+  uint64_t fast_top;
+  uint64_t fast_cap;
+  uint64_t* marks;  // this task's op-mark timestamps (MK_OP_MARKS builds with a timeline), or null
+  int32_t mark_cap;
+  int32_t mark_n;
+  __device__ void* alloc(uint64_t bytes) {
+    const uint64_t near = (fast_top + 15) & ~uint64_t{15};
+    if (near + bytes <= fast_cap) {
+      fast_top = near + bytes;
+      return fast + near;
+    }
+    const uint64_t at = (top + 15) & ~uint64_t{15};
+    if (at + bytes > cap) {
+      if (threadIdx.x == 0) printf("mk: CTA %d scratch overflow (%llu > %llu bytes)\n", blockIdx.x,
+                                   (unsigned long long)(at + bytes), (unsigned long long)cap);
+      __trap();
+    }
+    top = at + bytes;
+    return base + at;
+  }
+  __device__ ArenaMark mark() const { return ArenaMark{top, fast_top}; }
+  __device__ void reset(ArenaMark m) {
+    top = m.top;
+    fast_top = m.fast_top;
+  }
+};
+
+// Op marks: a build with MK_OP_MARKS defined stamps the time after each statement of a task body
+// (and between the phases of the streamed bodies) into the timeline, so a profile can say which
+// statement a task's time goes to. Thread 0 stamps; the statements end with __syncthreads().
+__device__ inline uint64_t mark_clock() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ inline void op_mark(Arena& a) {
+  if (threadIdx.x == 0 && a.marks && a.mark_n < a.mark_cap) a.marks[a.mark_n] = mark_clock();
+  ++a.mark_n;
+}
+
+#if defined(MK_OP_MARKS)
+#define MK_MARK(arena) ::mk::gpu::op_mark(arena)
+#else
+#define MK_MARK(arena) ((void)0)
+#endif
+
+// A dense tile in scratch memory with a fixed capacity (its static size): a handle, so copies
+// share storage; `resize` only changes the logical size.
+template <class T>
+struct Tile {
+  T* p = nullptr;
+  int64_t n = 0;
+  int64_t cap = 0;
+  __device__ Tile() {}
+  __device__ Tile(Arena& a, int64_t capacity)
+      : p(static_cast<T*>(a.alloc(sizeof(T) * (capacity > 0 ? capacity : 1)))), n(0), cap(capacity) {}
+  __device__ void resize(int64_t m) {
+    if (m > cap) {
+      if (threadIdx.x == 0) printf("mk: tile of %lld elements resized to %lld\n", (long long)cap, (long long)m);
+      __trap();
+    }
+    n = m;
+  }
+  __device__ int64_t size() const { return n; }
+  __device__ T* data() const { return p; }
+  __device__ T& operator[](int64_t i) const { return p[i]; }
+  __device__ void assign(int64_t m, T value) {
+    resize(m);
+    MK_FOR_EACH(e, m) p[e] = value;
+    __syncthreads();
+  }
+};
+
+}  // namespace gpu
+}  // namespace mk
