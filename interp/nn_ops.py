@@ -173,7 +173,12 @@ def _step(args: Sequence[np.ndarray], attrs: Attrs, shape: Shape) -> np.ndarray:
 def _cache_write(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.ndarray:
     cache, new, index = args
     dim = _int(attrs, "dim") % cache.ndim
-    extent, n = cache.shape[dim], new.shape[dim]
+    extent = cache.shape[dim]
+    # `new` holds the written slab in row-major order; the mugraph kernel may read it through a
+    # reshape (its own shape then differs from the slab's), nn.cache_write's verifier makes it
+    # the slab itself.
+    n = new.size * extent // max(cache.size, 1)
+    new = new.reshape(cache.shape[:dim] + (n,) + cache.shape[dim + 1 :])
     out = np.array(cache, copy=True)
     starts = np.asarray(index).astype(np.int64)
     for row in range(cache.shape[0] if len(starts) > 1 else 1):

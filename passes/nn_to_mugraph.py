@@ -23,7 +23,9 @@ Layout ops fold into maps in these cases (elsewhere they are library copy kernel
   split), or splits the last dim into heads [..., H, 1, ..., D] when a block's column tile is a
   whole number of heads;
 - a reshape [..., H·D] -> [..., H, 1, ..., D] feeding a row chain (its blocks read their heads
-  from the source and reshape the tile).
+  from the source and reshape the tile);
+- a reshape whose only user is an `nn.cache_write` (as the new slab): the `cache_write` kernel
+  reads the reshape's source, the slab's elements in row-major order.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from xdsl.passes import ModulePass
 
 from mk.diagnostics import MkError, op_location
 from mk.dialects import nn
+from mk.dialects.mugraph import KernelOp
 from mk.dialects.mugraph_tiles import shape_of
 from mk.passes.nn_to_mugraph_fusion import (
     LINEAR_OPS,
@@ -57,6 +60,7 @@ from mk.passes.nn_to_mugraph_rules import (
     attention_kernels,
     head_view_source,
     library_kernel,
+    nn_attributes,
     row_chain_kernel,
     row_dims,
 )
@@ -165,6 +169,10 @@ def plan_units(ops: list[Operation], t: Tiling) -> list[_Unit]:
             if chain is not None:
                 claim(_row_chain_unit(chain))
     for op in ops:
+        view = _cache_write_view(op, claimed)
+        if view is not None:
+            claim(_Unit([view, op], lambda lookup, o=op, v=view: _cache_write_emit(o, v, lookup)))
+    for op in ops:
         if op in claimed:
             continue
         chain = match_elementwise_group(op, claimed, order)
@@ -177,6 +185,24 @@ def plan_units(ops: list[Operation], t: Tiling) -> list[_Unit]:
         else:
             claim(_kept_unit(op))
     return units
+
+
+def _cache_write_view(op: Operation, claimed: set[Operation]) -> nn.ReshapeOp | None:
+    """The reshape producing a cache write's new slab, when the write is its only user: the
+    kernel reads the reshape's source instead (the same bytes), so no copy task runs."""
+    if not isinstance(op, nn.CacheWriteOp) or op in claimed:
+        return None
+    view = _sole_unclaimed(op.new, op, claimed)
+    return view if isinstance(view, nn.ReshapeOp) else None
+
+
+def _cache_write_emit(
+    op: nn.CacheWriteOp, view: nn.ReshapeOp, lookup: ValueMap
+) -> tuple[list[Operation], dict[SSAValue, SSAValue]]:
+    operands = [lookup(op.cache), lookup(view.operands[0]), lookup(op.index)]
+    kernel = KernelOp("cache_write", operands, [op.results[0].type], nn_attributes(op))
+    kernel.results[0].name_hint = op.results[0].name_hint
+    return [kernel], {op.results[0]: kernel.results[0]}
 
 
 def _sole_unclaimed(value: SSAValue, user: Operation, claimed: set[Operation]) -> Operation | None:

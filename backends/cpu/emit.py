@@ -398,14 +398,16 @@ class LibraryEmitter:
         s = self.shapes
         dim = self.dim("dim", len(s[0]))
         size = numpy_dtype(tensor_type(self.op.operands[0]).element_type).itemsize
+        # The slab's extent along dim: `new` may be read through a reshape (any shape, same bytes).
+        n = math.prod(s[1]) * s[0][dim] // max(math.prod(s[0]), 1)
         self.lines += [
             "std::vector<int64_t> a2;",
             f"mk::cpu::load_all(a2, buffers[{index.index}], {index.dtype}, {dims(index.shape)});",
             f"const int64_t bad = mk::cpu::cache_write_bytes(buffers[{out.index}], "
             f"buffers[{cache.index}], buffers[{new.index}], a2, {dims(s[0])}, {dim}, "
-            f"{s[1][dim]}, {size});",
+            f"{n}, {size});",
         ]
-        self.cache_write_failure(dim, s[1][dim], s[0][dim])
+        self.cache_write_failure(dim, n, s[0][dim])
         return self.lines
 
     def cache_write_failure(self, dim: int, n: int, extent: int) -> None:

@@ -158,6 +158,9 @@ def _role(arg: BlockArgument) -> _Role:
             case "nn.step", 0:
                 high = step_high(op)
                 role.int_high = high if role.int_high is None else min(role.int_high, high)
+            case "nn.cache_write", 2:  # a position given directly: every written slot in range
+                high = _index_high(op, 2)
+                role.int_high = high if role.int_high is None else min(role.int_high, high)
             case _:
                 pass
     return role

@@ -108,6 +108,21 @@ def test_random_inputs_keep_every_step_in_range() -> None:
         assert 0 <= int(pos[0]) <= 24 - 4 - 1
 
 
+def test_random_inputs_keep_a_direct_cache_position_in_range() -> None:
+    text = """
+func.func @w(%c: tensor<2x6x4xbf16> {nn.donated}, %n: tensor<2x2x4xbf16>, %p: tensor<2xi32>) -> tensor<2x2x4xbf16> {
+  %c2 = nn.cache_write %c, %n, %p {dim = 1 : i64} : (tensor<2x6x4xbf16>, tensor<2x2x4xbf16>, tensor<2xi32>) -> tensor<2x6x4xbf16>
+  func.return %n : tensor<2x2x4xbf16>
+}"""
+    func = entry_function(load_module(text))
+    seen = set()
+    for seed in range(30):
+        p = random_inputs(func, seed)[2]
+        assert ((p >= 0) & (p <= 6 - 2)).all()  # two slots from p inside six
+        seen |= set(p.tolist())
+    assert len(seen) > 1
+
+
 def test_mugraph_interpreter_matches_the_reference_with_state() -> None:
     module = load_module(DECODE)
     func = entry_function(module)

@@ -300,3 +300,19 @@ func.func @qk_norm_rope(%q: tensor<1x256xbf16>, %w: tensor<64xbf16>, %c: tensor<
 // CHECK-NEXT:      %r_s = mugraph.input %s_a imap [-1, -1, -1] fmap -1 : tensor<1x32xf32> -> tensor<1x32xf32>
 // CHECK-NEXT:      %r_rot = mugraph.rope %r_n, %r_c, %r_s : (tensor<1x1x1x64xf32>, tensor<1x32xf32>, tensor<1x32xf32>) -> tensor<1x1x1x64xf32>
 // CHECK-NEXT:      mugraph.output %r_rot to %r_r omap [1, -1, -1]
+
+// -----
+
+// A cache write of a reshaped slab reads the reshape's source (the same bytes): no copy kernel.
+// A reshape with another user stays a copy.
+func.func @cache_write_view(%cache: tensor<1x2x8x4xbf16> {nn.donated}, %v: tensor<1x8xbf16>, %w: tensor<1x8xbf16>, %cache2: tensor<1x2x8x4xbf16>, %p: tensor<1xi32>) -> (tensor<1x2x1x4xbf16>, tensor<1x2x8x4xbf16>) {
+  %v4 = nn.reshape %v : (tensor<1x8xbf16>) -> tensor<1x2x1x4xbf16>
+  %c = nn.cache_write %cache, %v4, %p {dim = 2 : i64} : (tensor<1x2x8x4xbf16>, tensor<1x2x1x4xbf16>, tensor<1xi32>) -> tensor<1x2x8x4xbf16>
+  %w4 = nn.reshape %w : (tensor<1x8xbf16>) -> tensor<1x2x1x4xbf16>
+  %c2 = nn.cache_write %cache2, %w4, %p {dim = 2 : i64} : (tensor<1x2x8x4xbf16>, tensor<1x2x1x4xbf16>, tensor<1xi32>) -> tensor<1x2x8x4xbf16>
+  func.return %w4, %c2 : tensor<1x2x1x4xbf16>, tensor<1x2x8x4xbf16>
+}
+// CHECK-LABEL: func.func @cache_write_view
+// CHECK-NEXT:    %c = mugraph.kernel "cache_write" (%cache, %v, %p) {dim = 2 : i64} : (tensor<1x2x8x4xbf16>, tensor<1x8xbf16>, tensor<1xi32>) -> tensor<1x2x8x4xbf16>
+// CHECK-NEXT:    %w4 = mugraph.kernel "reshape" (%w)
+// CHECK-NEXT:    %c2 = mugraph.kernel "cache_write" (%cache2, %w4, %p)
