@@ -169,8 +169,8 @@ def plan_units(ops: list[Operation], t: Tiling) -> list[_Unit]:
             if chain is not None:
                 claim(_row_chain_unit(chain))
     for op in ops:
-        view = _cache_write_view(op, claimed)
-        if view is not None:
+        view = _cache_write_view(op, claimed) if isinstance(op, nn.CacheWriteOp) else None
+        if isinstance(op, nn.CacheWriteOp) and view is not None:
             claim(_Unit([view, op], lambda lookup, o=op, v=view: _cache_write_emit(o, v, lookup)))
     for op in ops:
         if op in claimed:
@@ -187,10 +187,10 @@ def plan_units(ops: list[Operation], t: Tiling) -> list[_Unit]:
     return units
 
 
-def _cache_write_view(op: Operation, claimed: set[Operation]) -> nn.ReshapeOp | None:
+def _cache_write_view(op: nn.CacheWriteOp, claimed: set[Operation]) -> nn.ReshapeOp | None:
     """The reshape producing a cache write's new slab, when the write is its only user: the
     kernel reads the reshape's source instead (the same bytes), so no copy task runs."""
-    if not isinstance(op, nn.CacheWriteOp) or op in claimed:
+    if op in claimed:
         return None
     view = _sole_unclaimed(op.new, op, claimed)
     return view if isinstance(view, nn.ReshapeOp) else None
