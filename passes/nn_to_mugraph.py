@@ -169,8 +169,10 @@ def plan_units(ops: list[Operation], t: Tiling) -> list[_Unit]:
             if chain is not None:
                 claim(_row_chain_unit(chain))
     for op in ops:
-        view = _cache_write_view(op, claimed) if isinstance(op, nn.CacheWriteOp) else None
-        if isinstance(op, nn.CacheWriteOp) and view is not None:
+        if not isinstance(op, nn.CacheWriteOp):
+            continue
+        view = _cache_write_view(op, claimed)
+        if view is not None:
             claim(_Unit([view, op], lambda lookup, o=op, v=view: _cache_write_emit(o, v, lookup)))
     for op in ops:
         if op in claimed:
