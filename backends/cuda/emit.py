@@ -66,11 +66,6 @@ class CudaSource:
     scratch_per_sm: int
     mark_labels: dict[str, tuple[str, ...]] | None = None
 
-    @property
-    def marks(self) -> int:
-        """Op-mark slots per task: the most any grid stamps."""
-        return max((len(v) for v in (self.mark_labels or {}).values()), default=0)
-
 
 def _numel(value: SSAValue) -> int:
     ty = value.type

@@ -53,10 +53,7 @@ def _closure(func: FuncOp, roots: list[SSAValue], stop: SSAValue | None) -> Subg
             continue
         chosen.add(op)
         stack.extend(op.operands)
-    ops = [op for op in body if op in chosen]
-    produced = {r for op in ops for r in op.results}
-    inputs = list(dict.fromkeys(v for op in ops for v in op.operands if v not in produced))
-    return Subgraph(ops, inputs, roots)
+    return Subgraph.of([op for op in body if op in chosen], roots)
 
 
 def two_parts(func: FuncOp, cut: tuple[int, int]) -> tuple[Subgraph, Subgraph] | None:

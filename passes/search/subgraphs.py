@@ -22,6 +22,14 @@ class Subgraph:
     inputs: list[SSAValue]
     outputs: list[SSAValue]
 
+    @classmethod
+    def of(cls, ops: list[Operation], outputs: list[SSAValue]) -> Subgraph:
+        """The subgraph of `ops` (in program order): its inputs are the values they read and
+        do not produce, in order of first use."""
+        produced = {r for op in ops for r in op.results}
+        inputs = list(dict.fromkeys(v for op in ops for v in op.operands if v not in produced))
+        return cls(ops, inputs, outputs)
+
     def extract(self, name: str) -> FuncOp:
         """A function computing the outputs from the inputs with clones of the ops."""
         block = Block(arg_types=[v.type for v in self.inputs])
@@ -104,10 +112,7 @@ def _cone(root: SSAValue, run: list[Operation], roots: set[SSAValue], max_ops: i
             continue
         chosen.append(op)
         frontier.extend(op.operands)
-    ops = [op for op in run if op in chosen]
-    produced = {r for op in ops for r in op.results}
-    inputs = list(dict.fromkeys(v for op in ops for v in op.operands if v not in produced))
-    return Subgraph(ops, inputs, [root])
+    return Subgraph.of([op for op in run if op in chosen], [root])
 
 
 def _cheap(op: Operation, members: set[Operation], roots: set[SSAValue]) -> bool:
@@ -124,10 +129,8 @@ def _whole(func: FuncOp, max_ops: int) -> Subgraph | None:
     if len(runs) != 1 or len(runs[0]) != len(body) or len(body) > max_ops:
         return None
     run = runs[0]
-    produced = {r for op in run for r in op.results}
-    inputs = list(dict.fromkeys(v for op in run for v in op.operands if v not in produced))
     outputs = [r for r in _roots(run) if any(u.operation not in set(run) for u in r.uses)]
-    return Subgraph(run, inputs, outputs)
+    return Subgraph.of(run, outputs)
 
 
 def subgraphs(func: FuncOp, max_ops: int) -> Iterator[Subgraph]:
