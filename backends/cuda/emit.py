@@ -183,8 +183,9 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             emit(
                 f"const mk::gpu::Dims tm_s{k} = mk::gpu::bcast_strides({dims(shape_of(a))}, tm_out);"
             )
+            emit(f"const int32_t tm_w{k} = mk::gpu::walk_of(tm_s{k}, tm_out);")
         emit(f"MK_FOR_EACH(e, {n}) {{")
-        self.thread_map_element(op, lambda k: f"mk::gpu::bcast_offset(e, tm_out, tm_s{k})")
+        self.thread_map_element(op, lambda k: f"mk::gpu::walk_offset(tm_w{k}, e, tm_out, tm_s{k})")
         emit("}")
         emit("__syncthreads();")
         emit("}")

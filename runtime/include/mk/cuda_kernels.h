@@ -71,6 +71,23 @@ __device__ inline Dims bcast_strides(const Dims& in, const Dims& out) {
 // dimension. Offsets into buffers stay 64-bit.
 __device__ inline uint32_t u32(int64_t x) { return static_cast<uint32_t>(x); }
 
+// How an operand is walked from an output's element index: the index itself (the same dense
+// layout), always element 0 (a broadcast scalar), or dimension by dimension. Decided once per
+// op: the per-dimension walk runs a division chain over the Dims, which live in local memory
+// (they are indexed at run time), for every element.
+enum Walk : int32_t { WALK_SAME, WALK_ONE, WALK_GENERAL };
+
+__device__ inline int32_t walk_of(const Dims& strides, const Dims& out) {
+  bool one = true, same = true;
+  int64_t dense = 1;
+  for (int d = out.n - 1; d >= 0; --d) {
+    one = one && (strides.v[d] == 0 || out.v[d] == 1);
+    same = same && (out.v[d] == 1 || strides.v[d] == dense);
+    dense *= out.v[d];
+  }
+  return one ? WALK_ONE : same ? WALK_SAME : WALK_GENERAL;
+}
+
 // The flat offset of output element `e` (row-major in `out`) in an input with `strides`.
 __device__ inline int64_t bcast_offset(int64_t e, const Dims& out, const Dims& strides) {
   int64_t off = 0;
@@ -81,6 +98,10 @@ __device__ inline int64_t bcast_offset(int64_t e, const Dims& out, const Dims& s
     r /= n;
   }
   return off;
+}
+
+__device__ inline int64_t walk_offset(int32_t walk, int64_t e, const Dims& out, const Dims& strides) {
+  return walk == WALK_SAME ? e : walk == WALK_ONE ? 0 : bcast_offset(e, out, strides);
 }
 
 template <class T>
@@ -210,18 +231,46 @@ __device__ inline int64_t box_offset(int64_t e, const Dims& full, const Dims& st
   return off;
 }
 
+// Whether a box's elements are one contiguous run of `full` (every dim inside its outermost
+// partial dim spans the whole extent, every dim outside it is 1), and where the run starts.
+__device__ inline bool box_run(const Dims& full, const Dims& start, const Dims& box, int64_t* first) {
+  bool run = true, partial = false;
+  int64_t off = 0, stride = 1;
+  for (int d = box.n - 1; d >= 0; --d) {
+    if (partial) {
+      run = run && box.v[d] == 1;
+    } else if (box.v[d] != full.v[d]) {
+      partial = true;
+    }
+    off += start.v[d] * stride;
+    stride *= full.v[d];
+  }
+  *first = off;
+  return run;
+}
+
 template <class T>
 MK_COOPERATIVE void load_box(Tile<T>& tile, const void* base, int32_t dtype, const Dims& full,
                          const Dims& start, const Dims& box) {
   tile.resize(numel(box));
-  MK_FOR_EACH(e, tile.n) load_into(tile.p[e], base, dtype, box_offset(e, full, start, box));
+  int64_t first = 0;
+  if (box_run(full, start, box, &first)) {
+    MK_FOR_EACH(e, tile.n) load_into(tile.p[e], base, dtype, first + e);
+  } else {
+    MK_FOR_EACH(e, tile.n) load_into(tile.p[e], base, dtype, box_offset(e, full, start, box));
+  }
   __syncthreads();
 }
 
 template <class T>
 MK_COOPERATIVE void store_box(void* base, int32_t dtype, const Dims& full, const Dims& start,
                           const Dims& box, const Tile<T>& tile) {
-  MK_FOR_EACH(e, tile.n) store_elem(base, dtype, box_offset(e, full, start, box), tile.p[e]);
+  int64_t first = 0;
+  if (box_run(full, start, box, &first)) {
+    MK_FOR_EACH(e, tile.n) store_elem(base, dtype, first + e, tile.p[e]);
+  } else {
+    MK_FOR_EACH(e, tile.n) store_elem(base, dtype, box_offset(e, full, start, box), tile.p[e]);
+  }
   __syncthreads();
 }
 
@@ -317,8 +366,9 @@ MK_COOPERATIVE void binary_tile(Tile<float>& out, const Dims& oshape, const Tile
                                    int32_t kind) {
   out.resize(numel(oshape));
   const Dims sa = bcast_strides(ashape, oshape), sb = bcast_strides(bshape, oshape);
+  const int32_t wa = walk_of(sa, oshape), wb = walk_of(sb, oshape);
   MK_FOR_EACH(e, out.n) {
-    out.p[e] = binary(kind, a.p[bcast_offset(e, oshape, sa)], b.p[bcast_offset(e, oshape, sb)]);
+    out.p[e] = binary(kind, a.p[walk_offset(wa, e, oshape, sa)], b.p[walk_offset(wb, e, oshape, sb)]);
   }
   __syncthreads();
 }
