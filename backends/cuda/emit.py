@@ -162,9 +162,10 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
                 f" + ({n0}) * {ref.shape[1]} + {k0}, {ref.shape[1]}, {w.tile_shape()[0]}, "
                 f"{self.var(acc.res)}.data()}};"
             )
+        mma = "true" if plan.tensor_cores(k) else "false"
         emit(
             f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}, "
-            f"{plan.steps_in_flight()}>(sl);"
+            f"{plan.steps_in_flight()}, {mma}>(sl);"
         )
         emit("}")
         for op in plan.invariant:

@@ -63,6 +63,11 @@ class StreamPlan:
         loads = 24 if self.rows <= 2 else 16 if self.rows <= 8 else 8
         return max(1, loads // self.rows_per_round())
 
+    def tensor_cores(self, k: int) -> bool:
+        """Whether the products run on tensor cores (mma m16n8k16): batches of 2..16 rows, the
+        columns in 32-wide steps. One row stays on CUDA cores: it gains nothing there."""
+        return 2 <= self.rows <= MAX_ROWS and k % 32 == 0 and self.chunk(k) % 32 == 0
+
     def chunk(self, k: int) -> int:
         """Columns staged per chunk: all of the task's K when the shared memory holds it."""
         return min(k, SMEM_FLOATS // self.rows // 256 * 256)

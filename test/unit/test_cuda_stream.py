@@ -153,3 +153,12 @@ def test_launch_into_given_outputs_then_check(tmp_path: Path) -> None:
     assert error <= bound
     with pytest.raises(ValueError, match="out #0"):
         prog.launch(*tensors, out=[given[:1]])  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("rows", "k", "cores"), [(1, 1024, False), (2, 1024, True), (16, 512, True), (5, 100, False)]
+)
+def test_tensor_cores_for_batches_of_two_to_sixteen(rows: int, k: int, cores: bool) -> None:
+    kernels = _graph_defs(_linear(rows, 64, k, norm=True), tile_n=0)
+    plans = [p for p in map(plan_stream, kernels.values()) if p is not None]
+    assert len(plans) == 1 and plans[0].tensor_cores(k) is cores

@@ -7,6 +7,7 @@
 // so the weight stream never waits on it; Σx² for the norm is taken in the same pass.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -252,9 +253,141 @@ __device__ void store_sum_sq(const StreamLinear& s, float (&ss)[M]) {
   }
 }
 
+// ------------------------------------------------------------------------------ tensor cores
+
+__device__ inline uint32_t pack2(float lo, float hi, bool bf16) {
+  if (bf16) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// D += A·B for one m16n8k16 tile: A 16×16 (four packed pairs per lane), B 16×8 (two), D f32.
+template <bool BF16>
+__device__ inline void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                uint32_t b0, uint32_t b1) {
+  if constexpr (BF16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+// Columns [k, k + 8) of staged activation row m as four packed pairs; zeros for m >= M.
+template <int M>
+__device__ inline uint4 act8(const float* xs, int stride, int m, int k, bool bf16) {
+  if (m >= M) return make_uint4(0, 0, 0, 0);
+  const float4 a = *reinterpret_cast<const float4*>(xs + m * stride + k);
+  const float4 b = *reinterpret_cast<const float4*>(xs + m * stride + k + 4);
+  return make_uint4(pack2(a.x, a.y, bf16), pack2(a.z, a.w, bf16), pack2(b.x, b.y, bf16),
+                    pack2(b.z, b.w, bf16));
+}
+
+// Row `row` of the concatenated weights at column c (null past the last), and its sums.
+__device__ inline const uint16_t* weight_row(const StreamLinear& s, int row, int64_t c, float** out,
+                                             int32_t* rows) {
+  for (int i = 0; i < s.nw; ++i) {
+    if (row < s.w[i].rows) {
+      *out = s.w[i].out + row;
+      *rows = s.w[i].rows;
+      return s.w[i].w + row * s.w[i].ld + c;
+    }
+    row -= s.w[i].rows;
+  }
+  *out = nullptr;
+  *rows = 0;
+  return nullptr;
+}
+
+// One warp on tensor cores: weight rows [r0, r0 + 8) times the staged activation rows (M <= 16,
+// the A operand padded to 16 with zeros) over columns [k0, k1) of the chunk, multiples of 32.
+// Lane (g, t) = (lane / 4, lane % 4) streams weight row r0 + g, 16 bytes at column k + 8t of each
+// 32-column step. Inside a step the k order is permuted alike for A and B (a sum does not mind),
+// so both operands are plain 16-byte vectors: for mma j, B is the lane's weight pairs 2j and
+// 2j + 1 and A the packed activation pairs 2j and 2j + 1 of the same eight columns (rows g and
+// g + 8). U steps' loads are in flight before the first mma.
+template <int M, int U, bool BF16>
+__device__ void mma_rows(const StreamLinear& s, const float* xs, int stride, int64_t c, int r0,
+                         int rows, int k0, int k1) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  float* unused;
+  int32_t unused_rows;
+  const uint16_t* wp = r0 + g < rows ? weight_row(s, r0 + g, c, &unused, &unused_rows) : nullptr;
+  float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int k = k0; k < k1; k += 32 * U) {
+    uint4 w[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const bool in = wp && k + 32 * u < k1;
+      w[u] = in ? load_stream(wp + k + 32 * u + 8 * t) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (k + 32 * u >= k1) break;  // the same for the whole warp
+      const int kk = k + 32 * u + 8 * t;
+      const uint4 lo = act8<M>(xs, stride, g, kk, BF16), hi = act8<M>(xs, stride, g + 8, kk, BF16);
+      mma16816<BF16>(d, lo.x, hi.x, lo.y, hi.y, w[u].x, w[u].y);
+      mma16816<BF16>(d, lo.z, hi.z, lo.w, hi.w, w[u].z, w[u].w);
+    }
+  }
+  // d[2h + e]: activation row g + 8h, weight row r0 + 2t + e. Other warps may add to the same
+  // sums (their own columns), hence the atomics.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int m = g + 8 * h, row = r0 + 2 * t + e;
+      float* out;
+      int32_t n;
+      if (m < M && row < rows && weight_row(s, row, c, &out, &n)) atomicAdd(out + m * n, d[2 * h + e]);
+    }
+  }
+}
+
+__device__ inline int gcd_int(int a, int b) {
+  while (b) {
+    const int r = a % b;
+    a = b;
+    b = r;
+  }
+  return a;
+}
+
+// All warps on tensor cores over one staged chunk: (8-row group, column slice) units, as many
+// slices as make the units a multiple of the warp count so every warp gets the same share.
+template <int M>
+__device__ void mma_chunk(const StreamLinear& s, const float* xs, int stride, int kc, int64_t c,
+                          int rows) {
+  const int warps = static_cast<int>(blockDim.x >> 5), warp = static_cast<int>(threadIdx.x >> 5);
+  const int groups = (rows + 7) / 8, steps = kc / 32;
+  int slices = warps / gcd_int(groups, warps);
+  slices = slices < steps ? slices : (steps > 0 ? steps : 1);
+  const bool bf16 = s.w_dtype == DTYPE_BF16;
+  for (int unit = warp; unit < groups * slices; unit += warps) {
+    const int rg = unit % groups, sl = unit / groups;
+    const int k0 = steps * sl / slices * 32, k1 = steps * (sl + 1) / slices * 32;
+    if (bf16) {
+      mma_rows<M, 16, true>(s, xs, stride, c, rg * 8, rows, k0, k1);
+    } else {
+      mma_rows<M, 16, false>(s, xs, stride, c, rg * 8, rows, k0, k1);
+    }
+  }
+}
+
 // All threads of the CTA: out[m][row] += Σ_k xside[m][k] · w[row][k] for every weight row of
-// the task, and sum_sq[m] += Σ_k x[m][k]². Ends with __syncthreads().
-template <int M, int RG, int S>
+// the task, and sum_sq[m] += Σ_k x[m][k]². With Mma (batches of 2..16 rows) the products run on
+// tensor cores, the activation rounded to the weights' 16-bit type. Ends with __syncthreads().
+template <int M, int RG, int S, bool Mma = false>
 __device__ void stream_linear(const StreamLinear& s) {
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
@@ -276,7 +409,9 @@ __device__ void stream_linear(const StreamLinear& s) {
     stage_chunk<M>(s, xs, s.kc, kc, c, ss);
     __syncthreads();
     if (c == 0) MK_MARK(*s.arena);
-    if (vec) {
+    if (Mma && vec && kc % 32 == 0) {
+      mma_chunk<M>(s, xs, s.kc, kc, c, rows);
+    } else if (vec) {
       stream_rows<M, RG, S, true>(s, xs, s.kc, kc, c, begin, end);
     } else {
       stream_rows<M, RG, S, false>(s, xs, s.kc, kc, c, begin, end);
