@@ -34,7 +34,7 @@ from mk.backends.shared_bodies import SharedBodies, SharedFunction
 from mk.diagnostics import MkError
 from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import GraphDefOp, InputOp, KernelOp
-from mk.dialects.mugraph_tiles import ThreadMapOp, shape_of
+from mk.dialects.mugraph_tiles import ReshapeOp, ThreadMapOp, shape_of
 from mk.dialects.task import BufferOp, GraphOp, GridOp
 from mk.inputs import numpy_dtype, tensor_type
 
@@ -83,9 +83,23 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         super().__init__(op, operands, results)
         self.plan: StreamPlan | AttentionPlan | None = plan_stream(op) or plan_attention(op)
         self.smem_floats = 0
+        self.views: set[SSAValue] = set()
 
     def materialised(self, value: SSAValue) -> bool:
         return self.plan is None or value not in self.plan.streamed()
+
+    def layout_op(self, op: Operation, it: str) -> None:
+        """A reshape keeping the dtype is a view: its tile shares the source's storage (a
+        handle copy), not a cooperative copy with a barrier."""
+        if isinstance(op, ReshapeOp) and dtype_code(op.res.type) == dtype_code(op.x.type):
+            self.lines.append(f"{self.var(op.res)}.alias({self.var(op.x)});")
+            self.views.add(op.res)
+            return
+        super().layout_op(op, it)
+
+    def round(self, value: SSAValue) -> None:
+        if value not in self.views:  # a view's source was rounded when it was made
+            super().round(value)
 
     def emit_loop(self, loop: Sequence[Operation]) -> None:
         if isinstance(self.plan, StreamPlan):

@@ -230,3 +230,11 @@ def test_arena_cap_must_be_a_byte_count(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("MK_CUDA_ARENA_SMEM", "lots")
     with pytest.raises(mk.MkError, match="MK_CUDA_ARENA_SMEM must be a byte count, got 'lots'"):
         mk.compile(ROOT / "examples/rmsnorm_linear.mlir", target="cuda", cache_dir=tmp_path)
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_reshapes_in_task_bodies_are_views(tmp_path: Path) -> None:
+    # Every block-level reshape of the Llama block keeps its dtype: a handle copy, no tile copy.
+    prog = mk.compile(ROOT / "examples/llama3_8b_block.mlir", target="cuda", cache_dir=tmp_path)
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    assert src.count(".alias(") >= 5 and "copy_tile(" not in src

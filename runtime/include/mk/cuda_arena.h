@@ -97,6 +97,12 @@ struct Tile {
   __device__ int64_t size() const { return n; }
   __device__ T* data() const { return p; }
   __device__ T& operator[](int64_t i) const { return p[i]; }
+  // This tile becomes a view of x (a reshape: the same elements in the same order).
+  __device__ void alias(const Tile& x) {
+    p = x.p;
+    n = x.n;
+    cap = x.cap;
+  }
   __device__ void assign(int64_t m, T value) {
     resize(m);
     MK_FOR_EACH(e, m) p[e] = value;
