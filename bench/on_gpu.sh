@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the project root with the wheels carried in .whl/:
-#   bash bench/on_gpu.sh [tests] [sanitize] [bench] [timeline] [generate] [search] [profile]
+#   bash bench/on_gpu.sh [tests] [sanitize] [bench] [timeline] [generate] [search] [profile] [ncu]
 #   (default: all but search and profile)
 # Installs mk, runs the gpu-marked tests, compute-sanitizer on the examples, the benchmark
 # table, the per-grid timelines (TIMELINE_ARGS, e.g. "--model qwen3-0.6b --layers 4") and
@@ -41,6 +41,15 @@ for step in $steps; do
       for trace in "$OUT"/*_L*_B*.json; do
         [ -e "$trace" ] && python3 "$ROOT/bench/trace_svg.py" "$trace" "${trace%.json}.svg"
       done ;;
+    ncu)
+      # Warp stalls of one steady-state model step (the third launch), per SASS instruction too.
+      ncu -k regex:megakernel --launch-skip 2 --launch-count 1 --import-source no \
+        --section WarpStateStats --section SourceCounters --section LaunchStats -f -o "$OUT/step" \
+        python3 "$ROOT/bench/timeline.py" ${PROFILE_ARGS:---model qwen3-0.6b --layers 4} >"$OUT/ncu.out" 2>&1
+      ncu --import "$OUT/step.ncu-rep" --page raw --csv >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
+      ncu --import "$OUT/step.ncu-rep" --page source --print-source sass --csv >"$OUT/sass.csv" 2>>"$OUT/ncu.err"
+      for so in /tmp/mk-cache/cuda/*/*.so; do cuobjdump -sass "$so" >"$OUT/$(basename "$so" .so).sass" 2>>"$OUT/ncu.err"; done
+      python3 "$ROOT/bench/ncu_stalls.py" "$OUT/ncu.csv" | tee "$OUT/ncu.log" ;;
     timeline)
       python3 "$ROOT/bench/timeline.py" --out "$OUT" ${TIMELINE_ARGS:-} 2>&1 | tee "$OUT/timeline.log" | tail -80 ;;
     generate)

@@ -169,7 +169,7 @@ def _indent(lines: Sequence[str], depth: int) -> list[str]:
         if line.startswith("}"):
             depth -= 1
         out.append("  " * depth + line)
-        if line.endswith("{"):
+        if line.split("  // ")[0].endswith("{"):
             depth += 1
     return out
 

@@ -155,12 +155,16 @@ class GraphDefEmitter:
             _affine([(tile[d], ("bx", "by", "bz")[a]) for a in range(3) if omap[a] == d])
             for d in range(len(tile))
         ]
-        start = "mk::cpu::Dims{" + ", ".join(starts) + "}"
         for ref in self.results.get(op.result_index(), []):
-            self.lines.append(
-                f"mk::cpu::store_box(buffers[{ref.index}], {ref.dtype}, {dims(ref.shape)}, "
-                f"{start}, {dims(tile)}, {self.var(op.tile)});"
-            )
+            self.store_box(ref, starts, op)
+
+    def store_box(self, ref: BufferRef, starts: Sequence[str], op: OutputOp) -> None:
+        """Write `op`'s tile into the result buffer `ref` at the per-dimension `starts`."""
+        start = "mk::cpu::Dims{" + ", ".join(starts) + "}"
+        self.lines.append(
+            f"mk::cpu::store_box(buffers[{ref.index}], {ref.dtype}, {dims(ref.shape)}, "
+            f"{start}, {dims(shape_of(op.tile))}, {self.var(op.tile)});"
+        )
 
     def round(self, value: SSAValue) -> None:
         if is_float(value.type) and dtype_code(value.type) != "mk::DTYPE_F32":

@@ -25,16 +25,17 @@ from mk.backends.cpu.emit import (
     grid_kernel,
     uses_iteration,
 )
-from mk.backends.cpu.emit_ops import BufferRef, GraphDefEmitter
-from mk.backends.cpu.emit_scalar import dims, dtype_code
+from mk.backends.cpu.emit_ops import BINARY_ENUM, UNARY_ENUM, BufferRef, GraphDefEmitter
+from mk.backends.cpu.emit_scalar import dtype_code, float_literal, is_float
 from mk.backends.cuda import op_marks
+from mk.backends.cuda.elementwise import box_runs, element_offset, flat_offset
 from mk.backends.cuda.stream import StreamPlan, plan_stream
 from mk.backends.cuda.stream_attention import AttentionPlan, plan_attention, score_lambda
 from mk.backends.shared_bodies import SharedBodies, SharedFunction
 from mk.diagnostics import MkError
 from mk.dialects import mugraph_maps as maps
-from mk.dialects.mugraph import GraphDefOp, InputOp, KernelOp
-from mk.dialects.mugraph_tiles import ReshapeOp, ThreadMapOp, shape_of
+from mk.dialects.mugraph import GraphDefOp, InputOp, KernelOp, OutputOp
+from mk.dialects.mugraph_tiles import BinaryOp, ReshapeOp, ThreadMapOp, UnaryOp, shape_of
 from mk.dialects.task import BufferOp, GraphOp, GridOp
 from mk.inputs import numpy_dtype, tensor_type
 
@@ -179,7 +180,7 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         mma = "true" if plan.tensor_cores(k) else "false"
         emit(
             f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}, "
-            f"{plan.steps_in_flight()}, {mma}>(sl);"
+            f"{plan.steps_in_flight(k)}, {mma}>(sl);"
         )
         emit("}")
         for op in plan.invariant:
@@ -192,18 +193,72 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         n = math.prod(out_shape)
         for r in op.res:
             emit(f"{self.var(r)}.resize({n});")
-        emit("{")
-        emit(f"const mk::gpu::Dims tm_out = {dims(out_shape)};")
-        for k, a in enumerate(op.args):
-            emit(
-                f"const mk::gpu::Dims tm_s{k} = mk::gpu::bcast_strides({dims(shape_of(a))}, tm_out);"
-            )
-            emit(f"const int32_t tm_w{k} = mk::gpu::walk_of(tm_s{k}, tm_out);")
-        emit(f"MK_FOR_EACH(e, {n}) {{")
-        self.thread_map_element(op, lambda k: f"mk::gpu::walk_offset(tm_w{k}, e, tm_out, tm_s{k})")
+        emit("{  // thread_map")
+        emit(f"MK_FOR_EACH_U32(e, {n}) {{")
+        self.thread_map_element(op, lambda k: element_offset(out_shape, shape_of(op.args[k])))
         emit("}")
         emit("__syncthreads();")
         emit("}")
+
+    def step(self, op: Operation, it: str) -> None:
+        if isinstance(op, BinaryOp | UnaryOp):
+            self.elementwise(op)
+        else:
+            super().step(op, it)
+
+    def elementwise(self, op: BinaryOp | UnaryOp) -> None:
+        """One element loop that reads the operands at offsets resolved here, computes and
+        rounds to the result's dtype (the CPU form is a helper call, then a rounding pass)."""
+        out = shape_of(op.res)
+        n = math.prod(out)
+
+        def read(value: SSAValue) -> str:
+            at = f"{self.var(value)}[{element_offset(out, shape_of(value))}]"
+            return at if is_float(value.type) else f"static_cast<float>({at})"
+
+        kind = op.kind.data
+        if isinstance(op, BinaryOp):
+            value = f"mk::gpu::binary(mk::gpu::{BINARY_ENUM[kind]}, {read(op.a)}, {read(op.b)})"
+        else:
+            factor = float_literal(float(op.factor.value.data)) if op.factor is not None else "0.0f"
+            unary = UNARY_ENUM[kind].replace("mk::cpu::", "mk::gpu::")
+            value = f"mk::gpu::unary({unary}, {read(op.x)}, {factor})"
+        dtype = dtype_code(op.res.type)
+        if not is_float(op.res.type):
+            value = f"mk::gpu::from_float<int64_t>({value})"
+        elif dtype != "mk::DTYPE_F32":
+            value = f"mk::gpu::round_to({value}, {dtype})"
+        res = self.var(op.res)
+        emit = self.lines.append
+        emit(f"{res}.resize({n});")
+        emit(f"{{  // {kind}")
+        emit(f"MK_FOR_EACH_U32(e, {n}) {res}[e] = {value};")
+        emit("__syncthreads();")
+        emit("}")
+
+    def load(self, op: InputOp, it: str) -> None:
+        ref = self.operands[op.source_index()]
+        runs = box_runs(ref.shape, op.tile_shape())
+        if runs is None:
+            super().load(op, it)
+            return
+        first = flat_offset(ref.shape, self.input_starts(op, it))
+        self.lines.append(
+            f"mk::gpu::load_runs<{ref.dtype}, {runs.rows}, {runs.cols}>({self.var(op.tile)}, "
+            f"buffers[{ref.index}], {first}, {runs.ld});"
+        )
+        if dtype_code(op.tile.type) != ref.dtype:
+            self.round(op.tile)
+
+    def store_box(self, ref: BufferRef, starts: Sequence[str], op: OutputOp) -> None:
+        runs = box_runs(ref.shape, shape_of(op.tile))
+        if runs is None:
+            super().store_box(ref, starts, op)
+            return
+        self.lines.append(
+            f"mk::gpu::store_runs<{ref.dtype}, {runs.rows}, {runs.cols}>(buffers[{ref.index}], "
+            f"{flat_offset(ref.shape, starts)}, {runs.ld}, {self.var(op.tile)});"
+        )
 
 
 class DeviceLibraryEmitter(LibraryEmitter):

@@ -36,6 +36,8 @@ def enabled() -> bool:
 def _label(statement: Sequence[str]) -> str:
     """What a statement does, in a few words: the first library call in it."""
     text = " ".join(statement)
+    if statement[0].startswith("{  // "):  # an element loop the emitter named
+        return statement[0][6:].strip()
     if "stream_attention<" in text:
         return "stream_attention"
     if "stream_linear<" in text:

@@ -57,11 +57,16 @@ class StreamPlan:
         most = max(1, min(8, 160 // (self.rows + 16)))  # sums plus four loads' registers
         return -(-share // -(-share // most))
 
-    def steps_in_flight(self) -> int:
-        """256-column steps whose loads a lane issues before multiplying: about 24 16-byte
-        loads per lane for one or two activation rows, fewer as the sums take registers."""
+    def steps_in_flight(self, k: int) -> int:
+        """256-column steps whose loads a lane issues before multiplying: up to about 24
+        16-byte loads per lane for one or two activation rows, fewer as the sums take registers;
+        no more steps than a chunk has, split evenly over the rounds (every unrolled step costs
+        instructions even when its columns are past the end)."""
         loads = 24 if self.rows <= 2 else 16 if self.rows <= 8 else 8
-        return max(1, loads // self.rows_per_round())
+        most = max(1, loads // self.rows_per_round())
+        steps = -(-self.chunk(k) // 256)
+        rounds = -(-steps // most)
+        return -(-steps // rounds)
 
     def tensor_cores(self, k: int) -> bool:
         """Whether the products run on tensor cores (mma m16n8k16): batches of 2..16 rows, the

@@ -274,6 +274,27 @@ MK_COOPERATIVE void store_box(void* base, int32_t dtype, const Dims& full, const
   __syncthreads();
 }
 
+// A box whose shape and dtype the emitter resolved: Rows runs of Cols contiguous elements, `ld`
+// apart, from element `first`. Constant extents turn the per-element index into a multiply.
+template <int32_t Dtype, uint32_t Rows, uint32_t Cols, class T>
+MK_COOPERATIVE void load_runs(Tile<T>& tile, const void* base, int64_t first, int64_t ld) {
+  tile.resize(Rows * Cols);
+  MK_FOR_EACH_U32(e, Rows * Cols) {
+    const uint32_t r = Rows == 1 ? 0u : e / Cols;
+    load_into(tile.p[e], base, Dtype, first + r * ld + (e - r * Cols));
+  }
+  __syncthreads();
+}
+
+template <int32_t Dtype, uint32_t Rows, uint32_t Cols, class T>
+MK_COOPERATIVE void store_runs(void* base, int64_t first, int64_t ld, const Tile<T>& tile) {
+  MK_FOR_EACH_U32(e, Rows * Cols) {
+    const uint32_t r = Rows == 1 ? 0u : e / Cols;
+    store_elem(base, Dtype, first + r * ld + (e - r * Cols), tile.p[e]);
+  }
+  __syncthreads();
+}
+
 template <class T>
 MK_COOPERATIVE void load_all(Tile<T>& t, const void* base, int32_t dtype, const Dims& shape) {
   Dims zero;
