@@ -31,14 +31,14 @@ def main() -> int:
     for row in rows(Path(sys.argv[1])):
         print(row.get("Kernel Name", "")[:80])
         stalls = {
-            k: float(v.replace(",", ""))
-            for k, v in row.items()
-            if "stalled" in k and _number(v)
+            k: float(v.replace(",", "")) for k, v in row.items() if "stalled" in k and _number(v)
         }
         for key, value in sorted(stalls.items(), key=lambda kv: -kv[1])[:30]:
             print(f"  {value:12.3f}  {key}")
         for key in sorted(row):
-            if key.startswith(("smsp__inst_executed.sum", "sm__cycles_elapsed.avg", "smsp__warps_launched")):
+            if key.startswith(
+                ("smsp__inst_executed.sum", "sm__cycles_elapsed.avg", "smsp__warps_launched")
+            ):
                 print(f"  {key} = {row[key]}")
     return 0
 

@@ -23,7 +23,8 @@ STREAM_LINEAR_PHASES = ("stream_linear: stage x", "stream_linear: weights")
 _CALL = re.compile(r"mk::gpu::(\w+)")
 _SILENT = re.compile(
     r"^(mk::gpu::Tile<\w+> \w+\(arena, \d+\);|\(void\).*|const int64_t (bx|last) .*"
-    r"|\w+\.resize\(\d+\);|\w+\.alias\(\w+\);|const mk::gpu::ArenaMark .*|arena\.reset\(\w+\);)$"
+    r"|\w+\.resize\(\d+\);|if \(prefetch\) .*|\w+\.alias\(\w+\);"
+    r"|const mk::gpu::ArenaMark .*|arena\.reset\(\w+\);)$"
 )
 # A tile loop of one iteration: its statements are marked as if at the top level.
 _ONE_ITERATION = "for (int64_t it = 0; it < 1; ++it) {"

@@ -62,7 +62,9 @@ def test_every_example_emits_a_megakernel(
     functions = re.findall(r"^__device__ __noinline__ int32_t (task_\w+)\(", src, re.M)
     assert 1 <= len(functions) <= len(grids)  # grids differing only in buffers share one
     for i in range(len(grids)):
-        call = re.search(rf"case {16 + i}: return (task_\w+)\(t, .*kBufferIndex \+ \d+\);", src)
+        call = re.search(
+            rf"case {16 + i}: return (task_\w+)\(t, .*kBufferIndex \+ \d+, false\);", src
+        )
         assert call is not None and call.group(1) in functions
     assert src.rstrip().endswith("MK_CUDA_ENTRY_POINTS(Dispatch)")
     # Nothing of the host-only CPU helpers survives into device code.

@@ -111,6 +111,24 @@ def test_emitted_source_streams_and_copies(tmp_path: Path) -> None:
     assert "static constexpr unsigned kSmemBytes = " in src
 
 
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(("n", "k", "fetched"), [(512, 1024, True), (4096, 4096, False)])
+def test_small_weight_slabs_are_prefetched(tmp_path: Path, n: int, k: int, fetched: bool) -> None:
+    """A task whose weights fit PREFETCH_MAX asks the L2 for them before its wait; a bigger
+    slab is not fetched ahead (two tasks' worth per SM would overflow the L2)."""
+    prog = mk.compile(_linear(1, n, k, norm=True), target="cuda", num_sms=8, cache_dir=tmp_path)
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    body = re.search(r"if \(prefetch\) \{ (.*) return 0; \}", src)
+    assert (body is not None) == fetched
+    if body is not None:
+        rows = re.findall(r"mk::gpu::prefetch_rows\(.*?, (\d+), (\d+), (\d+)\);", body.group(1))
+        assert rows and all(int(ld) == k == int(cols) for _, ld, cols in rows)
+        assert 2 * k * sum(int(r) for r, _, _ in rows) <= 128 << 10
+        assert re.search(
+            r"task_\w+\(t, buffers, arena, iteration, kBufferIndex \+ \d+, true\)", src
+        )
+
+
 # --------------------------------------------------------------------------- on the GPU
 
 SHAPES = [

@@ -102,7 +102,17 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
     for (int32_t q = begin; q < end; ++q) {
       const int32_t id = p.queue_tasks[q];
       const TaskDesc* task = p.tasks + id;
-      if (threadIdx.x == 0) go = wait_task(p, id, sm, t);
+      if (threadIdx.x == 0) {
+        // Weights one task ahead: the next task's stream from HBM overlaps this one's wait and
+        // run (the first task of the launch fetches its own).
+        if (t == 0 && q == begin) Dispatch::prefetch(task->kind, task, p.buffers, arena, t);
+        const int32_t next = q + 1 < end ? q + 1 : t + 1 < p.iterations ? begin : -1;
+        if (next >= 0) {
+          const TaskDesc* ahead = p.tasks + p.queue_tasks[next];
+          Dispatch::prefetch(ahead->kind, ahead, p.buffers, arena, next > q ? t : t + 1);
+        }
+        go = wait_task(p, id, sm, t);
+      }
       __syncthreads();
       if (!go) return;
       const uint64_t started = p.timeline && threadIdx.x == 0 ? globaltimer() : 0;

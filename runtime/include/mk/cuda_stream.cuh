@@ -253,6 +253,29 @@ __device__ void store_sum_sq(const StreamLinear& s, float (&ss)[M]) {
   }
 }
 
+// ------------------------------------------------------------------------------ prefetch
+
+// Asks the L2 to fetch the 16-byte-aligned part of [p, p + bytes) with bulk prefetches: one
+// instruction per 32 KB from one thread, nothing waits for them.
+__device__ inline void prefetch_l2(const void* p, uint64_t bytes) {
+  const uint64_t a = reinterpret_cast<uint64_t>(p);
+  const uint64_t end = (a + bytes) & ~uint64_t{15};
+  for (uint64_t at = (a + 15) & ~uint64_t{15}; at < end; at += 32768) {
+    const uint32_t n = static_cast<uint32_t>(end - at < 32768 ? end - at : 32768);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"(n) : "memory");
+  }
+}
+
+// A decode task's weights (`rows` rows of `cols` 16-bit elements, `ld` apart), requested before
+// the task waits for its inputs: HBM streams them while the producers finish.
+__device__ inline void prefetch_rows(const uint16_t* w, int rows, int64_t ld, int64_t cols) {
+  if (ld == cols) {
+    prefetch_l2(w, 2 * static_cast<uint64_t>(rows) * cols);
+    return;
+  }
+  for (int r = 0; r < rows; ++r) prefetch_l2(w + r * ld, 2 * static_cast<uint64_t>(cols));
+}
+
 // ------------------------------------------------------------------------------ tensor cores
 
 __device__ inline uint32_t pack2(float lo, float hi, bool bf16) {
