@@ -5,7 +5,7 @@
 # Installs mk, runs the gpu-marked tests, compute-sanitizer on the examples, the benchmark
 # table, the per-grid timelines (TIMELINE_ARGS, e.g. "--model qwen3-0.6b --layers 4") and
 # mk-generate on the model presets (MODELS, BATCHES), and the superoptimizer's kernels against the
-# rules (bench/search_bench.py), and an op-mark profile of one model step with its trace drawn as
+# rules (bench/search_bench.py, SEARCH_ARGS), and an op-mark profile of one model step with its trace drawn as
 # SVG (PROFILE_ARGS, default "--model qwen3-0.6b --layers 4"). Set MK_COMMIT to the local checkout's commit: the copy here may
 # carry stale git metadata;
 # logs go to $OUT (or ./gpu-out).
@@ -34,7 +34,7 @@ for step in $steps; do
     bench)
       MK_COMMIT=${MK_COMMIT:-} python3 "$ROOT/bench/bench.py" --runs 100 --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -14 ;;
     search)
-      python3 "$ROOT/bench/search_bench.py" --runs 100 --out "$OUT" 2>&1 | tee "$OUT/search.log" | tail -10 ;;
+      python3 "$ROOT/bench/search_bench.py" --runs 100 --out "$OUT" ${SEARCH_ARGS:-} 2>&1 | tee "$OUT/search.log" | tail -10 ;;
     profile)
       python3 "$ROOT/bench/timeline.py" --ops --out "$OUT" ${PROFILE_ARGS:---model qwen3-0.6b --layers 4} \
         2>&1 | tee "$OUT/profile.log" | tail -40
