@@ -129,6 +129,34 @@ def test_example_matches_the_reference_on_the_gpu(path: Path, cache: Path) -> No
         _assert_close(prog(*inputs), refs)
 
 
+def _unfused_rms(b: int, k: int) -> str:
+    """RMSNorm spelled out in f32 (elementwise library kernels with broadcasts) before a linear."""
+    x, col, w = f"tensor<{b}x{k}xf32>", f"tensor<{b}x1xf32>", f"tensor<64x{k}xf32>"
+    y = f"tensor<{b}x64xf32>"
+    return f"""func.func @rms(%x: {x}, %eps: tensor<1xf32>, %g: tensor<{k}xf32>, %w: {w}) -> {y} {{
+  %sq = nn.mul %x, %x : ({x}, {x}) -> {x}
+  %ms = nn.reduce_mean %sq {{dim = 1 : i64, keepdim = true}} : ({x}) -> {col}
+  %me = nn.add %ms, %eps : ({col}, tensor<1xf32>) -> {col}
+  %r = nn.rsqrt %me : ({col}) -> {col}
+  %xn = nn.mul %x, %r : ({x}, {col}) -> {x}
+  %h = nn.mul %xn, %g : ({x}, tensor<{k}xf32>) -> {x}
+  %y = nn.linear %h, %w : ({x}, {w}) -> {y}
+  func.return %y : {y}
+}}"""
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("b", "k"), [(1, 4096), (3, 200)])
+def test_unfused_f32_elementwise_kernels_on_the_gpu(cache: Path, b: int, k: int) -> None:
+    """Found on the H200 by bench/search_bench.py: the f32 square of a [1, 4096] tensor came
+    back as garbage, so the output was the reference scaled by 1/sqrt(eps)."""
+    text = _unfused_rms(b, k)
+    prog = mk.compile(text, target="cuda", cache_dir=cache)
+    inputs = random_inputs(prog.func, seed=2)
+    inputs[1][...] = 1e-6  # the epsilon
+    _assert_close(prog(*inputs), mk.reference(text, *inputs))
+
+
 @pytest.mark.gpu
 def test_torch_cuda_tensors_run_in_place(cache: Path) -> None:
 

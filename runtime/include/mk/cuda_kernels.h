@@ -71,23 +71,6 @@ __device__ inline Dims bcast_strides(const Dims& in, const Dims& out) {
 // dimension. Offsets into buffers stay 64-bit.
 __device__ inline uint32_t u32(int64_t x) { return static_cast<uint32_t>(x); }
 
-// How an operand is walked from an output's element index: the index itself (the same dense
-// layout), always element 0 (a broadcast scalar), or dimension by dimension. Decided once per
-// op: the per-dimension walk runs a division chain over the Dims, which live in local memory
-// (they are indexed at run time), for every element.
-enum Walk : int32_t { WALK_SAME, WALK_ONE, WALK_GENERAL };
-
-__device__ inline int32_t walk_of(const Dims& strides, const Dims& out) {
-  bool one = true, same = true;
-  int64_t dense = 1;
-  for (int d = out.n - 1; d >= 0; --d) {
-    one = one && (strides.v[d] == 0 || out.v[d] == 1);
-    same = same && (out.v[d] == 1 || strides.v[d] == dense);
-    dense *= out.v[d];
-  }
-  return one ? WALK_ONE : same ? WALK_SAME : WALK_GENERAL;
-}
-
 // The flat offset of output element `e` (row-major in `out`) in an input with `strides`.
 __device__ inline int64_t bcast_offset(int64_t e, const Dims& out, const Dims& strides) {
   int64_t off = 0;
@@ -98,10 +81,6 @@ __device__ inline int64_t bcast_offset(int64_t e, const Dims& out, const Dims& s
     r /= n;
   }
   return off;
-}
-
-__device__ inline int64_t walk_offset(int32_t walk, int64_t e, const Dims& out, const Dims& strides) {
-  return walk == WALK_SAME ? e : walk == WALK_ONE ? 0 : bcast_offset(e, out, strides);
 }
 
 template <class T>
@@ -387,9 +366,8 @@ MK_COOPERATIVE void binary_tile(Tile<float>& out, const Dims& oshape, const Tile
                                    int32_t kind) {
   out.resize(numel(oshape));
   const Dims sa = bcast_strides(ashape, oshape), sb = bcast_strides(bshape, oshape);
-  const int32_t wa = walk_of(sa, oshape), wb = walk_of(sb, oshape);
   MK_FOR_EACH(e, out.n) {
-    out.p[e] = binary(kind, a.p[walk_offset(wa, e, oshape, sa)], b.p[walk_offset(wb, e, oshape, sb)]);
+    out.p[e] = binary(kind, a.p[bcast_offset(e, oshape, sa)], b.p[bcast_offset(e, oshape, sb)]);
   }
   __syncthreads();
 }
