@@ -144,3 +144,38 @@ def test_progress_bar_draws_only_when_asked() -> None:
         bar.close(456, 5)
     assert "[superoptimize @f]" in shown.getvalue() and "456 states, 5 graphs" in shown.getvalue()
     assert hidden.getvalue() == ""  # a StringIO is not a terminal
+
+
+def _rms_eps(scale: bool) -> str:
+    x, c = "tensor<2x64xf32>", "tensor<2x1xf32>"
+    y = "%y = nn.mul %x, %r" if scale else "%y = nn.mul %x, %x"
+    return f"""func.func @rms(%x: {x}, %eps: tensor<1xf32>) -> {x} {{
+  %sq = nn.mul %x, %x : ({x}, {x}) -> {x}
+  %ms = nn.reduce_mean %sq {{dim = 1 : i64, keepdim = true}} : ({x}) -> {c}
+  %me = nn.add %ms, %eps : ({c}, tensor<1xf32>) -> {c}
+  %r = nn.rsqrt %me : ({c}) -> {c}
+  {y} : ({x}, {"tensor<2x1xf32>" if scale else x}) -> {x}
+  func.return %y : {x}
+}}"""
+
+
+def test_float_check_draws_again_outside_the_domain() -> None:
+    """With seed 1 the epsilon input is below -mean(x²): the reference itself is NaN there. The
+    float check draws fresh inputs instead of rejecting a correct candidate, and still rejects a
+    wrong one."""
+    from mk.dialects import make_context
+    from mk.passes.nn_to_mugraph import NnToMugraphPass
+    from mk.passes.search.verify import float_check
+
+    target = load_module(_rms_eps(scale=True))
+    first = run_reference(target, *random_inputs(entry_function(target), 1), entry="rms")
+    assert not np.isfinite(np.asarray(first[0], dtype=np.float64)).all()
+
+    def lowered(src: str) -> ModuleOp:
+        module = load_module(src)
+        NnToMugraphPass().apply(make_context(), module)
+        return module
+
+    errors = float_check(target, lowered(_rms_eps(scale=True)), "rms", seed=1)
+    assert errors is not None and all(e <= 1e-5 for e in errors)
+    assert float_check(target, lowered(_rms_eps(scale=False)), "rms", seed=1) is None
