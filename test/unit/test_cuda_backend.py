@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import re
 import time
@@ -130,19 +131,13 @@ def test_example_matches_the_reference_on_the_gpu(path: Path, cache: Path) -> No
 
 
 def _unfused_rms(b: int, k: int) -> str:
-    """RMSNorm spelled out in f32 (elementwise library kernels with broadcasts) before a linear."""
-    x, col, w = f"tensor<{b}x{k}xf32>", f"tensor<{b}x1xf32>", f"tensor<64x{k}xf32>"
-    y = f"tensor<{b}x64xf32>"
-    return f"""func.func @rms(%x: {x}, %eps: tensor<1xf32>, %g: tensor<{k}xf32>, %w: {w}) -> {y} {{
-  %sq = nn.mul %x, %x : ({x}, {x}) -> {x}
-  %ms = nn.reduce_mean %sq {{dim = 1 : i64, keepdim = true}} : ({x}) -> {col}
-  %me = nn.add %ms, %eps : ({col}, tensor<1xf32>) -> {col}
-  %r = nn.rsqrt %me : ({col}) -> {col}
-  %xn = nn.mul %x, %r : ({x}, {col}) -> {x}
-  %h = nn.mul %xn, %g : ({x}, tensor<{k}xf32>) -> {x}
-  %y = nn.linear %h, %w : ({x}, {w}) -> {y}
-  func.return %y : {y}
-}}"""
+    """RMSNorm spelled out in f32 (elementwise library kernels with broadcasts) before a linear:
+    bench/search_bench.py's program."""
+    spec = importlib.util.spec_from_file_location("search_bench", ROOT / "bench/search_bench.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.rms_unfused(b, 64, k)
 
 
 @pytest.mark.gpu
