@@ -58,6 +58,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--logit-tol", type=float, default=2e-2, help="relative logit tolerance (default 0.02)"
     )
+    p.add_argument(
+        "--accuracy",
+        action="store_true",
+        help="with --check, also run the reference unrounded (f64 NumPy / f32 PyTorch) and "
+        "accept logits over --logit-tol when mk is at most 1.25x as far from it as the bf16 "
+        "reference is",
+    )
     p.add_argument("--threads", type=int, default=None, help="CPU executor threads")
     p.add_argument("--cache-dir", default=None, help="compiled-program cache (default ~/.cache/mk)")
     p.add_argument("--emit", default=None, help="also write the nn program to this file")
@@ -259,13 +266,50 @@ def _check(
         f"  logits (step {steps}): max relative error {result.logit_error:.3e}, "
         f"max abs error {result.logit_abs_error:.3e} (tolerance {args.logit_tol:g})"
     )
+    logits_ok = result.logits_ok
+    if args.accuracy:
+        logits_ok = _as_accurate(args, config, weights, prompt, run, ref.logits) or logits_ok
     for note in run.notes:
         print(f"  MISMATCH: {note}")
     for problem in result.problems:
-        print(f"  MISMATCH: {problem}")
-    ok = result.ok and not run.notes
+        waived = logits_ok and ": logits differ" in problem
+        print(f"  {'(within the accuracy bound) ' if waived else 'MISMATCH: '}{problem}")
+    ok = result.tokens_ok and logits_ok and not run.notes
     print(f"check: {'ok' if ok else 'FAILED'}")
     return ok
+
+
+ACCURACY_RATIO = 1.25  # --accuracy: mk's logits at most this much further from exact than bf16's
+
+
+def _as_accurate(
+    args: argparse.Namespace, config: Any, weights: Any, prompt: np.ndarray, run: Run, bf16: Any
+) -> bool:
+    """Whether mk's logits are about as close to an unrounded run of the reference model (on
+    mk's tokens) as the bf16 reference's are: two bf16 implementations drift apart with depth
+    even when both are right, so a deep model can exceed --logit-tol without a bug."""
+    from mk.models.reference import logit_error, reference_generate
+
+    if args.target == "cuda":
+        from mk.models.torch_reference import torch_generate
+
+        exact = torch_generate(
+            config, weights, prompt, args.steps, context=args.context, forced=run.tokens,
+            dtype="float32",
+        )  # fmt: skip
+    else:
+        exact = reference_generate(
+            config, weights, prompt, args.steps, context=args.context, forced=run.tokens,
+            dtype=np.float64, round_bf16=False,
+        )  # fmt: skip
+    mine = logit_error(run.logits, exact.logits)
+    theirs = logit_error({t: bf16[t] for t in run.logits}, exact.logits)
+    good = mine <= ACCURACY_RATIO * theirs
+    print(
+        f"  against the unrounded reference: mk {mine:.3e}, the bf16 reference {theirs:.3e} "
+        f"({'ok' if good else 'MISMATCH'}: at most {ACCURACY_RATIO:g}x)"
+    )
+    return good
 
 
 # --------------------------------------------------------------------------- main flow

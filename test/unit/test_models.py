@@ -449,6 +449,53 @@ def test_mk_generate_check(cache_dir: Path, capsys: pytest.CaptureFixture[str]) 
     assert "ms/token" in out
 
 
+@needs_decode_ops
+@needs_gxx
+def test_mk_generate_accuracy(cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--accuracy measures mk and the bf16 reference against the unrounded model; with a
+    tolerance no run meets, the logits pass only on that bound, and the tokens still count."""
+    from mk.tools.mk_generate import main
+
+    argv = ["--model", "tiny", "--batch", "2", "--steps", "4", "--target", "cpu", "--check"]
+    argv += ["--cache-dir", str(cache_dir), "--logit-tol", "0"]
+    assert main(argv) == 1  # a zero tolerance fails the logits
+    assert "MISMATCH: step" in capsys.readouterr().out
+    assert main([*argv, "--accuracy"]) == 0
+    out = capsys.readouterr().out
+    assert "against the unrounded reference: mk " in out and "check: ok" in out
+    assert "(within the accuracy bound) step" in out and "MISMATCH" not in out
+
+
+def test_accuracy_bound_rejects_logits_far_from_the_model() -> None:
+    import argparse
+
+    from mk.tools.mk_generate import Run, _as_accurate
+
+    config = preset("tiny")
+    weights = random_weights(config)
+    prompt = random_prompt(config, 2)
+    ref = reference_generate(config, weights, prompt, 3, context=5)
+    args = argparse.Namespace(target="cpu", steps=3, context=5)
+    last = {2: ref.logits[2]}
+    assert _as_accurate(args, config, weights, prompt, Run(ref.tokens, last), ref.logits)
+    skewed = Run(ref.tokens, {2: ref.logits[2] * 1.1})  # 10 % off: far past bf16 rounding
+    assert not _as_accurate(args, config, weights, prompt, skewed, ref.logits)
+
+
+def test_compare_separates_tokens_and_logits() -> None:
+    from mk.models.reference import compare, logit_error
+
+    ref = np.zeros((1, 1, 4))
+    ref[0, 0] = [0.0, 3.0, 1.0, 0.5]
+    off = {0: ref[0] + 0.3}
+    result = compare(np.array([[1]]), ref, off, logit_tol=0.01)
+    assert result.tokens_ok and not result.logits_ok and not result.ok
+    result = compare(np.array([[2]]), ref, {0: ref[0]}, logit_tol=0.01)
+    assert not result.tokens_ok and result.logits_ok
+    exact = ref.copy()
+    assert logit_error(off, exact) == pytest.approx(0.6 / np.linalg.norm(ref[0]))
+
+
 def test_mk_generate_user_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from mk.tools.mk_generate import main
 

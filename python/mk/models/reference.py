@@ -160,6 +160,8 @@ class Comparison:
     """Tokens and logits of an implementation against a teacher-forced reference."""
 
     ok: bool = True
+    tokens_ok: bool = True
+    logits_ok: bool = True
     problems: list[str] = field(default_factory=list)
     divergence: tuple[int, int] | None = None  # (step, sequence) of the first near-tie choice
     divergence_gap: float = 0.0  # how far below the reference's top logit that choice was
@@ -204,7 +206,7 @@ def compare(
                 if out.divergence is None:
                     out.divergence, out.divergence_gap = (t, b), behind
                 continue
-            out.ok = False
+            out.ok = out.tokens_ok = False
             out.problems.append(
                 f"step {t} sequence {b}: token {chosen}, reference {best} "
                 f"(its logit is {behind:.4g} below the top, tolerance {tie_tol * scale:.3g})"
@@ -216,6 +218,16 @@ def compare(
         out.logit_abs_error = max(out.logit_abs_error, float(np.max(np.abs(got - want))))
         out.compared_steps.append(t)
         if not err <= logit_tol:
-            out.ok = False
+            out.ok = out.logits_ok = False
             out.problems.append(f"step {t}: logits differ by {err:.3e} relative (> {logit_tol:g})")
     return out
+
+
+def logit_error(logits: Mapping[int, np.ndarray], exact: np.ndarray) -> float:
+    """Max over the given steps of ‖logits[t] − exact[t]‖ / ‖exact[t]‖ (exact: [steps, batch, V])."""
+    worst = 0.0
+    for t, got in logits.items():
+        want = exact[t].astype(np.float64)
+        err = np.linalg.norm(np.asarray(got, np.float64) - want) / max(np.linalg.norm(want), 1e-30)
+        worst = max(worst, float(err))
+    return worst

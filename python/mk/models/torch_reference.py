@@ -79,13 +79,17 @@ class TorchDecoder:
         batch: int,
         context: int,
         device: str = "cuda",
+        dtype: str = "bfloat16",
     ) -> None:
         torch = _torch()
         self.torch, self.config, self.batch, self.context = torch, config, batch, context
         self.device = device
-        self.w = {k: to_torch(v, device) for k, v in check_weights(config, weights).items()}
+        bf16 = getattr(torch, dtype)  # "float32": the same model unrounded (an accuracy yardstick)
+        self.w = {
+            k: to_torch(v, device).to(bf16) for k, v in check_weights(config, weights).items()
+        }
         self.norm_f32 = {k: v.float() for k, v in self.w.items() if v.dim() == 1}
-        c, bf16 = config, torch.bfloat16
+        c = config
         shape = (c.layers, batch, c.kv_heads, context, c.head_dim)
         self.k_cache = torch.zeros(shape, dtype=bf16, device=device)
         self.v_cache = torch.zeros(shape, dtype=bf16, device=device)
@@ -205,9 +209,10 @@ def torch_generate(
     forced: np.ndarray | None = None,
     graph: bool = True,
     device: str = "cuda",
+    dtype: str = "bfloat16",
 ) -> Generation:
     """Greedy generation with TorchDecoder (in a CUDA graph by default)."""
-    model = TorchDecoder(config, weights, np.asarray(prompt).shape[0], context, device)
+    model = TorchDecoder(config, weights, np.asarray(prompt).shape[0], context, device, dtype)
     if graph:
         model.capture()
     return model.generate(prompt, steps, forced)
