@@ -28,6 +28,7 @@ from mk.backends.cpu.emit import (
 from mk.backends.cpu.emit_ops import BINARY_ENUM, UNARY_ENUM, BufferRef, GraphDefEmitter
 from mk.backends.cpu.emit_scalar import dtype_code, float_literal, is_float
 from mk.backends.cuda import op_marks
+from mk.backends.cuda.barriers import PLACEHOLDER, Loop, place_barriers
 from mk.backends.cuda.elementwise import box_runs, element_offset, flat_offset
 from mk.backends.cuda.stream import StreamPlan, plan_stream
 from mk.backends.cuda.stream_attention import AttentionPlan, plan_attention, score_lambda
@@ -35,7 +36,7 @@ from mk.backends.shared_bodies import SharedBodies, SharedFunction
 from mk.diagnostics import MkError
 from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import GraphDefOp, InputOp, KernelOp, OutputOp
-from mk.dialects.mugraph_tiles import BinaryOp, ReshapeOp, ThreadMapOp, UnaryOp, shape_of
+from mk.dialects.mugraph_tiles import AccumOp, BinaryOp, ReshapeOp, ThreadMapOp, UnaryOp, shape_of
 from mk.dialects.task import BufferOp, GraphOp, GridOp
 from mk.inputs import numpy_dtype, tensor_type
 
@@ -89,6 +90,7 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         self.smem_floats = 0
         self.views: set[SSAValue] = set()
         self.prefetch: list[str] = []
+        self.loops: list[Loop] = []
 
     def materialised(self, value: SSAValue) -> bool:
         return self.plan is None or value not in self.plan.streamed()
@@ -96,7 +98,8 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
     def emit(self) -> list[str]:
         """The body; one that streams weights starts with their L2 prefetch, which the
         megakernel runs (prefetch = true) before the task waits for its inputs."""
-        lines = super().emit()
+        # The megakernel's __syncthreads() after every task covers the body's last loops.
+        lines = place_barriers(super().emit(), self.loops, trailing=False)
         if self.prefetch:
             lines.insert(2, f"if (prefetch) {{ {' '.join(self.prefetch)} return 0; }}")
         return lines
@@ -192,6 +195,13 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
                 f"{self.var(acc.res)}.data()}};"
             )
             fetch.append(f"mk::gpu::prefetch_rows({at}, {rows}, {ref.shape[1]}, {k});")
+        if plan.g is not None:  # the norm weight: the staging's first load
+            g = self.operands[plan.g.source_index()]
+            (g0,) = self.input_starts(plan.g, "0")
+            fetch.append(
+                f"mk::gpu::prefetch_l2(mk::gpu::elem_at(buffers[{g.index}], {g.dtype}, {g0}), "
+                f"{k} * mk::dtype_size({g.dtype}));"
+            )
         weight_bytes = sum(2 * w.tile_shape()[0] * k for w, _ in plan.products)
         if weight_bytes <= PREFETCH_MAX:
             self.prefetch = fetch
@@ -204,19 +214,33 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         for op in plan.invariant:
             self.load(op, "0")
 
+    def element_loop(
+        self,
+        n: int,
+        reads: Sequence[tuple[SSAValue, str]],
+        writes: Sequence[SSAValue],
+        body: Sequence[str],
+        whole: bool = False,
+    ) -> None:
+        """An element loop over n elements (barriers.py decides the barrier before it); `whole`:
+        `body` is a statement that runs the loop itself, with MK_FOR_EACH's element mapping."""
+        reads_at = tuple((self.var(v), at) for v, at in reads)
+        text = tuple(body) if whole else (f"MK_FOR_EACH_U32(e, {n}) {{", *body, "}")
+        self.loops.append(Loop(n, reads_at, tuple(self.var(w) for w in writes), text))
+        self.lines.append(f"{PLACEHOLDER}{len(self.loops) - 1}")
+
     def thread_map(self, op: ThreadMapOp) -> None:
-        emit = self.lines.append
         out_shape = maps.broadcast_shapes(*(shape_of(a) for a in op.args))
         assert out_shape is not None
         n = math.prod(out_shape)
         for r in op.res:
-            emit(f"{self.var(r)}.resize({n});")
-        emit("{  // thread_map")
-        emit(f"MK_FOR_EACH_U32(e, {n}) {{")
-        self.thread_map_element(op, lambda k: element_offset(out_shape, shape_of(op.args[k])))
-        emit("}")
-        emit("__syncthreads();")
-        emit("}")
+            self.lines.append(f"{self.var(r)}.resize({n});")
+        offsets = [element_offset(out_shape, shape_of(a)) for a in op.args]
+        start = len(self.lines)
+        self.thread_map_element(op, lambda k: offsets[k])
+        body = self.lines[start:]
+        del self.lines[start:]
+        self.element_loop(n, list(zip(op.args, offsets, strict=True)), op.res, body)
 
     def step(self, op: Operation, it: str) -> None:
         if isinstance(op, BinaryOp | UnaryOp):
@@ -229,30 +253,38 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         rounds to the result's dtype (the CPU form is a helper call, then a rounding pass)."""
         out = shape_of(op.res)
         n = math.prod(out)
+        operands = [op.a, op.b] if isinstance(op, BinaryOp) else [op.x]
+        offsets = [element_offset(out, shape_of(v)) for v in operands]
 
-        def read(value: SSAValue) -> str:
-            at = f"{self.var(value)}[{element_offset(out, shape_of(value))}]"
-            return at if is_float(value.type) else f"static_cast<float>({at})"
+        def read(k: int) -> str:
+            at = f"{self.var(operands[k])}[{offsets[k]}]"
+            return at if is_float(operands[k].type) else f"static_cast<float>({at})"
 
         kind = op.kind.data
         if isinstance(op, BinaryOp):
-            value = f"mk::gpu::binary(mk::gpu::{BINARY_ENUM[kind]}, {read(op.a)}, {read(op.b)})"
+            value = f"mk::gpu::binary(mk::gpu::{BINARY_ENUM[kind]}, {read(0)}, {read(1)})"
         else:
             factor = float_literal(float(op.factor.value.data)) if op.factor is not None else "0.0f"
             unary = UNARY_ENUM[kind].replace("mk::cpu::", "mk::gpu::")
-            value = f"mk::gpu::unary({unary}, {read(op.x)}, {factor})"
+            value = f"mk::gpu::unary({unary}, {read(0)}, {factor})"
         dtype = dtype_code(op.res.type)
         if not is_float(op.res.type):
             value = f"mk::gpu::from_float<int64_t>({value})"
         elif dtype != "mk::DTYPE_F32":
             value = f"mk::gpu::round_to({value}, {dtype})"
         res = self.var(op.res)
-        emit = self.lines.append
-        emit(f"{res}.resize({n});")
-        emit(f"{{  // {kind}")
-        emit(f"MK_FOR_EACH_U32(e, {n}) {res}[e] = {value};")
-        emit("__syncthreads();")
-        emit("}")
+        self.lines.append(f"{res}.resize({n});")
+        body = [f"{res}[e] = {value};  // {kind}"]
+        self.element_loop(n, list(zip(operands, offsets, strict=True)), [op.res], body)
+
+    def init_accumulator(self, op: Operation) -> None:
+        if not isinstance(op, AccumOp):
+            super().init_accumulator(op)
+            return
+        start = "0.0f" if maps.ACCUM_KINDS[op.kind.data].combine == "sum" else "-INFINITY"
+        n = math.prod(shape_of(op.res))
+        self.lines.append(f"{self.var(op.res)}.resize({n});")
+        self.element_loop(n, [], [op.res], [f"{self.var(op.res)}[e] = {start};  // init"])
 
     def load(self, op: InputOp, it: str) -> None:
         ref = self.operands[op.source_index()]
@@ -261,10 +293,13 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             super().load(op, it)
             return
         first = flat_offset(ref.shape, self.input_starts(op, it))
-        self.lines.append(
-            f"mk::gpu::load_runs<{ref.dtype}, {runs.rows}, {runs.cols}>({self.var(op.tile)}, "
-            f"buffers[{ref.index}], {first}, {runs.ld});"
+        n, tile = runs.rows * runs.cols, self.var(op.tile)
+        self.lines.append(f"{tile}.resize({n});")
+        load = (
+            f"mk::gpu::load_runs<{ref.dtype}, {n}, {runs.cols}>({tile}, buffers[{ref.index}], "
+            f"{first}, {runs.ld});  // load"
         )
+        self.element_loop(n, [], [op.tile], [load], whole=True)
         if dtype_code(op.tile.type) != ref.dtype:
             self.round(op.tile)
 
@@ -273,10 +308,11 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         if runs is None:
             super().store_box(ref, starts, op)
             return
-        self.lines.append(
-            f"mk::gpu::store_runs<{ref.dtype}, {runs.rows}, {runs.cols}>(buffers[{ref.index}], "
-            f"{flat_offset(ref.shape, starts)}, {runs.ld}, {self.var(op.tile)});"
+        store = (
+            f"mk::gpu::store_run_elem<{ref.dtype}, {runs.cols}>(buffers[{ref.index}], "
+            f"{flat_offset(ref.shape, starts)}, {runs.ld}, e, {self.var(op.tile)}[e]);  // store"
         )
+        self.element_loop(runs.rows * runs.cols, [(op.tile, "e")], [], [store])
 
 
 class DeviceLibraryEmitter(LibraryEmitter):

@@ -43,8 +43,9 @@ def _label(statement: Sequence[str]) -> str:
         return "stream_attention"
     if "stream_linear<" in text:
         return "stream_linear: sum_sq, sync"
-    if "MK_FOR_EACH" in text:
-        return "thread_map"
+    if "MK_FOR_EACH" in text:  # an element loop: its note (load, store, init, mul, ...)
+        note = re.search(r"// (\w+)", text)
+        return note.group(1) if note else "thread_map"
     if text.startswith("for (int64_t it"):
         return "tile loop"
     if ".assign(" in text:

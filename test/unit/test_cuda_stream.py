@@ -124,6 +124,7 @@ def test_small_weight_slabs_are_prefetched(tmp_path: Path, n: int, k: int, fetch
         rows = re.findall(r"mk::gpu::prefetch_rows\(.*?, (\d+), (\d+), (\d+)\);", body.group(1))
         assert rows and all(int(ld) == k == int(cols) for _, ld, cols in rows)
         assert 2 * k * sum(int(r) for r, _, _ in rows) <= 128 << 10
+        assert f"{k} * mk::dtype_size(mk::DTYPE_BF16));" in body.group(1)  # the norm weight
         assert re.search(
             r"task_\w+\(t, buffers, arena, iteration, kBufferIndex \+ \d+, true\)", src
         )

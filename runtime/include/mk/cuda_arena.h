@@ -6,6 +6,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+namespace mk {
+constexpr int kCudaThreads = 256;  // every CTA of the megakernel
+}  // namespace mk
+
 // A CTA-cooperative loop: thread i takes elements i, i + blockDim.x, ...
 #define MK_FOR_EACH(e, n) for (int64_t e = threadIdx.x; e < (n); e += blockDim.x)
 #define MK_FOR_EACH_U32(e, n) for (uint32_t e = threadIdx.x; e < (n); e += blockDim.x)

@@ -253,25 +253,41 @@ MK_COOPERATIVE void store_box(void* base, int32_t dtype, const Dims& full, const
   __syncthreads();
 }
 
-// A box whose shape and dtype the emitter resolved: Rows runs of Cols contiguous elements, `ld`
-// apart, from element `first`. Constant extents turn the per-element index into a multiply.
-template <int32_t Dtype, uint32_t Rows, uint32_t Cols, class T>
-MK_COOPERATIVE void load_runs(Tile<T>& tile, const void* base, int64_t first, int64_t ld) {
-  tile.resize(Rows * Cols);
-  MK_FOR_EACH_U32(e, Rows * Cols) {
-    const uint32_t r = Rows == 1 ? 0u : e / Cols;
-    load_into(tile.p[e], base, Dtype, first + r * ld + (e - r * Cols));
-  }
-  __syncthreads();
+// Element e of a box whose shape and dtype the emitter resolved: runs of Cols contiguous
+// elements, `ld` apart, from element `first`. Constant Cols turn the index into a multiply; the
+// emitter writes the loop over e (and its barriers, backends/cuda/barriers.py).
+template <int32_t Dtype, uint32_t Cols, class T>
+__device__ inline void load_run_elem(T& dst, const void* base, int64_t first, int64_t ld, uint32_t e) {
+  const uint32_t r = e / Cols;
+  load_into(dst, base, Dtype, first + r * ld + (e - r * Cols));
 }
 
-template <int32_t Dtype, uint32_t Rows, uint32_t Cols, class T>
-MK_COOPERATIVE void store_runs(void* base, int64_t first, int64_t ld, const Tile<T>& tile) {
-  MK_FOR_EACH_U32(e, Rows * Cols) {
-    const uint32_t r = Rows == 1 ? 0u : e / Cols;
-    store_elem(base, Dtype, first + r * ld + (e - r * Cols), tile.p[e]);
+template <int32_t Dtype, uint32_t Cols, class T>
+__device__ inline void store_run_elem(void* base, int64_t first, int64_t ld, uint32_t e, T value) {
+  const uint32_t r = e / Cols;
+  store_elem(base, Dtype, first + r * ld + (e - r * Cols), value);
+}
+
+// The whole box into `tile`, element e by thread e mod kCudaThreads (MK_FOR_EACH's mapping), no
+// barrier. Each thread issues up to 16 loads before it stores any: the compiler cannot move a
+// load above the store of an earlier element (the tile might alias the buffer), so a plain loop
+// waits one L2 round trip per element.
+template <int32_t Dtype, uint32_t N, uint32_t Cols, class T>
+__device__ inline void load_runs(Tile<T>& tile, const void* base, int64_t first, int64_t ld) {
+  constexpr uint32_t kPer = (N + kCudaThreads - 1) / kCudaThreads, kGroup = kPer < 16 ? kPer : 16;
+  for (uint32_t g = 0; g < kPer; g += kGroup) {
+    T v[kGroup];
+#pragma unroll
+    for (uint32_t k = 0; k < kGroup; ++k) {
+      const uint32_t e = threadIdx.x + (g + k) * kCudaThreads;
+      if (e < N) load_run_elem<Dtype, Cols>(v[k], base, first, ld, e);
+    }
+#pragma unroll
+    for (uint32_t k = 0; k < kGroup; ++k) {
+      const uint32_t e = threadIdx.x + (g + k) * kCudaThreads;
+      if (e < N) tile.p[e] = v[k];
+    }
   }
-  __syncthreads();
 }
 
 template <class T>

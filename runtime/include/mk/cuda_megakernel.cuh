@@ -12,7 +12,6 @@
 
 namespace mk {
 
-constexpr int kCudaThreads = 256;
 // mk_cuda_launch's own refusal (beside cudaError_t codes): the grid cannot be co-resident.
 constexpr int kNotCoResident = 100000;
 
