@@ -19,7 +19,8 @@ BARRIER = "__syncthreads();"
 PLACEHOLDER = "@@mk_loop "
 # Statements that touch no tile data: declarations, logical sizes, handle copies, the prefetch.
 _QUIET = re.compile(
-    r"^(mk::gpu::Tile<\w+> \w+\(arena, \d+\);|\(void\).*|const int64_t (bx|last) .*"
+    r"^(std::vector<\w+> \w+;|mk::gpu::Tile<\w+> \w+\(arena, \d+\);|\(void\).*"
+    r"|const int64_t (bx|last) .*"
     r"|\w+\.resize\(\d+\);|if \(prefetch\) .*)$"
 )
 _ALIAS = re.compile(r"^(\w+)\.alias\((\w+)\);$")

@@ -22,7 +22,8 @@ MARK = "MK_MARK(arena);"
 STREAM_LINEAR_PHASES = ("stream_linear: stage x", "stream_linear: weights")
 _CALL = re.compile(r"mk::gpu::(\w+)")
 _SILENT = re.compile(
-    r"^(mk::gpu::Tile<\w+> \w+\(arena, \d+\);|\(void\).*|const int64_t (bx|last) .*"
+    r"^(mk::gpu::Tile<\w+> \w+\((arena|reinterpret_cast<\w+\*>\(tiles \+ \d+\)), \d+\);"
+    r"|uint8_t\* const tiles = .*|\(void\).*|const int64_t (bx|last) .*"
     r"|\w+\.resize\(\d+\);|if \(prefetch\) .*|\w+\.alias\(\w+\);"
     r"|const mk::gpu::ArenaMark .*|arena\.reset\(\w+\);)$"
 )

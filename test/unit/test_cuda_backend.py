@@ -77,11 +77,17 @@ def test_every_example_emits_a_megakernel(
 def test_tile_sizes_cover_the_declared_tiles(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _no_nvcc(monkeypatch)
     prog = mk.compile(ROOT / "examples" / "gated_mlp.mlir", target="cuda", cache_dir=cache)
-    sizes = [
-        int(n) for n in re.findall(r"mk::gpu::Tile<\w+> \w+\(arena, (\d+)\);", prog.cuda_source)
-    ]
+    src = prog.cuda_source
+    sizes = [int(n) for n in re.findall(r"mk::gpu::Tile<\w+> \w+\(.*, (\d+)\);", src)]
     assert sizes and all(n > 0 for n in sizes)
     assert prog.scratch_per_sm >= 4 * sum(sizes)
+    # Small bodies take their tiles as one block: each tile inside it, 16-byte aligned.
+    for block in re.findall(r"arena\.alloc\((\d+)\)\);((?:\n.*mk::gpu::Tile<.*)+)", src):
+        total, decls = int(block[0]), block[1]
+        for ctype, at, n in re.findall(
+            r"reinterpret_cast<(\w+)\*>\(tiles \+ (\d+)\), (\d+)\)", decls
+        ):
+            assert int(at) % 16 == 0 and int(at) + int(n) * (4 if ctype == "float" else 8) <= total
 
 
 def test_calling_without_a_library_or_gpu_is_a_clear_error(

@@ -92,6 +92,8 @@ struct Tile {
   __device__ Tile() {}
   __device__ Tile(Arena& a, int64_t capacity)
       : p(static_cast<T*>(a.alloc(sizeof(T) * (capacity > 0 ? capacity : 1)))), n(0), cap(capacity) {}
+  // A tile in storage the caller allocated (a body's tiles as one arena block).
+  __device__ Tile(T* storage, int64_t capacity) : p(storage), n(0), cap(capacity) {}
   __device__ void resize(int64_t m) {
     if (m > cap) {
       if (threadIdx.x == 0) printf("mk: tile of %lld elements resized to %lld\n", (long long)cap, (long long)m);
