@@ -76,3 +76,17 @@ def test_decode_epilogues_run_without_barriers(tmp_path: Path) -> None:
     for body in residual:
         after = body[body.index("stream_linear<") :]
         assert BARRIER not in after.split("return 0;")[0]
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_split_merge_reduces_in_element_loops(tmp_path: Path) -> None:
+    """The split-KV merge's three reductions are element loops over their outputs (extents
+    resolved at emission), each after the barrier its input needs."""
+    prog = mk.compile(ROOT / "examples/attention_decode.mlir", target="cuda", cache_dir=tmp_path)
+    src: str = prog.cuda_source  # type: ignore[attr-defined]
+    assert "mk::gpu::reduce_tile(" not in src
+    lines = src.splitlines()
+    reduces = [i for i, line in enumerate(lines) if "mk::gpu::reduce_line(" in line]
+    assert len(reduces) == 3
+    for i in reduces:  # each reads a tile an element loop just wrote at other offsets
+        assert BARRIER in lines[i - 2] or BARRIER in lines[i - 3]
