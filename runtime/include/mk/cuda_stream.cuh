@@ -144,7 +144,9 @@ __device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, 
       os[j] = 0;
       int row = r0 + j;
       if (row >= end) continue;
-      for (int i = 0; i < s.nw; ++i) {
+      #pragma unroll
+      for (int i = 0; i < kStreamMaxWeights; ++i) {
+        if (i >= s.nw) break;  // constant indices: the descriptors can stay in registers
         if (row < s.w[i].rows) {
           wp[j] = s.w[i].w + row * s.w[i].ld + c;
           op[j] = s.w[i].out + row;
@@ -319,7 +321,9 @@ __device__ inline uint4 act8(const float* xs, int stride, int m, int k, bool bf1
 // Row `row` of the concatenated weights at column c (null past the last), and its sums.
 __device__ inline const uint16_t* weight_row(const StreamLinear& s, int row, int64_t c, float** out,
                                              int32_t* rows) {
-  for (int i = 0; i < s.nw; ++i) {
+  #pragma unroll
+  for (int i = 0; i < kStreamMaxWeights; ++i) {
+    if (i >= s.nw) break;  // constant indices: the descriptors can stay in registers
     if (row < s.w[i].rows) {
       *out = s.w[i].out + row;
       *rows = s.w[i].rows;
@@ -415,11 +419,16 @@ __device__ void stream_linear(const StreamLinear& s) {
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
   bool vec = true;
-  for (int i = 0; i < s.nw; ++i) {
+  #pragma unroll
+  for (int i = 0; i < kStreamMaxWeights; ++i) {
+    if (i >= s.nw) break;  // constant indices: the descriptors can stay in registers
     vec = vec && (reinterpret_cast<uintptr_t>(s.w[i].w) & 15) == 0 && s.w[i].ld % 8 == 0;
   }
   int rows = 0;
-  for (int i = 0; i < s.nw; ++i) rows += s.w[i].rows;
+  #pragma unroll
+  for (int i = 0; i < kStreamMaxWeights; ++i) {
+    if (i < s.nw) rows += s.w[i].rows;
+  }
   const int warps = static_cast<int>(blockDim.x >> 5), warp = static_cast<int>(threadIdx.x >> 5);
   const int per_warp = (rows + warps - 1) / warps;
   const int begin = warp * per_warp, end = begin + per_warp < rows ? begin + per_warp : rows;
