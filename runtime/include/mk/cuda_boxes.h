@@ -1,0 +1,124 @@
+// Boxes of buffers in and out of tiles: generic shapes walked at run time (load_box, store_box,
+// store_region) and runs whose shape and dtype the emitter resolved (load_runs, *_run_elem).
+#pragma once
+
+#include <stdint.h>
+
+#include "mk/cuda_kernels.h"
+
+namespace mk {
+namespace gpu {
+
+// Offset in a row-major tensor of shape `full` of element `e` of a box at `start`.
+__device__ inline int64_t box_offset(int64_t e, const Dims& full, const Dims& start, const Dims& box) {
+  int64_t off = 0, stride = 1;
+  uint32_t r = u32(e);
+  for (int d = box.n - 1; d >= 0; --d) {
+    const uint32_t n = u32(box.v[d]);
+    off += (start.v[d] + r % n) * stride;
+    r /= n;
+    stride *= full.v[d];
+  }
+  return off;
+}
+
+// Whether a box's elements are one contiguous run of `full` (every dim inside its outermost
+// partial dim spans the whole extent, every dim outside it is 1), and where the run starts.
+__device__ inline bool box_run(const Dims& full, const Dims& start, const Dims& box, int64_t* first) {
+  bool run = true, partial = false;
+  int64_t off = 0, stride = 1;
+  for (int d = box.n - 1; d >= 0; --d) {
+    if (partial) {
+      run = run && box.v[d] == 1;
+    } else if (box.v[d] != full.v[d]) {
+      partial = true;
+    }
+    off += start.v[d] * stride;
+    stride *= full.v[d];
+  }
+  *first = off;
+  return run;
+}
+
+template <class T>
+MK_COOPERATIVE void load_box(Tile<T>& tile, const void* base, int32_t dtype, const Dims& full,
+                         const Dims& start, const Dims& box) {
+  tile.resize(numel(box));
+  int64_t first = 0;
+  if (box_run(full, start, box, &first)) {
+    MK_FOR_EACH(e, tile.n) load_into(tile.p[e], base, dtype, first + e);
+  } else {
+    MK_FOR_EACH(e, tile.n) load_into(tile.p[e], base, dtype, box_offset(e, full, start, box));
+  }
+  __syncthreads();
+}
+
+template <class T>
+MK_COOPERATIVE void store_box(void* base, int32_t dtype, const Dims& full, const Dims& start,
+                          const Dims& box, const Tile<T>& tile) {
+  int64_t first = 0;
+  if (box_run(full, start, box, &first)) {
+    MK_FOR_EACH(e, tile.n) store_elem(base, dtype, first + e, tile.p[e]);
+  } else {
+    MK_FOR_EACH(e, tile.n) store_elem(base, dtype, box_offset(e, full, start, box), tile.p[e]);
+  }
+  __syncthreads();
+}
+
+// Element e of a box whose shape and dtype the emitter resolved: runs of Cols contiguous
+// elements, `ld` apart, from element `first`. Constant Cols turn the index into a multiply; the
+// emitter writes the loop over e (and its barriers, backends/cuda/barriers.py).
+template <int32_t Dtype, uint32_t Cols, class T>
+__device__ inline void load_run_elem(T& dst, const void* base, int64_t first, int64_t ld, uint32_t e) {
+  const uint32_t r = e / Cols;
+  load_into(dst, base, Dtype, first + r * ld + (e - r * Cols));
+}
+
+template <int32_t Dtype, uint32_t Cols, class T>
+__device__ inline void store_run_elem(void* base, int64_t first, int64_t ld, uint32_t e, T value) {
+  const uint32_t r = e / Cols;
+  store_elem(base, Dtype, first + r * ld + (e - r * Cols), value);
+}
+
+// The whole box into `tile`, element e by thread e mod kCudaThreads (MK_FOR_EACH's mapping), no
+// barrier. Each thread issues up to 16 loads before it stores any: the compiler cannot move a
+// load above the store of an earlier element (the tile might alias the buffer), so a plain loop
+// waits one L2 round trip per element.
+template <int32_t Dtype, uint32_t N, uint32_t Cols, class T>
+__device__ inline void load_runs(Tile<T>& tile, const void* base, int64_t first, int64_t ld) {
+  constexpr uint32_t kPer = (N + kCudaThreads - 1) / kCudaThreads, kGroup = kPer < 16 ? kPer : 16;
+  for (uint32_t g = 0; g < kPer; g += kGroup) {
+    T v[kGroup];
+#pragma unroll
+    for (uint32_t k = 0; k < kGroup; ++k) {
+      const uint32_t e = threadIdx.x + (g + k) * kCudaThreads;
+      if (e < N) load_run_elem<Dtype, Cols>(v[k], base, first, ld, e);
+    }
+#pragma unroll
+    for (uint32_t k = 0; k < kGroup; ++k) {
+      const uint32_t e = threadIdx.x + (g + k) * kCudaThreads;
+      if (e < N) tile.p[e] = v[k];
+    }
+  }
+}
+
+template <class T>
+MK_COOPERATIVE void load_all(Tile<T>& t, const void* base, int32_t dtype, const Dims& shape) {
+  Dims zero;
+  zero.n = shape.n;
+  for (int i = 0; i < shape.n; ++i) zero.v[i] = 0;
+  load_box(t, base, dtype, shape, zero, shape);
+}
+
+template <class T>
+MK_COOPERATIVE void store_region(void* base, int32_t dtype, const Dims& full, const Dims& start,
+                             const Dims& box, const Tile<T>& t) {
+  MK_FOR_EACH(e, numel(box)) {
+    const int64_t off = box_offset(e, full, start, box);
+    store_elem(base, dtype, off, t.p[off]);
+  }
+  __syncthreads();
+}
+
+}  // namespace gpu
+}  // namespace mk
