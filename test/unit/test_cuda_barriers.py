@@ -90,3 +90,10 @@ def test_split_merge_reduces_in_element_loops(tmp_path: Path) -> None:
     assert len(reduces) == 3
     for i in reduces:  # each reads a tile an element loop just wrote at other offsets
         assert BARRIER in lines[i - 2] or BARRIER in lines[i - 3]
+
+
+def test_every_loop_mode_puts_a_barrier_after_each_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MK_CUDA_BARRIERS", "all")
+    loops = [_loop(8, (), ("a",)), _loop(8, (("a", "e"),), ("b",))]
+    out = _place([f"{PLACEHOLDER}0", f"{PLACEHOLDER}1"], loops, trailing=False)
+    assert out == ["LOOP a", BARRIER, "LOOP b"]
