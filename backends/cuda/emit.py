@@ -36,7 +36,7 @@ from mk.backends.cuda import op_marks
 from mk.backends.cuda.barriers import PLACEHOLDER, Loop, place_barriers
 from mk.backends.cuda.device_lines import ARENA_SMEM, device_lines
 from mk.backends.cuda.elementwise import box_runs, element_offset, flat_offset
-from mk.backends.cuda.stream import StreamPlan, plan_stream
+from mk.backends.cuda.stream import StreamPlan, plan_stream, prefetch_spans
 from mk.backends.cuda.stream_attention import AttentionPlan, plan_attention, score_lambda
 from mk.backends.shared_bodies import SharedBodies, SharedFunction
 from mk.diagnostics import MkError
@@ -58,8 +58,9 @@ KIND_FIRST_LOWERED = 16
 SCRATCH_SLACK = 1 << 16  # bytes per CTA beyond the tiles: alignment and small temporaries
 SMEM_PER_CTA = 227 << 10  # dynamic + static shared memory a Hopper CTA may opt into
 STATIC_SMEM_MARGIN = 16 << 10  # the kernels' static __shared__ arrays
-# Most weight bytes a task asks the L2 to fetch ahead: two tasks' worth on every SM must fit
-# the 50 MB L2 beside the activations, or the prefetch evicts what it fetched.
+# Most weight bytes a task asks the L2 to fetch ahead (a bigger slab: the first rows of each
+# warp's share): two tasks' worth on every SM must fit the 50 MB L2 beside the activations, or
+# the prefetch evicts what it fetched.
 PREFETCH_MAX = 128 << 10
 
 _PRELUDE = """\
@@ -197,17 +198,25 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         if plan.sum_sq is not None:
             emit(f"sl.sum_sq = {self.var(plan.sum_sq.res)}.data();")
         emit(f"sl.nw = {len(plan.products)};")
-        fetch = []
+        firsts, lds = [], []
         for i, (w, acc) in enumerate(plan.products):
             ref = self.operands[w.source_index()]
             n0, k0 = self.input_starts(w, "0")
             at = f"static_cast<const uint16_t*>(buffers[{ref.index}]) + ({n0}) * {ref.shape[1]} + {k0}"
-            rows = w.tile_shape()[0]
             emit(
-                f"sl.w[{i}] = mk::gpu::StreamWeight{{{at}, {ref.shape[1]}, {rows}, "
+                f"sl.w[{i}] = mk::gpu::StreamWeight{{{at}, {ref.shape[1]}, {w.tile_shape()[0]}, "
                 f"{self.var(acc.res)}.data()}};"
             )
-            fetch.append(f"mk::gpu::prefetch_rows({at}, {rows}, {ref.shape[1]}, {k});")
+            firsts.append(at)
+            lds.append(ref.shape[1])
+        mma = plan.tensor_cores(k)
+        rows = [w.tile_shape()[0] for w, _ in plan.products]
+        # Tensor cores take rows in 8-row groups across warps: only a whole slab is fetched.
+        budget = PREFETCH_MAX if not mma or 2 * k * sum(rows) <= PREFETCH_MAX else 0
+        fetch = [
+            f"mk::gpu::prefetch_rows({firsts[i]} + {r0} * {lds[i]}, {n}, {lds[i]}, {k});"
+            for i, r0, n in prefetch_spans(rows, 2 * k, budget)
+        ]
         if plan.g is not None:  # the norm weight: the staging's first load
             g = self.operands[plan.g.source_index()]
             (g0,) = self.input_starts(plan.g, "0")
@@ -215,13 +224,11 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
                 f"mk::gpu::prefetch_l2(mk::gpu::elem_at(buffers[{g.index}], {g.dtype}, {g0}), "
                 f"{k} * mk::dtype_size({g.dtype}));"
             )
-        weight_bytes = sum(2 * w.tile_shape()[0] * k for w, _ in plan.products)
-        if weight_bytes <= PREFETCH_MAX:
+        if budget:
             self.prefetch = fetch
-        mma = "true" if plan.tensor_cores(k) else "false"
         emit(
             f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}, "
-            f"{plan.steps_in_flight(k)}, {mma}>(sl);"
+            f"{plan.steps_in_flight(k)}, {'true' if mma else 'false'}>(sl);"
         )
         emit("}")
         for op in plan.invariant:

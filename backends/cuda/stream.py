@@ -9,6 +9,7 @@ states in one pass over the weights, and the epilogue runs as usual on them.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.ir import Operation, SSAValue
@@ -76,6 +77,28 @@ class StreamPlan:
     def chunk(self, k: int) -> int:
         """Columns staged per chunk: all of the task's K when the shared memory holds it."""
         return min(k, SMEM_FLOATS // self.rows // 256 * 256)
+
+
+def prefetch_spans(
+    rows: Sequence[int], row_bytes: int, budget: int, warps: int = WARPS
+) -> list[tuple[int, int, int]]:
+    """(weight, first row, rows) spans of a task's weights to fetch into L2 ahead of it, at most
+    `budget` bytes: all of them when they fit, else the first rows of every warp's share (a warp
+    streams a contiguous range of the concatenated rows, first rows first)."""
+    total = sum(rows)
+    if total * row_bytes <= budget:
+        return [(i, 0, n) for i, n in enumerate(rows) if n]
+    share = -(-total // warps)
+    take = min(share, budget // (warps * row_bytes))
+    starts = [sum(rows[:i]) for i in range(len(rows))]
+    spans: list[tuple[int, int, int]] = []
+    for w in range(warps):
+        begin, end = w * share, min(w * share + take, total)
+        for i, (first, n) in enumerate(zip(starts, rows, strict=True)):
+            lo, hi = max(begin, first), min(end, first + n)
+            if lo < hi:
+                spans.append((i, lo - first, hi - lo))
+    return spans
 
 
 def plan_stream(op: GraphDefOp) -> StreamPlan | None:

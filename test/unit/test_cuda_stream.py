@@ -112,22 +112,25 @@ def test_emitted_source_streams_and_copies(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("no_nvcc")
-@pytest.mark.parametrize(("n", "k", "fetched"), [(512, 1024, True), (4096, 4096, False)])
-def test_small_weight_slabs_are_prefetched(tmp_path: Path, n: int, k: int, fetched: bool) -> None:
-    """A task whose weights fit PREFETCH_MAX asks the L2 for them before its wait; a bigger
-    slab is not fetched ahead (two tasks' worth per SM would overflow the L2)."""
+@pytest.mark.parametrize(("n", "k", "whole"), [(512, 1024, True), (4096, 4096, False)])
+def test_weights_are_prefetched_within_the_budget(
+    tmp_path: Path, n: int, k: int, whole: bool
+) -> None:
+    """A task asks the L2 for its weights before its wait: all of them when they fit
+    PREFETCH_MAX, else the first rows of every warp's share (two tasks' worth per SM must fit the
+    L2)."""
     prog = mk.compile(_linear(1, n, k, norm=True), target="cuda", num_sms=8, cache_dir=tmp_path)
     src = prog.cuda_source  # type: ignore[attr-defined]
     body = re.search(r"if \(prefetch\) \{ (.*) return 0; \}", src)
-    assert (body is not None) == fetched
-    if body is not None:
-        rows = re.findall(r"mk::gpu::prefetch_rows\(.*?, (\d+), (\d+), (\d+)\);", body.group(1))
-        assert rows and all(int(ld) == k == int(cols) for _, ld, cols in rows)
-        assert 2 * k * sum(int(r) for r, _, _ in rows) <= 128 << 10
-        assert f"{k} * mk::dtype_size(mk::DTYPE_BF16));" in body.group(1)  # the norm weight
-        assert re.search(
-            r"task_\w+\(t, buffers, arena, iteration, kBufferIndex \+ \d+, true\)", src
-        )
+    assert body is not None
+    rows = re.findall(r"mk::gpu::prefetch_rows\(.*?, (\d+), (\d+), (\d+)\);", body.group(1))
+    assert rows and all(int(ld) == k == int(cols) for _, ld, cols in rows)
+    fetched = sum(int(r) for r, _, _ in rows)
+    assert 2 * k * fetched <= 128 << 10
+    assert (fetched == n // 8) == whole  # the task's rows: n over 8 SMs
+    assert len(rows) == (1 if whole else 8)
+    assert f"{k} * mk::dtype_size(mk::DTYPE_BF16));" in body.group(1)  # the norm weight
+    assert re.search(r"task_\w+\(t, buffers, arena, iteration, kBufferIndex \+ \d+, true\)", src)
 
 
 # --------------------------------------------------------------------------- on the GPU
@@ -181,3 +184,18 @@ def test_tensor_cores_for_batches_of_two_to_sixteen(rows: int, k: int, cores: bo
     kernels = _graph_defs(_linear(rows, 64, k, norm=True), tile_n=0)
     plans = [p for p in map(plan_stream, kernels.values()) if p is not None]
     assert len(plans) == 1 and plans[0].tensor_cores(k) is cores
+
+
+def test_prefetch_spans_fit_the_budget_and_lead_every_warp() -> None:
+    from mk.backends.cuda.stream import prefetch_spans
+
+    # A slab that fits: every weight whole.
+    assert prefetch_spans([16, 8, 8], 2048, 128 << 10) == [(0, 0, 16), (1, 0, 8), (2, 0, 8)]
+    # A bigger slab (two weights of 112 rows, 8 KB each): each of the 8 warps' 28-row shares
+    # starts with the rows that fit the budget, split where a share crosses into the second weight.
+    spans = prefetch_spans([112, 112], 8192, 128 << 10)
+    assert sum(n for _, _, n in spans) * 8192 <= 128 << 10
+    firsts = [i * 112 + r for i, r, _ in spans]
+    assert firsts == [w * 28 for w in range(8)]
+    assert all(n == 2 for _, _, n in spans)
+    assert prefetch_spans([64], 1 << 20, 128 << 10) == []  # not even one row per warp
