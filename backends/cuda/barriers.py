@@ -22,7 +22,7 @@ PLACEHOLDER = "@@mk_loop "
 _QUIET = re.compile(
     r"^(std::vector<\w+> \w+;|mk::gpu::Tile<\w+> \w+\(arena, \d+\);|\(void\).*"
     r"|const int64_t (bx|last) .*"
-    r"|\w+\.resize\(\d+\);|if \(prefetch\) .*)$"
+    r"|\w+\.resize\(\d+\);|if \(ahead == .*)$"
 )
 _ALIAS = re.compile(r"^(\w+)\.alias\((\w+)\);$")
 

@@ -36,7 +36,14 @@ from mk.backends.cuda import op_marks
 from mk.backends.cuda.barriers import PLACEHOLDER, Loop, place_barriers
 from mk.backends.cuda.device_lines import ARENA_SMEM, device_lines
 from mk.backends.cuda.elementwise import box_runs, element_offset, flat_offset
-from mk.backends.cuda.stream import StreamPlan, plan_stream, prefetch_spans
+from mk.backends.cuda.stream import (
+    STAGE_LOST,
+    StreamPlan,
+    plan_stream,
+    prefetch_spans,
+    stage_offsets,
+    staged_ld,
+)
 from mk.backends.cuda.stream_attention import AttentionPlan, plan_attention, score_lambda
 from mk.backends.shared_bodies import SharedBodies, SharedFunction
 from mk.diagnostics import MkError
@@ -104,18 +111,26 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         self.smem_floats = 0
         self.views: set[SSAValue] = set()
         self.prefetch: list[str] = []
+        self.stage: list[str] = []
         self.loops: list[Loop] = []
 
     def materialised(self, value: SSAValue) -> bool:
         return self.plan is None or value not in self.plan.streamed()
 
     def emit(self) -> list[str]:
-        """The body; one that streams weights starts with their L2 prefetch, which the
-        megakernel runs (prefetch = true) before the task waits for its inputs."""
+        """The body; one that streams weights starts with what the megakernel's thread 0 runs
+        before the task's turn: the L2 prefetch (ahead = kAheadL2, while the task before it
+        runs) and the copy into shared memory (ahead = kAheadStage, while it waits)."""
         # The megakernel's __syncthreads() after every task covers the body's last loops.
         lines = place_barriers(super().emit(), self.loops, trailing=False)
+        if self.stage:
+            lines.insert(
+                2, f"if (ahead == mk::gpu::kAheadStage) {{ {' '.join(self.stage)} return 1; }}"
+            )
         if self.prefetch:
-            lines.insert(2, f"if (prefetch) {{ {' '.join(self.prefetch)} return 0; }}")
+            lines.insert(
+                2, f"if (ahead == mk::gpu::kAheadL2) {{ {' '.join(self.prefetch)} return 0; }}"
+            )
         return lines
 
     def layout_op(self, op: Operation, it: str) -> None:
@@ -199,18 +214,27 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             emit(f"sl.sum_sq = {self.var(plan.sum_sq.res)}.data();")
         emit(f"sl.nw = {len(plan.products)};")
         firsts, lds = [], []
-        for i, (w, acc) in enumerate(plan.products):
+        for w, _ in plan.products:
             ref = self.operands[w.source_index()]
             n0, k0 = self.input_starts(w, "0")
-            at = f"static_cast<const uint16_t*>(buffers[{ref.index}]) + ({n0}) * {ref.shape[1]} + {k0}"
+            firsts.append(
+                f"static_cast<const uint16_t*>(buffers[{ref.index}]) + ({n0}) * {ref.shape[1]} + {k0}"
+            )
+            lds.append(ref.shape[1])
+        rows = [w.tile_shape()[0] for w, _ in plan.products]
+        staged = stage_offsets(rows, k, lds, 4 * self.smem_floats)
+        for i, (_, acc) in enumerate(plan.products):
+            at, ld = firsts[i], lds[i]
+            if staged is not None:
+                at = f"reinterpret_cast<const uint16_t*>(mk::gpu::mk_dynamic_smem + {staged[i]})"
+                ld = staged_ld(k)
             emit(
-                f"sl.w[{i}] = mk::gpu::StreamWeight{{{at}, {ref.shape[1]}, {w.tile_shape()[0]}, "
+                f"sl.w[{i}] = mk::gpu::StreamWeight{{{at}, {ld}, {rows[i]}, "
                 f"{self.var(acc.res)}.data()}};"
             )
-            firsts.append(at)
-            lds.append(ref.shape[1])
+        if staged is not None:
+            self.stage_weights(rows, k, firsts, lds, staged)
         mma = plan.tensor_cores(k)
-        rows = [w.tile_shape()[0] for w, _ in plan.products]
         # Tensor cores take rows in 8-row groups across warps: only a whole slab is fetched.
         budget = PREFETCH_MAX if not mma or 2 * k * sum(rows) <= PREFETCH_MAX else 0
         fetch = [
@@ -226,13 +250,29 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             )
         if budget:
             self.prefetch = fetch
-        emit(
+        call = (
             f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}, "
-            f"{plan.steps_in_flight(k)}, {'true' if mma else 'false'}>(sl);"
+            f"{plan.steps_in_flight(k)}, {'true' if mma else 'false'}"
         )
+        if staged is None:
+            emit(f"{call}>(sl);")
+        else:
+            emit(f"if (!{call}, true>(sl)) return {STAGE_LOST};")
         emit("}")
         for op in plan.invariant:
             self.load(op, "0")
+
+    def stage_weights(
+        self, rows: list[int], k: int, firsts: list[str], lds: list[int], offsets: list[int]
+    ) -> None:
+        """The copy of the task's weight rows into the staging area, and its room there."""
+        ld = staged_ld(k)
+        self.stage = [f"mk::gpu::stage_expect(arena, {2 * k * sum(rows)});"] + [
+            f"mk::gpu::stage_rows(arena, {off}, {first}, {n}, {src_ld}, {k}, {ld});"
+            for off, first, n, src_ld in zip(offsets, firsts, rows, lds, strict=True)
+        ]
+        end = offsets[-1] + 2 * rows[-1] * ld
+        self.smem_floats = max(self.smem_floats, -(-end // 4))
 
     def element_loop(
         self,
@@ -500,10 +540,10 @@ def _device_function(fn: SharedFunction) -> str:
     head = [
         fn.comment(),
         f"__device__ __noinline__ int32_t {fn.name}(const mk::TaskDesc* t, void* const* buffers, "
-        "mk::gpu::Arena& arena, int32_t iteration, const int32_t* bi, bool prefetch) {",
+        "mk::gpu::Arena& arena, int32_t iteration, const int32_t* bi, int32_t ahead) {",
     ]
-    if not prefetches(fn):
-        head.append("  (void)prefetch;  // nothing to fetch ahead")
+    if not runs_ahead(fn, "kAheadL2") and not runs_ahead(fn, "kAheadStage"):
+        head.append("  (void)ahead;  // nothing to do before the task's turn")
     return "\n".join([*head, *_indent(uses_iteration(fn.body), 1), "  return 0;", "}"]) + "\n"
 
 
@@ -522,21 +562,29 @@ def arena_smem(staging: int) -> tuple[int, int]:
     return offset, max(0, min(cap, room)) // 16 * 16
 
 
-def prefetches(fn: SharedFunction) -> bool:
-    return any(line.startswith("if (prefetch) {") for line in fn.body)
+def runs_ahead(fn: SharedFunction, mode: str) -> bool:
+    """Whether the body does something in `mode` (kAheadL2, kAheadStage) before its turn."""
+    return any(line.startswith(f"if (ahead == mk::gpu::{mode}) {{") for line in fn.body)
 
 
 def _dispatch(shared: SharedBodies, smem: int) -> str:
     cases = "\n".join(
         f"      case {KIND_FIRST_LOWERED + i}: "
-        f"return {fn.name}(t, buffers, arena, iteration, kBufferIndex + {offset}, false);"
+        f"return {fn.name}(t, buffers, arena, iteration, kBufferIndex + {offset}, "
+        "mk::gpu::kAheadNone);"
         for i, (_, fn, offset) in enumerate(shared.calls)
     )
-    fetches = "\n".join(
-        f"      case {KIND_FIRST_LOWERED + i}: "
-        f"{fn.name}(t, buffers, arena, iteration, kBufferIndex + {offset}, true); break;"
-        for i, (_, fn, offset) in enumerate(shared.calls)
-        if prefetches(fn)
+    fetches, stages = (
+        "\n".join(
+            f"      case {KIND_FIRST_LOWERED + i}: {before}{fn.name}(t, buffers, arena, iteration, "
+            f"kBufferIndex + {offset}, mk::gpu::{mode}){after};"
+            for i, (_, fn, offset) in enumerate(shared.calls)
+            if runs_ahead(fn, mode)
+        )
+        for mode, before, after in (
+            ("kAheadL2", "", "; return"),
+            ("kAheadStage", "return ", " != 0"),
+        )
     )
     offset, arena = arena_smem(smem)
     return f"""\
@@ -556,7 +604,15 @@ struct Dispatch {{
                                   mk::gpu::Arena& arena, int32_t iteration) {{
     switch (kind) {{
 {fetches}
-      default: break;
+      default: return;
+    }}
+  }}
+  // One thread, before the task waits: copies its weights into shared memory; whether it did.
+  __device__ static bool stage(int32_t kind, const mk::TaskDesc* t, void* const* buffers,
+                               mk::gpu::Arena& arena, int32_t iteration) {{
+    switch (kind) {{
+{stages}
+      default: return false;
     }}
   }}
 }};

@@ -12,6 +12,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from mk.backends.cuda.stream import STAGE_LOST
 from mk.compiler import Program, _from_torch, _is_torch, _unwritten, _write_back
 from mk.diagnostics import MkError
 from mk.dialects.nn import donated_args
@@ -354,6 +355,12 @@ class CudaProgram(Program):
                 f"(counter {int(status['counter'])}) on SM {sm}: the watchdog saw "
                 f"{int(status['value'])} < {int(status['threshold'])} in iteration "
                 f"{int(status['iteration'])} after {int(status['wait_ms'])} ms"
+            )
+        elif int(status["value"]) == STAGE_LOST - 1:
+            text = (
+                f"@{self.name}: {index.describe(task)} on SM {sm} in iteration "
+                f"{int(status['iteration'])}: its weights staged in shared memory did not land "
+                "within 2 s (a backend bug; MK_CUDA_STAGE=0 builds without staging)"
             )
         else:
             text = (

@@ -24,7 +24,7 @@ _CALL = re.compile(r"mk::gpu::(\w+)")
 _SILENT = re.compile(
     r"^(mk::gpu::Tile<\w+> \w+\((arena|reinterpret_cast<\w+\*>\(tiles \+ \d+\)), \d+\);"
     r"|uint8_t\* const tiles = .*|\(void\).*|const int64_t (bx|last) .*"
-    r"|\w+\.resize\(\d+\);|if \(prefetch\) .*|\w+\.alias\(\w+\);"
+    r"|\w+\.resize\(\d+\);|if \(ahead == .*|\w+\.alias\(\w+\);"
     r"|const mk::gpu::ArenaMark .*|arena\.reset\(\w+\);)$"
 )
 # A tile loop of one iteration: its statements are marked as if at the top level.

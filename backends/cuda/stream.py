@@ -9,6 +9,7 @@ states in one pass over the weights, and the epilogue runs as usual on them.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,7 +22,10 @@ from mk.dialects.mugraph_tiles import AccumOp, BinaryOp, MatmulOp, shape_of
 MAX_ROWS = 16  # activation rows the streamed loop takes (decode batches)
 MAX_WEIGHTS = 4
 WARPS = 8  # mk::kCudaThreads / 32
-SMEM_FLOATS = (160 << 10) // 4  # mk::gpu::kStreamSmemBytes
+SMEM_BYTES = 160 << 10  # mk::gpu::kStreamSmemBytes: the staged activation chunk and weights
+SMEM_FLOATS = SMEM_BYTES // 4
+# What a body returns (the run status's detail is one less) when its staged weights never landed.
+STAGE_LOST = 0x7FFFFFFE
 _WEIGHT_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16")
 _FLOAT_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16", "mk::DTYPE_F32")
 
@@ -77,6 +81,31 @@ class StreamPlan:
     def chunk(self, k: int) -> int:
         """Columns staged per chunk: all of the task's K when the shared memory holds it."""
         return min(k, SMEM_FLOATS // self.rows // 256 * 256)
+
+
+def staged_ld(k: int) -> int:
+    """Elements between a task's weight rows in shared memory: K, plus 8 when K/8 is even, so
+    that the eight rows one tensor-core step reads start in different 16-byte bank groups."""
+    return k + 8 if (k // 8) % 2 == 0 else k
+
+
+def stage_offsets(
+    rows: Sequence[int], k: int, lds: Sequence[int], x_bytes: int
+) -> list[int] | None:
+    """Byte offsets in the staging area of each weight's rows when the task's weights are copied
+    into shared memory before its wait (mk/cuda_stage.cuh): behind the activation chunk, all of
+    them within kStreamSmemBytes. None when they do not fit, a row is not a whole number of
+    16-byte units, or MK_CUDA_STAGE=0."""
+    if os.environ.get("MK_CUDA_STAGE", "1") == "0":
+        return None
+    if k % 8 or any(ld % 8 for ld in lds):
+        return None
+    at = -(-x_bytes // 128) * 128
+    offsets = []
+    for n in rows:
+        offsets.append(at)
+        at += 2 * n * staged_ld(k)
+    return offsets if at <= SMEM_BYTES else None
 
 
 def prefetch_spans(

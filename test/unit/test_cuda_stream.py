@@ -121,7 +121,7 @@ def test_weights_are_prefetched_within_the_budget(
     L2)."""
     prog = mk.compile(_linear(1, n, k, norm=True), target="cuda", num_sms=8, cache_dir=tmp_path)
     src = prog.cuda_source  # type: ignore[attr-defined]
-    body = re.search(r"if \(prefetch\) \{ (.*) return 0; \}", src)
+    body = re.search(r"if \(ahead == mk::gpu::kAheadL2\) \{ (.*) return 0; \}", src)
     assert body is not None
     rows = re.findall(r"mk::gpu::prefetch_rows\(.*?, (\d+), (\d+), (\d+)\);", body.group(1))
     assert rows and all(int(ld) == k == int(cols) for _, ld, cols in rows)
@@ -130,7 +130,59 @@ def test_weights_are_prefetched_within_the_budget(
     assert (fetched == n // 8) == whole  # the task's rows: n over 8 SMs
     assert len(rows) == (1 if whole else 8)
     assert f"{k} * mk::dtype_size(mk::DTYPE_BF16));" in body.group(1)  # the norm weight
-    assert re.search(r"task_\w+\(t, buffers, arena, iteration, kBufferIndex \+ \d+, true\)", src)
+    assert re.search(
+        r"task_\w+\(t, buffers, arena, iteration, kBufferIndex \+ \d+, mk::gpu::kAheadL2\)", src
+    )
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(
+    ("n", "k", "staged"), [(512, 1024, True), (256, 776, True), (4096, 4096, False)]
+)
+def test_weights_are_staged_in_shared_memory_when_they_fit(
+    tmp_path: Path, n: int, k: int, staged: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task whose weights fit the staging area beside its activation chunk has thread 0 copy
+    them there before its wait, and its products read them from there."""
+    from mk.backends.cuda.stream import SMEM_BYTES, staged_ld
+
+    prog = mk.compile(_linear(1, n, k, norm=True), target="cuda", num_sms=8, cache_dir=tmp_path)
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    body = re.search(r"if \(ahead == mk::gpu::kAheadStage\) \{ (.*) return 1; \}", src)
+    assert (body is not None) == staged
+    assert ("stream_linear<1, " in src) and (", true>(sl)) return 2147483646;" in src) == staged
+    if body is None:
+        return
+    (expect,) = re.findall(r"stage_expect\(arena, (\d+)\)", body.group(1))
+    copies = re.findall(
+        r"stage_rows\(arena, (\d+), .*?, (\d+), (\d+), (\d+), (\d+)\);", body.group(1)
+    )
+    rows = n // 8
+    assert int(expect) == 2 * k * rows == sum(2 * int(r) * int(c) for _, r, _, c, _ in copies)
+    for offset, r, ld, cols, dst_ld in copies:
+        assert int(ld) == int(cols) == k and int(dst_ld) == staged_ld(k)
+        assert 4 * k <= int(offset) and int(offset) + 2 * int(r) * staged_ld(k) <= SMEM_BYTES
+    assert f"mk::gpu::mk_dynamic_smem + {copies[0][0]})" in src  # the products read them there
+    assert "return task_" in src and "mk::gpu::kAheadStage) != 0;" in src
+    monkeypatch.setenv("MK_CUDA_STAGE", "0")
+    off = mk.compile(_linear(1, n, k, norm=True), target="cuda", num_sms=8, cache_dir=tmp_path)
+    assert "kAheadStage) {" not in off.cuda_source  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("k", [64, 256, 776, 1024, 2048, 3072, 4096, 14336])
+def test_staged_rows_of_a_tensor_core_step_use_distinct_banks(k: int) -> None:
+    """Lane (g, t) of a tensor-core step reads row g at 16-byte unit t: the eight rows must start
+    in distinct 16-byte units modulo the eight of a 128-byte bank line."""
+    from mk.backends.cuda.stream import stage_offsets, staged_ld
+
+    units = 2 * staged_ld(k) // 16
+    assert 2 * staged_ld(k) % 16 == 0
+    assert len({g * units % 8 for g in range(8)}) == 8
+    offsets = stage_offsets([16, 8], k, [k, k], 4 * 1000)
+    if offsets is not None:
+        assert offsets[0] % 128 == 0 and offsets[0] >= 4000
+        assert offsets[1] == offsets[0] + 2 * 16 * staged_ld(k)
+    assert stage_offsets([8], k, [k + 4], 0) is None  # rows not 16-byte aligned in global memory
 
 
 # --------------------------------------------------------------------------- on the GPU

@@ -40,6 +40,8 @@ struct Arena {
   uint64_t* marks;  // this task's op-mark timestamps (MK_OP_MARKS builds with a timeline), or null
   int32_t mark_cap;
   int32_t mark_n;
+  uint64_t* stage_bar;    // the CTA's barrier for weights staged in shared memory (cuda_stage.cuh)
+  uint32_t stage_parity;  // the phase the current task's staged weights complete
   __device__ void* alloc(uint64_t bytes) {
     const uint64_t near = (fast_top + 15) & ~uint64_t{15};
     if (near + bytes <= fast_cap) {

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "mk/cuda_kernels.h"
+#include "mk/cuda_stage.cuh"
 #include "mk/events.h"
 #include "mk/tables.h"
 
@@ -94,10 +95,15 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
   // The current task's descriptor, copied while thread 0 waits: the body reads its coordinates
   // from shared memory instead of one more L2 round trip after the wait.
   __shared__ TaskDesc current;
+  __shared__ uint64_t stage_bar;
+  __shared__ uint32_t stage_parity;
   const int32_t sm = blockIdx.x;
   gpu::Arena arena{p.scratch + static_cast<uint64_t>(sm) * p.scratch_per_sm, 0, p.scratch_per_sm,
                    gpu::mk_dynamic_smem + Dispatch::kArenaOffset, 0, Dispatch::kArenaBytes,
-                   nullptr, p.marks, 0};
+                   nullptr, p.marks, 0, &stage_bar, 0};
+  if (threadIdx.x == 0) gpu::stage_barrier_init(&stage_bar);
+  __syncthreads();
+  uint32_t stages = 0;  // thread 0: barrier phases begun
   const uint64_t slot_width = 2 + static_cast<uint64_t>(p.marks);
   const int32_t begin = p.queue_offsets[sm], end = p.queue_offsets[sm + 1];
   for (int32_t t = 0; t < p.iterations; ++t) {
@@ -106,6 +112,8 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
       const TaskDesc* task = &current;
       if (threadIdx.x == 0) {
         current = p.tasks[id];
+        // This task's weights into shared memory while it waits (the kinds that stage them).
+        if (Dispatch::stage(task->kind, task, p.buffers, arena, t)) stage_parity = stages++ & 1;
         // Weights one task ahead: the next task's stream from HBM overlaps this one's wait and
         // run (the first task of the launch fetches its own).
         if (t == 0 && q == begin) Dispatch::prefetch(task->kind, task, p.buffers, arena, t);
@@ -118,6 +126,7 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
       }
       __syncthreads();
       if (!go) return;
+      arena.stage_parity = stage_parity;
       const uint64_t started = p.timeline && threadIdx.x == 0 ? globaltimer() : 0;
       arena.reset(gpu::ArenaMark{0, 0});
       uint64_t* slot =

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "mk/cuda_kernels.h"
+#include "mk/cuda_stage.cuh"
 
 namespace mk {
 namespace gpu {
@@ -104,11 +105,23 @@ __device__ inline float warp_sum(float v) {
   return v;
 }
 
+// Eight weight elements: from the staging area (Shared) or streamed from global memory.
+template <bool Vec, bool Shared>
+__device__ inline uint4 load_weight8(const uint16_t* p) {
+  if constexpr (Shared) {
+    return *reinterpret_cast<const uint4*>(p);
+  } else {
+    return load8<Vec>(p);
+  }
+}
+
 // The 16 bytes at column k of each of RG rows (zeros past the chunk or for a missing row).
-template <int RG, bool Vec>
+template <int RG, bool Vec, bool Shared>
 __device__ inline void load_rows(uint4 (&v)[RG], const uint16_t* const (&wp)[RG], int k, int kc) {
 #pragma unroll
-  for (int j = 0; j < RG; ++j) v[j] = wp[j] && k < kc ? load8<Vec>(wp[j] + k) : make_uint4(0, 0, 0, 0);
+  for (int j = 0; j < RG; ++j) {
+    v[j] = wp[j] && k < kc ? load_weight8<Vec, Shared>(wp[j] + k) : make_uint4(0, 0, 0, 0);
+  }
 }
 
 template <int M, int RG>
@@ -128,7 +141,7 @@ __device__ inline void fma_rows(float (&acc)[RG][M], const uint4 (&v)[RG], const
 // 256-column steps of all RG rows before it multiplies any: a decode task is short, so what
 // bounds it is how many round trips to HBM it waits for, and S·RG loads per lane in flight
 // make a task of up to S·256 columns one round trip (and keep ~64 KB in flight per SM).
-template <int M, int RG, int S, bool Vec>
+template <int M, int RG, int S, bool Vec, bool Shared>
 __device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, int kc, int64_t c,
                             int begin, int end) {
   const int lane = threadIdx.x & 31;
@@ -164,7 +177,7 @@ __device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, 
     for (int k = lane * 8; k < kc; k += S * 256) {
       uint4 v[S][RG];
 #pragma unroll
-      for (int t = 0; t < S; ++t) load_rows<RG, Vec>(v[t], wp, k + t * 256, kc);
+      for (int t = 0; t < S; ++t) load_rows<RG, Vec, Shared>(v[t], wp, k + t * 256, kc);
 #pragma unroll
       for (int t = 0; t < S; ++t) {
         if (k + t * 256 < kc) fma_rows<M, RG>(acc, v[t], xs, stride, k + t * 256, bf16);
@@ -343,7 +356,7 @@ __device__ inline const uint16_t* weight_row(const StreamLinear& s, int row, int
 // so both operands are plain 16-byte vectors: for mma j, B is the lane's weight pairs 2j and
 // 2j + 1 and A the packed activation pairs 2j and 2j + 1 of the same eight columns (rows g and
 // g + 8). U steps' loads are in flight before the first mma.
-template <int M, int U, bool BF16>
+template <int M, int U, bool BF16, bool Shared>
 __device__ void mma_rows(const StreamLinear& s, const float* xs, int stride, int64_t c, int r0,
                          int rows, int k0, int k1) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -356,7 +369,7 @@ __device__ void mma_rows(const StreamLinear& s, const float* xs, int stride, int
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const bool in = wp && k + 32 * u < k1;
-      w[u] = in ? load_stream(wp + k + 32 * u + 8 * t) : make_uint4(0, 0, 0, 0);
+      w[u] = in ? load_weight8<true, Shared>(wp + k + 32 * u + 8 * t) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -392,7 +405,7 @@ __device__ inline int gcd_int(int a, int b) {
 
 // All warps on tensor cores over one staged chunk: (8-row group, column slice) units, as many
 // slices as make the units a multiple of the warp count so every warp gets the same share.
-template <int M>
+template <int M, bool Shared>
 __device__ void mma_chunk(const StreamLinear& s, const float* xs, int stride, int kc, int64_t c,
                           int rows) {
   const int warps = static_cast<int>(blockDim.x >> 5), warp = static_cast<int>(threadIdx.x >> 5);
@@ -404,18 +417,20 @@ __device__ void mma_chunk(const StreamLinear& s, const float* xs, int stride, in
     const int rg = unit % groups, sl = unit / groups;
     const int k0 = steps * sl / slices * 32, k1 = steps * (sl + 1) / slices * 32;
     if (bf16) {
-      mma_rows<M, 16, true>(s, xs, stride, c, rg * 8, rows, k0, k1);
+      mma_rows<M, 16, true, Shared>(s, xs, stride, c, rg * 8, rows, k0, k1);
     } else {
-      mma_rows<M, 16, false>(s, xs, stride, c, rg * 8, rows, k0, k1);
+      mma_rows<M, 16, false, Shared>(s, xs, stride, c, rg * 8, rows, k0, k1);
     }
   }
 }
 
 // All threads of the CTA: out[m][row] += Σ_k xside[m][k] · w[row][k] for every weight row of
 // the task, and sum_sq[m] += Σ_k x[m][k]². With Mma (batches of 2..16 rows) the products run on
-// tensor cores, the activation rounded to the weights' 16-bit type. Ends with __syncthreads().
-template <int M, int RG, int S, bool Mma = false>
-__device__ void stream_linear(const StreamLinear& s) {
+// tensor cores, the activation rounded to the weights' 16-bit type. With Staged the weights
+// point into the staging area (cuda_stage.cuh), where they land while the first chunk of the
+// activation is staged. Ends with __syncthreads(); false if staged weights never landed.
+template <int M, int RG, int S, bool Mma = false, bool Staged = false>
+__device__ bool stream_linear(const StreamLinear& s) {
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
   bool vec = true;
@@ -440,18 +455,24 @@ __device__ void stream_linear(const StreamLinear& s) {
     __syncthreads();
     stage_chunk<M>(s, xs, s.kc, kc, c, ss);
     __syncthreads();
-    if (c == 0) MK_MARK(*s.arena);
+    if (c == 0) {
+      if constexpr (Staged) {
+        if (!stage_wait(*s.arena)) return false;
+      }
+      MK_MARK(*s.arena);
+    }
     if (Mma && vec && kc % 32 == 0) {
-      mma_chunk<M>(s, xs, s.kc, kc, c, rows);
+      mma_chunk<M, Staged>(s, xs, s.kc, kc, c, rows);
     } else if (vec) {
-      stream_rows<M, RG, S, true>(s, xs, s.kc, kc, c, begin, end);
+      stream_rows<M, RG, S, true, Staged>(s, xs, s.kc, kc, c, begin, end);
     } else {
-      stream_rows<M, RG, S, false>(s, xs, s.kc, kc, c, begin, end);
+      stream_rows<M, RG, S, false, Staged>(s, xs, s.kc, kc, c, begin, end);
     }
   }
   MK_MARK(*s.arena);
   if (s.sum_sq) store_sum_sq<M>(s, ss);
   __syncthreads();
+  return true;
 }
 
 // ------------------------------------------------------------------------------ byte copies
