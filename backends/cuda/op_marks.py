@@ -2,7 +2,8 @@
 
 With MK_CUDA_OP_MARKS=1 in the environment, the emitted source defines MK_OP_MARKS and puts
 `MK_MARK(arena);` after each top-level statement of a task body; `mk::gpu::stream_linear` also
-marks the end of its first staging and of its weight stream. A run with
+marks its start, the end of its first staging, its weights landing and the end of its weight
+stream. A run with
 `prog.record_timeline = True` then fills `prog.last_marks`, and `bench/timeline.py --ops`
 prints where each kind of task spends its time, statement by statement. Off by default: the
 marks are not even in the source then.
@@ -19,7 +20,12 @@ import numpy as np
 ENV = "MK_CUDA_OP_MARKS"
 MARK = "MK_MARK(arena);"
 # Marks inside mk::gpu::stream_linear, before the one after its statement.
-STREAM_LINEAR_PHASES = ("stream_linear: stage x", "stream_linear: weights")
+STREAM_LINEAR_PHASES = (
+    "stream_linear: descriptors",
+    "stream_linear: stage x",
+    "stream_linear: sync, weights landed",
+    "stream_linear: weights",
+)
 _CALL = re.compile(r"mk::gpu::(\w+)")
 _SILENT = re.compile(
     r"^(mk::gpu::Tile<\w+> \w+\((arena|reinterpret_cast<\w+\*>\(tiles \+ \d+\)), \d+\);"

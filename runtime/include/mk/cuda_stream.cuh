@@ -450,10 +450,12 @@ __device__ bool stream_linear(const StreamLinear& s) {
   float ss[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) ss[m] = 0.0f;
+  MK_MARK(*s.arena);
   for (int64_t c = 0; c < s.k; c += s.kc) {
     const int kc = static_cast<int>(s.k - c < s.kc ? s.k - c : s.kc);
     __syncthreads();
     stage_chunk<M>(s, xs, s.kc, kc, c, ss);
+    if (c == 0) MK_MARK(*s.arena);
     __syncthreads();
     if (c == 0) {
       if constexpr (Staged) {
