@@ -360,7 +360,7 @@ class CudaProgram(Program):
             text = (
                 f"@{self.name}: {index.describe(task)} on SM {sm} in iteration "
                 f"{int(status['iteration'])}: its weights staged in shared memory did not land "
-                "within 2 s (a backend bug; MK_CUDA_STAGE=0 builds without staging)"
+                "within 2 s (a backend bug; builds without MK_CUDA_STAGE=1 do not stage)"
             )
         else:
             text = (

@@ -95,8 +95,9 @@ def stage_offsets(
     """Byte offsets in the staging area of each weight's rows when the task's weights are copied
     into shared memory before its wait (mk/cuda_stage.cuh): behind the activation chunk, all of
     them within kStreamSmemBytes. None when they do not fit, a row is not a whole number of
-    16-byte units, or MK_CUDA_STAGE=0."""
-    if os.environ.get("MK_CUDA_STAGE", "1") == "0":
+    16-byte units, or MK_CUDA_STAGE is not 1 (the default: on the H200 staging made decode steps
+    slower, see the README)."""
+    if os.environ.get("MK_CUDA_STAGE", "0") != "1":
         return None
     if k % 8 or any(ld % 8 for ld in lds):
         return None

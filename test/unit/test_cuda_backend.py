@@ -64,7 +64,8 @@ def test_every_example_emits_a_megakernel(
     assert 1 <= len(functions) <= len(grids)  # grids differing only in buffers share one
     for i in range(len(grids)):
         call = re.search(
-            rf"case {16 + i}: return (task_\w+)\(t, .*kBufferIndex \+ \d+, false\);", src
+            rf"case {16 + i}: return (task_\w+)\(t, .*kBufferIndex \+ \d+, mk::gpu::kAheadNone\);",
+            src,
         )
         assert call is not None and call.group(1) in functions
     assert src.rstrip().endswith("MK_CUDA_ENTRY_POINTS(Dispatch)")

@@ -146,6 +146,7 @@ def test_weights_are_staged_in_shared_memory_when_they_fit(
     them there before its wait, and its products read them from there."""
     from mk.backends.cuda.stream import SMEM_BYTES, staged_ld
 
+    monkeypatch.setenv("MK_CUDA_STAGE", "1")
     prog = mk.compile(_linear(1, n, k, norm=True), target="cuda", num_sms=8, cache_dir=tmp_path)
     src = prog.cuda_source  # type: ignore[attr-defined]
     body = re.search(r"if \(ahead == mk::gpu::kAheadStage\) \{ (.*) return 1; \}", src)
@@ -164,13 +165,15 @@ def test_weights_are_staged_in_shared_memory_when_they_fit(
         assert 4 * k <= int(offset) and int(offset) + 2 * int(r) * staged_ld(k) <= SMEM_BYTES
     assert f"mk::gpu::mk_dynamic_smem + {copies[0][0]})" in src  # the products read them there
     assert "return task_" in src and "mk::gpu::kAheadStage) != 0;" in src
-    monkeypatch.setenv("MK_CUDA_STAGE", "0")
+    monkeypatch.delenv("MK_CUDA_STAGE")  # off by default (see the README)
     off = mk.compile(_linear(1, n, k, norm=True), target="cuda", num_sms=8, cache_dir=tmp_path)
     assert "kAheadStage) {" not in off.cuda_source  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("k", [64, 256, 776, 1024, 2048, 3072, 4096, 14336])
-def test_staged_rows_of_a_tensor_core_step_use_distinct_banks(k: int) -> None:
+def test_staged_rows_of_a_tensor_core_step_use_distinct_banks(
+    k: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Lane (g, t) of a tensor-core step reads row g at 16-byte unit t: the eight rows must start
     in distinct 16-byte units modulo the eight of a 128-byte bank line."""
     from mk.backends.cuda.stream import stage_offsets, staged_ld
@@ -178,6 +181,8 @@ def test_staged_rows_of_a_tensor_core_step_use_distinct_banks(k: int) -> None:
     units = 2 * staged_ld(k) // 16
     assert 2 * staged_ld(k) % 16 == 0
     assert len({g * units % 8 for g in range(8)}) == 8
+    assert stage_offsets([8], k, [k], 0) is None  # MK_CUDA_STAGE unset: off
+    monkeypatch.setenv("MK_CUDA_STAGE", "1")
     offsets = stage_offsets([16, 8], k, [k, k], 4 * 1000)
     if offsets is not None:
         assert offsets[0] % 128 == 0 and offsets[0] >= 4000
@@ -196,10 +201,16 @@ SHAPES = [
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("stage", ["0", "1"], ids=["global", "staged"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_streamed_linears_match_the_reference(
-    shape: tuple[int, int, int, bool, int], tmp_path: Path
+    shape: tuple[int, int, int, bool, int],
+    stage: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """On the GPU, weights streamed from global memory and weights staged in shared memory."""
+    monkeypatch.setenv("MK_CUDA_STAGE", stage)
     text = _linear(*shape)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     for seed in (0, 1):
