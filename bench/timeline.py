@@ -5,7 +5,8 @@ Usage (on the GPU machine): python bench/timeline.py [--only NAME] [--out DIR] [
 For each task.grid: its tasks, the span from its first start to its last end (µs, from the
 launch's first task start) and the mean task time. Also writes a Chrome trace per workload.
 With --model, one decode step of a model preset (positions at the end of a 1,024-slot cache),
-summed per kind of grid over the layers (`k12_l3_q` counts as `q`). With --ops, a profile build
+summed per kind of grid over the layers (`k12_l3_q` counts as `q`), and how long each kind's
+tasks starve, take to start once they could, and run (bench/hops.py). With --ops, a profile build
 (op marks, backends/cuda/op_marks.py) also says how long each statement of a task body takes.
 """
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -26,6 +26,8 @@ from mk.inputs import random_inputs
 from mk.source import entry_function, load_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hops import kind_of, print_hops, program_hops  # noqa: E402
+
 from bench import at_full_context, to_torch, workloads  # noqa: E402
 
 
@@ -51,11 +53,6 @@ def grid_rows(prog: object) -> list[tuple[str, int, float, float, float]]:
             )
         )
     return sorted(rows, key=lambda r: r[2])
-
-
-def kind_of(grid: str) -> str:
-    """`k12_l3_q` -> `q`: a grid's role, the same in every layer."""
-    return re.sub(r"^k\d+_(l\d+_)?", "", grid)
 
 
 def grid_bytes(prog: object) -> dict[str, int]:
@@ -134,6 +131,8 @@ def main() -> int:
         total = grid_rows(prog)
         print(f"{name}: {len(prog.tables.tasks)} tasks, step {max(r[3] for r in total):.1f} us")
         model_summary(prog)
+        print("per kind, mean µs per task (bench/hops.py):")
+        print_hops(program_hops(prog, prog.last_timeline[-1]))  # type: ignore[attr-defined]
         if args.ops:
             print("mean task time per statement (µs), by kind:")
             print_op_segments(prog)

@@ -1,0 +1,138 @@
+"""Where a megakernel run's time goes between tasks: per kind of grid, how long tasks waited for
+their producers, how long they took to start once they could, and how long they ran.
+
+Usage: python bench/hops.py --model PRESET [--layers N] [--batch B] TRACE.json
+(TRACE.json from `bench/timeline.py --model ... --out DIR`; the program is rebuilt here, without
+a GPU, to know each task's producers.) `bench/timeline.py --model` prints the same table live.
+
+For task i with start s_i and end e_i on its SM: ready_i is the last end among the tasks that
+signal the event elements it waits for (this iteration's), free_i the end of the task before it
+in its SM's queue. Then `dispatch` = s_i - max(ready_i, free_i): the event hop (release fence,
+counter, poll, barrier) plus the dispatcher's own work; `starved` = max(0, ready_i - free_i):
+the SM idle waiting for producers; `run` = e_i - s_i.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+
+def kind_of(grid: str) -> str:
+    """`k12_l3_q` -> `q`: a grid's role, the same in every layer."""
+    return re.sub(r"^k\d+_(l\d+_)?", "", grid)
+
+
+def ready_times(
+    num_tasks: int,
+    end: np.ndarray,
+    waits_of: Callable[[int], list[tuple[str, tuple[int, ...], int]]],
+    producers_of: Callable[[str, tuple[int, ...]], list[int]],
+) -> np.ndarray:
+    """Per task, the last end among its same-iteration producers (NaN: none)."""
+    ready = np.full(num_tasks, np.nan)
+    for task in range(num_tasks):
+        ends = [
+            end[p]
+            for event, element, distance in waits_of(task)
+            if distance == 0
+            for p in producers_of(event, element)
+        ]
+        if ends:
+            ready[task] = max(ends)
+    return ready
+
+
+def hop_rows(
+    kinds: Sequence[str],
+    start: np.ndarray,
+    end: np.ndarray,
+    ready: np.ndarray,
+    queues: Sequence[Sequence[int]],
+) -> list[tuple[str, int, float, float, float]]:
+    """(kind, tasks, mean starved µs, mean dispatch µs, mean run µs) per kind, by summed
+    dispatch + run, largest first. Times in ns; tasks with no start (0) are left out."""
+    free = np.full(len(kinds), np.nan)
+    for queue in queues:
+        prev = np.nan
+        for task in queue:
+            free[task] = prev
+            prev = end[task]
+    origin = start[start > 0].min() if (start > 0).any() else 0
+    could = np.fmax(np.nan_to_num(ready, nan=origin), np.nan_to_num(free, nan=origin))
+    starved = np.clip(np.nan_to_num(ready, nan=origin) - np.nan_to_num(free, nan=origin), 0, None)
+    sums: dict[str, np.ndarray] = {}
+    for task, kind in enumerate(kinds):
+        if start[task] <= 0:
+            continue
+        row = np.array([1.0, starved[task], start[task] - could[task], end[task] - start[task]])
+        sums[kind] = sums.get(kind, np.zeros(4)) + row
+    rows = [
+        (kind, int(s[0]), s[1] / s[0] / 1e3, s[2] / s[0] / 1e3, s[3] / s[0] / 1e3)
+        for kind, s in sums.items()
+    ]
+    return sorted(rows, key=lambda r: -(r[3] + r[4]) * r[1])
+
+
+def print_hops(rows: Sequence[tuple[str, int, float, float, float]]) -> None:
+    print(f"  {'kind':<16}{'tasks':>7}{'starved us':>12}{'dispatch us':>13}{'run us':>9}")
+    for kind, n, starved, dispatch, run in rows:
+        print(f"  {kind:<16}{n:>7}{starved:>12.2f}{dispatch:>13.2f}{run:>9.2f}")
+
+
+def program_hops(prog: object, timeline: np.ndarray) -> list[tuple[str, int, float, float, float]]:
+    """hop_rows for a compiled CUDA program and one iteration's [tasks, 2] timeline (ns)."""
+    index = prog.graph.index()  # type: ignore[attr-defined]
+    tables = prog.tables  # type: ignore[attr-defined]
+    n = len(tables.tasks)
+    start, end = timeline[:, 0].astype(np.float64), timeline[:, 1].astype(np.float64)
+    ready = ready_times(n, end, index.waits_of, index.producers_of)
+    offsets, tasks = tables.queue_offsets, tables.queue_tasks
+    queues = [tasks[offsets[s] : offsets[s + 1]] for s in range(len(offsets) - 1)]
+    kinds = [kind_of(index.locate(t)[0].sym_name.data) for t in range(n)]
+    return hop_rows(kinds, start, end, ready, queues)
+
+
+def read_trace(path: Path, num_tasks: int) -> np.ndarray:
+    """A Chrome trace of `prog.trace` back to an iteration-0 [tasks, 2] timeline (ns)."""
+    timeline = np.zeros((num_tasks, 2))
+    for event in json.loads(path.read_text())["traceEvents"]:
+        if event.get("args", {}).get("iteration", 0) != 0:
+            continue
+        task = int(re.match(r"task (\d+)", event["name"]).group(1))  # type: ignore[union-attr]
+        timeline[task] = (1e3 * event["ts"] + 1.0, 1e3 * (event["ts"] + event["dur"]) + 1.0)
+    return timeline
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("trace", type=Path)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--layers", type=int, default=None)
+    parser.add_argument("--batch", type=int, default=1)
+    args = parser.parse_args()
+    import mk
+    import mk.backends.cuda as backend
+    from mk.backends.cuda import build
+    from mk.models import decode_program, preset
+
+    build.nvcc = backend.nvcc = lambda: None  # the tables only: no module to build
+    config = preset(args.model)
+    if args.layers is not None:
+        config = config.with_(layers=args.layers)
+    name = f"{args.model} L{config.layers} B{args.batch}"
+    prog = mk.compile(decode_program(config, args.batch, 1024, 1), target="cuda")
+    timeline = read_trace(args.trace, len(prog.tables.tasks))  # type: ignore[attr-defined]
+    print(f"{name}: per kind, mean µs per task")
+    print_hops(program_hops(prog, timeline))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

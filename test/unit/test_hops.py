@@ -1,0 +1,89 @@
+"""bench/hops.py: per kind of grid, the time tasks starve, take to start, and run."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+import mk
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("hops", ROOT / "bench/hops.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_hop_rows_split_starving_dispatch_and_run() -> None:
+    hops = _module()
+    us = 1000.0
+    # SM 0 runs a (0..10) then b (12..15); SM 1 runs c, which waits for a: ready at 10,
+    # starts at 13 after idling from 0.
+    start = np.array([1, 12, 13]) * us
+    end = np.array([10, 15, 20]) * us
+    ready = np.array([np.nan, np.nan, 10 * us])
+    rows = hops.hop_rows(["a", "b", "c"], start, end, ready, [[0, 1], [2]])
+    got = {kind: (n, starved, dispatch, run) for kind, n, starved, dispatch, run in rows}
+    assert got["a"] == (1, 0.0, 0.0, 9.0)
+    assert got["b"] == (1, 0.0, 2.0, 3.0)  # 2 µs after its SM was free
+    assert got["c"] == (1, 9.0, 3.0, 7.0)  # idle from the launch's start (1) to ready (10)
+
+
+def test_program_hops_recover_a_simulated_schedule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tasks simulated to start 1 µs after their producers and their SM are done (the first ones
+    at the launch's start) and to run 2 µs read back (through a Chrome trace) as exactly that."""
+    import mk.backends.cuda as backend
+    from mk.backends.cuda import build
+    from mk.models import decode_program, preset
+
+    hops = _module()
+    monkeypatch.setattr(build, "nvcc", lambda: None)
+    monkeypatch.setattr(backend, "nvcc", lambda: None)
+    text = decode_program(preset("tiny"), 1, 64, 1)
+    prog = mk.compile(text, target="cuda", num_sms=4, cache_dir=tmp_path)
+    index, tables = prog.graph.index(), prog.tables  # type: ignore[attr-defined]
+    n = len(tables.tasks)
+    offsets, order = tables.queue_offsets, tables.queue_tasks
+    queues = [list(order[offsets[s] : offsets[s + 1]]) for s in range(len(offsets) - 1)]
+    start, end, gap = np.zeros(n), np.zeros(n), np.zeros(n)
+    free, at = [1e6] * len(queues), [0] * len(queues)
+    while any(at[s] < len(q) for s, q in enumerate(queues)):
+        moved = False
+        for s, queue in enumerate(queues):
+            if at[s] == len(queue):
+                continue
+            task = queue[at[s]]
+            producers = [
+                p
+                for event, element, distance in index.waits_of(task)
+                if distance == 0
+                for p in index.producers_of(event, element)
+            ]
+            if any(end[p] == 0 for p in producers):
+                continue
+            ready = max([end[p] for p in producers] + [free[s]])
+            gap[task] = 1000 if producers or at[s] else 0
+            start[task], end[task] = ready + gap[task], ready + gap[task] + 2000
+            free[s], at[s], moved = end[task], at[s] + 1, True
+        assert moved, "the simulated queues deadlocked"
+    prog.last_timeline = np.stack([start, end], axis=1)[None].astype(np.int64)  # type: ignore[attr-defined]
+    prog.trace(tmp_path / "t.json")  # type: ignore[attr-defined]
+    timeline = hops.read_trace(tmp_path / "t.json", n)
+    rows = hops.program_hops(prog, timeline)
+    assert {kind for kind, *_ in rows} >= {"logits", "next"}
+    kinds = np.array([hops.kind_of(index.locate(t)[0].sym_name.data) for t in range(n)])
+    for kind, count, _, dispatch, run in rows:
+        assert count == (kinds == kind).sum()
+        assert dispatch == pytest.approx(gap[kinds == kind].mean() / 1000, abs=1e-6), kind
+        assert run == pytest.approx(2.0, abs=1e-6), kind
+    assert gap.mean() > 500  # most tasks have a producer or a task before them
