@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the project root with the wheels carried in .whl/:
-#   bash bench/on_gpu.sh [tests] [sanitize] [bench] [timeline] [generate] [search] [profile] [ncu]
-#   (default: all but search and profile)
+#   bash bench/on_gpu.sh [tests] [sanitize] [bench] [timeline] [generate] [search] [profile] [ncu] [ab]
+#   (default: tests sanitize bench timeline generate)
 # Installs mk, runs the gpu-marked tests, compute-sanitizer on the examples, the benchmark
 # table, the per-grid timelines (TIMELINE_ARGS, e.g. "--model qwen3-0.6b --layers 4") and
 # mk-generate on the model presets (MODELS, BATCHES, GENERATE_ARGS e.g. --accuracy), and the superoptimizer's kernels against the
 # rules (bench/search_bench.py, SEARCH_ARGS), and an op-mark profile of one model step with its trace drawn as
-# SVG (PROFILE_ARGS, default "--model qwen3-0.6b --layers 4"). Set MK_COMMIT to the local checkout's commit: the copy here may
+# SVG (PROFILE_ARGS, default "--model qwen3-0.6b --layers 4"); `ab` runs the benchmark and the model step's
+# per-kind times for a second checkout (AB_TREE) and this one side by side. Set MK_COMMIT to the local checkout's commit: the copy here may
 # carry stale git metadata;
 # logs go to $OUT (or ./gpu-out).
 set -u
@@ -52,6 +53,21 @@ for step in $steps; do
       python3 "$ROOT/bench/ncu_stalls.py" "$OUT/ncu.csv" | tee "$OUT/ncu.log" ;;
     timeline)
       python3 "$ROOT/bench/timeline.py" --out "$OUT" ${TIMELINE_ARGS:-} 2>&1 | tee "$OUT/timeline.log" | tail -80 ;;
+    ab)
+      # The benchmark and the model step's per-kind times for another checkout beside this one
+      # (AB_TREE: a path inside this tree, e.g. `git worktree add .ab main` with .ab carried to
+      # the GPU machine beside .whl), each installed and built on its own, in one call.
+      [ -n "${AB_TREE:-}" ] || { echo "ab: set AB_TREE to another checkout inside this tree"; exit 1; }
+      python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/site-ab "$ROOT/$AB_TREE" \
+        >"$OUT/install-ab.log" 2>&1 || { tail -30 "$OUT/install-ab.log"; exit 1; }
+      for side in ab this; do
+        site=/tmp/site; [ $side = ab ] && site=/tmp/site-ab
+        echo "== $side"
+        PYTHONPATH=$site MK_CACHE_DIR=/tmp/mk-cache-$side python3 "$ROOT/bench/bench.py" --runs 60 \
+          --out "$OUT/$side" 2>&1 | grep '^|' | tail -8
+        PYTHONPATH=$site MK_CACHE_DIR=/tmp/mk-cache-$side python3 "$ROOT/bench/timeline.py" \
+          ${PROFILE_ARGS:---model qwen3-0.6b --layers 4} 2>&1 | grep -A30 'starved' | head -14
+      done ;;
     generate)
       for model in ${MODELS:-qwen3-0.6b llama-3.2-1b}; do
         for batch in ${BATCHES:-1}; do
