@@ -55,8 +55,8 @@ for step in $steps; do
       python3 "$ROOT/bench/timeline.py" --out "$OUT" ${TIMELINE_ARGS:-} 2>&1 | tee "$OUT/timeline.log" | tail -80 ;;
     ab)
       # The benchmark and the model step's per-kind times for another checkout beside this one
-      # (AB_TREE: a path inside this tree, e.g. `git worktree add .ab main` with .ab carried to
-      # the GPU machine beside .whl), each installed and built on its own, in one call.
+      # (AB_TREE: a path inside this tree, e.g. `mkdir .ab && git archive main | tar -x -C .ab`,
+      # carried to the GPU machine beside .whl), each installed and built on its own, in one call.
       [ -n "${AB_TREE:-}" ] || { echo "ab: set AB_TREE to another checkout inside this tree"; exit 1; }
       python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/site-ab "$ROOT/$AB_TREE" \
         >"$OUT/install-ab.log" 2>&1 || { tail -30 "$OUT/install-ab.log"; exit 1; }
