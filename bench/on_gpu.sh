@@ -7,7 +7,7 @@
 # mk-generate on the model presets (MODELS, BATCHES, GENERATE_ARGS e.g. --accuracy), and the superoptimizer's kernels against the
 # rules (bench/search_bench.py, SEARCH_ARGS), and an op-mark profile of one model step with its trace drawn as
 # SVG (PROFILE_ARGS, default "--model qwen3-0.6b --layers 4"); `ab` runs the benchmark and the model step's
-# per-kind times for a second checkout (AB_TREE) and this one side by side. Set MK_COMMIT to the local checkout's commit: the copy here may
+# per-kind times for other checkouts (AB_TREES) and this one side by side. Set MK_COMMIT to the local checkout's commit: the copy here may
 # carry stale git metadata;
 # logs go to $OUT (or ./gpu-out).
 set -u
@@ -54,18 +54,23 @@ for step in $steps; do
     timeline)
       python3 "$ROOT/bench/timeline.py" --out "$OUT" ${TIMELINE_ARGS:-} 2>&1 | tee "$OUT/timeline.log" | tail -80 ;;
     ab)
-      # The benchmark and the model step's per-kind times for another checkout beside this one
-      # (AB_TREE: a path inside this tree, e.g. `mkdir .ab && git archive main | tar -x -C .ab`,
-      # carried to the GPU machine beside .whl), each installed and built on its own, in one call.
-      [ -n "${AB_TREE:-}" ] || { echo "ab: set AB_TREE to another checkout inside this tree"; exit 1; }
-      python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/site-ab "$ROOT/$AB_TREE" \
-        >"$OUT/install-ab.log" 2>&1 || { tail -30 "$OUT/install-ab.log"; exit 1; }
-      for side in ab this; do
-        site=/tmp/site; [ $side = ab ] && site=/tmp/site-ab
-        echo "== $side"
-        PYTHONPATH=$site MK_CACHE_DIR=/tmp/mk-cache-$side python3 "$ROOT/bench/bench.py" --runs 60 \
-          --out "$OUT/$side" 2>&1 | grep '^|' | tail -8
-        PYTHONPATH=$site MK_CACHE_DIR=/tmp/mk-cache-$side python3 "$ROOT/bench/timeline.py" \
+      # The benchmark and the model step's per-kind times for other checkouts beside this one
+      # (AB_TREES: paths inside this tree, e.g. `mkdir .ab/main && git archive main | tar -x -C
+      # .ab/main`, with .ab carried to the GPU machine beside .whl), each installed and built on
+      # its own, in one call: a comparison, or a bisection over several commits.
+      [ -n "${AB_TREES:-}" ] || { echo "ab: set AB_TREES to other checkouts inside this tree"; exit 1; }
+      for tree in $AB_TREES .; do
+        name=this; site=/tmp/site
+        if [ "$tree" != . ]; then
+          name=$(basename "$tree")
+          site=/tmp/site-$name
+          python3 -m pip install -q --no-build-isolation --no-deps --target "$site" "$ROOT/$tree" \
+            >"$OUT/install-$name.log" 2>&1 || { tail -30 "$OUT/install-$name.log"; continue; }
+        fi
+        echo "== $tree"
+        PYTHONPATH=$site MK_CACHE_DIR=/tmp/mk-cache-$name python3 "$ROOT/bench/bench.py" --runs 60 \
+          --out "$OUT/ab-$name" 2>&1 | grep '^|' | tail -8
+        PYTHONPATH=$site MK_CACHE_DIR=/tmp/mk-cache-$name python3 "$ROOT/bench/timeline.py" \
           ${PROFILE_ARGS:---model qwen3-0.6b --layers 4} 2>&1 | grep -A30 'starved' | head -14
       done ;;
     generate)
