@@ -20,6 +20,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -47,6 +48,23 @@ def ready_times(
         if ends:
             ready[task] = max(ends)
     return ready
+
+
+def producer_table(index: Any) -> dict[tuple[str, tuple[int, ...]], list[int]]:
+    """Every event element's producing tasks, built once from the producer edges (a query per
+    wait would evaluate each producer grid's element map again)."""
+    from mk.dialects.task_maps import edge_elements
+
+    table: dict[tuple[str, tuple[int, ...]], list[int]] = {}
+    for event, edges in index.producers.items():
+        for grid, edge in edges:
+            elements = edge_elements(grid, edge)
+            if elements is None:
+                continue
+            base = index.base_of(grid)
+            for i, element in enumerate(map(tuple, elements.tolist())):
+                table.setdefault((event, element), []).append(base + i)
+    return table
 
 
 def hop_rows(
@@ -92,7 +110,8 @@ def program_hops(prog: object, timeline: np.ndarray) -> list[tuple[str, int, flo
     tables = prog.tables  # type: ignore[attr-defined]
     n = len(tables.tasks)
     start, end = timeline[:, 0].astype(np.float64), timeline[:, 1].astype(np.float64)
-    ready = ready_times(n, end, index.waits_of, index.producers_of)
+    table = producer_table(index)
+    ready = ready_times(n, end, index.waits_of, lambda e, el: table.get((e, tuple(el)), []))
     offsets, tasks = tables.queue_offsets, tables.queue_tasks
     queues = [tasks[offsets[s] : offsets[s + 1]] for s in range(len(offsets) - 1)]
     kinds = [kind_of(index.locate(t)[0].sym_name.data) for t in range(n)]

@@ -202,10 +202,12 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         )
         emit(f"sl.x_dtype = {x.dtype};")
         emit(f"sl.x_ld = {x.shape[1]};")
+        g_at = ""  # the norm weight's first element
         if plan.g is not None:
             g = self.operands[plan.g.source_index()]
             (g0,) = self.input_starts(plan.g, "0")
-            emit(f"sl.g = mk::gpu::elem_at(buffers[{g.index}], {g.dtype}, {g0});")
+            g_at = f"mk::gpu::elem_at(buffers[{g.index}], {g.dtype}, {g0})"
+            emit(f"sl.g = {g_at};")
             emit(f"sl.g_dtype = {g.dtype};")
         emit(f"sl.w_dtype = {dtype_code(plan.products[0][0].tile.type)};")
         emit(f"sl.k = {k};")
@@ -242,12 +244,7 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             for i, r0, n in prefetch_spans(rows, 2 * k, budget)
         ]
         if plan.g is not None:  # the norm weight: the staging's first load
-            g = self.operands[plan.g.source_index()]
-            (g0,) = self.input_starts(plan.g, "0")
-            fetch.append(
-                f"mk::gpu::prefetch_l2(mk::gpu::elem_at(buffers[{g.index}], {g.dtype}, {g0}), "
-                f"{k} * mk::dtype_size({g.dtype}));"
-            )
+            fetch.append(f"mk::gpu::prefetch_l2({g_at}, {k} * mk::dtype_size({g.dtype}));")
         if budget:
             self.prefetch = fetch
         call = (
