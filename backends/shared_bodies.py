@@ -2,7 +2,7 @@
 
 The layers of a model lower to grids whose bodies are the same code on other buffers. Each
 body's `buffers[i]` become `buffers[bi[k]]` (k numbering the distinct buffers in order of first
-use); texts equal up to the value names in tile variables then share a function (the first
+use; the CUDA backend reads `bp[k]`, a table its dispatcher resolved); texts equal up to the value names in tile variables then share a function (the first
 grid's text), and each grid passes its own slice of one table of
 buffer indices. This keeps the emitted source, and the compiler's time on it, proportional to
 the distinct layer shapes instead of the layer count.
@@ -19,13 +19,16 @@ _BUFFER = re.compile(r"\bbuffers\[(\d+)\]")
 _TILE = re.compile(r"\bt(\d+)_\w+")
 
 
-def parametrize_buffers(body: Sequence[str]) -> tuple[list[str], list[int]]:
-    """The body with buffer indices read from `bi`, and the indices it had (in slot order)."""
+def parametrize_buffers(
+    body: Sequence[str], slot_format: str = "buffers[bi[{k}]]"
+) -> tuple[list[str], list[int]]:
+    """The body with each buffer read through its slot (`slot_format` of the slot number k),
+    and the buffer indices it had, in slot order."""
     slots: dict[int, int] = {}
 
     def slot(match: re.Match[str]) -> str:
         k = slots.setdefault(int(match.group(1)), len(slots))
-        return f"buffers[bi[{k}]]"
+        return slot_format.format(k=k)
 
     return [_BUFFER.sub(slot, line) for line in body], list(slots)
 
@@ -36,6 +39,7 @@ class SharedFunction:
 
     name: str
     body: list[str]
+    slots: int = 0  # distinct buffers the body touches
     grids: list[str] = field(default_factory=list)
 
     def comment(self) -> str:
@@ -50,15 +54,16 @@ class SharedBodies:
     functions: list[SharedFunction] = field(default_factory=list)
     calls: list[tuple[str, SharedFunction, int]] = field(default_factory=list)  # grid, fn, offset
     table: list[int] = field(default_factory=list)
+    slot_format: str = "buffers[bi[{k}]]"
     _by_body: dict[str, SharedFunction] = field(default_factory=dict)
 
     def add(self, name: str, grid: str, body: Sequence[str]) -> SharedFunction:
         """Register the next grid's body; returns the function that runs it."""
-        lines, indices = parametrize_buffers(body)
+        lines, indices = parametrize_buffers(body, self.slot_format)
         key = _TILE.sub(r"t\1", "\n".join(lines))
         fn = self._by_body.get(key)
         if fn is None:
-            fn = self._by_body[key] = SharedFunction(name, lines)
+            fn = self._by_body[key] = SharedFunction(name, lines, len(indices))
             self.functions.append(fn)
         fn.grids.append(grid)
         self.calls.append((grid, fn, len(self.table)))

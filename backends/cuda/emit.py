@@ -488,7 +488,7 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
     out = [
         _PRELUDE.format(name=g.sym_name.data, marks="#define MK_OP_MARKS 1\n" if profile else "")
     ]
-    shared, scratch, smem = SharedBodies(), 0, 0
+    shared, scratch, smem = SharedBodies(slot_format="bp[{k}]"), 0, 0
     for gi, grid in enumerate(grids):
         lines, need = _grid_body(grid, refs)
         shared.add(f"task_{gi}_{_ident(grid.sym_name.data)}", grid.sym_name.data, lines)
@@ -536,8 +536,8 @@ def _grid_body(grid: GridOp, refs: dict[str, BufferRef]) -> tuple[list[str], _Ne
 def _device_function(fn: SharedFunction) -> str:
     head = [
         fn.comment(),
-        f"__device__ __noinline__ int32_t {fn.name}(const mk::TaskDesc* t, void* const* buffers, "
-        "mk::gpu::Arena& arena, int32_t iteration, const int32_t* bi, int32_t ahead) {",
+        f"__device__ __noinline__ int32_t {fn.name}(const mk::TaskDesc* t, void* const* bp, "
+        "mk::gpu::Arena& arena, int32_t iteration, int32_t ahead) {",
     ]
     if not runs_ahead(fn, "kAheadL2") and not runs_ahead(fn, "kAheadStage"):
         head.append("  (void)ahead;  // nothing to do before the task's turn")
@@ -567,15 +567,14 @@ def runs_ahead(fn: SharedFunction, mode: str) -> bool:
 def _dispatch(shared: SharedBodies, smem: int) -> str:
     cases = "\n".join(
         f"      case {KIND_FIRST_LOWERED + i}: "
-        f"return {fn.name}(t, buffers, arena, iteration, kBufferIndex + {offset}, "
-        "mk::gpu::kAheadNone);"
-        for i, (_, fn, offset) in enumerate(shared.calls)
+        f"return {fn.name}(t, bp, arena, iteration, mk::gpu::kAheadNone);"
+        for i, (_, fn, _) in enumerate(shared.calls)
     )
     fetches, stages = (
         "\n".join(
-            f"      case {KIND_FIRST_LOWERED + i}: {before}{fn.name}(t, buffers, arena, iteration, "
-            f"kBufferIndex + {offset}, mk::gpu::{mode}){after};"
-            for i, (_, fn, offset) in enumerate(shared.calls)
+            f"      case {KIND_FIRST_LOWERED + i}: "
+            f"{before}{fn.name}(t, bp, arena, iteration, mk::gpu::{mode}){after};"
+            for i, (_, fn, _) in enumerate(shared.calls)
             if runs_ahead(fn, mode)
         )
         for mode, before, after in (
@@ -584,12 +583,34 @@ def _dispatch(shared: SharedBodies, smem: int) -> str:
         )
     )
     offset, arena = arena_smem(smem)
+    slots = max([fn.slots for fn in shared.functions] + [1])
+    firsts = ", ".join(str(first) for _, _, first in shared.calls) or "0"
+    counts = ", ".join(str(fn.slots) for _, fn, _ in shared.calls) or "0"
     return f"""\
+__constant__ int32_t kSlotFirst[] = {{{firsts}}};  // per kind: its slice of kBufferIndex
+__constant__ int32_t kSlotCount[] = {{{counts}}};
+
 struct Dispatch {{
   static constexpr unsigned kArenaOffset = {offset};
   static constexpr unsigned kArenaBytes = {arena};
   static constexpr unsigned kSmemBytes = {offset + arena};
-  __device__ static int32_t run(int32_t kind, const mk::TaskDesc* t, void* const* buffers,
+  static constexpr int kSlots = {slots};  // most buffers one body reads
+  // One thread: the addresses of the buffers a task of `kind` reads (its slots), all loads in
+  // flight before the first store.
+  __device__ static void resolve(int32_t kind, void* const* buffers, void** bp) {{
+    const int32_t k = kind - {KIND_FIRST_LOWERED};
+    if (k < 0 || k >= {len(shared.calls)}) return;
+    const int32_t* bi = kBufferIndex + kSlotFirst[k];
+    const int32_t n = kSlotCount[k];
+    void* at[kSlots];
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) at[i] = i < n ? buffers[bi[i]] : nullptr;
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) {{
+      if (i < n) bp[i] = at[i];
+    }}
+  }}
+  __device__ static int32_t run(int32_t kind, const mk::TaskDesc* t, void* const* bp,
                                 mk::gpu::Arena& arena, int32_t iteration) {{
     switch (kind) {{
 {cases}
@@ -597,7 +618,7 @@ struct Dispatch {{
     }}
   }}
   // One thread: asks the L2 for the weights a task of `kind` will stream.
-  __device__ static void prefetch(int32_t kind, const mk::TaskDesc* t, void* const* buffers,
+  __device__ static void prefetch(int32_t kind, const mk::TaskDesc* t, void* const* bp,
                                   mk::gpu::Arena& arena, int32_t iteration) {{
     switch (kind) {{
 {fetches}
@@ -605,7 +626,7 @@ struct Dispatch {{
     }}
   }}
   // One thread, before the task waits: copies its weights into shared memory; whether it did.
-  __device__ static bool stage(int32_t kind, const mk::TaskDesc* t, void* const* buffers,
+  __device__ static bool stage(int32_t kind, const mk::TaskDesc* t, void* const* bp,
                                mk::gpu::Arena& arena, int32_t iteration) {{
     switch (kind) {{
 {stages}

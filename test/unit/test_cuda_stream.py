@@ -130,9 +130,7 @@ def test_weights_are_prefetched_within_the_budget(
     assert (fetched == n // 8) == whole  # the task's rows: n over 8 SMs
     assert len(rows) == (1 if whole else 8)
     assert f"{k} * mk::dtype_size(mk::DTYPE_BF16));" in body.group(1)  # the norm weight
-    assert re.search(
-        r"task_\w+\(t, buffers, arena, iteration, kBufferIndex \+ \d+, mk::gpu::kAheadL2\)", src
-    )
+    assert re.search(r"task_\w+\(t, bp, arena, iteration, mk::gpu::kAheadL2\)", src)
 
 
 @pytest.mark.usefixtures("no_nvcc")

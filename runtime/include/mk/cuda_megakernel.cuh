@@ -95,6 +95,9 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
   // The current task's descriptor, copied while thread 0 waits: the body reads its coordinates
   // from shared memory instead of one more L2 round trip after the wait.
   __shared__ TaskDesc current;
+  // Its buffers' addresses (Dispatch::resolve), also loaded while thread 0 waits: a body reads
+  // them from shared memory instead of two dependent loads (index table, buffer table).
+  __shared__ void* current_slots[Dispatch::kSlots];
   __shared__ uint64_t stage_bar;
   __shared__ uint32_t stage_parity;
   const int32_t sm = blockIdx.x;
@@ -112,15 +115,18 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
       const TaskDesc* task = &current;
       if (threadIdx.x == 0) {
         current = p.tasks[id];
+        Dispatch::resolve(current.kind, p.buffers, current_slots);
         // This task's weights into shared memory while it waits (the kinds that stage them).
-        if (Dispatch::stage(task->kind, task, p.buffers, arena, t)) stage_parity = stages++ & 1;
+        if (Dispatch::stage(task->kind, task, current_slots, arena, t)) stage_parity = stages++ & 1;
         // Weights one task ahead: the next task's stream from HBM overlaps this one's wait and
         // run (the first task of the launch fetches its own).
-        if (t == 0 && q == begin) Dispatch::prefetch(task->kind, task, p.buffers, arena, t);
+        if (t == 0 && q == begin) Dispatch::prefetch(task->kind, task, current_slots, arena, t);
         const int32_t next = q + 1 < end ? q + 1 : t + 1 < p.iterations ? begin : -1;
         if (next >= 0) {
           const TaskDesc* ahead = p.tasks + p.queue_tasks[next];
-          Dispatch::prefetch(ahead->kind, ahead, p.buffers, arena, next > q ? t : t + 1);
+          void* ahead_slots[Dispatch::kSlots];
+          Dispatch::resolve(ahead->kind, p.buffers, ahead_slots);
+          Dispatch::prefetch(ahead->kind, ahead, ahead_slots, arena, next > q ? t : t + 1);
         }
         go = wait_task(p, id, sm, t);
       }
@@ -133,7 +139,7 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
           p.timeline ? p.timeline + (static_cast<uint64_t>(t) * p.num_tasks + id) * slot_width : nullptr;
       arena.marks = slot && p.marks > 0 ? slot + 2 : nullptr;
       arena.mark_n = 0;
-      const int32_t rc = Dispatch::run(task->kind, task, p.buffers, arena, t);
+      const int32_t rc = Dispatch::run(task->kind, task, current_slots, arena, t);
       __syncthreads();
       if (threadIdx.x == 0) {
         if (rc != 0) {
