@@ -63,8 +63,8 @@ __device__ inline void record_failure(const LaunchParams& p, RunStatus s) {
 }
 
 // Thread 0: waits until every wait of `task` holds in iteration t; false if the launch stops.
-__device__ inline bool wait_task(const LaunchParams& p, int32_t id, int32_t sm, int32_t t) {
-  const TaskDesc& task = p.tasks[id];
+__device__ inline bool wait_task(const LaunchParams& p, const TaskDesc& task, int32_t id, int32_t sm,
+                                 int32_t t) {
   for (int32_t w = task.wait_begin; w < task.wait_end; ++w) {
     const WaitDesc wd = p.waits[w];
     const int64_t threshold = wait_threshold(wd.count, wd.distance, t);
@@ -91,13 +91,13 @@ __device__ inline bool wait_task(const LaunchParams& p, int32_t id, int32_t sm, 
 
 template <class Dispatch>
 __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams p) {
-  __shared__ int32_t go;
-  // The current task's descriptor, copied while thread 0 waits: the body reads its coordinates
-  // from shared memory instead of one more L2 round trip after the wait.
-  __shared__ TaskDesc current;
-  // Its buffers' addresses (Dispatch::resolve), also loaded while thread 0 waits: a body reads
-  // them from shared memory instead of two dependent loads (index table, buffer table).
-  __shared__ void* current_slots[Dispatch::kSlots];
+  __shared__ int32_t go, which;
+  // Descriptors and buffer addresses (Dispatch::resolve) of the current task and the next one:
+  // thread 0 loads the next task's while it waits for the current one, so a body reads its
+  // coordinates and buffers from shared memory instead of chains of L2 round trips (queue,
+  // task table; index table, buffer table) after its wait.
+  __shared__ TaskDesc descs[2];
+  __shared__ void* slots[2][Dispatch::kSlots];
   __shared__ uint64_t stage_bar;
   __shared__ uint32_t stage_parity;
   const int32_t sm = blockIdx.x;
@@ -107,31 +107,39 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
   if (threadIdx.x == 0) gpu::stage_barrier_init(&stage_bar);
   __syncthreads();
   uint32_t stages = 0;  // thread 0: barrier phases begun
+  int32_t cur = 0;      // thread 0: which of descs/slots holds the current task
+  bool ready = false;   // thread 0: whether it is loaded already
   const uint64_t slot_width = 2 + static_cast<uint64_t>(p.marks);
   const int32_t begin = p.queue_offsets[sm], end = p.queue_offsets[sm + 1];
   for (int32_t t = 0; t < p.iterations; ++t) {
     for (int32_t q = begin; q < end; ++q) {
       const int32_t id = p.queue_tasks[q];
-      const TaskDesc* task = &current;
       if (threadIdx.x == 0) {
-        current = p.tasks[id];
-        Dispatch::resolve(current.kind, p.buffers, current_slots);
+        if (!ready) {
+          descs[cur] = p.tasks[id];
+          Dispatch::resolve(descs[cur].kind, p.buffers, slots[cur]);
+        }
+        const TaskDesc* task = &descs[cur];
         // This task's weights into shared memory while it waits (the kinds that stage them).
-        if (Dispatch::stage(task->kind, task, current_slots, arena, t)) stage_parity = stages++ & 1;
+        if (Dispatch::stage(task->kind, task, slots[cur], arena, t)) stage_parity = stages++ & 1;
         // Weights one task ahead: the next task's stream from HBM overlaps this one's wait and
         // run (the first task of the launch fetches its own).
-        if (t == 0 && q == begin) Dispatch::prefetch(task->kind, task, current_slots, arena, t);
+        if (t == 0 && q == begin) Dispatch::prefetch(task->kind, task, slots[cur], arena, t);
         const int32_t next = q + 1 < end ? q + 1 : t + 1 < p.iterations ? begin : -1;
-        if (next >= 0) {
-          const TaskDesc* ahead = p.tasks + p.queue_tasks[next];
-          void* ahead_slots[Dispatch::kSlots];
-          Dispatch::resolve(ahead->kind, p.buffers, ahead_slots);
-          Dispatch::prefetch(ahead->kind, ahead, ahead_slots, arena, next > q ? t : t + 1);
+        ready = next >= 0;
+        if (ready) {
+          TaskDesc& ahead = descs[cur ^ 1];
+          ahead = p.tasks[p.queue_tasks[next]];
+          Dispatch::resolve(ahead.kind, p.buffers, slots[cur ^ 1]);
+          Dispatch::prefetch(ahead.kind, &ahead, slots[cur ^ 1], arena, next > q ? t : t + 1);
         }
-        go = wait_task(p, id, sm, t);
+        which = cur;
+        cur ^= 1;
+        go = wait_task(p, *task, id, sm, t);
       }
       __syncthreads();
       if (!go) return;
+      const TaskDesc* task = &descs[which];
       arena.stage_parity = stage_parity;
       const uint64_t started = p.timeline && threadIdx.x == 0 ? globaltimer() : 0;
       arena.reset(gpu::ArenaMark{0, 0});
@@ -139,7 +147,7 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
           p.timeline ? p.timeline + (static_cast<uint64_t>(t) * p.num_tasks + id) * slot_width : nullptr;
       arena.marks = slot && p.marks > 0 ? slot + 2 : nullptr;
       arena.mark_n = 0;
-      const int32_t rc = Dispatch::run(task->kind, task, current_slots, arena, t);
+      const int32_t rc = Dispatch::run(task->kind, task, slots[which], arena, t);
       __syncthreads();
       if (threadIdx.x == 0) {
         if (rc != 0) {
