@@ -118,9 +118,10 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         return self.plan is None or value not in self.plan.streamed()
 
     def emit(self) -> list[str]:
-        """The body; one that streams weights starts with what the megakernel's thread 0 runs
-        before the task's turn: the L2 prefetch (ahead = kAheadL2, while the task before it
-        runs) and the copy into shared memory (ahead = kAheadStage, while it waits)."""
+        """The body; one that streams weights starts with what one thread of the megakernel
+        runs before the task's turn: the L2 prefetch (ahead = kAheadL2, while the task before
+        it waits and runs) and the copy into shared memory (ahead = kAheadStage, while it
+        waits)."""
         # The megakernel's __syncthreads() after every task covers the body's last loops.
         lines = place_barriers(super().emit(), self.loops, trailing=False)
         if self.stage:

@@ -91,11 +91,12 @@ __device__ inline bool wait_task(const LaunchParams& p, const TaskDesc& task, in
 
 template <class Dispatch>
 __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams p) {
-  __shared__ int32_t go, which;
+  __shared__ int32_t go;
   // Descriptors and buffer addresses (Dispatch::resolve) of the current task and the next one:
-  // thread 0 loads the next task's while it waits for the current one, so a body reads its
-  // coordinates and buffers from shared memory instead of chains of L2 round trips (queue,
-  // task table; index table, buffer table) after its wait.
+  // thread 32 loads the next task's (and asks the L2 for its weights) while thread 0 waits for
+  // the current one, so a body reads its coordinates and buffers from shared memory, and tasks
+  // that follow each other on an SM pay the longer of the two chains of L2 round trips (queue,
+  // task table, index table, buffer table; wait table, counter) instead of their sum.
   __shared__ TaskDesc descs[2];
   __shared__ void* slots[2][Dispatch::kSlots];
   __shared__ uint64_t stage_bar;
@@ -107,39 +108,37 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
   if (threadIdx.x == 0) gpu::stage_barrier_init(&stage_bar);
   __syncthreads();
   uint32_t stages = 0;  // thread 0: barrier phases begun
-  int32_t cur = 0;      // thread 0: which of descs/slots holds the current task
-  bool ready = false;   // thread 0: whether it is loaded already
+  uint32_t n = 0;       // tasks begun; descs/slots[n & 1] hold task n's
   const uint64_t slot_width = 2 + static_cast<uint64_t>(p.marks);
   const int32_t begin = p.queue_offsets[sm], end = p.queue_offsets[sm + 1];
   for (int32_t t = 0; t < p.iterations; ++t) {
     for (int32_t q = begin; q < end; ++q) {
       const int32_t id = p.queue_tasks[q];
+      const uint32_t cur = n++ & 1;
       if (threadIdx.x == 0) {
-        if (!ready) {
-          descs[cur] = p.tasks[id];
-          Dispatch::resolve(descs[cur].kind, p.buffers, slots[cur]);
+        if (n == 1) {  // the launch's first task: nobody loaded it ahead
+          descs[0] = p.tasks[id];
+          Dispatch::resolve(descs[0].kind, p.buffers, slots[0]);
+          Dispatch::prefetch(descs[0].kind, &descs[0], slots[0], arena, t);
         }
         const TaskDesc* task = &descs[cur];
         // This task's weights into shared memory while it waits (the kinds that stage them).
         if (Dispatch::stage(task->kind, task, slots[cur], arena, t)) stage_parity = stages++ & 1;
-        // Weights one task ahead: the next task's stream from HBM overlaps this one's wait and
-        // run (the first task of the launch fetches its own).
-        if (t == 0 && q == begin) Dispatch::prefetch(task->kind, task, slots[cur], arena, t);
+        go = wait_task(p, *task, id, sm, t);
+      } else if (threadIdx.x == 32) {
+        // The next task: its descriptor and buffers, and its weights into L2, so HBM streams
+        // them while this task waits and runs.
         const int32_t next = q + 1 < end ? q + 1 : t + 1 < p.iterations ? begin : -1;
-        ready = next >= 0;
-        if (ready) {
+        if (next >= 0) {
           TaskDesc& ahead = descs[cur ^ 1];
           ahead = p.tasks[p.queue_tasks[next]];
           Dispatch::resolve(ahead.kind, p.buffers, slots[cur ^ 1]);
           Dispatch::prefetch(ahead.kind, &ahead, slots[cur ^ 1], arena, next > q ? t : t + 1);
         }
-        which = cur;
-        cur ^= 1;
-        go = wait_task(p, *task, id, sm, t);
       }
       __syncthreads();
       if (!go) return;
-      const TaskDesc* task = &descs[which];
+      const TaskDesc* task = &descs[cur];
       arena.stage_parity = stage_parity;
       const uint64_t started = p.timeline && threadIdx.x == 0 ? globaltimer() : 0;
       arena.reset(gpu::ArenaMark{0, 0});
@@ -147,7 +146,7 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
           p.timeline ? p.timeline + (static_cast<uint64_t>(t) * p.num_tasks + id) * slot_width : nullptr;
       arena.marks = slot && p.marks > 0 ? slot + 2 : nullptr;
       arena.mark_n = 0;
-      const int32_t rc = Dispatch::run(task->kind, task, slots[which], arena, t);
+      const int32_t rc = Dispatch::run(task->kind, task, slots[cur], arena, t);
       __syncthreads();
       if (threadIdx.x == 0) {
         if (rc != 0) {
