@@ -62,11 +62,49 @@ __device__ inline void record_failure(const LaunchParams& p, RunStatus s) {
   atomicExch(p.abort_flag, 1);
 }
 
+// What the dispatcher reads of a task, copied into shared memory before its turn: the
+// descriptor and its first waits and signals (a task with more reads the rest from the tables).
+constexpr int kNearWaits = 8, kNearSignals = 8;
+struct NearTask {
+  TaskDesc desc;
+  WaitDesc waits[kNearWaits];
+  int32_t signals[kNearSignals];  // counters
+};
+
+// One thread: task `id`'s NearTask and the addresses of its buffers, every load issued before
+// the first store.
+template <class Dispatch>
+__device__ inline void load_task(const LaunchParams& p, int32_t id, NearTask& near, void** slots) {
+  const TaskDesc desc = p.tasks[id];
+  WaitDesc waits[kNearWaits];
+  int32_t signals[kNearSignals];
+#pragma unroll
+  for (int i = 0; i < kNearWaits; ++i) {
+    if (desc.wait_begin + i < desc.wait_end) waits[i] = p.waits[desc.wait_begin + i];
+  }
+#pragma unroll
+  for (int i = 0; i < kNearSignals; ++i) {
+    if (desc.signal_begin + i < desc.signal_end) signals[i] = p.signals[desc.signal_begin + i].counter;
+  }
+  Dispatch::resolve(desc.kind, p.buffers, slots);
+  near.desc = desc;
+#pragma unroll
+  for (int i = 0; i < kNearWaits; ++i) {
+    if (desc.wait_begin + i < desc.wait_end) near.waits[i] = waits[i];
+  }
+#pragma unroll
+  for (int i = 0; i < kNearSignals; ++i) {
+    if (desc.signal_begin + i < desc.signal_end) near.signals[i] = signals[i];
+  }
+}
+
 // Thread 0: waits until every wait of `task` holds in iteration t; false if the launch stops.
-__device__ inline bool wait_task(const LaunchParams& p, const TaskDesc& task, int32_t id, int32_t sm,
+__device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, int32_t id, int32_t sm,
                                  int32_t t) {
+  const TaskDesc& task = near.desc;
   for (int32_t w = task.wait_begin; w < task.wait_end; ++w) {
-    const WaitDesc wd = p.waits[w];
+    const int32_t i = w - task.wait_begin;
+    const WaitDesc wd = i < kNearWaits ? near.waits[i] : p.waits[w];
     const int64_t threshold = wait_threshold(wd.count, wd.distance, t);
     uint32_t seen = 0;
     const uint64_t start = globaltimer();
@@ -92,13 +130,16 @@ __device__ inline bool wait_task(const LaunchParams& p, const TaskDesc& task, in
 template <class Dispatch>
 __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams p) {
   __shared__ int32_t go;
-  // Descriptors and buffer addresses (Dispatch::resolve) of the current task and the next one:
-  // thread 32 loads the next task's (and asks the L2 for its weights) while thread 0 waits for
-  // the current one, so a body reads its coordinates and buffers from shared memory, and tasks
-  // that follow each other on an SM pay the longer of the two chains of L2 round trips (queue,
-  // task table, index table, buffer table; wait table, counter) instead of their sum.
-  __shared__ TaskDesc descs[2];
-  __shared__ void* slots[2][Dispatch::kSlots];
+  // Descriptors, waits, signals and buffer addresses (Dispatch::resolve) of the current task
+  // and the next one: thread 32 loads the next task's (and asks the L2 for its weights) while
+  // thread 0 waits for the current one, so a body reads its coordinates and buffers from shared
+  // memory, thread 0's wait and signals start without a table load, and tasks that follow each
+  // other on an SM pay the longer of the two chains of L2 round trips (queue, task table, index
+  // and buffer tables; counter) instead of their sum.
+  // Three sets: while thread 32 fills the one after next, thread 0 may still be signalling from
+  // the one before.
+  __shared__ NearTask near[3];
+  __shared__ void* slots[3][Dispatch::kSlots];
   __shared__ uint64_t stage_bar;
   __shared__ uint32_t stage_parity;
   const int32_t sm = blockIdx.x;
@@ -108,37 +149,35 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
   if (threadIdx.x == 0) gpu::stage_barrier_init(&stage_bar);
   __syncthreads();
   uint32_t stages = 0;  // thread 0: barrier phases begun
-  uint32_t n = 0;       // tasks begun; descs/slots[n & 1] hold task n's
+  uint32_t n = 0;       // tasks begun; near/slots[n % 3] hold task n's
   const uint64_t slot_width = 2 + static_cast<uint64_t>(p.marks);
   const int32_t begin = p.queue_offsets[sm], end = p.queue_offsets[sm + 1];
   for (int32_t t = 0; t < p.iterations; ++t) {
     for (int32_t q = begin; q < end; ++q) {
       const int32_t id = p.queue_tasks[q];
-      const uint32_t cur = n++ & 1;
+      const uint32_t cur = n++ % 3, after = (cur + 1) % 3;
       if (threadIdx.x == 0) {
         if (n == 1) {  // the launch's first task: nobody loaded it ahead
-          descs[0] = p.tasks[id];
-          Dispatch::resolve(descs[0].kind, p.buffers, slots[0]);
-          Dispatch::prefetch(descs[0].kind, &descs[0], slots[0], arena, t);
+          load_task<Dispatch>(p, id, near[0], slots[0]);
+          Dispatch::prefetch(near[0].desc.kind, &near[0].desc, slots[0], arena, t);
         }
-        const TaskDesc* task = &descs[cur];
+        const TaskDesc* task = &near[cur].desc;
         // This task's weights into shared memory while it waits (the kinds that stage them).
         if (Dispatch::stage(task->kind, task, slots[cur], arena, t)) stage_parity = stages++ & 1;
-        go = wait_task(p, *task, id, sm, t);
+        go = wait_task(p, near[cur], id, sm, t);
       } else if (threadIdx.x == 32) {
         // The next task: its descriptor and buffers, and its weights into L2, so HBM streams
         // them while this task waits and runs.
         const int32_t next = q + 1 < end ? q + 1 : t + 1 < p.iterations ? begin : -1;
         if (next >= 0) {
-          TaskDesc& ahead = descs[cur ^ 1];
-          ahead = p.tasks[p.queue_tasks[next]];
-          Dispatch::resolve(ahead.kind, p.buffers, slots[cur ^ 1]);
-          Dispatch::prefetch(ahead.kind, &ahead, slots[cur ^ 1], arena, next > q ? t : t + 1);
+          const TaskDesc& ahead = near[after].desc;
+          load_task<Dispatch>(p, p.queue_tasks[next], near[after], slots[after]);
+          Dispatch::prefetch(ahead.kind, &ahead, slots[after], arena, next > q ? t : t + 1);
         }
       }
       __syncthreads();
       if (!go) return;
-      const TaskDesc* task = &descs[cur];
+      const TaskDesc* task = &near[cur].desc;
       arena.stage_parity = stage_parity;
       const uint64_t started = p.timeline && threadIdx.x == 0 ? globaltimer() : 0;
       arena.reset(gpu::ArenaMark{0, 0});
@@ -155,7 +194,8 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
         } else {
           event_release_fence();
           for (int32_t s = task->signal_begin; s < task->signal_end; ++s) {
-            event_signal(p.counters + p.signals[s].counter);
+            const int32_t i = s - task->signal_begin;
+            event_signal(p.counters + (i < kNearSignals ? near[cur].signals[i] : p.signals[s].counter));
           }
         }
         if (slot) {
