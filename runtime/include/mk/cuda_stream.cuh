@@ -215,15 +215,73 @@ __device__ inline bool vec8_ok(const void* p, int32_t dtype) {
   return dtype == DTYPE_F32 ? (a & 31) == 0 : (a & 15) == 0;
 }
 
+// Eight columns of a 16-bit activation row (and of a 16-bit norm weight) into xs as floats,
+// their squares added to ss[m].
+template <int M>
+__device__ inline void stage_group(float* xs, int stride, int m, int k, uint4 xv, bool x_bf16,
+                                   bool has_g, uint4 gv, bool g_bf16, float (&ss)[M]) {
+  float x[8], g[8];
+  unpack8(x, xv, x_bf16);
+  unpack8(g, gv, g_bf16);
+  float sq = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    sq = fmaf(x[j], x[j], sq);
+    if (has_g) x[j] *= g[j];
+  }
+  float4* out = reinterpret_cast<float4*>(xs + m * stride + k);
+  out[0] = make_float4(x[0], x[1], x[2], x[3]);
+  out[1] = make_float4(x[4], x[5], x[6], x[7]);
+#pragma unroll
+  for (int mm = 0; mm < M; ++mm) {
+    if (mm == m) ss[mm] += sq;
+  }
+}
+
+// stage_chunk for 16-bit, 16-byte aligned rows: each thread issues the loads of up to kBatch
+// groups of eight columns before it converts any (the compiler cannot move a load above the
+// shared-memory store of an earlier group), so a batch of 8 rows × 4,096 columns costs two
+// round trips instead of sixteen.
+template <int M>
+__device__ void stage_chunk_16bit(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
+                                  float (&ss)[M]) {
+  constexpr int kBatch = 8;
+  const uint16_t* x = static_cast<const uint16_t*>(s.x) + c;
+  const uint16_t* g = s.g ? static_cast<const uint16_t*>(s.g) + c : nullptr;
+  const bool x_bf16 = s.x_dtype == DTYPE_BF16, g_bf16 = s.g_dtype == DTYPE_BF16;
+  const int groups = kc / 8, items = M * groups, step = static_cast<int>(blockDim.x);
+  for (int e0 = threadIdx.x; e0 < items; e0 += kBatch * step) {
+    uint4 xv[kBatch], gv[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int e = e0 + b * step, m = e / groups, k = (e - m * groups) * 8;
+      xv[b] = gv[b] = make_uint4(0, 0, 0, 0);
+      if (e < items) {
+        xv[b] = *reinterpret_cast<const uint4*>(x + m * s.x_ld + k);
+        if (g) gv[b] = *reinterpret_cast<const uint4*>(g + k);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int e = e0 + b * step, m = e / groups, k = (e - m * groups) * 8;
+      if (e < items) stage_group<M>(xs, stride, m, k, xv[b], x_bf16, g != nullptr, gv[b], g_bf16, ss);
+    }
+  }
+}
+
 // Stages columns [c, c + kc) of the activation side into xs and adds their squares to ss. Each
-// thread takes eight columns per round with one 16-byte load (two with the norm weight), so a
-// round stages 2,048 columns of a row: a decode row costs one or two round trips, not one per
-// 256 columns. (More groups in flight per thread made ptxas spill in the streamed loop.)
+// thread takes eight columns per step with one 16-byte load (two with the norm weight); 16-bit
+// aligned rows go through stage_chunk_16bit, several steps' loads in flight at once.
 template <int M>
 __device__ void stage_chunk(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
                             float (&ss)[M]) {
   const bool vec = kc % 8 == 0 && s.x_ld % 8 == 0 && c % 8 == 0 && vec8_ok(s.x, s.x_dtype) &&
                    (!s.g || vec8_ok(s.g, s.g_dtype));
+  const bool narrow = s.x_dtype == DTYPE_BF16 || s.x_dtype == DTYPE_F16;
+  if (vec && narrow && stride % 4 == 0 && (!s.g || s.g_dtype == DTYPE_BF16 || s.g_dtype == DTYPE_F16)) {
+    stage_chunk_16bit<M>(s, xs, stride, kc, c, ss);
+    return;
+  }
   const int groups = (kc + 7) / 8;
   for (int e = threadIdx.x; e < M * groups; e += blockDim.x) {
     const int m = e / groups, k = (e % groups) * 8;
