@@ -9,7 +9,6 @@ mk/cuda_kernels.h, and element loops (thread_map) stride over the CTA's threads.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,9 +19,7 @@ from mk.backends.cpu.emit import (
     LibraryEmitter,
     _graph_of,
     _ident,
-    _indent,
     grid_kernel,
-    uses_iteration,
 )
 from mk.backends.cpu.emit_ops import (
     BINARY_ENUM,
@@ -34,7 +31,8 @@ from mk.backends.cpu.emit_ops import (
 from mk.backends.cpu.emit_scalar import dtype_code, float_literal, is_float
 from mk.backends.cuda import op_marks
 from mk.backends.cuda.barriers import PLACEHOLDER, Loop, place_barriers
-from mk.backends.cuda.device_lines import ARENA_SMEM, device_lines
+from mk.backends.cuda.device_lines import device_lines
+from mk.backends.cuda.dispatch import device_function, dispatch_struct
 from mk.backends.cuda.elementwise import box_runs, element_offset, flat_offset
 from mk.backends.cuda.stream import (
     STAGE_LOST,
@@ -45,8 +43,7 @@ from mk.backends.cuda.stream import (
     staged_ld,
 )
 from mk.backends.cuda.stream_attention import AttentionPlan, plan_attention, score_lambda
-from mk.backends.shared_bodies import SharedBodies, SharedFunction
-from mk.diagnostics import MkError
+from mk.backends.shared_bodies import SharedBodies
 from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import GraphDefOp, InputOp, KernelOp, OutputOp
 from mk.dialects.mugraph_tiles import (
@@ -61,10 +58,7 @@ from mk.dialects.mugraph_tiles import (
 from mk.dialects.task import BufferOp, GraphOp, GridOp
 from mk.inputs import numpy_dtype, tensor_type
 
-KIND_FIRST_LOWERED = 16
 SCRATCH_SLACK = 1 << 16  # bytes per CTA beyond the tiles: alignment and small temporaries
-SMEM_PER_CTA = 227 << 10  # dynamic + static shared memory a Hopper CTA may opt into
-STATIC_SMEM_MARGIN = 16 << 10  # the kernels' static __shared__ arrays
 # Most weight bytes a task asks the L2 to fetch ahead (a bigger slab: the first rows of each
 # warp's share): two tasks' worth on every SM must fit the 50 MB L2 beside the activations, or
 # the prefetch evicts what it fetched.
@@ -501,9 +495,9 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
         for fn in shared.functions:
             fn.body = marked[fn.name][0]
         labels = {grid: tuple(marked[fn.name][1]) for grid, fn, _ in shared.calls}
-    out += [_device_function(fn) for fn in shared.functions]
+    out += [device_function(fn) for fn in shared.functions]
     out.append(shared.table_decl("__constant__"))
-    out.append(_dispatch(shared, smem))
+    out.append(dispatch_struct(shared, smem))
     out.append("}  // namespace\n")
     out.append("MK_CUDA_ENTRY_POINTS(Dispatch)\n")
     return CudaSource("\n".join(out), scratch + SCRATCH_SLACK, labels)
@@ -532,107 +526,3 @@ def _grid_body(grid: GridOp, refs: dict[str, BufferRef]) -> tuple[list[str], _Ne
         sizes["r"] = _numel(kernel.res[0])
     lines, tiles = device_lines(body, sizes)
     return lines, _Need(tiles + _temporaries(kernel, tiles), smem)
-
-
-def _device_function(fn: SharedFunction) -> str:
-    head = [
-        fn.comment(),
-        f"__device__ __noinline__ int32_t {fn.name}(const mk::TaskDesc* t, void* const* bp, "
-        "mk::gpu::Arena& arena, int32_t iteration, int32_t ahead) {",
-    ]
-    if not runs_ahead(fn, "kAheadL2") and not runs_ahead(fn, "kAheadStage"):
-        head.append("  (void)ahead;  // nothing to do before the task's turn")
-    return "\n".join([*head, *_indent(uses_iteration(fn.body), 1), "  return 0;", "}"]) + "\n"
-
-
-def arena_smem(staging: int) -> tuple[int, int]:
-    """(offset, bytes) of the arena's shared-memory part behind `staging` bytes of the streamed
-    bodies; MK_CUDA_ARENA_SMEM (bytes) lowers the cap, 0 keeps every tile in global scratch."""
-    text = os.environ.get("MK_CUDA_ARENA_SMEM", str(ARENA_SMEM))
-    try:
-        cap = int(text)
-    except ValueError:
-        raise MkError(f"MK_CUDA_ARENA_SMEM must be a byte count, got {text!r}") from None
-    if cap < 0:
-        raise MkError(f"MK_CUDA_ARENA_SMEM must be a byte count, got {text!r}")
-    offset = -(-staging // 16) * 16
-    room = SMEM_PER_CTA - STATIC_SMEM_MARGIN - offset
-    return offset, max(0, min(cap, room)) // 16 * 16
-
-
-def runs_ahead(fn: SharedFunction, mode: str) -> bool:
-    """Whether the body does something in `mode` (kAheadL2, kAheadStage) before its turn."""
-    return any(line.startswith(f"if (ahead == mk::gpu::{mode}) {{") for line in fn.body)
-
-
-def _dispatch(shared: SharedBodies, smem: int) -> str:
-    cases = "\n".join(
-        f"      case {KIND_FIRST_LOWERED + i}: "
-        f"return {fn.name}(t, bp, arena, iteration, mk::gpu::kAheadNone);"
-        for i, (_, fn, _) in enumerate(shared.calls)
-    )
-    fetches, stages = (
-        "\n".join(
-            f"      case {KIND_FIRST_LOWERED + i}: "
-            f"{before}{fn.name}(t, bp, arena, iteration, mk::gpu::{mode}){after};"
-            for i, (_, fn, _) in enumerate(shared.calls)
-            if runs_ahead(fn, mode)
-        )
-        for mode, before, after in (
-            ("kAheadL2", "", "; return"),
-            ("kAheadStage", "return ", " != 0"),
-        )
-    )
-    offset, arena = arena_smem(smem)
-    slots = max([fn.slots for fn in shared.functions] + [1])
-    firsts = ", ".join(str(first) for _, _, first in shared.calls) or "0"
-    counts = ", ".join(str(fn.slots) for _, fn, _ in shared.calls) or "0"
-    return f"""\
-__constant__ int32_t kSlotFirst[] = {{{firsts}}};  // per kind: its slice of kBufferIndex
-__constant__ int32_t kSlotCount[] = {{{counts}}};
-
-struct Dispatch {{
-  static constexpr unsigned kArenaOffset = {offset};
-  static constexpr unsigned kArenaBytes = {arena};
-  static constexpr unsigned kSmemBytes = {offset + arena};
-  static constexpr int kSlots = {slots};  // most buffers one body reads
-  // One thread: the addresses of the buffers a task of `kind` reads (its slots), all loads in
-  // flight before the first store.
-  __device__ static void resolve(int32_t kind, void* const* buffers, void** bp) {{
-    const int32_t k = kind - {KIND_FIRST_LOWERED};
-    if (k < 0 || k >= {len(shared.calls)}) return;
-    const int32_t* bi = kBufferIndex + kSlotFirst[k];
-    const int32_t n = kSlotCount[k];
-    void* at[kSlots];
-#pragma unroll
-    for (int i = 0; i < kSlots; ++i) at[i] = i < n ? buffers[bi[i]] : nullptr;
-#pragma unroll
-    for (int i = 0; i < kSlots; ++i) {{
-      if (i < n) bp[i] = at[i];
-    }}
-  }}
-  __device__ static int32_t run(int32_t kind, const mk::TaskDesc* t, void* const* bp,
-                                mk::gpu::Arena& arena, int32_t iteration) {{
-    switch (kind) {{
-{cases}
-      default: return 0x7fffffff;  // an unknown kind fails the task
-    }}
-  }}
-  // One thread: asks the L2 for the weights a task of `kind` will stream.
-  __device__ static void prefetch(int32_t kind, const mk::TaskDesc* t, void* const* bp,
-                                  mk::gpu::Arena& arena, int32_t iteration) {{
-    switch (kind) {{
-{fetches}
-      default: return;
-    }}
-  }}
-  // One thread, before the task waits: copies its weights into shared memory; whether it did.
-  __device__ static bool stage(int32_t kind, const mk::TaskDesc* t, void* const* bp,
-                               mk::gpu::Arena& arena, int32_t iteration) {{
-    switch (kind) {{
-{stages}
-      default: return false;
-    }}
-  }}
-}};
-"""

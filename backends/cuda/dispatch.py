@@ -1,0 +1,120 @@
+"""The dispatcher side of the emitted megakernel: each shared task body as a device function,
+and `struct Dispatch` (run, resolve, prefetch and stage by task kind; the shared-memory layout)
+that mk/cuda_megakernel.cuh's persistent kernel calls."""
+
+from __future__ import annotations
+
+import os
+
+from mk.backends.cpu.emit import _indent, uses_iteration
+from mk.backends.cuda.device_lines import ARENA_SMEM
+from mk.backends.shared_bodies import SharedBodies, SharedFunction
+from mk.diagnostics import MkError
+
+KIND_FIRST_LOWERED = 16
+SMEM_PER_CTA = 227 << 10  # dynamic + static shared memory a Hopper CTA may opt into
+STATIC_SMEM_MARGIN = 16 << 10  # the kernels' static __shared__ arrays
+
+
+def device_function(fn: SharedFunction) -> str:
+    head = [
+        fn.comment(),
+        f"__device__ __noinline__ int32_t {fn.name}(const mk::TaskDesc* t, void* const* bp, "
+        "mk::gpu::Arena& arena, int32_t iteration, int32_t ahead) {",
+    ]
+    if not runs_ahead(fn, "kAheadL2") and not runs_ahead(fn, "kAheadStage"):
+        head.append("  (void)ahead;  // nothing to do before the task's turn")
+    return "\n".join([*head, *_indent(uses_iteration(fn.body), 1), "  return 0;", "}"]) + "\n"
+
+
+def arena_smem(staging: int) -> tuple[int, int]:
+    """(offset, bytes) of the arena's shared-memory part behind `staging` bytes of the streamed
+    bodies; MK_CUDA_ARENA_SMEM (bytes) lowers the cap, 0 keeps every tile in global scratch."""
+    text = os.environ.get("MK_CUDA_ARENA_SMEM", str(ARENA_SMEM))
+    try:
+        cap = int(text)
+    except ValueError:
+        raise MkError(f"MK_CUDA_ARENA_SMEM must be a byte count, got {text!r}") from None
+    if cap < 0:
+        raise MkError(f"MK_CUDA_ARENA_SMEM must be a byte count, got {text!r}")
+    offset = -(-staging // 16) * 16
+    room = SMEM_PER_CTA - STATIC_SMEM_MARGIN - offset
+    return offset, max(0, min(cap, room)) // 16 * 16
+
+
+def runs_ahead(fn: SharedFunction, mode: str) -> bool:
+    """Whether the body does something in `mode` (kAheadL2, kAheadStage) before its turn."""
+    return any(line.startswith(f"if (ahead == mk::gpu::{mode}) {{") for line in fn.body)
+
+
+def dispatch_struct(shared: SharedBodies, smem: int) -> str:
+    cases = "\n".join(
+        f"      case {KIND_FIRST_LOWERED + i}: "
+        f"return {fn.name}(t, bp, arena, iteration, mk::gpu::kAheadNone);"
+        for i, (_, fn, _) in enumerate(shared.calls)
+    )
+    fetches, stages = (
+        "\n".join(
+            f"      case {KIND_FIRST_LOWERED + i}: "
+            f"{before}{fn.name}(t, bp, arena, iteration, mk::gpu::{mode}){after};"
+            for i, (_, fn, _) in enumerate(shared.calls)
+            if runs_ahead(fn, mode)
+        )
+        for mode, before, after in (
+            ("kAheadL2", "", "; return"),
+            ("kAheadStage", "return ", " != 0"),
+        )
+    )
+    offset, arena = arena_smem(smem)
+    slots = max([fn.slots for fn in shared.functions] + [1])
+    firsts = ", ".join(str(first) for _, _, first in shared.calls) or "0"
+    counts = ", ".join(str(fn.slots) for _, fn, _ in shared.calls) or "0"
+    return f"""\
+__constant__ int32_t kSlotFirst[] = {{{firsts}}};  // per kind: its slice of kBufferIndex
+__constant__ int32_t kSlotCount[] = {{{counts}}};
+
+struct Dispatch {{
+  static constexpr unsigned kArenaOffset = {offset};
+  static constexpr unsigned kArenaBytes = {arena};
+  static constexpr unsigned kSmemBytes = {offset + arena};
+  static constexpr int kSlots = {slots};  // most buffers one body reads
+  // One thread: the addresses of the buffers a task of `kind` reads (its slots), all loads in
+  // flight before the first store.
+  __device__ static void resolve(int32_t kind, void* const* buffers, void** bp) {{
+    const int32_t k = kind - {KIND_FIRST_LOWERED};
+    if (k < 0 || k >= {len(shared.calls)}) return;
+    const int32_t* bi = kBufferIndex + kSlotFirst[k];
+    const int32_t n = kSlotCount[k];
+    void* at[kSlots];
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) at[i] = i < n ? buffers[bi[i]] : nullptr;
+#pragma unroll
+    for (int i = 0; i < kSlots; ++i) {{
+      if (i < n) bp[i] = at[i];
+    }}
+  }}
+  __device__ static int32_t run(int32_t kind, const mk::TaskDesc* t, void* const* bp,
+                                mk::gpu::Arena& arena, int32_t iteration) {{
+    switch (kind) {{
+{cases}
+      default: return 0x7fffffff;  // an unknown kind fails the task
+    }}
+  }}
+  // One thread: asks the L2 for the weights a task of `kind` will stream.
+  __device__ static void prefetch(int32_t kind, const mk::TaskDesc* t, void* const* bp,
+                                  mk::gpu::Arena& arena, int32_t iteration) {{
+    switch (kind) {{
+{fetches}
+      default: return;
+    }}
+  }}
+  // One thread, before the task waits: copies its weights into shared memory; whether it did.
+  __device__ static bool stage(int32_t kind, const mk::TaskDesc* t, void* const* bp,
+                               mk::gpu::Arena& arena, int32_t iteration) {{
+    switch (kind) {{
+{stages}
+      default: return false;
+    }}
+  }}
+}};
+"""
