@@ -98,14 +98,45 @@ __device__ inline void load_task(const LaunchParams& p, int32_t id, NearTask& ne
   }
 }
 
+// Thread 0's memory of counters it has read: counters only grow during a launch, so a wait
+// whose threshold a remembered value already meets needs no round trip to L2 (the lm_head's
+// tasks, for one, all wait on the same counter).
+struct SeenCounters {
+  static constexpr int kSize = 4;
+  int32_t counter[kSize] = {-1, -1, -1, -1};
+  uint32_t value[kSize] = {0, 0, 0, 0};
+  int32_t next = 0;
+  __device__ bool meets(int32_t c, int64_t threshold) const {
+#pragma unroll
+    for (int i = 0; i < kSize; ++i) {
+      if (counter[i] == c && static_cast<int64_t>(value[i]) >= threshold) return true;
+    }
+    return false;
+  }
+  __device__ void remember(int32_t c, uint32_t v) {
+#pragma unroll
+    for (int i = 0; i < kSize; ++i) {
+      if (counter[i] == c) {
+        value[i] = v > value[i] ? v : value[i];
+        return;
+      }
+    }
+    counter[next] = c;
+    value[next] = v;
+    next = (next + 1) % kSize;
+  }
+};
+
 // Thread 0: waits until every wait of `task` holds in iteration t; false if the launch stops.
 __device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, int32_t id, int32_t sm,
-                                 int32_t t) {
+                                 int32_t t, SeenCounters& known) {
   const TaskDesc& task = near.desc;
+  bool slept = false;
   for (int32_t w = task.wait_begin; w < task.wait_end; ++w) {
     const int32_t i = w - task.wait_begin;
     const WaitDesc wd = i < kNearWaits ? near.waits[i] : p.waits[w];
     const int64_t threshold = wait_threshold(wd.count, wd.distance, t);
+    if (known.meets(wd.counter, threshold)) continue;
     uint32_t seen = 0;
     const uint64_t start = globaltimer();
     unsigned sleep_ns = 32, polls = 0;
@@ -123,8 +154,12 @@ __device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, in
       __nanosleep(sleep_ns);
       if (sleep_ns < 128) sleep_ns *= 2;
     }
+    if (threshold > 0) known.remember(wd.counter, seen);
+    slept = slept || sleep_ns > 32;
   }
-  return !aborted(p);
+  // Another CTA's failure: checked while polling, and once more after a wait that had to sleep
+  // (a task whose events were all ready at the first look does not pay the round trip).
+  return !slept || !aborted(p);
 }
 
 template <class Dispatch>
@@ -150,6 +185,7 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
   __syncthreads();
   uint32_t stages = 0;  // thread 0: barrier phases begun
   uint32_t n = 0;       // tasks begun; near/slots[n % 3] hold task n's
+  SeenCounters known;   // thread 0's
   const uint64_t slot_width = 2 + static_cast<uint64_t>(p.marks);
   const int32_t begin = p.queue_offsets[sm], end = p.queue_offsets[sm + 1];
   for (int32_t t = 0; t < p.iterations; ++t) {
@@ -164,7 +200,7 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
         const TaskDesc* task = &near[cur].desc;
         // This task's weights into shared memory while it waits (the kinds that stage them).
         if (Dispatch::stage(task->kind, task, slots[cur], arena, t)) stage_parity = stages++ & 1;
-        go = wait_task(p, near[cur], id, sm, t);
+        go = wait_task(p, near[cur], id, sm, t, known);
       } else if (threadIdx.x == 32) {
         // The next task: its descriptor and buffers, and its weights into L2, so HBM streams
         // them while this task waits and runs.
