@@ -246,10 +246,15 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}, "
             f"{plan.steps_in_flight(k)}, {'true' if mma else 'false'}"
         )
+        groups = plan.mma_groups() if mma else 1
+        if groups > 1:
+            call += f", {'true' if staged is not None else 'false'}, {groups}"
+        elif staged is not None:
+            call += ", true"
         if staged is None:
             emit(f"{call}>(sl);")
         else:
-            emit(f"if (!{call}, true>(sl)) return {STAGE_LOST};")
+            emit(f"if (!{call}>(sl)) return {STAGE_LOST};")
         emit("}")
         for op in plan.invariant:
             self.load(op, "0")

@@ -75,8 +75,17 @@ class StreamPlan:
 
     def tensor_cores(self, k: int) -> bool:
         """Whether the products run on tensor cores (mma m16n8k16): batches of 2..16 rows, the
-        columns in 32-wide steps. One row stays on CUDA cores: it gains nothing there."""
-        return 2 <= self.rows <= MAX_ROWS and k % 32 == 0 and self.chunk(k) % 32 == 0
+        columns in 32-wide steps. One row stays on CUDA cores unless MK_CUDA_MMA_ONE_ROW=1 (not
+        yet measured against them)."""
+        least = 1 if os.environ.get("MK_CUDA_MMA_ONE_ROW", "0") == "1" else 2
+        return least <= self.rows <= MAX_ROWS and k % 32 == 0 and self.chunk(k) % 32 == 0
+
+    def mma_groups(self) -> int:
+        """8-row groups a warp takes at once on tensor cores (mk::gpu::mma_chunk's G): 4 for a
+        single activation row when the task has at least 4 groups, so that one step's
+        activation fragments serve 8 mma instructions; else 1 (16 steps in flight instead)."""
+        total = sum(w.tile_shape()[0] for w, _ in self.products)
+        return 4 if self.rows == 1 and total >= 32 else 1
 
     def chunk(self, k: int) -> int:
         """Columns staged per chunk: all of the task's K when the shared memory holds it."""

@@ -219,6 +219,26 @@ def test_streamed_linears_match_the_reference(
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("n", [64, 4608, 5000])
+def test_one_row_on_tensor_cores_matches_the_reference(
+    n: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the GPU, MK_CUDA_MMA_ONE_ROW=1: single rows on tensor cores, blocks of 4 groups and
+    ragged last groups included."""
+    monkeypatch.setenv("MK_CUDA_MMA_ONE_ROW", "1")
+    text = _linear(1, n, 1024, True)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    assert re.search(r"stream_linear<1, \d+, \d+, true", src)
+    assert (", false, 4>" in src) == (n > 64)  # over 32 rows per task on 132 SMs
+    for seed in (0, 1):
+        inputs = random_inputs(prog.func, seed=seed)
+        for out, ref in zip(prog(*inputs), mk.reference(text, *inputs), strict=True):
+            error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
+            assert error <= bound, (n, error)
+
+
+@pytest.mark.gpu
 def test_launch_into_given_outputs_then_check(tmp_path: Path) -> None:
     import torch
 
@@ -245,6 +265,28 @@ def test_tensor_cores_for_batches_of_two_to_sixteen(rows: int, k: int, cores: bo
     kernels = _graph_defs(_linear(rows, 64, k, norm=True), tile_n=0)
     plans = [p for p in map(plan_stream, kernels.values()) if p is not None]
     assert len(plans) == 1 and plans[0].tensor_cores(k) is cores
+    assert plans[0].mma_groups() == 1  # blocks of groups only for one row
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(("n", "groups"), [(256, 4), (64, 1)])
+def test_one_row_on_tensor_cores_is_opt_in(
+    tmp_path: Path, n: int, groups: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_MMA_ONE_ROW=1 puts single-row linears on tensor cores; a task of at least 32
+    weight rows (4 groups) has each warp take 4 groups per step."""
+    text = _linear(1, n, 1024, norm=True)
+    default = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path)
+    assert "mk::gpu::stream_linear<1, " in default.cuda_source  # type: ignore[attr-defined]
+    assert re.search(r"stream_linear<1, \d+, \d+, false>", default.cuda_source)  # type: ignore[attr-defined]
+    monkeypatch.setenv("MK_CUDA_MMA_ONE_ROW", "1")
+    kernels = _graph_defs(text, tile_n=0)
+    (plan,) = [p for p in map(plan_stream, kernels.values()) if p is not None]
+    assert plan.tensor_cores(1024)
+    src = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    calls = re.findall(r"stream_linear<1, \d+, \d+, (true|false)(?:, (true|false), (\d+))?>", src)
+    assert calls and all(c[0] == "true" for c in calls)
+    assert all(int(c[2] or 1) == groups for c in calls)
 
 
 def test_prefetch_spans_fit_the_budget_and_lead_every_warp() -> None:

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "mk/cuda_copy.cuh"
 #include "mk/cuda_kernels.h"
 #include "mk/cuda_stage.cuh"
 
@@ -407,47 +408,64 @@ __device__ inline const uint16_t* weight_row(const StreamLinear& s, int row, int
   return nullptr;
 }
 
-// One warp on tensor cores: weight rows [r0, r0 + 8) times the staged activation rows (M <= 16,
-// the A operand padded to 16 with zeros) over columns [k0, k1) of the chunk, multiples of 32.
-// Lane (g, t) = (lane / 4, lane % 4) streams weight row r0 + g, 16 bytes at column k + 8t of each
-// 32-column step. Inside a step the k order is permuted alike for A and B (a sum does not mind),
-// so both operands are plain 16-byte vectors: for mma j, B is the lane's weight pairs 2j and
-// 2j + 1 and A the packed activation pairs 2j and 2j + 1 of the same eight columns (rows g and
-// g + 8). U steps' loads are in flight before the first mma.
-template <int M, int U, bool BF16, bool Shared>
+// One warp on tensor cores: weight rows [r0, r0 + 8G) (G groups of 8) times the staged
+// activation rows (M <= 16, the A operand padded to 16 with zeros) over columns [k0, k1) of the
+// chunk, multiples of 32. Lane (g, t) = (lane / 4, lane % 4) streams weight row r0 + 8i + g of
+// group i, 16 bytes at column k + 8t of each 32-column step. Inside a step the k order is
+// permuted alike for A and B (a sum does not mind), so both operands are plain 16-byte vectors:
+// for mma j, B is the lane's weight pairs 2j and 2j + 1 and A the packed activation pairs 2j
+// and 2j + 1 of the same eight columns (rows g and g + 8). The A fragments of a step serve all
+// G groups. U steps' loads of all groups are in flight before the first mma.
+template <int M, int U, int G, bool BF16, bool Shared>
 __device__ void mma_rows(const StreamLinear& s, const float* xs, int stride, int64_t c, int r0,
                          int rows, int k0, int k1) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   float* unused;
   int32_t unused_rows;
-  const uint16_t* wp = r0 + g < rows ? weight_row(s, r0 + g, c, &unused, &unused_rows) : nullptr;
-  float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const uint16_t* wp[G];
+#pragma unroll
+  for (int i = 0; i < G; ++i) {
+    const int row = r0 + 8 * i + g;
+    wp[i] = row < rows ? weight_row(s, row, c, &unused, &unused_rows) : nullptr;
+  }
+  float d[G][4];
+#pragma unroll
+  for (int i = 0; i < G; ++i) d[i][0] = d[i][1] = d[i][2] = d[i][3] = 0.0f;
   for (int k = k0; k < k1; k += 32 * U) {
-    uint4 w[U];
+    uint4 w[U][G];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const bool in = wp && k + 32 * u < k1;
-      w[u] = in ? load_weight8<true, Shared>(wp + k + 32 * u + 8 * t) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int i = 0; i < G; ++i) {
+        const bool in = wp[i] && k + 32 * u < k1;
+        w[u][i] = in ? load_weight8<true, Shared>(wp[i] + k + 32 * u + 8 * t) : make_uint4(0, 0, 0, 0);
+      }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (k + 32 * u >= k1) break;  // the same for the whole warp
       const int kk = k + 32 * u + 8 * t;
       const uint4 lo = act8<M>(xs, stride, g, kk, BF16), hi = act8<M>(xs, stride, g + 8, kk, BF16);
-      mma16816<BF16>(d, lo.x, hi.x, lo.y, hi.y, w[u].x, w[u].y);
-      mma16816<BF16>(d, lo.z, hi.z, lo.w, hi.w, w[u].z, w[u].w);
+#pragma unroll
+      for (int i = 0; i < G; ++i) {
+        mma16816<BF16>(d[i], lo.x, hi.x, lo.y, hi.y, w[u][i].x, w[u][i].y);
+        mma16816<BF16>(d[i], lo.z, hi.z, lo.w, hi.w, w[u][i].z, w[u][i].w);
+      }
     }
   }
-  // d[2h + e]: activation row g + 8h, weight row r0 + 2t + e. Other warps may add to the same
-  // sums (their own columns), hence the atomics.
+  // d[i][2h + e]: activation row g + 8h, weight row r0 + 8i + 2t + e. Other warps may add to
+  // the same sums (their own columns), hence the atomics.
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
+  for (int i = 0; i < G; ++i) {
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int m = g + 8 * h, row = r0 + 2 * t + e;
-      float* out;
-      int32_t n;
-      if (m < M && row < rows && weight_row(s, row, c, &out, &n)) atomicAdd(out + m * n, d[2 * h + e]);
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int m = g + 8 * h, row = r0 + 8 * i + 2 * t + e;
+        float* out;
+        int32_t n;
+        if (m < M && row < rows && weight_row(s, row, c, &out, &n)) atomicAdd(out + m * n, d[i][2 * h + e]);
+      }
     }
   }
 }
@@ -461,23 +479,24 @@ __device__ inline int gcd_int(int a, int b) {
   return a;
 }
 
-// All warps on tensor cores over one staged chunk: (8-row group, column slice) units, as many
-// slices as make the units a multiple of the warp count so every warp gets the same share.
-template <int M, bool Shared>
+// All warps on tensor cores over one staged chunk: (block of G 8-row groups, column slice)
+// units, as many slices as make the units a multiple of the warp count so every warp gets the
+// same share; 16 / G steps' loads of the block in flight per lane.
+template <int M, bool Shared, int G>
 __device__ void mma_chunk(const StreamLinear& s, const float* xs, int stride, int kc, int64_t c,
                           int rows) {
   const int warps = static_cast<int>(blockDim.x >> 5), warp = static_cast<int>(threadIdx.x >> 5);
-  const int groups = (rows + 7) / 8, steps = kc / 32;
-  int slices = warps / gcd_int(groups, warps);
+  const int blocks = ((rows + 7) / 8 + G - 1) / G, steps = kc / 32;
+  int slices = warps / gcd_int(blocks, warps);
   slices = slices < steps ? slices : (steps > 0 ? steps : 1);
   const bool bf16 = s.w_dtype == DTYPE_BF16;
-  for (int unit = warp; unit < groups * slices; unit += warps) {
-    const int rg = unit % groups, sl = unit / groups;
+  for (int unit = warp; unit < blocks * slices; unit += warps) {
+    const int rb = unit % blocks, sl = unit / blocks;
     const int k0 = steps * sl / slices * 32, k1 = steps * (sl + 1) / slices * 32;
     if (bf16) {
-      mma_rows<M, 16, true, Shared>(s, xs, stride, c, rg * 8, rows, k0, k1);
+      mma_rows<M, 16 / G, G, true, Shared>(s, xs, stride, c, rb * 8 * G, rows, k0, k1);
     } else {
-      mma_rows<M, 16, false, Shared>(s, xs, stride, c, rg * 8, rows, k0, k1);
+      mma_rows<M, 16 / G, G, false, Shared>(s, xs, stride, c, rb * 8 * G, rows, k0, k1);
     }
   }
 }
@@ -486,8 +505,10 @@ __device__ void mma_chunk(const StreamLinear& s, const float* xs, int stride, in
 // the task, and sum_sq[m] += Σ_k x[m][k]². With Mma (batches of 2..16 rows) the products run on
 // tensor cores, the activation rounded to the weights' 16-bit type. With Staged the weights
 // point into the staging area (cuda_stage.cuh), where they land while the first chunk of the
-// activation is staged. Ends with __syncthreads(); false if staged weights never landed.
-template <int M, int RG, int S, bool Mma = false, bool Staged = false>
+// activation is staged. G > 1 gives each warp blocks of G 8-row groups on tensor cores (the
+// activation fragments of a step serve them all). Ends with __syncthreads(); false if staged
+// weights never landed.
+template <int M, int RG, int S, bool Mma = false, bool Staged = false, int G = 1>
 __device__ bool stream_linear(const StreamLinear& s) {
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
@@ -522,7 +543,7 @@ __device__ bool stream_linear(const StreamLinear& s) {
       MK_MARK(*s.arena);
     }
     if (Mma && vec && kc % 32 == 0) {
-      mma_chunk<M, Staged>(s, xs, s.kc, kc, c, rows);
+      mma_chunk<M, Staged, G>(s, xs, s.kc, kc, c, rows);
     } else if (vec) {
       stream_rows<M, RG, S, true, Staged>(s, xs, s.kc, kc, c, begin, end);
     } else {
@@ -533,60 +554,6 @@ __device__ bool stream_linear(const StreamLinear& s) {
   if (s.sum_sq) store_sum_sq<M>(s, ss);
   __syncthreads();
   return true;
-}
-
-// ------------------------------------------------------------------------------ byte copies
-
-struct CopyPart {
-  const void* src;
-  int64_t run;  // bytes per outer row
-};
-
-// dst row o = part 0 row o, part 1 row o, ... for o < outer (a concat, or with one part and one
-// row a reshape). Plain loads: the sources may have been written earlier in this launch.
-// All threads; 16-byte vectors, four in flight per thread, when everything is aligned.
-__device__ inline void concat_runs(void* dst, const CopyPart* parts, int n, int64_t outer) {
-  int64_t total = 0;
-  bool vec = (reinterpret_cast<uintptr_t>(dst) & 15) == 0;
-  for (int i = 0; i < n; ++i) {
-    total += parts[i].run;
-    vec = vec && parts[i].run % 16 == 0 && (reinterpret_cast<uintptr_t>(parts[i].src) & 15) == 0;
-  }
-  const int64_t unit = vec ? 16 : 1, row = total / unit, count = outer * row;
-  const bool narrow = count <= 0xffffffffLL;  // 32-bit index math (see u32) when it fits
-  const int64_t step = blockDim.x;
-  for (int64_t e0 = threadIdx.x; e0 < count; e0 += 4 * step) {
-    uint4 v[4];
-    int64_t at[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int64_t e = e0 + u * step;
-      at[u] = -1;
-      if (e >= count) continue;
-      const int64_t o = narrow ? u32(e) / u32(row) : e / row;
-      int64_t c = (narrow ? u32(e) % u32(row) : e % row) * unit;
-      int i = 0;
-      while (c >= parts[i].run) c -= parts[i++].run;
-      const unsigned char* src = static_cast<const unsigned char*>(parts[i].src) + o * parts[i].run + c;
-      if (vec) {
-        v[u] = *reinterpret_cast<const uint4*>(src);
-      } else {
-        v[u].x = *src;
-      }
-      at[u] = e * unit;
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      if (at[u] < 0) continue;
-      unsigned char* out = static_cast<unsigned char*>(dst) + at[u];
-      if (vec) {
-        *reinterpret_cast<uint4*>(out) = v[u];
-      } else {
-        *out = static_cast<unsigned char>(v[u].x);
-      }
-    }
-  }
-  __syncthreads();
 }
 
 }  // namespace gpu
