@@ -88,6 +88,15 @@ __device__ inline float2 unpack2(uint32_t u, bool bf16) {
   return __half22float2(h);
 }
 
+__device__ inline uint32_t pack2(float lo, float hi, bool bf16) {
+  if (bf16) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
 __device__ inline float dot8(uint4 w, const float4& a, const float4& b, bool bf16) {
   const float2 w0 = unpack2(w.x, bf16), w1 = unpack2(w.y, bf16);
   const float2 w2 = unpack2(w.z, bf16), w3 = unpack2(w.w, bf16);
@@ -216,11 +225,19 @@ __device__ inline bool vec8_ok(const void* p, int32_t dtype) {
   return dtype == DTYPE_F32 ? (a & 31) == 0 : (a & 15) == 0;
 }
 
+// How a chunk is staged: floats (CUDA cores), or packed pairs of the weights' 16-bit type
+// (tensor cores; the same rounding the mma operands had when packed at each use).
+struct Packing {
+  bool on;
+  bool bf16;
+};
+
 // Eight columns of a 16-bit activation row (and of a 16-bit norm weight) into xs as floats,
 // their squares added to ss[m].
 template <int M>
 __device__ inline void stage_group(float* xs, int stride, int m, int k, uint4 xv, bool x_bf16,
-                                   bool has_g, uint4 gv, bool g_bf16, float (&ss)[M]) {
+                                   bool has_g, uint4 gv, bool g_bf16, const Packing& pack,
+                                   float (&ss)[M]) {
   float x[8], g[8];
   unpack8(x, xv, x_bf16);
   unpack8(g, gv, g_bf16);
@@ -230,9 +247,15 @@ __device__ inline void stage_group(float* xs, int stride, int m, int k, uint4 xv
     sq = fmaf(x[j], x[j], sq);
     if (has_g) x[j] *= g[j];
   }
-  float4* out = reinterpret_cast<float4*>(xs + m * stride + k);
-  out[0] = make_float4(x[0], x[1], x[2], x[3]);
-  out[1] = make_float4(x[4], x[5], x[6], x[7]);
+  if (pack.on) {
+    *reinterpret_cast<uint4*>(reinterpret_cast<uint16_t*>(xs) + m * stride + k) =
+        make_uint4(pack2(x[0], x[1], pack.bf16), pack2(x[2], x[3], pack.bf16),
+                   pack2(x[4], x[5], pack.bf16), pack2(x[6], x[7], pack.bf16));
+  } else {
+    float4* out = reinterpret_cast<float4*>(xs + m * stride + k);
+    out[0] = make_float4(x[0], x[1], x[2], x[3]);
+    out[1] = make_float4(x[4], x[5], x[6], x[7]);
+  }
 #pragma unroll
   for (int mm = 0; mm < M; ++mm) {
     if (mm == m) ss[mm] += sq;
@@ -245,7 +268,7 @@ __device__ inline void stage_group(float* xs, int stride, int m, int k, uint4 xv
 // round trips instead of sixteen.
 template <int M>
 __device__ void stage_chunk_16bit(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
-                                  float (&ss)[M]) {
+                                  const Packing& pack, float (&ss)[M]) {
   constexpr int kBatch = 8;
   const uint16_t* x = static_cast<const uint16_t*>(s.x) + c;
   const uint16_t* g = s.g ? static_cast<const uint16_t*>(s.g) + c : nullptr;
@@ -265,7 +288,9 @@ __device__ void stage_chunk_16bit(const StreamLinear& s, float* xs, int stride, 
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int e = e0 + b * step, m = e / groups, k = (e - m * groups) * 8;
-      if (e < items) stage_group<M>(xs, stride, m, k, xv[b], x_bf16, g != nullptr, gv[b], g_bf16, ss);
+      if (e < items) {
+        stage_group<M>(xs, stride, m, k, xv[b], x_bf16, g != nullptr, gv[b], g_bf16, pack, ss);
+      }
     }
   }
 }
@@ -275,12 +300,12 @@ __device__ void stage_chunk_16bit(const StreamLinear& s, float* xs, int stride, 
 // aligned rows go through stage_chunk_16bit, several steps' loads in flight at once.
 template <int M>
 __device__ void stage_chunk(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
-                            float (&ss)[M]) {
+                            const Packing& pack, float (&ss)[M]) {
   const bool vec = kc % 8 == 0 && s.x_ld % 8 == 0 && c % 8 == 0 && vec8_ok(s.x, s.x_dtype) &&
                    (!s.g || vec8_ok(s.g, s.g_dtype));
   const bool narrow = s.x_dtype == DTYPE_BF16 || s.x_dtype == DTYPE_F16;
   if (vec && narrow && stride % 4 == 0 && (!s.g || s.g_dtype == DTYPE_BF16 || s.g_dtype == DTYPE_F16)) {
-    stage_chunk_16bit<M>(s, xs, stride, kc, c, ss);
+    stage_chunk_16bit<M>(s, xs, stride, kc, c, pack, ss);
     return;
   }
   const int groups = (kc + 7) / 8;
@@ -301,7 +326,14 @@ __device__ void stage_chunk(const StreamLinear& s, float* xs, int stride, int kc
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       sq = fmaf(x[j], x[j], sq);
-      if (k + j < kc) xs[m * stride + k + j] = s.g ? x[j] * g[j] : x[j];
+      if (k + j >= kc) continue;
+      const float v = s.g ? x[j] * g[j] : x[j];
+      if (pack.on) {
+        reinterpret_cast<uint16_t*>(xs)[m * stride + k + j] =
+            static_cast<uint16_t>(pack2(v, 0.0f, pack.bf16) & 0xffffu);
+      } else {
+        xs[m * stride + k + j] = v;
+      }
     }
 #pragma unroll
     for (int mm = 0; mm < M; ++mm) {
@@ -352,15 +384,6 @@ __device__ inline void prefetch_rows(const uint16_t* w, int rows, int64_t ld, in
 
 // ------------------------------------------------------------------------------ tensor cores
 
-__device__ inline uint32_t pack2(float lo, float hi, bool bf16) {
-  if (bf16) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
-  const __half2 v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
 // D += A·B for one m16n8k16 tile: A 16×16 (four packed pairs per lane), B 16×8 (two), D f32.
 template <bool BF16>
 __device__ inline void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -380,14 +403,12 @@ __device__ inline void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_
   }
 }
 
-// Columns [k, k + 8) of staged activation row m as four packed pairs; zeros for m >= M.
+// Columns [k, k + 8) of staged activation row m, packed when staged (four pairs of the
+// weights' 16-bit type); zeros for m >= M.
 template <int M>
-__device__ inline uint4 act8(const float* xs, int stride, int m, int k, bool bf16) {
+__device__ inline uint4 act8(const uint16_t* xs, int stride, int m, int k) {
   if (m >= M) return make_uint4(0, 0, 0, 0);
-  const float4 a = *reinterpret_cast<const float4*>(xs + m * stride + k);
-  const float4 b = *reinterpret_cast<const float4*>(xs + m * stride + k + 4);
-  return make_uint4(pack2(a.x, a.y, bf16), pack2(a.z, a.w, bf16), pack2(b.x, b.y, bf16),
-                    pack2(b.z, b.w, bf16));
+  return *reinterpret_cast<const uint4*>(xs + m * stride + k);
 }
 
 // Row `row` of the concatenated weights at column c (null past the last), and its sums.
@@ -417,7 +438,7 @@ __device__ inline const uint16_t* weight_row(const StreamLinear& s, int row, int
 // and 2j + 1 of the same eight columns (rows g and g + 8). The A fragments of a step serve all
 // G groups. U steps' loads of all groups are in flight before the first mma.
 template <int M, int U, int G, bool BF16, bool Shared>
-__device__ void mma_rows(const StreamLinear& s, const float* xs, int stride, int64_t c, int r0,
+__device__ void mma_rows(const StreamLinear& s, const uint16_t* xs, int stride, int64_t c, int r0,
                          int rows, int k0, int k1) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   float* unused;
@@ -445,7 +466,7 @@ __device__ void mma_rows(const StreamLinear& s, const float* xs, int stride, int
     for (int u = 0; u < U; ++u) {
       if (k + 32 * u >= k1) break;  // the same for the whole warp
       const int kk = k + 32 * u + 8 * t;
-      const uint4 lo = act8<M>(xs, stride, g, kk, BF16), hi = act8<M>(xs, stride, g + 8, kk, BF16);
+      const uint4 lo = act8<M>(xs, stride, g, kk), hi = act8<M>(xs, stride, g + 8, kk);
 #pragma unroll
       for (int i = 0; i < G; ++i) {
         mma16816<BF16>(d[i], lo.x, hi.x, lo.y, hi.y, w[u][i].x, w[u][i].y);
@@ -483,7 +504,7 @@ __device__ inline int gcd_int(int a, int b) {
 // units, as many slices as make the units a multiple of the warp count so every warp gets the
 // same share; 16 / G steps' loads of the block in flight per lane.
 template <int M, bool Shared, int G>
-__device__ void mma_chunk(const StreamLinear& s, const float* xs, int stride, int kc, int64_t c,
+__device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride, int kc, int64_t c,
                           int rows) {
   const int warps = static_cast<int>(blockDim.x >> 5), warp = static_cast<int>(threadIdx.x >> 5);
   const int blocks = ((rows + 7) / 8 + G - 1) / G, steps = kc / 32;
@@ -532,8 +553,10 @@ __device__ bool stream_linear(const StreamLinear& s) {
   MK_MARK(*s.arena);
   for (int64_t c = 0; c < s.k; c += s.kc) {
     const int kc = static_cast<int>(s.k - c < s.kc ? s.k - c : s.kc);
+    // Tensor cores take the activation in the weights' 16-bit type: staged that way, once.
+    const Packing pack{Mma && vec && kc % 32 == 0 && s.kc % 8 == 0, s.w_dtype == DTYPE_BF16};
     __syncthreads();
-    stage_chunk<M>(s, xs, s.kc, kc, c, ss);
+    stage_chunk<M>(s, xs, s.kc, kc, c, pack, ss);
     if (c == 0) MK_MARK(*s.arena);
     __syncthreads();
     if (c == 0) {
@@ -542,8 +565,8 @@ __device__ bool stream_linear(const StreamLinear& s) {
       }
       MK_MARK(*s.arena);
     }
-    if (Mma && vec && kc % 32 == 0) {
-      mma_chunk<M, Staged, G>(s, xs, s.kc, kc, c, rows);
+    if (pack.on) {
+      mma_chunk<M, Staged, G>(s, reinterpret_cast<const uint16_t*>(xs), s.kc, kc, c, rows);
     } else if (vec) {
       stream_rows<M, RG, S, true, Staged>(s, xs, s.kc, kc, c, begin, end);
     } else {
