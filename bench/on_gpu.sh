@@ -59,7 +59,10 @@ for step in $steps; do
       # .ab/main`, with .ab carried to the GPU machine beside .whl), each installed and built on
       # its own, in one call: a comparison, or a bisection over several commits.
       [ -n "${AB_TREES:-}" ] || { echo "ab: set AB_TREES to other checkouts inside this tree"; exit 1; }
-      for tree in $AB_TREES .; do
+      # A tree may carry environment settings after a colon: `.:MK_CUDA_MMA_ONE_ROW=1` is this
+      # checkout built with that switch.
+      for spec in $AB_TREES .; do
+        tree=${spec%%:*}; envs=; [ "$spec" != "$tree" ] && envs=${spec#*:}
         name=this; site=/tmp/site
         if [ "$tree" != . ]; then
           name=$(basename "$tree")
@@ -67,11 +70,14 @@ for step in $steps; do
           python3 -m pip install -q --no-build-isolation --no-deps --target "$site" "$ROOT/$tree" \
             >"$OUT/install-$name.log" 2>&1 || { tail -30 "$OUT/install-$name.log"; continue; }
         fi
-        echo "== $tree"
-        PYTHONPATH=$site MK_CACHE_DIR=/tmp/mk-cache-$name python3 "$ROOT/bench/bench.py" --runs 60 \
-          --out "$OUT/ab-$name" 2>&1 | grep '^|' | tail -8
-        PYTHONPATH=$site MK_CACHE_DIR=/tmp/mk-cache-$name python3 "$ROOT/bench/timeline.py" \
-          ${PROFILE_ARGS:---model qwen3-0.6b --layers 4} 2>&1 | grep -A30 'starved' | head -14
+        [ -n "$envs" ] && name=$name-$(echo "$envs" | tr -c 'A-Za-z0-9_\n' '_')
+        echo "== $spec"
+        # The wheels stay on the path behind the tree's own install.
+        env ${envs//,/ } PYTHONPATH=$site:/tmp/site MK_CACHE_DIR=/tmp/mk-cache-$name \
+          python3 "$ROOT/bench/bench.py" --runs 60 --out "$OUT/ab-$name" 2>&1 | grep '^|' | tail -8
+        env ${envs//,/ } PYTHONPATH=$site:/tmp/site MK_CACHE_DIR=/tmp/mk-cache-$name \
+          python3 "$ROOT/bench/timeline.py" ${PROFILE_ARGS:---model qwen3-0.6b --layers 4} 2>&1 \
+          | awk '/tasks, step/ {print} /starved/ {n=14} n-- > 0 {print}'
       done ;;
     generate)
       for model in ${MODELS:-qwen3-0.6b llama-3.2-1b}; do
