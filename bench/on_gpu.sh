@@ -73,8 +73,9 @@ for step in $steps; do
         [ -n "$envs" ] && name=$name-$(echo "$envs" | tr -c 'A-Za-z0-9_\n' '_')
         echo "== $spec"
         # The wheels stay on the path behind the tree's own install.
-        env ${envs//,/ } PYTHONPATH=$site:/tmp/site MK_CACHE_DIR=/tmp/mk-cache-$name \
-          python3 "$ROOT/bench/bench.py" --runs 60 --out "$OUT/ab-$name" 2>&1 | grep '^|' | tail -8
+        # AB_ONLY picks benchmark rows (bench.py --only); AB_ONLY=none skips the benchmark.
+        [ "${AB_ONLY:-}" != none ] && env ${envs//,/ } PYTHONPATH=$site:/tmp/site MK_CACHE_DIR=/tmp/mk-cache-$name \
+          python3 "$ROOT/bench/bench.py" --runs 60 --only "${AB_ONLY:-}" --out "$OUT/ab-$name" 2>&1 | grep '^|' | tail -8
         env ${envs//,/ } PYTHONPATH=$site:/tmp/site MK_CACHE_DIR=/tmp/mk-cache-$name \
           python3 "$ROOT/bench/timeline.py" ${PROFILE_ARGS:---model qwen3-0.6b --layers 4} 2>&1 \
           | awk '/tasks, step/ {print} /starved/ {n=14} n-- > 0 {print}'
