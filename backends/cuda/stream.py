@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from xdsl.ir import Operation, SSAValue
 
 from mk.backends.cpu.emit_scalar import dtype_code
+from mk.diagnostics import MkError
 from mk.dialects.mugraph import GraphDefOp, InputOp
 from mk.dialects.mugraph_tiles import AccumOp, BinaryOp, MatmulOp, shape_of
 
@@ -28,6 +29,18 @@ SMEM_FLOATS = SMEM_BYTES // 4
 STAGE_LOST = 0x7FFFFFFE
 _WEIGHT_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16")
 _FLOAT_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16", "mk::DTYPE_F32")
+
+
+def loads_in_flight(rows: int) -> int:
+    """16-byte weight loads a lane keeps in flight: about 24 for one or two activation rows,
+    fewer as the sums take registers; MK_CUDA_LOADS (1-64) sets it for every batch (what one SM
+    keeps in flight bounds a streamed task: 24 loads × 256 threads is 96 KB)."""
+    text = os.environ.get("MK_CUDA_LOADS", "")
+    if not text:
+        return 24 if rows <= 2 else 16 if rows <= 8 else 8
+    if not text.isdigit() or not 1 <= int(text) <= 64:
+        raise MkError(f"MK_CUDA_LOADS must be a number of loads from 1 to 64, got {text!r}")
+    return int(text)
 
 
 @dataclass(frozen=True)
@@ -63,12 +76,11 @@ class StreamPlan:
         return -(-share // -(-share // most))
 
     def steps_in_flight(self, k: int) -> int:
-        """256-column steps whose loads a lane issues before multiplying: up to about 24
-        16-byte loads per lane for one or two activation rows, fewer as the sums take registers;
-        no more steps than a chunk has, split evenly over the rounds (every unrolled step costs
-        instructions even when its columns are past the end)."""
-        loads = 24 if self.rows <= 2 else 16 if self.rows <= 8 else 8
-        most = max(1, loads // self.rows_per_round())
+        """256-column steps whose loads a lane issues before multiplying: up to
+        loads_in_flight(rows) 16-byte loads per lane; no more steps than a chunk has, split
+        evenly over the rounds (every unrolled step costs instructions even when its columns
+        are past the end)."""
+        most = max(1, loads_in_flight(self.rows) // self.rows_per_round())
         steps = -(-self.chunk(k) // 256)
         rounds = -(-steps // most)
         return -(-steps // rounds)

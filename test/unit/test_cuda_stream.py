@@ -302,3 +302,32 @@ def test_prefetch_spans_fit_the_budget_and_lead_every_warp() -> None:
     assert firsts == [w * 28 for w in range(8)]
     assert all(n == 2 for _, _, n in spans)
     assert prefetch_spans([64], 1 << 20, 128 << 10) == []  # not even one row per warp
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_loads_in_flight_is_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MK_CUDA_LOADS sets the 16-byte loads a lane keeps in flight: a task of 8 rows per warp
+    over 1,024 columns streams them in one batch of 32 instead of two of 16."""
+    text = _linear(1, 1024, 1024, norm=True)
+    default = mk.compile(text, target="cuda", num_sms=16, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    assert "mk::gpu::stream_linear<1, 8, 2, false>" in default
+    monkeypatch.setenv("MK_CUDA_LOADS", "32")
+    more = mk.compile(text, target="cuda", num_sms=16, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    assert "mk::gpu::stream_linear<1, 8, 4, false>" in more
+    monkeypatch.setenv("MK_CUDA_LOADS", "0")
+    with pytest.raises(mk.MkError, match="MK_CUDA_LOADS must be a number of loads from 1 to 64"):
+        mk.compile(text, target="cuda", num_sms=16, cache_dir=tmp_path)
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_prefetch_budget_is_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MK_CUDA_PREFETCH=0 turns the L2 prefetch off (to measure what it buys)."""
+    text = _linear(1, 512, 1024, norm=True)
+    on = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    assert "if (ahead == mk::gpu::kAheadL2) {" in on
+    monkeypatch.setenv("MK_CUDA_PREFETCH", "0")
+    off = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    assert "kAheadL2) {" not in off and "prefetch_rows" not in off
+    monkeypatch.setenv("MK_CUDA_PREFETCH", "lots")
+    with pytest.raises(mk.MkError, match="MK_CUDA_PREFETCH must be a byte count, got 'lots'"):
+        mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path)
