@@ -6,7 +6,8 @@ For each task.grid: its tasks, the span from its first start to its last end (µ
 launch's first task start) and the mean task time. Also writes a Chrome trace per workload.
 With --model, one decode step of a model preset (positions at the end of a 1,024-slot cache),
 summed per kind of grid over the layers (`k12_l3_q` counts as `q`), and how long each kind's
-tasks starve, take to start once they could, and run (bench/hops.py). With --ops, a profile build
+tasks starve, take to start once they could, and run (bench/hops.py), and the critical path per
+kind (bench/critical_path.py). With --ops, a profile build
 (op marks, backends/cuda/op_marks.py) also says how long each statement of a task body takes.
 """
 
@@ -26,6 +27,7 @@ from mk.inputs import random_inputs
 from mk.source import entry_function, load_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from critical_path import print_path, program_path  # noqa: E402
 from hops import kind_of, print_hops, program_hops  # noqa: E402
 
 from bench import at_full_context, to_torch, workloads  # noqa: E402
@@ -133,6 +135,8 @@ def main() -> int:
         model_summary(prog)
         print("per kind, mean µs per task (bench/hops.py):")
         print_hops(program_hops(prog, prog.last_timeline[-1]))  # type: ignore[attr-defined]
+        print("the critical path, per kind (bench/critical_path.py):")
+        print_path(program_path(prog, prog.last_timeline[-1]))  # type: ignore[attr-defined]
         if args.ops:
             print("mean task time per statement (µs), by kind:")
             print_op_segments(prog)

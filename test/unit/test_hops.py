@@ -87,3 +87,47 @@ def test_program_hops_recover_a_simulated_schedule(
         assert dispatch == pytest.approx(gap[kinds == kind].mean() / 1000, abs=1e-6), kind
         assert run == pytest.approx(2.0, abs=1e-6), kind
     assert gap.mean() > 500  # most tasks have a producer or a task before them
+    # The critical path spans the run: from the launch's start to the last end, 2 µs per task
+    # on it and 1 µs before each but the first.
+    path = _critical_path().program_path(prog, timeline)
+    tasks = sum(n for _, n, *_ in path)
+    run, hop, queue = (sum(r[i] for r in path) for i in (2, 3, 4))
+    assert run == pytest.approx(2.0 * tasks) and hop + queue == pytest.approx(tasks - 1.0)
+    assert run + hop + queue == pytest.approx((timeline[:, 1].max() - timeline[:, 0].min()) / 1e3)
+
+
+def _critical_path() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("critical_path", ROOT / "bench/critical_path.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_critical_path_follows_whichever_ended_last() -> None:
+    """a (SM 0, 0-10) feeds b (SM 1, 11-15: a 1 µs hop); c follows b on SM 1 (15.5-20: a 0.5 µs
+    queue gap) and also waits for d (SM 0, 10-12), which ended earlier: the path is a, b, c."""
+    cp = _critical_path()
+    us = 1000.0
+    start = np.array([0, 11, 15.5, 10]) * us
+    end = np.array([10, 15, 20, 12]) * us
+    producers = {1: [0], 2: [3]}
+    producer = cp.last_producers(
+        4,
+        end,
+        lambda t: [("e", (t,), 0)] if t in producers else [],
+        lambda _e, element: producers[element[0]],
+    )
+    prev = cp.previous_on_sm(4, [[0, 3], [1, 2]])
+    steps = cp.walk(start, end, producer, prev)
+    assert [(t, round(g / us, 3), p) for t, g, p in steps] == [
+        (0, 0.0, False),
+        (1, 1.0, True),
+        (2, 0.5, False),
+    ]
+    rows = cp.path_rows(["a", "b", "c", "d"], start, end, steps)
+    assert {k: (n, r, h, q) for k, n, r, h, q in rows} == {
+        "a": (1, 10.0, 0.0, 0.0),
+        "b": (1, 4.0, 1.0, 0.0),
+        "c": (1, 4.5, 0.0, 0.5),
+    }
