@@ -1,0 +1,35 @@
+"""bench/code_size.py: the SASS bytes of each task body, from a cubin built without a GPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+
+import mk
+from mk.backends.cuda import build
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(
+    build.nvcc() is None or shutil.which("readelf") is None, reason="needs nvcc and readelf"
+)
+def test_every_task_body_has_a_size_within_the_kernel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = importlib.util.spec_from_file_location("code_size", ROOT / "bench/code_size.py")
+    assert spec is not None and spec.loader is not None
+    code_size = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(code_size)
+    import mk.backends.cuda as backend
+
+    monkeypatch.setattr(backend, "nvcc", lambda: None)
+    source = mk.compile(ROOT / "examples/rmsnorm_linear.mlir", target="cuda", cache_dir=tmp_path)
+    sizes = code_size.function_sizes(code_size.build_cubin(source.cuda_source, tmp_path))  # type: ignore[attr-defined]
+    kernel = [n for n, name in sizes if "megakernel" in name]
+    bodies = [n for n, name in sizes if name.startswith("task_")]
+    assert len(kernel) == 1 and bodies and all(n > 0 for n in bodies)
+    assert sum(bodies) < kernel[0]  # the bodies are inside the kernel's code
