@@ -14,7 +14,6 @@ the task before on the same SM, the dispatch alone ("queue").
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hops import kind_of, producer_table, read_trace  # noqa: E402
+from hops import Run, traced_program  # noqa: E402
 
 Row = tuple[str, int, float, float, float]  # kind, tasks on the path, run, hop, queue (µs)
 
@@ -108,39 +107,15 @@ def print_path(rows: Sequence[Row]) -> None:
 
 def program_path(prog: object, timeline: np.ndarray) -> list[Row]:
     """path_rows for a compiled CUDA program and one iteration's [tasks, 2] timeline (ns)."""
-    index = prog.graph.index()  # type: ignore[attr-defined]
-    tables = prog.tables  # type: ignore[attr-defined]
-    n = len(tables.tasks)
-    start, end = timeline[:, 0].astype(np.float64), timeline[:, 1].astype(np.float64)
-    table = producer_table(index)
-    producer = last_producers(n, end, index.waits_of, lambda e, el: table.get((e, tuple(el)), []))
-    offsets, tasks = tables.queue_offsets, tables.queue_tasks
-    prev = previous_on_sm(
-        n, [list(tasks[offsets[s] : offsets[s + 1]]) for s in range(len(offsets) - 1)]
-    )
-    kinds = [kind_of(index.locate(t)[0].sym_name.data) for t in range(n)]
-    return path_rows(kinds, start, end, walk(start, end, producer, prev))
+    r = Run(prog, timeline)
+    producer = last_producers(r.n, r.end, r.waits_of, r.producers_of)
+    prev = previous_on_sm(r.n, r.queues)
+    return path_rows(r.kinds, r.start, r.end, walk(r.start, r.end, producer, prev))
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("trace", type=Path)
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--layers", type=int, default=None)
-    parser.add_argument("--batch", type=int, default=1)
-    args = parser.parse_args()
-    import mk
-    import mk.backends.cuda as backend
-    from mk.backends.cuda import build
-    from mk.models import decode_program, preset
-
-    build.nvcc = backend.nvcc = lambda: None  # the tables only: no module to build
-    config = preset(args.model)
-    if args.layers is not None:
-        config = config.with_(layers=args.layers)
-    prog = mk.compile(decode_program(config, args.batch, 1024, 1), target="cuda")
-    timeline = read_trace(args.trace, len(prog.tables.tasks))  # type: ignore[attr-defined]
-    print(f"{args.model} L{config.layers} B{args.batch}: the critical path, per kind")
+    name, prog, timeline = traced_program(__doc__)
+    print(f"{name}: the critical path, per kind")
     print_path(program_path(prog, timeline))
     return 0
 

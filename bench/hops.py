@@ -104,18 +104,32 @@ def print_hops(rows: Sequence[tuple[str, int, float, float, float]]) -> None:
         print(f"  {kind:<16}{n:>7}{starved:>12.2f}{dispatch:>13.2f}{run:>9.2f}")
 
 
+class Run:
+    """What the per-task analyses read of a compiled CUDA program and one iteration's
+    [tasks, 2] timeline (ns): start and end per task, each task's kind, the SM queues, and
+    each task's same-iteration waits and their producers."""
+
+    def __init__(self, prog: object, timeline: np.ndarray) -> None:
+        index = prog.graph.index()  # type: ignore[attr-defined]
+        tables = prog.tables  # type: ignore[attr-defined]
+        self.n = len(tables.tasks)
+        self.start = timeline[:, 0].astype(np.float64)
+        self.end = timeline[:, 1].astype(np.float64)
+        offsets, tasks = tables.queue_offsets, tables.queue_tasks
+        self.queues = [list(tasks[offsets[s] : offsets[s + 1]]) for s in range(len(offsets) - 1)]
+        self.kinds = [kind_of(index.locate(t)[0].sym_name.data) for t in range(self.n)]
+        self.waits_of = index.waits_of
+        table = producer_table(index)
+        self.producers_of: Callable[[str, tuple[int, ...]], list[int]] = lambda e, el: table.get(
+            (e, tuple(el)), []
+        )
+
+
 def program_hops(prog: object, timeline: np.ndarray) -> list[tuple[str, int, float, float, float]]:
     """hop_rows for a compiled CUDA program and one iteration's [tasks, 2] timeline (ns)."""
-    index = prog.graph.index()  # type: ignore[attr-defined]
-    tables = prog.tables  # type: ignore[attr-defined]
-    n = len(tables.tasks)
-    start, end = timeline[:, 0].astype(np.float64), timeline[:, 1].astype(np.float64)
-    table = producer_table(index)
-    ready = ready_times(n, end, index.waits_of, lambda e, el: table.get((e, tuple(el)), []))
-    offsets, tasks = tables.queue_offsets, tables.queue_tasks
-    queues = [tasks[offsets[s] : offsets[s + 1]] for s in range(len(offsets) - 1)]
-    kinds = [kind_of(index.locate(t)[0].sym_name.data) for t in range(n)]
-    return hop_rows(kinds, start, end, ready, queues)
+    r = Run(prog, timeline)
+    ready = ready_times(r.n, r.end, r.waits_of, r.producers_of)
+    return hop_rows(r.kinds, r.start, r.end, ready, r.queues)
 
 
 def read_trace(path: Path, num_tasks: int) -> np.ndarray:
@@ -129,8 +143,11 @@ def read_trace(path: Path, num_tasks: int) -> np.ndarray:
     return timeline
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+def traced_program(doc: str | None) -> tuple[str, object, np.ndarray]:
+    """From the command line (TRACE.json --model PRESET [--layers N] [--batch B]): the model
+    step's name, its CUDA program rebuilt without a GPU (the tables only) and the trace's
+    iteration-0 timeline."""
+    parser = argparse.ArgumentParser(description=doc)
     parser.add_argument("trace", type=Path)
     parser.add_argument("--model", required=True)
     parser.add_argument("--layers", type=int, default=None)
@@ -145,9 +162,13 @@ def main() -> int:
     config = preset(args.model)
     if args.layers is not None:
         config = config.with_(layers=args.layers)
-    name = f"{args.model} L{config.layers} B{args.batch}"
     prog = mk.compile(decode_program(config, args.batch, 1024, 1), target="cuda")
     timeline = read_trace(args.trace, len(prog.tables.tasks))  # type: ignore[attr-defined]
+    return f"{args.model} L{config.layers} B{args.batch}", prog, timeline
+
+
+def main() -> int:
+    name, prog, timeline = traced_program(__doc__)
     print(f"{name}: per kind, mean µs per task")
     print_hops(program_hops(prog, timeline))
     return 0

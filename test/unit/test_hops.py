@@ -14,8 +14,9 @@ import mk
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("hops", ROOT / "bench/hops.py")
+def _module(name: str = "hops") -> ModuleType:
+    """bench/<name>.py, loaded as a module."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / f"bench/{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -89,25 +90,17 @@ def test_program_hops_recover_a_simulated_schedule(
     assert gap.mean() > 500  # most tasks have a producer or a task before them
     # The critical path spans the run: from the launch's start to the last end, 2 µs per task
     # on it and 1 µs before each but the first.
-    path = _critical_path().program_path(prog, timeline)
+    path = _module("critical_path").program_path(prog, timeline)
     tasks = sum(n for _, n, *_ in path)
     run, hop, queue = (sum(r[i] for r in path) for i in (2, 3, 4))
     assert run == pytest.approx(2.0 * tasks) and hop + queue == pytest.approx(tasks - 1.0)
     assert run + hop + queue == pytest.approx((timeline[:, 1].max() - timeline[:, 0].min()) / 1e3)
 
 
-def _critical_path() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("critical_path", ROOT / "bench/critical_path.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_critical_path_follows_whichever_ended_last() -> None:
     """a (SM 0, 0-10) feeds b (SM 1, 11-15: a 1 µs hop); c follows b on SM 1 (15.5-20: a 0.5 µs
     queue gap) and also waits for d (SM 0, 10-12), which ended earlier: the path is a, b, c."""
-    cp = _critical_path()
+    cp = _module("critical_path")
     us = 1000.0
     start = np.array([0, 11, 15.5, 10]) * us
     end = np.array([10, 15, 20, 12]) * us
