@@ -15,7 +15,8 @@ from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue
 
-from mk.dialects.nn import attribute_values, decode_steps, donated_args, donated_write
+from mk.dialects.nn import attribute_values
+from mk.dialects.nn_decode import decode_steps, donated_args, donated_write
 from mk.source import Source, entry_function, load_module
 
 DTYPES = {

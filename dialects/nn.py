@@ -8,19 +8,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
 
 from xdsl.dialects.builtin import (
-    ArrayAttr,
-    DictionaryAttr,
-    IntegerAttr,
-    StringAttr,
     TensorType,
-    UnitAttr,
     i32,
 )
-from xdsl.dialects.func import FuncOp
-from xdsl.ir import Attribute, Dialect, Operation, SSAValue
+from xdsl.ir import Attribute, Dialect, SSAValue
 from xdsl.irdl import irdl_op_definition, operand_def, opt_operand_def, var_operand_def
 from xdsl.utils.exceptions import VerifyException
 
@@ -531,74 +524,6 @@ class CacheWriteOp(NNOp):
             allowed = " or ".join(f"[{r}]" for r in dict.fromkeys(rows))
             raise VerifyException(f"index must have shape {allowed}, got {list(index.get_shape())}")
         return cache
-
-
-DONATED = "nn.donated"
-STEPS = "nn.steps"
-
-
-def decode_steps(func: Operation) -> int:
-    """The `nn.steps` of a function: how many times one call runs its body (1 without it)."""
-    attr = func.attributes.get(STEPS)
-    return 1 if attr is None else as_int(_plain_int(attr))
-
-
-def _plain_int(attr: Attribute) -> int:
-    if not isinstance(attr, IntegerAttr):
-        raise VerifyException(f"'{STEPS}' must be an integer, got {attr}")
-    return int(attr.value.data)
-
-
-def donated_args(func: FuncOp) -> list[int]:
-    """Indices of the arguments marked `{nn.donated}`."""
-    attrs = func.arg_attrs
-    if attrs is None:
-        return []
-    return [i for i, d in enumerate(attrs) if isinstance(d, DictionaryAttr) and DONATED in d.data]
-
-
-def is_cache_write(op: Operation) -> bool:
-    """An nn.cache_write, or the library kernel it became."""
-    kind = getattr(op, "kind", None)
-    return op.name == "nn.cache_write" or (
-        op.name == "mugraph.kernel" and isinstance(kind, StringAttr) and kind.data == "cache_write"
-    )
-
-
-def donated_write(func: FuncOp, index: int) -> SSAValue:
-    """The value a donated argument holds after one run of the body: its cache write's result."""
-    arg = func.args[index]
-    writes = [u.operation for u in arg.uses if u.index == 0 and is_cache_write(u.operation)]
-    if len(writes) != 1:
-        raise VerifyException(
-            f"donated argument #{index} must be the cache of exactly one cache write, "
-            f"found {len(writes)}"
-        )
-    return writes[0].results[0]
-
-
-def verify_decode_function(func: FuncOp) -> None:
-    """`nn.steps` >= 1; a donated argument is a tensor the body writes with one nn.cache_write,
-    and every other use of it comes before that write (it reads the value before the write, and
-    in place the bytes change at the write)."""
-    steps = decode_steps(func)
-    if steps < 1:
-        raise VerifyException(f"'{STEPS}' must be >= 1, got {steps}")
-    block = func.body.block
-    for i in donated_args(func):
-        attr = cast(DictionaryAttr, cast(ArrayAttr[Any], func.arg_attrs).data[i]).data[DONATED]
-        if not isinstance(attr, UnitAttr):
-            raise VerifyException(f"'{DONATED}' on argument #{i} must be a unit attribute")
-        write = donated_write(func, i).owner
-        assert isinstance(write, Operation)
-        at = block.get_operation_index(write)
-        for use in func.args[i].uses:
-            op = use.operation
-            if op is not write and (op.parent is not block or block.get_operation_index(op) > at):
-                raise VerifyException(
-                    f"donated argument #{i} is used by '{op.name}' after its in-place write; "
-                    "use the write's result instead"
-                )
 
 
 # ----------------------------------------------------------------------------- layout

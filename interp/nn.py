@@ -21,7 +21,7 @@ from xdsl.ir import Operation
 from xdsl.traits import SymbolTable
 
 from mk.diagnostics import MkError, op_location
-from mk.dialects.nn import decode_steps, donated_args, donated_write
+from mk.dialects.nn_decode import decode_steps, donated_args, donated_write
 from mk.inputs import check_donated, check_inputs, numpy_dtype, random_inputs, tensor_type
 from mk.interp.nn_ops import KERNELS, KernelError, current_step
 from mk.source import Source, entry_function, load_module

@@ -35,7 +35,7 @@ from xdsl.passes import ModulePass
 
 from mk.diagnostics import MkError, op_location
 from mk.dialects.mugraph import GraphDefOp, InputOp, KernelOp, OutputOp
-from mk.dialects.nn import STEPS, decode_steps, donated_args, donated_write
+from mk.dialects.nn_decode import STEPS, decode_steps, donated_args, donated_write
 from mk.dialects.task import ARENA_ALIGNMENT, BufferOp, EventOp, GraphOp, GridOp, YieldOp
 from mk.dialects.task_maps import FootprintAttr, eval_map, grid_points, parse_map
 from mk.passes.cost_model import kernel_cost

@@ -80,7 +80,7 @@ def _has_gpu() -> bool:
 def _run_compiled(args: argparse.Namespace, module: ModuleOp, func: FuncOp) -> int:
     import mk
     from mk.compiler import compile, output_error
-    from mk.dialects.nn import donated_args
+    from mk.dialects.nn_decode import donated_args
     from mk.inputs import argument_label
     from mk.interp.nn import random_inputs
 

@@ -15,7 +15,7 @@ import numpy as np
 from mk.backends.cuda.stream import STAGE_LOST
 from mk.compiler import Program, _from_torch, _is_torch, _unwritten, _write_back
 from mk.diagnostics import MkError
-from mk.dialects.nn import donated_args
+from mk.dialects.nn_decode import donated_args
 from mk.inputs import check_donated, check_inputs, numpy_dtype, tensor_type
 from mk.runtime_tables import RUN_STATUS
 

@@ -24,7 +24,7 @@ from xdsl.dialects.func import FuncOp
 from xdsl.passes import PassPipeline
 
 from mk.diagnostics import MkError
-from mk.dialects.nn import donated_args
+from mk.dialects.nn_decode import donated_args
 from mk.dialects.task import GraphOp
 from mk.inputs import check_donated, check_inputs, numpy_dtype
 from mk.runtime_tables import Tables

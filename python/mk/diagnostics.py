@@ -107,7 +107,7 @@ def verify_located(module: ModuleOp) -> None:
 
     A function also gets the decode-loop rules of the nn dialect (`nn.steps`, `{nn.donated}`).
     """
-    from mk.dialects.nn import verify_decode_function
+    from mk.dialects.nn_decode import verify_decode_function
 
     for op in module.walk():
         try:

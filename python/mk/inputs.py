@@ -82,7 +82,7 @@ def check_inputs(func: FuncOp, inputs: Sequence[object]) -> list[np.ndarray]:
 
 def check_donated(func: FuncOp, arrays: Sequence[np.ndarray]) -> None:
     """Donated arguments are written in place: each must be a writable C-contiguous array."""
-    from mk.dialects.nn import donated_args
+    from mk.dialects.nn_decode import donated_args
 
     for i in donated_args(func):
         if not (arrays[i].flags.writeable and arrays[i].flags.c_contiguous):
@@ -185,8 +185,8 @@ def _index_high(op: Operation, index: int) -> int:
 
 def step_high(step: Operation) -> int:
     """Exclusive bound of a step's base: every step's value (base + offset + t) stays valid."""
-    from mk.dialects.nn import decode_steps
     from mk.dialects.nn_base import as_int, attribute_values
+    from mk.dialects.nn_decode import decode_steps
 
     func = step.parent_op()
     steps = decode_steps(func) if func is not None else 1

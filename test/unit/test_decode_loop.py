@@ -13,7 +13,7 @@ from xdsl.passes import PassPipeline
 import mk
 from mk.diagnostics import MkError
 from mk.dialects import make_context
-from mk.dialects.nn import donated_args
+from mk.dialects.nn_decode import donated_args
 from mk.inputs import random_inputs
 from mk.interp.mugraph import run_mugraph
 from mk.passes import get_all_passes

@@ -15,7 +15,7 @@ from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, result_def
 from mk.diagnostics import MkError
 from mk.dialects import make_context, nn
 from mk.dialects import mugraph as mg
-from mk.dialects.nn import donated_args
+from mk.dialects.nn_decode import donated_args
 from mk.inputs import random_inputs
 from mk.interp.mugraph import run_mugraph
 from mk.interp.nn import run_reference

@@ -15,7 +15,7 @@ from xdsl.passes import PassPipeline
 import mk
 from mk.diagnostics import MkError, parse_module
 from mk.dialects import make_context
-from mk.dialects.nn import STEPS
+from mk.dialects.nn_decode import STEPS
 from mk.dialects.task import BufferOp, GraphOp, GridOp
 from mk.dialects.task_index import check_queues_deadlock_free
 from mk.dialects.task_maps import FootprintAttr
