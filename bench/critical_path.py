@@ -105,9 +105,8 @@ def print_path(rows: Sequence[Row]) -> None:
         print(f"  {kind:<16}{n:>8}{r:>9.1f}{h:>9.1f}{q:>10.1f}")
 
 
-def program_path(prog: object, timeline: np.ndarray) -> list[Row]:
-    """path_rows for a compiled CUDA program and one iteration's [tasks, 2] timeline (ns)."""
-    r = Run(prog, timeline)
+def path_of(r: Run) -> list[Row]:
+    """path_rows of one run."""
     producer = last_producers(r.n, r.end, r.waits_of, r.producers_of)
     prev = previous_on_sm(r.n, r.queues)
     return path_rows(r.kinds, r.start, r.end, walk(r.start, r.end, producer, prev))
@@ -116,7 +115,7 @@ def program_path(prog: object, timeline: np.ndarray) -> list[Row]:
 def main() -> int:
     name, prog, timeline = traced_program(__doc__)
     print(f"{name}: the critical path, per kind")
-    print_path(program_path(prog, timeline))
+    print_path(path_of(Run(prog, timeline)))
     return 0
 
 

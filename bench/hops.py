@@ -125,9 +125,8 @@ class Run:
         )
 
 
-def program_hops(prog: object, timeline: np.ndarray) -> list[tuple[str, int, float, float, float]]:
-    """hop_rows for a compiled CUDA program and one iteration's [tasks, 2] timeline (ns)."""
-    r = Run(prog, timeline)
+def hops_of(r: Run) -> list[tuple[str, int, float, float, float]]:
+    """hop_rows of one run."""
     ready = ready_times(r.n, r.end, r.waits_of, r.producers_of)
     return hop_rows(r.kinds, r.start, r.end, ready, r.queues)
 
@@ -170,7 +169,7 @@ def traced_program(doc: str | None) -> tuple[str, object, np.ndarray]:
 def main() -> int:
     name, prog, timeline = traced_program(__doc__)
     print(f"{name}: per kind, mean µs per task")
-    print_hops(program_hops(prog, timeline))
+    print_hops(hops_of(Run(prog, timeline)))
     return 0
 
 

@@ -27,8 +27,8 @@ from mk.inputs import random_inputs
 from mk.source import entry_function, load_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from critical_path import print_path, program_path  # noqa: E402
-from hops import kind_of, print_hops, program_hops  # noqa: E402
+from critical_path import path_of, print_path  # noqa: E402
+from hops import Run, hops_of, kind_of, print_hops  # noqa: E402
 
 from bench import at_full_context, to_torch, workloads  # noqa: E402
 
@@ -133,10 +133,11 @@ def main() -> int:
         total = grid_rows(prog)
         print(f"{name}: {len(prog.tables.tasks)} tasks, step {max(r[3] for r in total):.1f} us")
         model_summary(prog)
+        run = Run(prog, prog.last_timeline[-1])  # type: ignore[attr-defined]
         print("per kind, mean µs per task (bench/hops.py):")
-        print_hops(program_hops(prog, prog.last_timeline[-1]))  # type: ignore[attr-defined]
+        print_hops(hops_of(run))
         print("the critical path, per kind (bench/critical_path.py):")
-        print_path(program_path(prog, prog.last_timeline[-1]))  # type: ignore[attr-defined]
+        print_path(path_of(run))
         if args.ops:
             print("mean task time per statement (µs), by kind:")
             print_op_segments(prog)

@@ -80,7 +80,7 @@ def test_program_hops_recover_a_simulated_schedule(
     prog.last_timeline = np.stack([start, end], axis=1)[None].astype(np.int64)  # type: ignore[attr-defined]
     prog.trace(tmp_path / "t.json")  # type: ignore[attr-defined]
     timeline = hops.read_trace(tmp_path / "t.json", n)
-    rows = hops.program_hops(prog, timeline)
+    rows = hops.hops_of(hops.Run(prog, timeline))
     assert {kind for kind, *_ in rows} >= {"logits", "next"}
     kinds = np.array([hops.kind_of(index.locate(t)[0].sym_name.data) for t in range(n)])
     for kind, count, _, dispatch, run in rows:
@@ -90,7 +90,7 @@ def test_program_hops_recover_a_simulated_schedule(
     assert gap.mean() > 500  # most tasks have a producer or a task before them
     # The critical path spans the run: from the launch's start to the last end, 2 µs per task
     # on it and 1 µs before each but the first.
-    path = _module("critical_path").program_path(prog, timeline)
+    path = _module("critical_path").path_of(hops.Run(prog, timeline))
     tasks = sum(n for _, n, *_ in path)
     run, hop, queue = (sum(r[i] for r in path) for i in (2, 3, 4))
     assert run == pytest.approx(2.0 * tasks) and hop + queue == pytest.approx(tasks - 1.0)
