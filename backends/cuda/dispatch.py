@@ -1,5 +1,5 @@
 """The dispatcher side of the emitted megakernel: each shared task body as a device function,
-and `struct Dispatch` (run, resolve, prefetch and stage by task kind; the shared-memory layout)
+and `struct Dispatch` (run, prefetch and stage by task kind; the shared-memory layout)
 that mk/cuda_megakernel.cuh's persistent kernel calls."""
 
 from __future__ import annotations
@@ -8,10 +8,11 @@ import os
 
 from mk.backends.cpu.emit import _indent, uses_iteration
 from mk.backends.cuda.device_lines import ARENA_SMEM
+from mk.backends.cuda.entries import entry_words
 from mk.backends.shared_bodies import SharedBodies, SharedFunction
 from mk.diagnostics import MkError
+from mk.runtime_tables import KIND_FIRST_LOWERED
 
-KIND_FIRST_LOWERED = 16
 SMEM_PER_CTA = 227 << 10  # dynamic + static shared memory a Hopper CTA may opt into
 STATIC_SMEM_MARGIN = 16 << 10  # the kernels' static __shared__ arrays
 
@@ -47,7 +48,17 @@ def runs_ahead(fn: SharedFunction, mode: str) -> bool:
     return any(line.startswith(f"if (ahead == mk::gpu::{mode}) {{") for line in fn.body)
 
 
-def dispatch_struct(shared: SharedBodies, smem: int) -> str:
+def slot_rows(shared: SharedBodies) -> tuple[tuple[int, ...], ...]:
+    """Per kind (grid), the buffer-table rows of its body's slots: the queue entries carry them."""
+    return tuple(tuple(shared.table[first : first + fn.slots]) for _, fn, first in shared.calls)
+
+
+def body_slots(shared: SharedBodies) -> int:
+    """Most buffers one body reads (at least 1): Dispatch::kSlots."""
+    return max([fn.slots for fn in shared.functions] + [1])
+
+
+def dispatch_struct(shared: SharedBodies, smem: int, buffers: int) -> str:
     cases = "\n".join(
         f"      case {KIND_FIRST_LOWERED + i}: "
         f"return {fn.name}(t, bp, arena, iteration, mk::gpu::kAheadNone);"
@@ -66,33 +77,14 @@ def dispatch_struct(shared: SharedBodies, smem: int) -> str:
         )
     )
     offset, arena = arena_smem(smem)
-    slots = max([fn.slots for fn in shared.functions] + [1])
-    firsts = ", ".join(str(first) for _, _, first in shared.calls) or "0"
-    counts = ", ".join(str(fn.slots) for _, fn, _ in shared.calls) or "0"
+    slots = body_slots(shared)
     return f"""\
-__constant__ int32_t kSlotFirst[] = {{{firsts}}};  // per kind: its slice of kBufferIndex
-__constant__ int32_t kSlotCount[] = {{{counts}}};
-
 struct Dispatch {{
   static constexpr unsigned kArenaOffset = {offset};
   static constexpr unsigned kArenaBytes = {arena};
   static constexpr unsigned kSmemBytes = {offset + arena};
   static constexpr int kSlots = {slots};  // most buffers one body reads
-  // One thread: the addresses of the buffers a task of `kind` reads (its slots), all loads in
-  // flight before the first store.
-  __device__ static void resolve(int32_t kind, void* const* buffers, void** bp) {{
-    const int32_t k = kind - {KIND_FIRST_LOWERED};
-    if (k < 0 || k >= {len(shared.calls)}) return;
-    const int32_t* bi = kBufferIndex + kSlotFirst[k];
-    const int32_t n = kSlotCount[k];
-    void* at[kSlots];
-#pragma unroll
-    for (int i = 0; i < kSlots; ++i) at[i] = i < n ? buffers[bi[i]] : nullptr;
-#pragma unroll
-    for (int i = 0; i < kSlots; ++i) {{
-      if (i < n) bp[i] = at[i];
-    }}
-  }}
+  static constexpr int kBuffers = {buffers};  // rows of the buffer table
   __device__ static int32_t run(int32_t kind, const mk::TaskDesc* t, void* const* bp,
                                 mk::gpu::Arena& arena, int32_t iteration) {{
     switch (kind) {{
@@ -117,4 +109,7 @@ struct Dispatch {{
     }}
   }}
 }};
+
+// The host lays the queue entries out as backends/cuda/entries.py says.
+static_assert(sizeof(mk::QueueEntry<Dispatch::kSlots>) == {4 * entry_words(slots)}, "queue entry layout");
 """

@@ -33,7 +33,7 @@ from mk.backends.cpu.emit_scalar import dtype_code, float_literal, is_float
 from mk.backends.cuda import op_marks
 from mk.backends.cuda.barriers import PLACEHOLDER, Loop, place_barriers
 from mk.backends.cuda.device_lines import device_lines
-from mk.backends.cuda.dispatch import device_function, dispatch_struct
+from mk.backends.cuda.dispatch import body_slots, device_function, dispatch_struct, slot_rows
 from mk.backends.cuda.elementwise import box_runs, element_offset, flat_offset
 from mk.backends.cuda.stream import (
     STAGE_LOST,
@@ -93,12 +93,17 @@ namespace {{
 
 @dataclass(frozen=True)
 class CudaSource:
-    """The emitted program: its text, the scratch bytes one CTA needs and, in a profile build
-    (op_marks.py), the label of each op mark per grid."""
+    """The emitted program: its text, the scratch bytes one CTA needs, in a profile build
+    (op_marks.py) the label of each op mark per grid, and what the host needs to lay out the
+    queue entries (entries.py)."""
 
     text: str
     scratch_per_sm: int
     mark_labels: dict[str, tuple[str, ...]] | None = None
+    # Per kind, the buffer-table rows of its body's slots; Dispatch::kSlots; buffer-table rows.
+    slot_rows: tuple[tuple[int, ...], ...] = ()
+    slots: int = 1
+    num_buffers: int = 0
 
 
 def _numel(value: SSAValue) -> int:
@@ -516,11 +521,17 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
             fn.body = marked[fn.name][0]
         labels = {grid: tuple(marked[fn.name][1]) for grid, fn, _ in shared.calls}
     out += [device_function(fn) for fn in shared.functions]
-    out.append(shared.table_decl("__constant__"))
-    out.append(dispatch_struct(shared, smem))
+    out.append(dispatch_struct(shared, smem, len(buffers)))
     out.append("}  // namespace\n")
     out.append("MK_CUDA_ENTRY_POINTS(Dispatch)\n")
-    return CudaSource("\n".join(out), scratch + SCRATCH_SLACK, labels)
+    return CudaSource(
+        "\n".join(out),
+        scratch + SCRATCH_SLACK,
+        labels,
+        slot_rows(shared),
+        body_slots(shared),
+        len(buffers),
+    )
 
 
 @dataclass(frozen=True)

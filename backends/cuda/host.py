@@ -12,6 +12,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from mk.backends.cuda.entries import queue_entries
 from mk.backends.cuda.stream import STAGE_LOST
 from mk.compiler import Program, _from_torch, _is_torch, _unwritten, _write_back
 from mk.diagnostics import MkError
@@ -42,11 +43,10 @@ class LaunchParams(ctypes.Structure):
         *(
             (name, ctypes.c_uint64)
             for name in (
-                "tasks",
                 "waits",
                 "signals",
                 "queue_offsets",
-                "queue_tasks",
+                "queue_entries",
                 "buffers",
                 "counters",
                 "status",
@@ -97,15 +97,14 @@ class _DeviceState:
     once, so a read of an unwritten intermediate shows as NaN), per-CTA scratch, the buffer
     pointers of the last launch, and the flags (counters, status, abort) zeroed per launch."""
 
-    def __init__(self, tables: Any, num_sms: int, scratch_per_sm: int) -> None:
+    def __init__(self, tables: Any, num_sms: int, scratch_per_sm: int, entries: np.ndarray) -> None:
         torch = _torch()
         self.num_sms, self.scratch_per_sm = num_sms, scratch_per_sm
         self.tables = {
-            "tasks": _device_bytes(tables.tasks),
             "waits": _device_bytes(tables.waits),
             "signals": _device_bytes(tables.signals),
             "queue_offsets": _device_bytes(tables.queue_offsets.astype(np.int32)),
-            "queue_tasks": _device_bytes(tables.queue_tasks.astype(np.int32)),
+            "queue_entries": _device_bytes(entries),
         }
         self.arena = torch.full(
             (max(tables.arena_bytes, 1),), 0xFF, dtype=torch.uint8, device="cuda"
@@ -151,11 +150,15 @@ class CudaProgram(Program):
         cuda_source: str,
         scratch_per_sm: int,
         mark_labels: dict[str, tuple[str, ...]] | None = None,
+        slot_rows: Sequence[Sequence[int]] = (),
+        slots: int = 1,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.cuda_source = cuda_source
         self.scratch_per_sm = scratch_per_sm
+        # What the dispatcher reads at each queue position (entries.py), built once.
+        self.queue_entries = queue_entries(self.tables, slot_rows, slots)
         # A profile build's op-mark labels per grid (backends/cuda/op_marks.py), else None.
         self.mark_labels = mark_labels
         self.marks = max((len(v) for v in (mark_labels or {}).values()), default=0)
@@ -305,7 +308,9 @@ class CudaProgram(Program):
         torch = _torch()
         lib = self.library()
         if self._state is None:
-            self._state = _DeviceState(self.tables, self.num_sms, self.scratch_per_sm)
+            self._state = _DeviceState(
+                self.tables, self.num_sms, self.scratch_per_sm, self.queue_entries
+            )
         state = self._state
         state.bind(self._pointers(state, inputs, outputs))
         state.flags.zero_()

@@ -310,6 +310,8 @@ def _compile_cuda(
         cuda_source=source.text,
         scratch_per_sm=source.scratch_per_sm,
         mark_labels=source.mark_labels,
+        slot_rows=source.slot_rows,
+        slots=source.slots,
     )
 
 

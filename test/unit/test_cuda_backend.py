@@ -61,6 +61,7 @@ def test_every_example_emits_a_megakernel(
     src = prog.cuda_source
     grids = prog.graph.index().grids
     functions = re.findall(r"^__device__ __noinline__ int32_t (task_\w+)\(", src, re.M)
+    emitted = emit_cuda(prog.graph)
     assert 1 <= len(functions) <= len(grids)  # grids differing only in buffers share one
     for i in range(len(grids)):
         call = re.search(
@@ -68,31 +69,24 @@ def test_every_example_emits_a_megakernel(
             src,
         )
         assert call is not None and call.group(1) in functions
-        _check_slots(src, i, call.group(1))
+        _check_slots(src, call.group(1), emitted.slot_rows[i], len(prog.tables.buffers))
     assert src.rstrip().endswith("MK_CUDA_ENTRY_POINTS(Dispatch)")
     # Nothing of the host-only CPU helpers survives into device code.
     assert "std::vector" not in src and "mk::cpu::" not in src and "std::" not in src
     assert prog.scratch_per_sm > 0 and prog.num_sms == compiler.DEFAULT_CUDA_NUM_SMS
-    assert emit_cuda(prog.graph).text == src  # deterministic
+    assert emitted.text == src  # deterministic
 
 
-def _table(src: str, name: str) -> list[int]:
-    match = re.search(rf"__constant__ int32_t {name}\[\d*\] = \{{([^}}]*)\}};", src)
-    assert match is not None, name
-    return [int(v) for v in match.group(1).split(",")]
-
-
-def _check_slots(src: str, kind: int, function: str) -> None:
-    """The dispatcher resolves exactly the buffers the body reads: its slice of kBufferIndex has
-    one entry per `bp[k]` slot of the function."""
+def _check_slots(src: str, function: str, rows: tuple[int, ...], buffers: int) -> None:
+    """The queue entries resolve exactly the buffers the body reads: its kind's slot rows have
+    one entry per `bp[k]` slot of the function, each a row of the buffer table."""
     body = re.search(rf"int32_t {function}\(.*?\n}}\n", src, re.S)
     assert body is not None
     used = {int(k) for k in re.findall(r"\bbp\[(\d+)\]", body.group(0))}
-    first, count = _table(src, "kSlotFirst")[kind], _table(src, "kSlotCount")[kind]
-    assert used == set(range(count))
-    assert first + count <= len(_table(src, "kBufferIndex"))
+    assert used == set(range(len(rows)))
+    assert all(0 <= r < buffers for r in rows)
     slots = re.search(r"static constexpr int kSlots = (\d+);", src)
-    assert slots is not None and count <= int(slots.group(1))
+    assert slots is not None and len(rows) <= int(slots.group(1))
 
 
 def test_tile_sizes_cover_the_declared_tiles(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,11 +18,10 @@ constexpr int kNotCoResident = 100000;
 
 // Everything a launch needs, all device pointers; passed by value as the kernel parameter.
 struct LaunchParams {
-  const TaskDesc* tasks;
   const WaitDesc* waits;
   const SignalDesc* signals;
   const int32_t* queue_offsets;
-  const int32_t* queue_tasks;
+  const uint4* queue_entries;  // one QueueEntry<Dispatch::kSlots> per queue position
   void* const* buffers;       // base address of every buffer-table row
   uint32_t* counters;         // zeroed by the host before the launch
   RunStatus* status;          // zeroed by the host; first failure wins
@@ -71,30 +70,54 @@ struct NearTask {
   int32_t signals[kNearSignals];  // counters
 };
 
-// One thread: task `id`'s NearTask and the addresses of its buffers, every load issued before
-// the first store.
+// Everything the dispatcher needs of the task at one queue position, laid out by the host in
+// queue order (backends/cuda/host.py): its NearTask, its id, and the buffer-table rows of the
+// buffers its body reads (-1 past its last). One record at an address known from the position,
+// so loading the next task is one batch of independent loads, not a chain of dependent ones
+// (queue entry, descriptor, waits, slot table, buffer table).
+template <int Slots>
+struct __align__(16) QueueEntry {
+  NearTask near;
+  int32_t id;
+  int32_t slot[Slots];
+};
+
+// Buffer-table rows the CTA keeps in shared memory (the whole table when it has no more).
+constexpr int kSharedBufferRows = 1024;
+
 template <class Dispatch>
-__device__ inline void load_task(const LaunchParams& p, int32_t id, NearTask& near, void** slots) {
-  const TaskDesc desc = p.tasks[id];
-  WaitDesc waits[kNearWaits];
-  int32_t signals[kNearSignals];
+__device__ inline const uint4* queue_entry(const LaunchParams& p, int32_t q) {
+  constexpr int kVecs = sizeof(QueueEntry<Dispatch::kSlots>) / 16;
+  return p.queue_entries + static_cast<int64_t>(q) * kVecs;
+}
+
+// One thread: the entry at queue position q into `entry`, and the addresses of its buffers
+// (from `table`, the buffer table) into `slots`; every load issued before the first store.
+template <class Dispatch>
+__device__ inline void load_entry(const LaunchParams& p, int32_t q, QueueEntry<Dispatch::kSlots>& entry,
+                                  void** slots, void* const* table) {
+  constexpr int kVecs = sizeof(QueueEntry<Dispatch::kSlots>) / 16;
+  const uint4* src = queue_entry<Dispatch>(p, q);
+  uint4 v[kVecs];
 #pragma unroll
-  for (int i = 0; i < kNearWaits; ++i) {
-    if (desc.wait_begin + i < desc.wait_end) waits[i] = p.waits[desc.wait_begin + i];
-  }
+  for (int i = 0; i < kVecs; ++i) v[i] = __ldg(src + i);
+  uint4* dst = reinterpret_cast<uint4*>(&entry);
 #pragma unroll
-  for (int i = 0; i < kNearSignals; ++i) {
-    if (desc.signal_begin + i < desc.signal_end) signals[i] = p.signals[desc.signal_begin + i].counter;
-  }
-  Dispatch::resolve(desc.kind, p.buffers, slots);
-  near.desc = desc;
+  for (int i = 0; i < kVecs; ++i) dst[i] = v[i];
+  void* at[Dispatch::kSlots];
 #pragma unroll
-  for (int i = 0; i < kNearWaits; ++i) {
-    if (desc.wait_begin + i < desc.wait_end) near.waits[i] = waits[i];
-  }
+  for (int k = 0; k < Dispatch::kSlots; ++k) at[k] = entry.slot[k] >= 0 ? table[entry.slot[k]] : nullptr;
 #pragma unroll
-  for (int i = 0; i < kNearSignals; ++i) {
-    if (desc.signal_begin + i < desc.signal_end) near.signals[i] = signals[i];
+  for (int k = 0; k < Dispatch::kSlots; ++k) slots[k] = at[k];
+}
+
+// One thread: asks the L1 for the entry at queue position q, so that loading it a task later
+// costs no round trip to L2 (or HBM, where a step's weight stream evicted it).
+template <class Dispatch>
+__device__ inline void prefetch_entry(const LaunchParams& p, int32_t q) {
+  const char* at = reinterpret_cast<const char*>(queue_entry<Dispatch>(p, q));
+  for (uint32_t o = 0; o < sizeof(QueueEntry<Dispatch::kSlots>); o += 128) {
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(at + o));
   }
 }
 
@@ -164,56 +187,67 @@ __device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, in
 
 template <class Dispatch>
 __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams p) {
+  using Entry = QueueEntry<Dispatch::kSlots>;
+  constexpr bool kTableShared = Dispatch::kBuffers <= kSharedBufferRows;
   __shared__ int32_t go;
-  // Descriptors, waits, signals and buffer addresses (Dispatch::resolve) of the current task
-  // and the next one: thread 32 loads the next task's (and asks the L2 for its weights) while
-  // thread 0 waits for the current one, so a body reads its coordinates and buffers from shared
-  // memory, thread 0's wait and signals start without a table load, and tasks that follow each
-  // other on an SM pay the longer of the two chains of L2 round trips (queue, task table, index
-  // and buffer tables; counter) instead of their sum.
-  // Three sets: while thread 32 fills the one after next, thread 0 may still be signalling from
-  // the one before.
-  __shared__ NearTask near[3];
+  // The current task's entry and buffer addresses and the next one's: thread 32 loads the
+  // next task's (and asks the L2 for its weights) while thread 0 waits for the current one, so
+  // a body reads its coordinates and buffers from shared memory and thread 0's wait and signals
+  // start without a table load. Three sets: while thread 32 fills the one after next, thread 0
+  // may still be signalling from the one before.
+  __shared__ Entry entry[3];
   __shared__ void* slots[3][Dispatch::kSlots];
+  // The buffer table, so resolving a task's buffers costs no round trip to L2.
+  __shared__ void* table_rows[kTableShared && Dispatch::kBuffers > 0 ? Dispatch::kBuffers : 1];
   __shared__ uint64_t stage_bar;
   __shared__ uint32_t stage_parity;
   const int32_t sm = blockIdx.x;
   gpu::Arena arena{p.scratch + static_cast<uint64_t>(sm) * p.scratch_per_sm, 0, p.scratch_per_sm,
                    gpu::mk_dynamic_smem + Dispatch::kArenaOffset, 0, Dispatch::kArenaBytes,
                    nullptr, p.marks, 0, &stage_bar, 0};
+  void* const* table = p.buffers;
+  if constexpr (kTableShared) {
+    for (int i = threadIdx.x; i < Dispatch::kBuffers; i += kCudaThreads) table_rows[i] = p.buffers[i];
+    table = table_rows;
+  }
   if (threadIdx.x == 0) gpu::stage_barrier_init(&stage_bar);
   __syncthreads();
   uint32_t stages = 0;  // thread 0: barrier phases begun
-  uint32_t n = 0;       // tasks begun; near/slots[n % 3] hold task n's
+  uint32_t n = 0;       // tasks begun; entry/slots[n % 3] hold task n's
   SeenCounters known;   // thread 0's
   const uint64_t slot_width = 2 + static_cast<uint64_t>(p.marks);
   const int32_t begin = p.queue_offsets[sm], end = p.queue_offsets[sm + 1];
+  // The queue position after q (wrapping into the next iteration), or -1 past the last.
+  auto after_q = [&](int32_t q, int32_t t) { return q + 1 < end ? q + 1 : t + 1 < p.iterations ? begin : -1; };
   for (int32_t t = 0; t < p.iterations; ++t) {
     for (int32_t q = begin; q < end; ++q) {
-      const int32_t id = p.queue_tasks[q];
       const uint32_t cur = n++ % 3, after = (cur + 1) % 3;
       if (threadIdx.x == 0) {
         if (n == 1) {  // the launch's first task: nobody loaded it ahead
-          load_task<Dispatch>(p, id, near[0], slots[0]);
-          Dispatch::prefetch(near[0].desc.kind, &near[0].desc, slots[0], arena, t);
+          load_entry<Dispatch>(p, q, entry[0], slots[0], table);
+          Dispatch::prefetch(entry[0].near.desc.kind, &entry[0].near.desc, slots[0], arena, t);
         }
-        const TaskDesc* task = &near[cur].desc;
+        const TaskDesc* task = &entry[cur].near.desc;
         // This task's weights into shared memory while it waits (the kinds that stage them).
         if (Dispatch::stage(task->kind, task, slots[cur], arena, t)) stage_parity = stages++ & 1;
-        go = wait_task(p, near[cur], id, sm, t, known);
+        go = wait_task(p, entry[cur].near, entry[cur].id, sm, t, known);
       } else if (threadIdx.x == 32) {
-        // The next task: its descriptor and buffers, and its weights into L2, so HBM streams
-        // them while this task waits and runs.
-        const int32_t next = q + 1 < end ? q + 1 : t + 1 < p.iterations ? begin : -1;
+        // The next task: its entry and buffers, and its weights into L2, so HBM streams them
+        // while this task waits and runs; and the entry after it into L1.
+        const int32_t next = after_q(q, t);
         if (next >= 0) {
-          const TaskDesc& ahead = near[after].desc;
-          load_task<Dispatch>(p, p.queue_tasks[next], near[after], slots[after]);
-          Dispatch::prefetch(ahead.kind, &ahead, slots[after], arena, next > q ? t : t + 1);
+          const int32_t t_next = next > q ? t : t + 1;
+          load_entry<Dispatch>(p, next, entry[after], slots[after], table);
+          const TaskDesc& ahead = entry[after].near.desc;
+          Dispatch::prefetch(ahead.kind, &ahead, slots[after], arena, t_next);
+          const int32_t later = after_q(next, t_next);
+          if (later >= 0) prefetch_entry<Dispatch>(p, later);
         }
       }
       __syncthreads();
       if (!go) return;
-      const TaskDesc* task = &near[cur].desc;
+      const TaskDesc* task = &entry[cur].near.desc;
+      const int32_t id = entry[cur].id;
       arena.stage_parity = stage_parity;
       const uint64_t started = p.timeline && threadIdx.x == 0 ? globaltimer() : 0;
       arena.reset(gpu::ArenaMark{0, 0});
@@ -231,7 +265,7 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
           event_release_fence();
           for (int32_t s = task->signal_begin; s < task->signal_end; ++s) {
             const int32_t i = s - task->signal_begin;
-            event_signal(p.counters + (i < kNearSignals ? near[cur].signals[i] : p.signals[s].counter));
+            event_signal(p.counters + (i < kNearSignals ? entry[cur].near.signals[i] : p.signals[s].counter));
           }
         }
         if (slot) {

@@ -1,0 +1,63 @@
+"""The queue entries the CUDA dispatcher reads: one record per queue position, from the tables."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mk
+from mk.backends.cuda.entries import entry_words, queue_entries
+from mk.runtime_tables import KIND_FIRST_LOWERED
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize("name", ["decode_loop", "llama3_8b_block"])
+def test_every_queue_position_has_its_task(name: str, tmp_path: Path) -> None:
+    prog = mk.compile(ROOT / "examples" / f"{name}.mlir", target="cuda", cache_dir=tmp_path)
+    src, t = prog.cuda_source, prog.tables  # type: ignore[attr-defined]
+    slots = int(re.search(r"kSlots = (\d+);", src).group(1))  # type: ignore[union-attr]
+    assert f"QueueEntry<Dispatch::kSlots>) == {4 * entry_words(slots)}," in src
+    assert f"kBuffers = {len(t.buffers)};" in src  # the kernel copies that many table rows
+    entries = prog.queue_entries  # type: ignore[attr-defined]
+    assert entries.shape == (len(t.queue_tasks), entry_words(slots))
+    waits = t.waits.view(np.int32).reshape(-1, 3)
+    signals = t.signals.view(np.int32).reshape(-1)
+    shared_rows = {}
+    for q, task in enumerate(t.queue_tasks):
+        row, desc = entries[q], t.tasks[task]
+        assert list(row[:16]) == list(t.tasks[task : task + 1].view(np.int32))
+        w0, w1, s0, s1 = desc["wait_begin"], desc["wait_end"], desc["signal_begin"], desc["signal_end"]
+        near_waits = row[16:40].reshape(8, 3)
+        assert (near_waits[: min(8, w1 - w0)] == waits[w0 : min(w1, w0 + 8)]).all()
+        assert (near_waits[min(8, w1 - w0) :] == 0).all()
+        assert list(row[40 : 40 + min(8, s1 - s0)]) == list(signals[s0 : min(s1, s0 + 8)])
+        assert row[48] == task
+        rows = tuple(row[49 : 49 + slots])
+        assert all(0 <= r < len(t.buffers) for r in rows if r >= 0)
+        # Every task of a kind reads the same buffers (its grid's slots).
+        assert shared_rows.setdefault(desc["kind"], rows) == rows
+    assert min(shared_rows) >= KIND_FIRST_LOWERED
+
+
+def test_entries_of_builtin_kinds_and_long_wait_lists() -> None:
+    """A task with more than 8 waits keeps its first 8 in the entry (the rest are read from the
+    table); a builtin kind has no slots."""
+
+    class Tables:
+        tasks = np.zeros(2, [("w", "<i4", (16,))])
+        waits = np.arange(30, dtype=np.int32)
+        signals = np.array([7, 9], np.int32)
+        queue_tasks = np.array([1, 0])
+
+    Tables.tasks["w"][0, [0, 5, 6, 7, 8]] = [KIND_FIRST_LOWERED, 0, 10, 0, 2]
+    Tables.tasks["w"][1, [0, 5, 6, 7, 8]] = [2, 0, 0, 2, 2]
+    got = queue_entries(Tables, [(4, 5)], 2)
+    assert got.shape == (2, entry_words(2)) and entry_words(2) == 52
+    assert list(got[1, 16:40]) == list(range(24)) and got[1, 48] == 0
+    assert list(got[1, 40:42]) == [7, 9] and list(got[1, 49:51]) == [4, 5]
+    assert (got[0, 16:48] == 0).all() and got[0, 48] == 1 and list(got[0, 49:51]) == [-1, -1]
