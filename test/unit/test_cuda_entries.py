@@ -31,7 +31,8 @@ def test_every_queue_position_has_its_task(name: str, tmp_path: Path) -> None:
     for q, task in enumerate(t.queue_tasks):
         row, desc = entries[q], t.tasks[task]
         assert list(row[:16]) == list(t.tasks[task : task + 1].view(np.int32))
-        w0, w1, s0, s1 = desc["wait_begin"], desc["wait_end"], desc["signal_begin"], desc["signal_end"]
+        w0, w1 = desc["wait_begin"], desc["wait_end"]
+        s0, s1 = desc["signal_begin"], desc["signal_end"]
         near_waits = row[16:40].reshape(8, 3)
         assert (near_waits[: min(8, w1 - w0)] == waits[w0 : min(w1, w0 + 8)]).all()
         assert (near_waits[min(8, w1 - w0) :] == 0).all()
