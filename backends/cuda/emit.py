@@ -238,19 +238,19 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             )
             lds.append(ref.shape[1])
         rows = [w.tile_shape()[0] for w, _ in plan.products]
-        staged = stage_offsets(rows, k, lds, 4 * self.smem_floats)
+        mma = plan.tensor_cores(k)
+        staged = stage_offsets(rows, k, lds, 4 * self.smem_floats, mma)
         for i, (_, acc) in enumerate(plan.products):
             at, ld = firsts[i], lds[i]
             if staged is not None:
                 at = f"reinterpret_cast<const uint16_t*>(mk::gpu::mk_dynamic_smem + {staged[i]})"
-                ld = staged_ld(k)
+                ld = staged_ld(k, mma)
             emit(
                 f"sl.w[{i}] = mk::gpu::StreamWeight{{{at}, {ld}, {rows[i]}, "
                 f"{self.var(acc.res)}.data()}};"
             )
         if staged is not None:
-            self.stage_weights(rows, k, firsts, lds, staged)
-        mma = plan.tensor_cores(k)
+            self.stage_weights(rows, k, firsts, lds, staged, staged_ld(k, mma))
         # Tensor cores take rows in 8-row groups across warps: only a whole slab is fetched.
         most = prefetch_budget()
         budget = most if not mma or 2 * k * sum(rows) <= most else 0
@@ -280,10 +280,16 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             self.load(op, "0")
 
     def stage_weights(
-        self, rows: list[int], k: int, firsts: list[str], lds: list[int], offsets: list[int]
+        self,
+        rows: list[int],
+        k: int,
+        firsts: list[str],
+        lds: list[int],
+        offsets: list[int],
+        ld: int,
     ) -> None:
-        """The copy of the task's weight rows into the staging area, and its room there."""
-        ld = staged_ld(k)
+        """The copy of the task's weight rows into the staging area (`ld` apart), and its room
+        there."""
         self.stage = [f"mk::gpu::stage_expect(arena, {2 * k * sum(rows)});"] + [
             f"mk::gpu::stage_rows(arena, {off}, {first}, {n}, {src_ld}, {k}, {ld});"
             for off, first, n, src_ld in zip(offsets, firsts, rows, lds, strict=True)

@@ -104,14 +104,16 @@ class StreamPlan:
         return min(k, SMEM_FLOATS // self.rows // 256 * 256)
 
 
-def staged_ld(k: int) -> int:
-    """Elements between a task's weight rows in shared memory: K, plus 8 when K/8 is even, so
-    that the eight rows one tensor-core step reads start in different 16-byte bank groups."""
-    return k + 8 if (k // 8) % 2 == 0 else k
+def staged_ld(k: int, mma: bool) -> int:
+    """Elements between a task's weight rows in shared memory: K, plus 8 for tensor cores when
+    K/8 is even, so that the eight rows one of their steps reads start in different 16-byte bank
+    groups. (A CUDA-core step reads consecutive 16 bytes of one row: no conflict, and unpadded
+    rows of a whole-K slab stay one contiguous copy.)"""
+    return k + 8 if mma and (k // 8) % 2 == 0 else k
 
 
 def stage_offsets(
-    rows: Sequence[int], k: int, lds: Sequence[int], x_bytes: int
+    rows: Sequence[int], k: int, lds: Sequence[int], x_bytes: int, mma: bool
 ) -> list[int] | None:
     """Byte offsets in the staging area of each weight's rows when the task's weights are copied
     into shared memory before its wait (mk/cuda_stage.cuh): behind the activation chunk, all of
@@ -126,7 +128,7 @@ def stage_offsets(
     offsets = []
     for n in rows:
         offsets.append(at)
-        at += 2 * n * staged_ld(k)
+        at += 2 * n * staged_ld(k, mma)
     return offsets if at <= SMEM_BYTES else None
 
 

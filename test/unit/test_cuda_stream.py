@@ -159,8 +159,9 @@ def test_weights_are_staged_in_shared_memory_when_they_fit(
     rows = n // 8
     assert int(expect) == 2 * k * rows == sum(2 * int(r) * int(c) for _, r, _, c, _ in copies)
     for offset, r, ld, cols, dst_ld in copies:
-        assert int(ld) == int(cols) == k and int(dst_ld) == staged_ld(k)
-        assert 4 * k <= int(offset) and int(offset) + 2 * int(r) * staged_ld(k) <= SMEM_BYTES
+        # One row (CUDA cores): the rows stay unpadded, a contiguous slab (one bulk copy).
+        assert int(ld) == int(cols) == int(dst_ld) == k == staged_ld(k, mma=False)
+        assert 4 * k <= int(offset) and int(offset) + 2 * int(r) * k <= SMEM_BYTES
     assert f"mk::gpu::mk_dynamic_smem + {copies[0][0]})" in src  # the products read them there
     assert "return task_" in src and "mk::gpu::kAheadStage) != 0;" in src
     monkeypatch.delenv("MK_CUDA_STAGE")  # off by default (see the README)
@@ -176,16 +177,17 @@ def test_staged_rows_of_a_tensor_core_step_use_distinct_banks(
     in distinct 16-byte units modulo the eight of a 128-byte bank line."""
     from mk.backends.cuda.stream import stage_offsets, staged_ld
 
-    units = 2 * staged_ld(k) // 16
-    assert 2 * staged_ld(k) % 16 == 0
+    units = 2 * staged_ld(k, mma=True) // 16
+    assert 2 * staged_ld(k, mma=True) % 16 == 0
     assert len({g * units % 8 for g in range(8)}) == 8
-    assert stage_offsets([8], k, [k], 0) is None  # MK_CUDA_STAGE unset: off
+    assert stage_offsets([8], k, [k], 0, mma=True) is None  # MK_CUDA_STAGE unset: off
     monkeypatch.setenv("MK_CUDA_STAGE", "1")
-    offsets = stage_offsets([16, 8], k, [k, k], 4 * 1000)
+    offsets = stage_offsets([16, 8], k, [k, k], 4 * 1000, mma=True)
     if offsets is not None:
         assert offsets[0] % 128 == 0 and offsets[0] >= 4000
-        assert offsets[1] == offsets[0] + 2 * 16 * staged_ld(k)
-    assert stage_offsets([8], k, [k + 4], 0) is None  # rows not 16-byte aligned in global memory
+        assert offsets[1] == offsets[0] + 2 * 16 * staged_ld(k, mma=True)
+    # rows not 16-byte aligned in global memory
+    assert stage_offsets([8], k, [k + 4], 0, mma=True) is None
 
 
 # --------------------------------------------------------------------------- on the GPU

@@ -1,8 +1,9 @@
 // A task's weights copied into shared memory before it waits for its inputs: thread 0 issues
-// bulk copies (cp.async.bulk, one per row) that complete on the CTA's stage barrier while the
-// producers finish, so once the inputs are ready the products read shared memory instead of
-// waiting on HBM. Rows land `ld` elements apart; the emitter pads `ld` so that the eight rows
-// one tensor-core step reads fall in different banks.
+// bulk copies (cp.async.bulk, one per weight when its rows are one contiguous slab, else one per
+// row) that complete on the CTA's stage barrier while the producers finish, so once the inputs
+// are ready the products read shared memory instead of waiting on HBM. Rows land `ld` elements
+// apart; for tensor cores the emitter pads `ld` so that the eight rows one step reads fall in
+// different banks.
 #pragma once
 
 #include <stdint.h>
@@ -50,6 +51,13 @@ __device__ inline void stage_rows(const Arena& a, uint32_t offset, const uint16_
   const uint32_t bar = smem_address(a.stage_bar);
   const uint32_t bytes = static_cast<uint32_t>(2 * cols);
   const bool bulk = (reinterpret_cast<uintptr_t>(src) & 15) == 0 && ld % 8 == 0 && cols % 8 == 0;
+  if (bulk && ld == cols && dst_ld == cols) {  // a whole-K slab: one copy
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+        ::"r"(smem_address(dst)), "l"(src), "r"(bytes * rows), "r"(bar)
+        : "memory");
+    return;
+  }
   for (int r = 0; r < rows; ++r) {
     if (bulk) {
       asm volatile(
