@@ -264,7 +264,7 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             self.prefetch = fetch
         call = (
             f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}, "
-            f"{plan.steps_in_flight(k)}, {'true' if mma else 'false'}"
+            f"{plan.steps_in_flight(k)}, {plan.loads_per_thread(k)}, {'true' if mma else 'false'}"
         )
         groups = plan.mma_groups() if mma else 1
         if groups > 1:

@@ -85,6 +85,13 @@ class StreamPlan:
         rounds = -(-steps // most)
         return -(-steps // rounds)
 
+    def loads_per_thread(self, k: int) -> int:
+        """Eight-column groups of the activation chunk each thread loads at once when staging it
+        (mk::gpu::stage_chunk_16bit's XB): all of its share, up to 8. Each one is unrolled code in
+        the body, and a decode step runs each body from a cold instruction cache."""
+        groups = -(-self.rows * self.chunk(k) // 8)
+        return max(1, min(8, -(-groups // (32 * WARPS))))
+
     def tensor_cores(self, k: int) -> bool:
         """Whether the products run on tensor cores (mma m16n8k16): batches of 2..16 rows, the
         columns in 32-wide steps. One row stays on CUDA cores unless MK_CUDA_MMA_ONE_ROW=1 (not

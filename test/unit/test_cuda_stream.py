@@ -231,7 +231,7 @@ def test_one_row_on_tensor_cores_matches_the_reference(
     text = _linear(1, n, 1024, True)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     src = prog.cuda_source  # type: ignore[attr-defined]
-    assert re.search(r"stream_linear<1, \d+, \d+, true", src)
+    assert re.search(r"stream_linear<1, \d+, \d+, \d+, true", src)
     assert (", false, 4>" in src) == (n > 64)  # over 32 rows per task on 132 SMs
     for seed in (0, 1):
         inputs = random_inputs(prog.func, seed=seed)
@@ -280,13 +280,15 @@ def test_one_row_on_tensor_cores_is_opt_in(
     text = _linear(1, n, 1024, norm=True)
     default = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path)
     assert "mk::gpu::stream_linear<1, " in default.cuda_source  # type: ignore[attr-defined]
-    assert re.search(r"stream_linear<1, \d+, \d+, false>", default.cuda_source)  # type: ignore[attr-defined]
+    assert re.search(r"stream_linear<1, \d+, \d+, \d+, false>", default.cuda_source)  # type: ignore[attr-defined]
     monkeypatch.setenv("MK_CUDA_MMA_ONE_ROW", "1")
     kernels = _graph_defs(text, tile_n=0)
     (plan,) = [p for p in map(plan_stream, kernels.values()) if p is not None]
     assert plan.tensor_cores(1024)
     src = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
-    calls = re.findall(r"stream_linear<1, \d+, \d+, (true|false)(?:, (true|false), (\d+))?>", src)
+    calls = re.findall(
+        r"stream_linear<1, \d+, \d+, \d+, (true|false)(?:, (true|false), (\d+))?>", src
+    )
     assert calls and all(c[0] == "true" for c in calls)
     assert all(int(c[2] or 1) == groups for c in calls)
 
@@ -312,10 +314,10 @@ def test_loads_in_flight_is_a_build_option(tmp_path: Path, monkeypatch: pytest.M
     over 1,024 columns streams them in one batch of 32 instead of two of 16."""
     text = _linear(1, 1024, 1024, norm=True)
     default = mk.compile(text, target="cuda", num_sms=16, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
-    assert "mk::gpu::stream_linear<1, 8, 2, false>" in default
+    assert "mk::gpu::stream_linear<1, 8, 2, 1, false>" in default
     monkeypatch.setenv("MK_CUDA_LOADS", "32")
     more = mk.compile(text, target="cuda", num_sms=16, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
-    assert "mk::gpu::stream_linear<1, 8, 4, false>" in more
+    assert "mk::gpu::stream_linear<1, 8, 4, 1, false>" in more
     monkeypatch.setenv("MK_CUDA_LOADS", "0")
     with pytest.raises(mk.MkError, match="MK_CUDA_LOADS must be a number of loads from 1 to 64"):
         mk.compile(text, target="cuda", num_sms=16, cache_dir=tmp_path)

@@ -262,22 +262,21 @@ __device__ inline void stage_group(float* xs, int stride, int m, int k, uint4 xv
   }
 }
 
-// stage_chunk for 16-bit, 16-byte aligned rows: each thread issues the loads of up to kBatch
+// stage_chunk for 16-bit, 16-byte aligned rows: each thread issues the loads of up to XB
 // groups of eight columns before it converts any (the compiler cannot move a load above the
 // shared-memory store of an earlier group), so a batch of 8 rows × 4,096 columns costs two
-// round trips instead of sixteen.
-template <int M>
+// round trips instead of sixteen (XB = 8).
+template <int M, int XB>
 __device__ void stage_chunk_16bit(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
                                   const Packing& pack, float (&ss)[M]) {
-  constexpr int kBatch = 8;
   const uint16_t* x = static_cast<const uint16_t*>(s.x) + c;
   const uint16_t* g = s.g ? static_cast<const uint16_t*>(s.g) + c : nullptr;
   const bool x_bf16 = s.x_dtype == DTYPE_BF16, g_bf16 = s.g_dtype == DTYPE_BF16;
   const int groups = kc / 8, items = M * groups, step = static_cast<int>(blockDim.x);
-  for (int e0 = threadIdx.x; e0 < items; e0 += kBatch * step) {
-    uint4 xv[kBatch], gv[kBatch];
+  for (int e0 = threadIdx.x; e0 < items; e0 += XB * step) {
+    uint4 xv[XB], gv[XB];
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
+    for (int b = 0; b < XB; ++b) {
       const int e = e0 + b * step, m = e / groups, k = (e - m * groups) * 8;
       xv[b] = gv[b] = make_uint4(0, 0, 0, 0);
       if (e < items) {
@@ -286,7 +285,7 @@ __device__ void stage_chunk_16bit(const StreamLinear& s, float* xs, int stride, 
       }
     }
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
+    for (int b = 0; b < XB; ++b) {
       const int e = e0 + b * step, m = e / groups, k = (e - m * groups) * 8;
       if (e < items) {
         stage_group<M>(xs, stride, m, k, xv[b], x_bf16, g != nullptr, gv[b], g_bf16, pack, ss);
@@ -298,14 +297,14 @@ __device__ void stage_chunk_16bit(const StreamLinear& s, float* xs, int stride, 
 // Stages columns [c, c + kc) of the activation side into xs and adds their squares to ss. Each
 // thread takes eight columns per step with one 16-byte load (two with the norm weight); 16-bit
 // aligned rows go through stage_chunk_16bit, several steps' loads in flight at once.
-template <int M>
+template <int M, int XB>
 __device__ void stage_chunk(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
                             const Packing& pack, float (&ss)[M]) {
   const bool vec = kc % 8 == 0 && s.x_ld % 8 == 0 && c % 8 == 0 && vec8_ok(s.x, s.x_dtype) &&
                    (!s.g || vec8_ok(s.g, s.g_dtype));
   const bool narrow = s.x_dtype == DTYPE_BF16 || s.x_dtype == DTYPE_F16;
   if (vec && narrow && stride % 4 == 0 && (!s.g || s.g_dtype == DTYPE_BF16 || s.g_dtype == DTYPE_F16)) {
-    stage_chunk_16bit<M>(s, xs, stride, kc, c, pack, ss);
+    stage_chunk_16bit<M, XB>(s, xs, stride, kc, c, pack, ss);
     return;
   }
   const int groups = (kc + 7) / 8;
@@ -527,9 +526,11 @@ __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride,
 // tensor cores, the activation rounded to the weights' 16-bit type. With Staged the weights
 // point into the staging area (cuda_stage.cuh), where they land while the first chunk of the
 // activation is staged. G > 1 gives each warp blocks of G 8-row groups on tensor cores (the
-// activation fragments of a step serve them all). Ends with __syncthreads(); false if staged
-// weights never landed.
-template <int M, int RG, int S, bool Mma = false, bool Staged = false, int G = 1>
+// activation fragments of a step serve them all). Each thread stages up to XB groups of eight
+// activation columns at once (the emitter sizes it to the chunk: unrolled code the task does not
+// need costs instruction fetches). Ends with __syncthreads(); false if staged weights never
+// landed.
+template <int M, int RG, int S, int XB, bool Mma = false, bool Staged = false, int G = 1>
 __device__ bool stream_linear(const StreamLinear& s) {
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
@@ -556,7 +557,7 @@ __device__ bool stream_linear(const StreamLinear& s) {
     // Tensor cores take the activation in the weights' 16-bit type: staged that way, once.
     const Packing pack{Mma && vec && kc % 32 == 0 && s.kc % 8 == 0, s.w_dtype == DTYPE_BF16};
     __syncthreads();
-    stage_chunk<M>(s, xs, s.kc, kc, c, pack, ss);
+    stage_chunk<M, XB>(s, xs, s.kc, kc, c, pack, ss);
     if (c == 0) MK_MARK(*s.arena);
     __syncthreads();
     if (c == 0) {
@@ -567,10 +568,14 @@ __device__ bool stream_linear(const StreamLinear& s) {
     }
     if (pack.on) {
       mma_chunk<M, Staged, G>(s, reinterpret_cast<const uint16_t*>(xs), s.kc, kc, c, rows);
-    } else if (vec) {
+    } else if (vec && !Mma) {
       stream_rows<M, RG, S, true, Staged>(s, xs, s.kc, kc, c, begin, end);
     } else {
-      stream_rows<M, RG, S, false, Staged>(s, xs, s.kc, kc, c, begin, end);
+      // Weights not 16-byte aligned (the emitter plans tensor cores only for aligned chunks):
+      // rare, so this loop is not unrolled. Every unrolled variant adds kilobytes of code to
+      // each body that streams, and a decode step runs each body once per layer, from a cold
+      // instruction cache.
+      stream_rows<M, 1, 1, false, Staged>(s, xs, s.kc, kc, c, begin, end);
     }
   }
   MK_MARK(*s.arena);
