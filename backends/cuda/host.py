@@ -100,6 +100,7 @@ class _DeviceState:
     def __init__(self, tables: Any, num_sms: int, scratch_per_sm: int, entries: np.ndarray) -> None:
         torch = _torch()
         self.num_sms, self.scratch_per_sm = num_sms, scratch_per_sm
+        self.source = tables
         self.tables = {
             "waits": _device_bytes(tables.waits),
             "signals": _device_bytes(tables.signals),
@@ -157,8 +158,8 @@ class CudaProgram(Program):
         super().__init__(**kwargs)
         self.cuda_source = cuda_source
         self.scratch_per_sm = scratch_per_sm
-        # What the dispatcher reads at each queue position (entries.py), built once.
-        self.queue_entries = queue_entries(self.tables, slot_rows, slots)
+        self._slot_rows, self._slots = slot_rows, slots
+        self._entries: tuple[Any, np.ndarray] | None = None
         # A profile build's op-mark labels per grid (backends/cuda/op_marks.py), else None.
         self.mark_labels = mark_labels
         self.marks = max((len(v) for v in (mark_labels or {}).values()), default=0)
@@ -167,6 +168,14 @@ class CudaProgram(Program):
         self.last_marks: np.ndarray | None = None  # [iterations][tasks][marks] ns, 0 = none
         self._lib: Any = None
         self._state: _DeviceState | None = None
+
+    @property
+    def queue_entries(self) -> np.ndarray:
+        """What the dispatcher reads at each queue position (entries.py), built once per
+        tables object: replacing `tables` (a test drops a signal that way) rebuilds them."""
+        if self._entries is None or self._entries[0] is not self.tables:
+            self._entries = (self.tables, queue_entries(self.tables, self._slot_rows, self._slots))
+        return self._entries[1]
 
     def __repr__(self) -> str:
         return f"<mk.Program @{self.name} (cuda): {len(self.tables.tasks)} tasks on {self.num_sms} SMs>"
@@ -307,7 +316,7 @@ class CudaProgram(Program):
     ) -> None:
         torch = _torch()
         lib = self.library()
-        if self._state is None:
+        if self._state is None or self._state.source is not self.tables:
             self._state = _DeviceState(
                 self.tables, self.num_sms, self.scratch_per_sm, self.queue_entries
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -62,3 +63,18 @@ def test_entries_of_builtin_kinds_and_long_wait_lists() -> None:
     assert list(got[1, 16:40]) == list(range(24)) and got[1, 48] == 0
     assert list(got[1, 40:42]) == [7, 9] and list(got[1, 49:51]) == [4, 5]
     assert (got[0, 16:48] == 0).all() and got[0, 48] == 1 and list(got[0, 49:51]) == [-1, -1]
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_entries_follow_replaced_tables(tmp_path: Path) -> None:
+    """Entries copy the tables' waits and signals, so replacing the tables must rebuild them
+    (the GPU watchdog test drops a signal that way)."""
+    prog = mk.compile(ROOT / "examples" / "decode_loop.mlir", target="cuda", cache_dir=tmp_path)
+    before = prog.queue_entries.copy()  # type: ignore[attr-defined]
+    tasks = prog.tables.tasks.copy()
+    victim = int(np.flatnonzero(tasks["signal_end"] > tasks["signal_begin"])[0])
+    tasks[victim]["signal_end"] = tasks[victim]["signal_begin"]
+    prog.tables = dataclasses.replace(prog.tables, tasks=tasks)
+    after = prog.queue_entries  # type: ignore[attr-defined]
+    changed = np.flatnonzero((before != after).any(axis=1))
+    assert list(prog.tables.queue_tasks[changed]) == [victim]
