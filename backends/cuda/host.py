@@ -158,7 +158,7 @@ class CudaProgram(Program):
         super().__init__(**kwargs)
         self.cuda_source = cuda_source
         self.scratch_per_sm = scratch_per_sm
-        self._slot_rows, self._slots = slot_rows, slots
+        self._slot_rows, self._entry_slots = slot_rows, slots
         self._entries: tuple[Any, np.ndarray] | None = None
         # A profile build's op-mark labels per grid (backends/cuda/op_marks.py), else None.
         self.mark_labels = mark_labels
@@ -174,7 +174,10 @@ class CudaProgram(Program):
         """What the dispatcher reads at each queue position (entries.py), built once per
         tables object: replacing `tables` (a test drops a signal that way) rebuilds them."""
         if self._entries is None or self._entries[0] is not self.tables:
-            self._entries = (self.tables, queue_entries(self.tables, self._slot_rows, self._slots))
+            self._entries = (
+                self.tables,
+                queue_entries(self.tables, self._slot_rows, self._entry_slots),
+            )
         return self._entries[1]
 
     def __repr__(self) -> str:

@@ -78,3 +78,25 @@ def test_entries_follow_replaced_tables(tmp_path: Path) -> None:
     after = prog.queue_entries  # type: ignore[attr-defined]
     changed = np.flatnonzero((before != after).any(axis=1))
     assert list(prog.tables.queue_tasks[changed]) == [victim]
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_buffer_pointers_cover_every_slot(tmp_path: Path) -> None:
+    """The launch's buffer table, built on the host from stand-in tensors (runs without a GPU)."""
+
+    class Fake:
+        def __init__(self, ptr: int) -> None:
+            self.ptr = ptr
+
+        def data_ptr(self) -> int:
+            return self.ptr
+
+    class State:
+        arena = Fake(1 << 40)
+
+    prog = mk.compile(ROOT / "examples" / "rmsnorm_linear.mlir", target="cuda", cache_dir=tmp_path)
+    ins = [Fake(1000 * (i + 1)) for i in range(len(prog.func.args))]
+    outs = [Fake(10**6)]
+    got = prog._pointers(State(), ins, outs)  # type: ignore[attr-defined]
+    assert len(got) == len(prog.tables.buffers)
+    assert {1000 * (i + 1) for i in range(len(ins))} | {10**6} <= set(got.tolist())
