@@ -16,6 +16,9 @@ OUT=${OUT:-$ROOT/gpu-out}
 mkdir -p "$OUT"
 steps=${*:-tests sanitize bench timeline generate}
 source .whl/on-device.sh || exit 1
+# pip --target keeps an existing package: on a machine still warm from the last call the
+# install would be stale.
+rm -rf /tmp/site
 python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/site . >"$OUT/install.log" 2>&1 \
   || { tail -30 "$OUT/install.log"; exit 1; }
 export PYTHONPATH=/tmp/site MK_CACHE_DIR=/tmp/mk-cache
@@ -67,6 +70,7 @@ for step in $steps; do
         if [ "$tree" != . ]; then
           name=$(basename "$tree")
           site=/tmp/site-$name
+          rm -rf "$site"
           python3 -m pip install -q --no-build-isolation --no-deps --target "$site" "$ROOT/$tree" \
             >"$OUT/install-$name.log" 2>&1 || { tail -30 "$OUT/install-$name.log"; continue; }
         fi
