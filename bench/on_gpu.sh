@@ -16,10 +16,9 @@ OUT=${OUT:-$ROOT/gpu-out}
 mkdir -p "$OUT"
 steps=${*:-tests sanitize bench timeline generate}
 source .whl/on-device.sh || exit 1
-# pip --target keeps an existing package: on a machine still warm from the last call the
-# install would be stale.
-rm -rf /tmp/site
-python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/site . >"$OUT/install.log" 2>&1 \
+# Without --upgrade, pip --target keeps an existing package: on a machine still warm from the
+# last call the install would be stale. (/tmp/site also holds the carried wheels.)
+python3 -m pip install -q --upgrade --no-build-isolation --no-deps --target /tmp/site . >"$OUT/install.log" 2>&1 \
   || { tail -30 "$OUT/install.log"; exit 1; }
 export PYTHONPATH=/tmp/site MK_CACHE_DIR=/tmp/mk-cache
 cd /tmp || exit 1
