@@ -10,6 +10,7 @@ import pytest
 
 import mk
 from mk import compiler
+from mk.backends.cuda.emit import PREFETCH_MAX
 from mk.backends.cuda.stream import plan_stream
 from mk.dialects import make_context
 from mk.dialects.mugraph import GraphDefOp
@@ -114,11 +115,12 @@ def test_emitted_source_streams_and_copies(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("no_nvcc")
 @pytest.mark.parametrize(("n", "k", "whole"), [(512, 1024, True), (4096, 4096, False)])
 def test_weights_are_prefetched_within_the_budget(
-    tmp_path: Path, n: int, k: int, whole: bool
+    tmp_path: Path, n: int, k: int, whole: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A task asks the L2 for its weights before its wait: all of them when they fit
-    PREFETCH_MAX, else the first rows of every warp's share (two tasks' worth per SM must fit the
-    L2)."""
+    """With the prefetch on, a task asks the L2 for its weights before its wait: all of them
+    when they fit the budget, else the first rows of every warp's share (two tasks' worth per SM
+    must fit the L2)."""
+    monkeypatch.setenv("MK_CUDA_PREFETCH", str(PREFETCH_MAX))
     prog = mk.compile(_linear(1, n, k, norm=True), target="cuda", num_sms=8, cache_dir=tmp_path)
     src = prog.cuda_source  # type: ignore[attr-defined]
     body = re.search(r"if \(ahead == mk::gpu::kAheadL2\) \{ (.*) return 0; \}", src)
@@ -325,13 +327,15 @@ def test_loads_in_flight_is_a_build_option(tmp_path: Path, monkeypatch: pytest.M
 
 @pytest.mark.usefixtures("no_nvcc")
 def test_prefetch_budget_is_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """MK_CUDA_PREFETCH=0 turns the L2 prefetch off (to measure what it buys)."""
+    """The L2 prefetch is off unless MK_CUDA_PREFETCH gives it a byte budget."""
     text = _linear(1, 512, 1024, norm=True)
-    on = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
-    assert "if (ahead == mk::gpu::kAheadL2) {" in on
-    monkeypatch.setenv("MK_CUDA_PREFETCH", "0")
     off = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
     assert "kAheadL2) {" not in off and "prefetch_rows" not in off
+    monkeypatch.setenv("MK_CUDA_PREFETCH", "0")
+    assert mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source == off  # type: ignore[attr-defined]
+    monkeypatch.setenv("MK_CUDA_PREFETCH", "65536")
+    on = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    assert "if (ahead == mk::gpu::kAheadL2) {" in on
     monkeypatch.setenv("MK_CUDA_PREFETCH", "lots")
     with pytest.raises(mk.MkError, match="MK_CUDA_PREFETCH must be a byte count, got 'lots'"):
         mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path)
