@@ -100,11 +100,19 @@ def copy_bandwidth(runs: int) -> float:
     return 2 * n / (ms * 1e-3)
 
 
+def pass_options() -> dict[str, int | str]:
+    """MK_PASS_OPTIONS ("kv_splits=4+tile_n=64"): mk.compile keywords for an A/B build
+    (`bench/on_gpu.sh ab` trees carry environment settings, not arguments)."""
+    from mk.compiler import parse_pass_options
+
+    return parse_pass_options(os.environ.get("MK_PASS_OPTIONS", "").replace("+", " ").split())
+
+
 def mk_runner(text: str, inputs: list[torch.Tensor]) -> tuple[Callable[[], object], object] | None:
     try:
         import mk
 
-        prog = mk.compile(text, target="cuda")
+        prog = mk.compile(text, target="cuda", **pass_options())
     except Exception as e:  # noqa: BLE001 - the table says why mk did not run
         print(f"  mk: not run ({type(e).__name__}: {str(e).splitlines()[0][:100]})")
         return None

@@ -62,7 +62,8 @@ for step in $steps; do
       # its own, in one call: a comparison, or a bisection over several commits.
       [ -n "${AB_TREES:-}" ] || { echo "ab: set AB_TREES to other checkouts inside this tree"; exit 1; }
       # A tree may carry environment settings after a colon: `.:MK_CUDA_MMA_ONE_ROW=1` is this
-      # checkout built with that switch.
+      # checkout built with that switch, `.:MK_PASS_OPTIONS=kv_splits=4+tile_n=64` compiled with
+      # those pass options (bench.py and timeline.py read them).
       for spec in $AB_TREES .; do
         tree=${spec%%:*}; envs=; [ "$spec" != "$tree" ] && envs=${spec#*:}
         name=this; site=/tmp/site

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from critical_path import path_of, print_path  # noqa: E402
 from hops import Run, hops_of, kind_of, print_hops  # noqa: E402
 
-from bench import at_full_context, to_torch, workloads  # noqa: E402
+from bench import at_full_context, pass_options, to_torch, workloads  # noqa: E402
 
 
 def grid_rows(prog: object) -> list[tuple[str, int, float, float, float]]:
@@ -125,7 +125,7 @@ def main() -> int:
         name, text = model_workload(args.model, args.layers, args.batch)
         func = entry_function(load_module(text))
         inputs = [to_torch(a) for a in at_full_context(func, random_inputs(func, seed=0))]
-        prog = mk.compile(text, target="cuda")
+        prog = mk.compile(text, target="cuda", **pass_options())
         prog.record_timeline = True  # type: ignore[attr-defined]
         for _ in range(3):
             prog(*inputs)
@@ -149,7 +149,7 @@ def main() -> int:
         if args.only not in name:
             continue
         inputs = [to_torch(a) for a in random_inputs(entry_function(load_module(text)), seed=0)]
-        prog = mk.compile(text, target="cuda")
+        prog = mk.compile(text, target="cuda", **pass_options())
         prog.record_timeline = True  # type: ignore[attr-defined]
         for _ in range(3):
             prog(*inputs)

@@ -65,6 +65,13 @@ def _parser() -> argparse.ArgumentParser:
         "accept logits over --logit-tol when mk is at most 1.25x as far from it as the bf16 "
         "reference is",
     )
+    p.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a pass option for mk.compile, e.g. kv_splits=4 (repeatable)",
+    )
     p.add_argument("--threads", type=int, default=None, help="CPU executor threads")
     p.add_argument("--cache-dir", default=None, help="compiled-program cache (default ~/.cache/mk)")
     p.add_argument("--emit", default=None, help="also write the nn program to this file")
@@ -337,6 +344,7 @@ def _load_weights(args: argparse.Namespace, config: Any) -> dict[str, np.ndarray
 
 def _generate(args: argparse.Namespace) -> int:
     import mk
+    from mk.compiler import parse_pass_options
     from mk.models.build import decode_program
     from mk.models.config import preset
     from mk.models.weights import program_inputs, random_prompt
@@ -382,7 +390,11 @@ def _generate(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {"cache_dir": args.cache_dir}
     if args.target == "cpu" and args.threads is not None:
         options["num_threads"] = args.threads
-    prog = mk.compile(text, target=args.target, **options)
+    options.update(parse_pass_options(args.option))
+    try:
+        prog = mk.compile(text, target=args.target, **options)
+    except TypeError as e:  # an unknown pass option: a user error, not a traceback
+        raise ValueError(str(e)) from None
     compiled = time.perf_counter() - start
     print(f"weights and inputs: {prepared:.2f} s; compile: {compiled:.2f} s")
     if args.target == "cuda":

@@ -439,11 +439,15 @@ def test_tiny_generates_on_cpu_executor(cache_dir: Path) -> None:
 
 @needs_decode_ops
 @needs_gxx
-def test_mk_generate_check(cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("options", [[], ["--option", "kv_splits=2", "--option", "tile_n=32"]])
+def test_mk_generate_check(
+    cache_dir: Path, capsys: pytest.CaptureFixture[str], options: list[str]
+) -> None:
+    """The tokens match the reference, with the default tiling and with pass options."""
     from mk.tools.mk_generate import main
 
     argv = ["--model", "tiny", "--batch", "2", "--steps", "4", "--target", "cpu", "--check"]
-    assert main([*argv, "--cache-dir", str(cache_dir)]) == 0
+    assert main([*argv, *options, "--cache-dir", str(cache_dir)]) == 0
     out = capsys.readouterr().out
     assert "tokens: 8 of 8 are the reference's argmax" in out and "check: ok" in out
     assert "ms/token" in out
@@ -507,6 +511,10 @@ def test_mk_generate_user_errors(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert "no such file or directory" in capsys.readouterr().err
     assert main(["--model", "tiny", "--layers", "3"]) == 1
     assert "--layers must be in 1..2 for tiny" in capsys.readouterr().err
+    assert main(["--model", "tiny", "--option", "kv_splits"]) == 1
+    assert "pass option 'kv_splits': expected NAME=VALUE" in capsys.readouterr().err
+    assert main(["--model", "tiny", "--option", "warp_speed=9"]) == 1
+    assert "unknown pass option(s) warp_speed" in capsys.readouterr().err
     assert main(["--model", "tiny", "--vocab", "64", "--weights", str(tmp_path)]) == 1
     assert "--vocab takes a size >= 2 and works with random weights only" in capsys.readouterr().err
     write_safetensors(tmp_path / "w.safetensors", {"model.norm.weight": np.ones(64, np.float32)})
