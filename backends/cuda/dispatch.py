@@ -58,7 +58,7 @@ def body_slots(shared: SharedBodies) -> int:
     return max([fn.slots for fn in shared.functions] + [1])
 
 
-def dispatch_struct(shared: SharedBodies, smem: int, buffers: int) -> str:
+def dispatch_struct(shared: SharedBodies, smem: int, buffers: int, at_wait: bool = False) -> str:
     cases = "\n".join(
         f"      case {KIND_FIRST_LOWERED + i}: "
         f"return {fn.name}(t, bp, arena, iteration, mk::gpu::kAheadNone);"
@@ -85,6 +85,7 @@ struct Dispatch {{
   static constexpr unsigned kSmemBytes = {offset + arena};
   static constexpr int kSlots = {slots};  // most buffers one body reads
   static constexpr int kBuffers = {buffers};  // rows of the buffer table
+  static constexpr bool kPrefetchAtWait = {"true" if at_wait else "false"};  // MK_CUDA_PREFETCH_AT
   __device__ static int32_t run(int32_t kind, const mk::TaskDesc* t, void* const* bp,
                                 mk::gpu::Arena& arena, int32_t iteration) {{
     switch (kind) {{

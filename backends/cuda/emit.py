@@ -64,16 +64,27 @@ SCRATCH_SLACK = 1 << 16  # bytes per CTA beyond the tiles: alignment and small t
 # The budget to try when turning the prefetch on (MK_CUDA_PREFETCH): two tasks' worth on every
 # SM must fit the 50 MB L2 beside the activations, or the prefetch evicts what it fetched.
 PREFETCH_MAX = 128 << 10
+PREFETCH_AT = ("ahead", "wait")
+
+
+def prefetch_at_wait() -> bool:
+    """MK_CUDA_PREFETCH_AT: `ahead` (default) asks the L2 for the next task's weights while the
+    current one waits and runs; `wait` asks for a task's own weights once a wait finds its
+    producers unfinished, so a ready task starts without the cost."""
+    text = os.environ.get("MK_CUDA_PREFETCH_AT", "ahead")
+    if text not in PREFETCH_AT:
+        raise MkError(f"MK_CUDA_PREFETCH_AT must be one of {', '.join(PREFETCH_AT)}, got {text!r}")
+    return text == "wait"
 
 
 def prefetch_budget() -> int:
     """Most weight bytes a task asks the L2 for ahead of its turn: MK_CUDA_PREFETCH (bytes),
-    else 0. Off by default: on the H200 a qwen3-0.6b step took 308 us without it and 371 us
-    with 128 KB (bench/RESULTS.md), while the gated MLP and RMSNorm+Linear rows moved within
-    the noise."""
+    else PREFETCH_MAX with MK_CUDA_PREFETCH_AT=wait and 0 without. Off by default: on the H200
+    a qwen3-0.6b step took 308 us without it and 371 us with 128 KB one task ahead
+    (bench/RESULTS.md), while the gated MLP and RMSNorm+Linear rows moved within the noise."""
     text = os.environ.get("MK_CUDA_PREFETCH", "")
     if not text:
-        return 0
+        return PREFETCH_MAX if prefetch_at_wait() else 0
     if not text.isdigit():
         raise MkError(f"MK_CUDA_PREFETCH must be a byte count, got {text!r}")
     return int(text)
@@ -528,7 +539,7 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
             fn.body = marked[fn.name][0]
         labels = {grid: tuple(marked[fn.name][1]) for grid, fn, _ in shared.calls}
     out += [device_function(fn) for fn in shared.functions]
-    out.append(dispatch_struct(shared, smem, len(buffers)))
+    out.append(dispatch_struct(shared, smem, len(buffers), prefetch_at_wait()))
     out.append("}  // namespace\n")
     out.append("MK_CUDA_ENTRY_POINTS(Dispatch)\n")
     return CudaSource(

@@ -126,6 +126,15 @@ def test_nvcc_builds_the_megakernel_once(name: str, cache: Path) -> None:
 
 
 @pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
+def test_nvcc_builds_the_prefetch_at_wait(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dispatcher's other prefetch mode (MK_CUDA_PREFETCH_AT=wait) compiles too."""
+    monkeypatch.setenv("MK_CUDA_PREFETCH_AT", "wait")
+    prog = mk.compile(ROOT / "examples" / "rmsnorm_linear.mlir", target="cuda", cache_dir=cache)
+    assert "kPrefetchAtWait = true;" in prog.cuda_source  # type: ignore[attr-defined]
+    assert prog.library_path is not None and prog.library_path.is_file()
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
 def test_nvcc_errors_are_reported(tmp_path: Path) -> None:
     with pytest.raises(MkError, match="nvcc failed"):
         cuda_build.build_cuda("this is not C++;\n", tmp_path)
@@ -185,6 +194,18 @@ def test_torch_cuda_tensors_run_in_place(cache: Path) -> None:
     _assert_close(tuple(compiler._from_torch(o) for o in outs), mk.reference(path, *inputs))
     with pytest.raises(ValueError, match="input #0"):
         prog(*[t[..., :1].contiguous() for t in tensors])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["ahead", "wait"])
+def test_prefetch_modes_on_the_gpu(mode: str, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The L2 prefetch, one task ahead or once a wait misses, changes no result."""
+    monkeypatch.setenv("MK_CUDA_PREFETCH_AT", mode)
+    monkeypatch.setenv("MK_CUDA_PREFETCH", str(128 << 10))
+    path = ROOT / "examples" / "decoder_block.mlir"
+    prog = mk.compile(path, target="cuda", num_sms=16, cache_dir=cache)
+    inputs = random_inputs(prog.func, seed=5)
+    _assert_close(prog(*inputs), mk.reference(path, *inputs))
 
 
 @pytest.mark.gpu

@@ -339,3 +339,23 @@ def test_prefetch_budget_is_a_build_option(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("MK_CUDA_PREFETCH", "lots")
     with pytest.raises(mk.MkError, match="MK_CUDA_PREFETCH must be a byte count, got 'lots'"):
         mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path)
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_prefetch_at_wait_is_a_build_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_PREFETCH_AT=wait: the dispatcher asks for a task's own weights once its wait
+    misses (the budget defaults to PREFETCH_MAX); the default keeps prefetching ahead."""
+    text = _linear(1, 512, 1024, norm=True)
+
+    def source() -> str:
+        return mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+
+    assert "kPrefetchAtWait = false;" in source()
+    monkeypatch.setenv("MK_CUDA_PREFETCH_AT", "wait")
+    at_wait = source()
+    assert "kPrefetchAtWait = true;" in at_wait and "if (ahead == mk::gpu::kAheadL2) {" in at_wait
+    monkeypatch.setenv("MK_CUDA_PREFETCH_AT", "later")
+    with pytest.raises(mk.MkError, match="MK_CUDA_PREFETCH_AT must be one of ahead, wait"):
+        source()

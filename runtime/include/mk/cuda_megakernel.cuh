@@ -151,10 +151,13 @@ struct SeenCounters {
 };
 
 // Thread 0: waits until every wait of `task` holds in iteration t; false if the launch stops.
+// `on_miss` runs once, at the first event found not ready: work worth doing only while the
+// task would otherwise sleep (Dispatch::kPrefetchAtWait).
+template <class OnMiss>
 __device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, int32_t id, int32_t sm,
-                                 int32_t t, SeenCounters& known) {
+                                 int32_t t, SeenCounters& known, OnMiss&& on_miss) {
   const TaskDesc& task = near.desc;
-  bool slept = false;
+  bool slept = false, missed = false;
   for (int32_t w = task.wait_begin; w < task.wait_end; ++w) {
     const int32_t i = w - task.wait_begin;
     const WaitDesc wd = i < kNearWaits ? near.waits[i] : p.waits[w];
@@ -164,6 +167,10 @@ __device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, in
     const uint64_t start = globaltimer();
     unsigned sleep_ns = 32, polls = 0;
     while (!event_ready(p.counters + wd.counter, threshold, &seen)) {
+      if (!missed) {
+        missed = true;
+        on_miss();
+      }
       // Every poll is a round trip to L2: look at the abort flag only now and then.
       if ((++polls & 15) == 0 && aborted(p)) return false;
       const uint64_t waited = globaltimer() - start;
@@ -225,21 +232,29 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
       if (threadIdx.x == 0) {
         if (n == 1) {  // the launch's first task: nobody loaded it ahead
           load_entry<Dispatch>(p, q, entry[0], slots[0], table);
-          Dispatch::prefetch(entry[0].near.desc.kind, &entry[0].near.desc, slots[0], arena, t);
+          if constexpr (!Dispatch::kPrefetchAtWait) {
+            Dispatch::prefetch(entry[0].near.desc.kind, &entry[0].near.desc, slots[0], arena, t);
+          }
         }
         const TaskDesc* task = &entry[cur].near.desc;
         // This task's weights into shared memory while it waits (the kinds that stage them).
         if (Dispatch::stage(task->kind, task, slots[cur], arena, t)) stage_parity = stages++ & 1;
-        go = wait_task(p, entry[cur].near, entry[cur].id, sm, t, known);
+        // With kPrefetchAtWait the L2 prefetch of this task's weights is issued only once a
+        // wait finds its producers unfinished: a ready task starts without paying for it.
+        go = wait_task(p, entry[cur].near, entry[cur].id, sm, t, known, [&] {
+          if constexpr (Dispatch::kPrefetchAtWait) Dispatch::prefetch(task->kind, task, slots[cur], arena, t);
+        });
       } else if (threadIdx.x == 32) {
-        // The next task: its entry and buffers, and its weights into L2, so HBM streams them
-        // while this task waits and runs; and the entry after it into L1.
+        // The next task: its entry and buffers (and, prefetching ahead, its weights into L2, so
+        // HBM streams them while this task waits and runs); and the entry after it into L1.
         const int32_t next = after_q(q, t);
         if (next >= 0) {
           const int32_t t_next = next > q ? t : t + 1;
           load_entry<Dispatch>(p, next, entry[after], slots[after], table);
-          const TaskDesc& ahead = entry[after].near.desc;
-          Dispatch::prefetch(ahead.kind, &ahead, slots[after], arena, t_next);
+          if constexpr (!Dispatch::kPrefetchAtWait) {
+            const TaskDesc& ahead = entry[after].near.desc;
+            Dispatch::prefetch(ahead.kind, &ahead, slots[after], arena, t_next);
+          }
           const int32_t later = after_q(next, t_next);
           if (later >= 0) prefetch_entry<Dispatch>(p, later);
         }
