@@ -77,6 +77,19 @@ def prefetch_at_wait() -> bool:
     return text == "wait"
 
 
+def early_loads() -> bool:
+    """MK_CUDA_EARLY=1: a streamed linear issues its first round of weight loads before it
+    stages the activation (stream_linear's Early), so that round trip overlaps the staging."""
+    text = os.environ.get("MK_CUDA_EARLY", "0")
+    if text not in ("0", "1"):
+        raise MkError(f"MK_CUDA_EARLY must be 0 or 1, got {text!r}")
+    return text == "1"
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
 def prefetch_budget() -> int:
     """Most weight bytes a task asks the L2 for ahead of its turn: MK_CUDA_PREFETCH (bytes),
     else PREFETCH_MAX with MK_CUDA_PREFETCH_AT=wait and 0 without. Off by default: on the H200
@@ -279,10 +292,11 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             f"{plan.steps_in_flight(k)}, {plan.loads_per_thread(k)}, {'true' if mma else 'false'}"
         )
         groups = plan.mma_groups() if mma else 1
-        if groups > 1:
-            call += f", {'true' if staged is not None else 'false'}, {groups}"
-        elif staged is not None:
-            call += ", true"
+        # The template's trailing arguments (Staged, G, Early), defaults left off.
+        tail = ["true" if staged is not None else "false", str(groups), _bool(early_loads())]
+        while tail and tail[-1] in ("false", "1"):
+            tail.pop()
+        call += "".join(f", {a}" for a in tail)
         if staged is None:
             emit(f"{call}>(sl);")
         else:

@@ -359,3 +359,22 @@ def test_prefetch_at_wait_is_a_build_option(
     monkeypatch.setenv("MK_CUDA_PREFETCH_AT", "later")
     with pytest.raises(mk.MkError, match="MK_CUDA_PREFETCH_AT must be one of ahead, wait"):
         source()
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_early_loads_are_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MK_CUDA_EARLY=1 sets stream_linear's Early (the trailing template argument, after the
+    Staged and G defaults it then spells out); without it the call is unchanged."""
+    text = _linear(1, 512, 1024, norm=True)
+
+    def source() -> str:
+        return mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+
+    plain = re.findall(r"mk::gpu::stream_linear<([^>]*)>", source())
+    assert plain and all(len(args.split(",")) == 5 for args in plain)
+    monkeypatch.setenv("MK_CUDA_EARLY", "1")
+    early = re.findall(r"mk::gpu::stream_linear<([^>]*)>", source())
+    assert [f"{args}, false, 1, true" for args in plain] == early
+    monkeypatch.setenv("MK_CUDA_EARLY", "yes")
+    with pytest.raises(mk.MkError, match="MK_CUDA_EARLY must be 0 or 1, got 'yes'"):
+        source()

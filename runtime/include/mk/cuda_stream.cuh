@@ -146,6 +146,53 @@ __device__ inline void fma_rows(float (&acc)[RG][M], const uint4 (&v)[RG], const
   }
 }
 
+// Weight rows r0.. r0 + RG of the concatenated weights at chunk column c (null past `end`),
+// their output sums and the row count of the weight each belongs to.
+template <int RG>
+__device__ inline void round_rows(const StreamLinear& s, int64_t c, int r0, int end,
+                                  const uint16_t* (&wp)[RG], float* (&op)[RG], int32_t (&os)[RG]) {
+#pragma unroll
+  for (int j = 0; j < RG; ++j) {
+    wp[j] = nullptr;
+    op[j] = nullptr;
+    os[j] = 0;
+    int row = r0 + j;
+    if (row >= end) continue;
+    #pragma unroll
+    for (int i = 0; i < kStreamMaxWeights; ++i) {
+      if (i >= s.nw) break;  // constant indices: the descriptors can stay in registers
+      if (row < s.w[i].rows) {
+        wp[j] = s.w[i].w + row * s.w[i].ld + c;
+        op[j] = s.w[i].out + row;
+        os[j] = s.w[i].rows;
+        break;
+      }
+      row -= s.w[i].rows;
+    }
+  }
+}
+
+// Asks the L2 for the 16 bytes of each load of a warp's first round (rows begin.., chunk 0)
+// before the activation is staged, so that their HBM round trip overlaps the staging
+// (stream_linear's Early). Prefetches hold no registers: the loads themselves would keep S·RG
+// of them live across the staging, past the 255 a thread has.
+template <int RG, int S>
+__device__ inline void prefetch_first_round(const StreamLinear& s, int kc, int begin, int end) {
+  const int lane = threadIdx.x & 31;
+  const uint16_t* wp[RG];
+  float* op[RG];
+  int32_t os[RG];
+  round_rows<RG>(s, 0, begin, end, wp, op, os);
+#pragma unroll
+  for (int t = 0; t < S; ++t) {
+    const int k = lane * 8 + t * 256;
+#pragma unroll
+    for (int j = 0; j < RG; ++j) {
+      if (wp[j] && k < kc) asm volatile("prefetch.global.L2 [%0];" ::"l"(wp[j] + k));
+    }
+  }
+}
+
 // One warp: rows [begin, end) of the concatenated weights against the staged chunk `xs`
 // ([M][stride] floats, columns [0, kc)), RG rows at a time. Each lane issues the loads of S
 // 256-column steps of all RG rows before it multiplies any: a decode task is short, so what
@@ -160,25 +207,7 @@ __device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, 
     const uint16_t* wp[RG];
     float* op[RG];
     int32_t os[RG];
-#pragma unroll
-    for (int j = 0; j < RG; ++j) {
-      wp[j] = nullptr;
-      op[j] = nullptr;
-      os[j] = 0;
-      int row = r0 + j;
-      if (row >= end) continue;
-      #pragma unroll
-      for (int i = 0; i < kStreamMaxWeights; ++i) {
-        if (i >= s.nw) break;  // constant indices: the descriptors can stay in registers
-        if (row < s.w[i].rows) {
-          wp[j] = s.w[i].w + row * s.w[i].ld + c;
-          op[j] = s.w[i].out + row;
-          os[j] = s.w[i].rows;
-          break;
-        }
-        row -= s.w[i].rows;
-      }
-    }
+    round_rows<RG>(s, c, r0, end, wp, op, os);
     float acc[RG][M];
 #pragma unroll
     for (int j = 0; j < RG; ++j)
@@ -530,7 +559,8 @@ __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride,
 // activation columns at once (the emitter sizes it to the chunk: unrolled code the task does not
 // need costs instruction fetches). Ends with __syncthreads(); false if staged weights never
 // landed.
-template <int M, int RG, int S, int XB, bool Mma = false, bool Staged = false, int G = 1>
+template <int M, int RG, int S, int XB, bool Mma = false, bool Staged = false, int G = 1,
+          bool Early = false>
 __device__ bool stream_linear(const StreamLinear& s) {
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
@@ -552,6 +582,9 @@ __device__ bool stream_linear(const StreamLinear& s) {
 #pragma unroll
   for (int m = 0; m < M; ++m) ss[m] = 0.0f;
   MK_MARK(*s.arena);
+  if constexpr (Early && !Mma && !Staged) {
+    if (vec) prefetch_first_round<RG, S>(s, static_cast<int>(s.k < s.kc ? s.k : s.kc), begin, end);
+  }
   for (int64_t c = 0; c < s.k; c += s.kc) {
     const int kc = static_cast<int>(s.k - c < s.kc ? s.k - c : s.kc);
     // Tensor cores take the activation in the weights' 16-bit type: staged that way, once.
