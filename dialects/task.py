@@ -32,26 +32,26 @@ inputs are undefined, and only its write footprints of the yielded values are ke
 Global task ids number the grids' tasks in block order, row-major inside a grid. An event
 element is ready in iteration t (0-based) once its counter reaches count * (t + 1 - distance),
 where `distance` (default 0) of a wait makes it loop-carried (iteration t waits on t - distance).
+
+`task.grid` and `task.yield` live in `task_grid`, `task.schedule` and `task.queue` in
+`task_schedule`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 from weakref import WeakKeyDictionary
 
 import numpy as np
 from xdsl.dialects.builtin import (
-    ArrayAttr,
     DenseArrayBase,
     IntegerAttr,
     StringAttr,
     SymbolNameConstraint,
-    SymbolRefAttr,
     TensorType,
     i64,
 )
-from xdsl.ir import Attribute, Block, Dialect, Operation, Region, SSAValue
+from xdsl.ir import Attribute, Block, Dialect, Region
 from xdsl.irdl import (
     IRDLOperation,
     irdl_op_definition,
@@ -60,22 +60,20 @@ from xdsl.irdl import (
     prop_def,
     region_def,
     traits_def,
-    var_operand_def,
 )
 from xdsl.parser import Parser
 from xdsl.printer import Printer
-from xdsl.traits import HasParent, IsolatedFromAbove, IsTerminator, NoTerminator, SymbolOpInterface
+from xdsl.traits import HasParent, NoTerminator, SymbolOpInterface
 from xdsl.utils.exceptions import VerifyException
 
 # Relative, so that type checkers that see this folder as `dialects` keep one module identity.
+from .task_grid import GridOp, YieldOp, i64s, parent_graph
 from .task_index import GraphIndex
 from .task_maps import (
     MAX_ELEMENTS,
     EdgeAttr,
     FootprintAttr,
-    check_points,
     delinearize,
-    element_problem,
     format_coords,
     format_int_list,
     grid_size,
@@ -83,7 +81,6 @@ from .task_maps import (
     parse_attributes,
     parse_block_region,
     parse_int_list,
-    rectangle_problem,
     signal_counts,
 )
 from .task_schedule import QueueOp, ScheduleOp
@@ -91,48 +88,11 @@ from .task_schedule import QueueOp, ScheduleOp
 ARENA_ALIGNMENT = 128
 ARENA_KINDS = ("activation", "workspace")
 BUFFER_KINDS = ("input", "weight", "output", "activation", "workspace")
-_T = TypeVar("_T")
-_OpT = TypeVar("_OpT", bound=Operation)
 
 
-def _i64s(values: Sequence[int]) -> DenseArrayBase:
-    return DenseArrayBase.from_list(i64, [int(v) for v in values])
-
-
-def _parent_graph(op: Operation) -> GraphOp:
-    parent = op.parent_op()
-    while parent is not None and not isinstance(parent, GraphOp):
-        parent = parent.parent_op()
-    if parent is None:
-        raise VerifyException(f"'{op.name}' must be inside a task.graph")
-    return parent
-
-
-# Verifying a graph must stay linear in its size (a model has thousands of declarations), so
-# symbol lookups go through a per-graph table, rebuilt whenever an entry proves stale, and the
+# Verifying a graph must stay linear in its size (a model has thousands of declarations), so the
 # event checks, which read every grid, are computed for all events at once by GraphOp.verify.
-_SYMBOL_TABLES: WeakKeyDictionary[GraphOp, dict[str, Operation]] = WeakKeyDictionary()
 _PENDING_EVENT_CHECKS: WeakKeyDictionary[GraphOp, dict[EventOp, str | None]] = WeakKeyDictionary()
-
-
-def _lookup(graph: GraphOp, name: str, kind: type[_OpT]) -> _OpT | None:
-    """The declaration `@name` of the graph if it is a `kind` op (the first one, if repeated)."""
-    block = graph.body.block
-    table = _SYMBOL_TABLES.get(graph, {})
-    op = table.get(name)
-    if op is None or op.parent is not block or _symbol(op) != name:
-        table = {}
-        for candidate in block.ops:
-            if (symbol := _symbol(candidate)) is not None:
-                table.setdefault(symbol, candidate)
-        _SYMBOL_TABLES[graph] = table
-        op = table.get(name)
-    return op if isinstance(op, kind) else None
-
-
-def _symbol(op: Operation) -> str | None:
-    name = op.properties.get("sym_name")
-    return name.data if isinstance(name, StringAttr) else None
 
 
 def _article(word: str) -> str:
@@ -311,7 +271,7 @@ class BufferOp(IRDLOperation):
                 f"offset {offset} of @{name} is not a non-negative multiple of "
                 f"{ARENA_ALIGNMENT} bytes"
             )
-        arena = int_value(_parent_graph(self).arena)
+        arena = int_value(parent_graph(self).arena)
         if offset + self.nbytes > arena:
             raise VerifyException(
                 f"@{name} occupies bytes [{offset}, {offset + self.nbytes}) but the arena "
@@ -371,7 +331,7 @@ class EventOp(IRDLOperation):
         super().__init__(
             properties={
                 "sym_name": StringAttr(name),
-                "shape": _i64s(shape),
+                "shape": i64s(shape),
                 "count": IntegerAttr(count, i64),
             }
         )
@@ -392,7 +352,7 @@ class EventOp(IRDLOperation):
             raise VerifyException(f"has {grid_size(shape)} elements, more than {MAX_ELEMENTS}")
         if self.count_value < 1:
             raise VerifyException(f"count must be >= 1, got {self.count_value}")
-        graph = _parent_graph(self)
+        graph = parent_graph(self)
         pending = _PENDING_EVENT_CHECKS.get(graph, {})
         problem = pending.pop(self) if self in pending else _event_problem(self, graph.index())
         if problem is not None:
@@ -436,276 +396,6 @@ def _event_problem(event: EventOp, index: GraphIndex) -> str | None:
         f"count {count} of @{name} does not match its producers: element {element} "
         f"is signalled by {int(signals[wrong[0]])} tasks per iteration"
     )
-
-
-# --------------------------------------------------------------------------- task.grid
-
-
-def tile_type(buffer: BufferOp, sizes: Sequence[int]) -> TensorType:
-    """The tensor type of one task's rectangle of a buffer (a footprint's tile, not a body type)."""
-    return TensorType(buffer.buffer_type.get_element_type(), list(sizes))
-
-
-def make_grid_body(
-    read_types: Sequence[Attribute], write_types: Sequence[Attribute], names: Sequence[str] = ()
-) -> Region:
-    """A placeholder grid body that yields its write buffers unchanged (for builders and tests).
-
-    The types are whole-buffer types (`GridOp.body_types` gives them), reads then writes.
-    """
-    block = Block(arg_types=[*read_types, *write_types])
-    for arg, hint in zip(block.args, names, strict=False):
-        arg.name_hint = hint
-    block.add_op(YieldOp(*block.args[len(read_types) :]))
-    return Region(block)
-
-
-@irdl_op_definition
-class GridOp(IRDLOperation):
-    """A grid of tasks, one per coordinate, with affine footprints and event edges.
-
-    The body runs one task: its block arguments are the whole buffers of the read footprints
-    then of the write footprints, and its `task.yield` gives the new value of each written
-    buffer; only the task's write footprint of that value counts.
-    """
-
-    name = "task.grid"
-
-    sym_name = prop_def(SymbolNameConstraint())
-    shape = prop_def(DenseArrayBase.constr(i64))
-    reads = prop_def(ArrayAttr[FootprintAttr])
-    writes = prop_def(ArrayAttr[FootprintAttr])
-    waits = prop_def(ArrayAttr[EdgeAttr])
-    signals = prop_def(ArrayAttr[EdgeAttr])
-    prefetch = prop_def(ArrayAttr[SymbolRefAttr])
-    cost_bytes = opt_prop_def(IntegerAttr.constr(type=i64))
-    cost_flops = opt_prop_def(IntegerAttr.constr(type=i64))
-    body = region_def("single_block")
-
-    traits = lazy_traits_def(lambda: (SymbolOpInterface(), HasParent(GraphOp), IsolatedFromAbove()))
-
-    def __init__(
-        self,
-        name: str,
-        shape: Sequence[int],
-        body: Region,
-        reads: Sequence[FootprintAttr] = (),
-        writes: Sequence[FootprintAttr] = (),
-        waits: Sequence[EdgeAttr] = (),
-        signals: Sequence[EdgeAttr] = (),
-        prefetch: Sequence[str] = (),
-        cost: Mapping[str, int] | None = None,
-    ) -> None:
-        props: dict[str, Attribute] = {
-            "sym_name": StringAttr(name),
-            "shape": _i64s(shape),
-            "reads": ArrayAttr(reads),
-            "writes": ArrayAttr(writes),
-            "waits": ArrayAttr(waits),
-            "signals": ArrayAttr(signals),
-            "prefetch": ArrayAttr([SymbolRefAttr(p) for p in prefetch]),
-        }
-        for key, value in (cost or {}).items():
-            props[f"cost_{key}"] = IntegerAttr(value, i64)
-        super().__init__(properties=props, regions=[body])
-
-    @property
-    def shape_tuple(self) -> tuple[int, ...]:
-        return tuple(int(v) for v in self.shape.get_values())
-
-    @property
-    def num_tasks(self) -> int:
-        return grid_size(self.shape_tuple)
-
-    @property
-    def footprints(self) -> list[tuple[str, FootprintAttr]]:
-        """("reads" | "writes", footprint), in block-argument order."""
-        return [("reads", f) for f in self.reads] + [("writes", f) for f in self.writes]
-
-    @property
-    def cost(self) -> dict[str, int]:
-        pairs = (("bytes", self.cost_bytes), ("flops", self.cost_flops))
-        return {key: int_value(attr) for key, attr in pairs if attr is not None}
-
-    def body_types(self, buffers: Mapping[str, BufferOp]) -> list[TensorType]:
-        """The buffer type of each footprint (reads then writes): the body's argument types."""
-        return [buffers[f.buffer_name].buffer_type for _, f in self.footprints]
-
-    def tile_types(self, buffers: Mapping[str, BufferOp]) -> list[TensorType]:
-        """The tile type of each footprint (reads then writes): one task's rectangles."""
-        return [tile_type(buffers[f.buffer_name], f.size_tuple) for _, f in self.footprints]
-
-    def verify_(self) -> None:
-        shape = self.shape_tuple
-        if not 1 <= len(shape) <= 3 or any(s < 1 for s in shape):
-            raise VerifyException(f"shape must have 1 to 3 extents >= 1, got {list(shape)}")
-        if self.num_tasks > MAX_ELEMENTS:
-            raise VerifyException(f"has {self.num_tasks} tasks, more than {MAX_ELEMENTS}")
-        graph = _parent_graph(self)
-        points = check_points(shape)
-        buffers: dict[str, BufferOp] = {}
-        for role, footprint in self.footprints:
-            buffers[footprint.buffer_name] = self._verify_footprint(role, footprint, graph, points)
-        for role, edges in (("waits on", self.waits), ("signals", self.signals)):
-            for edge in edges:
-                self._verify_edge(role, edge, graph, points)
-        self._verify_no_self_dependence()
-        self._verify_prefetch(buffers)
-        self._verify_body_arguments(buffers)
-
-    def _verify_footprint(
-        self, role: str, fp: FootprintAttr, graph: GraphOp, points: np.ndarray
-    ) -> BufferOp:
-        name = fp.buffer_name
-        buffer = _lookup(graph, name, BufferOp)
-        if buffer is None:
-            raise VerifyException(f"{role} unknown buffer @{name}")
-        if role == "writes" and buffer.kind.data == "weight":
-            raise VerifyException(f"writes weight buffer @{name}, but weights are read-only")
-        problem = rectangle_problem(fp.start_map, fp.size_tuple, buffer.shape, points)
-        if problem is not None:
-            raise VerifyException(f"{role} @{name}: {problem}")
-        return buffer
-
-    def _verify_edge(self, role: str, edge: EdgeAttr, graph: GraphOp, points: np.ndarray) -> None:
-        name = edge.event_name
-        event = _lookup(graph, name, EventOp)
-        if event is None:
-            raise VerifyException(f"{role} unknown event @{name}")
-        if role == "signals" and edge.distance_value:
-            raise VerifyException(f"signals @{name} with a distance; only waits have one")
-        if (problem := element_problem(edge.element_map, event.shape_tuple, points)) is not None:
-            raise VerifyException(f"{role} @{name}: {problem}")
-
-    def _verify_no_self_dependence(self) -> None:
-        signalled = {e.event_name for e in self.signals}
-        for edge in self.waits:
-            if edge.distance_value == 0 and edge.event_name in signalled:
-                raise VerifyException(
-                    f"waits on and signals @{edge.event_name} (a grid cannot depend on itself "
-                    f"within an iteration)"
-                )
-
-    def _verify_prefetch(self, buffers: Mapping[str, BufferOp]) -> None:
-        read = {f.buffer_name for f in self.reads}
-        for ref in self.prefetch:
-            name = ref.root_reference.data
-            buffer = buffers.get(name)
-            if name not in read or buffer is None or buffer.kind.data != "weight":
-                raise VerifyException(
-                    f"prefetch @{name}: only weight buffers the grid reads can be prefetched"
-                )
-
-    def _verify_body_arguments(self, buffers: Mapping[str, BufferOp]) -> None:
-        args = self.body.block.args
-        footprints = self.footprints
-        if len(args) != len(footprints):
-            raise VerifyException(
-                f"body has {len(args)} block arguments, expected {len(footprints)}: "
-                f"{len(self.reads)} read buffer(s), then {len(self.writes)} write buffer(s)"
-            )
-        for pos, (arg, expected) in enumerate(zip(args, self.body_types(buffers), strict=True)):
-            if arg.type != expected:
-                name = footprints[pos][1].buffer_name
-                raise VerifyException(
-                    f"body argument #{pos} has type {arg.type}, expected {expected} "
-                    f"(the buffer @{name})"
-                )
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_symbol_name(self.sym_name.data)
-        printer.print_string(" " + format_int_list(self.shape_tuple))
-        with printer.indented(2):
-            for keyword, items in (
-                ("reads", self.reads),
-                ("writes", self.writes),
-                ("waits", self.waits),
-                ("signals", self.signals),
-            ):
-                if items:
-                    printer.print_string(f"\n{keyword}(")
-                    printer.print_list(items, lambda a: a.print_body(printer))
-                    printer.print_string(")")
-            if self.prefetch:
-                printer.print_string("\nprefetch(")
-                printer.print_list(
-                    self.prefetch, lambda r: printer.print_symbol_name(r.root_reference.data)
-                )
-                printer.print_string(")")
-            if cost := self.cost:
-                printer.print_string("\ncost(" + ", ".join(f"{k} = {v}" for k, v in cost.items()))
-                printer.print_string(")")
-        printer.print_op_attributes(self.attributes, print_keyword=True)
-        printer.print_string(" ")
-        printer.print_region(self.body)
-
-    @classmethod
-    def parse(cls, parser: Parser) -> GridOp:
-        name = parser.parse_symbol_name().data
-        shape = parse_int_list(parser)
-        reads = _parse_clause(parser, "reads", FootprintAttr.parse_body)
-        writes = _parse_clause(parser, "writes", FootprintAttr.parse_body)
-        waits = _parse_clause(parser, "waits", EdgeAttr.parse_body)
-        signals = _parse_clause(parser, "signals", EdgeAttr.parse_body)
-        prefetch = _parse_clause(parser, "prefetch", lambda p: p.parse_symbol_name().data)
-        cost = dict(_parse_clause(parser, "cost", _parse_cost_entry))
-        attrs = parse_attributes(parser)
-        body = parser.parse_region()
-        op = cls(name, shape, body, reads, writes, waits, signals, prefetch, cost)
-        op.attributes |= attrs
-        return op
-
-
-def _parse_clause(parser: Parser, keyword: str, item: Callable[[Parser], _T]) -> list[_T]:
-    """`keyword(item, ...)`, or nothing (an empty list) when the keyword is absent."""
-    if parser.parse_optional_keyword(keyword) is None:
-        return []
-    return parser.parse_comma_separated_list(parser.Delimiter.PAREN, lambda: item(parser))
-
-
-def _parse_cost_entry(parser: Parser) -> tuple[str, int]:
-    start = parser.pos
-    key = parser.parse_optional_keyword_in(("bytes", "flops"))
-    if key is None:
-        parser.raise_error("expected a cost entry, `bytes` or `flops`", start)
-    parser.parse_punctuation("=")
-    return key, parser.parse_integer(allow_boolean=False)
-
-
-@irdl_op_definition
-class YieldOp(IRDLOperation):
-    """Ends a grid body with the new value of each written buffer, in `writes` order."""
-
-    name = "task.yield"
-
-    values = var_operand_def()
-
-    traits = lazy_traits_def(lambda: (IsTerminator(), HasParent(GridOp)))
-
-    assembly_format = "attr-dict ($values^ `:` type($values))?"
-
-    def __init__(self, *values: SSAValue) -> None:
-        super().__init__(operands=[values])
-
-    def verify_(self) -> None:
-        grid = self.parent_op()
-        if not isinstance(grid, GridOp):
-            return  # HasParent reports it
-        writes = list(grid.writes)
-        if len(self.values) != len(writes):
-            raise VerifyException(
-                f"yields {len(self.values)} value(s), but @{grid.sym_name.data} writes "
-                f"{len(writes)} buffer(s)"
-            )
-        graph = _parent_graph(grid)
-        for pos, (value, fp) in enumerate(zip(self.values, writes, strict=True)):
-            buffer = _lookup(graph, fp.buffer_name, BufferOp)
-            if buffer is not None and value.type != buffer.buffer_type:
-                raise VerifyException(
-                    f"value #{pos} has type {value.type}, expected "
-                    f"{buffer.buffer_type} (the buffer @{fp.buffer_name})"
-                )
 
 
 Task = Dialect(

@@ -24,9 +24,8 @@ from mk.dialects.task import (
     GridOp,
     ScheduleOp,
     YieldOp,
-    make_grid_body,
-    tile_type,
 )
+from mk.dialects.task_grid import make_grid_body, tile_type
 from mk.dialects.task_index import check_queues_deadlock_free
 from mk.dialects.task_maps import (
     eval_map,

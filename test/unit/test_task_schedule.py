@@ -16,7 +16,8 @@ from xdsl.passes import PassPipeline
 
 from mk.diagnostics import MkError, parse_module
 from mk.dialects import make_context
-from mk.dialects.task import EventOp, GraphOp, GridOp, make_grid_body
+from mk.dialects.task import EventOp, GraphOp, GridOp
+from mk.dialects.task_grid import make_grid_body
 from mk.dialects.task_index import check_queues_deadlock_free
 from mk.dialects.task_maps import EdgeAttr
 from mk.passes import get_all_passes
