@@ -42,8 +42,9 @@ partial results therefore carry an extra dim indexed by the splitting grid axis 
 **Thread graphs.** `mugraph.thread_map` applies a scalar arith/math region elementwise (with
 broadcasting) to tiles: how elementwise epilogues fuse without materialising intermediates.
 
-Tile ops live in `mugraph_tiles`, map arithmetic in `mugraph_maps`, a Python builder in
-`mugraph_builder`; this module holds the kernel-level ops, inputs/outputs and the dialect.
+Tile ops live in `mugraph_tiles`, their bases and phase analysis in `mugraph_base`, map
+arithmetic in `mugraph_maps`, a Python builder in `mugraph_builder`; this module holds the
+kernel-level ops, inputs/outputs and the dialect.
 """
 
 from __future__ import annotations
@@ -79,23 +80,10 @@ from xdsl.traits import IsolatedFromAbove, NoTerminator
 from xdsl.utils.exceptions import VerifyException
 
 from mk.dialects import mugraph_maps as maps
-from mk.dialects.mugraph_maps import MapError, shape_str
-from mk.dialects.mugraph_tiles import (
-    AccumOp,
-    AccumSoftmaxOp,
-    BinaryOp,
+from mk.dialects.mugraph_base import (
     BlockGraphOp,
-    ConcatOp,
-    MatmulOp,
     Phase,
     Phases,
-    ReduceOp,
-    ReshapeOp,
-    RMSNormOp,
-    RopeOp,
-    ThreadMapOp,
-    UnaryOp,
-    YieldOp,
     expect_shape,
     in_graph,
     int_values,
@@ -104,6 +92,21 @@ from mk.dialects.mugraph_tiles import (
     shape_of,
     tensor_type,
     value_name,
+)
+from mk.dialects.mugraph_maps import MapError, shape_str
+from mk.dialects.mugraph_tiles import (
+    AccumOp,
+    AccumSoftmaxOp,
+    BinaryOp,
+    ConcatOp,
+    MatmulOp,
+    ReduceOp,
+    ReshapeOp,
+    RMSNormOp,
+    RopeOp,
+    ThreadMapOp,
+    UnaryOp,
+    YieldOp,
 )
 
 # kind -> (min operands, max operands or None for variadic, required attributes)

@@ -11,7 +11,8 @@ from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
 
 from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import GraphDefOp, InputOp, OutputOp
-from mk.dialects.mugraph_tiles import ThreadMapOp, YieldOp, scalar_type, shape_of, tensor_type
+from mk.dialects.mugraph_base import shape_of, tensor_type
+from mk.dialects.mugraph_tiles import ThreadMapOp, YieldOp, scalar_type
 
 OpT = TypeVar("OpT", bound=Operation)
 

@@ -50,21 +50,17 @@ from mk.dialects.mugraph import (
     KernelOp,
     OutputOp,
 )
+from mk.dialects.mugraph_base import AccumulatorOp, Phase, Phases, shape_of, tensor_type
 from mk.dialects.mugraph_tiles import (
     AccumOp,
     AccumSoftmaxOp,
-    AccumulatorOp,
     BinaryOp,
     MatmulOp,
-    Phase,
-    Phases,
     ReduceOp,
     RMSNormOp,
     RopeOp,
     ThreadMapOp,
     UnaryOp,
-    shape_of,
-    tensor_type,
 )
 
 # ------------------------------------------------------------------------------------------------

@@ -43,11 +43,10 @@ from xdsl.passes import ModulePass
 from mk.diagnostics import MkError, op_location
 from mk.dialects import nn
 from mk.dialects.mugraph import KernelOp
-from mk.dialects.mugraph_tiles import shape_of
-from mk.passes.nn_to_mugraph_fusion import (
+from mk.dialects.mugraph_base import shape_of
+from mk.passes.nn_to_mugraph_fusion import elementwise_kernel, linear_group_kernel
+from mk.passes.nn_to_mugraph_groups import (
     LINEAR_OPS,
-    elementwise_kernel,
-    linear_group_kernel,
     match_elementwise_group,
     match_linear_group,
 )

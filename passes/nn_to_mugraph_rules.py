@@ -14,6 +14,7 @@ from xdsl.irdl import IRDLOperation
 
 from mk.dialects import nn
 from mk.dialects.mugraph import ArgmaxOp, GraphDefOp, KernelOp, PositionOp
+from mk.dialects.mugraph_base import shape_of, tensor_type
 from mk.dialects.mugraph_builder import BlockGraphBuilder
 from mk.dialects.mugraph_maps import broadcast_shapes
 from mk.dialects.mugraph_tiles import (
@@ -25,8 +26,6 @@ from mk.dialects.mugraph_tiles import (
     RMSNormOp,
     RopeOp,
     UnaryOp,
-    shape_of,
-    tensor_type,
 )
 
 # A masked score: finite so that e^(masked - m) is exactly 0 once any real score is seen, and a

@@ -25,6 +25,7 @@ from mk.backends.cpu.emit_scalar import (
 from mk.diagnostics import MkError, op_location
 from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import ArgmaxOp, GraphDefOp, InputOp, OutputOp, PositionOp
+from mk.dialects.mugraph_base import shape_of
 from mk.dialects.mugraph_tiles import (
     AccumOp,
     AccumSoftmaxOp,
@@ -37,7 +38,6 @@ from mk.dialects.mugraph_tiles import (
     RopeOp,
     ThreadMapOp,
     UnaryOp,
-    shape_of,
 )
 
 UNARY_ENUM = {k: f"mk::cpu::U_{k.upper()}" for k in maps.UNARY_KINDS}

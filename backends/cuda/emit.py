@@ -48,6 +48,7 @@ from mk.backends.shared_bodies import SharedBodies
 from mk.diagnostics import MkError
 from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import GraphDefOp, InputOp, KernelOp, OutputOp
+from mk.dialects.mugraph_base import shape_of
 from mk.dialects.mugraph_tiles import (
     AccumOp,
     BinaryOp,
@@ -55,7 +56,6 @@ from mk.dialects.mugraph_tiles import (
     ReshapeOp,
     ThreadMapOp,
     UnaryOp,
-    shape_of,
 )
 from mk.dialects.task import BufferOp, GraphOp, GridOp
 from mk.inputs import numpy_dtype, tensor_type

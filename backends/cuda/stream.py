@@ -18,7 +18,8 @@ from xdsl.ir import Operation, SSAValue
 from mk.backends.cpu.emit_scalar import dtype_code
 from mk.diagnostics import MkError
 from mk.dialects.mugraph import GraphDefOp, InputOp
-from mk.dialects.mugraph_tiles import AccumOp, BinaryOp, MatmulOp, shape_of
+from mk.dialects.mugraph_base import shape_of
+from mk.dialects.mugraph_tiles import AccumOp, BinaryOp, MatmulOp
 
 MAX_ROWS = 16  # activation rows the streamed loop takes (decode batches)
 MAX_WEIGHTS = 4

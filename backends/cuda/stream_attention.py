@@ -17,6 +17,7 @@ from xdsl.ir import Operation, SSAValue
 
 from mk.backends.cpu.emit_scalar import dtype_code, float_literal, is_float, scalar_body
 from mk.dialects.mugraph import GraphDefOp, InputOp, PositionOp
+from mk.dialects.mugraph_base import shape_of
 from mk.dialects.mugraph_tiles import (
     AccumOp,
     AccumSoftmaxOp,
@@ -25,7 +26,6 @@ from mk.dialects.mugraph_tiles import (
     ReshapeOp,
     ThreadMapOp,
     UnaryOp,
-    shape_of,
 )
 
 MAX_ROWS = 8  # mk::gpu::kAttentionMaxRows

@@ -14,6 +14,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import GraphDefOp
+from mk.dialects.mugraph_base import shape_of, tensor_type
 from mk.dialects.mugraph_builder import BlockGraphBuilder
 from mk.dialects.mugraph_maps import MapError
 from mk.dialects.mugraph_tiles import (
@@ -23,8 +24,6 @@ from mk.dialects.mugraph_tiles import (
     ReduceOp,
     ReshapeOp,
     UnaryOp,
-    shape_of,
-    tensor_type,
 )
 from mk.passes.cost_model import element_bytes
 from mk.passes.nn_to_mugraph_rules import const

@@ -12,7 +12,7 @@ from xdsl.dialects.builtin import FunctionType
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Block, Operation, Region, SSAValue
 
-from mk.dialects.mugraph_tiles import shape_of
+from mk.dialects.mugraph_base import shape_of
 from mk.passes.search.target import SUPPORTED
 
 

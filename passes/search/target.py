@@ -16,7 +16,7 @@ from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Operation, SSAValue
 
 from mk.dialects import nn
-from mk.dialects.mugraph_tiles import shape_of
+from mk.dialects.mugraph_base import shape_of
 from mk.passes.search.expr import Algebra
 
 UNIT = -1

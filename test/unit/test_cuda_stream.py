@@ -16,7 +16,7 @@ from mk.dialects import make_context
 from mk.dialects.mugraph import GraphDefOp
 from mk.inputs import random_inputs
 from mk.passes.nn_to_mugraph import NnToMugraphPass
-from mk.passes.nn_to_mugraph_fusion import _wave_blocks
+from mk.passes.nn_to_mugraph_groups import _wave_blocks
 from mk.source import load_module
 
 ROOT = Path(__file__).resolve().parents[2]

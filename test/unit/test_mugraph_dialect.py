@@ -26,14 +26,13 @@ from mk.diagnostics import parse_module
 from mk.dialects import make_context
 from mk.dialects import mugraph as mg
 from mk.dialects import mugraph_maps as maps
+from mk.dialects.mugraph_base import Phase, Phases
 from mk.dialects.mugraph_builder import BlockGraphBuilder
 from mk.dialects.mugraph_tiles import (
     AccumOp,
     AccumSoftmaxOp,
     BinaryOp,
     MatmulOp,
-    Phase,
-    Phases,
     ReshapeOp,
     UnaryOp,
 )

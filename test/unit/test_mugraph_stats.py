@@ -26,8 +26,9 @@ from xdsl.ir import Operation
 from mk.diagnostics import parse_module
 from mk.dialects import make_context
 from mk.dialects import mugraph as mg
+from mk.dialects.mugraph_base import shape_of
 from mk.dialects.mugraph_builder import BlockGraphBuilder
-from mk.dialects.mugraph_tiles import AccumOp, MatmulOp, shape_of
+from mk.dialects.mugraph_tiles import AccumOp, MatmulOp
 from mk.passes import cost_model as cm
 from mk.passes import get_all_passes
 from mk.passes.mugraph_stats import COST_ATTR, MugraphStatsPass
