@@ -4,7 +4,10 @@ function, from a cubin nvcc builds here (no GPU needed; nvcc and readelf on PATH
 Usage: python bench/code_size.py --model PRESET [--layers N] [--batch B] [--top K]
 
 A decode step runs each body once per layer per SM, so a body is fetched from a cold
-instruction cache; unrolled code a task does not execute still costs cache room.
+instruction cache; unrolled code a task does not execute still costs cache room. ptxas's
+registers and spills are printed too: the bodies are __noinline__ functions sharing the
+kernel's one register budget (255 per thread), so one body past it makes every body spill.
+Build switches (MK_CUDA_*) in the environment apply.
 """
 
 from __future__ import annotations
@@ -32,8 +35,30 @@ def function_sizes(cubin: Path) -> list[tuple[int, str]]:
     return sorted(rows, reverse=True)
 
 
+def spills(ptxas_log: str) -> dict[str, tuple[int, int, int]]:
+    """(stack frame, spill store, spill load bytes) per function from `ptxas -v`'s report; names
+    shortened as in function_sizes."""
+    found: dict[str, tuple[int, int, int]] = {}
+    pattern = (
+        r"Function properties for (\S+)\s+(\d+) bytes stack frame, (\d+) bytes spill stores, "
+        r"(\d+) bytes spill loads"
+    )
+    for m in re.finditer(pattern, ptxas_log):
+        body = re.search(r"(task_\d+_\w+?)EPK", m.group(1))
+        name = body.group(1) if body else m.group(1)
+        found[name] = (int(m.group(2)), int(m.group(3)), int(m.group(4)))
+    return found
+
+
+def kernel_registers(ptxas_log: str) -> int:
+    """Registers per thread of the megakernel (0 when ptxas did not say)."""
+    m = re.search(r"Used (\d+) registers", ptxas_log)
+    return int(m.group(1)) if m else 0
+
+
 def build_cubin(source: str, where: Path) -> Path:
-    """nvcc -cubin of an emitted megakernel with the backend's flags (a cubin, not a module)."""
+    """nvcc -cubin of an emitted megakernel with the backend's flags (a cubin, not a module);
+    ptxas's report is left beside it in ptxas.log."""
     from mk.backends.cpu.build import include_dir
     from mk.backends.cuda.build import NVCC_FLAGS, nvcc
 
@@ -43,9 +68,24 @@ def build_cubin(source: str, where: Path) -> Path:
     src, cubin = where / "mk.cu", where / "mk.cubin"
     src.write_text(source)
     flags = [f for f in NVCC_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
-    subprocess.run(
-        [compiler, *flags, f"-I{include_dir()}", "-cubin", str(src), "-o", str(cubin)], check=True
+    done = subprocess.run(
+        [
+            compiler,
+            *flags,
+            f"-I{include_dir()}",
+            "-Xptxas",
+            "-v",
+            "-cubin",
+            str(src),
+            "-o",
+            str(cubin),
+        ],
+        capture_output=True,
+        text=True,
     )
+    if done.returncode != 0:
+        raise SystemExit(f"code_size: nvcc failed:\n{done.stderr[-4000:]}")
+    (where / "ptxas.log").write_text(done.stderr)
     return cubin
 
 
@@ -70,12 +110,18 @@ def main() -> int:
     build.nvcc, backend.nvcc = build_nvcc, backend_nvcc
     with tempfile.TemporaryDirectory() as tmp:
         sizes = function_sizes(build_cubin(source, Path(tmp)))
+        log = (Path(tmp) / "ptxas.log").read_text()
     kernel = next((n for n, name in sizes if "megakernel" in name), 0)
+    spilled = spills(log)
+    frame = max((v[0] for k, v in spilled.items() if "megakernel" in k), default=0)
     print(
-        f"{args.model} L{args.layers} B{args.batch}: {kernel / 1024:.0f} KB of SASS in the kernel"
+        f"{args.model} L{args.layers} B{args.batch}: {kernel / 1024:.0f} KB of SASS in the kernel, "
+        f"{kernel_registers(log)} registers per thread, {frame} B kernel stack frame"
     )
+    print(f"  {'SASS':>10}  {'spill st/ld B':>14}  body")
     for size, name in [r for r in sizes if "megakernel" not in r[1]][: args.top]:
-        print(f"  {size / 1024:7.1f} KB  {name}")
+        _, st, ld = spilled.get(name, (0, 0, 0))
+        print(f"  {size / 1024:7.1f} KB  {f'{st}/{ld}':>14}  {name}")
     return 0
 
 

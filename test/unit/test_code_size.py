@@ -33,3 +33,10 @@ def test_every_task_body_has_a_size_within_the_kernel(
     bodies = [n for n, name in sizes if name.startswith("task_")]
     assert len(kernel) == 1 and bodies and all(n > 0 for n in bodies)
     assert sum(bodies) < kernel[0]  # the bodies are inside the kernel's code
+    log = (tmp_path / "ptxas.log").read_text()
+    assert 0 < code_size.kernel_registers(log) <= 255
+    reported = code_size.spills(log)
+    assert {name for name in reported if name.startswith("task_")} == {
+        name for _, name in sizes if name.startswith("task_")
+    }
+    assert all(min(v) >= 0 for v in reported.values())
