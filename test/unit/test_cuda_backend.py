@@ -133,17 +133,17 @@ SWITCHES = [
 ]
 
 
-def _switch_id(env: dict[str, str]) -> str:
-    return ",".join(f"{k}={v}" for k, v in env.items())
+@pytest.fixture(params=SWITCHES, ids=lambda env: ",".join(f"{k}={v}" for k, v in env.items()))
+def switch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """One build switch set in the environment for the test."""
+    for name, value in request.param.items():
+        monkeypatch.setenv(name, value)
+    return request.param
 
 
 @pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
-@pytest.mark.parametrize("env", SWITCHES, ids=_switch_id)
-def test_nvcc_builds_the_switches(
-    env: dict[str, str], cache: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+@pytest.mark.usefixtures("switch")
+def test_nvcc_builds_the_switches(cache: Path) -> None:
     prog = mk.compile(ROOT / "examples" / "decoder_block.mlir", target="cuda", cache_dir=cache)
     assert prog.library_path is not None and prog.library_path.is_file()
 
@@ -211,13 +211,9 @@ def test_torch_cuda_tensors_run_in_place(cache: Path) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("env", SWITCHES, ids=_switch_id)
-def test_switches_on_the_gpu(
-    env: dict[str, str], cache: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("switch")
+def test_switches_on_the_gpu(cache: Path) -> None:
     """The build switches change no result."""
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
     path = ROOT / "examples" / "decoder_block.mlir"
     prog = mk.compile(path, target="cuda", num_sms=16, cache_dir=cache)
     inputs = random_inputs(prog.func, seed=5)
