@@ -123,7 +123,9 @@ __device__ void stream_attention(const StreamAttention& a, Score score) {
   if (vec) {
     attention_keys<R, D, U, true>(a, score, o, m, l);
   } else {
-    attention_keys<R, D, U, false>(a, score, o, m, l);
+    // Unaligned caches are rare: one key's loads in flight, so the variant costs little code
+    // (each body is fetched from a cold instruction cache once per layer).
+    attention_keys<R, D, 1, false>(a, score, o, m, l);
   }
   const int slots = static_cast<int>(blockDim.x) / L;
   const int slot = static_cast<int>(threadIdx.x) / L, lane = static_cast<int>(threadIdx.x) % L;
