@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from mk.tools import add_option_flag
+
 _TARGETS = ("cpu", "cuda")
 _PROMPT_SHOWN = 8  # the last prompt tokens printed before the generated ones
 
@@ -65,13 +67,7 @@ def _parser() -> argparse.ArgumentParser:
         "accept logits over --logit-tol when mk is at most 1.25x as far from it as the bf16 "
         "reference is",
     )
-    p.add_argument(
-        "--option",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a pass option for mk.compile, e.g. kv_splits=4 (repeatable)",
-    )
+    add_option_flag(p)
     p.add_argument("--threads", type=int, default=None, help="CPU executor threads")
     p.add_argument("--cache-dir", default=None, help="compiled-program cache (default ~/.cache/mk)")
     p.add_argument("--emit", default=None, help="also write the nn program to this file")
@@ -391,10 +387,7 @@ def _generate(args: argparse.Namespace) -> int:
     if args.target == "cpu" and args.threads is not None:
         options["num_threads"] = args.threads
     options.update(parse_pass_options(args.option))
-    try:
-        prog = mk.compile(text, target=args.target, **options)
-    except TypeError as e:  # an unknown pass option: a user error, not a traceback
-        raise ValueError(str(e)) from None
+    prog = mk.compile(text, target=args.target, **options)
     compiled = time.perf_counter() - start
     print(f"weights and inputs: {prepared:.2f} s; compile: {compiled:.2f} s")
     if args.target == "cuda":

@@ -8,9 +8,11 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from mk.tools import add_option_flag
 
 if TYPE_CHECKING:
     from xdsl.dialects.builtin import ModuleOp
@@ -33,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="CPU executor threads")
     p.add_argument("--num-sms", type=int, default=None, help="SM queues of the schedule")
     p.add_argument("--cache-dir", default=None, help="compiled-program cache (default ~/.cache/mk)")
+    add_option_flag(p)
     return p
 
 
@@ -79,7 +82,7 @@ def _has_gpu() -> bool:
 
 def _run_compiled(args: argparse.Namespace, module: ModuleOp, func: FuncOp) -> int:
     import mk
-    from mk.compiler import compile, output_error
+    from mk.compiler import compile, output_error, parse_pass_options
     from mk.dialects.nn_decode import donated_args
     from mk.inputs import argument_label
     from mk.interp.nn import random_inputs
@@ -93,7 +96,8 @@ def _run_compiled(args: argparse.Namespace, module: ModuleOp, func: FuncOp) -> i
         return 2
     start = time.perf_counter()
     name = func.sym_name.data
-    options = {"num_threads": args.threads} if args.target == "cpu" else {}
+    options: dict[str, Any] = {"num_threads": args.threads} if args.target == "cpu" else {}
+    options.update(parse_pass_options(args.option))
     prog = compile(
         module, args.target, num_sms=args.num_sms, entry=name, cache_dir=args.cache_dir, **options
     )

@@ -108,13 +108,17 @@ def _check_options(options: Mapping[str, Any], pipeline: Sequence[Any] = PIPELIN
 
 def parse_pass_options(items: Sequence[str]) -> dict[str, int | str]:
     """`NAME=VALUE` items (a tool's --option, a benchmark's MK_PASS_OPTIONS) as mk.compile
-    keywords: whole numbers become ints. ValueError names a malformed item."""
+    keywords: whole numbers become ints. ValueError names a malformed item or unknown option."""
     options: dict[str, int | str] = {}
     for item in items:
         name, eq, value = item.partition("=")
         if not eq or not name.isidentifier() or not value:
             raise ValueError(f"pass option {item!r}: expected NAME=VALUE, e.g. kv_splits=4")
         options[name] = int(value) if value.lstrip("-").isdigit() else value
+    try:
+        _check_options(options)
+    except TypeError as e:  # text from a user: a value error, not a programming one
+        raise ValueError(str(e)) from None
     return options
 
 

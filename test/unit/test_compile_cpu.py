@@ -389,8 +389,29 @@ def test_mk_run_cpu_reports_error_and_time(
     out = capsys.readouterr().out
     assert "@add: cpu, 4 tasks on 3 SMs, 2 threads, seed 0" in out
     assert "error vs reference 0.000e+00 (tolerance 1e-05): ok" in out and "cpu run time:" in out
+    assert mk_run([*args, "--option", "tile_n"]) == 1
+    assert "mk-run: error: pass option 'tile_n': expected NAME=VALUE" in capsys.readouterr().err
+    assert mk_run([*args, "--option", "warp_speed=9"]) == 1
+    assert "unknown pass option(s) warp_speed" in capsys.readouterr().err
     fake_backend.source = abi_source().replace("v > 0.0f ? v : 0.0f", "v")  # relu forgotten
     assert mk_run([*args, "--cache-dir", str(tmp_path / "c")]) == 1
     assert "MISMATCH" in capsys.readouterr().out
     if not gpu_present:
         assert mk_run([str(path), "--target", "cuda"]) == 2
+
+
+def test_mk_run_passes_options_to_the_compiler(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--option reaches mk.compile: a smaller tile_n gives the same results with more tasks."""
+    from mk.tools.mk_run import main as mk_run
+
+    base = [str(ROOT / "examples/rmsnorm_linear.mlir"), "--target", "cpu", "--num-sms", "4"]
+    base += ["--cache-dir", str(tmp_path)]
+    counts = []
+    for extra in ([], ["--option", "tile_n=16"]):
+        assert mk_run([*base, *extra]) == 0
+        out = capsys.readouterr().out
+        assert "MISMATCH" not in out and ": ok" in out
+        counts.append(int(out.split(" tasks on ")[0].rsplit(" ", 1)[1]))
+    assert counts[1] > counts[0]
