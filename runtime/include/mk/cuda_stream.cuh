@@ -390,8 +390,9 @@ __device__ void store_sum_sq(const StreamLinear& s, float (&ss)[M]) {
 // ------------------------------------------------------------------------------ prefetch
 
 // Asks the L2 to fetch the 16-byte-aligned part of [p, p + bytes) with bulk prefetches: one
-// instruction per 32 KB from one thread, nothing waits for them.
-__device__ inline void prefetch_l2(const void* p, uint64_t bytes) {
+// instruction per 32 KB from one thread, nothing waits for them. Not inlined, as prefetch_rows:
+// each body calls them once, and inlined copies made every linear body ~30 KB larger.
+__device__ inline __noinline__ void prefetch_l2(const void* p, uint64_t bytes) {
   const uint64_t a = reinterpret_cast<uint64_t>(p);
   const uint64_t end = (a + bytes) & ~uint64_t{15};
   for (uint64_t at = (a + 15) & ~uint64_t{15}; at < end; at += 32768) {
@@ -402,7 +403,7 @@ __device__ inline void prefetch_l2(const void* p, uint64_t bytes) {
 
 // A decode task's weights (`rows` rows of `cols` 16-bit elements, `ld` apart), requested before
 // the task waits for its inputs: HBM streams them while the producers finish.
-__device__ inline void prefetch_rows(const uint16_t* w, int rows, int64_t ld, int64_t cols) {
+__device__ inline __noinline__ void prefetch_rows(const uint16_t* w, int rows, int64_t ld, int64_t cols) {
   if (ld == cols) {
     prefetch_l2(w, 2 * static_cast<uint64_t>(rows) * cols);
     return;
