@@ -4,13 +4,11 @@ that mk/cuda_megakernel.cuh's persistent kernel calls."""
 
 from __future__ import annotations
 
-import os
-
 from mk.backends.cpu.emit import _indent, uses_iteration
+from mk.backends.cuda import switches
 from mk.backends.cuda.device_lines import ARENA_SMEM
 from mk.backends.cuda.entries import entry_words
 from mk.backends.shared_bodies import SharedBodies, SharedFunction
-from mk.diagnostics import MkError
 from mk.runtime_tables import KIND_FIRST_LOWERED
 
 SMEM_PER_CTA = 227 << 10  # dynamic + static shared memory a Hopper CTA may opt into
@@ -31,13 +29,7 @@ def device_function(fn: SharedFunction) -> str:
 def arena_smem(staging: int) -> tuple[int, int]:
     """(offset, bytes) of the arena's shared-memory part behind `staging` bytes of the streamed
     bodies; MK_CUDA_ARENA_SMEM (bytes) lowers the cap, 0 keeps every tile in global scratch."""
-    text = os.environ.get("MK_CUDA_ARENA_SMEM", str(ARENA_SMEM))
-    try:
-        cap = int(text)
-    except ValueError:
-        raise MkError(f"MK_CUDA_ARENA_SMEM must be a byte count, got {text!r}") from None
-    if cap < 0:
-        raise MkError(f"MK_CUDA_ARENA_SMEM must be a byte count, got {text!r}")
+    cap = switches.byte_count("MK_CUDA_ARENA_SMEM", ARENA_SMEM)
     offset = -(-staging // 16) * 16
     room = SMEM_PER_CTA - STATIC_SMEM_MARGIN - offset
     return offset, max(0, min(cap, room)) // 16 * 16

@@ -9,7 +9,6 @@ mk/cuda_kernels.h, and element loops (thread_map) stride over the CTA's threads.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,7 +29,7 @@ from mk.backends.cpu.emit_ops import (
     GraphDefEmitter,
 )
 from mk.backends.cpu.emit_scalar import dtype_code, float_literal, is_float
-from mk.backends.cuda import op_marks
+from mk.backends.cuda import op_marks, switches
 from mk.backends.cuda.barriers import PLACEHOLDER, Loop, place_barriers
 from mk.backends.cuda.device_lines import device_lines
 from mk.backends.cuda.dispatch import body_slots, device_function, dispatch_struct, slot_rows
@@ -45,7 +44,6 @@ from mk.backends.cuda.stream import (
 )
 from mk.backends.cuda.stream_attention import AttentionPlan, plan_attention, score_lambda
 from mk.backends.shared_bodies import SharedBodies
-from mk.diagnostics import MkError
 from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import GraphDefOp, InputOp, KernelOp, OutputOp
 from mk.dialects.mugraph_base import shape_of
@@ -64,26 +62,19 @@ SCRATCH_SLACK = 1 << 16  # bytes per CTA beyond the tiles: alignment and small t
 # The budget to try when turning the prefetch on (MK_CUDA_PREFETCH): two tasks' worth on every
 # SM must fit the 50 MB L2 beside the activations, or the prefetch evicts what it fetched.
 PREFETCH_MAX = 128 << 10
-PREFETCH_AT = ("ahead", "wait")
 
 
 def prefetch_at_wait() -> bool:
     """MK_CUDA_PREFETCH_AT: `ahead` (default) asks the L2 for the next task's weights while the
     current one waits and runs; `wait` asks for a task's own weights once a wait finds its
     producers unfinished, so a ready task starts without the cost."""
-    text = os.environ.get("MK_CUDA_PREFETCH_AT", "ahead")
-    if text not in PREFETCH_AT:
-        raise MkError(f"MK_CUDA_PREFETCH_AT must be one of {', '.join(PREFETCH_AT)}, got {text!r}")
-    return text == "wait"
+    return switches.choice("MK_CUDA_PREFETCH_AT", ("ahead", "wait")) == "wait"
 
 
 def early_loads() -> bool:
-    """MK_CUDA_EARLY=1: a streamed linear issues its first round of weight loads before it
+    """MK_CUDA_EARLY=1: a streamed linear asks the L2 for its first round of weights before it
     stages the activation (stream_linear's Early), so that round trip overlaps the staging."""
-    text = os.environ.get("MK_CUDA_EARLY", "0")
-    if text not in ("0", "1"):
-        raise MkError(f"MK_CUDA_EARLY must be 0 or 1, got {text!r}")
-    return text == "1"
+    return switches.flag("MK_CUDA_EARLY")
 
 
 def _bool(value: bool) -> str:
@@ -95,12 +86,7 @@ def prefetch_budget() -> int:
     else PREFETCH_MAX with MK_CUDA_PREFETCH_AT=wait and 0 without. Off by default: on the H200
     a qwen3-0.6b step took 308 us without it and 371 us with 128 KB one task ahead
     (bench/RESULTS.md), while the gated MLP and RMSNorm+Linear rows moved within the noise."""
-    text = os.environ.get("MK_CUDA_PREFETCH", "")
-    if not text:
-        return PREFETCH_MAX if prefetch_at_wait() else 0
-    if not text.isdigit():
-        raise MkError(f"MK_CUDA_PREFETCH must be a byte count, got {text!r}")
-    return int(text)
+    return switches.byte_count("MK_CUDA_PREFETCH", PREFETCH_MAX if prefetch_at_wait() else 0)
 
 
 _PRELUDE = """\
@@ -289,11 +275,11 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             self.prefetch = fetch
         call = (
             f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}, "
-            f"{plan.steps_in_flight(k)}, {plan.loads_per_thread(k)}, {'true' if mma else 'false'}"
+            f"{plan.steps_in_flight(k)}, {plan.loads_per_thread(k)}, {_bool(mma)}"
         )
         groups = plan.mma_groups() if mma else 1
         # The template's trailing arguments (Staged, G, Early), defaults left off.
-        tail = ["true" if staged is not None else "false", str(groups), _bool(early_loads())]
+        tail = [_bool(staged is not None), str(groups), _bool(early_loads())]
         while tail and tail[-1] in ("false", "1"):
             tail.pop()
         call += "".join(f", {a}" for a in tail)

@@ -159,7 +159,6 @@ class CudaProgram(Program):
         self.cuda_source = cuda_source
         self.scratch_per_sm = scratch_per_sm
         self._slot_rows, self._entry_slots = slot_rows, slots
-        self._entries: tuple[Any, np.ndarray] | None = None
         # A profile build's op-mark labels per grid (backends/cuda/op_marks.py), else None.
         self.mark_labels = mark_labels
         self.marks = max((len(v) for v in (mark_labels or {}).values()), default=0)
@@ -171,14 +170,10 @@ class CudaProgram(Program):
 
     @property
     def queue_entries(self) -> np.ndarray:
-        """What the dispatcher reads at each queue position (entries.py), built once per
-        tables object: replacing `tables` (a test drops a signal that way) rebuilds them."""
-        if self._entries is None or self._entries[0] is not self.tables:
-            self._entries = (
-                self.tables,
-                queue_entries(self.tables, self._slot_rows, self._entry_slots),
-            )
-        return self._entries[1]
+        """What the dispatcher reads at each queue position (entries.py), from the current
+        tables: the device state is built from them once per tables object, so replacing
+        `tables` (a test drops a signal that way) reaches the GPU."""
+        return queue_entries(self.tables, self._slot_rows, self._entry_slots)
 
     def __repr__(self) -> str:
         return f"<mk.Program @{self.name} (cuda): {len(self.tables.tasks)} tasks on {self.num_sms} SMs>"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from xdsl.ir import Operation, SSAValue
 
 from mk.backends.cpu.emit_scalar import dtype_code
-from mk.diagnostics import MkError
+from mk.backends.cuda import switches
 from mk.dialects.mugraph import GraphDefOp, InputOp
 from mk.dialects.mugraph_base import shape_of
 from mk.dialects.mugraph_tiles import AccumOp, BinaryOp, MatmulOp
@@ -36,12 +36,8 @@ def loads_in_flight(rows: int) -> int:
     """16-byte weight loads a lane keeps in flight: about 24 for one or two activation rows,
     fewer as the sums take registers; MK_CUDA_LOADS (1-64) sets it for every batch (what one SM
     keeps in flight bounds a streamed task: 24 loads × 256 threads is 96 KB)."""
-    text = os.environ.get("MK_CUDA_LOADS", "")
-    if not text:
-        return 24 if rows <= 2 else 16 if rows <= 8 else 8
-    if not text.isdigit() or not 1 <= int(text) <= 64:
-        raise MkError(f"MK_CUDA_LOADS must be a number of loads from 1 to 64, got {text!r}")
-    return int(text)
+    default = 24 if rows <= 2 else 16 if rows <= 8 else 8
+    return switches.count("MK_CUDA_LOADS", default, 1, 64, "loads")
 
 
 @dataclass(frozen=True)

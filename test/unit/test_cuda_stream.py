@@ -59,6 +59,11 @@ def _linear(b: int, n: int, k: int, norm: bool, heads: int = 1) -> str:
     )
 
 
+def _cuda_source(text: str, cache: Path, num_sms: int = 8) -> str:
+    """The emitted megakernel of `text` under the current build switches."""
+    return mk.compile(text, target="cuda", num_sms=num_sms, cache_dir=cache).cuda_source  # type: ignore[attr-defined]
+
+
 # --------------------------------------------------------------------------- no GPU needed
 
 
@@ -315,30 +320,27 @@ def test_loads_in_flight_is_a_build_option(tmp_path: Path, monkeypatch: pytest.M
     """MK_CUDA_LOADS sets the 16-byte loads a lane keeps in flight: a task of 8 rows per warp
     over 1,024 columns streams them in one batch of 32 instead of two of 16."""
     text = _linear(1, 1024, 1024, norm=True)
-    default = mk.compile(text, target="cuda", num_sms=16, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
-    assert "mk::gpu::stream_linear<1, 8, 2, 1, false>" in default
+    assert "mk::gpu::stream_linear<1, 8, 2, 1, false>" in _cuda_source(text, tmp_path, 16)
     monkeypatch.setenv("MK_CUDA_LOADS", "32")
-    more = mk.compile(text, target="cuda", num_sms=16, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
-    assert "mk::gpu::stream_linear<1, 8, 4, 1, false>" in more
+    assert "mk::gpu::stream_linear<1, 8, 4, 1, false>" in _cuda_source(text, tmp_path, 16)
     monkeypatch.setenv("MK_CUDA_LOADS", "0")
     with pytest.raises(mk.MkError, match="MK_CUDA_LOADS must be a number of loads from 1 to 64"):
-        mk.compile(text, target="cuda", num_sms=16, cache_dir=tmp_path)
+        _cuda_source(text, tmp_path, 16)
 
 
 @pytest.mark.usefixtures("no_nvcc")
 def test_prefetch_budget_is_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The L2 prefetch is off unless MK_CUDA_PREFETCH gives it a byte budget."""
     text = _linear(1, 512, 1024, norm=True)
-    off = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    off = _cuda_source(text, tmp_path)
     assert "kAheadL2) {" not in off and "prefetch_rows" not in off
     monkeypatch.setenv("MK_CUDA_PREFETCH", "0")
-    assert mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source == off  # type: ignore[attr-defined]
+    assert _cuda_source(text, tmp_path) == off
     monkeypatch.setenv("MK_CUDA_PREFETCH", "65536")
-    on = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
-    assert "if (ahead == mk::gpu::kAheadL2) {" in on
+    assert "if (ahead == mk::gpu::kAheadL2) {" in _cuda_source(text, tmp_path)
     monkeypatch.setenv("MK_CUDA_PREFETCH", "lots")
     with pytest.raises(mk.MkError, match="MK_CUDA_PREFETCH must be a byte count, got 'lots'"):
-        mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path)
+        _cuda_source(text, tmp_path)
 
 
 @pytest.mark.usefixtures("no_nvcc")
@@ -350,7 +352,7 @@ def test_prefetch_at_wait_is_a_build_option(
     text = _linear(1, 512, 1024, norm=True)
 
     def source() -> str:
-        return mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+        return _cuda_source(text, tmp_path)
 
     assert "kPrefetchAtWait = false;" in source()
     monkeypatch.setenv("MK_CUDA_PREFETCH_AT", "wait")
@@ -368,7 +370,7 @@ def test_early_loads_are_a_build_option(tmp_path: Path, monkeypatch: pytest.Monk
     text = _linear(1, 512, 1024, norm=True)
 
     def source() -> str:
-        return mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+        return _cuda_source(text, tmp_path)
 
     plain = re.findall(r"mk::gpu::stream_linear<([^>]*)>", source())
     assert plain and all(len(args.split(",")) == 5 for args in plain)

@@ -1,0 +1,44 @@
+"""The CUDA build switches read from the environment (MK_CUDA_*), parsed and checked alike."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from mk.diagnostics import MkError
+
+
+def byte_count(name: str, default: int) -> int:
+    """A whole number of bytes (>= 0), or `default` when `name` is unset or empty."""
+    text = os.environ.get(name, "")
+    if not text:
+        return default
+    if not text.isdigit():
+        raise MkError(f"{name} must be a byte count, got {text!r}")
+    return int(text)
+
+
+def count(name: str, default: int, low: int, high: int, unit: str) -> int:
+    """A number of `unit` in [low, high], or `default` when `name` is unset or empty."""
+    text = os.environ.get(name, "")
+    if not text:
+        return default
+    if not text.isdigit() or not low <= int(text) <= high:
+        raise MkError(f"{name} must be a number of {unit} from {low} to {high}, got {text!r}")
+    return int(text)
+
+
+def choice(name: str, choices: Sequence[str]) -> str:
+    """One of `choices` (the first when `name` is unset or empty)."""
+    text = os.environ.get(name, "") or choices[0]
+    if text not in choices:
+        raise MkError(f"{name} must be one of {', '.join(choices)}, got {text!r}")
+    return text
+
+
+def flag(name: str) -> bool:
+    """0 (the default) or 1."""
+    text = os.environ.get(name, "") or "0"
+    if text not in ("0", "1"):
+        raise MkError(f"{name} must be 0 or 1, got {text!r}")
+    return text == "1"
