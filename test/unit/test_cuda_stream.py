@@ -10,6 +10,7 @@ import pytest
 
 import mk
 from mk import compiler
+from mk.backends.cuda import build as cuda_build
 from mk.backends.cuda.emit import PREFETCH_MAX
 from mk.backends.cuda.stream import plan_stream
 from mk.dialects import make_context
@@ -20,6 +21,7 @@ from mk.passes.nn_to_mugraph_groups import _wave_blocks
 from mk.source import load_module
 
 ROOT = Path(__file__).resolve().parents[2]
+NVCC = cuda_build.nvcc()  # before any test patches it out
 
 
 def _graph_defs(path: Path | str, **options: int) -> dict[str, GraphDefOp]:
@@ -380,3 +382,52 @@ def test_early_loads_are_a_build_option(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("MK_CUDA_EARLY", "yes")
     with pytest.raises(mk.MkError, match="MK_CUDA_EARLY must be 0 or 1, got 'yes'"):
         source()
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_weight_l2_priority_is_a_build_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_WEIGHT_L2=evict_first defines MK_STREAM_EVICT_FIRST in the source (the weight
+    loads take the L2's evict-first policy); by default the source does not."""
+    text = _linear(1, 512, 1024, norm=True)
+    assert "MK_STREAM_EVICT_FIRST" not in _cuda_source(text, tmp_path)
+    monkeypatch.setenv("MK_CUDA_WEIGHT_L2", "evict_first")
+    assert "#define MK_STREAM_EVICT_FIRST 1\n" in _cuda_source(text, tmp_path)
+    monkeypatch.setenv("MK_CUDA_WEIGHT_L2", "last")
+    with pytest.raises(mk.MkError, match="MK_CUDA_WEIGHT_L2 must be one of normal, evict_first"):
+        _cuda_source(text, tmp_path)
+
+
+def _ptx_functions(ptx: str) -> dict[str, str]:
+    """Each function of a PTX file, by (mangled) name: its text up to the next function."""
+    parts = re.split(r"^(?=\.func|\.visible \.entry|\.entry)", ptx, flags=re.M)
+    named = (re.match(r"[^(]*?(\w+)\s*\(", part.replace("\n", " ")) for part in parts[1:])
+    return {m.group(1): part for m, part in zip(named, parts[1:], strict=True) if m}
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@pytest.mark.usefixtures("no_nvcc")
+def test_a_multi_weight_linear_keeps_its_descriptor_in_registers(tmp_path: Path) -> None:
+    """A fused RMSNorm + three-weight linear (q/k/v) must not put its StreamLinear in local
+    memory: choosing a weight's row by field address once did, and every thread then stored
+    ~40 words before each task (about 2 us per task on the H200). The 24 bytes every body
+    declares are the argument buffer of its printf."""
+    import subprocess
+
+    from mk.backends.cpu.build import include_dir
+    from mk.backends.cuda.build import NVCC_FLAGS
+
+    source, ptx = tmp_path / "mk.cu", tmp_path / "mk.ptx"
+    source.write_text(_cuda_source(_linear(1, 512, 1024, norm=True, heads=3), tmp_path))
+    flags = [f for f in NVCC_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
+    subprocess.run(
+        [str(NVCC), *flags, f"-I{include_dir()}", "-ptx", str(source), "-o", str(ptx)],
+        check=True,
+    )
+    depots = {
+        name: int(m.group(1)) if (m := re.search(r"__local_depot\d+\[(\d+)\]", body)) else 0
+        for name, body in _ptx_functions(ptx.read_text()).items()
+        if "ld.global.nc.L1::no_allocate" in body and "task_" in name
+    }
+    assert depots and all(size <= 24 for size in depots.values()), depots

@@ -48,12 +48,23 @@ __device__ inline const void* elem_at(const void* base, int32_t dtype, int64_t i
   return static_cast<const unsigned char*>(base) + i * dtype_size(dtype);
 }
 
-// 16 bytes that nothing else in the launch writes: no L1 allocation, 256-byte L2 fetches.
+// 16 bytes that nothing else in the launch writes: no L1 allocation, 256-byte L2 fetches (and
+// the L2's evict-first priority in builds with MK_STREAM_EVICT_FIRST: a step reads far more
+// weight bytes than the L2 holds, each once).
 __device__ inline uint4 load_stream(const uint16_t* p) {
   uint4 v;
+#if defined(MK_STREAM_EVICT_FIRST)
+  uint64_t policy;  // not volatile: the same value every time, so the compiler may share it
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  asm volatile(
+      "ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "l"(policy));
+#else
   asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
+#endif
   return v;
 }
 
@@ -146,30 +157,39 @@ __device__ inline void fma_rows(float (&acc)[RG][M], const uint4 (&v)[RG], const
   }
 }
 
+// Row `row` of the concatenated weights at column c (null past the last, or when `row` is
+// negative), the address of its sums and the row count of its weight. Every descriptor field is
+// read at a constant index and the choice is made on the values: a choice between field
+// addresses (an early exit per weight) made the compiler keep the whole descriptor in local
+// memory, ~40 stores per thread before every task of a multi-weight linear.
+__device__ inline const uint16_t* weight_row(const StreamLinear& s, int row, int64_t c, float** out,
+                                             int32_t* rows) {
+  const uint16_t* at = nullptr;
+  float* sums = nullptr;
+  int32_t n_of = 0;
+  #pragma unroll
+  for (int i = 0; i < kStreamMaxWeights; ++i) {
+    if (i < s.nw) {
+      const int32_t n = s.w[i].rows;
+      const bool here = row >= 0 && row < n;
+      at = here ? s.w[i].w + row * s.w[i].ld + c : at;
+      sums = here ? s.w[i].out + row : sums;
+      n_of = here ? n : n_of;
+      row -= n;
+    }
+  }
+  *out = sums;
+  *rows = n_of;
+  return at;
+}
+
 // Weight rows r0.. r0 + RG of the concatenated weights at chunk column c (null past `end`),
 // their output sums and the row count of the weight each belongs to.
 template <int RG>
 __device__ inline void round_rows(const StreamLinear& s, int64_t c, int r0, int end,
                                   const uint16_t* (&wp)[RG], float* (&op)[RG], int32_t (&os)[RG]) {
 #pragma unroll
-  for (int j = 0; j < RG; ++j) {
-    wp[j] = nullptr;
-    op[j] = nullptr;
-    os[j] = 0;
-    int row = r0 + j;
-    if (row >= end) continue;
-    #pragma unroll
-    for (int i = 0; i < kStreamMaxWeights; ++i) {
-      if (i >= s.nw) break;  // constant indices: the descriptors can stay in registers
-      if (row < s.w[i].rows) {
-        wp[j] = s.w[i].w + row * s.w[i].ld + c;
-        op[j] = s.w[i].out + row;
-        os[j] = s.w[i].rows;
-        break;
-      }
-      row -= s.w[i].rows;
-    }
-  }
+  for (int j = 0; j < RG; ++j) wp[j] = weight_row(s, r0 + j < end ? r0 + j : -1, c, &op[j], &os[j]);
 }
 
 // Asks the L2 for the 16 bytes of each load of a warp's first round (rows begin.., chunk 0)
@@ -438,24 +458,6 @@ template <int M>
 __device__ inline uint4 act8(const uint16_t* xs, int stride, int m, int k) {
   if (m >= M) return make_uint4(0, 0, 0, 0);
   return *reinterpret_cast<const uint4*>(xs + m * stride + k);
-}
-
-// Row `row` of the concatenated weights at column c (null past the last), and its sums.
-__device__ inline const uint16_t* weight_row(const StreamLinear& s, int row, int64_t c, float** out,
-                                             int32_t* rows) {
-  #pragma unroll
-  for (int i = 0; i < kStreamMaxWeights; ++i) {
-    if (i >= s.nw) break;  // constant indices: the descriptors can stay in registers
-    if (row < s.w[i].rows) {
-      *out = s.w[i].out + row;
-      *rows = s.w[i].rows;
-      return s.w[i].w + row * s.w[i].ld + c;
-    }
-    row -= s.w[i].rows;
-  }
-  *out = nullptr;
-  *rows = 0;
-  return nullptr;
 }
 
 // One warp on tensor cores: weight rows [r0, r0 + 8G) (G groups of 8) times the staged
