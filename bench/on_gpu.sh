@@ -52,7 +52,14 @@ for step in $steps; do
       ncu --import "$OUT/step.ncu-rep" --page raw --csv >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
       ncu --import "$OUT/step.ncu-rep" --page source --print-source sass --csv >"$OUT/sass.csv" 2>>"$OUT/ncu.err"
       for so in /tmp/mk-cache/cuda/*/*.so; do cuobjdump -sass "$so" >"$OUT/$(basename "$so" .so).sass" 2>>"$OUT/ncu.err"; done
-      python3 "$ROOT/bench/ncu_stalls.py" "$OUT/ncu.csv" | tee "$OUT/ncu.log" ;;
+      python3 "$ROOT/bench/ncu_stalls.py" "$OUT/ncu.csv" | tee "$OUT/ncu.log"
+      # The samples per task body: the module's cubin gives each body's code range.
+      mkdir -p "$OUT/cubin"
+      for so in /tmp/mk-cache/cuda/*/*.so; do (cd "$OUT/cubin" && cuobjdump -xelf all "$so" >/dev/null 2>&1); done
+      for cubin in "$OUT"/cubin/*.cubin; do
+        [ -e "$cubin" ] && python3 "$ROOT/bench/ncu_bodies.py" "$OUT/sass.csv" "$cubin" ${NCU_BODY:+--body $NCU_BODY} \
+          2>&1 | tee -a "$OUT/ncu.log"
+      done ;;
     timeline)
       python3 "$ROOT/bench/timeline.py" --out "$OUT" ${TIMELINE_ARGS:-} 2>&1 | tee "$OUT/timeline.log" | tail -80 ;;
     ab)
