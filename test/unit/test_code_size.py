@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 
 import pytest
+from bench_scripts import load
 
 import mk
 from mk.backends.cuda import build
@@ -20,10 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_every_task_body_has_a_size_within_the_kernel(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    spec = importlib.util.spec_from_file_location("code_size", ROOT / "bench/code_size.py")
-    assert spec is not None and spec.loader is not None
-    code_size = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(code_size)
+    code_size = load("code_size")
     import mk.backends.cuda as backend
 
     monkeypatch.setattr(backend, "nvcc", lambda: None)

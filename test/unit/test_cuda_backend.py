@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import re
 import time
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bench_scripts import load
 
 import mk
 from mk import compiler
@@ -178,11 +178,7 @@ def test_example_matches_the_reference_on_the_gpu(path: Path, cache: Path) -> No
 def _unfused_rms(b: int, k: int) -> str:
     """RMSNorm spelled out in f32 (elementwise library kernels with broadcasts) before a linear:
     bench/search_bench.py's program."""
-    spec = importlib.util.spec_from_file_location("search_bench", ROOT / "bench/search_bench.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.rms_unfused(b, 64, k)
+    return load("search_bench").rms_unfused(b, 64, k)
 
 
 @pytest.mark.gpu

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
+from bench_scripts import load
 
 import mk
 
@@ -16,11 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _module(name: str = "hops") -> ModuleType:
     """bench/<name>.py, loaded as a module."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / f"bench/{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load(name)
 
 
 def test_hop_rows_split_starving_dispatch_and_run() -> None:

@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+from bench_scripts import load
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _module():  # noqa: ANN202 - the script is not a package module
-    spec = importlib.util.spec_from_file_location("ncu_bodies", ROOT / "bench/ncu_bodies.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["ncu_bodies"] = module
-    spec.loader.exec_module(module)
-    return module
+def _module() -> ModuleType:
+    return load("ncu_bodies")
 
 
 REPORT = """"Kernel Name","void mk::megakernel<Dispatch>(mk::LaunchParams)",

@@ -4,13 +4,12 @@ reference on the CPU."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
+from bench_scripts import load
 
 import mk
 from mk import compiler
@@ -22,12 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("search_bench", ROOT / "bench/search_bench.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["search_bench"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load("search_bench")
 
 
 def test_benchmark_programs_verify() -> None:

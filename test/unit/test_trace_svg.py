@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+from bench_scripts import load
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench/trace_svg.py"
 
 
-def _module():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("trace_svg", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _module() -> ModuleType:
+    return load("trace_svg")
 
 
 def _event(task: int, grid: str, sm: int, ts: float, dur: float, it: int = 0) -> dict[str, object]:
