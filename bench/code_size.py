@@ -21,9 +21,9 @@ import tempfile
 from pathlib import Path
 
 
-def function_sizes(cubin: Path) -> list[tuple[int, str]]:
-    """(bytes, name) of every function in a cubin's symbol table, largest first; a task body's
-    name is shortened to `task_<grid>_<kind>`."""
+def functions(cubin: Path) -> list[tuple[int, int, str]]:
+    """(offset, bytes, name) of every function in a cubin's symbol table, by offset; a task
+    body's name is shortened to `task_<grid>_<kind>`."""
     out = subprocess.run(["readelf", "-s", "-W", str(cubin)], capture_output=True, text=True)
     rows = []
     for line in out.stdout.splitlines():
@@ -31,8 +31,13 @@ def function_sizes(cubin: Path) -> list[tuple[int, str]]:
         if len(parts) >= 8 and parts[3] == "FUNC":
             name = parts[-1]  # after an optional "[<other>: N]" column
             body = re.search(r"(task_\d+_\w+?)EPK", name)
-            rows.append((int(parts[2], 0), body.group(1) if body else name))
-    return sorted(rows, reverse=True)
+            rows.append((int(parts[1], 16), int(parts[2], 0), body.group(1) if body else name))
+    return sorted(rows)
+
+
+def function_sizes(cubin: Path) -> list[tuple[int, str]]:
+    """(bytes, name) of every function in a cubin, largest first."""
+    return sorted(((size, name) for _, size, name in functions(cubin)), reverse=True)
 
 
 def spills(ptxas_log: str) -> dict[str, tuple[int, int, int]]:

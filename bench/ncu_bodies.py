@@ -4,7 +4,7 @@
 Usage: python bench/ncu_bodies.py SASS.csv KERNEL.cubin [--body NAME] [--top K]
 
 The bodies are __noinline__ functions inside the kernel's one code section, so ncu's per-kernel
-numbers cannot tell them apart; the cubin's symbol table (readelf) gives each one's offset and
+numbers cannot tell them apart; the cubin's symbol table (readelf, code_size.functions) gives each one's offset and
 size, and an instruction's offset is its address less the section's first. The cubin must be
 the launch's own (`cuobjdump -xelf all` on the built module, or the same source built with the
 same nvcc by bench/code_size.py). With --body, the K instructions of that body with the most
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import argparse
 import csv
-import re
-import subprocess
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from code_size import functions  # the cubin's functions: offset, size, name
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
 EXECUTED = "Instructions Executed"
@@ -32,20 +32,6 @@ class Body:
     executed: float = 0.0
     stalls: Counter[str] = field(default_factory=Counter)
     hot: list[tuple[float, int, str, Counter[str]]] = field(default_factory=list)
-
-
-def functions(cubin: Path) -> list[tuple[int, int, str]]:
-    """(offset, bytes, name) of every sized function of the cubin's code, by offset; a task
-    body's name is shortened to `task_<grid>_<kind>`."""
-    out = subprocess.run(["readelf", "-s", "-W", str(cubin)], capture_output=True, text=True)
-    rows = []
-    for line in out.stdout.splitlines():
-        parts = line.split()
-        if len(parts) >= 8 and parts[3] == "FUNC" and int(parts[2], 0) > 0:
-            name = parts[-1]
-            body = re.search(r"(task_\d+_\w+?)EPK", name)
-            rows.append((int(parts[1], 16), int(parts[2], 0), body.group(1) if body else name))
-    return sorted(rows)
 
 
 def owner(spans: list[tuple[int, int, str]], offset: int) -> str:

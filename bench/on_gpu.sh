@@ -51,11 +51,13 @@ for step in $steps; do
         python3 "$ROOT/bench/timeline.py" ${PROFILE_ARGS:---model qwen3-0.6b --layers 4} >"$OUT/ncu.out" 2>&1
       ncu --import "$OUT/step.ncu-rep" --page raw --csv >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
       ncu --import "$OUT/step.ncu-rep" --page source --print-source sass --csv >"$OUT/sass.csv" 2>>"$OUT/ncu.err"
-      for so in /tmp/mk-cache/cuda/*/*.so; do cuobjdump -sass "$so" >"$OUT/$(basename "$so" .so).sass" 2>>"$OUT/ncu.err"; done
-      python3 "$ROOT/bench/ncu_stalls.py" "$OUT/ncu.csv" | tee "$OUT/ncu.log"
-      # The samples per task body: the module's cubin gives each body's code range.
+      # The module's SASS, and its cubin: the symbol table gives each task body's code range.
       mkdir -p "$OUT/cubin"
-      for so in /tmp/mk-cache/cuda/*/*.so; do (cd "$OUT/cubin" && cuobjdump -xelf all "$so" >/dev/null 2>&1); done
+      for so in /tmp/mk-cache/cuda/*/*.so; do
+        cuobjdump -sass "$so" >"$OUT/$(basename "$so" .so).sass" 2>>"$OUT/ncu.err"
+        (cd "$OUT/cubin" && cuobjdump -xelf all "$so" >/dev/null 2>>"$OUT/ncu.err")
+      done
+      python3 "$ROOT/bench/ncu_stalls.py" "$OUT/ncu.csv" | tee "$OUT/ncu.log"
       for cubin in "$OUT"/cubin/*.cubin; do
         [ -e "$cubin" ] && python3 "$ROOT/bench/ncu_bodies.py" "$OUT/sass.csv" "$cubin" ${NCU_BODY:+--body $NCU_BODY} \
           2>&1 | tee -a "$OUT/ncu.log"
