@@ -13,6 +13,10 @@ from mk.runtime_tables import KIND_FIRST_LOWERED
 
 SMEM_PER_CTA = 227 << 10  # dynamic + static shared memory a Hopper CTA may opt into
 STATIC_SMEM_MARGIN = 16 << 10  # the kernels' static __shared__ arrays
+DYNAMIC_SMEM = SMEM_PER_CTA - STATIC_SMEM_MARGIN
+# The arena's shared-memory part the staging ring leaves where it can: with 16 KB the tiles of the
+# attention merge spilled to global scratch and the qwen3-0.6b step lost 30 % (bench/RESULTS.md).
+ARENA_KEEP = ARENA_SMEM
 
 
 def device_function(fn: SharedFunction) -> str:
@@ -26,13 +30,29 @@ def device_function(fn: SharedFunction) -> str:
     return "\n".join([*head, *_indent(uses_iteration(fn.body), 1), "  return 0;", "}"]) + "\n"
 
 
-def arena_smem(staging: int) -> tuple[int, int]:
-    """(offset, bytes) of the arena's shared-memory part behind `staging` bytes of the streamed
-    bodies; MK_CUDA_ARENA_SMEM (bytes) lowers the cap, 0 keeps every tile in global scratch."""
+def arena_smem(front: int) -> tuple[int, int]:
+    """(offset, bytes) of the arena's shared-memory part behind `front` bytes (the streamed
+    bodies' and the staging ring); MK_CUDA_ARENA_SMEM (bytes) lowers the cap, 0 keeps every tile
+    in global scratch."""
     cap = switches.byte_count("MK_CUDA_ARENA_SMEM", ARENA_SMEM)
-    offset = -(-staging // 16) * 16
-    room = SMEM_PER_CTA - STATIC_SMEM_MARGIN - offset
+    offset = -(-front // 16) * 16
+    room = DYNAMIC_SMEM - offset
     return offset, max(0, min(cap, room)) // 16 * 16
+
+
+def ring_layout(front: int, staged: int) -> tuple[int, int] | None:
+    """(offset, bytes) of the ring that weights are staged in, behind `front` bytes of the
+    streamed bodies, when the largest task stages `staged` bytes: room for two such tasks (one
+    runs while the next one's copies land) where the arena keeps ARENA_KEEP, else what is left;
+    None when one task's weights do not fit."""
+    offset = -(-front // 128) * 128
+    if staged == 0:
+        return offset, 0
+    room = DYNAMIC_SMEM - offset
+    ring = min(2 * (-(-staged // 128) * 128), room - ARENA_KEEP) // 128 * 128
+    if ring < staged:
+        ring = room // 128 * 128
+    return (offset, ring) if ring >= staged else None
 
 
 def runs_ahead(fn: SharedFunction, mode: str) -> bool:
@@ -50,7 +70,15 @@ def body_slots(shared: SharedBodies) -> int:
     return max([fn.slots for fn in shared.functions] + [1])
 
 
-def dispatch_struct(shared: SharedBodies, smem: int, buffers: int, at_wait: bool = False) -> str:
+def dispatch_struct(
+    shared: SharedBodies,
+    front: int,
+    staged: dict[str, int],
+    buffers: int,
+    at_wait: bool = False,
+) -> str:
+    """`front`: the streamed bodies' shared memory; `staged`: per function, the bytes its
+    weights take in the staging ring (padded rows included)."""
     cases = "\n".join(
         f"      case {KIND_FIRST_LOWERED + i}: "
         f"return {fn.name}(t, bp, arena, iteration, mk::gpu::kAheadNone);"
@@ -68,10 +96,20 @@ def dispatch_struct(shared: SharedBodies, smem: int, buffers: int, at_wait: bool
             ("kAheadStage", "return ", " != 0"),
         )
     )
-    offset, arena = arena_smem(smem)
+    sizes = "\n".join(
+        f"      case {KIND_FIRST_LOWERED + i}: return {staged[fn.name]};"
+        for i, (_, fn, _) in enumerate(shared.calls)
+        if staged.get(fn.name)
+    )
+    layout = ring_layout(front, max(staged.values(), default=0))
+    assert layout is not None, "the emitter stages only what the ring holds"
+    ring_offset, ring = layout
+    offset, arena = arena_smem(ring_offset + ring if ring else front)
     slots = body_slots(shared)
     return f"""\
 struct Dispatch {{
+  static constexpr unsigned kRingOffset = {ring_offset};  // weights staged ahead (cuda_stage.cuh)
+  static constexpr unsigned kRingBytes = {ring};
   static constexpr unsigned kArenaOffset = {offset};
   static constexpr unsigned kArenaBytes = {arena};
   static constexpr unsigned kSmemBytes = {offset + arena};
@@ -93,7 +131,14 @@ struct Dispatch {{
       default: return;
     }}
   }}
-  // One thread, before the task waits: copies its weights into shared memory; whether it did.
+  // Weight bytes a task of `kind` stages in the ring (0: none).
+  __device__ static uint32_t stage_bytes(int32_t kind) {{
+    switch (kind) {{
+{sizes}
+      default: return 0;
+    }}
+  }}
+  // One thread, ahead of the task's turn: copies its weights to arena.stage_base; whether it did.
   __device__ static bool stage(int32_t kind, const mk::TaskDesc* t, void* const* bp,
                                mk::gpu::Arena& arena, int32_t iteration) {{
     switch (kind) {{

@@ -8,6 +8,7 @@ mk/cuda_kernels.h, and element loops (thread_map) stride over the CTA's threads.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,15 +33,23 @@ from mk.backends.cpu.emit_scalar import dtype_code, float_literal, is_float
 from mk.backends.cuda import op_marks, switches
 from mk.backends.cuda.barriers import PLACEHOLDER, Loop, place_barriers
 from mk.backends.cuda.device_lines import device_lines
-from mk.backends.cuda.dispatch import body_slots, device_function, dispatch_struct, slot_rows
+from mk.backends.cuda.dispatch import (
+    body_slots,
+    device_function,
+    dispatch_struct,
+    ring_layout,
+    slot_rows,
+)
 from mk.backends.cuda.elementwise import box_runs, element_offset, flat_offset
 from mk.backends.cuda.stream import (
     STAGE_LOST,
+    STAGE_X_BYTES,
     StreamPlan,
     plan_stream,
     prefetch_spans,
     stage_offsets,
     staged_ld,
+    staging,
 )
 from mk.backends.cuda.stream_attention import AttentionPlan, plan_attention, score_lambda
 from mk.backends.shared_bodies import SharedBodies
@@ -144,11 +153,20 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
     streamed."""
 
     def __init__(
-        self, op: GraphDefOp, operands: Sequence[BufferRef], results: dict[int, list[BufferRef]]
+        self,
+        op: GraphDefOp,
+        operands: Sequence[BufferRef],
+        results: dict[int, list[BufferRef]],
+        stage: bool = False,
     ) -> None:
         super().__init__(op, operands, results)
-        self.plan: StreamPlan | AttentionPlan | None = plan_stream(op) or plan_attention(op)
+        stream = plan_stream(op)
+        if stream is not None and stage:  # the chunk leaves the ring its room
+            stream = dataclasses.replace(stream, x_bytes=STAGE_X_BYTES)
+        self.plan: StreamPlan | AttentionPlan | None = stream or plan_attention(op)
+        self.stage_weights_ahead = stage
         self.smem_floats = 0
+        self.staged_bytes = 0  # weights the body stages in the ring
         self.views: set[SSAValue] = set()
         self.prefetch: list[str] = []
         self.stage: list[str] = []
@@ -266,11 +284,11 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             lds.append(ref.shape[1])
         rows = [w.tile_shape()[0] for w, _ in plan.products]
         mma = plan.tensor_cores(k)
-        staged = stage_offsets(rows, k, lds, 4 * self.smem_floats, mma)
+        staged = stage_offsets(rows, k, lds, mma) if self.stage_weights_ahead else None
         for i, (_, acc) in enumerate(plan.products):
             at, ld = firsts[i], lds[i]
             if staged is not None:
-                at = f"reinterpret_cast<const uint16_t*>(mk::gpu::mk_dynamic_smem + {staged[i]})"
+                at = f"reinterpret_cast<const uint16_t*>(arena.stage_base + {staged[i]})"
                 ld = staged_ld(k, mma)
             emit(
                 f"sl.w[{i}] = mk::gpu::StreamWeight{{{at}, {ld}, {rows[i]}, "
@@ -316,14 +334,13 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         offsets: list[int],
         ld: int,
     ) -> None:
-        """The copy of the task's weight rows into the staging area (`ld` apart), and its room
-        there."""
+        """The copy of the task's weight rows into its place in the ring (`ld` apart), and its
+        room there."""
         self.stage = [f"mk::gpu::stage_expect(arena, {2 * k * sum(rows)});"] + [
             f"mk::gpu::stage_rows(arena, {off}, {first}, {n}, {src_ld}, {k}, {ld});"
             for off, first, n, src_ld in zip(offsets, firsts, rows, lds, strict=True)
         ]
-        end = offsets[-1] + 2 * rows[-1] * ld
-        self.smem_floats = max(self.smem_floats, -(-end // 4))
+        self.staged_bytes = offsets[-1] + 2 * rows[-1] * ld
 
     def element_loop(
         self,
@@ -540,12 +557,17 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
     }
     profile = op_marks.enabled()
     out = [_PRELUDE.format(name=g.sym_name.data, defines=_defines(profile))]
-    shared, scratch, smem = SharedBodies(slot_format="bp[{k}]"), 0, 0
-    for gi, grid in enumerate(grids):
-        lines, need = _grid_body(grid, refs)
-        shared.add(f"task_{gi}_{_ident(grid.sym_name.data)}", grid.sym_name.data, lines)
-        scratch = max(scratch, need.scratch)
-        smem = max(smem, need.smem)
+    bodies = [_grid_body(grid, refs, staging()) for grid in grids]
+    front = max((need.smem for _, need in bodies), default=0)
+    if ring_layout(front, max((need.staged for _, need in bodies), default=0)) is None:
+        bodies = [_grid_body(grid, refs, False) for grid in grids]  # no room: nothing staged
+    shared = SharedBodies(slot_format="bp[{k}]")
+    staged: dict[str, int] = {}  # per function, its weights' bytes in the staging ring
+    for gi, (grid, (lines, need)) in enumerate(zip(grids, bodies, strict=True)):
+        fn = shared.add(f"task_{gi}_{_ident(grid.sym_name.data)}", grid.sym_name.data, lines)
+        staged[fn.name] = need.staged
+    scratch = max((need.scratch for _, need in bodies), default=0)
+    front = max((need.smem for _, need in bodies), default=0)
     labels: dict[str, tuple[str, ...]] | None = None
     if profile:
         marked = {fn.name: op_marks.mark_statements(fn.body) for fn in shared.functions}
@@ -553,7 +575,7 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
             fn.body = marked[fn.name][0]
         labels = {grid: tuple(marked[fn.name][1]) for grid, fn, _ in shared.calls}
     out += [device_function(fn) for fn in shared.functions]
-    out.append(dispatch_struct(shared, smem, len(buffers), prefetch_at_wait()))
+    out.append(dispatch_struct(shared, front, staged, len(buffers), prefetch_at_wait()))
     out.append("}  // namespace\n")
     out.append("MK_CUDA_ENTRY_POINTS(Dispatch)\n")
     return CudaSource(
@@ -568,24 +590,26 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
 
 @dataclass(frozen=True)
 class _Need:
-    """Per-CTA memory of one task body: global scratch and dynamic shared memory, in bytes."""
+    """Per-CTA memory of one task body, in bytes: global scratch, dynamic shared memory at the
+    front, and weights staged in the ring."""
 
     scratch: int
     smem: int
+    staged: int = 0
 
 
-def _grid_body(grid: GridOp, refs: dict[str, BufferRef]) -> tuple[list[str], _Need]:
+def _grid_body(grid: GridOp, refs: dict[str, BufferRef], stage: bool) -> tuple[list[str], _Need]:
     gk = grid_kernel(grid, refs, "CUDA")
     kernel = gk.kernel
-    smem = 0
+    smem = staged = 0
     if isinstance(kernel, GraphDefOp):
-        emitter = DeviceGraphDefEmitter(kernel, gk.operands, gk.result_buffers())
+        emitter = DeviceGraphDefEmitter(kernel, gk.operands, gk.result_buffers(), stage)
         body = emitter.emit()
         sizes = {n: _numel(v) for v, n in emitter.names.items()}
-        smem = 4 * emitter.smem_floats
+        smem, staged = 4 * emitter.smem_floats, emitter.staged_bytes
     else:
         body = DeviceLibraryEmitter(kernel, gk.operands, gk.library_results(grid)).emit()
         sizes = {f"a{i}": _numel(v) for i, v in enumerate(kernel.operands)}
         sizes["r"] = _numel(kernel.res[0])
     lines, tiles = device_lines(body, sizes)
-    return lines, _Need(tiles + _temporaries(kernel, tiles), smem)
+    return lines, _Need(tiles + _temporaries(kernel, tiles), smem, staged)

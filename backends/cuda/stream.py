@@ -24,8 +24,11 @@ from mk.dialects.mugraph_tiles import AccumOp, BinaryOp, MatmulOp
 MAX_ROWS = 16  # activation rows the streamed loop takes (decode batches)
 MAX_WEIGHTS = 4
 WARPS = 8  # mk::kCudaThreads / 32
-SMEM_BYTES = 160 << 10  # mk::gpu::kStreamSmemBytes: the staged activation chunk and weights
-SMEM_FLOATS = SMEM_BYTES // 4
+SMEM_BYTES = 160 << 10  # mk::gpu::kStreamSmemBytes: most the activation chunk takes
+# With weights staged ahead, the chunk's room, so that the ring they land in is large, and the
+# most one task stages.
+STAGE_X_BYTES = 32 << 10
+STAGE_MAX = 128 << 10
 # What a body returns (the run status's detail is one less) when its staged weights never landed.
 STAGE_LOST = 0x7FFFFFFE
 _WEIGHT_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16")
@@ -50,6 +53,7 @@ class StreamPlan:
     products: tuple[tuple[InputOp, AccumOp], ...]  # each weight's tiles and its sum
     sum_sq: AccumOp | None  # mean_sq_last of x
     invariant: tuple[InputOp, ...]  # loop-invariant tiles only the epilogue reads
+    x_bytes: int = SMEM_BYTES  # most the staged activation chunk takes
 
     @property
     def rows(self) -> int:
@@ -105,7 +109,7 @@ class StreamPlan:
 
     def chunk(self, k: int) -> int:
         """Columns staged per chunk: all of the task's K when the shared memory holds it."""
-        return min(k, SMEM_FLOATS // self.rows // 256 * 256)
+        return min(k, self.x_bytes // 4 // self.rows // 256 * 256)
 
 
 def staged_ld(k: int, mma: bool) -> int:
@@ -116,24 +120,24 @@ def staged_ld(k: int, mma: bool) -> int:
     return k + 8 if mma and (k // 8) % 2 == 0 else k
 
 
-def stage_offsets(
-    rows: Sequence[int], k: int, lds: Sequence[int], x_bytes: int, mma: bool
-) -> list[int] | None:
-    """Byte offsets in the staging area of each weight's rows when the task's weights are copied
-    into shared memory before its wait (mk/cuda_stage.cuh): behind the activation chunk, all of
-    them within kStreamSmemBytes. None when they do not fit, a row is not a whole number of
-    16-byte units, or MK_CUDA_STAGE is not 1 (the default: on the H200 staging made decode steps
-    slower, see the README)."""
-    if os.environ.get("MK_CUDA_STAGE", "0") != "1":
-        return None
+def staging() -> bool:
+    """MK_CUDA_STAGE=1: linear tasks' weights are copied into shared memory ahead of their turn
+    (mk/cuda_stage.cuh), while the task before them waits and runs."""
+    return switches.flag("MK_CUDA_STAGE")
+
+
+def stage_offsets(rows: Sequence[int], k: int, lds: Sequence[int], mma: bool) -> list[int] | None:
+    """Byte offsets, from the task's place in the staging ring, of each weight's rows when they
+    are staged in shared memory; None when they take more than STAGE_MAX or a row is not a whole
+    number of 16-byte units."""
     if k % 8 or any(ld % 8 for ld in lds):
         return None
-    at = -(-x_bytes // 128) * 128
+    at = 0
     offsets = []
     for n in rows:
         offsets.append(at)
         at += 2 * n * staged_ld(k, mma)
-    return offsets if at <= SMEM_BYTES else None
+    return offsets if at <= STAGE_MAX else None
 
 
 def prefetch_spans(

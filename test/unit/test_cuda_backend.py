@@ -131,6 +131,7 @@ SWITCHES = [
     {"MK_CUDA_PREFETCH": str(128 << 10)},
     {"MK_CUDA_EARLY": "1"},
     {"MK_CUDA_WEIGHT_L2": "evict_first"},
+    {"MK_CUDA_STAGE": "1"},
 ]
 
 

@@ -149,9 +149,11 @@ def test_weights_are_prefetched_within_the_budget(
 def test_weights_are_staged_in_shared_memory_when_they_fit(
     tmp_path: Path, n: int, k: int, staged: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A task whose weights fit the staging area beside its activation chunk has thread 0 copy
-    them there before its wait, and its products read them from there."""
-    from mk.backends.cuda.stream import SMEM_BYTES, staged_ld
+    """With MK_CUDA_STAGE=1 a task whose weights fit STAGE_MAX copies them into its place in the
+    staging ring ahead of its turn, and its products read them from there; the ring lies behind
+    the activation chunk and holds two such tasks."""
+    from mk.backends.cuda.dispatch import ring_layout
+    from mk.backends.cuda.stream import STAGE_MAX, staged_ld
 
     monkeypatch.setenv("MK_CUDA_STAGE", "1")
     prog = mk.compile(_linear(1, n, k, norm=True), target="cuda", num_sms=8, cache_dir=tmp_path)
@@ -159,7 +161,11 @@ def test_weights_are_staged_in_shared_memory_when_they_fit(
     body = re.search(r"if \(ahead == mk::gpu::kAheadStage\) \{ (.*) return 1; \}", src)
     assert (body is not None) == staged
     assert ("stream_linear<1, " in src) and (", true>(sl)) return 2147483646;" in src) == staged
+    ring = re.search(r"kRingOffset = (\d+);.*\n.*kRingBytes = (\d+);", src)
+    assert ring is not None
+    ring_at, ring_bytes = map(int, ring.groups())
     if body is None:
+        assert ring_bytes == 0 and "stage_bytes(int32_t kind) {\n    switch (kind) {\n\n" in src
         return
     (expect,) = re.findall(r"stage_expect\(arena, (\d+)\)", body.group(1))
     copies = re.findall(
@@ -167,11 +173,15 @@ def test_weights_are_staged_in_shared_memory_when_they_fit(
     )
     rows = n // 8
     assert int(expect) == 2 * k * rows == sum(2 * int(r) * int(c) for _, r, _, c, _ in copies)
+    assert int(expect) <= STAGE_MAX
+    assert f"return {expect};" in src  # Dispatch::stage_bytes of the kind
     for offset, r, ld, cols, dst_ld in copies:
         # One row (CUDA cores): the rows stay unpadded, a contiguous slab (one bulk copy).
         assert int(ld) == int(cols) == int(dst_ld) == k == staged_ld(k, mma=False)
-        assert 4 * k <= int(offset) and int(offset) + 2 * int(r) * k <= SMEM_BYTES
-    assert f"mk::gpu::mk_dynamic_smem + {copies[0][0]})" in src  # the products read them there
+        assert int(offset) + 2 * int(r) * k <= int(expect)
+    assert ring_at >= 4 * k and ring_at % 128 == 0  # behind the activation chunk
+    assert (ring_at, ring_bytes) == ring_layout(ring_at, int(expect))
+    assert f"arena.stage_base + {copies[0][0]})" in src  # the products read them there
     assert "return task_" in src and "mk::gpu::kAheadStage) != 0;" in src
     monkeypatch.delenv("MK_CUDA_STAGE")  # off by default (see the README)
     off = mk.compile(_linear(1, n, k, norm=True), target="cuda", num_sms=8, cache_dir=tmp_path)
@@ -179,24 +189,35 @@ def test_weights_are_staged_in_shared_memory_when_they_fit(
 
 
 @pytest.mark.parametrize("k", [64, 256, 776, 1024, 2048, 3072, 4096, 14336])
-def test_staged_rows_of_a_tensor_core_step_use_distinct_banks(
-    k: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_staged_rows_of_a_tensor_core_step_use_distinct_banks(k: int) -> None:
     """Lane (g, t) of a tensor-core step reads row g at 16-byte unit t: the eight rows must start
     in distinct 16-byte units modulo the eight of a 128-byte bank line."""
-    from mk.backends.cuda.stream import stage_offsets, staged_ld
+    from mk.backends.cuda.stream import STAGE_MAX, stage_offsets, staged_ld
 
     units = 2 * staged_ld(k, mma=True) // 16
     assert 2 * staged_ld(k, mma=True) % 16 == 0
     assert len({g * units % 8 for g in range(8)}) == 8
-    assert stage_offsets([8], k, [k], 0, mma=True) is None  # MK_CUDA_STAGE unset: off
-    monkeypatch.setenv("MK_CUDA_STAGE", "1")
-    offsets = stage_offsets([16, 8], k, [k, k], 4 * 1000, mma=True)
+    offsets = stage_offsets([16, 8], k, [k, k], mma=True)
+    assert (offsets is None) == (2 * 24 * staged_ld(k, mma=True) > STAGE_MAX)
     if offsets is not None:
-        assert offsets[0] % 128 == 0 and offsets[0] >= 4000
-        assert offsets[1] == offsets[0] + 2 * 16 * staged_ld(k, mma=True)
+        assert offsets == [0, 2 * 16 * staged_ld(k, mma=True)]
     # rows not 16-byte aligned in global memory
-    assert stage_offsets([8], k, [k + 4], 0, mma=True) is None
+    assert stage_offsets([8], k, [k + 4], mma=True) is None
+
+
+def test_the_staging_ring_holds_two_tasks_where_it_can() -> None:
+    """The ring takes two of the largest staged task where the arena keeps ARENA_KEEP, one when
+    only that fits, and refuses a task the shared memory cannot hold."""
+    from mk.backends.cuda.dispatch import ARENA_KEEP, DYNAMIC_SMEM, ring_layout
+
+    assert ring_layout(4000, 0) == (4096, 0)
+    at, ring = ring_layout(4000, 64 << 10) or (0, 0)
+    assert at == 4096 and ring == 128 << 10 and at + ring + ARENA_KEEP <= DYNAMIC_SMEM
+    at, ring = ring_layout(16 << 10, 96 << 10) or (0, 0)
+    assert 96 << 10 <= ring < 192 << 10 and at + ring + ARENA_KEEP == DYNAMIC_SMEM
+    at, ring = ring_layout(100 << 10, 100 << 10) or (0, 0)
+    assert ring >= 100 << 10 and at + ring <= DYNAMIC_SMEM
+    assert ring_layout(133 << 10, 128 << 10) is None
 
 
 # --------------------------------------------------------------------------- on the GPU

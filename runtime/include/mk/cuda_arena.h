@@ -17,8 +17,9 @@ constexpr int kCudaThreads = 256;  // every CTA of the megakernel
 namespace mk {
 namespace gpu {
 
-// The dynamic shared memory of a CTA: the streamed bodies' staging area at the front, the
-// arena's fast part behind it (Dispatch::kArenaOffset).
+// The dynamic shared memory of a CTA: the streamed bodies' activation chunk or attention slots
+// at the front, then the ring that weights are staged in (Dispatch::kRingOffset), then the
+// arena's fast part (Dispatch::kArenaOffset).
 extern __shared__ __align__(16) unsigned char mk_dynamic_smem[];
 
 struct ArenaMark {
@@ -40,8 +41,9 @@ struct Arena {
   uint64_t* marks;  // this task's op-mark timestamps (MK_OP_MARKS builds with a timeline), or null
   int32_t mark_cap;
   int32_t mark_n;
-  uint64_t* stage_bar;    // the CTA's barrier for weights staged in shared memory (cuda_stage.cuh)
-  uint32_t stage_parity;  // the phase the current task's staged weights complete
+  uint8_t* stage_base;    // where the task's weights are staged in shared memory (cuda_stage.cuh)
+  uint64_t* stage_bar;    // the barrier they complete on
+  uint32_t stage_parity;  // the phase of stage_bar that means they landed
   __device__ void* alloc(uint64_t bytes) {
     const uint64_t near = (fast_top + 15) & ~uint64_t{15};
     if (near + bytes <= fast_cap) {

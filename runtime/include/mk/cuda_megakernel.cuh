@@ -206,54 +206,87 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
   __shared__ void* slots[3][Dispatch::kSlots];
   // The buffer table, so resolving a task's buffers costs no round trip to L2.
   __shared__ void* table_rows[kTableShared && Dispatch::kBuffers > 0 ? Dispatch::kBuffers : 1];
-  __shared__ uint64_t stage_bar;
-  __shared__ uint32_t stage_parity;
+  // Weights staged ahead (cuda_stage.cuh): a barrier and a place in the ring per task set.
+  __shared__ uint64_t stage_bars[3];
+  __shared__ gpu::StagePlace staged[3];
+  __shared__ uint32_t stage_phases[3];  // barrier phases begun per set (thread 0 or 32 issues)
   const int32_t sm = blockIdx.x;
+  uint8_t* const ring = gpu::mk_dynamic_smem + Dispatch::kRingOffset;
   gpu::Arena arena{p.scratch + static_cast<uint64_t>(sm) * p.scratch_per_sm, 0, p.scratch_per_sm,
                    gpu::mk_dynamic_smem + Dispatch::kArenaOffset, 0, Dispatch::kArenaBytes,
-                   nullptr, p.marks, 0, &stage_bar, 0};
+                   nullptr, p.marks, 0, ring, &stage_bars[0], 0};
   void* const* table = p.buffers;
   if constexpr (kTableShared) {
     for (int i = threadIdx.x; i < Dispatch::kBuffers; i += kCudaThreads) table_rows[i] = p.buffers[i];
     table = table_rows;
   }
-  if (threadIdx.x == 0) gpu::stage_barrier_init(&stage_bar);
+  // One thread: task set `set`'s weights into the ring at the place chosen for them.
+  auto stage_set = [&](uint32_t set, const TaskDesc* task, int32_t t_task) {
+    gpu::Arena at = arena;
+    at.stage_base = ring + staged[set].at;
+    at.stage_bar = &stage_bars[set];
+    Dispatch::stage(task->kind, task, slots[set], at, t_task);
+    staged[set].parity = stage_phases[set]++ & 1;
+  };
+  const int32_t begin = p.queue_offsets[sm], end = p.queue_offsets[sm + 1];
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 3; ++i) {
+      gpu::stage_barrier_init(&stage_bars[i]);
+      staged[i] = gpu::StagePlace{0, 0, 0, 0};
+      stage_phases[i] = 0;
+    }
+    if (begin < end && p.iterations > 0) {  // the launch's first task: nobody loaded it ahead
+      // From the global table: the other threads are still filling the shared one.
+      load_entry<Dispatch>(p, begin, entry[0], slots[0], p.buffers);
+      const TaskDesc* first = &entry[0].near.desc;
+      if constexpr (!Dispatch::kPrefetchAtWait) Dispatch::prefetch(first->kind, first, slots[0], arena, 0);
+      staged[0].bytes = Dispatch::stage_bytes(first->kind);
+      if (staged[0].bytes) stage_set(0, first, 0);
+    }
+  }
   __syncthreads();
-  uint32_t stages = 0;  // thread 0: barrier phases begun
-  uint32_t n = 0;       // tasks begun; entry/slots[n % 3] hold task n's
+  uint32_t n = 0;       // tasks begun; entry/slots/staged[n % 3] hold task n's
   SeenCounters known;   // thread 0's
   const uint64_t slot_width = 2 + static_cast<uint64_t>(p.marks);
-  const int32_t begin = p.queue_offsets[sm], end = p.queue_offsets[sm + 1];
   // The queue position after q (wrapping into the next iteration), or -1 past the last.
   auto after_q = [&](int32_t q, int32_t t) { return q + 1 < end ? q + 1 : t + 1 < p.iterations ? begin : -1; };
   for (int32_t t = 0; t < p.iterations; ++t) {
     for (int32_t q = begin; q < end; ++q) {
       const uint32_t cur = n++ % 3, after = (cur + 1) % 3;
       if (threadIdx.x == 0) {
-        if (n == 1) {  // the launch's first task: nobody loaded it ahead
-          load_entry<Dispatch>(p, q, entry[0], slots[0], table);
-          if constexpr (!Dispatch::kPrefetchAtWait) {
-            Dispatch::prefetch(entry[0].near.desc.kind, &entry[0].near.desc, slots[0], arena, t);
-          }
-        }
         const TaskDesc* task = &entry[cur].near.desc;
-        // This task's weights into shared memory while it waits (the kinds that stage them).
-        if (Dispatch::stage(task->kind, task, slots[cur], arena, t)) stage_parity = stages++ & 1;
+        // Weights that found no room ahead: into the front of the ring, free now.
+        if (staged[cur].deferred) {
+          stage_set(cur, task, t);
+          staged[cur].deferred = 0;
+        }
         // With kPrefetchAtWait the L2 prefetch of this task's weights is issued only once a
         // wait finds its producers unfinished: a ready task starts without paying for it.
         go = wait_task(p, entry[cur].near, entry[cur].id, sm, t, known, [&] {
           if constexpr (Dispatch::kPrefetchAtWait) Dispatch::prefetch(task->kind, task, slots[cur], arena, t);
         });
       } else if (threadIdx.x == 32) {
-        // The next task: its entry and buffers (and, prefetching ahead, its weights into L2, so
-        // HBM streams them while this task waits and runs); and the entry after it into L1.
+        // The next task: its entry and buffers, its weights into the ring behind this task's
+        // (and, prefetching ahead, into L2), so HBM streams them while this task waits and
+        // runs; and the entry after it into L1.
         const int32_t next = after_q(q, t);
         if (next >= 0) {
           const int32_t t_next = next > q ? t : t + 1;
           load_entry<Dispatch>(p, next, entry[after], slots[after], table);
+          const TaskDesc& ahead = entry[after].near.desc;
           if constexpr (!Dispatch::kPrefetchAtWait) {
-            const TaskDesc& ahead = entry[after].near.desc;
             Dispatch::prefetch(ahead.kind, &ahead, slots[after], arena, t_next);
+          }
+          const uint32_t bytes = Dispatch::stage_bytes(ahead.kind);
+          staged[after] = gpu::StagePlace{0, bytes, 0, 0};
+          if (bytes) {
+            const int32_t at = gpu::ring_place(staged[cur].at, staged[cur].bytes, bytes, Dispatch::kRingBytes);
+            if (at < 0) {
+              staged[after].deferred = 1;
+            } else {
+              staged[after].at = static_cast<uint32_t>(at);
+              stage_set(after, &ahead, t_next);
+            }
           }
           const int32_t later = after_q(next, t_next);
           if (later >= 0) prefetch_entry<Dispatch>(p, later);
@@ -263,7 +296,9 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
       if (!go) return;
       const TaskDesc* task = &entry[cur].near.desc;
       const int32_t id = entry[cur].id;
-      arena.stage_parity = stage_parity;
+      arena.stage_base = ring + staged[cur].at;
+      arena.stage_bar = &stage_bars[cur];
+      arena.stage_parity = staged[cur].parity;
       const uint64_t started = p.timeline && threadIdx.x == 0 ? globaltimer() : 0;
       arena.reset(gpu::ArenaMark{0, 0});
       uint64_t* slot =

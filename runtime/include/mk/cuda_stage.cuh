@@ -1,9 +1,10 @@
-// A task's weights copied into shared memory before it waits for its inputs: thread 0 issues
-// bulk copies (cp.async.bulk, one per weight when its rows are one contiguous slab, else one per
-// row) that complete on the CTA's stage barrier while the producers finish, so once the inputs
-// are ready the products read shared memory instead of waiting on HBM. Rows land `ld` elements
-// apart; for tensor cores the emitter pads `ld` so that the eight rows one step reads fall in
-// different banks.
+// A task's weights copied into shared memory ahead of its turn: while the task before it waits
+// and runs, the dispatcher's loader thread issues bulk copies (cp.async.bulk, one per weight
+// when its rows are one contiguous slab, else one per row) into the CTA's staging ring. They
+// complete on a barrier of their own, so HBM streams the next task's weights through the gaps
+// between tasks, and once the inputs are ready the products read shared memory. Rows land `ld`
+// elements apart; for tensor cores the emitter pads `ld` so that the eight rows one step reads
+// fall in different banks.
 #pragma once
 
 #include <stdint.h>
@@ -16,7 +17,7 @@ namespace gpu {
 // What a task body does when the dispatcher calls it before the task's turn.
 constexpr int32_t kAheadNone = 0;   // run the task
 constexpr int32_t kAheadL2 = 1;     // ask the L2 for its weights (the next task of the queue)
-constexpr int32_t kAheadStage = 2;  // copy its weights into shared memory (the current task)
+constexpr int32_t kAheadStage = 2;  // copy its weights into shared memory (at arena.stage_base)
 
 // How long a body waits for its staged weights before it fails the task (a copy that never
 // lands is a bug, and must not hang the launch).
@@ -26,14 +27,15 @@ __device__ inline uint32_t smem_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// Thread 0, once per launch.
+// Thread 0, once per launch, for each barrier.
 __device__ inline void stage_barrier_init(uint64_t* bar) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_address(bar)) : "memory");
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 
-// Thread 0: the bytes this task's copies will bring. The fence orders the previous task's
-// ordinary accesses to the staging area before the copies overwrite it.
+// The issuing thread: the bytes this task's copies will bring. The fence orders the earlier
+// tasks' ordinary accesses to the ring (published by the dispatcher's __syncthreads()) before the
+// copies overwrite it.
 __device__ inline void stage_expect(const Arena& a, uint32_t bytes) {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
@@ -41,13 +43,13 @@ __device__ inline void stage_expect(const Arena& a, uint32_t bytes) {
                : "memory");
 }
 
-// Thread 0: `rows` rows of `cols` 16-bit elements, `ld` apart in global memory, to the staging
-// area at byte `offset`, `dst_ld` elements apart. Addresses the bulk copy cannot take (not
-// 16-byte aligned) are copied here element by element; the dispatcher's __syncthreads() after
-// the wait publishes them, and the barrier is told their bytes arrived.
+// The issuing thread: `rows` rows of `cols` 16-bit elements, `ld` apart in global memory, to
+// byte `offset` of the task's place in the ring, `dst_ld` elements apart. Addresses the bulk copy
+// cannot take (not 16-byte aligned) are copied here element by element; the dispatcher's
+// __syncthreads() before the task's turn publishes them, and the barrier is told they arrived.
 __device__ inline void stage_rows(const Arena& a, uint32_t offset, const uint16_t* src, int rows,
                                   int64_t ld, int64_t cols, int64_t dst_ld) {
-  uint16_t* dst = reinterpret_cast<uint16_t*>(mk_dynamic_smem + offset);
+  uint16_t* dst = reinterpret_cast<uint16_t*>(a.stage_base + offset);
   const uint32_t bar = smem_address(a.stage_bar);
   const uint32_t bytes = static_cast<uint32_t>(2 * cols);
   const bool bulk = (reinterpret_cast<uintptr_t>(src) & 15) == 0 && ld % 8 == 0 && cols % 8 == 0;
@@ -71,6 +73,26 @@ __device__ inline void stage_rows(const Arena& a, uint32_t offset, const uint16_
     }
   }
 }
+
+// Where a task staged ahead lands in the ring of `ring` bytes while the task before it, at
+// [before_at, before_at + before_bytes), still runs: right behind it, else at the front when
+// that task sits far enough in; -1 when neither has room (the task is then staged at its own
+// turn, at the front, once the ring is free).
+__device__ inline int32_t ring_place(uint32_t before_at, uint32_t before_bytes, uint32_t bytes,
+                                     uint32_t ring) {
+  const uint32_t behind = (before_at + before_bytes + 127u) & ~127u;
+  if (behind + bytes <= ring) return static_cast<int32_t>(behind);
+  if (bytes <= before_at) return 0;
+  return -1;
+}
+
+// What the dispatcher knows of the weights staged for one of its three task sets.
+struct StagePlace {
+  uint32_t at;        // byte offset in the ring
+  uint32_t bytes;     // 0: the task stages nothing
+  uint32_t parity;    // the barrier phase that means they landed
+  uint32_t deferred;  // no room ahead: thread 0 stages them at the task's turn
+};
 
 // Every thread: waits until the staged weights of the current task have landed; false after
 // kStageTimeoutNs.

@@ -556,8 +556,8 @@ __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride,
 // All threads of the CTA: out[m][row] += Σ_k xside[m][k] · w[row][k] for every weight row of
 // the task, and sum_sq[m] += Σ_k x[m][k]². With Mma (batches of 2..16 rows) the products run on
 // tensor cores, the activation rounded to the weights' 16-bit type. With Staged the weights
-// point into the staging area (cuda_stage.cuh), where they land while the first chunk of the
-// activation is staged. G > 1 gives each warp blocks of G 8-row groups on tensor cores (the
+// point into the staging ring (cuda_stage.cuh), copied there ahead of the task's turn; the
+// products wait for them once the first chunk of the activation is staged. G > 1 gives each warp blocks of G 8-row groups on tensor cores (the
 // activation fragments of a step serve them all). Each thread stages up to XB groups of eight
 // activation columns at once (the emitter sizes it to the chunk: unrolled code the task does not
 // need costs instruction fetches). Ends with __syncthreads(); false if staged weights never
