@@ -111,6 +111,8 @@ def _defines(profile: bool) -> str:
     lines = ["#define MK_OP_MARKS 1"] if profile else []
     if weights_evict_first():
         lines.append("#define MK_STREAM_EVICT_FIRST 1")
+    if switches.flag("MK_CUDA_MMA_PIPE"):
+        lines.append("#define MK_MMA_PIPE 1")
     return "".join(line + "\n" for line in lines)
 
 
@@ -309,7 +311,8 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             self.prefetch = fetch
         call = (
             f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}, "
-            f"{plan.steps_in_flight(k)}, {plan.loads_per_thread(k)}, {_bool(mma)}"
+            f"{plan.mma_steps() if mma else plan.steps_in_flight(k)}, "
+            f"{plan.loads_per_thread(k)}, {_bool(mma)}"
         )
         groups = plan.mma_groups() if mma else 1
         # The template's trailing arguments (Staged, G, Early), defaults left off.

@@ -100,6 +100,11 @@ class StreamPlan:
         least = 1 if os.environ.get("MK_CUDA_MMA_ONE_ROW", "0") == "1" else 2
         return least <= self.rows <= MAX_ROWS and k % 32 == 0 and self.chunk(k) % 32 == 0
 
+    def mma_steps(self) -> int:
+        """32-column steps whose loads a lane of a tensor-core warp issues before its first mma
+        (mk::gpu::mma_chunk's U): loads_in_flight(rows) 16-byte loads over the G groups."""
+        return max(1, loads_in_flight(self.rows) // self.mma_groups())
+
     def mma_groups(self) -> int:
         """8-row groups a warp takes at once on tensor cores (mk::gpu::mma_chunk's G): 4 for a
         single activation row when the task has at least 4 groups, so that one step's

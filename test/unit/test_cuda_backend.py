@@ -132,6 +132,7 @@ SWITCHES = [
     {"MK_CUDA_EARLY": "1"},
     {"MK_CUDA_WEIGHT_L2": "evict_first"},
     {"MK_CUDA_STAGE": "1"},
+    {"MK_CUDA_MMA_PIPE": "1"},
 ]
 
 
@@ -210,9 +211,11 @@ def test_torch_cuda_tensors_run_in_place(cache: Path) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.usefixtures("switch")
-def test_switches_on_the_gpu(cache: Path) -> None:
-    """The build switches change no result."""
-    path = ROOT / "examples" / "decoder_block.mlir"
+@pytest.mark.parametrize("example", ["decoder_block", "gated_mlp"])
+def test_switches_on_the_gpu(cache: Path, example: str) -> None:
+    """The build switches change no result: at batch 1 (CUDA cores) and at batch 4 (tensor
+    cores)."""
+    path = ROOT / "examples" / f"{example}.mlir"
     prog = mk.compile(path, target="cuda", num_sms=16, cache_dir=cache)
     inputs = random_inputs(prog.func, seed=5)
     _assert_close(prog(*inputs), mk.reference(path, *inputs))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import mk
 from mk import compiler
 from mk.backends.cuda import build as cuda_build
 from mk.backends.cuda.emit import PREFETCH_MAX
-from mk.backends.cuda.stream import plan_stream
+from mk.backends.cuda.stream import loads_in_flight, plan_stream
 from mk.dialects import make_context
 from mk.dialects.mugraph import GraphDefOp
 from mk.inputs import random_inputs
@@ -298,6 +299,7 @@ def test_tensor_cores_for_batches_of_two_to_sixteen(rows: int, k: int, cores: bo
     plans = [p for p in map(plan_stream, kernels.values()) if p is not None]
     assert len(plans) == 1 and plans[0].tensor_cores(k) is cores
     assert plans[0].mma_groups() == 1  # blocks of groups only for one row
+    assert plans[0].mma_steps() == loads_in_flight(rows)  # U steps of one group in flight
 
 
 @pytest.mark.usefixtures("no_nvcc")
@@ -321,6 +323,40 @@ def test_one_row_on_tensor_cores_is_opt_in(
     )
     assert calls and all(c[0] == "true" for c in calls)
     assert all(int(c[2] or 1) == groups for c in calls)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("pipe", ["0", "1"])
+def test_tensor_core_products_build_with_and_without_the_pipeline(
+    tmp_path: Path, pipe: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch-8 linear on tensor cores compiles to PTX with U steps of loads in flight, both as
+    one batch and with MK_CUDA_MMA_PIPE=1's two alternating halves; four accumulators per group
+    keep the mma from being one dependent chain."""
+    import subprocess
+
+    from mk.backends.cpu.build import include_dir
+    from mk.backends.cuda.build import NVCC_FLAGS
+
+    monkeypatch.setenv("MK_CUDA_MMA_PIPE", pipe)
+    source, ptx = tmp_path / "mk.cu", tmp_path / "mk.ptx"
+    text = _cuda_source(_linear(8, 256, 1024, norm=True), tmp_path)
+    assert ("#define MK_MMA_PIPE 1" in text) == (pipe == "1")
+    assert re.search(rf"stream_linear<8, \d+, {loads_in_flight(8)}, \d+, true>", text)
+    source.write_text(text)
+    flags = [f for f in NVCC_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
+    subprocess.run(
+        [str(NVCC), *flags, f"-I{include_dir()}", "-ptx", str(source), "-o", str(ptx)],
+        check=True,
+    )
+    # (first output, first accumulator input) of each mma, in program order
+    mma = re.findall(
+        r"mma\.sync\.aligned\.m16n8k16\S* \{(%f\d+),[^;]*\{(%f\d+), %f\d+, %f\d+, %f\d+\};",
+        ptx.read_text(),
+    )
+    assert len(mma) >= 2 * loads_in_flight(8)  # every step of a batch unrolled
+    chained = sum(c == d for (d, _), (_, c) in itertools.pairwise(mma))
+    assert chained <= len(mma) // 10, (chained, len(mma))  # no mma waits for the one before
 
 
 def test_prefetch_spans_fit_the_budget_and_lead_every_warp() -> None:

@@ -460,6 +460,50 @@ __device__ inline uint4 act8(const uint16_t* xs, int stride, int m, int k) {
   return *reinterpret_cast<const uint4*>(xs + m * stride + k);
 }
 
+#if defined(MK_MMA_PIPE)
+constexpr bool kMmaPipe = true;
+#else
+constexpr bool kMmaPipe = false;
+#endif
+
+// One lane's weight vectors of N 32-column steps from column k of each of its G rows (zeros
+// past k1 or for a missing row: no load).
+template <int N, int G, bool Shared>
+__device__ inline void mma_load(uint4 (&w)[N][G], const uint16_t* const (&wp)[G], int k, int k1,
+                                int t) {
+#pragma unroll
+  for (int u = 0; u < N; ++u) {
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+      const bool in = wp[i] && k + 32 * u < k1;
+      w[u][i] = in ? load_weight8<true, Shared>(wp[i] + k + 32 * u + 8 * t) : make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+// Independent accumulators per group on tensor cores: consecutive mma of a group go to
+// different ones, so a warp's mma are not one chain of dependent instructions (ncu on the gated
+// MLP at batch 8 with a single accumulator: "wait" and short-scoreboard stalls led, DRAM 42 %).
+constexpr int kMmaAccumulators = 4;
+
+// The mma of N 32-column steps from column k (none past k1) on weight vectors w.
+template <int M, int N, int G, bool BF16>
+__device__ inline void mma_steps(float (&d)[kMmaAccumulators][G][4], const uint4 (&w)[N][G],
+                                 const uint16_t* xs, int stride, int g, int t, int k, int k1) {
+#pragma unroll
+  for (int u = 0; u < N; ++u) {
+    if (k + 32 * u >= k1) break;  // the same for the whole warp
+    const int kk = k + 32 * u + 8 * t;
+    const uint4 lo = act8<M>(xs, stride, g, kk), hi = act8<M>(xs, stride, g + 8, kk);
+    constexpr int A = kMmaAccumulators;
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+      mma16816<BF16>(d[(2 * u) % A][i], lo.x, hi.x, lo.y, hi.y, w[u][i].x, w[u][i].y);
+      mma16816<BF16>(d[(2 * u + 1) % A][i], lo.z, hi.z, lo.w, hi.w, w[u][i].z, w[u][i].w);
+    }
+  }
+}
+
 // One warp on tensor cores: weight rows [r0, r0 + 8G) (G groups of 8) times the staged
 // activation rows (M <= 16, the A operand padded to 16 with zeros) over columns [k0, k1) of the
 // chunk, multiples of 32. Lane (g, t) = (lane / 4, lane % 4) streams weight row r0 + 8i + g of
@@ -467,7 +511,9 @@ __device__ inline uint4 act8(const uint16_t* xs, int stride, int m, int k) {
 // permuted alike for A and B (a sum does not mind), so both operands are plain 16-byte vectors:
 // for mma j, B is the lane's weight pairs 2j and 2j + 1 and A the packed activation pairs 2j
 // and 2j + 1 of the same eight columns (rows g and g + 8). The A fragments of a step serve all
-// G groups. U steps' loads of all groups are in flight before the first mma.
+// G groups. U steps' loads of all groups are in flight before the first mma; with MK_MMA_PIPE
+// (MK_CUDA_MMA_PIPE=1) two halves of U/2 steps alternate, one half's loads in flight while the
+// other's mma run.
 template <int M, int U, int G, bool BF16, bool Shared>
 __device__ void mma_rows(const StreamLinear& s, const uint16_t* xs, int stride, int64_t c, int r0,
                          int rows, int k0, int k1) {
@@ -480,32 +526,35 @@ __device__ void mma_rows(const StreamLinear& s, const uint16_t* xs, int stride, 
     const int row = r0 + 8 * i + g;
     wp[i] = row < rows ? weight_row(s, row, c, &unused, &unused_rows) : nullptr;
   }
-  float d[G][4];
+  float d[kMmaAccumulators][G][4];
 #pragma unroll
-  for (int i = 0; i < G; ++i) d[i][0] = d[i][1] = d[i][2] = d[i][3] = 0.0f;
-  for (int k = k0; k < k1; k += 32 * U) {
-    uint4 w[U][G];
+  for (int a = 0; a < kMmaAccumulators; ++a)
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-#pragma unroll
-      for (int i = 0; i < G; ++i) {
-        const bool in = wp[i] && k + 32 * u < k1;
-        w[u][i] = in ? load_weight8<true, Shared>(wp[i] + k + 32 * u + 8 * t) : make_uint4(0, 0, 0, 0);
-      }
+    for (int i = 0; i < G; ++i) d[a][i][0] = d[a][i][1] = d[a][i][2] = d[a][i][3] = 0.0f;
+  if constexpr (kMmaPipe && U > 1) {
+    constexpr int H = U / 2;
+    uint4 wa[H][G], wb[H][G];
+    mma_load<H, G, Shared>(wa, wp, k0, k1, t);
+    for (int k = k0; k < k1; k += 64 * H) {
+      mma_load<H, G, Shared>(wb, wp, k + 32 * H, k1, t);
+      mma_steps<M, H, G, BF16>(d, wa, xs, stride, g, t, k, k1);
+      mma_load<H, G, Shared>(wa, wp, k + 64 * H, k1, t);
+      mma_steps<M, H, G, BF16>(d, wb, xs, stride, g, t, k + 32 * H, k1);
     }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (k + 32 * u >= k1) break;  // the same for the whole warp
-      const int kk = k + 32 * u + 8 * t;
-      const uint4 lo = act8<M>(xs, stride, g, kk), hi = act8<M>(xs, stride, g + 8, kk);
-#pragma unroll
-      for (int i = 0; i < G; ++i) {
-        mma16816<BF16>(d[i], lo.x, hi.x, lo.y, hi.y, w[u][i].x, w[u][i].y);
-        mma16816<BF16>(d[i], lo.z, hi.z, lo.w, hi.w, w[u][i].z, w[u][i].w);
-      }
+  } else {
+    for (int k = k0; k < k1; k += 32 * U) {
+      uint4 w[U][G];
+      mma_load<U, G, Shared>(w, wp, k, k1, t);
+      mma_steps<M, U, G, BF16>(d, w, xs, stride, g, t, k, k1);
     }
   }
-  // d[i][2h + e]: activation row g + 8h, weight row r0 + 8i + 2t + e. Other warps may add to
+#pragma unroll
+  for (int a = 1; a < kMmaAccumulators; ++a)
+#pragma unroll
+    for (int i = 0; i < G; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) d[0][i][e] += d[a][i][e];
+  // d[0][i][2h + e]: activation row g + 8h, weight row r0 + 8i + 2t + e. Other warps may add to
   // the same sums (their own columns), hence the atomics.
 #pragma unroll
   for (int i = 0; i < G; ++i) {
@@ -516,7 +565,7 @@ __device__ void mma_rows(const StreamLinear& s, const uint16_t* xs, int stride, 
         const int m = g + 8 * h, row = r0 + 8 * i + 2 * t + e;
         float* out;
         int32_t n;
-        if (m < M && row < rows && weight_row(s, row, c, &out, &n)) atomicAdd(out + m * n, d[i][2 * h + e]);
+        if (m < M && row < rows && weight_row(s, row, c, &out, &n)) atomicAdd(out + m * n, d[0][i][2 * h + e]);
       }
     }
   }
@@ -533,8 +582,8 @@ __device__ inline int gcd_int(int a, int b) {
 
 // All warps on tensor cores over one staged chunk: (block of G 8-row groups, column slice)
 // units, as many slices as make the units a multiple of the warp count so every warp gets the
-// same share; 16 / G steps' loads of the block in flight per lane.
-template <int M, bool Shared, int G>
+// same share; U steps' loads of the block in flight per lane.
+template <int M, bool Shared, int G, int U>
 __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride, int kc, int64_t c,
                           int rows) {
   const int warps = static_cast<int>(blockDim.x >> 5), warp = static_cast<int>(threadIdx.x >> 5);
@@ -546,9 +595,9 @@ __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride,
     const int rb = unit % blocks, sl = unit / blocks;
     const int k0 = steps * sl / slices * 32, k1 = steps * (sl + 1) / slices * 32;
     if (bf16) {
-      mma_rows<M, 16 / G, G, true, Shared>(s, xs, stride, c, rb * 8 * G, rows, k0, k1);
+      mma_rows<M, U, G, true, Shared>(s, xs, stride, c, rb * 8 * G, rows, k0, k1);
     } else {
-      mma_rows<M, 16 / G, G, false, Shared>(s, xs, stride, c, rb * 8 * G, rows, k0, k1);
+      mma_rows<M, U, G, false, Shared>(s, xs, stride, c, rb * 8 * G, rows, k0, k1);
     }
   }
 }
@@ -557,7 +606,9 @@ __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride,
 // the task, and sum_sq[m] += Σ_k x[m][k]². With Mma (batches of 2..16 rows) the products run on
 // tensor cores, the activation rounded to the weights' 16-bit type. With Staged the weights
 // point into the staging ring (cuda_stage.cuh), copied there ahead of the task's turn; the
-// products wait for them once the first chunk of the activation is staged. G > 1 gives each warp blocks of G 8-row groups on tensor cores (the
+// products wait for them once the first chunk of the activation is staged. A lane keeps the
+// loads of S steps in flight: 256-column steps of RG rows on CUDA cores, 32-column steps of a
+// block on tensor cores. G > 1 gives each warp blocks of G 8-row groups on tensor cores (the
 // activation fragments of a step serve them all). Each thread stages up to XB groups of eight
 // activation columns at once (the emitter sizes it to the chunk: unrolled code the task does not
 // need costs instruction fetches). Ends with __syncthreads(); false if staged weights never
@@ -603,7 +654,7 @@ __device__ bool stream_linear(const StreamLinear& s) {
       MK_MARK(*s.arena);
     }
     if (pack.on) {
-      mma_chunk<M, Staged, G>(s, reinterpret_cast<const uint16_t*>(xs), s.kc, kc, c, rows);
+      mma_chunk<M, Staged, G, S>(s, reinterpret_cast<const uint16_t*>(xs), s.kc, kc, c, rows);
     } else if (vec && !Mma) {
       stream_rows<M, RG, S, true, Staged>(s, xs, s.kc, kc, c, begin, end);
     } else {
