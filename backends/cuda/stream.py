@@ -28,6 +28,7 @@ SMEM_BYTES = 160 << 10  # mk::gpu::kStreamSmemBytes: most the activation chunk t
 # With weights staged ahead, the chunk's room, so that the ring they land in is large, and the
 # most one task stages.
 STAGE_X_BYTES = 32 << 10
+MMA_LOADS = 16  # 16-byte weight loads a lane of a tensor-core warp keeps in flight
 STAGE_MAX = 128 << 10
 # What a body returns (the run status's detail is one less) when its staged weights never landed.
 STAGE_LOST = 0x7FFFFFFE
@@ -102,8 +103,11 @@ class StreamPlan:
 
     def mma_steps(self) -> int:
         """32-column steps whose loads a lane of a tensor-core warp issues before its first mma
-        (mk::gpu::mma_chunk's U): loads_in_flight(rows) 16-byte loads over the G groups."""
-        return max(1, loads_in_flight(self.rows) // self.mma_groups())
+        (mk::gpu::mma_chunk's U): MMA_LOADS 16-byte loads (MK_CUDA_LOADS sets them) over the G
+        groups. More made the gated MLP at batch 8 slower on the H200 (24: 0.160, 32: 0.164
+        against 0.157 ms), and with four accumulators a batch-1 task at 24 spills."""
+        loads = switches.count("MK_CUDA_LOADS", MMA_LOADS, 1, 64, "loads")
+        return max(1, loads // self.mma_groups())
 
     def mma_groups(self) -> int:
         """8-row groups a warp takes at once on tensor cores (mk::gpu::mma_chunk's G): 4 for a

@@ -13,7 +13,7 @@ import mk
 from mk import compiler
 from mk.backends.cuda import build as cuda_build
 from mk.backends.cuda.emit import PREFETCH_MAX
-from mk.backends.cuda.stream import loads_in_flight, plan_stream
+from mk.backends.cuda.stream import MMA_LOADS, plan_stream
 from mk.dialects import make_context
 from mk.dialects.mugraph import GraphDefOp
 from mk.inputs import random_inputs
@@ -299,7 +299,7 @@ def test_tensor_cores_for_batches_of_two_to_sixteen(rows: int, k: int, cores: bo
     plans = [p for p in map(plan_stream, kernels.values()) if p is not None]
     assert len(plans) == 1 and plans[0].tensor_cores(k) is cores
     assert plans[0].mma_groups() == 1  # blocks of groups only for one row
-    assert plans[0].mma_steps() == loads_in_flight(rows)  # U steps of one group in flight
+    assert plans[0].mma_steps() == MMA_LOADS  # U steps of one group in flight
 
 
 @pytest.mark.usefixtures("no_nvcc")
@@ -342,7 +342,7 @@ def test_tensor_core_products_build_with_and_without_the_pipeline(
     source, ptx = tmp_path / "mk.cu", tmp_path / "mk.ptx"
     text = _cuda_source(_linear(8, 256, 1024, norm=True), tmp_path)
     assert ("#define MK_MMA_PIPE 1" in text) == (pipe == "1")
-    assert re.search(rf"stream_linear<8, \d+, {loads_in_flight(8)}, \d+, true>", text)
+    assert re.search(rf"stream_linear<8, \d+, {MMA_LOADS}, \d+, true>", text)
     source.write_text(text)
     flags = [f for f in NVCC_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
     subprocess.run(
@@ -354,7 +354,7 @@ def test_tensor_core_products_build_with_and_without_the_pipeline(
         r"mma\.sync\.aligned\.m16n8k16\S* \{(%f\d+),[^;]*\{(%f\d+), %f\d+, %f\d+, %f\d+\};",
         ptx.read_text(),
     )
-    assert len(mma) >= 2 * loads_in_flight(8)  # every step of a batch unrolled
+    assert len(mma) >= 2 * MMA_LOADS  # every step of a batch unrolled
     chained = sum(c == d for (d, _), (_, c) in itertools.pairwise(mma))
     assert chained <= len(mma) // 10, (chained, len(mma))  # no mma waits for the one before
 

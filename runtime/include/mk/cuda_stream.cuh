@@ -484,18 +484,21 @@ __device__ inline void mma_load(uint4 (&w)[N][G], const uint16_t* const (&wp)[G]
 // Independent accumulators per group on tensor cores: consecutive mma of a group go to
 // different ones, so a warp's mma are not one chain of dependent instructions (ncu on the gated
 // MLP at batch 8 with a single accumulator: "wait" and short-scoreboard stalls led, DRAM 42 %).
-constexpr int kMmaAccumulators = 4;
+// Four chains in all: G groups are G chains already.
+constexpr int kMmaChains = 4;
+template <int G>
+constexpr int kMmaAccumulators = G >= kMmaChains ? 1 : kMmaChains / G;
 
 // The mma of N 32-column steps from column k (none past k1) on weight vectors w.
 template <int M, int N, int G, bool BF16>
-__device__ inline void mma_steps(float (&d)[kMmaAccumulators][G][4], const uint4 (&w)[N][G],
+__device__ inline void mma_steps(float (&d)[kMmaAccumulators<G>][G][4], const uint4 (&w)[N][G],
                                  const uint16_t* xs, int stride, int g, int t, int k, int k1) {
 #pragma unroll
   for (int u = 0; u < N; ++u) {
     if (k + 32 * u >= k1) break;  // the same for the whole warp
     const int kk = k + 32 * u + 8 * t;
     const uint4 lo = act8<M>(xs, stride, g, kk), hi = act8<M>(xs, stride, g + 8, kk);
-    constexpr int A = kMmaAccumulators;
+    constexpr int A = kMmaAccumulators<G>;
 #pragma unroll
     for (int i = 0; i < G; ++i) {
       mma16816<BF16>(d[(2 * u) % A][i], lo.x, hi.x, lo.y, hi.y, w[u][i].x, w[u][i].y);
@@ -526,9 +529,10 @@ __device__ void mma_rows(const StreamLinear& s, const uint16_t* xs, int stride, 
     const int row = r0 + 8 * i + g;
     wp[i] = row < rows ? weight_row(s, row, c, &unused, &unused_rows) : nullptr;
   }
-  float d[kMmaAccumulators][G][4];
+  constexpr int A = kMmaAccumulators<G>;
+  float d[A][G][4];
 #pragma unroll
-  for (int a = 0; a < kMmaAccumulators; ++a)
+  for (int a = 0; a < A; ++a)
 #pragma unroll
     for (int i = 0; i < G; ++i) d[a][i][0] = d[a][i][1] = d[a][i][2] = d[a][i][3] = 0.0f;
   if constexpr (kMmaPipe && U > 1) {
@@ -549,7 +553,7 @@ __device__ void mma_rows(const StreamLinear& s, const uint16_t* xs, int stride, 
     }
   }
 #pragma unroll
-  for (int a = 1; a < kMmaAccumulators; ++a)
+  for (int a = 1; a < A; ++a)
 #pragma unroll
     for (int i = 0; i < G; ++i)
 #pragma unroll
