@@ -160,4 +160,5 @@ def tables_from_graph(graph: GraphOp) -> Tables:
         buffers=[_buffer_row(op) for op in buffer_ops(graph)],
         iterations=int_value(graph.iterations),
         arena_bytes=int_value(graph.arena),
+        tails=index.tail_counters(),
     )

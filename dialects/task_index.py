@@ -136,6 +136,65 @@ class GraphIndex:
         """Global ids of the tasks that wait on one event element (at any distance)."""
         return self._tasks_hitting(self.consumers.get(event, []), element)
 
+    def tail_counters(self) -> dict[int, tuple[int, int]]:
+        """Counter -> (tail task, signals per element per iteration) over every tail grid: the
+        SM whose signal completes that element in an iteration runs the task next."""
+        out: dict[int, tuple[int, int]] = {}
+        for grid in self.grids:
+            edge = tail_edge(grid)
+            if edge is None:
+                continue
+            counters = _edge_counters(self, grid, edge)
+            count = self.events[edge.event_name].count_value
+            base = self.base_of(grid)
+            out.update((int(c), (base + i, count)) for i, c in enumerate(counters))
+        return out
+
+    def tail_tasks(self) -> set[int]:
+        """Global ids of the tasks of tail grids (run by their event's last signal, unqueued)."""
+        return {task for task, _ in self.tail_counters().values()}
+
+
+TAIL_ATTR = "mk.tail"
+
+
+def tail_edge(grid: GridOp) -> EdgeAttr | None:
+    """The same-iteration wait of a tail grid (`mk.tail = "event"`) whose element's last signal
+    runs each task, or None for a queued grid."""
+    attr = grid.attributes.get(TAIL_ATTR)
+    if attr is None:
+        return None
+    name = getattr(attr, "data", None)
+    return next((e for e in grid.waits if e.event_name == name and e.distance_value == 0), None)
+
+
+def _edge_counters(index: GraphIndex, grid: GridOp, edge: EdgeAttr) -> np.ndarray:
+    elements = edge_elements(grid, edge)
+    if elements is None:
+        raise ValueError(f"@{grid.sym_name.data} has a malformed edge to @{edge.event_name}")
+    shape = index.events[edge.event_name].shape_tuple
+    return index.counter_bases[edge.event_name] + linearize(elements, shape)
+
+
+def tail_problem(index: GraphIndex, grid: GridOp) -> str | None:
+    """Why a grid marked `mk.tail` cannot be run by its event's last signals, or None: it needs
+    a same-iteration wait on the event, one task per element, every element covered, and the
+    event signalled by other grids only."""
+    attr = grid.attributes.get(TAIL_ATTR)
+    if attr is None:
+        return None
+    name = getattr(attr, "data", None)
+    edge = tail_edge(grid)
+    if edge is None or name not in index.events:
+        return f"{TAIL_ATTR} names @{name}, which the grid does not wait on in the same iteration"
+    counters = _edge_counters(index, grid, edge)
+    elements = grid_size(index.events[name].shape_tuple)
+    if len(set(counters.tolist())) != grid.num_tasks or grid.num_tasks != elements:
+        return f"{TAIL_ATTR}: its {grid.num_tasks} tasks are not one per element of @{name} ({elements})"
+    if any(g is grid for g, _ in index.producers.get(name, [])):
+        return f"{TAIL_ATTR}: the grid signals @{name} itself"
+    return None
+
 
 # --------------------------------------------------------------------------- deadlock check
 
@@ -168,9 +227,12 @@ def _queue_problem(index: GraphIndex, queues: list[tuple[int, tuple[int, ...]]])
             if task in owner:
                 return f"{index.describe(task)} is queued on SM {owner[task]} and SM {sm}"
             owner[task] = sm
+    tails = index.tail_tasks()
     for task in range(index.total_tasks):
-        if task not in owner:
+        if task not in owner and task not in tails:
             return f"{index.describe(task)} is in no queue"
+        if task in owner and task in tails:
+            return f"{index.describe(task)} is a tail task and also queued on SM {owner[task]}"
     return None
 
 
@@ -191,7 +253,38 @@ def _dependence_graph(index: GraphIndex, queues: list[tuple[int, tuple[int, ...]
         src.append(np.asarray(ids[:-1], dtype=np.int64))
         dst.append(np.asarray(ids[1:], dtype=np.int64))
     cat = lambda parts: np.concatenate(parts) if parts else np.zeros(0, np.int64)  # noqa: E731
-    return _DepGraph(index, cat(src), cat(dst))
+    src_all, dst_all = cat(src), cat(dst)
+    order_src, order_dst = _tail_order_edges(index, src_all, dst_all)
+    return _DepGraph(index, cat([src_all, order_src]), cat([dst_all, order_dst]))
+
+
+def _tail_order_edges(
+    index: GraphIndex, src: np.ndarray, dst: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """A tail task runs inline on the SM of its element's last producer, so any other wait it has
+    must be met by producers that come before all of that element's producers: an edge from each
+    such waited element to each producer of the tail's element."""
+    tails = index.tail_counters()
+    if not tails:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    tasks = index.total_tasks
+    signal = (src < tasks) & (dst >= tasks)
+    producers: dict[int, list[int]] = {}
+    for task, node in zip(src[signal].tolist(), dst[signal].tolist(), strict=True):
+        producers.setdefault(node, []).append(task)
+    waited = (src >= tasks) & (dst < tasks)
+    waits: dict[int, list[int]] = {}
+    for node, task in zip(src[waited].tolist(), dst[waited].tolist(), strict=True):
+        waits.setdefault(task, []).append(node)
+    out_src: list[int] = []
+    out_dst: list[int] = []
+    for counter, (task, _) in tails.items():
+        own = tasks + counter
+        for node in waits.get(task, []):
+            if node != own:
+                out_src.extend([node] * len(producers.get(own, [])))
+                out_dst.extend(producers.get(own, []))
+    return np.asarray(out_src, np.int64), np.asarray(out_dst, np.int64)
 
 
 def _element_nodes(index: GraphIndex, name: str, grid: GridOp, edge: EdgeAttr) -> np.ndarray:

@@ -77,11 +77,16 @@ class ScheduleOp(IRDLOperation):
             seen_sms.add(sm)
             for task in op.task_ids:
                 self._claim(index, owner, task, sm)
-        if len(owner) < index.total_tasks:
-            missing = next(t for t in range(index.total_tasks) if t not in owner)
+        tails = index.tail_tasks()
+        queued_tail = next((t for t in owner if t in tails), None)
+        if queued_tail is not None:
+            raise VerifyException(f"{index.describe(queued_tail)} is a tail task and also queued")
+        if len(owner) + len(tails) < index.total_tasks:
+            missing = next(t for t in range(index.total_tasks) if t not in owner and t not in tails)
             raise VerifyException(
                 f"{index.describe(missing)} is in no queue "
-                f"({index.total_tasks - len(owner)} of {index.total_tasks} tasks unscheduled)"
+                f"({index.total_tasks - len(owner) - len(tails)} of {index.total_tasks} tasks "
+                f"unscheduled)"
             )
 
     @staticmethod

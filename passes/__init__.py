@@ -55,6 +55,12 @@ def _task_schedule() -> type[ModulePass]:
     return TaskSchedulePass
 
 
+def _task_tails() -> type[ModulePass]:
+    from mk.passes.task_tails import TaskTailsPass
+
+    return TaskTailsPass
+
+
 def _task_stats() -> type[ModulePass]:
     from mk.passes.task_stats import TaskStatsPass
 
@@ -80,4 +86,5 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "task-simulate": _task_simulate,
         "task-schedule": _task_schedule,
         "task-stats": _task_stats,
+        "task-tails": _task_tails,
     }

@@ -22,6 +22,10 @@ all its producers and all its queue predecessors finished and can run; across it
 order (iteration, pick position) does the same, since loop-carried waits point to earlier
 iterations. The pass still checks the result with `check_queues_deadlock_free`.
 
+Tail grids (marked by task-tails) are in no queue: the SM whose signal completes a tail task's
+element runs it next. The model runs a tail as soon as its producers finish, on no SM; the pick
+order then says whether a tail could block its SM (late_tails), and such grids are queued.
+
 Grid-level `prefetch(...)` hints are left as they are: a task may load those weights as soon as
 its SM reaches it in the queue, before its waits fire.
 """
@@ -38,8 +42,8 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from mk.diagnostics import MkError, op_location
-from mk.dialects.task import GraphOp
-from mk.dialects.task_index import GraphIndex, check_queues_deadlock_free
+from mk.dialects.task import GraphOp, GridOp
+from mk.dialects.task_index import TAIL_ATTR, GraphIndex, check_queues_deadlock_free
 from mk.dialects.task_maps import edge_elements, format_coords, linearize
 from mk.dialects.task_schedule import QueueOp, ScheduleOp
 from mk.passes.cost_model import Target
@@ -56,6 +60,7 @@ class TaskDag:
     waits: list[list[int]]  # per task: the distinct counters it waits on with distance 0
     waiters: list[list[int]]  # per counter: the tasks waiting on it with distance 0
     producer_counts: list[int]  # per counter: how many tasks signal it per iteration
+    tails: frozenset[int] = frozenset()  # tail tasks: run by their event's last signal, unqueued
 
     @property
     def num_tasks(self) -> int:
@@ -66,6 +71,7 @@ class TaskDag:
 class ListSchedule:
     queues: list[list[int]]  # per SM, in run order (possibly empty)
     makespan_us: float
+    order: list[int]  # every task, queued or tail, in one order the queues and waits respect
 
 
 def target_for(num_sms: int, bandwidth_gbs: float, peak_tflops: float, pass_name: str) -> Target:
@@ -143,6 +149,7 @@ def build_dag(index: GraphIndex, target: Target, pass_name: str = "task-schedule
         waits=_group(wait_tasks, wait_counters, tasks),
         waiters=_group(wait_counters, wait_tasks, counters),
         producer_counts=producer_counts.tolist(),
+        tails=frozenset(index.tail_tasks()),
     )
 
 
@@ -194,28 +201,43 @@ class _Clock:
     counter_done: list[float]
     ready_at: list[float]
     available: list[tuple[float, int]]  # (time its last producer finishes, task)
+    order: list[int]  # tasks in the order they were picked or, for tails, run
 
     @classmethod
     def start(cls, dag: TaskDag) -> _Clock:
         missing = [len(w) for w in dag.waits]
-        available = [(0.0, t) for t in range(dag.num_tasks) if missing[t] == 0]
+        available = [
+            (0.0, t) for t in range(dag.num_tasks) if missing[t] == 0 and t not in dag.tails
+        ]
         counters = len(dag.producer_counts)
         pending = list(dag.producer_counts)
-        return cls(dag, missing, pending, [0.0] * counters, [0.0] * dag.num_tasks, available)
+        return cls(dag, missing, pending, [0.0] * counters, [0.0] * dag.num_tasks, available, [])
 
-    def finish(self, task: int, end: float) -> None:
-        """Records that `task` ends at `end`; waiters whose last producer this was get a time."""
-        for counter in self.dag.signals[task]:
-            self.counter_done[counter] = max(self.counter_done[counter], end)
-            self.pending[counter] -= 1
-            if self.pending[counter]:
-                continue
-            done = self.counter_done[counter]
-            for waiter in self.dag.waiters[counter]:
-                self.ready_at[waiter] = max(self.ready_at[waiter], done)
-                self.missing[waiter] -= 1
-                if self.missing[waiter] == 0:
-                    heapq.heappush(self.available, (self.ready_at[waiter], waiter))
+    def finish(self, task: int, end: float) -> list[int]:
+        """Records that `task` ends at `end`; waiters whose last producer this was get a time,
+        and tail tasks among them run at once (on the SM that ran the last producer, which the
+        model does not hold up). Returns `task` and the tails it ran, in order."""
+        finished = [task]
+        ends = {task: end}
+        for done_task in finished:  # grows while it is walked
+            for counter in self.dag.signals[done_task]:
+                self.counter_done[counter] = max(self.counter_done[counter], ends[done_task])
+                self.pending[counter] -= 1
+                if self.pending[counter]:
+                    continue
+                done = self.counter_done[counter]
+                for waiter in self.dag.waiters[counter]:
+                    self.ready_at[waiter] = max(self.ready_at[waiter], done)
+                    self.missing[waiter] -= 1
+                    if self.missing[waiter] != 0:
+                        continue
+                    if waiter in self.dag.tails:
+                        self.order.append(waiter)
+                        finished.append(waiter)
+                        ends[waiter] = self.ready_at[waiter] + self.dag.cost_us[waiter]
+                    else:
+                        heapq.heappush(self.available, (self.ready_at[waiter], waiter))
+        return finished
 
 
 def list_schedule(dag: TaskDag, priority: Sequence[float], num_sms: int) -> ListSchedule | None:
@@ -226,7 +248,7 @@ def list_schedule(dag: TaskDag, priority: Sequence[float], num_sms: int) -> List
     sms = [(0.0, sm) for sm in range(num_sms)]  # (time it becomes free, SM): a valid heap
     queues: list[list[int]] = [[] for _ in range(num_sms)]
     makespan = 0.0
-    for _ in range(dag.num_tasks):
+    for _ in range(dag.num_tasks - len(dag.tails)):
         while True:
             free = sms[0][0]
             while clock.available and clock.available[0][0] <= free:
@@ -245,9 +267,14 @@ def list_schedule(dag: TaskDag, priority: Sequence[float], num_sms: int) -> List
         end = free + dag.cost_us[task]
         heapq.heapreplace(sms, (end, sm))
         queues[sm].append(task)
-        makespan = max(makespan, end)
-        clock.finish(task, end)
-    return ListSchedule(queues, makespan)
+        clock.order.append(task)
+        for done in clock.finish(task, end):
+            makespan = max(
+                makespan, end if done == task else clock.ready_at[done] + dag.cost_us[done]
+            )
+    if len(clock.order) < dag.num_tasks:
+        return None  # a tail whose event never completes
+    return ListSchedule(queues, makespan, clock.order)
 
 
 def queue_makespan(dag: TaskDag, queues: Sequence[Sequence[int]]) -> float | None:
@@ -259,6 +286,7 @@ def queue_makespan(dag: TaskDag, queues: Sequence[Sequence[int]]) -> float | Non
     blocked: dict[int, list[int]] = {}  # counter -> SMs whose next task waits on it
     work = list(range(len(queues)))
     done = 0
+    tails_end = 0.0
     while work:
         sm = work.pop()
         queue = queues[sm]
@@ -271,28 +299,63 @@ def queue_makespan(dag: TaskDag, queues: Sequence[Sequence[int]]) -> float | Non
             start = max(sm_time[sm], clock.ready_at[task])
             sm_time[sm] = start + dag.cost_us[task]
             position[sm] += 1
-            done += 1
-            clock.finish(task, sm_time[sm])
-            for counter in dag.signals[task]:
-                if not clock.pending[counter]:
-                    work.extend(blocked.pop(counter, []))
+            for finished in clock.finish(task, sm_time[sm]):
+                done += 1
+                if finished != task:
+                    tails_end = max(tails_end, clock.ready_at[finished] + dag.cost_us[finished])
+                for counter in dag.signals[finished]:
+                    if not clock.pending[counter]:
+                        work.extend(blocked.pop(counter, []))
     if done < dag.num_tasks:
         return None
-    return max(sm_time, default=0.0)
+    return max([*sm_time, tails_end], default=0.0)
+
+
+def late_tails(index: GraphIndex, dag: TaskDag, order: Sequence[int]) -> list[GridOp]:
+    """Tail grids a tail of which could block its SM in `order`: another same-iteration wait
+    has a producer later than the first producer of the tail's own element.
+
+    A tail runs inline on whichever SM signals its element last; if it must wait there for a
+    producer that comes after any of its element's producers in the order the queues follow,
+    that producer might need the SM's next queued task, which waits behind the tail. When every
+    other wait's producers come first, the first unfinished task of the order can always run.
+    """
+    position = {task: i for i, task in enumerate(order)}
+    producers = _group(
+        np.array([c for t in range(dag.num_tasks) for c in dag.signals[t]], dtype=np.int64),
+        np.array([t for t in range(dag.num_tasks) for _ in dag.signals[t]], dtype=np.int64),
+        len(dag.producer_counts),
+    )
+    late: dict[str, GridOp] = {}
+    for counter, (task, _) in index.tail_counters().items():
+        first = min(position[p] for p in producers[counter])
+        for other in dag.waits[task]:
+            if other != counter and max(position[p] for p in producers[other]) > first:
+                grid, _ = index.locate(task)
+                late[grid.sym_name.data] = grid
+    return list(late.values())
 
 
 def schedule_graph(graph: GraphOp, num_sms: int, target: Target) -> ListSchedule:
-    """Replaces the graph's task.schedule with a list schedule on `num_sms` SMs."""
+    """Replaces the graph's task.schedule with a list schedule on `num_sms` SMs; grids marked
+    as tails (task-tails) stay out of the queues, unless the schedule could make one block its
+    SM (late_tails): those lose the mark and are queued like the rest."""
     for op in list(graph.body.block.ops):
         if isinstance(op, ScheduleOp):
             graph.body.block.erase_op(op)
-    index = graph.index()
-    dag = build_dag(index, target)
-    order = topological_order(dag)
-    if order is None:
-        raise _cycle_error(index, dag)
-    result = list_schedule(dag, bottom_levels(dag, order), num_sms)
-    assert result is not None  # the DAG is acyclic
+    while True:
+        index = graph.index()
+        dag = build_dag(index, target)
+        order = topological_order(dag)
+        if order is None:
+            raise _cycle_error(index, dag)
+        result = list_schedule(dag, bottom_levels(dag, order), num_sms)
+        assert result is not None  # the DAG is acyclic
+        late = late_tails(index, dag, result.order)
+        if not late:
+            break
+        for grid in late:
+            del grid.attributes[TAIL_ATTR]
     schedule = ScheduleOp(num_sms)
     for sm, tasks in enumerate(result.queues):
         if tasks:

@@ -65,6 +65,7 @@ from mk.dialects.mugraph_tiles import (
     UnaryOp,
 )
 from mk.dialects.task import BufferOp, GraphOp, GridOp
+from mk.dialects.task_index import tail_edge
 from mk.inputs import numpy_dtype, tensor_type
 
 SCRATCH_SLACK = 1 << 16  # bytes per CTA beyond the tiles: alignment and small temporaries
@@ -560,7 +561,8 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
     }
     profile = op_marks.enabled()
     out = [_PRELUDE.format(name=g.sym_name.data, defines=_defines(profile))]
-    bodies = [_grid_body(grid, refs, staging()) for grid in grids]
+    # A tail task runs at its producer's signal, not at a queue position: nothing stages it ahead.
+    bodies = [_grid_body(grid, refs, staging() and tail_edge(grid) is None) for grid in grids]
     front = max((need.smem for _, need in bodies), default=0)
     if ring_layout(front, max((need.staged for _, need in bodies), default=0)) is None:
         bodies = [_grid_body(grid, refs, False) for grid in grids]  # no room: nothing staged

@@ -22,6 +22,7 @@ from mk.runtime_tables import RUN_STATUS
 
 DEFAULT_NUM_SMS = 132  # an H200's SMs: one queue per SM
 RUN_TIMEOUT, RUN_KERNEL_FAILED = 1, 2
+TAIL_OVERFLOW = 0x7FFFFFFD  # mk::kTailOverflow: a run status detail
 
 
 class CudaRunError(RuntimeError):
@@ -367,6 +368,12 @@ class CudaProgram(Program):
                 f"(counter {int(status['counter'])}) on SM {sm}: the watchdog saw "
                 f"{int(status['value'])} < {int(status['threshold'])} in iteration "
                 f"{int(status['iteration'])} after {int(status['wait_ms'])} ms"
+            )
+        elif int(status["value"]) == TAIL_OVERFLOW and int(status["counter"]) == -1:
+            text = (
+                f"@{self.name}: {index.describe(task)} on SM {sm} in iteration "
+                f"{int(status['iteration'])}: its signals completed more tail elements than "
+                f"the dispatcher holds (mk::kTailStack)"
             )
         elif int(status["value"]) == STAGE_LOST - 1:
             text = (

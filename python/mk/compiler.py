@@ -40,7 +40,7 @@ DEFAULT_CUDA_NUM_SMS = 132  # an H200: one queue per SM
 PIPELINE: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("nn", ()),  # parse + verify
     ("mugraph", ("nn-to-mugraph",)),
-    ("task", ("mugraph-to-task", "task-schedule")),
+    ("task", ("mugraph-to-task", "task-tails", "task-schedule")),
 )
 STAGES = tuple(name for name, _ in PIPELINE)
 # mk.compile(..., search=True): the superoptimizer replaces what it can beat, the rules the rest.

@@ -58,7 +58,7 @@ TASK_DESC = np.dtype(
     ]
 )
 WAIT_DESC = np.dtype([("counter", _I32), ("count", _I32), ("distance", _I32)])
-SIGNAL_DESC = np.dtype([("counter", _I32)])
+SIGNAL_DESC = np.dtype([("counter", _I32), ("tail", _I32), ("count", _I32)])
 BUFFER_DESC = np.dtype(
     [
         ("offset_or_ptr", "<u8"),
@@ -195,10 +195,12 @@ def _check_int(table: str, index: int, what: str, value: int, low: int, high: in
     return value
 
 
-def _task_rows(tasks: Sequence[Task], num_counters: int) -> tuple[np.ndarray, ...]:
+def _task_rows(
+    tasks: Sequence[Task], num_counters: int, tails: Mapping[int, tuple[int, int]]
+) -> tuple[np.ndarray, ...]:
     rows = np.zeros(len(tasks), TASK_DESC)
     waits: list[tuple[int, int, int]] = []
-    signals: list[int] = []
+    signals: list[tuple[int, int, int]] = []
     top = num_counters - 1
     for i, task in enumerate(tasks):
         if len(task.coord) > MAX_COORDS or len(task.args) > MAX_TASK_ARGS:
@@ -218,14 +220,18 @@ def _task_rows(tasks: Sequence[Task], num_counters: int) -> tuple[np.ndarray, ..
             waits.append((w.counter, w.count, w.distance))
         row["wait_end"] = len(waits)
         row["signal_begin"] = len(signals)
-        signals.extend(_check_int("tasks", i, "signal counter", c, 0, top) for c in task.signals)
+        for c in task.signals:
+            _check_int("tasks", i, "signal counter", c, 0, top)
+            signals.append((c, *tails.get(c, (-1, 0))))
         row["signal_end"] = len(signals)
     wait_rows = np.array(waits, dtype=np.int32).reshape(-1, 3).view(WAIT_DESC).reshape(-1)
-    signal_rows = np.array(signals, dtype=np.int32).view(SIGNAL_DESC).reshape(-1)
+    signal_rows = np.array(signals, dtype=np.int32).reshape(-1, 3).view(SIGNAL_DESC).reshape(-1)
     return rows, wait_rows, signal_rows
 
 
-def _queue_rows(queues: Sequence[Sequence[int]], num_tasks: int) -> tuple[np.ndarray, np.ndarray]:
+def _queue_rows(
+    queues: Sequence[Sequence[int]], num_tasks: int, tail_tasks: set[int]
+) -> tuple[np.ndarray, np.ndarray]:
     if not queues:
         raise ValueError("queues: at least one SM queue is needed")
     where: dict[int, int] = {}
@@ -234,10 +240,12 @@ def _queue_rows(queues: Sequence[Sequence[int]], num_tasks: int) -> tuple[np.nda
             _check_int("queues", sm, "task", task, 0, num_tasks - 1)
             if task in where:
                 raise ValueError(f"queues[{sm}]: task {task} is also queued on SM {where[task]}")
+            if task in tail_tasks:
+                raise ValueError(f"queues[{sm}]: task {task} is a tail and also queued")
             where[task] = sm
-    missing = sorted(set(range(num_tasks)) - where.keys())
+    missing = sorted(set(range(num_tasks)) - where.keys() - tail_tasks)
     if missing:
-        raise ValueError(f"tasks[{missing[0]}]: is in no queue")
+        raise ValueError(f"tasks[{missing[0]}]: is in no queue and no tail")
     offsets = np.cumsum([0, *(len(q) for q in queues)], dtype=np.int64).astype(np.int32)
     flat = np.array([t for q in queues for t in q], dtype=np.int32)
     return offsets, flat
@@ -272,8 +280,18 @@ def build_tables(
     buffers: Sequence[Buffer] = (),
     iterations: int = 1,
     arena_bytes: int | None = None,
+    tails: Mapping[int, tuple[int, int]] | None = None,
 ) -> Tables:
-    """Tables from plain lists; raises ValueError naming the table and row of any bad index."""
+    """Tables from plain lists; raises ValueError naming the table and row of any bad index.
+
+    `tails` maps a counter to (tail task, signals per element per iteration): the SM whose
+    signal completes that counter's element in an iteration runs the tail task next; a tail
+    task is in no queue.
+    """
+    tails = dict(tails or {})
+    for counter, (task, count) in tails.items():
+        _check_int("tails", counter, "task", task, 0, len(tasks) - 1)
+        _check_int("tails", counter, "count", count, 1, _INT32_MAX)
     if iterations < 1 or num_counters < 0:
         raise ValueError(
             f"iterations {iterations} and num_counters {num_counters} must be >= 1, >= 0"
@@ -282,8 +300,8 @@ def build_tables(
         arena_bytes = max(
             (b.offset + b.nbytes for b in buffers if b.kind in ARENA_KINDS), default=0
         )
-    task_rows, wait_rows, signal_rows = _task_rows(tasks, num_counters)
-    offsets, flat = _queue_rows(queues, len(tasks))
+    task_rows, wait_rows, signal_rows = _task_rows(tasks, num_counters, tails)
+    offsets, flat = _queue_rows(queues, len(tasks), {task for task, _ in tails.values()})
     return Tables(
         task_rows,
         wait_rows,

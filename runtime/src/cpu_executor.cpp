@@ -115,11 +115,32 @@ void validate_tasks(const Tables& t) {
     if (w.count < 1) table_error("waits", i, cat("count ", w.count, " is not positive"));
     if (w.distance < 0) table_error("waits", i, cat("distance ", w.distance, " is negative"));
   }
+  // Every signal row of a counter names the same tail and count.
+  std::vector<const SignalDesc*> first(t.num_counters > 0 ? t.num_counters : 0, nullptr);
   for (size_t i = 0; i < t.signals.size(); ++i) {
-    const int32_t c = t.signals[i].counter;
+    const SignalDesc& sig = t.signals[i];
+    const int32_t c = sig.counter;
     if (c < 0 || c >= t.num_counters)
       table_error("signals", i, cat("counter ", c, " outside 0..", t.num_counters));
+    if (sig.tail < -1 || sig.tail >= static_cast<int32_t>(t.tasks.size()))
+      table_error("signals", i, cat("tail ", sig.tail, " outside -1..", t.tasks.size() - 1));
+    if (sig.tail >= 0 && sig.count < 1)
+      table_error("signals", i, cat("count ", sig.count, " of a tail is not positive"));
+    if (first[c] == nullptr) {
+      first[c] = &sig;
+    } else if (first[c]->tail != sig.tail || (sig.tail >= 0 && first[c]->count != sig.count)) {
+      table_error("signals", i, cat("counter ", c, " has tail ", sig.tail, " here and ", first[c]->tail,
+                                    " in another row"));
+    }
   }
+}
+
+// The task each tail row names, marked (a tail is in no queue).
+std::vector<bool> tail_tasks(const Tables& t) {
+  std::vector<bool> tail(t.tasks.size(), false);
+  for (const SignalDesc& sig : t.signals)
+    if (sig.tail >= 0) tail[sig.tail] = true;
+  return tail;
 }
 
 void validate_queues(const Tables& t) {
@@ -140,8 +161,11 @@ void validate_queues(const Tables& t) {
       table_error("queue_tasks", i, cat("task ", task, " is queued twice (also at ", seen[task], ")"));
     seen[task] = static_cast<int32_t>(i);
   }
-  for (size_t task = 0; task < seen.size(); ++task)
-    if (seen[task] < 0) table_error("tasks", task, "is in no queue");
+  const std::vector<bool> tail = tail_tasks(t);
+  for (size_t task = 0; task < seen.size(); ++task) {
+    if (seen[task] < 0 && !tail[task]) table_error("tasks", task, "is in no queue and no tail");
+    if (seen[task] >= 0 && tail[task]) table_error("tasks", task, "is a tail and also queued");
+  }
 }
 
 void validate_buffers(const Tables& t) {
@@ -332,8 +356,15 @@ using Clock = std::chrono::steady_clock;
 
 // The progress of one SM through its queue, written only by the worker thread that plays it
 // (read by the others only after join). Aligned so neighbours do not share a cache line.
+// A tail task an SM owes: its signal completed the tail's event element in `iteration`.
+struct TailRun {
+  int32_t task;
+  int32_t iteration;
+};
+
 struct alignas(64) SmState {
   int32_t sm = 0;
+  std::vector<TailRun> tails;  // owed tails, run (last first) before the queue goes on
   int32_t begin = 0, end = 0;  // its slice of queue_tasks
   int32_t pos = 0;             // next queue slot
   int32_t iteration = 0;
@@ -397,15 +428,21 @@ void Launch::delay(std::mt19937_64& rng, int one_in) {
   std::this_thread::sleep_for(std::chrono::microseconds(rng() % (opt_.max_delay_us + 1)));
 }
 
+// The task an SM runs next: its last owed tail, else its queue's next.
+TailRun next_task(const Tables& t, const SmState& s) {
+  return s.tails.empty() ? TailRun{t.queue_tasks[s.pos], s.iteration} : s.tails.back();
+}
+
 // Runs the SM's next task if all its waits are satisfied; never blocks.
 bool Launch::step(SmState& s, ExecContext& ctx, std::mt19937_64& rng) {
-  const int32_t task = t_.queue_tasks[s.pos];
+  const bool tail = !s.tails.empty();
+  const auto [task, iteration] = next_task(t_, s);
   const TaskDesc& d = t_.tasks[task];
   if (s.wait_row < 0) s.wait_row = d.wait_begin;
   // Satisfied waits stay satisfied (counters only grow), so a retry resumes at the blocker.
   for (; s.wait_row < d.wait_end; ++s.wait_row) {
     const WaitDesc& w = t_.waits[s.wait_row];
-    const int64_t threshold = wait_threshold(w.count, w.distance, s.iteration);
+    const int64_t threshold = wait_threshold(w.count, w.distance, iteration);
     uint32_t seen = 0;
     if (event_ready(counters_[w.counter], threshold, &seen)) continue;
     if (!s.blocked) s.blocked_since = Clock::now();
@@ -419,21 +456,30 @@ bool Launch::step(SmState& s, ExecContext& ctx, std::mt19937_64& rng) {
   delay(rng, 2);
   ctx.task = task;
   ctx.sm = s.sm;
-  ctx.iteration = s.iteration;
+  ctx.iteration = iteration;
   try {
     kinds_[d.kind](d, ctx);
   } catch (...) {
-    RunStatus st{RUN_KERNEL_FAILED, s.sm, task, -1, s.iteration, 0, 0, 0};
+    RunStatus st{RUN_KERNEL_FAILED, s.sm, task, -1, iteration, 0, 0, 0};
     fail(st, std::current_exception());
     return false;
   }
   delay(rng, 4);
-  for (int32_t r = d.signal_begin; r < d.signal_end; ++r) event_signal(counters_[t_.signals[r].counter]);
-  s.wait_row = -1;
-  if (++s.pos == s.end) {
-    s.pos = s.begin;
-    s.done = ++s.iteration == iterations_;
+  if (tail) s.tails.pop_back();
+  for (int32_t r = d.signal_begin; r < d.signal_end; ++r) {
+    const SignalDesc& sig = t_.signals[r];
+    if (sig.tail < 0) {
+      event_signal(counters_[sig.counter]);
+    } else if (completes_element(event_signal_tail(counters_[sig.counter]), sig.count, iteration)) {
+      s.tails.push_back(TailRun{sig.tail, iteration});
+    }
   }
+  s.wait_row = -1;
+  if (!tail && ++s.pos == s.end) {
+    s.pos = s.begin;
+    ++s.iteration;
+  }
+  s.done = s.iteration == iterations_ && s.tails.empty();
   return true;
 }
 
@@ -452,8 +498,8 @@ void Launch::check_watchdog(const std::vector<SmState*>& mine, Clock::time_point
   for (const SmState* s : mine) {
     if (s->done || !s->blocked || now - s->blocked_since <= limit) continue;
     // Which SM is reported is settled after join (the oldest wait), so only the kind matters.
-    fail(RunStatus{RUN_TIMEOUT, s->sm, t_.queue_tasks[s->pos], s->blocked_counter, s->iteration, 0, 0, 0},
-         nullptr);
+    const TailRun next = next_task(t_, *s);
+    fail(RunStatus{RUN_TIMEOUT, s->sm, next.task, s->blocked_counter, next.iteration, 0, 0, 0}, nullptr);
     return;
   }
 }
@@ -510,8 +556,9 @@ void Launch::finish() {
   if (status_.error == RUN_TIMEOUT && oldest != nullptr) {
     const SmState& s = *oldest;
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - s.blocked_since);
-    status_ = RunStatus{RUN_TIMEOUT,       s.sm,        t_.queue_tasks[s.pos],
-                        s.blocked_counter, s.iteration, s.blocked_value,
+    const TailRun next = next_task(t_, s);
+    status_ = RunStatus{RUN_TIMEOUT,       s.sm,           next.task,
+                        s.blocked_counter, next.iteration, s.blocked_value,
                         static_cast<uint32_t>(s.blocked_threshold), static_cast<int32_t>(waited.count())};
   }
   const RunStatus& st = status_;

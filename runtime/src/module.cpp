@@ -69,7 +69,8 @@ py::dict table_layouts() {
                                             MK_FIELD(TaskDesc, signal_end), MK_FIELD(TaskDesc, args)});
   d["WaitDesc"] = layout(sizeof(WaitDesc), {MK_FIELD(WaitDesc, counter), MK_FIELD(WaitDesc, count),
                                             MK_FIELD(WaitDesc, distance)});
-  d["SignalDesc"] = layout(sizeof(SignalDesc), {MK_FIELD(SignalDesc, counter)});
+  d["SignalDesc"] = layout(sizeof(SignalDesc), {MK_FIELD(SignalDesc, counter), MK_FIELD(SignalDesc, tail),
+                                                MK_FIELD(SignalDesc, count)});
   d["BufferDesc"] = layout(sizeof(BufferDesc),
                            {MK_FIELD(BufferDesc, offset_or_ptr), MK_FIELD(BufferDesc, bytes),
                             MK_FIELD(BufferDesc, dtype), MK_FIELD(BufferDesc, rank), MK_FIELD(BufferDesc, kind),

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import mk
-from mk.backends.cuda.entries import entry_words, queue_entries
-from mk.runtime_tables import KIND_FIRST_LOWERED
+from mk.backends.cuda.entries import entry_tasks, entry_words, queue_entries
+from mk.runtime_tables import KIND_FIRST_LOWERED, SIGNAL_DESC
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,17 +19,22 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.usefixtures("no_nvcc")
 @pytest.mark.parametrize("name", ["decode_loop", "llama3_8b_block"])
 def test_every_queue_position_has_its_task(name: str, tmp_path: Path) -> None:
-    prog = mk.compile(ROOT / "examples" / f"{name}.mlir", target="cuda", cache_dir=tmp_path)
+    prog = mk.compile(
+        ROOT / "examples" / f"{name}.mlir", target="cuda", cache_dir=tmp_path, max_tail_tasks=64
+    )
     src, t = prog.cuda_source, prog.tables  # type: ignore[attr-defined]
     slots = int(re.search(r"kSlots = (\d+);", src).group(1))  # type: ignore[union-attr]
     assert f"QueueEntry<Dispatch::kSlots>) == {4 * entry_words(slots)}," in src
     assert f"kBuffers = {len(t.buffers)};" in src  # the kernel copies that many table rows
     entries = prog.queue_entries  # type: ignore[attr-defined]
-    assert entries.shape == (len(t.queue_tasks), entry_words(slots))
+    ids = entry_tasks(t)
+    tails = sorted({int(x) for x in t.signals["tail"] if x >= 0})
+    assert tails, "the example has tail tasks"
+    assert list(ids) == [*t.queue_tasks, *tails]  # the queues' positions, then the tails
+    assert entries.shape == (len(t.queue_tasks) + len(tails), entry_words(slots))
     waits = t.waits.view(np.int32).reshape(-1, 3)
-    signals = t.signals.view(np.int32).reshape(-1)
     shared_rows = {}
-    for q, task in enumerate(t.queue_tasks):
+    for q, task in enumerate(ids):
         row, desc = entries[q], t.tasks[task]
         assert list(row[:16]) == list(t.tasks[task : task + 1].view(np.int32))
         w0, w1 = desc["wait_begin"], desc["wait_end"]
@@ -37,9 +42,15 @@ def test_every_queue_position_has_its_task(name: str, tmp_path: Path) -> None:
         near_waits = row[16:40].reshape(8, 3)
         assert (near_waits[: min(8, w1 - w0)] == waits[w0 : min(w1, w0 + 8)]).all()
         assert (near_waits[min(8, w1 - w0) :] == 0).all()
-        assert list(row[40 : 40 + min(8, s1 - s0)]) == list(signals[s0 : min(s1, s0 + 8)])
-        assert row[48] == task
-        rows = tuple(row[49 : 49 + slots])
+        near = t.signals[s0 : min(s1, s0 + 8)]
+        assert list(row[40 : 40 + len(near)]) == list(near["counter"])
+        # A signal's tail is the entry of the tail task, with the event's count.
+        for i, sig in enumerate(near):
+            assert row[48 + i] == (-1 if sig["tail"] < 0 else list(ids).index(sig["tail"]))
+            assert row[56 + i] == sig["count"]
+        assert (row[48 + len(near) : 56] == -1).all()
+        assert row[64] == task
+        rows = tuple(row[65 : 65 + slots])
         assert all(0 <= r < len(t.buffers) for r in rows if r >= 0)
         # Every task of a kind reads the same buffers (its grid's slots).
         assert shared_rows.setdefault(desc["kind"], rows) == rows
@@ -48,21 +59,24 @@ def test_every_queue_position_has_its_task(name: str, tmp_path: Path) -> None:
 
 def test_entries_of_builtin_kinds_and_long_wait_lists() -> None:
     """A task with more than 8 waits keeps its first 8 in the entry (the rest are read from the
-    table); a builtin kind has no slots."""
+    table); a builtin kind has no slots; a tail task gets an entry after the queues'."""
 
     class Tables:
-        tasks = np.zeros(2, [("w", "<i4", (16,))])
+        tasks = np.zeros(3, [("w", "<i4", (16,))])
         waits = np.arange(30, dtype=np.int32)
-        signals = np.array([7, 9], np.int32)
+        signals = np.array([(7, 2, 1), (9, -1, 0)], SIGNAL_DESC)
         queue_tasks = np.array([1, 0])
 
     Tables.tasks["w"][0, [0, 5, 6, 7, 8]] = [KIND_FIRST_LOWERED, 0, 10, 0, 2]
     Tables.tasks["w"][1, [0, 5, 6, 7, 8]] = [2, 0, 0, 2, 2]
+    Tables.tasks["w"][2, [0, 5, 6, 7, 8]] = [KIND_FIRST_LOWERED, 0, 0, 2, 2]
     got = queue_entries(Tables, [(4, 5)], 2)
-    assert got.shape == (2, entry_words(2)) and entry_words(2) == 52
-    assert list(got[1, 16:40]) == list(range(24)) and got[1, 48] == 0
-    assert list(got[1, 40:42]) == [7, 9] and list(got[1, 49:51]) == [4, 5]
-    assert (got[0, 16:48] == 0).all() and got[0, 48] == 1 and list(got[0, 49:51]) == [-1, -1]
+    assert got.shape == (3, entry_words(2)) and entry_words(2) == 68
+    assert list(got[1, 16:40]) == list(range(24)) and got[1, 64] == 0
+    assert list(got[1, 40:42]) == [7, 9] and list(got[1, 65:67]) == [4, 5]
+    assert list(got[1, 48:50]) == [2, -1] and list(got[1, 56:58]) == [1, 0]  # tail: entry 2
+    assert (got[0, 16:48] == 0).all() and got[0, 64] == 1 and list(got[0, 65:67]) == [-1, -1]
+    assert got[2, 64] == 2 and list(got[2, 65:67]) == [4, 5]
 
 
 @pytest.mark.usefixtures("no_nvcc")
@@ -77,7 +91,7 @@ def test_entries_follow_replaced_tables(tmp_path: Path) -> None:
     prog.tables = dataclasses.replace(prog.tables, tasks=tasks)
     after = prog.queue_entries  # type: ignore[attr-defined]
     changed = np.flatnonzero((before != after).any(axis=1))
-    assert list(prog.tables.queue_tasks[changed]) == [victim]
+    assert list(entry_tasks(prog.tables)[changed]) == [victim]
 
 
 @pytest.mark.usefixtures("no_nvcc")

@@ -67,8 +67,46 @@ constexpr int kNearWaits = 8, kNearSignals = 8;
 struct NearTask {
   TaskDesc desc;
   WaitDesc waits[kNearWaits];
-  int32_t signals[kNearSignals];  // counters
+  int32_t signals[kNearSignals];     // counters
+  int32_t tail_entry[kNearSignals];  // the entry of the signal's tail task, or -1
+  int32_t tail_count[kNearSignals];  // its event's signals per element per iteration
 };
+
+__device__ inline bool has_tails(const NearTask& near) {
+  bool any = false;
+#pragma unroll
+  for (int i = 0; i < kNearSignals; ++i) any = any || near.tail_entry[i] >= 0;
+  return any;
+}
+
+// Tail tasks a CTA owes at once (each completed element pushes one; a chain pops as it pushes),
+// and the run status detail of a task whose signals owed more.
+constexpr int kTailStack = 16;
+constexpr uint32_t kTailOverflow = 0x7FFFFFFD;
+
+// Thread 0, after the task's body: the release fence and every signal; a signal that completes
+// an element with a tail in iteration t pushes the tail's entry (acquiring, so the tail sees
+// every producer's writes). False when the stack overflows (recorded as a failure).
+__device__ inline bool signal_task(const NearTask& near, const SignalDesc* far, uint32_t* counters,
+                                   int32_t t, int32_t* stack, int32_t& top) {
+  const TaskDesc& task = near.desc;
+  event_release_fence();
+  bool acquired = false, fits = true;
+  for (int32_t s = task.signal_begin; s < task.signal_end; ++s) {
+    const int32_t i = s - task.signal_begin;
+    const bool near_row = i < kNearSignals;
+    uint32_t* counter = counters + (near_row ? near.signals[i] : far[s].counter);
+    if (!near_row || near.tail_entry[i] < 0) {  // the host puts every tail among the near rows
+      event_signal(counter);
+    } else if (completes_element(event_signal_tail(counter), near.tail_count[i], t)) {
+      fits = fits && top < kTailStack;
+      if (top < kTailStack) stack[top++] = near.tail_entry[i];
+      acquired = true;
+    }
+  }
+  if (acquired) event_release_fence();
+  return fits;
+}
 
 // Everything the dispatcher needs of the task at one queue position, laid out by the host in
 // queue order (backends/cuda/host.py): its NearTask, its id, and the buffer-table rows of the
@@ -210,6 +248,9 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
   __shared__ uint64_t stage_bars[3];
   __shared__ gpu::StagePlace staged[3];
   __shared__ uint32_t stage_phases[3];  // barrier phases begun per set (thread 0 or 32 issues)
+  // Tail tasks this CTA owes (queue-entry indices), run before its next queued task.
+  __shared__ int32_t tail_stack[kTailStack];
+  __shared__ int32_t tail_top;
   const int32_t sm = blockIdx.x;
   uint8_t* const ring = gpu::mk_dynamic_smem + Dispatch::kRingOffset;
   gpu::Arena arena{p.scratch + static_cast<uint64_t>(sm) * p.scratch_per_sm, 0, p.scratch_per_sm,
@@ -230,6 +271,7 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
   };
   const int32_t begin = p.queue_offsets[sm], end = p.queue_offsets[sm + 1];
   if (threadIdx.x == 0) {
+    tail_top = 0;
     for (int i = 0; i < 3; ++i) {
       gpu::stage_barrier_init(&stage_bars[i]);
       staged[i] = gpu::StagePlace{0, 0, 0, 0};
@@ -248,9 +290,35 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
   uint32_t n = 0;       // tasks begun; entry/slots/staged[n % 3] hold task n's
   SeenCounters known;   // thread 0's
   const uint64_t slot_width = 2 + static_cast<uint64_t>(p.marks);
+  // All threads: one task's body in iteration t, then thread 0's signals (and timeline); false
+  // if the launch must stop.
+  int32_t t = 0;
+  auto run_task = [&](const Entry& e, void* const* task_slots) {
+    const TaskDesc* task = &e.near.desc;
+    const uint64_t started = p.timeline && threadIdx.x == 0 ? globaltimer() : 0;
+    arena.reset(gpu::ArenaMark{0, 0});
+    uint64_t* slot =
+        p.timeline ? p.timeline + (static_cast<uint64_t>(t) * p.num_tasks + e.id) * slot_width : nullptr;
+    arena.marks = slot && p.marks > 0 ? slot + 2 : nullptr;
+    arena.mark_n = 0;
+    const int32_t rc = Dispatch::run(task->kind, task, task_slots, arena, t);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      if (rc != 0) {
+        record_failure(p, RunStatus{RUN_KERNEL_FAILED, sm, e.id, -1, t, static_cast<uint32_t>(rc - 1), 0, 0});
+      } else if (!signal_task(e.near, p.signals, p.counters, t, tail_stack, tail_top)) {
+        record_failure(p, RunStatus{RUN_KERNEL_FAILED, sm, e.id, -1, t, kTailOverflow, 0, 0});
+      }
+      if (slot) {
+        slot[0] = started;
+        slot[1] = globaltimer();
+      }
+    }
+    return rc == 0;
+  };
   // The queue position after q (wrapping into the next iteration), or -1 past the last.
   auto after_q = [&](int32_t q, int32_t t) { return q + 1 < end ? q + 1 : t + 1 < p.iterations ? begin : -1; };
-  for (int32_t t = 0; t < p.iterations; ++t) {
+  for (; t < p.iterations; ++t) {
     for (int32_t q = begin; q < end; ++q) {
       const uint32_t cur = n++ % 3, after = (cur + 1) % 3;
       if (threadIdx.x == 0) {
@@ -294,36 +362,26 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
       }
       __syncthreads();
       if (!go) return;
-      const TaskDesc* task = &entry[cur].near.desc;
-      const int32_t id = entry[cur].id;
       arena.stage_base = ring + staged[cur].at;
       arena.stage_bar = &stage_bars[cur];
       arena.stage_parity = staged[cur].parity;
-      const uint64_t started = p.timeline && threadIdx.x == 0 ? globaltimer() : 0;
-      arena.reset(gpu::ArenaMark{0, 0});
-      uint64_t* slot =
-          p.timeline ? p.timeline + (static_cast<uint64_t>(t) * p.num_tasks + id) * slot_width : nullptr;
-      arena.marks = slot && p.marks > 0 ? slot + 2 : nullptr;
-      arena.mark_n = 0;
-      const int32_t rc = Dispatch::run(task->kind, task, slots[cur], arena, t);
+      if (!run_task(entry[cur], slots[cur])) return;
+      if (!has_tails(entry[cur].near)) continue;
+      // Tails: the tasks whose element this task's signals completed, run here and now (their
+      // own signals may complete more). Set (cur + 2) % 3 is free until thread 32 fills it at
+      // the next queued task.
       __syncthreads();
-      if (threadIdx.x == 0) {
-        if (rc != 0) {
-          record_failure(p, RunStatus{RUN_KERNEL_FAILED, sm, id, -1, t,
-                                      static_cast<uint32_t>(rc - 1), 0, 0});
-        } else {
-          event_release_fence();
-          for (int32_t s = task->signal_begin; s < task->signal_end; ++s) {
-            const int32_t i = s - task->signal_begin;
-            event_signal(p.counters + (i < kNearSignals ? entry[cur].near.signals[i] : p.signals[s].counter));
-          }
+      const uint32_t ts = (cur + 2) % 3;
+      for (int32_t owed = tail_top; owed > 0; owed = tail_top) {
+        __syncthreads();  // every thread has read tail_top
+        if (threadIdx.x == 0) {
+          load_entry<Dispatch>(p, tail_stack[--tail_top], entry[ts], slots[ts], table);
+          go = wait_task(p, entry[ts].near, entry[ts].id, sm, t, known, [] {});
         }
-        if (slot) {
-          slot[0] = started;
-          slot[1] = globaltimer();
-        }
+        __syncthreads();
+        if (!go || !run_task(entry[ts], slots[ts])) return;
+        __syncthreads();  // thread 0's pushes
       }
-      if (rc != 0) return;
     }
   }
 }

@@ -58,6 +58,21 @@ inline bool event_ready(const Counter& counter, int64_t threshold, uint32_t* see
 
 inline void event_signal(Counter& counter) { counter.fetch_add(1, kSignalOrder); }
 
+// A signal whose element has a tail task: the add that completes the element also acquires, so
+// the SM that runs the tail sees what every producer wrote. Returns the value before the add.
+inline uint32_t event_signal_tail(Counter& counter) {
+#if defined(MK_EVENTS_BROKEN_RELAXED)
+  return counter.fetch_add(1, std::memory_order_relaxed);
+#else
+  return counter.fetch_add(1, std::memory_order_acq_rel);
+#endif
+}
+
+// Whether a signal that found `before` in its counter completed its element in iteration t.
+inline bool completes_element(uint32_t before, int32_t count, int32_t iteration) {
+  return static_cast<int64_t>(before) + 1 == wait_threshold(count, 0, iteration);
+}
+
 }  // namespace mk
 
 #else  // __CUDACC__
@@ -81,6 +96,19 @@ __device__ inline void event_release_fence() { asm volatile("fence.acq_rel.gpu;"
 
 __device__ inline void event_signal(uint32_t* counter) {
   asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" : : "l"(counter) : "memory");
+}
+
+// A signal whose element has a tail task (after event_release_fence, like event_signal): the
+// add returns the value before it, and the acquire fence after an add that completed the element
+// makes every producer's writes visible to the tail this CTA then runs.
+__device__ inline uint32_t event_signal_tail(uint32_t* counter) {
+  uint32_t before;
+  asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(counter) : "memory");
+  return before;
+}
+
+__device__ inline bool completes_element(uint32_t before, int32_t count, int32_t iteration) {
+  return static_cast<int64_t>(before) + 1 == wait_threshold(count, 0, iteration);
 }
 
 }  // namespace mk

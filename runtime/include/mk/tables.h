@@ -8,12 +8,14 @@
 //   WaitDesc[]       the waits of all tasks, task i owning rows [wait_begin, wait_end)
 //   SignalDesc[]     the signals of all tasks, task i owning rows [signal_begin, signal_end)
 //   queue_offsets[]  int32[num_sms + 1], CSR offsets: SM s runs queue_tasks[offsets[s] .. offsets[s+1])
-//   queue_tasks[]    int32 global task ids, every task exactly once over all queues
+//   queue_tasks[]    int32 global task ids, every task but the tails exactly once over all queues
 //   BufferDesc[]     one row per task.buffer, in declaration order
 //   counters[]       uint32[num_counters], one per event-tensor element, zeroed once per launch
 //
 // Every SM runs its queue once per iteration t = 0 .. iterations-1; the event protocol
-// (thresholds that grow with t, so counters never reset) lives in mk/events.h.
+// (thresholds that grow with t, so counters never reset) lives in mk/events.h. A tail task is
+// in no queue: the SM whose signal completes its event element (brings the counter to
+// count * (t + 1) in iteration t) runs it right away, in that iteration, before its next task.
 //
 // Python builds the same rows as NumPy structured arrays (python/mk/runtime_tables.py); the
 // static_asserts here and the binding `mk._runtime.table_layouts()` keep the three in step.
@@ -104,9 +106,13 @@ struct WaitDesc {
   int32_t distance;  // >= 0
 };
 
-// One signal: after the task ran, counters[counter] += 1 (release).
+// One signal: after the task ran, counters[counter] += 1 (release). When this add brings the
+// counter to count * (t + 1) in iteration t, the signalling SM runs task `tail` next (if >= 0;
+// every signal row of one counter names the same tail and count).
 struct SignalDesc {
   int32_t counter;
+  int32_t tail = -1;  // task id, or -1
+  int32_t count = 0;  // the event's signals per element per iteration (with a tail; else 0)
 };
 
 // One buffer. Arena buffers: offset_or_ptr is the byte offset inside the arena. Bound buffers
@@ -153,7 +159,7 @@ static_assert(sizeof(TaskDesc) == 64, "TaskDesc layout drifted from runtime_tabl
 static_assert(offsetof(TaskDesc, wait_begin) == 20, "TaskDesc layout drifted");
 static_assert(offsetof(TaskDesc, args) == 36, "TaskDesc layout drifted");
 static_assert(sizeof(WaitDesc) == 12, "WaitDesc layout drifted from runtime_tables.WAIT_DESC");
-static_assert(sizeof(SignalDesc) == 4, "SignalDesc layout drifted");
+static_assert(sizeof(SignalDesc) == 12, "SignalDesc layout drifted from runtime_tables.SIGNAL_DESC");
 static_assert(sizeof(BufferDesc) == 64, "BufferDesc layout drifted from runtime_tables.BUFFER_DESC");
 static_assert(offsetof(BufferDesc, shape) == 32, "BufferDesc layout drifted");
 static_assert(sizeof(GraphHeader) == 40, "GraphHeader layout drifted");
