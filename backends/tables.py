@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 from xdsl.dialects.builtin import (
     BFloat16Type,
     Float16Type,
@@ -16,8 +15,8 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute
 
 from mk.dialects.task import BufferOp, GraphOp, GridOp
-from mk.dialects.task_index import GraphIndex
-from mk.dialects.task_maps import EdgeAttr, edge_elements, grid_points, int_value, linearize
+from mk.dialects.task_index import GraphIndex, edge_counters
+from mk.dialects.task_maps import grid_points, int_value
 from mk.runtime_tables import (
     KIND_FIRST_LOWERED,
     MAX_COORDS,
@@ -79,16 +78,6 @@ def buffer_slots(graph: GraphOp) -> list[BufferSlot]:
     ]
 
 
-def _edge_counters(index: GraphIndex, grid: GridOp, event: str, edge: EdgeAttr) -> np.ndarray:
-    elements = edge_elements(grid, edge)
-    if elements is None:
-        raise ValueError(
-            f"@{grid.sym_name.data}: the map of its edge to @{event} has a wrong arity"
-        )
-    shape = index.events[event].shape_tuple
-    return index.counter_bases[event] + linearize(elements, shape)
-
-
 def _grid_tasks(index: GraphIndex, grid_index: int, grid: GridOp) -> list[Task]:
     shape = grid.shape_tuple
     if len(shape) > MAX_COORDS:
@@ -96,13 +85,13 @@ def _grid_tasks(index: GraphIndex, grid_index: int, grid: GridOp) -> list[Task]:
     # Counters per edge for all tasks at once (a grid can have thousands of tasks).
     waits = [
         (
-            _edge_counters(index, grid, e.event_name, e),
+            edge_counters(index, grid, e),
             index.events[e.event_name].count_value,
             e.distance_value,
         )
         for e in grid.waits
     ]
-    signals = [_edge_counters(index, grid, e.event_name, e) for e in grid.signals]
+    signals = [edge_counters(index, grid, e) for e in grid.signals]
     kind = kind_of(grid_index)
     return [
         Task(

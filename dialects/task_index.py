@@ -144,7 +144,7 @@ class GraphIndex:
             edge = tail_edge(grid)
             if edge is None:
                 continue
-            counters = _edge_counters(self, grid, edge)
+            counters = edge_counters(self, grid, edge)
             count = self.events[edge.event_name].count_value
             base = self.base_of(grid)
             out.update((int(c), (base + i, count)) for i, c in enumerate(counters))
@@ -168,7 +168,8 @@ def tail_edge(grid: GridOp) -> EdgeAttr | None:
     return next((e for e in grid.waits if e.event_name == name and e.distance_value == 0), None)
 
 
-def _edge_counters(index: GraphIndex, grid: GridOp, edge: EdgeAttr) -> np.ndarray:
+def edge_counters(index: GraphIndex, grid: GridOp, edge: EdgeAttr) -> np.ndarray:
+    """The flat counter of each task's element of one wait or signal edge (tasks in id order)."""
     elements = edge_elements(grid, edge)
     if elements is None:
         raise ValueError(f"@{grid.sym_name.data} has a malformed edge to @{edge.event_name}")
@@ -187,7 +188,7 @@ def tail_problem(index: GraphIndex, grid: GridOp) -> str | None:
     edge = tail_edge(grid)
     if edge is None or name not in index.events:
         return f"{TAIL_ATTR} names @{name}, which the grid does not wait on in the same iteration"
-    counters = _edge_counters(index, grid, edge)
+    counters = edge_counters(index, grid, edge)
     elements = grid_size(index.events[name].shape_tuple)
     if len(set(counters.tolist())) != grid.num_tasks or grid.num_tasks != elements:
         return f"{TAIL_ATTR}: its {grid.num_tasks} tasks are not one per element of @{name} ({elements})"

@@ -60,6 +60,7 @@ class TaskDag:
     waits: list[list[int]]  # per task: the distinct counters it waits on with distance 0
     waiters: list[list[int]]  # per counter: the tasks waiting on it with distance 0
     producer_counts: list[int]  # per counter: how many tasks signal it per iteration
+    producers: list[list[int]]  # per counter: the tasks that signal it
     tails: frozenset[int] = frozenset()  # tail tasks: run by their event's last signal, unqueued
 
     @property
@@ -149,6 +150,7 @@ def build_dag(index: GraphIndex, target: Target, pass_name: str = "task-schedule
         waits=_group(wait_tasks, wait_counters, tasks),
         waiters=_group(wait_counters, wait_tasks, counters),
         producer_counts=producer_counts.tolist(),
+        producers=_group(sig_counters, sig_tasks, counters),
         tails=frozenset(index.tail_tasks()),
     )
 
@@ -321,11 +323,7 @@ def late_tails(index: GraphIndex, dag: TaskDag, order: Sequence[int]) -> list[Gr
     other wait's producers come first, the first unfinished task of the order can always run.
     """
     position = {task: i for i, task in enumerate(order)}
-    producers = _group(
-        np.array([c for t in range(dag.num_tasks) for c in dag.signals[t]], dtype=np.int64),
-        np.array([t for t in range(dag.num_tasks) for _ in dag.signals[t]], dtype=np.int64),
-        len(dag.producer_counts),
-    )
+    producers = dag.producers
     late: dict[str, GridOp] = {}
     for counter, (task, _) in index.tail_counters().items():
         first = min(position[p] for p in producers[counter])
