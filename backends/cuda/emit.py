@@ -41,6 +41,7 @@ from mk.backends.cuda.dispatch import (
     slot_rows,
 )
 from mk.backends.cuda.elementwise import box_runs, element_offset, flat_offset
+from mk.backends.cuda.split_merge import MergePlan, merge_lines, plan_merge
 from mk.backends.cuda.stream import (
     STAGE_LOST,
     STAGE_X_BYTES,
@@ -85,6 +86,11 @@ def early_loads() -> bool:
     """MK_CUDA_EARLY=1: a streamed linear asks the L2 for its first round of weights before it
     stages the activation (stream_linear's Early), so that round trip overlaps the staging."""
     return switches.flag("MK_CUDA_EARLY")
+
+
+def merge_tiles() -> bool:
+    """MK_CUDA_MERGE_TILES=1: the split-KV merge as tile steps, as before its device call."""
+    return switches.flag("MK_CUDA_MERGE_TILES")
 
 
 def _bool(value: bool) -> str:
@@ -166,7 +172,9 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         stream = plan_stream(op)
         if stream is not None and stage:  # the chunk leaves the ring its room
             stream = dataclasses.replace(stream, x_bytes=STAGE_X_BYTES)
-        self.plan: StreamPlan | AttentionPlan | None = stream or plan_attention(op)
+        self.plan: StreamPlan | AttentionPlan | MergePlan | None = (
+            stream or plan_attention(op) or (None if merge_tiles() else plan_merge(op))
+        )
         self.stage_weights_ahead = stage
         self.smem_floats = 0
         self.staged_bytes = 0  # weights the body stages in the ring
@@ -213,8 +221,13 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             self.stream_linear(self.plan)
         elif isinstance(self.plan, AttentionPlan):
             self.stream_attention(self.plan)
+        elif isinstance(self.plan, MergePlan):
+            self.split_merge(self.plan, loop)
         else:
-            super().emit_loop(loop)
+            # An iteration's inputs read only the kernel's operands: loading them all first
+            # puts their loads in one round trip instead of one behind each step's barrier.
+            loads = [op for op in loop if isinstance(op, InputOp)]
+            super().emit_loop([*loads, *(op for op in loop if not isinstance(op, InputOp))])
 
     def flat_start(self, op: InputOp) -> str:
         """The element offset of `op`'s first tile (iteration 0) in its row-major source."""
@@ -248,6 +261,18 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         self.lines += score_lambda(plan, lambda op: f"{self.var(op.tile)}[0]", self.fresh)
         emit(f"mk::gpu::stream_attention<{plan.rows}, {plan.head_dim}>(sa, score);")
         emit("}")
+
+    def split_merge(self, plan: MergePlan, loop: Sequence[Operation]) -> None:
+        """The merge call (forloop 1, so no loop around it), then the loop's other ops."""
+
+        def source(op: InputOp) -> str:
+            ref = self.operands[op.source_index()]
+            return f"static_cast<const float*>(buffers[{ref.index}]) + {self.flat_start(op)}"
+
+        self.lines += merge_lines(plan, self.var, source)
+        for op in loop:
+            if op not in plan.handled:
+                self.step(op, "0")
 
     def stream_linear(self, plan: StreamPlan) -> None:
         emit = self.lines.append

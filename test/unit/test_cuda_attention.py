@@ -6,9 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from xdsl.dialects import arith
 
 import mk
 from mk import compiler
+from mk.backends.cuda.split_merge import MAX_SPLITS, plan_merge
 from mk.backends.cuda.stream_attention import plan_attention
 from mk.dialects import make_context
 from mk.dialects.mugraph import GraphDefOp
@@ -99,6 +101,55 @@ def test_emitted_call_and_score_function(tmp_path: Path) -> None:
     # Shared memory covers the groups' states: 16 groups of 16 lanes, 4 rows of 128 + m, l.
     smem = int(src.split("kSmemBytes = ")[1].split(";")[0])
     assert smem >= 4 * 16 * 4 * 130
+
+
+def _merges(text: str, **options: int) -> dict[str, GraphDefOp]:
+    module = load_module(text)
+    NnToMugraphPass(**options).apply(make_context(), module)
+    return {
+        op.results[0].name_hint or "": op
+        for op in module.walk()
+        if isinstance(op, GraphDefOp) and plan_merge(op) is not None
+    }
+
+
+@pytest.mark.parametrize(
+    ("example", "kernel", "splits", "rows", "width"),
+    [("attention_decode", "o", 4, 4, 64),
+     ("llama3_8b_block", "att2", 16, 4, 128),
+     ("decoder_block", "att2", 2, 2, 64)],
+)  # fmt: skip
+def test_merge_kernels_of_the_examples_become_one_call(
+    example: str, kernel: str, splits: int, rows: int, width: int
+) -> None:
+    merges = _merges((ROOT / "examples" / f"{example}.mlir").read_text())
+    assert list(merges) == [kernel]
+    plan = plan_merge(merges[kernel])
+    assert plan is not None and (plan.splits, plan.rows, plan.width) == (splits, rows, width)
+    # The three sums stay tiles for the normalisation; the partials and weights do not.
+    streamed = plan.streamed()
+    assert not {r.res for r in plan.results()} & streamed
+    assert {plan.out.tile, plan.peak.tile, plan.total.tile} <= streamed
+
+
+def test_a_merge_of_another_form_keeps_its_tile_steps() -> None:
+    text = _attention(1, 8, 2, 256, 64)
+    (op,) = _merges(text, kv_splits=4).values()
+    sub = next(o for o in op.walk() if isinstance(o, arith.SubfOp))
+    sub.operands = (sub.rhs, sub.lhs)  # e^(mx − m): not the merge's weights
+    assert plan_merge(op) is None
+    # More splits than a thread holds in registers, and a single split (no merge kernel).
+    assert not _merges(_attention(1, 8, 2, 64 * (MAX_SPLITS + 1), 64), kv_splits=MAX_SPLITS + 1)
+    assert not _merges(text, kv_splits=1)
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_emitted_merge_call(tmp_path: Path) -> None:
+    prog = mk.compile(ROOT / "examples/llama3_8b_block.mlir", target="cuda", cache_dir=tmp_path)
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    assert src.count("mk::gpu::merge_splits<16, 4, 128>(") == 1
+    merge = [b for b in src.split("__device__ __noinline__") if "merge_splits<" in b][0]
+    assert "reduce_line" not in merge and merge.count("__syncthreads") == 0
 
 
 # --------------------------------------------------------------------------- on the GPU

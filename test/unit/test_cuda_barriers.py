@@ -79,9 +79,12 @@ def test_decode_epilogues_run_without_barriers(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("no_nvcc")
-def test_split_merge_reduces_in_element_loops(tmp_path: Path) -> None:
-    """The split-KV merge's three reductions are element loops over their outputs (extents
-    resolved at emission), each after the barrier its input needs."""
+def test_split_merge_reduces_in_element_loops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As tile steps, the split-KV merge's three reductions are element loops over their outputs
+    (extents resolved at emission), each after the barrier its input needs."""
+    monkeypatch.setenv("MK_CUDA_MERGE_TILES", "1")
     prog = mk.compile(ROOT / "examples/attention_decode.mlir", target="cuda", cache_dir=tmp_path)
     src: str = prog.cuda_source  # type: ignore[attr-defined]
     assert "mk::gpu::reduce_tile(" not in src

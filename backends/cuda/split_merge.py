@@ -1,0 +1,178 @@
+"""The merge of split-KV attention partials as one device call instead of a chain of tile steps.
+
+A graph_def that reads S partials (o, and per row the running max m and sum l) along a leading
+split dim and combines them — mx = max m, w = e^(m − mx), lsum = Σ l·w, osum = Σ o·w — is what
+decode attention's merge kernel is (nn_to_mugraph_rules._merge_kernel). Written as tile steps
+it takes six barriers and stages every partial in shared memory; `mk::gpu::merge_splits`
+(mk/cuda_attention.cuh) computes mx, lsum and osum with one round of loads per thread and one
+barrier, and the graph_def's normalisation and stores run after it as usual.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from xdsl.dialects import arith
+from xdsl.dialects import math as mathd
+from xdsl.ir import Operation, SSAValue
+
+from mk.backends.cpu.emit_scalar import dtype_code
+from mk.backends.cuda.elementwise import Runs, box_runs
+from mk.dialects.mugraph import GraphDefOp, InputOp
+from mk.dialects.mugraph_base import shape_of
+from mk.dialects.mugraph_tiles import BinaryOp, ReduceOp, ThreadMapOp, YieldOp
+
+MAX_SPLITS = 32  # each thread holds one value per split in registers
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    """The inputs and results of a split merge; `handled` are the ops the device call replaces."""
+
+    out: InputOp  # the partial outputs
+    peak: InputOp  # their running maxima
+    total: InputOp  # their softmax sums
+    mx: ReduceOp
+    lsum: ReduceOp
+    osum: ReduceOp
+    handled: frozenset[Operation]
+
+    @property
+    def splits(self) -> int:
+        return self.peak.tile_shape()[0]
+
+    @property
+    def rows(self) -> int:
+        return math.prod(self.peak.tile_shape()) // self.splits
+
+    @property
+    def width(self) -> int:
+        """Elements of o per row."""
+        return math.prod(self.out.tile_shape()) // math.prod(self.peak.tile_shape())
+
+    def results(self) -> tuple[ReduceOp, ReduceOp, ReduceOp]:
+        return self.mx, self.lsum, self.osum
+
+    def streamed(self) -> set[SSAValue]:
+        """The values the device call never holds as tiles."""
+        kept = {self.mx, self.lsum, self.osum}
+        return {r for op in self.handled - kept for r in op.results}
+
+
+def plan_merge(op: GraphDefOp) -> MergePlan | None:
+    """The merge form of `op`, or None when its loop does anything else with the partials."""
+    if op.forloop_range() != 1:
+        return None
+    reduces = [o for o in op.loop_ops() if isinstance(o, ReduceOp) and o.dim.value.data == 0]
+    mx = next((r for r in reduces if r.kind.data == "max" and r.keepdim is not None), None)
+    if mx is None or not isinstance(m := mx.x.owner, InputOp):
+        return None
+    w = _weights(mx, m)
+    if w is None:
+        return None
+    found = [_weighted_sum(r, w) for r in reduces if r.kind.data == "sum" and r.keepdim is None]
+    sums = [f for f in found if f is not None]
+    lsum = next((s for s in sums if shape_of(s[1].tile) == shape_of(m.tile)), None)
+    osum = next((s for s in sums if s is not lsum), None)
+    if lsum is None or osum is None:
+        return None
+    (ls, total, lmul), (os_, out, omul) = lsum, osum
+    handled: set[Operation] = {m, mx, w, total, lmul, ls, out, omul, os_}
+    if len(handled) != 9 or not _shapes_fit(m, total, out):
+        return None
+    if not _private(handled - {mx, ls, os_}, handled):
+        return None
+    return MergePlan(out, m, total, mx, ls, os_, frozenset(handled))
+
+
+def _weights(mx: ReduceOp, m: InputOp) -> ThreadMapOp | None:
+    """The thread_map e^(m − mx) over the partial maxima, if that is mx's other use."""
+    for use in mx.res.uses:
+        t = use.operation
+        if isinstance(t, ThreadMapOp) and list(t.args) == [m.tile, mx.res] and _is_exp_diff(t):
+            return t
+    return None
+
+
+def _is_exp_diff(t: ThreadMapOp) -> bool:
+    ops = list(t.body.block.ops)
+    if len(ops) != 3 or not isinstance(sub := ops[0], arith.SubfOp):
+        return False
+    a, b = t.body.block.args
+    exp, done = ops[1], ops[2]
+    return (
+        sub.lhs == a
+        and sub.rhs == b
+        and isinstance(exp, mathd.ExpOp)
+        and exp.operand == sub.result
+        and isinstance(done, YieldOp)
+        and list(done.operands) == [exp.result]
+    )
+
+
+def _weighted_sum(r: ReduceOp, w: ThreadMapOp) -> tuple[ReduceOp, InputOp, BinaryOp] | None:
+    """(sum, input, product) for a sum over splits of an input times the weights."""
+    mul = r.x.owner
+    if not isinstance(mul, BinaryOp) or mul.kind.data != "mul":
+        return None
+    weights = w.res[0]
+    other = mul.b if mul.a == weights else mul.a if mul.b == weights else None
+    if other is None or not isinstance(src := other.owner, InputOp):
+        return None
+    return r, src, mul
+
+
+def _shapes_fit(peak: InputOp, total: InputOp, out: InputOp) -> bool:
+    """f32 partials, split-major, every split's rows one contiguous run of its source."""
+    tm, to = peak.tile_shape(), out.tile_shape()
+    if total.tile_shape() != tm or len(to) != len(tm) or tm[-1] != 1 or to[:-1] != tm[:-1]:
+        return False
+    if not 1 < tm[0] <= MAX_SPLITS:
+        return False
+    ops = (peak, total, out)
+    if any(dtype_code(x.tile.type) != "mk::DTYPE_F32" for x in ops):
+        return False
+    if any(dtype_code(x.source.type) != "mk::DTYPE_F32" for x in ops):
+        return False
+    runs = [_runs(x) for x in ops]
+    if any(r is None or r.rows != tm[0] for r in runs):
+        return False
+    return split_ld(peak) == split_ld(total)
+
+
+def _runs(op: InputOp) -> Runs | None:
+    tile = op.tile_shape()
+    runs = box_runs(shape_of(op.source), tile)
+    if runs is None or runs.cols != math.prod(tile) // tile[0]:
+        return None
+    return runs
+
+
+def split_ld(op: InputOp) -> int:
+    """Elements between one split's run and the next in the source."""
+    runs = _runs(op)
+    assert runs is not None
+    return runs.ld
+
+
+def _private(ops: set[Operation], within: set[Operation]) -> bool:
+    """Whether every user of `ops`' results is one of `within`."""
+    return all(u.operation in within for o in ops for r in o.results for u in r.uses)
+
+
+def merge_lines(
+    plan: MergePlan, var: Callable[[SSAValue], str], source: Callable[[InputOp], str]
+) -> list[str]:
+    """The device call: `var` names a result's tile, `source` points at an input's first
+    element (a `const float*`)."""
+    lines = [f"{var(r.res)}.resize({math.prod(shape_of(r.res))});" for r in plan.results()]
+    out, peak, total = (source(x) for x in (plan.out, plan.peak, plan.total))
+    lines.append(
+        f"mk::gpu::merge_splits<{plan.splits}, {plan.rows}, {plan.width}>("
+        f"{out}, {split_ld(plan.out)}, {peak}, {total}, {split_ld(plan.peak)}, "
+        f"{var(plan.mx.res)}.data(), "
+        f"{var(plan.lsum.res)}.data(), {var(plan.osum.res)}.data());"
+    )
+    return lines
