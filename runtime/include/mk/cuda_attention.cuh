@@ -167,30 +167,38 @@ __device__ void stream_attention(const StreamAttention& a, Score score) {
 // one run at o + s·o_ld (W elements a row) and their maxima and sums at m/l + s·ml_ld. Writes
 // mx[r] = max_s m, lsum[r] = Σ_s l·w and osum[r·W + j] = Σ_s o·w with w = e^(m − mx), the values
 // the graph_def's tile steps compute, its normalisation and stores running after. Each thread
-// computes the weights of the rows it writes itself from S broadcast loads, so all its loads
-// are in flight at once and the only barrier is the one at the end.
+// computes the weights of the rows it writes itself from S broadcast loads, so the only barrier
+// is the one at the end; up to kMergeHeld splits are held in registers, all loads in flight at
+// once, and more are read twice (the maxima, then the sums).
+constexpr int kMergeHeld = 32;
+
 template <int S, int R, int W>
 __device__ void merge_splits(const float* o, int64_t o_ld, const float* m, const float* l,
                              int64_t ml_ld, float* mx, float* lsum, float* osum) {
   MK_FOR_EACH_U32(e, R * W) {
     const uint32_t r = e / W;
-    float ms[S], os[S];
+    float peak = m[r], out = 0.0f, total = 0.0f;
+    if constexpr (S <= kMergeHeld) {
+      float ms[S], os[S];
 #pragma unroll
-    for (int s = 0; s < S; ++s) {
-      ms[s] = m[s * ml_ld + r];
-      os[s] = o[s * o_ld + e];
+      for (int s = 0; s < S; ++s) {
+        ms[s] = m[s * ml_ld + r];
+        os[s] = o[s * o_ld + e];
+      }
+#pragma unroll
+      for (int s = 1; s < S; ++s) peak = nan_max(peak, ms[s]);
+#pragma unroll
+      for (int s = 0; s < S; ++s) out = fmaf(os[s], expf(ms[s] - peak), out);
+    } else {
+#pragma unroll 8
+      for (int s = 1; s < S; ++s) peak = nan_max(peak, m[s * ml_ld + r]);
+#pragma unroll 8
+      for (int s = 0; s < S; ++s) out = fmaf(o[s * o_ld + e], expf(m[s * ml_ld + r] - peak), out);
     }
-    float peak = ms[0];
-#pragma unroll
-    for (int s = 1; s < S; ++s) peak = nan_max(peak, ms[s]);
-    float out = 0.0f;
-#pragma unroll
-    for (int s = 0; s < S; ++s) out = fmaf(os[s], expf(ms[s] - peak), out);
     osum[e] = out;
     if (e % W == 0) {
-      float total = 0.0f;
-#pragma unroll
-      for (int s = 0; s < S; ++s) total = fmaf(l[s * ml_ld + r], expf(ms[s] - peak), total);
+#pragma unroll 8
+      for (int s = 0; s < S; ++s) total = fmaf(l[s * ml_ld + r], expf(m[s * ml_ld + r] - peak), total);
       mx[r] = peak;
       lsum[r] = total;
     }
