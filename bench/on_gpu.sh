@@ -4,7 +4,8 @@
 #   (default: tests sanitize bench timeline generate)
 # Installs mk, runs the gpu-marked tests, compute-sanitizer on the examples, the benchmark
 # table, the per-grid timelines (TIMELINE_ARGS, e.g. "--model qwen3-0.6b --layers 4") and
-# mk-generate on the model presets (MODELS, BATCHES, GENERATE_ARGS e.g. --accuracy), and the superoptimizer's kernels against the
+# mk-generate on the model presets (MODELS, BATCHES, GENERATE_ARGS e.g. --option kv_splits=8; the
+# check is --accuracy: two bf16 implementations of a 28-layer model drift past --logit-tol), and the superoptimizer's kernels against the
 # rules (bench/search_bench.py, SEARCH_ARGS), and an op-mark profile of one model step with its trace drawn as
 # SVG (PROFILE_ARGS, default "--model qwen3-0.6b --layers 4"); `ab` runs the benchmark and the model step's
 # per-kind times for other checkouts (AB_TREES) and this one side by side. Set MK_COMMIT to the local checkout's commit: the copy here may
@@ -98,7 +99,7 @@ for step in $steps; do
         for batch in ${BATCHES:-1}; do
           timeout "${GENERATE_TIMEOUT:-300}" python3 -m mk.tools.mk_generate --model "$model" \
             --batch "$batch" --steps 8 --context 1024 --prompt-len 1000 --target cuda --check \
-            --bench --runs 20 ${GENERATE_ARGS:-} >"$OUT/generate_${model}_b$batch.log" 2>&1
+            --accuracy --bench --runs 20 ${GENERATE_ARGS:-} >"$OUT/generate_${model}_b$batch.log" 2>&1
           echo "mk-generate $model batch $batch: rc=$?"; tail -12 "$OUT/generate_${model}_b$batch.log"
         done
       done ;;
