@@ -20,6 +20,7 @@ from xdsl.ir import Operation, SSAValue
 
 from mk.backends.cpu.emit_scalar import dtype_code
 from mk.backends.cuda.elementwise import Runs, box_runs
+from mk.backends.cuda.stream_attention import used_only_by
 from mk.dialects.mugraph import GraphDefOp, InputOp
 from mk.dialects.mugraph_base import shape_of
 from mk.dialects.mugraph_tiles import BinaryOp, ReduceOp, ThreadMapOp, YieldOp
@@ -55,8 +56,7 @@ class MergePlan:
 
     def streamed(self) -> set[SSAValue]:
         """The values the device call never holds as tiles."""
-        kept = {self.mx, self.lsum, self.osum}
-        return {r for op in self.handled - kept for r in op.results}
+        return {r for op in self.handled - set(self.results()) for r in op.results}
 
 
 def plan_merge(op: GraphDefOp) -> MergePlan | None:
@@ -80,7 +80,7 @@ def plan_merge(op: GraphDefOp) -> MergePlan | None:
     handled: set[Operation] = {m, mx, w, total, lmul, ls, out, omul, os_}
     if len(handled) != 9 or not _shapes_fit(m, total, out):
         return None
-    if not _private(handled - {mx, ls, os_}, handled):
+    if not used_only_by(handled - {mx, ls, os_}, handled):
         return None
     return MergePlan(out, m, total, mx, ls, os_, frozenset(handled))
 
@@ -137,7 +137,7 @@ def _shapes_fit(peak: InputOp, total: InputOp, out: InputOp) -> bool:
     runs = [_runs(x) for x in ops]
     if any(r is None or r.rows != tm[0] for r in runs):
         return False
-    return split_ld(peak) == split_ld(total)
+    return runs[0] == runs[1]  # the maxima and the sums share one layout
 
 
 def _runs(op: InputOp) -> Runs | None:
@@ -153,11 +153,6 @@ def split_ld(op: InputOp) -> int:
     runs = _runs(op)
     assert runs is not None
     return runs.ld
-
-
-def _private(ops: set[Operation], within: set[Operation]) -> bool:
-    """Whether every user of `ops`' results is one of `within`."""
-    return all(u.operation in within for o in ops for r in o.results for u in r.uses)
 
 
 def merge_lines(

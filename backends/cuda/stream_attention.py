@@ -103,7 +103,7 @@ def plan_attention(op: GraphDefOp) -> AttentionPlan | None:
     scalars: set[Operation] = {a for a in args if isinstance(a, InputOp)}
     if any(o not in handled and o not in scalars for o in loop):
         return None
-    if not _private(handled - {acc}, handled) or not _private(scalars, handled):
+    if not used_only_by(handled - {acc}, handled) or not used_only_by(scalars, handled):
         return None
     return AttentionPlan(q, k, v, acc, transform, args, frozenset(handled - {acc}))
 
@@ -221,7 +221,7 @@ def _is_sitofp(op: ThreadMapOp) -> bool:
     return len(body) == 2 and body[0].name == "arith.sitofp" and is_float(op.res[0].type)
 
 
-def _private(ops: set[Operation], within: set[Operation]) -> bool:
+def used_only_by(ops: set[Operation], within: set[Operation]) -> bool:
     """Whether every user of `ops`' results is one of `within`."""
     return all(u.operation in within for o in ops for r in o.results for u in r.uses)
 

@@ -177,7 +177,7 @@ __device__ void merge_splits(const float* o, int64_t o_ld, const float* m, const
                              int64_t ml_ld, float* mx, float* lsum, float* osum) {
   MK_FOR_EACH_U32(e, R * W) {
     const uint32_t r = e / W;
-    float peak = m[r], out = 0.0f, total = 0.0f;
+    float peak, out = 0.0f, total = 0.0f;
     if constexpr (S <= kMergeHeld) {
       float ms[S], os[S];
 #pragma unroll
@@ -185,11 +185,13 @@ __device__ void merge_splits(const float* o, int64_t o_ld, const float* m, const
         ms[s] = m[s * ml_ld + r];
         os[s] = o[s * o_ld + e];
       }
+      peak = ms[0];
 #pragma unroll
       for (int s = 1; s < S; ++s) peak = nan_max(peak, ms[s]);
 #pragma unroll
       for (int s = 0; s < S; ++s) out = fmaf(os[s], expf(ms[s] - peak), out);
     } else {
+      peak = m[r];
 #pragma unroll 8
       for (int s = 1; s < S; ++s) peak = nan_max(peak, m[s * ml_ld + r]);
 #pragma unroll 8
