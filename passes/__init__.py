@@ -25,6 +25,12 @@ def _dce() -> type[ModulePass]:
     return DeadCodeElimination
 
 
+def _mugraph_fuse_loop() -> type[ModulePass]:
+    from mk.passes.mugraph_fuse_loop import MugraphFuseLoopPass
+
+    return MugraphFuseLoopPass
+
+
 def _mugraph_stats() -> type[ModulePass]:
     from mk.passes.mugraph_stats import MugraphStatsPass
 
@@ -80,6 +86,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "cse": _cse,
         "dce": _dce,
         "nn-to-mugraph": _nn_to_mugraph,
+        "mugraph-fuse-loop": _mugraph_fuse_loop,
         "mugraph-stats": _mugraph_stats,
         "mugraph-to-task": _mugraph_to_task,
         "superoptimize": _superoptimize,

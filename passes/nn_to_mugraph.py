@@ -59,6 +59,7 @@ from mk.passes.nn_to_mugraph_rules import (
     attention_kernels,
     head_view_source,
     library_kernel,
+    merge_block_width,
     nn_attributes,
     row_chain_kernel,
     row_dims,
@@ -153,13 +154,16 @@ def plan_units(ops: list[Operation], t: Tiling) -> list[_Unit]:
         claimed.update(unit.ops)
         units.append(unit)
 
+    merged: dict[SSAValue, int] = {}
     for op in ops:
         if isinstance(op, nn.AttentionOp):
             plan = _match_attention(op, claimed)
             claim(_Unit(plan.ops(), lambda lookup, p=plan: attention_kernels(p, t, lookup)))
+            if width := merge_block_width(plan, t):
+                merged[plan.result()] = width
     for op in ops:
         if isinstance(op, LINEAR_OPS) and op not in claimed:
-            group = match_linear_group(op, claimed, order, t)
+            group = match_linear_group(op, claimed, order, t, merged)
             if group is not None:
                 claim(_Unit(group.ops(), lambda lookup, g=group: linear_group_kernel(g, t, lookup)))
     for kind in (nn.RopeOp, nn.RMSNormOp):  # a RoPE first, to take the norm that feeds it

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from xdsl.ir import Operation, SSAValue
@@ -24,6 +24,7 @@ class LinearGroup:
     heads: list[Operation]
     epilogue: list[Operation] = field(default_factory=list)  # elementwise ops, program order
     views: dict[SSAValue, nn.ReshapeOp] = field(default_factory=dict)  # folded output reshapes
+    k_chunk: int = 0  # K per for-loop iteration when x's producer writes it in such blocks
 
     def ops(self) -> list[Operation]:
         norm = [self.norm] if self.norm else []
@@ -87,9 +88,15 @@ def _is_head_of(op: Operation, x: SSAValue) -> bool:
 
 
 def match_linear_group(
-    anchor: Operation, claimed: set[Operation], order: dict[Operation, int], t: Tiling
+    anchor: Operation,
+    claimed: set[Operation],
+    order: dict[Operation, int],
+    t: Tiling,
+    k_chunks: Mapping[SSAValue, int] | None = None,
 ) -> LinearGroup | None:
-    """The largest valid group containing `anchor` (an unclaimed linear/matmul), or None."""
+    """The largest valid group containing `anchor` (an unclaimed linear/matmul), or None.
+    `k_chunks`: activations written in blocks along K, and their block width: a group reading
+    one (without a norm) walks K in those blocks, so mugraph-fuse-loop can fold the writer in."""
     x = anchor.operands[0]
     norm = x.owner if isinstance(x.owner, nn.RMSNormOp) and x.owner not in claimed else None
     users = sorted({u.operation for u in x.uses}, key=lambda o: order.get(o, len(order)))
@@ -108,6 +115,8 @@ def match_linear_group(
     group = LinearGroup(norm.operands[0] if norm else x, norm, heads)
     if norm is not None and len(heads) != len(users):
         group = LinearGroup(x, None, heads)
+    if group.norm is None and k_chunks:
+        group.k_chunk = k_chunks.get(group.x, 0)
     _absorb_epilogue(group, claimed, order)
     _fold_views(group, claimed, layout(group, t))
     return group
@@ -286,7 +295,8 @@ def layout(group: LinearGroup, t: Tiling) -> Layout:
     widths = [shape_of(h.results[0])[-1] for h in group.heads]
     cols = _column_blocks(widths, t.tile_n, rows, t.num_sms)
     k = xs[-1]
-    return Layout((cols, rows, 1), k // chunk_size(k, t.tile_k), out)
+    chunk = group.k_chunk if group.k_chunk and k % group.k_chunk == 0 else chunk_size(k, t.tile_k)
+    return Layout((cols, rows, 1), k // chunk, out)
 
 
 def _fold_views(group: LinearGroup, claimed: set[Operation], lay: Layout) -> None:

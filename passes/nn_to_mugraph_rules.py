@@ -402,6 +402,15 @@ class _AttnShape:
         return self.group * self.sq
 
 
+def merge_block_width(plan: AttentionPlan, t: Tiling) -> int:
+    """Columns one block of the merge writes of a [1, Hq·D] result (one batch row, split
+    keys), which a one-dim grid covers; 0 otherwise."""
+    (bsz, hq, _, d), (_, hkv, seq, _) = shape_of(plan.op.q), shape_of(plan.op.k)
+    if plan.out_view is None or bsz != 1 or hkv < 2 or kv_splits(bsz, hkv, seq, t) < 2:
+        return 0
+    return hq // hkv * d
+
+
 def attention_kernels(
     plan: AttentionPlan, t: Tiling, lookup: ValueMap
 ) -> tuple[list[Operation], dict[SSAValue, SSAValue]]:

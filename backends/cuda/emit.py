@@ -41,7 +41,7 @@ from mk.backends.cuda.dispatch import (
     slot_rows,
 )
 from mk.backends.cuda.elementwise import box_runs, element_offset, flat_offset
-from mk.backends.cuda.split_merge import MergePlan, merge_lines, plan_merge
+from mk.backends.cuda.split_merge import MergedX, MergePlan, merge_lines, merged_x_lines, plan_merge
 from mk.backends.cuda.stream import (
     STAGE_LOST,
     STAGE_X_BYTES,
@@ -172,6 +172,8 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         stream = plan_stream(op)
         if stream is not None and stage:  # the chunk leaves the ring its room
             stream = dataclasses.replace(stream, x_bytes=STAGE_X_BYTES)
+            if isinstance(stream.x, MergedX) and 4 * stream.x.smem_floats() > STAGE_X_BYTES:
+                stream = None  # a merged activation is one chunk
         self.plan: StreamPlan | AttentionPlan | MergePlan | None = (
             stream or plan_attention(op) or (None if merge_tiles() else plan_merge(op))
         )
@@ -274,21 +276,35 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             if op not in plan.handled:
                 self.step(op, "0")
 
+    def merged_x(self, x: MergedX) -> None:
+        """The partials merged straight into the staged activation (one chunk: all of K)."""
+
+        def source(op: InputOp) -> str:
+            ref = self.operands[op.source_index()]
+            return f"static_cast<const float*>(buffers[{ref.index}]) + {self.flat_start(op)}"
+
+        dtype = dtype_code(x.norm.res[0].type)
+        self.lines += merged_x_lines(x, dtype, "reinterpret_cast<float*>(mk::gpu::mk_dynamic_smem)", source)
+        self.lines.append("sl.x_ready = true;")
+
     def stream_linear(self, plan: StreamPlan) -> None:
         emit = self.lines.append
-        k = self.forloop * plan.x.tile_shape()[1]
+        k = self.forloop * shape_of(plan.x.tile)[1]
         chunk = plan.chunk(k)
         self.smem_floats = plan.rows * chunk
-        x = self.operands[plan.x.source_index()]
-        r0, c0 = self.input_starts(plan.x, "0")
         emit("{")
         emit("mk::gpu::StreamLinear sl{};")
         emit("sl.arena = &arena;")
-        emit(
-            f"sl.x = mk::gpu::elem_at(buffers[{x.index}], {x.dtype}, ({r0}) * {x.shape[1]} + {c0});"
-        )
-        emit(f"sl.x_dtype = {x.dtype};")
-        emit(f"sl.x_ld = {x.shape[1]};")
+        if isinstance(plan.x, MergedX):
+            self.merged_x(plan.x)
+            self.smem_floats = max(self.smem_floats, plan.x.smem_floats())
+        else:
+            x = self.operands[plan.x.source_index()]
+            r0, c0 = self.input_starts(plan.x, "0")
+            at = f"({r0}) * {x.shape[1]} + {c0}"
+            emit(f"sl.x = mk::gpu::elem_at(buffers[{x.index}], {x.dtype}, {at});")
+            emit(f"sl.x_dtype = {x.dtype};")
+            emit(f"sl.x_ld = {x.shape[1]};")
         g_at = ""  # the norm weight's first element
         if plan.g is not None:
             g = self.operands[plan.g.source_index()]

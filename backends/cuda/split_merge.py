@@ -11,19 +11,21 @@ beyond 32 splits) and one barrier, and the graph_def's normalisation and stores 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects import arith
 from xdsl.dialects import math as mathd
+from xdsl.dialects.builtin import FloatData
 from xdsl.ir import Operation, SSAValue
 
-from mk.backends.cpu.emit_scalar import dtype_code
+from mk.backends.cpu.emit_scalar import dtype_code, float_literal
+from mk.backends.cuda import switches
 from mk.backends.cuda.elementwise import Runs, box_runs
 from mk.backends.cuda.stream_attention import used_only_by
 from mk.dialects.mugraph import GraphDefOp, InputOp
 from mk.dialects.mugraph_base import shape_of
-from mk.dialects.mugraph_tiles import BinaryOp, ReduceOp, ThreadMapOp, YieldOp
+from mk.dialects.mugraph_tiles import BinaryOp, ReduceOp, ReshapeOp, ThreadMapOp, YieldOp
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,12 @@ def plan_merge(op: GraphDefOp) -> MergePlan | None:
     """The merge form of `op`, or None when its loop does anything else with the partials."""
     if op.forloop_range() != 1:
         return None
-    reduces = [o for o in op.loop_ops() if isinstance(o, ReduceOp) and o.dim.value.data == 0]
+    return match_merge(op.loop_ops())
+
+
+def match_merge(ops: Sequence[Operation]) -> MergePlan | None:
+    """The merge among `ops` (a graph_def's loop), or None."""
+    reduces = [o for o in ops if isinstance(o, ReduceOp) and o.dim.value.data == 0]
     mx = next((r for r in reduces if r.kind.data == "max" and r.keepdim is not None), None)
     if mx is None or not isinstance(m := mx.x.owner, InputOp):
         return None
@@ -169,3 +176,122 @@ def merge_lines(
         f"{var(plan.lsum.res)}.data(), {var(plan.osum.res)}.data());"
     )
     return lines
+
+
+# ------------------------------------------------------------------------------------------------
+# The merge as a linear's activation (mugraph-fuse-loop folded it into the o-projection's loop)
+# ------------------------------------------------------------------------------------------------
+
+
+THREADS = 256  # mk::kCudaThreads
+
+
+@dataclass(frozen=True)
+class MergedX:
+    """A linear's activation chunk that is iteration i's merge of the split partials, normalised
+    (osum / lsum, or 0 for a row that saw no key) and viewed as [1, rows · width]. Over the
+    whole loop the iterations' rows are consecutive rows of the partials, so one device call
+    merges them all into the staged activation before the weights stream."""
+
+    merge: MergePlan
+    norm: ThreadMapOp
+    rows: int  # over the whole loop
+    empty_below: float  # a row whose max is below this saw no visible key
+    handled: frozenset[Operation]
+
+    @property
+    def tile(self) -> SSAValue:
+        view = next(iter(u.operation for u in self.norm.res[0].uses))
+        return view.results[0]
+
+    def float4s_per_thread(self, threads: int = THREADS) -> int:
+        """V of mk::gpu::merge_rows: the float4 of a row each thread merges at once. More than
+        one only while every thread still has some and the S · V partials stay under 24
+        registers' worth of float4 (16 splits at V = 2 spilled); MK_CUDA_MERGE_FLOAT4S sets it."""
+        v, width, splits = 1, self.merge.width, self.merge.splits
+        while (
+            self.rows * width // (4 * v) > threads
+            and width % (8 * v) == 0
+            and splits * 2 * v <= 24
+        ):
+            v *= 2
+        v = switches.count("MK_CUDA_MERGE_FLOAT4S", v, 1, 8, "float4")
+        return v if width % (4 * v) == 0 else 1
+
+    def smem_floats(self) -> int:
+        """x, then the maxima and sums staged behind it."""
+        return self.rows * self.merge.width + 2 * self.merge.splits * self.rows
+
+
+def plan_merged_x(loop: Sequence[Operation], lhs: SSAValue, forloop: int) -> MergedX | None:
+    """The merged form of a matmul's left side `lhs`, or None when it is anything else."""
+    view = lhs.owner
+    if not isinstance(view, ReshapeOp) or not isinstance(norm := view.x.owner, ThreadMapOp):
+        return None
+    merge = match_merge(loop)
+    if merge is None or any(x.fmap_dim() != 2 for x in (merge.out, merge.peak, merge.total)):
+        return None
+    args = list(norm.args)
+    if len(args) != 3 or args[0] != merge.osum.res or args[1] != merge.lsum.res:
+        return None
+    mx4 = args[2].owner
+    if not isinstance(mx4, ReshapeOp) or mx4.x != merge.mx.res:
+        return None
+    empty_below = _normalise_limit(norm)
+    shape = shape_of(lhs)
+    if empty_below is None or len(shape) != 2 or shape[0] != 1:
+        return None
+    if shape[1] != merge.rows * merge.width or len(norm.res) != 1:
+        return None
+    rows = merge.rows * forloop  # every iteration's rows, consecutive in the partials
+    if _whole_ld(merge.out) != rows * merge.width or _whole_ld(merge.peak) != rows:
+        return None
+    handled = {*merge.handled, mx4, norm, view}
+    if not used_only_by(handled - {view}, handled):
+        return None
+    return MergedX(merge, norm, rows, empty_below, frozenset(handled))
+
+
+def _normalise_limit(t: ThreadMapOp) -> float | None:
+    """c when `t` is (o, l, m) -> m < c ? 0 : o / l, else None."""
+    ops = list(t.body.block.ops)
+    if len(ops) != 6:
+        return None
+    limit, cmp, zero, div, sel, done = ops
+    o, lsum, m = t.body.block.args
+    if not (isinstance(limit, arith.ConstantOp) and isinstance(zero, arith.ConstantOp)):
+        return None
+    c, z = (getattr(x.value, "value", None) for x in (limit, zero))
+    if not isinstance(c, FloatData) or not isinstance(z, FloatData) or z.data != 0.0:
+        return None
+    ok = (
+        isinstance(cmp, arith.CmpfOp)
+        and cmp.predicate.value.data == 4  # olt
+        and (cmp.lhs, cmp.rhs) == (m, limit.result)
+        and isinstance(div, arith.DivfOp)
+        and (div.lhs, div.rhs) == (o, lsum)
+        and isinstance(sel, arith.SelectOp)
+        and (sel.cond, sel.lhs, sel.rhs) == (cmp.result, zero.result, div.result)
+        and isinstance(done, YieldOp)
+        and list(done.operands) == [sel.result]
+    )
+    return c.data if ok else None
+
+
+def merged_x_lines(
+    x: MergedX, dtype: str, into: str, source: Callable[[InputOp], str]
+) -> list[str]:
+    """The device call merging every row into `into` (floats, rounded to `dtype`)."""
+    m = x.merge
+    out, peak, total = (source(op) for op in (m.out, m.peak, m.total))
+    return [
+        f"mk::gpu::merge_rows<{m.splits}, {m.width}, {x.float4s_per_thread()}>("
+        f"{out}, {_whole_ld(m.out)}, {peak}, "
+        f"{total}, {_whole_ld(m.peak)}, {x.rows}, {float_literal(x.empty_below)}, {dtype}, "
+        f"{into});"
+    ]
+
+
+def _whole_ld(op: InputOp) -> int:
+    """Elements between one split and the next in the source (split-major)."""
+    return math.prod(shape_of(op.source)[1:])

@@ -17,6 +17,7 @@ from xdsl.ir import Operation, SSAValue
 
 from mk.backends.cpu.emit_scalar import dtype_code
 from mk.backends.cuda import switches
+from mk.backends.cuda.split_merge import MergedX, plan_merged_x
 from mk.dialects.mugraph import GraphDefOp, InputOp
 from mk.dialects.mugraph_base import shape_of
 from mk.dialects.mugraph_tiles import AccumOp, BinaryOp, MatmulOp
@@ -48,7 +49,7 @@ def loads_in_flight(rows: int) -> int:
 class StreamPlan:
     """The loop of a graph_def in streamed form."""
 
-    x: InputOp  # [M, tk] tiles of a [rows, K] activation along K
+    x: InputOp | MergedX  # [M, tk] tiles of a [rows, K] activation along K, or merged partials
     g: InputOp | None  # [tk] tiles of the norm weight, multiplied into x before the products
     scaled: BinaryOp | None
     products: tuple[tuple[InputOp, AccumOp], ...]  # each weight's tiles and its sum
@@ -58,11 +59,13 @@ class StreamPlan:
 
     @property
     def rows(self) -> int:
-        return self.x.tile_shape()[0]
+        return shape_of(self.x.tile)[0]
 
     def streamed(self) -> set[SSAValue]:
         """The values the streamed loop never holds as tiles."""
         values: set[SSAValue] = {self.x.tile}
+        if isinstance(self.x, MergedX):
+            values |= {r for op in self.x.handled for r in op.results}
         if self.g is not None and self.scaled is not None:
             values |= {self.g.tile, self.scaled.res}
         for w, acc in self.products:
@@ -99,6 +102,8 @@ class StreamPlan:
         columns in 32-wide steps. One row stays on CUDA cores unless MK_CUDA_MMA_ONE_ROW=1 (not
         yet measured against them)."""
         least = 1 if os.environ.get("MK_CUDA_MMA_ONE_ROW", "0") == "1" else 2
+        if isinstance(self.x, MergedX):  # merged into the chunk as floats
+            return False
         return least <= self.rows <= MAX_ROWS and k % 32 == 0 and self.chunk(k) % 32 == 0
 
     def mma_steps(self) -> int:
@@ -186,7 +191,10 @@ def plan_stream(op: GraphDefOp) -> StreamPlan | None:
         return None
     side = _activation_side(lhs)
     if side is None:
-        return None
+        merged = plan_merged_x(loop, lhs, op.forloop_range())
+        if merged is None or merged.smem_floats() > SMEM_BYTES // 4:
+            return None
+        side = (merged, None, None)
     x, g, scaled = side
     products = []
     for m in matmuls:
@@ -200,13 +208,16 @@ def plan_stream(op: GraphDefOp) -> StreamPlan | None:
     if len({dtype_code(w.tile.type) for w, _ in products}) != 1:
         return None
     sum_sq = None
-    handled: set[Operation] = {x, *(p for pair in products for p in pair), *matmuls}
+    handled: set[Operation] = {*(p for pair in products for p in pair), *matmuls}
+    handled |= set(x.handled) if isinstance(x, MergedX) else {x}
     handled |= {o for o in (g, scaled) if o is not None}
     invariant = []
     for o in loop:
         if o in handled:
             continue
         if isinstance(o, AccumOp) and o.kind.data == "mean_sq_last" and o.x == x.tile:
+            if isinstance(x, MergedX):
+                return None
             if sum_sq is not None:
                 return None
             sum_sq = o
@@ -273,13 +284,13 @@ def _activation_ok(x: InputOp) -> bool:
     )
 
 
-def _weight_ok(w: InputOp, x: InputOp) -> bool:
+def _weight_ok(w: InputOp, x: InputOp | MergedX) -> bool:
     tile, shape = w.tile_shape(), shape_of(w.source)
     return (
         len(tile) == 2
         and len(shape) == 2
         and w.fmap_dim() == 1
-        and tile[1] == x.tile_shape()[1]
+        and tile[1] == shape_of(x.tile)[1]
         and _same_dtype(w)
         and dtype_code(w.tile.type) in _WEIGHT_DTYPES
         and math.prod(tile) > 0

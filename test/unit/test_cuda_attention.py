@@ -10,7 +10,8 @@ from xdsl.dialects import arith
 
 import mk
 from mk import compiler
-from mk.backends.cuda.split_merge import plan_merge
+from mk.backends.cuda.split_merge import MergedX, plan_merge
+from mk.backends.cuda.stream import plan_stream
 from mk.backends.cuda.stream_attention import plan_attention
 from mk.dialects import make_context
 from mk.dialects.mugraph import GraphDefOp
@@ -203,3 +204,80 @@ def test_merged_splits_match_the_reference(splits: int, tmp_path: Path) -> None:
     (ref,) = mk.reference(text, *inputs)
     error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
     assert error <= bound, (splits, error)
+
+
+# --------------------------------------------------------------------------- merge in the o-proj
+
+
+def _attention_oproj(hq: int, hkv: int, seq: int, d: int, n: int) -> str:
+    """Decode attention (batch 1) whose merged heads feed a linear and a residual add."""
+    k = hq * d
+    q, kv = f"tensor<1x{hq}x1x{d}xbf16>", f"tensor<1x{hkv}x{seq}x{d}xbf16>"
+    return (
+        f"func.func @attn_oproj(%q: tensor<1x{k}xbf16>, %k: {kv}, %v: {kv}, "
+        f"%len: tensor<1xi32>, %wo: tensor<{n}x{k}xbf16>, %x: tensor<1x{n}xbf16>) "
+        f"-> tensor<1x{n}xbf16> {{\n"
+        f"  %q4 = nn.reshape %q : (tensor<1x{k}xbf16>) -> {q}\n"
+        f"  %att = nn.attention %q4, %k, %v, %len {{scale = {d**-0.5!r} : f32, causal = false}}"
+        f" : ({q}, {kv}, {kv}, tensor<1xi32>) -> {q}\n"
+        f"  %att2 = nn.reshape %att : ({q}) -> tensor<1x{k}xbf16>\n"
+        f"  %o = nn.linear %att2, %wo : (tensor<1x{k}xbf16>, tensor<{n}x{k}xbf16>) -> "
+        f"tensor<1x{n}xbf16>\n"
+        f"  %r = nn.add %x, %o : (tensor<1x{n}xbf16>, tensor<1x{n}xbf16>) -> tensor<1x{n}xbf16>\n"
+        f"  func.return %r : tensor<1x{n}xbf16>\n}}"
+    )
+
+
+def _fused_oproj(text: str, **options: int) -> GraphDefOp:
+    module = load_module(text)
+    compiler.run_pipeline(module, {"tile_n": 0, **options}, compiler.PIPELINE[:2])
+    return next(
+        op
+        for op in module.walk()
+        if isinstance(op, GraphDefOp) and "loop+" in str(op.attributes.get("mk.fused", ""))
+    )
+
+
+def test_the_folded_merge_is_staged_by_one_call() -> None:
+    op = _fused_oproj(_attention_oproj(16, 8, 1024, 128, 1024))
+    plan = plan_stream(op)
+    assert plan is not None and isinstance(plan.x, MergedX)
+    assert (plan.x.merge.splits, plan.x.rows, plan.x.merge.width) == (16, 16, 128)
+    assert plan.x.empty_below == pytest.approx(-1e29)
+    assert not plan.tensor_cores(2048)
+
+
+def test_a_folded_merge_of_another_form_does_not_stream() -> None:
+    op = _fused_oproj(_attention_oproj(4, 2, 128, 16, 32), kv_splits=4)
+    assert plan_stream(op) is not None
+    div = next(o for o in op.walk() if isinstance(o, arith.DivfOp))
+    div.operands = (div.rhs, div.lhs)  # lsum / osum
+    assert plan_stream(op) is None
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_emitted_merged_activation(tmp_path: Path) -> None:
+    text = _attention_oproj(16, 8, 1024, 128, 1024)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    assert src.count("mk::gpu::merge_rows<16, 128, 1>(") == 1 and "sl.x_ready = true;" in src
+    assert "merge_splits<" not in src  # no merge kernel left
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("dims", "splits"),
+    [((4, 2, 128, 16, 32), 4), ((16, 8, 1024, 128, 1024), 0), ((32, 8, 1024, 64, 2048), 0)],
+)
+def test_merge_folded_into_the_oproj_matches_the_reference(
+    dims: tuple[int, int, int, int, int], splits: int, tmp_path: Path
+) -> None:
+    text = _attention_oproj(*dims)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=splits)
+    assert "merge_rows<" in prog.cuda_source  # type: ignore[attr-defined]
+    for seed in (0, 1):
+        inputs = random_inputs(prog.func, seed=seed)
+        (out,) = prog(*inputs)
+        (ref,) = mk.reference(text, *inputs)
+        error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
+        assert error <= bound, (dims, seed, error)

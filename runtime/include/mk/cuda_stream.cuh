@@ -42,6 +42,7 @@ struct StreamLinear {
   int32_t nw;
   StreamWeight w[kStreamMaxWeights];
   Arena* arena;       // for the op marks of a profile build
+  bool x_ready;       // the staging area already holds the activation (one chunk, as floats)
 };
 
 __device__ inline const void* elem_at(const void* base, int32_t dtype, int64_t i) {
@@ -648,7 +649,7 @@ __device__ bool stream_linear(const StreamLinear& s) {
     // Tensor cores take the activation in the weights' 16-bit type: staged that way, once.
     const Packing pack{Mma && vec && kc % 32 == 0 && s.kc % 8 == 0, s.w_dtype == DTYPE_BF16};
     __syncthreads();
-    stage_chunk<M, XB>(s, xs, s.kc, kc, c, pack, ss);
+    if (!s.x_ready) stage_chunk<M, XB>(s, xs, s.kc, kc, c, pack, ss);
     if (c == 0) MK_MARK(*s.arena);
     __syncthreads();
     if (c == 0) {

@@ -1,0 +1,112 @@
+"""mugraph-fuse-loop: which producers fold into their consumer's loop, and that the folded
+programs compute what the unfolded ones do (CPU executor against the NumPy reference)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from xdsl.dialects.builtin import ModuleOp
+
+import mk
+from mk import compiler
+from mk.dialects.mugraph import GraphDefOp
+from mk.inputs import random_inputs
+from mk.passes.mugraph_fuse_loop import fuse_loops, match_fold
+from mk.source import load_module
+
+ROOT = Path(__file__).resolve().parents[2]
+LIT = ROOT / "test" / "lit" / "passes" / "mugraph_fuse_loop.mlir"
+
+ATTN_OPROJ = """
+func.func @attn_oproj(%q: tensor<1x64xbf16>, %k: tensor<1x2x128x16xbf16>, %v: tensor<1x2x128x16xbf16>, %len: tensor<1xi32>, %wo: tensor<32x64xbf16>, %x: tensor<1x32xbf16>) -> tensor<1x32xbf16> {
+  %q4 = nn.reshape %q : (tensor<1x64xbf16>) -> tensor<1x4x1x16xbf16>
+  %att = nn.attention %q4, %k, %v, %len {scale = 0.25 : f32, causal = false} : (tensor<1x4x1x16xbf16>, tensor<1x2x128x16xbf16>, tensor<1x2x128x16xbf16>, tensor<1xi32>) -> tensor<1x4x1x16xbf16>
+  %att2 = nn.reshape %att : (tensor<1x4x1x16xbf16>) -> tensor<1x64xbf16>
+  %o = nn.linear %att2, %wo : (tensor<1x64xbf16>, tensor<32x64xbf16>) -> tensor<1x32xbf16>
+  %r = nn.add %x, %o : (tensor<1x32xbf16>, tensor<1x32xbf16>) -> tensor<1x32xbf16>
+  func.return %r : tensor<1x32xbf16>
+}
+"""
+
+
+def _lowered(text: str, **options: int) -> ModuleOp:
+    module = load_module(text)
+    compiler.run_pipeline(module, {"num_sms": 8, "tile_n": 16, **options}, compiler.PIPELINE[:2])
+    return module
+
+
+def _graph_defs(module: ModuleOp) -> list[GraphDefOp]:
+    return [op for op in module.walk() if isinstance(op, GraphDefOp)]
+
+
+def _fused(module: ModuleOp) -> list[GraphDefOp]:
+    return [g for g in _graph_defs(module) if str(g.attributes.get("mk.fused", "")).count("loop+")]
+
+
+def test_the_merge_folds_into_the_oproj_and_its_loop_walks_the_merge_blocks() -> None:
+    module = _lowered(ATTN_OPROJ, kv_splits=4)
+    (fused,) = _fused(module)
+    assert fused.forloop_range() == 2  # 2 KV heads: the merge's blocks
+    assert fused.grid_shape() == (2, 1, 1)
+    reads = {op.tile.name_hint: (op.imap_dims(), op.fmap_dim()) for op in fused.input_ops()}
+    assert reads["op"] == ((-1, -1, -1), 2) and reads["mp"] == ((-1, -1, -1), 2)
+    assert len(_graph_defs(module)) == 2  # the split attention and the fused o-projection
+
+
+def test_nothing_folds_with_max_bytes_0_or_one_split() -> None:
+    assert not _fused(_lowered(ATTN_OPROJ, kv_splits=4, max_bytes=0))
+    module = _lowered(ATTN_OPROJ, kv_splits=1)
+    assert not _fused(module) and len(_graph_defs(module)) == 2
+
+
+def test_a_limit_below_the_partials_keeps_the_merge() -> None:
+    module = _lowered(ATTN_OPROJ, kv_splits=4, max_bytes=0)
+    merge = next(g for g in _graph_defs(module) if g.res[0].name_hint == "att2")
+    partials = 4 * 64 * 4 + 2 * 4 * 4 * 4  # o, then m and l, f32
+    assert match_fold(merge, partials) is not None
+    assert match_fold(merge, partials - 1) is None
+
+
+def test_the_lit_cases_that_must_not_fold_do_not() -> None:
+    for chunk in LIT.read_text().split("// -----")[1:]:
+        module = load_module(chunk)
+        before = len(_graph_defs(module))
+        assert fuse_loops(module, 1 << 30) == 0
+        assert len(_graph_defs(module)) == before
+
+
+def _cpu_ready() -> None:
+    if shutil.which("g++") is None:
+        pytest.skip("g++ is not installed")
+    try:
+        compiler.cpu_backend()
+    except mk.MkError as e:
+        pytest.skip(str(e))
+
+
+@pytest.mark.parametrize("max_bytes", [0, 1 << 20])
+def test_folded_and_unfolded_programs_match_the_reference(max_bytes: int, tmp_path: Path) -> None:
+    _cpu_ready()
+    prog = mk.compile(ATTN_OPROJ, cache_dir=tmp_path, kv_splits=4, max_bytes=max_bytes)
+    assert ("loop+" in prog.ir("mugraph")) == (max_bytes > 0)
+    for seed in (0, 1):
+        inputs = random_inputs(prog.func, seed=seed)
+        (out,) = prog(*inputs)
+        (ref,) = mk.reference(ATTN_OPROJ, *inputs)
+        error, bound = compiler.output_error(out, ref)
+        assert np.isfinite(out.astype(np.float32)).all() and error <= bound
+
+
+def test_decoder_block_folds_and_matches_the_reference(tmp_path: Path) -> None:
+    _cpu_ready()
+    path = ROOT / "examples" / "decoder_block.mlir"
+    prog = mk.compile(path, cache_dir=tmp_path)
+    assert "loop+linear+add" in prog.ir("mugraph")
+    inputs = random_inputs(prog.func, seed=3)
+    (out,) = prog(*inputs)
+    (ref,) = mk.reference(path, *inputs)
+    error, bound = compiler.output_error(out, ref)
+    assert error <= bound
