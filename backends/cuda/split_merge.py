@@ -20,7 +20,6 @@ from xdsl.dialects.builtin import FloatData
 from xdsl.ir import Operation, SSAValue
 
 from mk.backends.cpu.emit_scalar import dtype_code, float_literal
-from mk.backends.cuda import switches
 from mk.backends.cuda.elementwise import Runs, box_runs
 from mk.backends.cuda.stream_attention import used_only_by
 from mk.dialects.mugraph import GraphDefOp, InputOp
@@ -183,9 +182,6 @@ def merge_lines(
 # ------------------------------------------------------------------------------------------------
 
 
-THREADS = 256  # mk::kCudaThreads
-
-
 @dataclass(frozen=True)
 class MergedX:
     """A linear's activation chunk that is iteration i's merge of the split partials, normalised
@@ -204,23 +200,8 @@ class MergedX:
         view = next(iter(u.operation for u in self.norm.res[0].uses))
         return view.results[0]
 
-    def float4s_per_thread(self, threads: int = THREADS) -> int:
-        """V of mk::gpu::merge_rows: the float4 of a row each thread merges at once. More than
-        one only while every thread still has some and the S · V partials stay under 24
-        registers' worth of float4 (16 splits at V = 2 spilled); MK_CUDA_MERGE_FLOAT4S sets it."""
-        v, width, splits = 1, self.merge.width, self.merge.splits
-        while (
-            self.rows * width // (4 * v) > threads
-            and width % (8 * v) == 0
-            and splits * 2 * v <= 24
-        ):
-            v *= 2
-        v = switches.count("MK_CUDA_MERGE_FLOAT4S", v, 1, 8, "float4")
-        return v if width % (4 * v) == 0 else 1
-
     def smem_floats(self) -> int:
-        """x, then the maxima and sums staged behind it."""
-        return self.rows * self.merge.width + 2 * self.merge.splits * self.rows
+        return self.rows * self.merge.width
 
 
 def plan_merged_x(loop: Sequence[Operation], lhs: SSAValue, forloop: int) -> MergedX | None:
@@ -285,8 +266,7 @@ def merged_x_lines(
     m = x.merge
     out, peak, total = (source(op) for op in (m.out, m.peak, m.total))
     return [
-        f"mk::gpu::merge_rows<{m.splits}, {m.width}, {x.float4s_per_thread()}>("
-        f"{out}, {_whole_ld(m.out)}, {peak}, "
+        f"mk::gpu::merge_rows<{m.splits}, {m.width}>({out}, {_whole_ld(m.out)}, {peak}, "
         f"{total}, {_whole_ld(m.peak)}, {x.rows}, {float_literal(x.empty_below)}, {dtype}, "
         f"{into});"
     ]

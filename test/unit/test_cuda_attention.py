@@ -260,7 +260,7 @@ def test_emitted_merged_activation(tmp_path: Path) -> None:
     text = _attention_oproj(16, 8, 1024, 128, 1024)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     src = prog.cuda_source  # type: ignore[attr-defined]
-    assert src.count("mk::gpu::merge_rows<16, 128, 1>(") == 1 and "sl.x_ready = true;" in src
+    assert src.count("mk::gpu::merge_rows<16, 128>(") == 1 and "sl.x_ready = true;" in src
     assert "merge_splits<" not in src  # no merge kernel left
 
 

@@ -133,7 +133,6 @@ SWITCHES = [
     {"MK_CUDA_WEIGHT_L2": "evict_first"},
     {"MK_CUDA_STAGE": "1"},
     {"MK_CUDA_MMA_PIPE": "1"},
-    {"MK_CUDA_MERGE_FLOAT4S": "2"},
 ]
 
 
