@@ -29,7 +29,7 @@ from xdsl.passes import ModulePass
 
 from mk.diagnostics import MkError
 from mk.dialects.mugraph import GraphDefOp, InputOp, OutputOp
-from mk.dialects.mugraph_base import shape_of, tensor_type
+from mk.dialects.mugraph_base import tensor_type
 
 FOLDABLE = frozenset(
     {"mugraph.input", "mugraph.output", "mugraph.reshape", "mugraph.thread_map",
@@ -112,7 +112,7 @@ def fuse(fold: LoopFold) -> GraphDefOp:
     }
     for new, v in zip(block.args, operands, strict=False):
         new.name_hint = names.get(v)
-    arg_of = dict(zip(operands, block.args, strict=False))
+    arg_of: dict[SSAValue, SSAValue] = dict(zip(operands, block.args, strict=False))
     remap: dict[SSAValue, SSAValue] = {}
     for a, v in zip(consumer.input_args(), consumer.args, strict=True):
         if v is not producer.res[0]:
@@ -122,7 +122,7 @@ def fuse(fold: LoopFold) -> GraphDefOp:
         r.name_hint = a.name_hint
     for op in consumer.body.block.ops:
         if op is fold.read:
-            remap[op.tile] = _inline_producer(fold, block, arg_of)
+            remap[fold.read.tile] = _inline_producer(fold, block, arg_of)
             continue
         block.add_op(op.clone(value_mapper=remap))
     fused = GraphDefOp(

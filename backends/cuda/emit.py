@@ -284,7 +284,9 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             return f"static_cast<const float*>(buffers[{ref.index}]) + {self.flat_start(op)}"
 
         dtype = dtype_code(x.norm.res[0].type)
-        self.lines += merged_x_lines(x, dtype, "reinterpret_cast<float*>(mk::gpu::mk_dynamic_smem)", source)
+        self.lines += merged_x_lines(
+            x, dtype, "reinterpret_cast<float*>(mk::gpu::mk_dynamic_smem)", source
+        )
         self.lines.append("sl.x_ready = true;")
 
     def stream_linear(self, plan: StreamPlan) -> None:
