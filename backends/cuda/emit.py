@@ -623,7 +623,8 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
             fn.body = marked[fn.name][0]
         labels = {grid: tuple(marked[fn.name][1]) for grid, fn, _ in shared.calls}
     out += [device_function(fn) for fn in shared.functions]
-    out.append(dispatch_struct(shared, front, staged, len(buffers), prefetch_at_wait()))
+    batch = switches.flag("MK_CUDA_WAIT_BATCH")
+    out.append(dispatch_struct(shared, front, staged, len(buffers), prefetch_at_wait(), batch))
     out.append("}  // namespace\n")
     out.append("MK_CUDA_ENTRY_POINTS(Dispatch)\n")
     return CudaSource(

@@ -133,6 +133,7 @@ SWITCHES = [
     {"MK_CUDA_WEIGHT_L2": "evict_first"},
     {"MK_CUDA_STAGE": "1"},
     {"MK_CUDA_MMA_PIPE": "1"},
+    {"MK_CUDA_WAIT_BATCH": "1"},
 ]
 
 

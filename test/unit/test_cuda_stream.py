@@ -423,6 +423,18 @@ def test_prefetch_at_wait_is_a_build_option(
 
 
 @pytest.mark.usefixtures("no_nvcc")
+def test_batched_first_look_at_the_waits_is_a_build_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_WAIT_BATCH=1: the dispatcher reads every near wait's counter at once; off by
+    default (not yet measured on the GPU)."""
+    text = _linear(1, 512, 1024, norm=True)
+    assert "kBatchWaits = false;" in _cuda_source(text, tmp_path)
+    monkeypatch.setenv("MK_CUDA_WAIT_BATCH", "1")
+    assert "kBatchWaits = true;" in _cuda_source(text, tmp_path)
+
+
+@pytest.mark.usefixtures("no_nvcc")
 def test_early_loads_are_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """MK_CUDA_EARLY=1 sets stream_linear's Early (the trailing template argument, after the
     Staged and G defaults it then spells out); without it the call is unchanged."""

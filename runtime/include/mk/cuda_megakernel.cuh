@@ -188,13 +188,40 @@ struct SeenCounters {
   }
 };
 
+// Thread 0, with Dispatch::kBatchWaits (MK_CUDA_WAIT_BATCH=1): every near wait's counter read
+// at once, one round trip to L2 for all of them, then one acquire fence when they all hold;
+// false (look one by one) when one does not, or the task has more waits than are near.
+__device__ inline bool waits_hold_at_first_look(const LaunchParams& p, const NearTask& near,
+                                                int32_t t) {
+  const int32_t n = near.desc.wait_end - near.desc.wait_begin;
+  if (n > kNearWaits) return false;
+  uint32_t value[kNearWaits];
+#pragma unroll
+  for (int i = 0; i < kNearWaits; ++i) {
+    if (i < n) value[i] = event_peek(p.counters + near.waits[i].counter);
+  }
+  bool all = true;
+#pragma unroll
+  for (int i = 0; i < kNearWaits; ++i) {
+    if (i < n) {
+      const WaitDesc& wd = near.waits[i];
+      all = all && static_cast<int64_t>(value[i]) >= wait_threshold(wd.count, wd.distance, t);
+    }
+  }
+  if (all) event_acquire_fence();
+  return all;
+}
+
 // Thread 0: waits until every wait of `task` holds in iteration t; false if the launch stops.
 // `on_miss` runs once, at the first event found not ready: work worth doing only while the
 // task would otherwise sleep (Dispatch::kPrefetchAtWait).
-template <class OnMiss>
+template <bool Batch, class OnMiss>
 __device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, int32_t id, int32_t sm,
                                  int32_t t, SeenCounters& known, OnMiss&& on_miss) {
   const TaskDesc& task = near.desc;
+  if constexpr (Batch) {
+    if (task.wait_end - task.wait_begin > 1 && waits_hold_at_first_look(p, near, t)) return true;
+  }
   bool slept = false, missed = false;
   for (int32_t w = task.wait_begin; w < task.wait_end; ++w) {
     const int32_t i = w - task.wait_begin;
@@ -330,7 +357,7 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
         }
         // With kPrefetchAtWait the L2 prefetch of this task's weights is issued only once a
         // wait finds its producers unfinished: a ready task starts without paying for it.
-        go = wait_task(p, entry[cur].near, entry[cur].id, sm, t, known, [&] {
+        go = wait_task<Dispatch::kBatchWaits>(p, entry[cur].near, entry[cur].id, sm, t, known, [&] {
           if constexpr (Dispatch::kPrefetchAtWait) Dispatch::prefetch(task->kind, task, slots[cur], arena, t);
         });
       } else if (threadIdx.x == 32) {
@@ -376,7 +403,7 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
         __syncthreads();  // every thread has read tail_top
         if (threadIdx.x == 0) {
           load_entry<Dispatch>(p, tail_stack[--tail_top], entry[ts], slots[ts], table);
-          go = wait_task(p, entry[ts].near, entry[ts].id, sm, t, known, [] {});
+          go = wait_task<Dispatch::kBatchWaits>(p, entry[ts].near, entry[ts].id, sm, t, known, [] {});
         }
         __syncthreads();
         if (!go || !run_task(entry[ts], slots[ts])) return;

@@ -94,6 +94,17 @@ __device__ inline bool event_ready(const uint32_t* counter, int64_t threshold, u
 
 __device__ inline void event_release_fence() { asm volatile("fence.acq_rel.gpu;" : : : "memory"); }
 
+// A counter's value without ordering (a strong relaxed load): several go out at once. Reading
+// what the producers wrote needs event_acquire_fence() after the values are seen to suffice
+// (PTX's acquire pattern: a strong read, then fence.acq_rel).
+__device__ inline uint32_t event_peek(const uint32_t* counter) {
+  uint32_t value;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(counter) : "memory");
+  return value;
+}
+
+__device__ inline void event_acquire_fence() { asm volatile("fence.acq_rel.gpu;" : : : "memory"); }
+
 __device__ inline void event_signal(uint32_t* counter) {
   asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" : : "l"(counter) : "memory");
 }
