@@ -4,7 +4,7 @@ A consumer that walks a tensor along one dim in F for-loop chunks, every block r
 it (imap all -1), while that tensor's producer writes it in F blocks along the same dim, can
 compute the chunk itself: iteration i runs block i's graph. The producer's kernel, its event and
 the hop between the two disappear from the task graph; each consumer block recomputes the whole
-producer instead (`mugraph-fuse-loop{max-bytes=N}` bounds what that reads per consumer block).
+producer instead (`mugraph-fuse-loop{fold-bytes=N}` bounds what that reads per consumer block).
 
 This is the split-KV attention merge folded into the o-projection of a decode step: the merge
 (one block per KV head) is cheap, and the linear group that reads its result walks K in the
@@ -70,7 +70,7 @@ def _loop_dim(producer: GraphDefOp, forloop: int) -> int | None:
     return wide[0] if len(wide) == 1 and grid[wide[0]] == forloop else None
 
 
-def match_fold(producer: GraphDefOp, max_bytes: int) -> LoopFold | None:
+def match_fold(producer: GraphDefOp, fold_bytes: int) -> LoopFold | None:
     """The fold of `producer` into its consumer's loop, or None when a condition fails."""
     if len(producer.res) != 1 or producer.forloop_range() != 1:
         return None
@@ -88,7 +88,7 @@ def match_fold(producer: GraphDefOp, max_bytes: int) -> LoopFold | None:
         return None
     if any(op.fmap_dim() >= 0 for op in producer.input_ops()):
         return None
-    if sum(_nbytes(tensor_type(v)) for v in producer.args) > max_bytes:
+    if sum(_nbytes(tensor_type(v)) for v in producer.args) > fold_bytes:
         return None
     return LoopFold(producer, consumer, read, dim)
 
@@ -160,13 +160,13 @@ def _inline_producer(fold: LoopFold, block: Block, arg_of: dict[SSAValue, SSAVal
     return written
 
 
-def fuse_loops(module: ModuleOp, max_bytes: int) -> int:
+def fuse_loops(module: ModuleOp, fold_bytes: int) -> int:
     """Applies every fold in `module`; returns how many."""
     count = 0
     for producer in [op for op in module.walk() if isinstance(op, GraphDefOp)]:
         if producer.parent is None:  # a consumer an earlier fold replaced
             continue
-        fold = match_fold(producer, max_bytes)
+        fold = match_fold(producer, fold_bytes)
         if fold is None:
             continue
         fused = fuse(fold)
@@ -184,15 +184,15 @@ def fuse_loops(module: ModuleOp, max_bytes: int) -> int:
 
 @dataclass(frozen=True)
 class MugraphFuseLoopPass(ModulePass):
-    """`mugraph-fuse-loop{max-bytes=163840}`: 0 folds nothing."""
+    """`mugraph-fuse-loop{fold-bytes=163840}`: 0 folds nothing."""
 
     name = "mugraph-fuse-loop"
 
     # What each consumer block reads to recompute the producer: qwen3-0.6b's and
     # llama-3.2-1b's merge inputs (16 splits of 2,048 floats) fit; an 8B model's (4,096) do not.
-    max_bytes: int = 160 << 10
+    fold_bytes: int = 160 << 10
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.max_bytes < 0:
-            raise MkError("mugraph-fuse-loop: max-bytes must be >= 0")
-        fuse_loops(op, self.max_bytes)
+        if self.fold_bytes < 0:
+            raise MkError("mugraph-fuse-loop: fold-bytes must be >= 0")
+        fuse_loops(op, self.fold_bytes)

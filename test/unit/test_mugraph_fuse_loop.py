@@ -56,14 +56,14 @@ def test_the_merge_folds_into_the_oproj_and_its_loop_walks_the_merge_blocks() ->
     assert len(_graph_defs(module)) == 2  # the split attention and the fused o-projection
 
 
-def test_nothing_folds_with_max_bytes_0_or_one_split() -> None:
-    assert not _fused(_lowered(ATTN_OPROJ, kv_splits=4, max_bytes=0))
+def test_nothing_folds_with_fold_bytes_0_or_one_split() -> None:
+    assert not _fused(_lowered(ATTN_OPROJ, kv_splits=4, fold_bytes=0))
     module = _lowered(ATTN_OPROJ, kv_splits=1)
     assert not _fused(module) and len(_graph_defs(module)) == 2
 
 
 def test_a_limit_below_the_partials_keeps_the_merge() -> None:
-    module = _lowered(ATTN_OPROJ, kv_splits=4, max_bytes=0)
+    module = _lowered(ATTN_OPROJ, kv_splits=4, fold_bytes=0)
     merge = next(g for g in _graph_defs(module) if g.res[0].name_hint == "att2")
     partials = 4 * 64 * 4 + 2 * 4 * 4 * 4  # o, then m and l, f32
     assert match_fold(merge, partials) is not None
@@ -87,11 +87,11 @@ def _cpu_ready() -> None:
         pytest.skip(str(e))
 
 
-@pytest.mark.parametrize("max_bytes", [0, 1 << 20])
-def test_folded_and_unfolded_programs_match_the_reference(max_bytes: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize("fold_bytes", [0, 1 << 20])
+def test_folded_and_unfolded_programs_match_the_reference(fold_bytes: int, tmp_path: Path) -> None:
     _cpu_ready()
-    prog = mk.compile(ATTN_OPROJ, cache_dir=tmp_path, kv_splits=4, max_bytes=max_bytes)
-    assert ("loop+" in prog.ir("mugraph")) == (max_bytes > 0)
+    prog = mk.compile(ATTN_OPROJ, cache_dir=tmp_path, kv_splits=4, fold_bytes=fold_bytes)
+    assert ("loop+" in prog.ir("mugraph")) == (fold_bytes > 0)
     for seed in (0, 1):
         inputs = random_inputs(prog.func, seed=seed)
         (out,) = prog(*inputs)

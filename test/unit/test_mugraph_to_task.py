@@ -397,7 +397,7 @@ def test_grid_level_pruning_follows_waits_on_some_producer_tasks(
         intermediate=256, vocab=256,
     )  # fmt: skip
     module = load_module(decode_program(config, 1, 128, 1))
-    options = {"num_sms": 16, "tile_n": 0, "max_bytes": 0}
+    options = {"num_sms": 16, "tile_n": 0, "fold_bytes": 0}
     compiler.run_pipeline(module, options, compiler.PIPELINE[:3])
     graph = next(op for op in module.walk() if isinstance(op, GraphOp))
     assert max(len(g.waits) for g in graph.index().grids) <= 4

@@ -1,6 +1,6 @@
 // RUN: mk-opt %s --split-input-file -p mugraph-fuse-loop | filecheck %s
 // RUN: mk-opt %s --split-input-file -p mugraph-fuse-loop | mk-opt --split-input-file | filecheck %s
-// RUN: mk-opt %s --split-input-file -p 'mugraph-fuse-loop{max-bytes=0}' | filecheck %s --check-prefix=OFF
+// RUN: mk-opt %s --split-input-file -p 'mugraph-fuse-loop{fold-bytes=0}' | filecheck %s --check-prefix=OFF
 
 // The split-KV merge (one block per KV head, 32 columns each) folds into the o-projection that
 // walks K in 32-column chunks: iteration i merges KV head i's partials, read along the head dim.
