@@ -8,7 +8,8 @@
 # check is --accuracy: two bf16 implementations of a 28-layer model drift past --logit-tol), and the superoptimizer's kernels against the
 # rules (bench/search_bench.py, SEARCH_ARGS), and an op-mark profile of one model step with its trace drawn as
 # SVG (PROFILE_ARGS, default "--model qwen3-0.6b --layers 4"); `ab` runs the benchmark and the model step's
-# per-kind times for other checkouts (AB_TREES) and this one side by side. Set MK_COMMIT to the local checkout's commit: the copy here may
+# per-kind times for other checkouts (AB_TREES) and this one side by side (AB_MODELS: whole models
+# too). Set MK_COMMIT to the local checkout's commit: the copy here may
 # carry stale git metadata;
 # logs go to $OUT (or ./gpu-out).
 set -u
@@ -93,6 +94,14 @@ for step in $steps; do
         env ${envs//,/ } PYTHONPATH=$site:/tmp/site MK_CACHE_DIR=/tmp/mk-cache-$name \
           python3 "$ROOT/bench/timeline.py" ${PROFILE_ARGS:---model qwen3-0.6b --layers 4} 2>&1 \
           | awk '/tasks, step|critical path [0-9]/ {print} /starved/ {n=14} n-- > 0 {print} /per statement/ {m=9} m-- > 0 {print}'
+        # AB_MODELS: whole models too (mk-generate --bench, batch 1, no check), each tree in
+        # turn in this one call: a 4-layer step can hide what only 28 layers show.
+        for model in ${AB_MODELS:-}; do
+          env ${envs//,/ } PYTHONPATH=$site:/tmp/site MK_CACHE_DIR=/tmp/mk-cache-$name \
+            timeout "${GENERATE_TIMEOUT:-300}" python3 -m mk.tools.mk_generate --model "$model" \
+            --batch 1 --steps 8 --context 1024 --prompt-len 1000 --target cuda --bench --runs 20 \
+            2>&1 | grep -E '^bench: mk' | sed "s/^/  $model: /"
+        done
       done ;;
     generate)
       for model in ${MODELS:-qwen3-0.6b llama-3.2-1b}; do
