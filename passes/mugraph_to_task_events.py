@@ -453,6 +453,10 @@ def build_events(
     # attention, one L2 round trip each on the GPU).
     whole: list[set[int]] = [set() for _ in grids]
     some: list[set[int]] = [set() for _ in grids]  # grids each task of j waits on one task of
+    # Grids whose every task some task of j waits for (transitively): what j's tasks wait for
+    # together. A grid waiting on all of j waits on all of these (the o-projection, on all
+    # attention splits, waits through them on every head's QK-norm).
+    cover: list[set[int]] = [set() for _ in grids]
     chosen: list[list[tuple[int, Choice]]] = [[] for _ in grids]
     for j, grid in enumerate(grids):
         for i in sorted(needs[j].same, reverse=True):  # nearest producers imply the most
@@ -465,10 +469,15 @@ def build_events(
                 ancestors.absorb(grid, grids[i], choice, 0)
                 chosen[j].append((i, choice))
                 if choice.waits.all():
-                    whole[j] |= {i} | whole[i]
+                    whole[j] |= {i} | whole[i] | cover[i]
                 elif choice.waits.any(axis=1).all():
                     whole[j] |= whole[i]
                     some[j].add(i)
+                if choice.waits.any(axis=0).all():
+                    cover[j] |= {i} | cover[i]
+                elif choice.waits.any():
+                    cover[j] |= whole[i]
+        cover[j] |= whole[j]
     # The same for the previous iteration: grids every task of j (in iteration t) waits for,
     # every task of them, in iteration t - 1. A decode loop's first grids wait on its last
     # (the next token), which already orders nearly everything before them.

@@ -344,6 +344,27 @@ def test_llama3_block_builds_fast_and_compact() -> None:
 )
 @given(programs(), OPTIONS)
 def test_random_programs_cover_every_dependence(module: ModuleOp, options: dict[str, int]) -> None:
+    _lower_and_check(module, options)
+
+
+@settings(
+    max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(programs(), OPTIONS)
+def test_grid_level_pruning_alone_covers_every_dependence(
+    module: ModuleOp, options: dict[str, int]
+) -> None:
+    """The pruning long programs get (task-level off), on the random programs."""
+    import mk.passes.mugraph_to_task_events as events
+
+    saved, events.PRUNE_LIMIT = events.PRUNE_LIMIT, 0
+    try:
+        _lower_and_check(module, options)
+    finally:
+        events.PRUNE_LIMIT = saved
+
+
+def _lower_and_check(module: ModuleOp, options: dict[str, int]) -> None:
     module = load_module(str(module))
     NnToMugraphPass(**options).apply(make_context(), module)
     MugraphToTaskPass(iterations=2).apply(make_context(), module)
@@ -352,6 +373,17 @@ def test_random_programs_cover_every_dependence(module: ModuleOp, options: dict[
         check_footprints_match_slices(graph)
         check_arena_disjoint(graph)
         check_dependences_covered(graph)
+
+
+@pytest.mark.parametrize("name", SMALL_EXAMPLES)
+@pytest.mark.parametrize("iterations", [1, 3])
+def test_examples_with_grid_level_pruning_alone_cover_every_dependence(
+    name: str, iterations: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mk.passes.mugraph_to_task_events as events
+
+    monkeypatch.setattr(events, "PRUNE_LIMIT", 0)
+    check_dependences_covered(example(name, iterations=iterations))
 
 
 def test_checker_catches_a_dropped_wait() -> None:
