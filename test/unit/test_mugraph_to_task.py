@@ -434,3 +434,25 @@ def test_grid_level_pruning_follows_waits_on_some_producer_tasks(
     graph = next(op for op in module.walk() if isinstance(op, GraphOp))
     assert max(len(g.waits) for g in graph.index().grids) <= 4
     assert check_dependences_covered(graph) > 0
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_a_whole_decode_model_keeps_few_waits(batch: int) -> None:
+    """qwen3-0.6b's 28 layers (past the task-level pruning): every wait is a round trip of the
+    GPU dispatcher before its task starts, so none may pile up on earlier layers; the MLP's
+    linears wait only on their input."""
+    from dataclasses import replace
+
+    from mk import compiler
+    from mk.models import decode_program, preset
+
+    config = replace(preset("qwen3-0.6b"), vocab=1024)
+    module = load_module(decode_program(config, batch, 1024, 1))
+    compiler.run_pipeline(module, {"num_sms": 132, "tile_n": 0}, compiler.PIPELINE[:2])
+    MugraphToTaskPass().apply(make_context(), module)
+    graph = next(op for op in module.walk() if isinstance(op, GraphOp))
+    grids = graph.index().grids
+    assert graph.index().total_tasks > 4096  # the grid-level pruning is what runs
+    assert max(len(g.waits) for g in grids) <= 4
+    mlp = [g for g in grids if g.sym_name.data.endswith(("_m", "_y"))]
+    assert len(mlp) == 2 * 28 and all(len(g.waits) == 1 for g in mlp)
