@@ -10,11 +10,11 @@ This is the split-KV attention merge folded into the o-projection of a decode st
 (one block per KV head) is cheap, and the linear group that reads its result walks K in the
 merge's blocks (`nn-to-mugraph` picks that chunk when it sees such a pair).
 
-Conditions, each checked: the producer has one result, one writer of it, a for-loop of 1, one
-grid dim over 1 block (its extent the consumer's loop), inputs read whole along its other
-dims, only element, reduction and reshape ops (no matmul worth not repeating), and an output
-tile exactly the consumer's chunk, in the same dtype; the consumer is its result's only user,
-through one input op.
+Conditions, each checked: the producer has one result, one writer of it, a for-loop of 1,
+exactly one grid dim of more than one block (its extent the consumer's loop), only element,
+reduction and reshape ops (no matmul worth not repeating), and an output tile exactly the
+consumer's chunk, in the same dtype; the consumer is its result's only user, through one input
+op.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ class LoopFold:
 
 
 def _nbytes(t: TensorType) -> int:
-    width = getattr(t.element_type, "width", 32)
-    return math.prod(t.get_shape()) * max(1, int(width) // 8)
+    bits = getattr(t.element_type, "bitwidth", 32)
+    return math.prod(t.get_shape()) * max(1, int(bits) // 8)
 
 
 def _sole_reader(producer: GraphDefOp) -> tuple[GraphDefOp, InputOp] | None:
