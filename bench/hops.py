@@ -166,6 +166,19 @@ def traced_program(doc: str | None) -> tuple[str, object, np.ndarray]:
     return f"{args.model} L{config.layers} B{args.batch}", prog, timeline
 
 
+def wait_summary(prog: object) -> str:
+    """The grid whose tasks check the most events before they start (each an L2 round trip of
+    the dispatcher), and the mean over all tasks."""
+    grids = prog.graph.index().grids  # type: ignore[attr-defined]
+    worst = max(grids, key=lambda g: len(g.waits))
+    total = sum(len(g.waits) * g.num_tasks for g in grids)
+    tasks = sum(g.num_tasks for g in grids)
+    return (
+        f"waits per task: at most {len(worst.waits)} ({worst.sym_name.data}), "
+        f"{total / max(tasks, 1):.2f} on average"
+    )
+
+
 def main() -> int:
     name, prog, timeline = traced_program(__doc__)
     print(f"{name}: per kind, mean µs per task")

@@ -93,7 +93,7 @@ for step in $steps; do
           python3 "$ROOT/bench/bench.py" --runs 60 --only "${AB_ONLY:-}" --out "$OUT/ab-$name" 2>&1 | grep '^|' | tail -8
         env ${envs//,/ } PYTHONPATH=$site:/tmp/site MK_CACHE_DIR=/tmp/mk-cache-$name \
           python3 "$ROOT/bench/timeline.py" ${PROFILE_ARGS:---model qwen3-0.6b --layers 4} 2>&1 \
-          | awk '/tasks, step|critical path [0-9]/ {print} /starved/ {n=14} n-- > 0 {print} /per statement/ {m=9} m-- > 0 {print}'
+          | awk '/tasks, step|waits per task|critical path [0-9]/ {print} /starved/ {n=14} n-- > 0 {print} /per statement/ {m=9} m-- > 0 {print}'
         # AB_MODELS: whole models too (mk-generate --bench, batch 1, no check), each tree in
         # turn in this one call: a 4-layer step can hide what only 28 layers show.
         for model in ${AB_MODELS:-}; do

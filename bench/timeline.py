@@ -28,7 +28,7 @@ from mk.source import entry_function, load_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from critical_path import path_of, print_path  # noqa: E402
-from hops import Run, hops_of, kind_of, print_hops  # noqa: E402
+from hops import Run, hops_of, kind_of, print_hops, wait_summary  # noqa: E402
 
 from bench import at_full_context, pass_options, to_torch, workloads  # noqa: E402
 
@@ -132,6 +132,7 @@ def main() -> int:
         torch.cuda.synchronize()
         total = grid_rows(prog)
         print(f"{name}: {len(prog.tables.tasks)} tasks, step {max(r[3] for r in total):.1f} us")
+        print(wait_summary(prog))
         model_summary(prog)
         run = Run(prog, prog.last_timeline[-1])  # type: ignore[attr-defined]
         print("per kind, mean µs per task (bench/hops.py):")

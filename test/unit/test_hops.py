@@ -121,3 +121,14 @@ def test_critical_path_follows_whichever_ended_last() -> None:
         "b": (1, 4.0, 1.0, 0.0),
         "c": (1, 4.5, 0.0, 0.5),
     }
+
+
+def test_wait_summary_names_the_grid_with_the_most_waits(tmp_path: Path) -> None:
+    hops = _module()
+    prog = mk.compile(ROOT / "examples" / "decoder_block.mlir", target="cpu", cache_dir=tmp_path)
+    grids = prog.graph.index().grids
+    most = max(len(g.waits) for g in grids)
+    line = hops.wait_summary(prog)
+    assert line.startswith(f"waits per task: at most {most} (") and "on average" in line
+    worst = line.split("(")[1].split(")")[0]
+    assert any(g.sym_name.data == worst and len(g.waits) == most for g in grids)
