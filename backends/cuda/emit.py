@@ -172,8 +172,10 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         stream = plan_stream(op)
         if stream is not None and stage:  # the chunk leaves the ring its room
             stream = dataclasses.replace(stream, x_bytes=STAGE_X_BYTES)
-            if isinstance(stream.x, MergedX) and 4 * stream.x.smem_floats() > STAGE_X_BYTES:
-                stream = None  # a merged activation is one chunk
+        if stream is not None and isinstance(stream.x, MergedX):
+            k = op.forloop_range() * shape_of(stream.x.tile)[1]
+            if stream.chunk(k) < k:
+                stream = None  # the merge writes the whole activation: it must be one chunk
         self.plan: StreamPlan | AttentionPlan | MergePlan | None = (
             stream or plan_attention(op) or (None if merge_tiles() else plan_merge(op))
         )
@@ -299,7 +301,6 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         emit("sl.arena = &arena;")
         if isinstance(plan.x, MergedX):
             self.merged_x(plan.x)
-            self.smem_floats = max(self.smem_floats, plan.x.smem_floats())
         else:
             x = self.operands[plan.x.source_index()]
             r0, c0 = self.input_starts(plan.x, "0")

@@ -191,17 +191,14 @@ class MergedX:
 
     merge: MergePlan
     norm: ThreadMapOp
+    view: ReshapeOp  # the normalised tile as the activation chunk
     rows: int  # over the whole loop
     empty_below: float  # a row whose max is below this saw no visible key
     handled: frozenset[Operation]
 
     @property
     def tile(self) -> SSAValue:
-        view = next(iter(u.operation for u in self.norm.res[0].uses))
-        return view.results[0]
-
-    def smem_floats(self) -> int:
-        return self.rows * self.merge.width
+        return self.view.res
 
 
 def plan_merged_x(loop: Sequence[Operation], lhs: SSAValue, forloop: int) -> MergedX | None:
@@ -230,7 +227,7 @@ def plan_merged_x(loop: Sequence[Operation], lhs: SSAValue, forloop: int) -> Mer
     handled = {*merge.handled, mx4, norm, view}
     if not used_only_by(handled - {view}, handled):
         return None
-    return MergedX(merge, norm, rows, empty_below, frozenset(handled))
+    return MergedX(merge, norm, view, rows, empty_below, frozenset(handled))
 
 
 def _normalise_limit(t: ThreadMapOp) -> float | None:

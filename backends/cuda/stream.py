@@ -192,7 +192,7 @@ def plan_stream(op: GraphDefOp) -> StreamPlan | None:
     side = _activation_side(lhs)
     if side is None:
         merged = plan_merged_x(loop, lhs, op.forloop_range())
-        if merged is None or merged.smem_floats() > SMEM_BYTES // 4:
+        if merged is None:
             return None
         side = (merged, None, None)
     x, g, scaled = side
