@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -44,6 +44,12 @@ from mk.diagnostics import MkError, op_location
 from mk.dialects import nn
 from mk.dialects.mugraph import KernelOp
 from mk.dialects.mugraph_base import shape_of
+from mk.passes.nn_to_mugraph_attention import (
+    AttentionPlan,
+    NewRow,
+    attention_kernels,
+    merge_block_width,
+)
 from mk.passes.nn_to_mugraph_fusion import elementwise_kernel, linear_group_kernel
 from mk.passes.nn_to_mugraph_groups import (
     LINEAR_OPS,
@@ -51,15 +57,12 @@ from mk.passes.nn_to_mugraph_groups import (
     match_linear_group,
 )
 from mk.passes.nn_to_mugraph_rules import (
-    AttentionPlan,
     RowChain,
     Tiling,
     ValueMap,
     argmax_kernels,
-    attention_kernels,
     head_view_source,
     library_kernel,
-    merge_block_width,
     nn_attributes,
     row_chain_kernel,
     row_dims,
@@ -72,10 +75,18 @@ _LIBRARY = {op.name for op in nn.ALL_OPS}
 
 @dataclass
 class _Unit:
-    """Ops replaced together and how to build their replacement."""
+    """Ops replaced together and how to build their replacement. `reads`: the values its
+    kernels read, when not its ops' operands; `after`: ops whose units must come first."""
 
     ops: list[Operation]
     emit: Emit
+    reads: list[SSAValue] | None = None
+    after: list[Operation] = field(default_factory=list)
+
+    def inputs(self) -> list[SSAValue]:
+        if self.reads is not None:
+            return self.reads
+        return [v for op in self.ops for v in op.operands]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -88,8 +99,9 @@ def _sole_user(value: SSAValue) -> Operation | None:
     return users.pop() if len(users) == 1 else None
 
 
-def _match_attention(op: nn.AttentionOp, claimed: set[Operation]) -> AttentionPlan:
-    """The attention with a q reshape / result reshape folded in where Sq = 1 allows it."""
+def _match_attention(op: nn.AttentionOp, claimed: set[Operation], fold: bool) -> AttentionPlan:
+    """The attention with a q reshape / result reshape folded in where Sq = 1 allows it, and
+    with `fold`, q's per-head norm and RoPE and the new K and V rows (see `NewRow`)."""
     (bsz, hq, sq, d) = shape_of(op.q)
     q_view = op.q.owner
     if not (
@@ -108,7 +120,52 @@ def _match_attention(op: nn.AttentionOp, claimed: set[Operation]) -> AttentionPl
         and shape_of(out_view.results[0]) == (bsz, hq * d)
     ):
         out_view = None
-    return AttentionPlan(op, q_view, out_view)
+    if not fold or sq != 1:
+        return AttentionPlan(op, q_view, out_view)
+    q_chain = _head_chain(op.q, claimed)
+    if q_chain is not None and not (
+        _sole_user(op.q) is op and all(_sole_user(o.results[0]) for o in q_chain.ops())
+    ):
+        q_chain = None
+    return AttentionPlan(
+        op, None if q_chain else q_view, out_view, q_chain, _new_row(op.k, op), _new_row(op.v, op)
+    )
+
+
+def _head_chain(value: SSAValue, claimed: set[Operation]) -> RowChain | None:
+    """The per-head RoPE and/or RMSNorm (with a head-splitting reshape in front) making
+    `value`, as ops of their own: nothing claimed, nothing else read in between."""
+    last = value.owner
+    rope = last if isinstance(last, nn.RopeOp) else None
+    below = rope.operands[0].owner if rope is not None else last
+    norm = below if isinstance(below, nn.RMSNormOp) else None
+    first = norm or rope
+    if first is None or any(o in claimed for o in (rope, norm) if o is not None):
+        return None
+    if norm is not None and rope is not None and _sole_user(norm.results[0]) is not rope:
+        return None
+    view = first.operands[0].owner
+    if not (
+        isinstance(view, nn.ReshapeOp)
+        and head_view_source(view) is not None
+        and view not in claimed
+        and _sole_user(view.results[0]) is first
+    ):
+        view = None
+    return RowChain(view, norm, rope)
+
+
+def _new_row(cache: SSAValue, attention: nn.AttentionOp) -> NewRow | None:
+    """The one-row cache write behind a K or V operand that only the attention reads."""
+    write = cache.owner
+    if not isinstance(write, nn.CacheWriteOp) or _sole_user(cache) is not attention:
+        return None
+    dim = nn.attribute_values(write)["dim"]
+    new, index = shape_of(write.new), shape_of(write.index)
+    if dim != 2 or new[2] != 1 or index not in ((1,), (new[0],)):
+        return None
+    chain = _head_chain(write.new, set())
+    return NewRow(write, chain)
 
 
 def _library_unit(op: Operation) -> _Unit:
@@ -150,15 +207,22 @@ def plan_units(ops: list[Operation], t: Tiling) -> list[_Unit]:
     claimed: set[Operation] = set()
     units: list[_Unit] = []
 
+    after: dict[Operation, list[Operation]] = {}  # a cache write after the reads of its cache
+
     def claim(unit: _Unit) -> None:
         claimed.update(unit.ops)
+        unit.after = [a for op in unit.ops for a in after.get(op, [])]
         units.append(unit)
 
     merged: dict[SSAValue, int] = {}
     for op in ops:
         if isinstance(op, nn.AttentionOp):
-            plan = _match_attention(op, claimed)
-            claim(_Unit(plan.ops(), lambda lookup, p=plan: attention_kernels(p, t, lookup)))
+            plan = _match_attention(op, claimed, t.attention_fold)
+            emit: Emit = lambda lookup, p=plan: attention_kernels(p, t, lookup)  # noqa: E731
+            claim(_Unit(plan.ops(), emit, reads=plan.sources()))
+            for row in (plan.k_row, plan.v_row):
+                if row is not None:
+                    after.setdefault(row.write, []).append(op)
             if width := merge_block_width(plan, t):
                 merged[plan.result()] = width
     for op in ops:
@@ -265,10 +329,10 @@ def _topological(units: list[_Unit], order: dict[Operation, int]) -> list[_Unit]
     for i, u in enumerate(units):
         ds = {
             owner[v.owner]
-            for op in u.ops
-            for v in op.operands
+            for v in u.inputs()
             if isinstance(v.owner, Operation) and v.owner in owner
         }
+        ds |= {owner[op] for op in u.after}
         deps.append(ds - {i})
     users: list[list[int]] = [[] for _ in units]
     for i, ds in enumerate(deps):
@@ -321,7 +385,8 @@ def lower_block(block: Block, t: Tiling) -> None:
 
 @dataclass(frozen=True)
 class NnToMugraphPass(ModulePass):
-    """`nn-to-mugraph{num-sms=132 tile-n=64 tile-k=64 kv-chunk=64 kv-splits=0 k-splits=1}`."""
+    """`nn-to-mugraph{num-sms=132 tile-n=64 tile-k=64 kv-chunk=64 kv-splits=0 k-splits=1
+    attention-fold=1}`."""
 
     name = "nn-to-mugraph"
 
@@ -333,6 +398,9 @@ class NnToMugraphPass(ModulePass):
     # splits of a linear's K (at most 16); 0 chooses blocks ≈ num_sms, 1 never splits. The default
     # stays 1 until mugraph-to-task builds exact (not coarse) events for split-K consumers.
     k_splits: int = 1
+    # 1: decode attention computes q's per-head norm and RoPE and reads the new K/V row itself,
+    # so it waits for neither those kernels nor the cache writes; 0: it reads their results.
+    attention_fold: int = 1
 
     def tiling(self) -> Tiling:
         for option in ("num_sms", "tile_k", "kv_chunk"):
@@ -343,7 +411,7 @@ class NnToMugraphPass(ModulePass):
                 raise MkError(f"nn-to-mugraph: {option.replace('_', '-')} must be >= 0")
         return Tiling(
             self.num_sms, self.tile_n, self.tile_k, self.kv_chunk, self.kv_splits,
-            k_splits=self.k_splits,
+            k_splits=self.k_splits, attention_fold=self.attention_fold != 0,
         )  # fmt: skip
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:

@@ -14,18 +14,13 @@ from xdsl.irdl import IRDLOperation
 
 from mk.dialects import nn
 from mk.dialects.mugraph import ArgmaxOp, GraphDefOp, KernelOp, PositionOp
-from mk.dialects.mugraph_base import shape_of, tensor_type
+from mk.dialects.mugraph_base import shape_of
 from mk.dialects.mugraph_builder import BlockGraphBuilder
 from mk.dialects.mugraph_maps import broadcast_shapes
 from mk.dialects.mugraph_tiles import (
-    AccumSoftmaxOp,
-    BinaryOp,
-    MatmulOp,
-    ReduceOp,
     ReshapeOp,
     RMSNormOp,
     RopeOp,
-    UnaryOp,
 )
 
 # A masked score: finite so that e^(masked - m) is exactly 0 once any real score is seen, and a
@@ -52,6 +47,7 @@ class Tiling:
     kv_splits: int = 0
     tile_m: int = 64  # rows per block before the linear family also splits rows
     k_splits: int = 1  # linear family: splits of K; 0 chooses blocks ≈ num_sms, 1 never splits
+    attention_fold: bool = True  # decode attention folds q's row chain and the new K/V rows
 
 
 def chunk_size(extent: int, want: int) -> int:
@@ -308,7 +304,7 @@ class RowChain:
         return first.operands[0]
 
 
-def _table_map(table: Sequence[int], shape: Sequence[int], omap: Sequence[int]) -> tuple[int, ...]:
+def table_map(table: Sequence[int], shape: Sequence[int], omap: Sequence[int]) -> tuple[int, ...]:
     """A broadcast operand's imap: a grid axis maps to its aligned dim unless that is 1."""
     shift = len(shape) - len(table)
     return tuple(d - shift if d >= shift and table[d - shift] > 1 else -1 for d in omap)
@@ -343,7 +339,7 @@ def row_chain_kernel(chain: RowChain, lookup: ValueMap) -> list[Operation]:
         k += 1
     if chain.rope is not None:
         cos, sin = (
-            b.input(k + i, _table_map(shape_of(t), shape, omap), -1, f"{name}_{label}")
+            b.input(k + i, table_map(shape_of(t), shape, omap), -1, f"{name}_{label}")
             for i, (t, label) in enumerate(zip(chain.rope.operands[1:], ("c", "s"), strict=True))
         )
         xt = b.add(RopeOp(xt, cos, sin), f"{name}_rot").res
@@ -351,215 +347,7 @@ def row_chain_kernel(chain: RowChain, lookup: ValueMap) -> list[Operation]:
     return [finish(b, [name])]
 
 
-# ------------------------------------------------------------------------------------------------
-# Decode attention: split over the KV length with an online-softmax accumulator, then a merge
-# ------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AttentionPlan:
-    """An nn.attention and the layout ops folded into its maps.
-
-    q_view: an nn.reshape [B, Hq·D] -> [B, Hq, 1, D] feeding q (the kernel reads its input and
-    regroups the tile); out_view: an nn.reshape [B, Hq, 1, D] -> [B, Hq·D] of the result (the
-    kernel writes the merged heads directly). Both only when Sq = 1.
-    """
-
-    op: nn.AttentionOp
-    q_view: nn.ReshapeOp | None = None
-    out_view: nn.ReshapeOp | None = None
-
-    def ops(self) -> list[Operation]:
-        return [o for o in (self.q_view, self.op, self.out_view) if o is not None]
-
-    def result(self) -> SSAValue:
-        return (self.out_view or self.op).results[0]
-
-
-def kv_splits(batch: int, kv_heads: int, seq: int, t: Tiling) -> int:
-    """How many ways to split the keys: blocks ≈ num_sms, each split at least kv_chunk long."""
-    if t.kv_splits > 0:
-        return parts_at_most(seq, t.kv_splits)
-    target = max(1, t.num_sms // max(1, batch * kv_heads))
-    return parts_at_most(seq, min(target, max(1, seq // max(1, t.kv_chunk))))
-
-
-@dataclass(frozen=True)
-class _AttnShape:
-    batch: int
-    q_heads: int
-    sq: int
-    d: int
-    kv_heads: int
-    seq: int
-
-    @property
-    def group(self) -> int:
-        return self.q_heads // self.kv_heads
-
-    @property
-    def rows(self) -> int:
-        return self.group * self.sq
-
-
-def merge_block_width(plan: AttentionPlan, t: Tiling) -> int:
-    """Columns one block of the merge writes of a [1, Hq·D] result (one batch row, split
-    keys), which a one-dim grid covers; 0 otherwise."""
-    (bsz, hq, _, d), (_, hkv, seq, _) = shape_of(plan.op.q), shape_of(plan.op.k)
-    if plan.out_view is None or bsz != 1 or hkv < 2 or kv_splits(bsz, hkv, seq, t) < 2:
-        return 0
-    return hq // hkv * d
-
-
-def attention_kernels(
-    plan: AttentionPlan, t: Tiling, lookup: ValueMap
-) -> tuple[list[Operation], dict[SSAValue, SSAValue]]:
-    op = plan.op
-    (bsz, hq, sq, d), (_, hkv, seq, _) = shape_of(op.q), shape_of(op.k)
-    sh = _AttnShape(bsz, hq, sq, d, hkv, seq)
-    splits = kv_splits(bsz, hkv, seq, t)
-    span = seq // splits
-    forloop = span // chunk_size(span, t.kv_chunk)
-    q_src = plan.q_view.operands[0] if plan.q_view else op.q
-    sources = [q_src, op.k, op.v, *([op.kv_len] if op.kv_len else [])]
-    result = plan.result()
-    name = result.name_hint or "att"
-    if splits == 1:
-        b = new_builder(
-            [lookup(v) for v in sources], [result.type], (hkv, 1, bsz), 128, forloop, [name]
-        )
-        out, peak, total = _split_block(b, plan, sh)
-        fin = _normalise(b, out, total, peak, tensor_type(result).element_type, "fin")
-        _write_result(b, plan, sh, fin)
-        kernel = finish(b, [name])
-        return [kernel], {result: kernel.results[0]}
-    o_type = TensorType(f32, (splits, bsz, hq, sq, d))
-    ml_type = TensorType(f32, (splits, bsz, hq, sq, 1))
-    b = new_builder(
-        [lookup(v) for v in sources], [o_type, ml_type, ml_type], (hkv, splits, bsz), 128, forloop,
-        ["o", "m", "l"],
-    )  # fmt: skip
-    out, peak, total = _split_block(b, plan, sh)
-    part = (1, 1, sh.group, sq)
-    for i, (tile, last) in enumerate(((out, d), (peak, 1), (total, 1))):
-        b.output(reshape(b, tile, (*part, last), f"{'oml'[i]}5"), i, (2, 0, 1))
-    split = finish(b, [f"{name}_o", f"{name}_m", f"{name}_l"])
-    merge = _merge_kernel(plan, sh, splits, list(split.results), name)
-    return [split, merge], {result: merge.results[0]}
-
-
-def _split_block(
-    b: BlockGraphBuilder, plan: AttentionPlan, sh: _AttnShape
-) -> tuple[SSAValue, SSAValue, SSAValue]:
-    """Scores of one KV chunk, masked and scaled, into the online-softmax accumulator."""
-    op = plan.op
-    qt = b.input(0, (1, -1, 0), -1, "qt")
-    q2 = reshape(b, qt, (sh.rows, sh.d), "q2")
-    kt = b.input(1, (1, 2, 0), 2, "kt")
-    vt = b.input(2, (1, 2, 0), 2, "vt")
-    chunk = shape_of(kt)[2]
-    k2 = reshape(b, kt, (chunk, sh.d), "k2")
-    v2 = reshape(b, vt, (chunk, sh.d), "v2")
-    s = b.add(MatmulOp(q2, k2, transpose_b=True), "s").res
-    scale = nn_float(op, "scale")
-    causal = bool(nn_attributes(op)["causal"].value.data)  # type: ignore[union-attr]
-    if op.kv_len is None and not causal:
-        ss = b.add(UnaryOp("scale", s, factor=scale), "ss").res
-    else:
-        ss = _masked_scores(b, plan, sh, s, qt, kt, scale, causal)
-    out, peak, total = b.add(AccumSoftmaxOp(ss, v2), "ot", "mt", "lt").results
-    return out, peak, total
-
-
-def _positions(
-    b: BlockGraphBuilder, tile: SSAValue, dim: int, shape: Sequence[int], name: str
-) -> SSAValue:
-    """Positions along `dim` of an input tile as an f32 tile of `shape` (one per row/key)."""
-    pos = b.add(PositionOp(tile, dim), f"{name}i").res
-    as_f32 = TensorType(f32, shape_of(pos))
-    pf = b.thread_map([pos], [as_f32], lambda p: [arith.SIToFPOp(p, f32).result], f"{name}f").res[0]
-    last = len(shape_of(pos)) - 1
-    red = b.add(ReduceOp("max", pf, last), f"{name}r").res
-    return reshape(b, red, shape, name)
-
-
-def _masked_scores(
-    b: BlockGraphBuilder, plan: AttentionPlan, sh: _AttnShape, s: SSAValue, qt: SSAValue,
-    kt: SSAValue, scale: float, causal: bool,
-) -> SSAValue:  # fmt: skip
-    """scale·s where the key is visible (before kv_len; causal: at or before the query's
-    position kv_len − Sq + i), MASKED elsewhere."""
-    chunk = shape_of(kt)[2]
-    args = [s, _positions(b, kt, 2, (1, chunk), "kp")]
-    if causal:
-        if plan.q_view is None:
-            args.append(_positions(b, qt, 2, (sh.rows, 1), "qp"))
-    has_len = plan.op.kv_len is not None
-    if has_len:
-        args.append(b.input(3, (-1, -1, 0), -1, "lent"))
-    with_q = causal and plan.q_view is None
-
-    def body(*x: SSAValue) -> list[SSAValue]:
-        length = arith.SIToFPOp(x[-1], f32).result if has_len else const(float(sh.seq))
-        visible = arith.CmpfOp(x[1], length, "olt").result
-        if causal:
-            qi = x[2] if with_q else const(0.0)
-            qpos = arith.AddfOp(arith.SubfOp(length, const(float(sh.sq))).result, qi).result
-            visible = arith.AndIOp(visible, arith.CmpfOp(x[1], qpos, "ole").result).result
-        scaled = arith.MulfOp(x[0], const(scale)).result
-        return [arith.SelectOp(visible, scaled, const(MASKED)).result]
-
-    return b.thread_map(args, [s.type], body, "ss").res[0]
-
-
-def _normalise(
-    b: BlockGraphBuilder,
-    out: SSAValue,
-    total: SSAValue,
-    peak: SSAValue,
-    elem: Attribute,
-    name: str,
-) -> SSAValue:
-    """out / total, or 0 for a row that saw no visible key (its max stayed MASKED)."""
-    shape = maps_broadcast(shape_of(out), shape_of(total))
-
-    def body(ov: SSAValue, lv: SSAValue, mv: SSAValue) -> list[SSAValue]:
-        empty = arith.CmpfOp(mv, const(MASKED_LIMIT), "olt").result
-        return [arith.SelectOp(empty, const(0.0), arith.DivfOp(ov, lv).result).result]
-
-    return b.thread_map([out, total, peak], [TensorType(elem, shape)], body, name).res[0]
-
-
 def maps_broadcast(*shapes: Sequence[int]) -> tuple[int, ...]:
     shape = broadcast_shapes(*shapes)
     assert shape is not None
     return shape
-
-
-def _write_result(b: BlockGraphBuilder, plan: AttentionPlan, sh: _AttnShape, fin: SSAValue) -> None:
-    """Write a block's [G·Sq, D] (or [1, G, Sq, D]) result tile, merging heads when folded."""
-    if plan.out_view is not None:
-        tile = reshape(b, fin, (1, sh.group * sh.d), "fin2")
-    else:
-        tile = reshape(b, fin, (1, sh.group, sh.sq, sh.d), "fin4")
-    b.output(tile, 0, (1, -1, 0))
-
-
-def _merge_kernel(
-    plan: AttentionPlan, sh: _AttnShape, splits: int, parts: list[SSAValue], name: str
-) -> GraphDefOp:
-    """Combine the split partials: weights e^(m_i − max m), o = Σ w·o_i / Σ w·l_i."""
-    result = plan.result()
-    b = new_builder(parts, [result.type], (sh.kv_heads, 1, sh.batch), 128, 1, [name])
-    imap = (2, -1, 1)
-    op_, mp, lp = (b.input(i, imap, -1, n) for i, n in enumerate(("op", "mp", "lp")))
-    mx = b.add(ReduceOp("max", mp, 0, keepdim=True), "mx").res
-    w = b.thread_map(
-        [mp, mx], [mp.type], lambda mi, mm: [mathd.ExpOp(arith.SubfOp(mi, mm).result).result], "w"
-    ).res[0]
-    lsum = b.add(ReduceOp("sum", b.add(BinaryOp("mul", lp, w), "lw").res, 0), "lsum").res
-    osum = b.add(ReduceOp("sum", b.add(BinaryOp("mul", op_, w), "ow").res, 0), "osum").res
-    mx4 = reshape(b, mx, shape_of(lsum), "mx4")
-    fin = _normalise(b, osum, lsum, mx4, tensor_type(result).element_type, "fin")
-    _write_result(b, plan, sh, fin)
-    return finish(b, [name])

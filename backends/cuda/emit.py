@@ -241,16 +241,31 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         return " + ".join(terms)
 
     def stream_attention(self, plan: AttentionPlan) -> None:
+        """The call, after the loop-invariant ops it reads (their loads first, in one round
+        trip) and its scalars."""
         emit = self.lines.append
-        for op in plan.scalars():
-            self.load(op, "0")
-        q, k, v = (self.operands[op.source_index()] for op in (plan.q, plan.k, plan.v))
+        loads = [op for op in plan.prologue if isinstance(op, InputOp)] + plan.scalars()
+        for op in [*loads, *(op for op in plan.prologue if not isinstance(op, InputOp))]:
+            self.step(op, "0")
+        k, v = (self.operands[op.source_index()] for op in (plan.k, plan.v))
         key_dim = len(k.shape) - 2
         self.smem_floats = plan.smem_floats()
         emit("{")
         emit("mk::gpu::StreamAttention sa{};")
-        emit(f"sa.q = mk::gpu::elem_at(buffers[{q.index}], {q.dtype}, {self.flat_start(plan.q)});")
-        emit(f"sa.q_dtype = {q.dtype};")
+        if isinstance(plan.q, InputOp):
+            q = self.operands[plan.q.source_index()]
+            emit(
+                f"sa.q = mk::gpu::elem_at(buffers[{q.index}], {q.dtype}, {self.flat_start(plan.q)});"
+            )
+            emit(f"sa.q_dtype = {q.dtype};")
+        else:
+            emit(f"sa.q = {self.var(plan.q)}.data();")
+            emit("sa.q_dtype = mk::DTYPE_F32;")
+        for name, row in (("k_new", plan.k_new), ("v_new", plan.v_new)):
+            if row is not None:
+                emit(f"sa.{name} = {self.var(row.new)}.data();")
+        if (at := plan.new_at()) is not None:
+            emit(f"sa.new_key = static_cast<int64_t>({self.var(at.tile)}[0]);")
         for name, ref, op in (("k", k, plan.k), ("v", v, plan.v)):
             emit(
                 f"sa.{name} = static_cast<const uint16_t*>(buffers[{ref.index}]) + "

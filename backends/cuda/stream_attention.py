@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from xdsl.dialects import arith
 from xdsl.ir import Operation, SSAValue
 
 from mk.backends.cpu.emit_scalar import dtype_code, float_literal, is_float, scalar_body
@@ -36,17 +37,34 @@ _Q_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16", "mk::DTYPE_F32")
 
 
 @dataclass(frozen=True)
+class NewRowSelect:
+    """A K or V chunk with one row replaced: `select(position == at, new, chunk)`, the new
+    cache row that the attention reads before the cache write lands (nn-to-mugraph's
+    `NewRow`). `new` is a loop-invariant [.., D] value the body computes before the call."""
+
+    op: ThreadMapOp
+    position: PositionOp
+    at: InputOp
+    new: SSAValue
+
+
+@dataclass(frozen=True)
 class AttentionPlan:
     """The loop of a graph_def in streamed form. `args` says what feeds each operand of the
-    score transform: "s" the dot product, "key" the key's position, or a scalar input."""
+    score transform: "s" the dot product, "key" the key's position, or a scalar input. `q` is
+    an input read in place, or a loop-invariant tile the body computes first (e.g. q's norm
+    and RoPE); `prologue` holds the loop-invariant ops that run before the call."""
 
-    q: InputOp
+    q: InputOp | SSAValue
     k: InputOp
     v: InputOp
     acc: AccumSoftmaxOp
     transform: UnaryOp | ThreadMapOp | None
     args: tuple[str | InputOp, ...]
     handled: frozenset[Operation]
+    k_new: NewRowSelect | None = None
+    v_new: NewRowSelect | None = None
+    prologue: tuple[Operation, ...] = ()
 
     @property
     def rows(self) -> int:
@@ -57,7 +75,14 @@ class AttentionPlan:
         return shape_of(self.acc.o)[1]
 
     def scalars(self) -> list[InputOp]:
-        return [a for a in self.args if isinstance(a, InputOp)]
+        ats = [r.at for r in (self.k_new, self.v_new) if r is not None]
+        found = [a for a in self.args if isinstance(a, InputOp)] + ats
+        return list(dict.fromkeys(found))
+
+    def new_at(self) -> InputOp | None:
+        """The scalar input holding the new row's key position."""
+        rows = [r for r in (self.k_new, self.v_new) if r is not None]
+        return rows[0].at if rows else None
 
     def streamed(self) -> set[SSAValue]:
         """The values the streamed loop never holds as tiles."""
@@ -78,7 +103,8 @@ def plan_attention(op: GraphDefOp) -> AttentionPlan | None:
     o_shape = shape_of(acc.o)
     if len(o_shape) != 2 or not 1 <= o_shape[0] <= MAX_ROWS or o_shape[1] not in HEAD_DIMS:
         return None
-    v, v_view = _key_side(acc.v, o_shape[1])
+    varying = _varying(loop)
+    v, v_view, v_new = _key_side(acc.v, o_shape[1], varying)
     found = _transform(acc.scores)
     if v is None or found is None:
         return None
@@ -92,20 +118,43 @@ def plan_attention(op: GraphDefOp) -> AttentionPlan | None:
         shape_of(acc.v)[0],
     ):
         return None
-    k, k_view = _key_side(matmul.b, o_shape[1])
-    q, q_view = _query_side(matmul.a, o_shape)
+    k, k_view, k_new = _key_side(matmul.b, o_shape[1], varying)
+    q, q_view = _query_side(matmul.a, o_shape, varying)
     if k is None or q is None or not _same_walk(k, v) or shape_of(matmul.a) != o_shape:
+        return None
+    if k_new and v_new and (k_new.at.source, k_new.at.imap) != (v_new.at.source, v_new.at.imap):
         return None
     if any(isinstance(p, PositionOp) and p.x != k.tile for p in chain):
         return None
-    handled: set[Operation] = {acc, matmul, q, k, v, *chain}
+    handled: set[Operation] = {acc, matmul, k, v, *chain}
     handled |= {x for x in (q_view, k_view, v_view, transform) if x is not None}
+    handled |= {o for r in (k_new, v_new) if r is not None for o in (r.op, r.position)}
+    if isinstance(q, InputOp):
+        handled.add(q)
     scalars: set[Operation] = {a for a in args if isinstance(a, InputOp)}
-    if any(o not in handled and o not in scalars for o in loop):
+    scalars |= {r.at for r in (k_new, v_new) if r is not None}
+    prologue = [o for o in loop if o not in handled and o not in scalars]
+    if any(o in varying for o in prologue):
         return None
     if not used_only_by(handled - {acc}, handled) or not used_only_by(scalars, handled):
         return None
-    return AttentionPlan(q, k, v, acc, transform, args, frozenset(handled - {acc}))
+    return AttentionPlan(
+        q, k, v, acc, transform, args, frozenset(handled - {acc}), k_new, v_new, tuple(prologue)
+    )
+
+
+def _varying(loop: Sequence[Operation]) -> set[Operation]:
+    """The loop's ops that read a for-loop-mapped input, directly or through other ops."""
+    varying: set[Operation] = set()
+    for o in loop:
+        walks = isinstance(o, InputOp) and o.fmap_dim() >= 0
+        if walks or any(isinstance(a.owner, Operation) and a.owner in varying for a in o.operands):
+            varying.add(o)
+    return varying
+
+
+def _invariant(value: SSAValue, varying: set[Operation]) -> bool:
+    return not (isinstance(value.owner, Operation) and value.owner in varying)
 
 
 def _strip_reshape(value: SSAValue) -> tuple[SSAValue, ReshapeOp | None]:
@@ -115,13 +164,16 @@ def _strip_reshape(value: SSAValue) -> tuple[SSAValue, ReshapeOp | None]:
     return value, None
 
 
-def _key_side(value: SSAValue, d: int) -> tuple[InputOp | None, ReshapeOp | None]:
+def _key_side(
+    value: SSAValue, d: int, varying: set[Operation]
+) -> tuple[InputOp | None, ReshapeOp | None, NewRowSelect | None]:
     """The K or V input behind a [C, D] tile: keys along the source's second-last dim, every
-    head element of a key in the tile."""
+    head element of a key in the tile; possibly with the new row selected in."""
     base, view = _strip_reshape(value)
-    op = base.owner
+    select = _new_row_select(base, d, varying)
+    op = select.position.x.owner if select else base.owner
     if not isinstance(op, InputOp):
-        return None, None
+        return None, None, None
     tile, src = op.tile_shape(), shape_of(op.source)
     n = len(src)
     ok = (
@@ -134,14 +186,64 @@ def _key_side(value: SSAValue, d: int) -> tuple[InputOp | None, ReshapeOp | None
         and dtype_code(op.tile.type) == dtype_code(op.source.type)
         and dtype_code(op.tile.type) in _KV_DTYPES
     )
-    return (op, view) if ok else (None, None)
+    return (op, view, select) if ok else (None, None, None)
 
 
-def _query_side(value: SSAValue, o_shape: Sequence[int]) -> tuple[InputOp | None, ReshapeOp | None]:
-    """The loop-invariant query input behind the [R, D] rows, read as one contiguous run."""
+def _new_row_select(value: SSAValue, d: int, varying: set[Operation]) -> NewRowSelect | None:
+    """`select(position(chunk) == at, new, chunk)` over a K or V input chunk; None otherwise."""
+    op = value.owner
+    if not isinstance(op, ThreadMapOp) or len(op.args) != 4 or len(op.res) != 1:
+        return None
+    pos, at, new, chunk = op.args
+    position, at_op = pos.owner, at.owner
+    body = list(op.body.block.ops)
+    ok = (
+        isinstance(position, PositionOp)
+        and isinstance(chunk.owner, InputOp)
+        and position.x == chunk
+        and position.dim.value.data == chunk.owner.fmap_dim()
+        and isinstance(at_op, InputOp)
+        and at_op.fmap_dim() < 0
+        and math.prod(shape_of(at)) == 1
+        and not is_float(at.type)
+        and _invariant(new, varying)
+        and math.prod(shape_of(new)) == d
+        and shape_of(new)[-1] == d
+        and dtype_code(op.res[0].type) == dtype_code(chunk.type)
+        and _is_row_select(body, op.body.block.args)
+    )
+    if not ok:
+        return None
+    assert isinstance(position, PositionOp) and isinstance(at_op, InputOp)
+    return NewRowSelect(op, position, at_op, new)
+
+
+def _is_row_select(body: Sequence[Operation], args: Sequence[SSAValue]) -> bool:
+    """The body `select(a0 == a1, a2, a3)`."""
+    if len(body) != 3:
+        return False
+    cmp, sel, out = body
+    return (
+        isinstance(cmp, arith.CmpiOp)
+        and cmp.predicate.value.data == 0  # eq
+        and tuple(cmp.operands) == (args[0], args[1])
+        and isinstance(sel, arith.SelectOp)
+        and tuple(sel.operands) == (cmp.result, args[2], args[3])
+        and tuple(out.operands) == (sel.result,)
+    )
+
+
+def _query_side(
+    value: SSAValue, o_shape: Sequence[int], varying: set[Operation]
+) -> tuple[InputOp | SSAValue | None, ReshapeOp | None]:
+    """The loop-invariant query rows behind the [R, D] tile: an input read as one contiguous
+    run, or a tile the body computes before the loop."""
     base, view = _strip_reshape(value)
     op = base.owner
-    if not isinstance(op, InputOp) or op.fmap_dim() >= 0:
+    if not isinstance(op, InputOp):
+        computed = _invariant(base, varying) and math.prod(shape_of(base)) == math.prod(o_shape)
+        return (base, view) if computed else (None, None)
+    if op.fmap_dim() >= 0:
         return None, None
     tile, src = op.tile_shape(), shape_of(op.source)
     first = next((i for i, t in enumerate(tile) if t != 1), len(tile))

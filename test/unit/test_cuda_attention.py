@@ -14,7 +14,7 @@ from mk.backends.cuda.split_merge import MergedX, plan_merge
 from mk.backends.cuda.stream import plan_stream
 from mk.backends.cuda.stream_attention import plan_attention
 from mk.dialects import make_context
-from mk.dialects.mugraph import GraphDefOp
+from mk.dialects.mugraph import GraphDefOp, InputOp
 from mk.inputs import random_inputs
 from mk.passes.nn_to_mugraph import NnToMugraphPass
 from mk.source import load_module
@@ -53,6 +53,16 @@ def _plans(text: str, **options: int) -> dict[str, bool]:
 # --------------------------------------------------------------------------- no GPU needed
 
 
+# What attention-fold puts in each example's split kernel: the new K row, the new V row, q's
+# per-head ops (decoder_block concatenates its cache instead of writing it).
+FOLDED = {
+    "attention_decode": (False, False, False),
+    "llama3_8b_block": (True, True, True),
+    "decode_loop": (True, True, True),
+    "decoder_block": (False, False, True),
+}
+
+
 @pytest.mark.parametrize(
     ("example", "kernel", "rows", "head_dim", "args"),
     [("attention_decode", "o_o", 4, 64, ("s", "key", "scalar")),
@@ -74,7 +84,11 @@ def test_split_kernels_of_the_examples_stream(
     # Nothing the loop computes is left as a tile but the accumulator's state.
     streamed = plan.streamed()
     assert not {plan.acc.o, plan.acc.m, plan.acc.l} & streamed
-    assert plan.k.tile in streamed and plan.v.tile in streamed and plan.q.tile in streamed
+    assert plan.k.tile in streamed and plan.v.tile in streamed
+    # q is read in place, or (its norm and RoPE folded in) computed before the call.
+    assert plan.q.tile in streamed if isinstance(plan.q, InputOp) else plan.q not in streamed
+    folded = (plan.k_new is not None, plan.v_new is not None, not isinstance(plan.q, InputOp))
+    assert folded == FOLDED[example]
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,18 @@ struct StreamAttention {
   float* o;              // [R][D]
   float* m;              // [R]
   float* l;              // [R]
+  // The new K / V row (D floats each, or null) standing for the cache's row at position
+  // new_key: the cache write lands after the attention's reads, off its critical path.
+  const float* k_new = nullptr;
+  const float* v_new = nullptr;
+  int64_t new_key = -1;
 };
+
+// Lane `lane`'s 8 elements of a new row in place of the cache's.
+__device__ inline void take_new_row(float (&x)[8], const float* row, int lane) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) x[i] = row[lane * 8 + i];
+}
 
 // The exponent's offset for a running max: the max itself, or 0 while it is not finite (as the
 // CPU kernel does, so a row that has seen only -inf scores does not turn into NaN).
@@ -82,6 +93,8 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, float (&o
       const int j = j0 + u * slots;
       float kf[8], s[R];
       unpack8(kf, kr[u], bf16);
+      const bool fresh = j < a.keys && a.key0 + j == a.new_key;
+      if (fresh && a.k_new != nullptr) take_new_row(kf, a.k_new, lane);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         float acc = 0.0f;
@@ -96,6 +109,7 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, float (&o
         for (int r = 0; r < R; ++r) s[r] = score(s[r], a.key0 + j);
         float vf[8];
         unpack8(vf, vr[u], bf16);
+        if (fresh && a.v_new != nullptr) take_new_row(vf, a.v_new, lane);
         attend<R>(o, m, l, s, vf);
       }
     }

@@ -1,0 +1,207 @@
+"""Decode attention that computes q's norm and RoPE and reads the new K/V rows itself
+(nn-to-mugraph's attention-fold): structure, agreement on the CPU, the streamed CUDA call."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mk
+from mk import compiler
+from mk.backends.cuda.stream_attention import plan_attention
+from mk.dialects import make_context
+from mk.dialects import mugraph as mg
+from mk.dialects.nn_decode import donated_args
+from mk.inputs import random_inputs
+from mk.interp.mugraph import run_mugraph
+from mk.interp.nn import run_reference
+from mk.passes.nn_to_mugraph import NnToMugraphPass
+from mk.source import entry_function, load_module
+
+
+def decode_attention(
+    b: int = 1, hq: int = 4, hkv: int = 2, seq: int = 64, d: int = 16, *, norm: bool = True,
+    rope: bool = True, per_row: bool = False,
+) -> str:  # fmt: skip
+    """q, k, v rows of a decode step: QK-norm and/or RoPE per head, K and V written into donated
+    caches at %p (one position, or one per batch row), then attention over kv_len = p + 1."""
+    t = "bf16"
+    row = lambda h: f"tensor<{b}x{h * d}x{t}>"  # noqa: E731
+    head = lambda h: f"tensor<{b}x{h}x1x{d}x{t}>"  # noqa: E731
+    cache = f"tensor<{b}x{hkv}x{seq}x{d}x{t}>"
+    table = f"tensor<1x{d // 2}x{t}>"
+    index = f"tensor<{b if per_row else 1}xi32>"
+    lines = [
+        f"  %p = nn.step %pos {{offset = 0 : i64}} : (tensor<1xi32>) -> {index}",
+        f"  %len = nn.step %pos {{offset = 1 : i64}} : (tensor<1xi32>) -> tensor<{b}xi32>",
+        f"  %q4 = nn.reshape %q : ({row(hq)}) -> {head(hq)}",
+        f"  %k4 = nn.reshape %k : ({row(hkv)}) -> {head(hkv)}",
+        f"  %v4 = nn.reshape %v : ({row(hkv)}) -> {head(hkv)}",
+    ]
+    q, k = "%q4", "%k4"
+    for name, h in (("q", hq), ("k", hkv)):
+        src = f"%{name}4"
+        if norm:
+            lines.append(
+                f"  %{name}n = nn.rms_norm {src}, %{name}w {{epsilon = 1.0e-06 : f32}} : "
+                f"({head(h)}, tensor<{d}x{t}>) -> {head(h)}"
+            )
+            src = f"%{name}n"
+        if rope:
+            lines.append(
+                f"  %{name}r = nn.rope {src}, %cos, %sin : ({head(h)}, {table}, {table}) -> {head(h)}"
+            )
+            src = f"%{name}r"
+        q, k = (src, k) if name == "q" else (q, src)
+    lines += [
+        f"  %kc = nn.cache_write %k_cache, {k}, %p {{dim = 2 : i64}} : ({cache}, {head(hkv)}, "
+        f"{index}) -> {cache}",
+        f"  %vc = nn.cache_write %v_cache, %v4, %p {{dim = 2 : i64}} : ({cache}, {head(hkv)}, "
+        f"{index}) -> {cache}",
+        f"  %att = nn.attention {q}, %kc, %vc, %len {{scale = {d**-0.5!r} : f32, causal = false}}"
+        f" : ({head(hq)}, {cache}, {cache}, tensor<{b}xi32>) -> {head(hq)}",
+        f"  %o = nn.reshape %att : ({head(hq)}) -> {row(hq)}",
+        f"  func.return %o : {row(hq)}",
+    ]
+    args = (
+        f"%q: {row(hq)}, %k: {row(hkv)}, %v: {row(hkv)}, %qw: tensor<{d}x{t}>, "
+        f"%kw: tensor<{d}x{t}>, %cos: {table}, %sin: {table}, %pos: tensor<1xi32>, "
+        f"%k_cache: {cache} {{nn.donated}}, %v_cache: {cache} {{nn.donated}}"
+    )
+    return f"func.func @step({args}) -> {row(hq)} {{\n" + "\n".join(lines) + "\n}"
+
+
+def lowered(text: str, **options: int) -> list[mg.KernelOp | mg.GraphDefOp]:
+    module = load_module(text)
+    NnToMugraphPass(**options).apply(make_context(), module)
+    module.verify()
+    return [op for op in module.walk() if isinstance(op, mg.KernelOp | mg.GraphDefOp)]
+
+
+def split_kernel(kernels: list[mg.KernelOp | mg.GraphDefOp]) -> mg.GraphDefOp:
+    return next(
+        k
+        for k in kernels
+        if isinstance(k, mg.GraphDefOp) and any(isinstance(o, mg.AccumSoftmaxOp) for o in k.walk())
+    )
+
+
+# --------------------------------------------------------------------------- structure
+
+
+def test_attention_reads_the_caches_before_their_writes() -> None:
+    kernels = lowered(decode_attention())
+    split = split_kernel(kernels)
+    names = [v.name_hint for v in split.args]
+    # The raw rows and the caches' arguments, not the QK-norm/RoPE results or the writes.
+    assert {"q", "k", "v", "k_cache", "v_cache", "p", "qw", "kw", "cos", "sin"} <= set(names)
+    assert "qr" not in names and "kc" not in names and "vc" not in names
+    writes = [k for k in kernels if isinstance(k, mg.KernelOp) and k.kind.data == "cache_write"]
+    assert len(writes) == 2 and all(kernels.index(w) > kernels.index(split) for w in writes)
+    # q's chain is the attention's own now; k's stays a kernel, for the cache write.
+    defs = {k.results[0].name_hint for k in kernels if isinstance(k, mg.GraphDefOp)}
+    assert "kr" in defs and "qr" not in defs
+
+
+def test_attention_fold_off_reads_the_written_caches() -> None:
+    split = split_kernel(lowered(decode_attention(), attention_fold=0))
+    names = {v.name_hint for v in split.args}
+    assert {"qr", "kc", "vc"} <= names and "k_cache" not in names
+
+
+@pytest.mark.parametrize(
+    "form",
+    [{}, {"norm": False}, {"rope": False}, {"norm": False, "rope": False}, {"b": 2},
+     {"b": 2, "per_row": True}, {"hq": 2, "hkv": 2}],
+)  # fmt: skip
+@pytest.mark.parametrize("options", [{}, {"kv_splits": 4}, {"kv_splits": 1, "kv_chunk": 16}])
+def test_folded_attention_agrees_with_the_reference(
+    form: dict[str, int], options: dict[str, int]
+) -> None:
+    """The mugraph interpreter against the nn reference: the output and both caches."""
+    text = decode_attention(**form)  # type: ignore[arg-type]
+    for seed in (0, 1):
+        module = load_module(text)
+        func = entry_function(module)
+        inputs = random_inputs(func, seed)
+        ref_inputs = [x.copy() for x in inputs]
+        (ref,) = run_reference(module, *ref_inputs)
+        NnToMugraphPass(**options).apply(make_context(), module)
+        (out,) = run_mugraph(module, *inputs)
+        error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
+        assert error <= bound, (form, options, seed, error)
+        for i in donated_args(func):  # the row's kernel rounds once, after norm and RoPE
+            error, bound = compiler.output_error(inputs[i], ref_inputs[i])
+            assert error <= bound, (form, options, seed, error)
+
+
+def test_cpu_target_agrees_with_the_fold_on_and_off(tmp_path: Path) -> None:
+    text = decode_attention(b=2)
+    results = []
+    for fold in (1, 0):
+        prog = mk.compile(text, target="cpu", cache_dir=tmp_path, attention_fold=fold)
+        inputs = random_inputs(prog.func, seed=3)
+        ref_inputs = [x.copy() for x in inputs]
+        (out,) = prog(*inputs)
+        (ref,) = mk.reference(text, *ref_inputs)
+        error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
+        assert error <= bound, (fold, error)
+        results.append((np.asarray(out), inputs[-2], inputs[-1]))
+    for a, b in zip(*results, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+# --------------------------------------------------------------------------- CUDA
+
+
+def test_folded_attention_streams_with_its_prologue() -> None:
+    plan = plan_attention(split_kernel(lowered(decode_attention(d=64), kv_splits=4)))
+    assert plan is not None and plan.k_new is not None and plan.v_new is not None
+    assert not isinstance(plan.q, mg.InputOp)  # q's norm and RoPE run before the call
+    kinds = {type(o).__name__ for o in plan.prologue}
+    assert {"InputOp", "RMSNormOp", "RopeOp"} <= kinds
+    assert plan.new_at() is not None and plan.new_at() in plan.scalars()
+
+
+def test_a_select_of_another_form_keeps_the_tile_loop() -> None:
+    from xdsl.dialects import arith
+
+    split = split_kernel(lowered(decode_attention(d=64), kv_splits=4))
+    cmp = next(o for o in split.walk() if isinstance(o, arith.CmpiOp))
+    cmp.properties["predicate"] = arith.IntegerAttr(1, 64)  # ne: every other row is new
+    assert plan_attention(split) is None
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_emitted_call_takes_the_new_rows(tmp_path: Path) -> None:
+    prog = mk.compile(decode_attention(d=64), target="cuda", cache_dir=tmp_path)
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    assert "sa.k_new = " in src and "sa.v_new = " in src and "sa.new_key = " in src
+    assert "sa.q_dtype = mk::DTYPE_F32;" in src
+    assert "accum_softmax_update" not in src
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "form", [{"d": 128, "hq": 16, "hkv": 8, "seq": 1024}, {"d": 64, "b": 2, "per_row": True},
+             {"d": 64, "norm": False}, {"d": 64, "rope": False, "norm": False}],
+)  # fmt: skip
+def test_folded_attention_matches_the_reference_on_the_gpu(
+    form: dict[str, int], tmp_path: Path
+) -> None:
+    text = decode_attention(**form)  # type: ignore[arg-type]
+    for splits in (0, 3):
+        prog = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=splits)
+        assert "sa.k_new = " in prog.cuda_source  # type: ignore[attr-defined]
+        for seed in (0, 1):
+            inputs = random_inputs(prog.func, seed=seed)
+            ref_inputs = [x.copy() for x in inputs]
+            (out,) = prog(*inputs)
+            (ref,) = mk.reference(text, *ref_inputs)
+            error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
+            assert error <= bound, (form, splits, seed, error)
+            for i in donated_args(prog.func):
+                error, bound = compiler.output_error(inputs[i], ref_inputs[i])
+                assert error <= bound, (form, splits, seed, error)
