@@ -52,7 +52,12 @@ from mk.backends.cuda.stream import (
     staged_ld,
     staging,
 )
-from mk.backends.cuda.stream_attention import AttentionPlan, plan_attention, score_lambda
+from mk.backends.cuda.stream_attention import (
+    AttentionPlan,
+    HeadRow,
+    plan_attention,
+    score_lambda,
+)
 from mk.backends.shared_bodies import SharedBodies
 from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import GraphDefOp, InputOp, KernelOp, OutputOp
@@ -252,18 +257,25 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         self.smem_floats = plan.smem_floats()
         emit("{")
         emit("mk::gpu::StreamAttention sa{};")
+        q_row = None if isinstance(plan.q, InputOp) else plan.head_row(plan.q)
         if isinstance(plan.q, InputOp):
-            q = self.operands[plan.q.source_index()]
-            emit(
-                f"sa.q = mk::gpu::elem_at(buffers[{q.index}], {q.dtype}, {self.flat_start(plan.q)});"
-            )
-            emit(f"sa.q_dtype = {q.dtype};")
+            self.row_source("sa.q", plan.q)
+        elif q_row is not None:
+            self.row_source("sa.q", q_row.x)
+            self.row_ops("sa.q_ops", q_row)
         else:
             emit(f"sa.q = {self.var(plan.q)}.data();")
             emit("sa.q_dtype = mk::DTYPE_F32;")
-        for name, row in (("k_new", plan.k_new), ("v_new", plan.v_new)):
-            if row is not None:
-                emit(f"sa.{name} = {self.var(row.new)}.data();")
+        for name, new in (("k", plan.k_new), ("v", plan.v_new)):
+            if new is None:
+                continue
+            if (row := plan.head_row(new.new)) is not None:
+                self.row_source(f"sa.{name}_new", row.x)
+                if name == "k":
+                    self.row_ops("sa.k_ops", row)
+            else:
+                emit(f"sa.{name}_new = {self.var(new.new)}.data();")
+                emit(f"sa.{name}_new_dtype = mk::DTYPE_F32;")
         if (at := plan.new_at()) is not None:
             emit(f"sa.new_key = static_cast<int64_t>({self.var(at.tile)}[0]);")
         for name, ref, op in (("k", k, plan.k), ("v", v, plan.v)):
@@ -280,6 +292,29 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         self.lines += score_lambda(plan, lambda op: f"{self.var(op.tile)}[0]", self.fresh)
         emit(f"mk::gpu::stream_attention<{plan.rows}, {plan.head_dim}>(sa, score);")
         emit("}")
+
+    def row_pointer(self, op: InputOp) -> str:
+        """A pointer to the first element of an input's tile, in place."""
+        ref = self.operands[op.source_index()]
+        return f"mk::gpu::elem_at(buffers[{ref.index}], {ref.dtype}, {self.flat_start(op)})"
+
+    def row_source(self, field: str, op: InputOp) -> None:
+        """`field` (a pointer) and its `_dtype` for the rows an input's tile covers, in place."""
+        self.lines.append(f"{field} = {self.row_pointer(op)};")
+        self.lines.append(f"{field}_dtype = {self.operands[op.source_index()].dtype};")
+
+    def row_ops(self, field: str, row: HeadRow) -> None:
+        """The mk::gpu::RowOps `field` for a head row's norm and RoPE."""
+        emit = self.lines.append
+        if row.norm is not None and row.g is not None:
+            self.row_source(f"{field}.g", row.g)
+            emit(f"{field}.eps = {float_literal(float(row.norm.epsilon.value.data))};")
+        if row.tables is not None:
+            cos, sin = row.tables
+            emit(f"{field}.cos = {self.row_pointer(cos)};")
+            emit(f"{field}.sin = {self.row_pointer(sin)};")
+            emit(f"{field}.t_dtype = {self.operands[cos.source_index()].dtype};")
+        emit(f"{field}.out_dtype = {dtype_code(row.out.type)};")
 
     def split_merge(self, plan: MergePlan, loop: Sequence[Operation]) -> None:
         """The merge call (forloop 1, so no loop around it), then the loop's other ops."""

@@ -9,6 +9,7 @@ in one pass over the keys, and the epilogue runs as usual on it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from mk.dialects.mugraph_tiles import (
     MatmulOp,
     ReduceOp,
     ReshapeOp,
+    RMSNormOp,
+    RopeOp,
     ThreadMapOp,
     UnaryOp,
 )
@@ -49,6 +52,21 @@ class NewRowSelect:
 
 
 @dataclass(frozen=True)
+class HeadRow:
+    """Rows read from an input and put through an optional RMSNorm and RoPE before rounding
+    (`mk::gpu::RowOps`): q's per-head ops, or the new K row's, which the call applies to the
+    rows in registers as it loads them, instead of tile steps before it."""
+
+    x: InputOp
+    norm: RMSNormOp | None
+    g: InputOp | None
+    rope: RopeOp | None
+    tables: tuple[InputOp, InputOp] | None
+    out: SSAValue
+    ops: frozenset[Operation]
+
+
+@dataclass(frozen=True)
 class AttentionPlan:
     """The loop of a graph_def in streamed form. `args` says what feeds each operand of the
     score transform: "s" the dot product, "key" the key's position, or a scalar input. `q` is
@@ -65,6 +83,7 @@ class AttentionPlan:
     k_new: NewRowSelect | None = None
     v_new: NewRowSelect | None = None
     prologue: tuple[Operation, ...] = ()
+    head_rows: tuple[HeadRow, ...] = ()  # q / new rows the call computes as it loads them
 
     @property
     def rows(self) -> int:
@@ -78,6 +97,9 @@ class AttentionPlan:
         ats = [r.at for r in (self.k_new, self.v_new) if r is not None]
         found = [a for a in self.args if isinstance(a, InputOp)] + ats
         return list(dict.fromkeys(found))
+
+    def head_row(self, value: SSAValue) -> HeadRow | None:
+        return next((r for r in self.head_rows if r.out == value), None)
 
     def new_at(self) -> InputOp | None:
         """The scalar input holding the new row's key position."""
@@ -133,14 +155,70 @@ def plan_attention(op: GraphDefOp) -> AttentionPlan | None:
         handled.add(q)
     scalars: set[Operation] = {a for a in args if isinstance(a, InputOp)}
     scalars |= {r.at for r in (k_new, v_new) if r is not None}
+    head_rows = []
+    for value, count in ((q, o_shape[0]), *((r.new, 1) for r in (k_new, v_new) if r)):
+        row = None if isinstance(value, InputOp) else _head_row(value, count, o_shape[1], varying)
+        if row is not None:
+            head_rows.append(row)
+    row_ops = {o for r in head_rows for o in r.ops}
+    if used_only_by(row_ops, handled | row_ops):  # else they stay tile steps before the call
+        handled |= row_ops
+    else:
+        head_rows = []
     prologue = [o for o in loop if o not in handled and o not in scalars]
     if any(o in varying for o in prologue):
         return None
     if not used_only_by(handled - {acc}, handled) or not used_only_by(scalars, handled):
         return None
-    return AttentionPlan(
-        q, k, v, acc, transform, args, frozenset(handled - {acc}), k_new, v_new, tuple(prologue)
+    plan = AttentionPlan(q, k, v, acc, transform, args, frozenset(handled - {acc}), k_new, v_new)
+    return dataclasses.replace(plan, prologue=tuple(prologue), head_rows=tuple(head_rows))
+
+
+def _head_row(value: SSAValue, rows: int, d: int, varying: set[Operation]) -> HeadRow | None:
+    """`value` as input → reshape → [RMSNorm] → [RoPE] over rows of d elements, each step's
+    result read only by the next; None for anything else."""
+    base, view = _strip_reshape(value)
+    rope = base.owner if isinstance(base.owner, RopeOp) else None
+    below = rope.x if rope else base
+    norm = below.owner if isinstance(below.owner, RMSNormOp) else None
+    raw = norm.x if norm else below
+    raw_base, raw_view = _strip_reshape(raw)
+    x = raw_base.owner
+    if not isinstance(x, InputOp) or x.fmap_dim() >= 0 or not _invariant(raw_base, varying):
+        return None
+    tile, src = x.tile_shape(), shape_of(x.source)
+    first = next((i for i, t in enumerate(tile) if t != 1), len(tile))
+    ok = (
+        math.prod(tile) == rows * d
+        and shape_of(base)[-1] == d
+        and tuple(tile[first + 1 :]) == tuple(src[first + 1 :])
+        and dtype_code(x.tile.type) == dtype_code(x.source.type) in _Q_DTYPES
     )
+    g = _whole(norm.g, d) if norm else None
+    tables = None
+    if rope is not None:
+        if d < 16:
+            return None  # a lane's 8 elements would hold both halves the RoPE pairs
+        cos, sin = _whole(rope.cos, d // 2), _whole(rope.sin, d // 2)
+        if cos is None or sin is None or dtype_code(cos.tile.type) != dtype_code(sin.tile.type):
+            return None
+        if norm is not None and dtype_code(norm.res.type) != "mk::DTYPE_F32":
+            return None  # rounded between the norm and the RoPE
+        tables = (cos, sin)
+    if not ok or (norm is not None and g is None):
+        return None
+    chain = [o for o in (x, raw_view, norm, g, rope, view) if o is not None]
+    chain += list(tables) if tables else []
+    return HeadRow(x, norm, g, rope, tables, value, frozenset(chain))
+
+
+def _whole(value: SSAValue, n: int) -> InputOp | None:
+    """A loop-invariant input tile of n contiguous elements, the same for every row."""
+    op = value.owner
+    if not isinstance(op, InputOp) or op.fmap_dim() >= 0 or math.prod(op.tile_shape()) != n:
+        return None
+    ok = op.tile_shape()[-1] == n and dtype_code(op.tile.type) == dtype_code(op.source.type)
+    return op if ok else None
 
 
 def _varying(loop: Sequence[Operation]) -> set[Operation]:

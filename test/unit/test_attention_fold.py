@@ -156,13 +156,34 @@ def test_cpu_target_agrees_with_the_fold_on_and_off(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- CUDA
 
 
-def test_folded_attention_streams_with_its_prologue() -> None:
-    plan = plan_attention(split_kernel(lowered(decode_attention(d=64), kv_splits=4)))
+@pytest.mark.parametrize(
+    ("form", "ops"),
+    [({}, ("norm", "rope")), ({"norm": False}, ("rope",)), ({"rope": False}, ("norm",)),
+     ({"rope": False, "norm": False}, ())],
+)  # fmt: skip
+def test_folded_attention_streams_its_rows_in_registers(
+    form: dict[str, bool], ops: tuple[str, ...]
+) -> None:
+    plan = plan_attention(split_kernel(lowered(decode_attention(d=64, **form), kv_splits=4)))
     assert plan is not None and plan.k_new is not None and plan.v_new is not None
-    assert not isinstance(plan.q, mg.InputOp)  # q's norm and RoPE run before the call
-    kinds = {type(o).__name__ for o in plan.prologue}
-    assert {"InputOp", "RMSNormOp", "RopeOp"} <= kinds
+    # q's and the new K row's norm and RoPE run in the call as it loads them: no tile steps.
+    assert plan.prologue == ()
+    q_row, k_row, v_row = (plan.head_row(v) for v in (plan.q, plan.k_new.new, plan.v_new.new))
+    if not ops:  # q without per-head ops is read in place, as before
+        assert isinstance(plan.q, mg.InputOp) and q_row is None
+        q_row = k_row
+    for row in (q_row, k_row):
+        assert row is not None
+        assert tuple(n for n in ("norm", "rope") if getattr(row, n) is not None) == ops
+    assert v_row is not None and v_row.norm is None and v_row.rope is None
     assert plan.new_at() is not None and plan.new_at() in plan.scalars()
+
+
+def test_rows_that_do_not_fit_the_call_stay_tile_steps() -> None:
+    """Head dim 8: a lane's 8 elements hold both halves the RoPE pairs."""
+    plan = plan_attention(split_kernel(lowered(decode_attention(d=8), kv_splits=4)))
+    assert plan is not None and plan.head_row(plan.q) is None
+    assert {type(o).__name__ for o in plan.prologue} >= {"RMSNormOp", "RopeOp"}
 
 
 def test_a_select_of_another_form_keeps_the_tile_loop() -> None:
@@ -179,14 +200,14 @@ def test_emitted_call_takes_the_new_rows(tmp_path: Path) -> None:
     prog = mk.compile(decode_attention(d=64), target="cuda", cache_dir=tmp_path)
     src = prog.cuda_source  # type: ignore[attr-defined]
     assert "sa.k_new = " in src and "sa.v_new = " in src and "sa.new_key = " in src
-    assert "sa.q_dtype = mk::DTYPE_F32;" in src
+    assert "sa.q_ops.cos = " in src and "sa.k_ops.g = " in src and "rms_norm_tile" not in src
     assert "accum_softmax_update" not in src
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "form", [{"d": 128, "hq": 16, "hkv": 8, "seq": 1024}, {"d": 64, "b": 2, "per_row": True},
-             {"d": 64, "norm": False}, {"d": 64, "rope": False, "norm": False}],
+             {"d": 64, "norm": False}, {"d": 64, "rope": False, "norm": False}, {"d": 8}],
 )  # fmt: skip
 def test_folded_attention_matches_the_reference_on_the_gpu(
     form: dict[str, int], tmp_path: Path

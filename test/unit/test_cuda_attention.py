@@ -85,8 +85,9 @@ def test_split_kernels_of_the_examples_stream(
     streamed = plan.streamed()
     assert not {plan.acc.o, plan.acc.m, plan.acc.l} & streamed
     assert plan.k.tile in streamed and plan.v.tile in streamed
-    # q is read in place, or (its norm and RoPE folded in) computed before the call.
-    assert plan.q.tile in streamed if isinstance(plan.q, InputOp) else plan.q not in streamed
+    # q is read in place, or (its norm and RoPE folded in) computed by the call as it loads it.
+    assert (plan.q.tile if isinstance(plan.q, InputOp) else plan.q) in streamed
+    assert plan.prologue == ()
     folded = (plan.k_new is not None, plan.v_new is not None, not isinstance(plan.q, InputOp))
     assert folded == FOLDED[example]
 

@@ -17,6 +17,17 @@ namespace gpu {
 
 constexpr int kAttentionMaxRows = 8;
 
+// A head row's optional RMSNorm (weight g) and RoPE (tables of D/2), then its rounding.
+struct RowOps {
+  const void* g = nullptr;
+  int32_t g_dtype = DTYPE_F32;
+  float eps = 0.0f;
+  const void* cos = nullptr;
+  const void* sin = nullptr;
+  int32_t t_dtype = DTYPE_F32;
+  int32_t out_dtype = DTYPE_F32;
+};
+
 struct StreamAttention {
   const void* q;         // the task's [R][D] query rows, contiguous
   int32_t q_dtype;
@@ -29,17 +40,63 @@ struct StreamAttention {
   float* o;              // [R][D]
   float* m;              // [R]
   float* l;              // [R]
-  // The new K / V row (D floats each, or null) standing for the cache's row at position
-  // new_key: the cache write lands after the attention's reads, off its critical path.
-  const float* k_new = nullptr;
-  const float* v_new = nullptr;
+  RowOps q_ops;          // q's per-head norm and RoPE, applied as the rows are loaded
+  // The new K / V row (D elements each, or null) standing for the cache's row at position
+  // new_key, the K row through k_ops: the cache write lands after the attention's reads, off
+  // its critical path.
+  const void* k_new = nullptr;
+  int32_t k_new_dtype = DTYPE_F32;
+  RowOps k_ops;
+  const void* v_new = nullptr;
+  int32_t v_new_dtype = DTYPE_F32;
   int64_t new_key = -1;
 };
 
-// Lane `lane`'s 8 elements of a new row in place of the cache's.
-__device__ inline void take_new_row(float (&x)[8], const float* row, int lane) {
+__device__ inline void round_row(float (&x)[8], int32_t dtype) {
 #pragma unroll
-  for (int i = 0; i < 8; ++i) x[i] = row[lane * 8 + i];
+  for (int i = 0; i < 8; ++i) x[i] = round_to(x[i], dtype);
+}
+
+// A lane's 8 consecutive elements of a head row (D = 8·L) through the row's ops, computed as
+// rms_norm_tile and lib_rope compute them: x / sqrt(mean(x²) + eps) · g (squares summed in
+// double), then RoPE pairing element j with j + D/2 (held by lane ^ L/2), then rounding.
+template <int L>
+__device__ inline void row_ops(float (&x)[8], const RowOps& ops, int lane) {
+  if (ops.g != nullptr) {
+    double s = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float sq = x[i] * x[i];
+      s += sq;
+    }
+#pragma unroll
+    for (int off = L / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    const float root = sqrtf(static_cast<float>(s) / static_cast<float>(8 * L) + ops.eps);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] = x[i] / root * load_elem_f(ops.g, ops.g_dtype, lane * 8 + i);
+  }
+  if constexpr (L % 2 == 0) {  // RoPE pairs the halves of a row: D >= 16 (the planner's rule)
+    if (ops.cos == nullptr) return round_row(x, ops.out_dtype);
+    float y[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) y[i] = __shfl_xor_sync(0xffffffffu, x[i], L / 2);
+    const bool low = lane < L / 2;
+    const int j0 = (low ? lane : lane - L / 2) * 8;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float c = load_elem_f(ops.cos, ops.t_dtype, j0 + i);
+      const float sn = load_elem_f(ops.sin, ops.t_dtype, j0 + i);
+      x[i] = low ? x[i] * c - y[i] * sn : x[i] * c + y[i] * sn;
+    }
+  }
+  round_row(x, ops.out_dtype);
+}
+
+// A lane's 8 elements of the row starting at element `first`.
+__device__ inline void load_row8(float (&x)[8], const void* base, int32_t dtype, int64_t first,
+                                 int lane) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) x[i] = load_elem_f(base, dtype, first + lane * 8 + i);
 }
 
 // The exponent's offset for a running max: the max itself, or 0 while it is not finite (as the
@@ -70,11 +127,16 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, float (&o
   const int slots = static_cast<int>(blockDim.x) / L;
   const int slot = static_cast<int>(threadIdx.x) / L, lane = static_cast<int>(threadIdx.x) % L;
   const bool bf16 = a.kv_dtype == DTYPE_BF16;
-  float q[R][8];
+  float q[R][8], kn[8];
 #pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int i = 0; i < 8; ++i) q[r][i] = load_elem_f(a.q, a.q_dtype, r * D + lane * 8 + i);
+  for (int r = 0; r < R; ++r) {
+    load_row8(q[r], a.q, a.q_dtype, r * D, lane);
+    row_ops<L>(q[r], a.q_ops, lane);
+  }
+  if (a.k_new != nullptr) {
+    load_row8(kn, a.k_new, a.k_new_dtype, 0, lane);
+    row_ops<L>(kn, a.k_ops, lane);
+  }
   // Every lane runs every round (keys past the end load nothing and update nothing), so the
   // group shuffles always see the whole warp.
   for (int j0 = slot; j0 - slot < a.keys; j0 += U * slots) {
@@ -94,7 +156,10 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, float (&o
       float kf[8], s[R];
       unpack8(kf, kr[u], bf16);
       const bool fresh = j < a.keys && a.key0 + j == a.new_key;
-      if (fresh && a.k_new != nullptr) take_new_row(kf, a.k_new, lane);
+      if (fresh && a.k_new != nullptr) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) kf[i] = kn[i];
+      }
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         float acc = 0.0f;
@@ -109,7 +174,7 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, float (&o
         for (int r = 0; r < R; ++r) s[r] = score(s[r], a.key0 + j);
         float vf[8];
         unpack8(vf, vr[u], bf16);
-        if (fresh && a.v_new != nullptr) take_new_row(vf, a.v_new, lane);
+        if (fresh && a.v_new != nullptr) load_row8(vf, a.v_new, a.v_new_dtype, 0, lane);
         attend<R>(o, m, l, s, vf);
       }
     }
