@@ -386,7 +386,7 @@ def lower_block(block: Block, t: Tiling) -> None:
 @dataclass(frozen=True)
 class NnToMugraphPass(ModulePass):
     """`nn-to-mugraph{num-sms=132 tile-n=64 tile-k=64 kv-chunk=64 kv-splits=0 k-splits=1
-    attention-fold=1}`."""
+    attention-fold=0}`."""
 
     name = "nn-to-mugraph"
 
@@ -400,7 +400,8 @@ class NnToMugraphPass(ModulePass):
     k_splits: int = 1
     # 1: decode attention computes q's per-head norm and RoPE and reads the new K/V row itself,
     # so it waits for neither those kernels nor the cache writes; 0: it reads their results.
-    attention_fold: int = 1
+    # Off by default: on the H200 it was level or slower (bench/RESULTS.md).
+    attention_fold: int = 0
 
     def tiling(self) -> Tiling:
         for option in ("num_sms", "tile_k", "kv_chunk"):

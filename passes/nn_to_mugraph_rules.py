@@ -47,7 +47,7 @@ class Tiling:
     kv_splits: int = 0
     tile_m: int = 64  # rows per block before the linear family also splits rows
     k_splits: int = 1  # linear family: splits of K; 0 chooses blocks ≈ num_sms, 1 never splits
-    attention_fold: bool = True  # decode attention folds q's row chain and the new K/V rows
+    attention_fold: bool = False  # decode attention folds q's row chain and the new K/V rows
 
 
 def chunk_size(extent: int, want: int) -> int:

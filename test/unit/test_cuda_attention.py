@@ -53,7 +53,7 @@ def _plans(text: str, **options: int) -> dict[str, bool]:
 # --------------------------------------------------------------------------- no GPU needed
 
 
-# What attention-fold puts in each example's split kernel: the new K row, the new V row, q's
+# What attention-fold=1 puts in each example's split kernel: the new K row, the new V row, q's
 # per-head ops (decoder_block concatenates its cache instead of writing it).
 FOLDED = {
     "attention_decode": (False, False, False),
@@ -70,11 +70,12 @@ FOLDED = {
      ("decode_loop", "att2", 2, 16, ("s", "key", "scalar")),
      ("decoder_block", "att2_o", 2, 64, ("s",))],
 )  # fmt: skip
+@pytest.mark.parametrize("fold", [0, 1])
 def test_split_kernels_of_the_examples_stream(
-    example: str, kernel: str, rows: int, head_dim: int, args: tuple[str, ...]
+    example: str, kernel: str, rows: int, head_dim: int, args: tuple[str, ...], fold: int
 ) -> None:
     module = load_module((ROOT / "examples" / f"{example}.mlir").read_text())
-    NnToMugraphPass().apply(make_context(), module)
+    NnToMugraphPass(attention_fold=fold).apply(make_context(), module)
     kernels = {op.results[0].name_hint: op for op in module.walk() if isinstance(op, GraphDefOp)}
     plans = {name: plan_attention(op) for name, op in kernels.items()}
     assert {name for name, p in plans.items() if p is not None} == {kernel}
@@ -89,7 +90,7 @@ def test_split_kernels_of_the_examples_stream(
     assert (plan.q.tile if isinstance(plan.q, InputOp) else plan.q) in streamed
     assert plan.prologue == ()
     folded = (plan.k_new is not None, plan.v_new is not None, not isinstance(plan.q, InputOp))
-    assert folded == FOLDED[example]
+    assert folded == (FOLDED[example] if fold else (False, False, False))
 
 
 @pytest.mark.parametrize(

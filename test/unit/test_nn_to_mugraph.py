@@ -142,10 +142,9 @@ def test_llama3_block_lowers_and_verifies() -> None:
     lowered = lower(load_module(EXAMPLES / "llama3_8b_block.mlir"))
     ks = kernels(lowered)
     # qkv, attention split + merge, o-proj + residual, norm + gate/up + silu·mul, down + residual,
-    # RoPE of k for its cache write (one block per head, reading k through its head view; the
-    # attention's blocks rotate q and the new K row themselves); qkv, o-proj and down have 64
-    # column blocks on 132 SMs: each splits K in two + a reduce
-    assert sum(isinstance(k, mg.GraphDefOp) for k in ks) == 10
+    # RoPE of q and of k (one block per head, reading q and k through their head views);
+    # qkv, o-proj and down have 64 column blocks on 132 SMs: each splits K in two + a reduce
+    assert sum(isinstance(k, mg.GraphDefOp) for k in ks) == 11
     splits = [k.attributes["mk.split_k"] for k in ks if "mk.split_k" in k.attributes]
     assert splits == [IntegerAttr(2, i64)] * 3
     library = sorted(k.kind.data for k in ks if isinstance(k, mg.KernelOp))

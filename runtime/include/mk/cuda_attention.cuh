@@ -57,11 +57,29 @@ __device__ inline void round_row(float (&x)[8], int32_t dtype) {
   for (int i = 0; i < 8; ++i) x[i] = round_to(x[i], dtype);
 }
 
+// What a lane needs of a row's ops besides the row: its 8 elements of the norm weight and of
+// the RoPE tables (the half its elements pair over). Loaded before anything is computed, so
+// all the loads of a task's rows share one round trip.
+struct RowOperands {
+  float g[8], c[8], s[8];
+};
+
+template <int L>
+__device__ inline void load_row_operands(RowOperands& o, const RowOps& ops, int lane) {
+  const int j0 = (L % 2 == 0 && lane >= L / 2 ? lane - L / 2 : lane) * 8;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    o.g[i] = ops.g != nullptr ? load_elem_f(ops.g, ops.g_dtype, lane * 8 + i) : 1.0f;
+    o.c[i] = ops.cos != nullptr ? load_elem_f(ops.cos, ops.t_dtype, j0 + i) : 1.0f;
+    o.s[i] = ops.cos != nullptr ? load_elem_f(ops.sin, ops.t_dtype, j0 + i) : 0.0f;
+  }
+}
+
 // A lane's 8 consecutive elements of a head row (D = 8·L) through the row's ops, computed as
 // rms_norm_tile and lib_rope compute them: x / sqrt(mean(x²) + eps) · g (squares summed in
 // double), then RoPE pairing element j with j + D/2 (held by lane ^ L/2), then rounding.
 template <int L>
-__device__ inline void row_ops(float (&x)[8], const RowOps& ops, int lane) {
+__device__ inline void row_ops(float (&x)[8], const RowOps& ops, const RowOperands& o, int lane) {
   if (ops.g != nullptr) {
     double s = 0;
 #pragma unroll
@@ -73,7 +91,7 @@ __device__ inline void row_ops(float (&x)[8], const RowOps& ops, int lane) {
     for (int off = L / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
     const float root = sqrtf(static_cast<float>(s) / static_cast<float>(8 * L) + ops.eps);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) x[i] = x[i] / root * load_elem_f(ops.g, ops.g_dtype, lane * 8 + i);
+    for (int i = 0; i < 8; ++i) x[i] = x[i] / root * o.g[i];
   }
   if constexpr (L % 2 == 0) {  // RoPE pairs the halves of a row: D >= 16 (the planner's rule)
     if (ops.cos == nullptr) return round_row(x, ops.out_dtype);
@@ -81,13 +99,8 @@ __device__ inline void row_ops(float (&x)[8], const RowOps& ops, int lane) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) y[i] = __shfl_xor_sync(0xffffffffu, x[i], L / 2);
     const bool low = lane < L / 2;
-    const int j0 = (low ? lane : lane - L / 2) * 8;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float c = load_elem_f(ops.cos, ops.t_dtype, j0 + i);
-      const float sn = load_elem_f(ops.sin, ops.t_dtype, j0 + i);
-      x[i] = low ? x[i] * c - y[i] * sn : x[i] * c + y[i] * sn;
-    }
+    for (int i = 0; i < 8; ++i) x[i] = low ? x[i] * o.c[i] - y[i] * o.s[i] : x[i] * o.c[i] + y[i] * o.s[i];
   }
   round_row(x, ops.out_dtype);
 }
@@ -128,15 +141,17 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, float (&o
   const int slot = static_cast<int>(threadIdx.x) / L, lane = static_cast<int>(threadIdx.x) % L;
   const bool bf16 = a.kv_dtype == DTYPE_BF16;
   float q[R][8], kn[8];
+  RowOperands qo, ko;
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    load_row8(q[r], a.q, a.q_dtype, r * D, lane);
-    row_ops<L>(q[r], a.q_ops, lane);
-  }
+  for (int r = 0; r < R; ++r) load_row8(q[r], a.q, a.q_dtype, r * D, lane);
+  load_row_operands<L>(qo, a.q_ops, lane);
   if (a.k_new != nullptr) {
     load_row8(kn, a.k_new, a.k_new_dtype, 0, lane);
-    row_ops<L>(kn, a.k_ops, lane);
+    load_row_operands<L>(ko, a.k_ops, lane);
   }
+#pragma unroll
+  for (int r = 0; r < R; ++r) row_ops<L>(q[r], a.q_ops, qo, lane);
+  if (a.k_new != nullptr) row_ops<L>(kn, a.k_ops, ko, lane);
   // Every lane runs every round (keys past the end load nothing and update nothing), so the
   // group shuffles always see the whole warp.
   for (int j0 = slot; j0 - slot < a.keys; j0 += U * slots) {
