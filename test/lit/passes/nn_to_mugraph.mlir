@@ -4,6 +4,7 @@
 // RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{k-splits=1}' | mk-opt --split-input-file | filecheck %s --check-prefix=ROUND
 // RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{k-splits=1}' --print-op-generic | mk-opt --split-input-file -p 'nn-to-mugraph{k-splits=1}' | filecheck %s --check-prefix=ROUND
 // RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{k-splits=0}' | filecheck %s --check-prefix=SPLITK
+// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{attention-fold=1 kv-splits=2}' | filecheck %s --check-prefix=FOLD
 
 // RMSNorm + Linear: one graph_def. Grid x over the 1024 output columns (64 per block), the
 // for-loop over K = 512 in chunks of tile-k; x·g feeds the matmul while the mean of x²
@@ -316,3 +317,38 @@ func.func @cache_write_view(%cache: tensor<1x2x8x4xbf16> {nn.donated}, %v: tenso
 // CHECK-NEXT:    %c = mugraph.kernel "cache_write" (%cache, %v, %p) {dim = 2 : i64} : (tensor<1x2x8x4xbf16>, tensor<1x8xbf16>, tensor<1xi32>) -> tensor<1x2x8x4xbf16>
 // CHECK-NEXT:    %w4 = mugraph.kernel "reshape" (%w)
 // CHECK-NEXT:    %c2 = mugraph.kernel "cache_write" (%cache2, %w4, %p)
+
+// -----
+
+// attention-fold=1: the split kernel reads the raw q/k/v rows and the caches before their
+// writes; q's and the new K row's QK-norm + RoPE run in its blocks, and each K/V chunk takes
+// the new row at position %p. k's own kernel stays, for the cache write, which now comes after
+// the attention (a write-after-read instead of a wait before it).
+func.func @step(%q: tensor<1x64xbf16>, %k: tensor<1x32xbf16>, %v: tensor<1x32xbf16>, %qw: tensor<16xbf16>, %kw: tensor<16xbf16>, %cos: tensor<1x8xbf16>, %sin: tensor<1x8xbf16>, %pos: tensor<1xi32>, %k_cache: tensor<1x2x32x16xbf16> {nn.donated}, %v_cache: tensor<1x2x32x16xbf16> {nn.donated}) -> tensor<1x64xbf16> {
+  %p = nn.step %pos {offset = 0 : i64} : (tensor<1xi32>) -> tensor<1xi32>
+  %len = nn.step %pos {offset = 1 : i64} : (tensor<1xi32>) -> tensor<1xi32>
+  %q4 = nn.reshape %q : (tensor<1x64xbf16>) -> tensor<1x4x1x16xbf16>
+  %k4 = nn.reshape %k : (tensor<1x32xbf16>) -> tensor<1x2x1x16xbf16>
+  %v4 = nn.reshape %v : (tensor<1x32xbf16>) -> tensor<1x2x1x16xbf16>
+  %qn = nn.rms_norm %q4, %qw {epsilon = 1.0e-06 : f32} : (tensor<1x4x1x16xbf16>, tensor<16xbf16>) -> tensor<1x4x1x16xbf16>
+  %qr = nn.rope %qn, %cos, %sin : (tensor<1x4x1x16xbf16>, tensor<1x8xbf16>, tensor<1x8xbf16>) -> tensor<1x4x1x16xbf16>
+  %kn = nn.rms_norm %k4, %kw {epsilon = 1.0e-06 : f32} : (tensor<1x2x1x16xbf16>, tensor<16xbf16>) -> tensor<1x2x1x16xbf16>
+  %kr = nn.rope %kn, %cos, %sin : (tensor<1x2x1x16xbf16>, tensor<1x8xbf16>, tensor<1x8xbf16>) -> tensor<1x2x1x16xbf16>
+  %kc = nn.cache_write %k_cache, %kr, %p {dim = 2 : i64} : (tensor<1x2x32x16xbf16>, tensor<1x2x1x16xbf16>, tensor<1xi32>) -> tensor<1x2x32x16xbf16>
+  %vc = nn.cache_write %v_cache, %v4, %p {dim = 2 : i64} : (tensor<1x2x32x16xbf16>, tensor<1x2x1x16xbf16>, tensor<1xi32>) -> tensor<1x2x32x16xbf16>
+  %att = nn.attention %qr, %kc, %vc, %len {scale = 0.25 : f32, causal = false} : (tensor<1x4x1x16xbf16>, tensor<1x2x32x16xbf16>, tensor<1x2x32x16xbf16>, tensor<1xi32>) -> tensor<1x4x1x16xbf16>
+  %o = nn.reshape %att : (tensor<1x4x1x16xbf16>) -> tensor<1x64xbf16>
+  func.return %o : tensor<1x64xbf16>
+}
+// FOLD-LABEL: func.func @step
+// FOLD:         %o_o, %o_m, %o_l = mugraph.graph_def grid [2, 2, 1] threads 128 forloop 1 (%q, %k_cache, %v_cache, %len, %qw, %cos, %sin, %k, %p, %kw, %v)
+// FOLD:           %qn = mugraph.rms_norm %qxv, %qw_1
+// FOLD:           %qrot = mugraph.rope %qn, %qc, %qs {{.*}} -> tensor<1x2x1x16xbf16>
+// FOLD:           %kpos = mugraph.position %kt dim 2
+// FOLD-NEXT:      %ksel = mugraph.thread_map %kpos, %kat, %knrot, %kt
+// FOLD:             arith.cmpi eq
+// FOLD:           %vsel = mugraph.thread_map %vpos, %kat, %vrow, %vt
+// FOLD:         %o = mugraph.graph_def grid [2, 1, 1]
+// FOLD:         %kr = mugraph.graph_def grid [2, 1, 1]
+// FOLD:         %vc = mugraph.kernel "cache_write" (%v_cache, %v, %p)
+// FOLD-NEXT:    %kc = mugraph.kernel "cache_write" (%k_cache, %kr, %p)
