@@ -122,7 +122,7 @@ def _match_attention(op: nn.AttentionOp, claimed: set[Operation], fold: bool) ->
         out_view = None
     if not fold or sq != 1:
         return AttentionPlan(op, q_view, out_view)
-    q_chain = _head_chain(op.q, claimed)
+    q_chain = _match_row_chain(op.q.owner, claimed) if isinstance(op.q.owner, Operation) else None
     if q_chain is not None and not (
         _sole_user(op.q) is op and all(_sole_user(o.results[0]) for o in q_chain.ops())
     ):
@@ -130,29 +130,6 @@ def _match_attention(op: nn.AttentionOp, claimed: set[Operation], fold: bool) ->
     return AttentionPlan(
         op, None if q_chain else q_view, out_view, q_chain, _new_row(op.k, op), _new_row(op.v, op)
     )
-
-
-def _head_chain(value: SSAValue, claimed: set[Operation]) -> RowChain | None:
-    """The per-head RoPE and/or RMSNorm (with a head-splitting reshape in front) making
-    `value`, as ops of their own: nothing claimed, nothing else read in between."""
-    last = value.owner
-    rope = last if isinstance(last, nn.RopeOp) else None
-    below = rope.operands[0].owner if rope is not None else last
-    norm = below if isinstance(below, nn.RMSNormOp) else None
-    first = norm or rope
-    if first is None or any(o in claimed for o in (rope, norm) if o is not None):
-        return None
-    if norm is not None and rope is not None and _sole_user(norm.results[0]) is not rope:
-        return None
-    view = first.operands[0].owner
-    if not (
-        isinstance(view, nn.ReshapeOp)
-        and head_view_source(view) is not None
-        and view not in claimed
-        and _sole_user(view.results[0]) is first
-    ):
-        view = None
-    return RowChain(view, norm, rope)
 
 
 def _new_row(cache: SSAValue, attention: nn.AttentionOp) -> NewRow | None:
@@ -164,8 +141,8 @@ def _new_row(cache: SSAValue, attention: nn.AttentionOp) -> NewRow | None:
     new, index = shape_of(write.new), shape_of(write.index)
     if dim != 2 or new[2] != 1 or index not in ((1,), (new[0],)):
         return None
-    chain = _head_chain(write.new, set())
-    return NewRow(write, chain)
+    owner = write.new.owner
+    return NewRow(write, _match_row_chain(owner, set()) if isinstance(owner, Operation) else None)
 
 
 def _library_unit(op: Operation) -> _Unit:

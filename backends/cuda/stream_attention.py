@@ -9,7 +9,6 @@ in one pass over the keys, and the epilogue runs as usual on it.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -157,7 +156,7 @@ def plan_attention(op: GraphDefOp) -> AttentionPlan | None:
     scalars |= {r.at for r in (k_new, v_new) if r is not None}
     head_rows = []
     for value, count in ((q, o_shape[0]), *((r.new, 1) for r in (k_new, v_new) if r)):
-        row = None if isinstance(value, InputOp) else _head_row(value, count, o_shape[1], varying)
+        row = None if isinstance(value, InputOp) else _head_row(value, count, o_shape[1])
         if row is not None:
             head_rows.append(row)
     row_ops = {o for r in head_rows for o in r.ops}
@@ -170,13 +169,15 @@ def plan_attention(op: GraphDefOp) -> AttentionPlan | None:
         return None
     if not used_only_by(handled - {acc}, handled) or not used_only_by(scalars, handled):
         return None
-    plan = AttentionPlan(q, k, v, acc, transform, args, frozenset(handled - {acc}), k_new, v_new)
-    return dataclasses.replace(plan, prologue=tuple(prologue), head_rows=tuple(head_rows))
+    return AttentionPlan(
+        q, k, v, acc, transform, args, frozenset(handled - {acc}), k_new, v_new, tuple(prologue),
+        tuple(head_rows),
+    )  # fmt: skip
 
 
-def _head_row(value: SSAValue, rows: int, d: int, varying: set[Operation]) -> HeadRow | None:
-    """`value` as input → reshape → [RMSNorm] → [RoPE] over rows of d elements, each step's
-    result read only by the next; None for anything else."""
+def _head_row(value: SSAValue, rows: int, d: int) -> HeadRow | None:
+    """`value` as input → reshape → [RMSNorm] → [RoPE] over rows of d elements; None for
+    anything else."""
     base, view = _strip_reshape(value)
     rope = base.owner if isinstance(base.owner, RopeOp) else None
     below = rope.x if rope else base
@@ -184,17 +185,11 @@ def _head_row(value: SSAValue, rows: int, d: int, varying: set[Operation]) -> He
     raw = norm.x if norm else below
     raw_base, raw_view = _strip_reshape(raw)
     x = raw_base.owner
-    if not isinstance(x, InputOp) or x.fmap_dim() >= 0 or not _invariant(raw_base, varying):
+    if not isinstance(x, InputOp) or not _contiguous_rows(x, rows * d) or shape_of(base)[-1] != d:
         return None
-    tile, src = x.tile_shape(), shape_of(x.source)
-    first = next((i for i, t in enumerate(tile) if t != 1), len(tile))
-    ok = (
-        math.prod(tile) == rows * d
-        and shape_of(base)[-1] == d
-        and tuple(tile[first + 1 :]) == tuple(src[first + 1 :])
-        and dtype_code(x.tile.type) == dtype_code(x.source.type) in _Q_DTYPES
-    )
     g = _whole(norm.g, d) if norm else None
+    if norm is not None and g is None:
+        return None
     tables = None
     if rope is not None:
         if d < 16:
@@ -205,8 +200,6 @@ def _head_row(value: SSAValue, rows: int, d: int, varying: set[Operation]) -> He
         if norm is not None and dtype_code(norm.res.type) != "mk::DTYPE_F32":
             return None  # rounded between the norm and the RoPE
         tables = (cos, sin)
-    if not ok or (norm is not None and g is None):
-        return None
     chain = [o for o in (x, raw_view, norm, g, rope, view) if o is not None]
     chain += list(tables) if tables else []
     return HeadRow(x, norm, g, rope, tables, value, frozenset(chain))
@@ -321,17 +314,21 @@ def _query_side(
     if not isinstance(op, InputOp):
         computed = _invariant(base, varying) and math.prod(shape_of(base)) == math.prod(o_shape)
         return (base, view) if computed else (None, None)
-    if op.fmap_dim() >= 0:
-        return None, None
+    ok = op.fmap_dim() < 0 and _contiguous_rows(op, math.prod(o_shape))
+    return (op, view) if ok else (None, None)
+
+
+def _contiguous_rows(op: InputOp, n: int) -> bool:
+    """A loop-invariant input tile of n elements read as one contiguous run, in place."""
     tile, src = op.tile_shape(), shape_of(op.source)
     first = next((i for i, t in enumerate(tile) if t != 1), len(tile))
-    ok = (
-        math.prod(tile) == math.prod(o_shape)
+    return (
+        op.fmap_dim() < 0
+        and math.prod(tile) == n
         and tuple(tile[first + 1 :]) == tuple(src[first + 1 :])
         and dtype_code(op.tile.type) == dtype_code(op.source.type)
         and dtype_code(op.tile.type) in _Q_DTYPES
     )
-    return (op, view) if ok else (None, None)
 
 
 def _same_walk(k: InputOp, v: InputOp) -> bool:
