@@ -119,8 +119,8 @@ def main() -> int:
         "--ops", action="store_true", help="op marks: where each kind of task spends its time"
     )
     args = parser.parse_args()
-    if args.ops:
-        os.environ["MK_CUDA_OP_MARKS"] = "1"
+    if args.ops and os.environ.get("MK_CUDA_OP_MARKS", "") in ("", "0"):
+        os.environ["MK_CUDA_OP_MARKS"] = "1"  # MK_CUDA_OP_MARKS=warm stays
     if args.model:
         name, text = model_workload(args.model, args.layers, args.batch)
         func = entry_function(load_module(text))

@@ -121,6 +121,8 @@ def weights_evict_first() -> bool:
 def _defines(profile: bool) -> str:
     """The header switches of one build (mk/cuda_arena.h, mk/cuda_stream.cuh)."""
     lines = ["#define MK_OP_MARKS 1"] if profile else []
+    if profile and op_marks.warm():
+        lines.append("#define MK_OP_MARKS_WARM 1")
     if weights_evict_first():
         lines.append("#define MK_STREAM_EVICT_FIRST 1")
     if switches.flag("MK_CUDA_MMA_PIPE"):

@@ -6,7 +6,8 @@ marks its start, the end of its first staging, its weights landing and the end o
 stream. A run with
 `prog.record_timeline = True` then fills `prog.last_marks`, and `bench/timeline.py --ops`
 prints where each kind of task spends its time, statement by statement. Off by default: the
-marks are not even in the source then.
+marks are not even in the source then. MK_CUDA_OP_MARKS=warm also runs each body once untimed
+before the timed run (warm()).
 """
 
 from __future__ import annotations
@@ -39,6 +40,14 @@ _ONE_ITERATION = "for (int64_t it = 0; it < 1; ++it) {"
 
 def enabled() -> bool:
     return os.environ.get(ENV, "0") not in ("", "0")
+
+
+def warm() -> bool:
+    """MK_CUDA_OP_MARKS=warm: a diagnostic profile build that runs every task body twice, the
+    first time untimed, so that the marks show the body with its code in the instruction cache
+    and what it read in L2. Its outputs are not meant to be used (a body that updates memory in
+    place does it twice)."""
+    return os.environ.get(ENV, "0") == "warm"
 
 
 def _label(statement: Sequence[str]) -> str:

@@ -75,6 +75,28 @@ def test_profile_source_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert prog.library_path is not None
 
 
+@pytest.mark.usefixtures("no_nvcc")
+def test_warm_profile_is_a_profile_build_that_runs_each_body_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = ROOT / "examples/rmsnorm_linear.mlir"
+    monkeypatch.setenv("MK_CUDA_OP_MARKS", "1")
+    marked = mk.compile(path, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    monkeypatch.setenv("MK_CUDA_OP_MARKS", "warm")
+    warm = mk.compile(path, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    assert "#define MK_OP_MARKS_WARM 1" in warm.splitlines()[:4]
+    assert "MK_OP_MARKS_WARM" not in marked
+    # The same bodies and marks: only the dispatcher's switch differs.
+    assert warm.replace("#define MK_OP_MARKS_WARM 1\n", "") == marked
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc not found")
+def test_warm_profile_source_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MK_CUDA_OP_MARKS", "warm")
+    prog = mk.compile(ROOT / "examples/rmsnorm_linear.mlir", target="cuda", cache_dir=tmp_path)
+    assert prog.library_path is not None
+
+
 def test_segments_are_mean_gaps_between_stamps() -> None:
     timeline = np.array([[100, 1100], [200, 1400], [300, 0], [50, 950]], np.int64)
     marks = np.array([[400, 900], [600, 1000], [0, 0], [150, 0]], np.int64)
@@ -89,10 +111,12 @@ def test_segments_are_mean_gaps_between_stamps() -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["1", "warm"])
 def test_profile_run_stamps_inside_each_task(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("MK_CUDA_OP_MARKS", "1")
+    """A profile run stamps in order; a warm one too, its pure bodies' outputs unchanged."""
+    monkeypatch.setenv("MK_CUDA_OP_MARKS", mode)
     path = ROOT / "examples/rmsnorm_linear.mlir"
     prog = mk.compile(path, target="cuda", cache_dir=tmp_path)
     prog.record_timeline = True  # type: ignore[attr-defined]
