@@ -676,8 +676,10 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
             fn.body = marked[fn.name][0]
         labels = {grid: tuple(marked[fn.name][1]) for grid, fn, _ in shared.calls}
     out += [device_function(fn) for fn in shared.functions]
-    batch = switches.flag("MK_CUDA_WAIT_BATCH")
-    out.append(dispatch_struct(shared, front, staged, len(buffers), prefetch_at_wait(), batch))
+    batch, pipe = switches.flag("MK_CUDA_WAIT_BATCH"), switches.flag("MK_CUDA_POLL_PIPE")
+    out.append(
+        dispatch_struct(shared, front, staged, len(buffers), prefetch_at_wait(), batch, pipe)
+    )
     out.append("}  // namespace\n")
     out.append("MK_CUDA_ENTRY_POINTS(Dispatch)\n")
     return CudaSource(

@@ -134,6 +134,7 @@ SWITCHES = [
     {"MK_CUDA_STAGE": "1"},
     {"MK_CUDA_MMA_PIPE": "1"},
     {"MK_CUDA_WAIT_BATCH": "1"},
+    {"MK_CUDA_POLL_PIPE": "1"},
 ]
 
 
@@ -223,7 +224,11 @@ def test_switches_on_the_gpu(cache: Path, example: str) -> None:
 
 
 @pytest.mark.gpu
-def test_dropped_signal_trips_the_watchdog(cache: Path) -> None:
+@pytest.mark.parametrize("pipe", ["0", "1"], ids=["polls", "pipelined-polls"])
+def test_dropped_signal_trips_the_watchdog(
+    pipe: str, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MK_CUDA_POLL_PIPE", pipe)
     prog = mk.compile(
         ROOT / "examples" / "decoder_block.mlir", target="cuda", num_sms=8, cache_dir=cache
     )

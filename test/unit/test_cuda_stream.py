@@ -435,6 +435,21 @@ def test_batched_first_look_at_the_waits_is_a_build_option(
 
 
 @pytest.mark.usefixtures("no_nvcc")
+def test_pipelined_polls_are_a_build_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_POLL_PIPE=1: a wait found unready keeps several counter reads in flight; off by
+    default (not yet measured on the GPU); anything but 0 or 1 is refused."""
+    text = _linear(1, 512, 1024, norm=True)
+    assert "kPipePolls = false;" in _cuda_source(text, tmp_path)
+    monkeypatch.setenv("MK_CUDA_POLL_PIPE", "1")
+    assert "kPipePolls = true;" in _cuda_source(text, tmp_path)
+    monkeypatch.setenv("MK_CUDA_POLL_PIPE", "yes")
+    with pytest.raises(mk.MkError, match="MK_CUDA_POLL_PIPE must be 0 or 1"):
+        _cuda_source(text, tmp_path)
+
+
+@pytest.mark.usefixtures("no_nvcc")
 def test_early_loads_are_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """MK_CUDA_EARLY=1 sets stream_linear's Early (the trailing template argument, after the
     Staged and G defaults it then spells out); without it the call is unchanged."""

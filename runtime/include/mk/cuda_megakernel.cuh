@@ -212,10 +212,41 @@ __device__ inline bool waits_hold_at_first_look(const LaunchParams& p, const Nea
   return all;
 }
 
+// Thread 0, with Dispatch::kPipePolls (MK_CUDA_POLL_PIPE=1), once a counter was found below
+// `threshold`: keeps kPollDepth relaxed reads of it in flight, a new one every kPollGapNs, and
+// takes one acquire fence when a read meets the threshold. A plain poll waits out a whole L2
+// round trip before the next one goes out, so an update that lands just after a read is seen
+// up to two round trips later; here about one. RUN_OK, RUN_TIMEOUT or -1 (the launch stops).
+constexpr int kPollDepth = 4;
+constexpr unsigned kPollGapNs = 96;
+__device__ inline int32_t poll_pipelined(const LaunchParams& p, const uint32_t* counter,
+                                         int64_t threshold, uint64_t start, uint32_t* seen) {
+  uint32_t v[kPollDepth];
+#pragma unroll
+  for (int i = 0; i < kPollDepth; ++i) {
+    v[i] = event_peek(counter);
+    __nanosleep(kPollGapNs);
+  }
+  for (uint32_t round = 1;; ++round) {
+#pragma unroll
+    for (int i = 0; i < kPollDepth; ++i) {
+      *seen = v[i];
+      if (static_cast<int64_t>(v[i]) >= threshold) {
+        event_acquire_fence();
+        return RUN_OK;
+      }
+      v[i] = event_peek(counter);
+      __nanosleep(kPollGapNs);
+    }
+    if ((round & 3) == 0 && aborted(p)) return -1;
+    if (static_cast<int64_t>(globaltimer() - start) > p.timeout_ns) return RUN_TIMEOUT;
+  }
+}
+
 // Thread 0: waits until every wait of `task` holds in iteration t; false if the launch stops.
 // `on_miss` runs once, at the first event found not ready: work worth doing only while the
 // task would otherwise sleep (Dispatch::kPrefetchAtWait).
-template <bool Batch, class OnMiss>
+template <bool Batch, bool Pipe, class OnMiss>
 __device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, int32_t id, int32_t sm,
                                  int32_t t, SeenCounters& known, OnMiss&& on_miss) {
   const TaskDesc& task = near.desc;
@@ -231,7 +262,25 @@ __device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, in
     uint32_t seen = 0;
     const uint64_t start = globaltimer();
     unsigned sleep_ns = 32, polls = 0;
-    while (!event_ready(p.counters + wd.counter, threshold, &seen)) {
+    if constexpr (Pipe) {
+      if (!event_ready(p.counters + wd.counter, threshold, &seen)) {
+        if (!missed) {
+          missed = true;
+          on_miss();
+        }
+        const int32_t got = poll_pipelined(p, p.counters + wd.counter, threshold, start, &seen);
+        if (got < 0) return false;
+        if (got == RUN_TIMEOUT) {
+          const uint64_t waited = globaltimer() - start;
+          record_failure(p, RunStatus{RUN_TIMEOUT, sm, id, wd.counter, t, seen,
+                                      static_cast<uint32_t>(threshold),
+                                      static_cast<int32_t>(waited / 1000000)});
+          return false;
+        }
+        slept = true;  // look at the abort flag once it holds, as after a plain poll's sleep
+      }
+    }
+    while (!Pipe && !event_ready(p.counters + wd.counter, threshold, &seen)) {
       if (!missed) {
         missed = true;
         on_miss();
@@ -365,7 +414,7 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
         }
         // With kPrefetchAtWait the L2 prefetch of this task's weights is issued only once a
         // wait finds its producers unfinished: a ready task starts without paying for it.
-        go = wait_task<Dispatch::kBatchWaits>(p, entry[cur].near, entry[cur].id, sm, t, known, [&] {
+        go = wait_task<Dispatch::kBatchWaits, Dispatch::kPipePolls>(p, entry[cur].near, entry[cur].id, sm, t, known, [&] {
           if constexpr (Dispatch::kPrefetchAtWait) Dispatch::prefetch(task->kind, task, slots[cur], arena, t);
         });
       } else if (threadIdx.x == 32) {
@@ -411,7 +460,7 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
         __syncthreads();  // every thread has read tail_top
         if (threadIdx.x == 0) {
           load_entry<Dispatch>(p, tail_stack[--tail_top], entry[ts], slots[ts], table);
-          go = wait_task<Dispatch::kBatchWaits>(p, entry[ts].near, entry[ts].id, sm, t, known, [] {});
+          go = wait_task<Dispatch::kBatchWaits, Dispatch::kPipePolls>(p, entry[ts].near, entry[ts].id, sm, t, known, [] {});
         }
         __syncthreads();
         if (!go || !run_task(entry[ts], slots[ts])) return;
