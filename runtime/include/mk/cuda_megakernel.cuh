@@ -215,8 +215,9 @@ __device__ inline bool waits_hold_at_first_look(const LaunchParams& p, const Nea
 // Thread 0, with Dispatch::kPipePolls (MK_CUDA_POLL_PIPE=1), once a counter was found below
 // `threshold`: keeps kPollDepth relaxed reads of it in flight, a new one every kPollGapNs, and
 // takes one acquire fence when a read meets the threshold. A plain poll waits out a whole L2
-// round trip before the next one goes out, so an update that lands just after a read is seen
-// up to two round trips later; here about one. RUN_OK, RUN_TIMEOUT or -1 (the launch stops).
+// round trip before the next one goes out, so an update that lands just after a read reached L2
+// is seen up to one and a half round trips later; here about half of one plus the gap. RUN_OK,
+// RUN_TIMEOUT or -1 (the launch stops).
 constexpr int kPollDepth = 4;
 constexpr unsigned kPollGapNs = 96;
 __device__ inline int32_t poll_pipelined(const LaunchParams& p, const uint32_t* counter,
