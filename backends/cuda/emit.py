@@ -93,6 +93,13 @@ def early_loads() -> bool:
     return switches.flag("MK_CUDA_EARLY")
 
 
+def assign_sums() -> bool:
+    """MK_CUDA_ASSIGN=1: a streamed linear on CUDA cores writes its sums and Σx² instead of
+    adding to them (StreamLinear::assign), so its body does not zero them first: one element
+    loop per accumulator and a barrier less before the weights stream."""
+    return switches.flag("MK_CUDA_ASSIGN")
+
+
 def merge_tiles() -> bool:
     """MK_CUDA_MERGE_TILES=1: the split-KV merge as tile steps, as before its device call."""
     return switches.flag("MK_CUDA_MERGE_TILES")
@@ -187,6 +194,14 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             stream or plan_attention(op) or (None if merge_tiles() else plan_merge(op))
         )
         self.stage_weights_ahead = stage
+        # Accumulators the streamed loop writes whole (StreamLinear::assign): not zeroed first.
+        self.assigned: set[SSAValue] = set()
+        if isinstance(self.plan, StreamPlan) and assign_sums():
+            k = op.forloop_range() * shape_of(self.plan.x.tile)[1]
+            if not self.plan.tensor_cores(k):
+                self.assigned = {acc.res for _, acc in self.plan.products}
+                if self.plan.sum_sq is not None:
+                    self.assigned.add(self.plan.sum_sq.res)
         self.smem_floats = 0
         self.staged_bytes = 0  # weights the body stages in the ring
         self.views: set[SSAValue] = set()
@@ -368,6 +383,8 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             emit(f"sl.g = {g_at};")
             emit(f"sl.g_dtype = {g.dtype};")
         emit(f"sl.w_dtype = {dtype_code(plan.products[0][0].tile.type)};")
+        if self.assigned:
+            emit("sl.assign = true;")
         emit(f"sl.k = {k};")
         emit(f"sl.kc = {chunk};")
         if plan.sum_sq is not None:
@@ -534,6 +551,8 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         start = "0.0f" if maps.ACCUM_KINDS[op.kind.data].combine == "sum" else "-INFINITY"
         n = math.prod(shape_of(op.res))
         self.lines.append(f"{self.var(op.res)}.resize({n});")
+        if op.res in self.assigned:
+            return
         self.element_loop(n, [], [op.res], [f"{self.var(op.res)}[e] = {start};  // init"])
 
     def load(self, op: InputOp, it: str) -> None:

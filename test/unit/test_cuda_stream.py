@@ -435,6 +435,56 @@ def test_batched_first_look_at_the_waits_is_a_build_option(
 
 
 @pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(("rows", "assigned"), [(1, True), (4, False)])
+def test_assigned_sums_are_a_build_option(
+    rows: int, assigned: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_ASSIGN=1: a CUDA-core streamed linear writes its sums and Σx² (no zeroing
+    loops before it); tensor cores (4 rows) still add into zeroed sums."""
+    text = _linear(rows, 512, 1024, norm=True, heads=2)
+    plain = _cuda_source(text, tmp_path)
+    assert "sl.assign" not in plain and plain.count("// init") == 3
+    monkeypatch.setenv("MK_CUDA_ASSIGN", "1")
+    src = _cuda_source(text, tmp_path)
+    assert ("sl.assign = true;" in src) == assigned
+    assert src.count("// init") == (0 if assigned else 3)
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_staging_splits_a_long_row_into_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With MK_CUDA_STAGE=1 the activation chunk leaves the ring its room: a single row of
+    8,704 columns is staged in two chunks (what the GPU test of assigned sums needs)."""
+    monkeypatch.setenv("MK_CUDA_STAGE", "1")
+    src = _cuda_source(_linear(1, 64, 8704, norm=True), tmp_path)
+    assert "sl.k = 8704;" in src and "sl.kc = 8192;" in src
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("shape", "stage"), [((1, 200, 776, True, 1), "0"), ((1, 64, 8704, True, 2), "1")]
+)
+def test_assigned_sums_match_the_reference(
+    shape: tuple[int, int, int, bool, int],
+    stage: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the GPU, MK_CUDA_ASSIGN=1: one chunk, and two chunks (the second adds)."""
+    monkeypatch.setenv("MK_CUDA_ASSIGN", "1")
+    monkeypatch.setenv("MK_CUDA_STAGE", stage)
+    text = _linear(*shape)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    assert "sl.assign = true;" in prog.cuda_source  # type: ignore[attr-defined]
+    for seed in (0, 1):
+        inputs = random_inputs(prog.func, seed=seed)
+        for out, ref in zip(prog(*inputs), mk.reference(text, *inputs), strict=True):
+            error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
+            assert error <= bound, (shape, error)
+
+
+@pytest.mark.usefixtures("no_nvcc")
 def test_pipelined_polls_are_a_build_option(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -43,6 +43,9 @@ struct StreamLinear {
   StreamWeight w[kStreamMaxWeights];
   Arena* arena;       // for the op marks of a profile build
   bool x_ready;       // the staging area already holds the activation (one chunk, as floats)
+  // The sums and Σx² are written, not added to (the body did not zero them): the first chunk's
+  // sums are stored, later chunks add. CUDA-core products only (tensor cores add with atomics).
+  bool assign;
 };
 
 __device__ inline const void* elem_at(const void* base, int32_t dtype, int64_t i) {
@@ -248,7 +251,7 @@ __device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, 
 #pragma unroll
       for (int m = 0; m < M; ++m) {
         const float v = warp_sum(acc[j][m]);
-        if (lane == 0 && op[j]) op[j][m * os[j]] += v;
+        if (lane == 0 && op[j]) op[j][m * os[j]] = s.assign && c == 0 ? v : op[j][m * os[j]] + v;
       }
   }
 }
@@ -404,7 +407,7 @@ __device__ void store_sum_sq(const StreamLinear& s, float (&ss)[M]) {
   if (threadIdx.x < M) {
     float total = 0.0f;
     for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) total += part[w][threadIdx.x];
-    s.sum_sq[threadIdx.x] += total;
+    s.sum_sq[threadIdx.x] = s.assign ? total : s.sum_sq[threadIdx.x] + total;
   }
 }
 
