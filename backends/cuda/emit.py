@@ -93,11 +93,12 @@ def early_loads() -> bool:
     return switches.flag("MK_CUDA_EARLY")
 
 
-def assign_sums() -> bool:
-    """MK_CUDA_ASSIGN=1: a streamed linear on CUDA cores writes its sums and Σx² instead of
-    adding to them (StreamLinear::assign), so its body does not zero them first: one element
-    loop per accumulator and a barrier less before the weights stream."""
-    return switches.flag("MK_CUDA_ASSIGN")
+def lean_linears() -> bool:
+    """MK_CUDA_LEAN=1: a streamed linear on CUDA cores writes its sums and Σx² instead of adding
+    to them (StreamLinear::assign), so its body does not zero them first (one element loop per
+    accumulator and a barrier less before the weights stream), and Σx² is summed at the staging
+    barrier instead of behind a barrier of its own after the products."""
+    return switches.flag("MK_CUDA_LEAN")
 
 
 def merge_tiles() -> bool:
@@ -196,7 +197,7 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         self.stage_weights_ahead = stage
         # Accumulators the streamed loop writes whole (StreamLinear::assign): not zeroed first.
         self.assigned: set[SSAValue] = set()
-        if isinstance(self.plan, StreamPlan) and assign_sums():
+        if isinstance(self.plan, StreamPlan) and lean_linears():
             k = op.forloop_range() * shape_of(self.plan.x.tile)[1]
             if not self.plan.tensor_cores(k):
                 self.assigned = {acc.res for _, acc in self.plan.products}

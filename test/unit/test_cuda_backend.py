@@ -135,7 +135,7 @@ SWITCHES = [
     {"MK_CUDA_MMA_PIPE": "1"},
     {"MK_CUDA_WAIT_BATCH": "1"},
     {"MK_CUDA_POLL_PIPE": "1"},
-    {"MK_CUDA_ASSIGN": "1"},
+    {"MK_CUDA_LEAN": "1"},
 ]
 
 

@@ -436,15 +436,15 @@ def test_batched_first_look_at_the_waits_is_a_build_option(
 
 @pytest.mark.usefixtures("no_nvcc")
 @pytest.mark.parametrize(("rows", "assigned"), [(1, True), (4, False)])
-def test_assigned_sums_are_a_build_option(
+def test_lean_linears_are_a_build_option(
     rows: int, assigned: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MK_CUDA_ASSIGN=1: a CUDA-core streamed linear writes its sums and Σx² (no zeroing
+    """MK_CUDA_LEAN=1: a CUDA-core streamed linear writes its sums and Σx² (no zeroing
     loops before it); tensor cores (4 rows) still add into zeroed sums."""
     text = _linear(rows, 512, 1024, norm=True, heads=2)
     plain = _cuda_source(text, tmp_path)
     assert "sl.assign" not in plain and plain.count("// init") == 3
-    monkeypatch.setenv("MK_CUDA_ASSIGN", "1")
+    monkeypatch.setenv("MK_CUDA_LEAN", "1")
     src = _cuda_source(text, tmp_path)
     assert ("sl.assign = true;" in src) == assigned
     assert src.count("// init") == (0 if assigned else 3)
@@ -455,7 +455,7 @@ def test_staging_splits_a_long_row_into_chunks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With MK_CUDA_STAGE=1 the activation chunk leaves the ring its room: a single row of
-    8,704 columns is staged in two chunks (what the GPU test of assigned sums needs)."""
+    8,704 columns is staged in two chunks (what the GPU test of lean linears needs)."""
     monkeypatch.setenv("MK_CUDA_STAGE", "1")
     src = _cuda_source(_linear(1, 64, 8704, norm=True), tmp_path)
     assert "sl.k = 8704;" in src and "sl.kc = 8192;" in src
@@ -465,14 +465,14 @@ def test_staging_splits_a_long_row_into_chunks(
 @pytest.mark.parametrize(
     ("shape", "stage"), [((1, 200, 776, True, 1), "0"), ((1, 64, 8704, True, 2), "1")]
 )
-def test_assigned_sums_match_the_reference(
+def test_lean_linears_match_the_reference(
     shape: tuple[int, int, int, bool, int],
     stage: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """On the GPU, MK_CUDA_ASSIGN=1: one chunk, and two chunks (the second adds)."""
-    monkeypatch.setenv("MK_CUDA_ASSIGN", "1")
+    """On the GPU, MK_CUDA_LEAN=1: one chunk, and two chunks (the second adds)."""
+    monkeypatch.setenv("MK_CUDA_LEAN", "1")
     monkeypatch.setenv("MK_CUDA_STAGE", stage)
     text = _linear(*shape)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
@@ -542,7 +542,10 @@ def _ptx_functions(ptx: str) -> dict[str, str]:
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
 @pytest.mark.usefixtures("no_nvcc")
-def test_a_multi_weight_linear_keeps_its_descriptor_in_registers(tmp_path: Path) -> None:
+@pytest.mark.parametrize("lean", ["0", "1"])
+def test_a_multi_weight_linear_keeps_its_descriptor_in_registers(
+    lean: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A fused RMSNorm + three-weight linear (q/k/v) must not put its StreamLinear in local
     memory: choosing a weight's row by field address once did, and every thread then stored
     ~40 words before each task (about 2 us per task on the H200). The 24 bytes every body
@@ -552,6 +555,7 @@ def test_a_multi_weight_linear_keeps_its_descriptor_in_registers(tmp_path: Path)
     from mk.backends.cpu.build import include_dir
     from mk.backends.cuda.build import NVCC_FLAGS
 
+    monkeypatch.setenv("MK_CUDA_LEAN", lean)
     source, ptx = tmp_path / "mk.cu", tmp_path / "mk.ptx"
     source.write_text(_cuda_source(_linear(1, 512, 1024, norm=True, heads=3), tmp_path))
     flags = [f for f in NVCC_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]

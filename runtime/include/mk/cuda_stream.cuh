@@ -44,7 +44,8 @@ struct StreamLinear {
   Arena* arena;       // for the op marks of a profile build
   bool x_ready;       // the staging area already holds the activation (one chunk, as floats)
   // The sums and Σx² are written, not added to (the body did not zero them): the first chunk's
-  // sums are stored, later chunks add. CUDA-core products only (tensor cores add with atomics).
+  // sums are stored, later chunks add; Σx² is written at the last chunk's staging barrier.
+  // CUDA-core products only (tensor cores add with atomics).
   bool assign;
 };
 
@@ -394,16 +395,20 @@ __device__ void stage_chunk(const StreamLinear& s, float* xs, int stride, int kc
   }
 }
 
+// Σx² of the task's columns, in two halves around a barrier: each warp's sums into `part`,
+// then threads m < M add the warps' parts into sum_sq[m] (written when s.assign).
 template <int M>
-__device__ void store_sum_sq(const StreamLinear& s, float (&ss)[M]) {
-  __shared__ float part[32][M];
+__device__ void sum_sq_parts(float (&part)[32][M], float (&ss)[M]) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
   for (int m = 0; m < M; ++m) {
     const float v = warp_sum(ss[m]);
     if (lane == 0) part[warp][m] = v;
   }
-  __syncthreads();
+}
+
+template <int M>
+__device__ void sum_sq_total(const StreamLinear& s, const float (&part)[32][M]) {
   if (threadIdx.x < M) {
     float total = 0.0f;
     for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) total += part[w][threadIdx.x];
@@ -643,6 +648,7 @@ __device__ bool stream_linear(const StreamLinear& s) {
   float ss[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) ss[m] = 0.0f;
+  __shared__ float part[32][M];  // the warps' Σx²
   MK_MARK(*s.arena);
   if constexpr (Early && !Mma && !Staged) {
     if (vec) prefetch_first_round<RG, S>(s, static_cast<int>(s.k < s.kc ? s.k : s.kc), begin, end);
@@ -653,8 +659,13 @@ __device__ bool stream_linear(const StreamLinear& s) {
     const Packing pack{Mma && vec && kc % 32 == 0 && s.kc % 8 == 0, s.w_dtype == DTYPE_BF16};
     __syncthreads();
     if (!s.x_ready) stage_chunk<M, XB>(s, xs, s.kc, kc, c, pack, ss);
+    // With assign the last chunk's staging barrier also publishes the warps' Σx² parts, so the
+    // total is written before the products instead of behind a barrier of its own after them.
+    const bool early_sum_sq = s.assign && s.sum_sq && c + kc >= s.k;
+    if (early_sum_sq) sum_sq_parts<M>(part, ss);
     if (c == 0) MK_MARK(*s.arena);
     __syncthreads();
+    if (early_sum_sq) sum_sq_total<M>(s, part);
     if (c == 0) {
       if constexpr (Staged) {
         if (!stage_wait(*s.arena)) return false;
@@ -674,7 +685,11 @@ __device__ bool stream_linear(const StreamLinear& s) {
     }
   }
   MK_MARK(*s.arena);
-  if (s.sum_sq) store_sum_sq<M>(s, ss);
+  if (s.sum_sq && !s.assign) {
+    sum_sq_parts<M>(part, ss);
+    __syncthreads();
+    sum_sq_total<M>(s, part);
+  }
   __syncthreads();
   return true;
 }
