@@ -31,7 +31,7 @@ from mk.backends.cpu.emit_ops import (
 )
 from mk.backends.cpu.emit_scalar import dtype_code, float_literal, is_float
 from mk.backends.cuda import op_marks, switches
-from mk.backends.cuda.barriers import PLACEHOLDER, Loop, place_barriers
+from mk.backends.cuda.barriers import PLACEHOLDER, Loop, every_loop, place_barriers
 from mk.backends.cuda.device_lines import device_lines
 from mk.backends.cuda.dispatch import (
     body_slots,
@@ -41,6 +41,7 @@ from mk.backends.cuda.dispatch import (
     slot_rows,
 )
 from mk.backends.cuda.elementwise import box_runs, element_offset, flat_offset
+from mk.backends.cuda.fuse_loops import fuse_element_loops
 from mk.backends.cuda.split_merge import MergedX, MergePlan, merge_lines, merged_x_lines, plan_merge
 from mk.backends.cuda.stream import (
     STAGE_LOST,
@@ -99,6 +100,12 @@ def lean_linears() -> bool:
     accumulator and a barrier less before the weights stream), and Σx² is summed at the staging
     barrier instead of behind a barrier of its own after the products."""
     return switches.flag("MK_CUDA_LEAN")
+
+
+def fuse_loops() -> bool:
+    """MK_CUDA_FUSE_LOOPS=1: element loops that need no barrier between them run as one loop
+    (fuse_loops.py): a decode epilogue's scale, activation and stores in one statement."""
+    return switches.flag("MK_CUDA_FUSE_LOOPS")
 
 
 def merge_tiles() -> bool:
@@ -219,7 +226,10 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         it waits and runs) and the copy into shared memory (ahead = kAheadStage, while it
         waits)."""
         # The megakernel's __syncthreads() after every task covers the body's last loops.
-        lines = place_barriers(super().emit(), self.loops, trailing=False)
+        body, loops = super().emit(), self.loops
+        if fuse_loops() and not every_loop():
+            body, loops = fuse_element_loops(body, loops)
+        lines = place_barriers(body, loops, trailing=False)
         if self.stage:
             lines.insert(
                 2, f"if (ahead == mk::gpu::kAheadStage) {{ {' '.join(self.stage)} return 1; }}"

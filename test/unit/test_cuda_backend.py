@@ -136,6 +136,7 @@ SWITCHES = [
     {"MK_CUDA_WAIT_BATCH": "1"},
     {"MK_CUDA_POLL_PIPE": "1"},
     {"MK_CUDA_LEAN": "1"},
+    {"MK_CUDA_FUSE_LOOPS": "1"},
 ]
 
 
