@@ -363,7 +363,7 @@ def lower_block(block: Block, t: Tiling) -> None:
 @dataclass(frozen=True)
 class NnToMugraphPass(ModulePass):
     """`nn-to-mugraph{num-sms=132 tile-n=64 tile-k=64 kv-chunk=64 kv-splits=0 k-splits=1
-    attention-fold=0}`."""
+    attention-fold=0 task-us=0}`."""
 
     name = "nn-to-mugraph"
 
@@ -379,17 +379,22 @@ class NnToMugraphPass(ModulePass):
     # so it waits for neither those kernels nor the cache writes; 0: it reads their results.
     # Off by default: on the H200 it was level or slower (bench/RESULTS.md).
     attention_fold: int = 0
+    # With tile-n=0, > 0: the column blocks of a linear that takes several waves minimise the
+    # modelled time, waves × (task-us + the task's weight bytes at one SM's share of HBM), instead
+    # of only filling the last wave (an lm_head of 1,187 or 5,344 small tasks pays a task's
+    # fixed cost, ~3 µs on the H200, at every one of them). 0 keeps the fill rule.
+    task_us: int = 0
 
     def tiling(self) -> Tiling:
         for option in ("num_sms", "tile_k", "kv_chunk"):
             if getattr(self, option) < 1:
                 raise MkError(f"nn-to-mugraph: {option.replace('_', '-')} must be >= 1")
-        for option in ("tile_n", "kv_splits", "k_splits"):
+        for option in ("tile_n", "kv_splits", "k_splits", "task_us"):
             if getattr(self, option) < 0:
                 raise MkError(f"nn-to-mugraph: {option.replace('_', '-')} must be >= 0")
         return Tiling(
             self.num_sms, self.tile_n, self.tile_k, self.kv_chunk, self.kv_splits,
-            k_splits=self.k_splits, attention_fold=self.attention_fold != 0,
+            k_splits=self.k_splits, attention_fold=self.attention_fold != 0, task_us=self.task_us,
         )  # fmt: skip
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:

@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from xdsl.dialects.builtin import FixedBitwidthType, TensorType
 from xdsl.ir import Operation, SSAValue
 
 from mk.dialects import nn
@@ -209,24 +210,41 @@ def match_elementwise_group(
 # ------------------------------------------------------------------------------------------------
 
 
-def _column_blocks(widths: Sequence[int], tile_n: int, row_blocks: int, num_sms: int) -> int:
+def _column_blocks(widths: Sequence[int], t: Tiling, row_blocks: int, row_bytes: int) -> int:
     """Blocks along the output columns: each head's width split evenly, tiles <= tile_n; with
-    tile_n 0, the fewest blocks that fill the SMs' waves best (tiles of >= 8 columns)."""
+    tile_n 0, the fewest blocks that fill the SMs' waves best (tiles of >= 8 columns), or with
+    task_us the blocks of least modelled time (_wave_time)."""
     common = math.gcd(*widths)
     widest = max(widths)
-    if tile_n == 0:
-        return _wave_blocks(common, widest, row_blocks, num_sms)
+    if t.tile_n == 0:
+        if t.task_us > 0:
+            return _timed_blocks(common, widest, sum(widths), row_blocks, row_bytes, t)
+        return _wave_blocks(common, widest, row_blocks, t.num_sms)
     for d in range(1, common + 1):
-        if common % d == 0 and widest // d <= tile_n:
+        if common % d == 0 and widest // d <= t.tile_n:
             parts = d
             break
     else:
         parts = common
     tile = widest // parts
-    return parts if tile * 2 > min(widest, tile_n) or tile == widest else 1
+    return parts if tile * 2 > min(widest, t.tile_n) or tile == widest else 1
 
 
 MIN_AUTO_TILE = 8
+# One SM's share of HBM bandwidth while a decode linear streams its weights on the H200: the
+# op-mark profile's weight segments ran at 21-31 KB/us per SM (bench/RESULTS.md).
+SM_BYTES_PER_US = 25_000
+
+
+def _itemsize(value: SSAValue) -> int:
+    """Bytes per element of a tensor value (2 when unknown)."""
+    elem = value.type.element_type if isinstance(value.type, TensorType) else None
+    return max(1, (elem.bitwidth + 7) // 8) if isinstance(elem, FixedBitwidthType) else 2
+
+
+def _block_counts(common: int, widest: int) -> list[int]:
+    parts = [d for d in range(1, common + 1) if common % d == 0]
+    return [d for d in parts if widest // d >= MIN_AUTO_TILE] or [1]
 
 
 def _wave_blocks(common: int, widest: int, row_blocks: int, num_sms: int) -> int:
@@ -234,10 +252,24 @@ def _wave_blocks(common: int, widest: int, row_blocks: int, num_sms: int) -> int
         blocks = d * row_blocks
         return blocks / (-(-blocks // num_sms) * num_sms)
 
-    parts = [d for d in range(1, common + 1) if common % d == 0]
-    parts = [d for d in parts if widest // d >= MIN_AUTO_TILE] or [1]
+    parts = _block_counts(common, widest)
     best = max(fill(d) for d in parts)
     return min(d for d in parts if fill(d) >= 0.98 * best)
+
+
+def _wave_time(d: int, width: int, row_blocks: int, row_bytes: int, t: Tiling) -> float:
+    """Modelled µs of a linear in d column blocks: each SM runs its tasks one after another, and
+    a task costs its fixed part plus its weight rows at one SM's share of HBM bandwidth."""
+    waves = -(-d * row_blocks // t.num_sms)
+    return waves * (t.task_us + width / d * row_bytes / SM_BYTES_PER_US)
+
+
+def _timed_blocks(
+    common: int, widest: int, width: int, row_blocks: int, row_bytes: int, t: Tiling
+) -> int:
+    """The column blocks of least _wave_time (the fewest among equals)."""
+    parts = _block_counts(common, widest)
+    return min(parts, key=lambda d: (_wave_time(d, width, row_blocks, row_bytes, t), d))
 
 
 @dataclass
@@ -293,8 +325,8 @@ def layout(group: LinearGroup, t: Tiling) -> Layout:
     if len(xs) >= 2 and len(out) == len(xs) and xs[-2] > t.tile_m:
         rows = xs[-2] // chunk_size(xs[-2], t.tile_m)
     widths = [shape_of(h.results[0])[-1] for h in group.heads]
-    cols = _column_blocks(widths, t.tile_n, rows, t.num_sms)
     k = xs[-1]
+    cols = _column_blocks(widths, t, rows, k * _itemsize(group.heads[0].operands[1]))
     chunk = group.k_chunk if group.k_chunk and k % group.k_chunk == 0 else chunk_size(k, t.tile_k)
     return Layout((cols, rows, 1), k // chunk, out)
 

@@ -48,6 +48,7 @@ class Tiling:
     tile_m: int = 64  # rows per block before the linear family also splits rows
     k_splits: int = 1  # linear family: splits of K; 0 chooses blocks ≈ num_sms, 1 never splits
     attention_fold: bool = False  # decode attention folds q's row chain and the new K/V rows
+    task_us: int = 0  # tile_n 0: a linear task's fixed cost in the wave model (0: fill only)
 
 
 def chunk_size(extent: int, want: int) -> int:
