@@ -1,11 +1,13 @@
-"""How instruction fetch bounds code that runs once: cold and warm time per KB of straight-line SASS.
+"""How much code an SM's instruction cache keeps, and how fast code runs that does not fit.
 
-A megakernel task body runs once per layer per SM, so the code it executes may come cold from
-L2 each time. This builds a standalone CUDA program (nvcc, no mk) whose kernel calls straight-line
-functions of a given size in turn on one CTA per SM, and prints for each total size the time of
-the first pass (cold) and of later passes (warm if the instruction caches hold it all).
+A megakernel task body runs once per layer per SM, so the code it executes may come from L2 each
+time. This builds a standalone CUDA program (nvcc, no mk) whose kernel calls straight-line FFMA
+functions of a given total size in turn, four passes, on one CTA of 256 threads per SM, and
+prints for each size the time of the first pass of the last of three launches (which finds
+what the launches before it left in the caches) and the mean of the later passes: the same
+while the code fits, slower once it does not.
 
-    python bench/icache.py [--sizes 8,16,...] [--funcs 4] [--out DIR]
+    python bench/icache.py [--sizes 8,16,...] [--funcs 4] [--arch 90a]
 """
 
 from __future__ import annotations
