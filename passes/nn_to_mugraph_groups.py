@@ -6,11 +6,11 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from xdsl.dialects.builtin import FixedBitwidthType, TensorType
 from xdsl.ir import Operation, SSAValue
 
 from mk.dialects import nn
-from mk.dialects.mugraph_base import shape_of
+from mk.dialects.mugraph_base import shape_of, tensor_type
+from mk.passes.cost_model import element_bytes
 from mk.passes.nn_to_mugraph_rules import ELEMENTWISE_OPS, Tiling, chunk_size, parts_at_most
 
 LINEAR_OPS = (nn.LinearOp, nn.MatmulOp)
@@ -236,12 +236,6 @@ MIN_AUTO_TILE = 8
 SM_BYTES_PER_US = 25_000
 
 
-def _itemsize(value: SSAValue) -> int:
-    """Bytes per element of a tensor value (2 when unknown)."""
-    elem = value.type.element_type if isinstance(value.type, TensorType) else None
-    return max(1, (elem.bitwidth + 7) // 8) if isinstance(elem, FixedBitwidthType) else 2
-
-
 def _block_counts(common: int, widest: int) -> list[int]:
     parts = [d for d in range(1, common + 1) if common % d == 0]
     return [d for d in parts if widest // d >= MIN_AUTO_TILE] or [1]
@@ -326,7 +320,8 @@ def layout(group: LinearGroup, t: Tiling) -> Layout:
         rows = xs[-2] // chunk_size(xs[-2], t.tile_m)
     widths = [shape_of(h.results[0])[-1] for h in group.heads]
     k = xs[-1]
-    cols = _column_blocks(widths, t, rows, k * _itemsize(group.heads[0].operands[1]))
+    weight = tensor_type(group.heads[0].operands[1])
+    cols = _column_blocks(widths, t, rows, k * element_bytes(weight.element_type))
     chunk = group.k_chunk if group.k_chunk and k % group.k_chunk == 0 else chunk_size(k, t.tile_k)
     return Layout((cols, rows, 1), k // chunk, out)
 

@@ -255,6 +255,12 @@ __device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, in
     if (task.wait_end - task.wait_begin > 1 && waits_hold_at_first_look(p, near, t)) return true;
   }
   bool slept = false, missed = false;
+  const auto first_miss = [&] {
+    if (!missed) {
+      missed = true;
+      on_miss();
+    }
+  };
   for (int32_t w = task.wait_begin; w < task.wait_end; ++w) {
     const int32_t i = w - task.wait_begin;
     const WaitDesc wd = i < kNearWaits ? near.waits[i] : p.waits[w];
@@ -263,38 +269,27 @@ __device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, in
     uint32_t seen = 0;
     const uint64_t start = globaltimer();
     unsigned sleep_ns = 32, polls = 0;
+    const auto timed_out = [&] {
+      const uint64_t waited = globaltimer() - start;
+      if (static_cast<int64_t>(waited) <= p.timeout_ns) return false;
+      record_failure(p, RunStatus{RUN_TIMEOUT, sm, id, wd.counter, t, seen,
+                                  static_cast<uint32_t>(threshold),
+                                  static_cast<int32_t>(waited / 1000000)});
+      return true;
+    };
     if constexpr (Pipe) {
       if (!event_ready(p.counters + wd.counter, threshold, &seen)) {
-        if (!missed) {
-          missed = true;
-          on_miss();
-        }
+        first_miss();
         const int32_t got = poll_pipelined(p, p.counters + wd.counter, threshold, start, &seen);
-        if (got < 0) return false;
-        if (got == RUN_TIMEOUT) {
-          const uint64_t waited = globaltimer() - start;
-          record_failure(p, RunStatus{RUN_TIMEOUT, sm, id, wd.counter, t, seen,
-                                      static_cast<uint32_t>(threshold),
-                                      static_cast<int32_t>(waited / 1000000)});
-          return false;
-        }
+        if (got < 0 || (got == RUN_TIMEOUT && timed_out())) return false;
         slept = true;  // look at the abort flag once it holds, as after a plain poll's sleep
       }
     }
     while (!Pipe && !event_ready(p.counters + wd.counter, threshold, &seen)) {
-      if (!missed) {
-        missed = true;
-        on_miss();
-      }
+      first_miss();
       // Every poll is a round trip to L2: look at the abort flag only now and then.
       if ((++polls & 15) == 0 && aborted(p)) return false;
-      const uint64_t waited = globaltimer() - start;
-      if (static_cast<int64_t>(waited) > p.timeout_ns) {
-        record_failure(p, RunStatus{RUN_TIMEOUT, sm, id, wd.counter, t, seen,
-                                    static_cast<uint32_t>(threshold),
-                                    static_cast<int32_t>(waited / 1000000)});
-        return false;
-      }
+      if (timed_out()) return false;
       // A short cap: the sleep is latency on the critical path once the event fires.
       __nanosleep(sleep_ns);
       if (sleep_ns < 128) sleep_ns *= 2;
