@@ -86,12 +86,20 @@ for step in $steps; do
             >"$OUT/install-$name.log" 2>&1 || { tail -30 "$OUT/install-$name.log"; continue; }
         fi
         [ -n "$envs" ] && name=$name-$(echo "$envs" | tr -c 'A-Za-z0-9_\n' '_')
+        # mk-generate takes pass options as arguments, not from MK_PASS_OPTIONS.
+        gen_opts=
+        for kv in ${envs//,/ }; do
+          case $kv in MK_PASS_OPTIONS=*)
+            for o in $(echo "${kv#MK_PASS_OPTIONS=}" | tr + ' '); do gen_opts="$gen_opts --option $o"; done ;;
+          esac
+        done
         echo "== $spec"
         # The wheels stay on the path behind the tree's own install.
         # AB_ONLY picks benchmark rows (bench.py --only); AB_ONLY=none skips the benchmark.
         [ "${AB_ONLY:-}" != none ] && env ${envs//,/ } PYTHONPATH=$site:/tmp/site MK_CACHE_DIR=/tmp/mk-cache-$name \
           python3 "$ROOT/bench/bench.py" --runs 60 --only "${AB_ONLY:-}" --out "$OUT/ab-$name" 2>&1 | grep '^|' | tail -8
-        env ${envs//,/ } PYTHONPATH=$site:/tmp/site MK_CACHE_DIR=/tmp/mk-cache-$name \
+        # AB_STEP=none skips the model step's profile.
+        [ "${AB_STEP:-}" != none ] && env ${envs//,/ } PYTHONPATH=$site:/tmp/site MK_CACHE_DIR=/tmp/mk-cache-$name \
           python3 "$ROOT/bench/timeline.py" ${PROFILE_ARGS:---model qwen3-0.6b --layers 4} 2>&1 \
           | awk '/tasks, step|waits per task|critical path [0-9]/ {print} /starved/ {n=14} n-- > 0 {print} /per statement/ {m=9} m-- > 0 {print}'
         # AB_MODELS: whole models too (mk-generate --bench, batch 1, no check), each tree in
@@ -99,8 +107,8 @@ for step in $steps; do
         for model in ${AB_MODELS:-}; do
           env ${envs//,/ } PYTHONPATH=$site:/tmp/site MK_CACHE_DIR=/tmp/mk-cache-$name \
             timeout "${GENERATE_TIMEOUT:-300}" python3 -m mk.tools.mk_generate --model "$model" \
-            --batch 1 --steps 8 --context 1024 --prompt-len 1000 --target cuda --bench --runs 20 \
-            2>&1 | grep -E '^bench: mk' | sed "s/^/  $model: /"
+            --batch 1 --steps 8 --context 1024 --prompt-len 1000 --target cuda --bench --runs 20 $gen_opts \
+            2>&1 | grep -E '^bench: mk|compile:' | sed "s/^/  $model: /"
         done
       done ;;
     generate)
