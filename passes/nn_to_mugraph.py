@@ -99,9 +99,10 @@ def _sole_user(value: SSAValue) -> Operation | None:
     return users.pop() if len(users) == 1 else None
 
 
-def _match_attention(op: nn.AttentionOp, claimed: set[Operation], fold: bool) -> AttentionPlan:
-    """The attention with a q reshape / result reshape folded in where Sq = 1 allows it, and
-    with `fold`, q's per-head norm and RoPE and the new K and V rows (see `NewRow`)."""
+def _match_attention(op: nn.AttentionOp, claimed: set[Operation], fold: int) -> AttentionPlan:
+    """The attention with a q reshape / result reshape folded in where Sq = 1 allows it; with
+    `fold` 1, q's per-head norm and RoPE and the new K and V rows (see `NewRow`), with 2 the
+    rows only (q's chain keeps its own kernel)."""
     (bsz, hq, sq, d) = shape_of(op.q)
     q_view = op.q.owner
     if not (
@@ -122,7 +123,10 @@ def _match_attention(op: nn.AttentionOp, claimed: set[Operation], fold: bool) ->
         out_view = None
     if not fold or sq != 1:
         return AttentionPlan(op, q_view, out_view)
-    q_chain = _match_row_chain(op.q.owner, claimed) if isinstance(op.q.owner, Operation) else None
+    owner = op.q.owner
+    q_chain = (
+        _match_row_chain(owner, claimed) if fold == 1 and isinstance(owner, Operation) else None
+    )
     if q_chain is not None and not (
         _sole_user(op.q) is op and all(_sole_user(o.results[0]) for o in q_chain.ops())
     ):
@@ -363,7 +367,7 @@ def lower_block(block: Block, t: Tiling) -> None:
 @dataclass(frozen=True)
 class NnToMugraphPass(ModulePass):
     """`nn-to-mugraph{num-sms=132 tile-n=64 tile-k=64 kv-chunk=64 kv-splits=0 k-splits=1
-    attention-fold=0 task-us=0}`."""
+    attention-fold=0 task-us=3}`."""
 
     name = "nn-to-mugraph"
 
@@ -376,14 +380,16 @@ class NnToMugraphPass(ModulePass):
     # stays 1 until mugraph-to-task builds exact (not coarse) events for split-K consumers.
     k_splits: int = 1
     # 1: decode attention computes q's per-head norm and RoPE and reads the new K/V row itself,
-    # so it waits for neither those kernels nor the cache writes; 0: it reads their results.
-    # Off by default: on the H200 it was level or slower (bench/RESULTS.md).
+    # so it waits for neither those kernels nor the cache writes; 2: the new rows only (q's
+    # norm and RoPE keep their kernel); 0: it reads their results. Off by default: on the H200
+    # 1 was level or slower (bench/RESULTS.md).
     attention_fold: int = 0
     # With tile-n=0, > 0: the column blocks of a linear that takes several waves minimise the
     # modelled time, waves × (task-us + the task's weight bytes at one SM's share of HBM), instead
     # of only filling the last wave (an lm_head of 1,187 or 5,344 small tasks pays a task's
-    # fixed cost, ~3 µs on the H200, at every one of them). 0 keeps the fill rule.
-    task_us: int = 0
+    # fixed cost, ~3 µs on the H200, at every one of them). 0 keeps the fill rule. qwen3-0.6b's
+    # lm_head went from 1,187 tasks to 128 and 1.275 -> 1.258 ms/token on the H200.
+    task_us: int = 3
 
     def tiling(self) -> Tiling:
         for option in ("num_sms", "tile_k", "kv_chunk"):
@@ -392,9 +398,11 @@ class NnToMugraphPass(ModulePass):
         for option in ("tile_n", "kv_splits", "k_splits", "task_us"):
             if getattr(self, option) < 0:
                 raise MkError(f"nn-to-mugraph: {option.replace('_', '-')} must be >= 0")
+        if self.attention_fold not in (0, 1, 2):
+            raise MkError("nn-to-mugraph: attention-fold must be 0, 1 or 2")
         return Tiling(
             self.num_sms, self.tile_n, self.tile_k, self.kv_chunk, self.kv_splits,
-            k_splits=self.k_splits, attention_fold=self.attention_fold != 0, task_us=self.task_us,
+            k_splits=self.k_splits, attention_fold=self.attention_fold, task_us=self.task_us,
         )  # fmt: skip
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:

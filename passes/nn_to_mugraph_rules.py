@@ -47,8 +47,8 @@ class Tiling:
     kv_splits: int = 0
     tile_m: int = 64  # rows per block before the linear family also splits rows
     k_splits: int = 1  # linear family: splits of K; 0 chooses blocks ≈ num_sms, 1 never splits
-    attention_fold: bool = False  # decode attention folds q's row chain and the new K/V rows
-    task_us: int = 0  # tile_n 0: a linear task's fixed cost in the wave model (0: fill only)
+    attention_fold: int = 0  # decode attention folds q chain + new K/V rows (1), rows only (2)
+    task_us: int = 3  # tile_n 0: a linear task's fixed cost in the wave model (0: fill only)
 
 
 def chunk_size(extent: int, want: int) -> int:

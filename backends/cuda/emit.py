@@ -95,17 +95,18 @@ def early_loads() -> bool:
 
 
 def lean_linears() -> bool:
-    """MK_CUDA_LEAN=1: a streamed linear on CUDA cores writes its sums and Σx² instead of adding
+    """On unless MK_CUDA_LEAN=0: a streamed linear on CUDA cores writes its sums and Σx² instead of adding
     to them (StreamLinear::assign), so its body does not zero them first (one element loop per
     accumulator and a barrier less before the weights stream), and Σx² is summed at the staging
-    barrier instead of behind a barrier of its own after the products."""
-    return switches.flag("MK_CUDA_LEAN")
+    barrier instead of behind a barrier of its own after the products (qwen3-0.6b 1.311 ->
+    1.275 ms/token with FUSE_LOOPS on the H200)."""
+    return switches.flag("MK_CUDA_LEAN", default=True)
 
 
 def fuse_loops() -> bool:
-    """MK_CUDA_FUSE_LOOPS=1: element loops that need no barrier between them run as one loop
+    """On unless MK_CUDA_FUSE_LOOPS=0: element loops that need no barrier between them run as one loop
     (fuse_loops.py): a decode epilogue's scale, activation and stores in one statement."""
-    return switches.flag("MK_CUDA_FUSE_LOOPS")
+    return switches.flag("MK_CUDA_FUSE_LOOPS", default=True)
 
 
 def merge_tiles() -> bool:

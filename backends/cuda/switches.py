@@ -36,9 +36,9 @@ def choice(name: str, choices: Sequence[str]) -> str:
     return text
 
 
-def flag(name: str) -> bool:
-    """0 (the default) or 1."""
-    text = os.environ.get(name, "") or "0"
+def flag(name: str, default: bool = False) -> bool:
+    """0 or 1, or `default` when `name` is unset or empty."""
+    text = os.environ.get(name, "") or ("1" if default else "0")
     if text not in ("0", "1"):
         raise MkError(f"{name} must be 0 or 1, got {text!r}")
     return text == "1"

@@ -1,5 +1,6 @@
 """Decode attention that computes q's norm and RoPE and reads the new K/V rows itself
-(nn-to-mugraph's attention-fold=1, opt-in): structure, agreement on the CPU, the streamed CUDA call."""
+(nn-to-mugraph's attention-fold=1, opt-in), or only the rows (attention-fold=2): structure,
+agreement on the CPU, the streamed CUDA call."""
 
 from __future__ import annotations
 
@@ -105,6 +106,17 @@ def test_attention_reads_the_caches_before_their_writes() -> None:
     assert "kr" in defs and "qr" not in defs
 
 
+def test_rows_only_fold_reads_q_from_its_kernel() -> None:
+    """attention-fold=2: the new K/V rows as with 1, but q's norm and RoPE keep their kernel."""
+    kernels = lowered(decode_attention(), attention_fold=2)
+    split = split_kernel(kernels)
+    names = {v.name_hint for v in split.args}
+    assert {"qr", "k", "v", "k_cache", "v_cache", "p", "kw"} <= names
+    assert "qw" not in names and "kc" not in names and "vc" not in names
+    defs = {k.results[0].name_hint for k in kernels if isinstance(k, mg.GraphDefOp)}
+    assert {"qr", "kr"} <= defs
+
+
 def test_attention_fold_off_reads_the_written_caches() -> None:
     split = split_kernel(lowered(decode_attention(), attention_fold=0))
     names = {v.name_hint for v in split.args}
@@ -116,7 +128,10 @@ def test_attention_fold_off_reads_the_written_caches() -> None:
     [{}, {"norm": False}, {"rope": False}, {"norm": False, "rope": False}, {"b": 2},
      {"b": 2, "per_row": True}, {"hq": 2, "hkv": 2}],
 )  # fmt: skip
-@pytest.mark.parametrize("options", [{}, {"kv_splits": 4}, {"kv_splits": 1, "kv_chunk": 16}])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"kv_splits": 4}, {"kv_splits": 1, "kv_chunk": 16}, {"attention_fold": 2, "kv_splits": 4}],
+)
 def test_folded_attention_agrees_with_the_reference(
     form: dict[str, int], options: dict[str, int]
 ) -> None:
@@ -128,7 +143,7 @@ def test_folded_attention_agrees_with_the_reference(
         inputs = random_inputs(func, seed)
         ref_inputs = [x.copy() for x in inputs]
         (ref,) = run_reference(module, *ref_inputs)
-        NnToMugraphPass(attention_fold=1, **options).apply(make_context(), module)
+        NnToMugraphPass(**{"attention_fold": 1, **options}).apply(make_context(), module)
         (out,) = run_mugraph(module, *inputs)
         error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
         assert error <= bound, (form, options, seed, error)
@@ -140,7 +155,7 @@ def test_folded_attention_agrees_with_the_reference(
 def test_cpu_target_agrees_with_the_fold_on_and_off(tmp_path: Path) -> None:
     text = decode_attention(b=2)
     results = []
-    for fold in (1, 0):
+    for fold in (1, 2, 0):
         prog = mk.compile(text, target="cpu", cache_dir=tmp_path, attention_fold=fold)
         inputs = random_inputs(prog.func, seed=3)
         ref_inputs = [x.copy() for x in inputs]
@@ -149,8 +164,9 @@ def test_cpu_target_agrees_with_the_fold_on_and_off(tmp_path: Path) -> None:
         error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
         assert error <= bound, (fold, error)
         results.append((np.asarray(out), inputs[-2], inputs[-1]))
-    for a, b in zip(*results, strict=True):
-        np.testing.assert_array_equal(a, b)
+    for other in results[1:]:
+        for a, b in zip(results[0], other, strict=True):
+            np.testing.assert_array_equal(a, b)
 
 
 # --------------------------------------------------------------------------- CUDA
@@ -205,18 +221,28 @@ def test_emitted_call_takes_the_new_rows(tmp_path: Path) -> None:
     assert "accum_softmax_update" not in src
 
 
+@pytest.mark.usefixtures("no_nvcc")
+def test_rows_only_call_reads_q_in_place(tmp_path: Path) -> None:
+    prog = mk.compile(decode_attention(d=64), target="cuda", cache_dir=tmp_path, attention_fold=2)
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    assert "sa.k_new = " in src and "sa.v_new = " in src and "sa.k_ops.g = " in src
+    assert "sa.q_ops.cos = " not in src and "sa.q_ops.g = " not in src
+    assert "accum_softmax_update" not in src
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("fold", [1, 2])
 @pytest.mark.parametrize(
     "form", [{"d": 128, "hq": 16, "hkv": 8, "seq": 1024}, {"d": 64, "b": 2, "per_row": True},
              {"d": 64, "norm": False}, {"d": 64, "rope": False, "norm": False}, {"d": 8}],
 )  # fmt: skip
 def test_folded_attention_matches_the_reference_on_the_gpu(
-    form: dict[str, int], tmp_path: Path
+    form: dict[str, int], fold: int, tmp_path: Path
 ) -> None:
     text = decode_attention(**form)  # type: ignore[arg-type]
     for splits in (0, 3):
         prog = mk.compile(
-            text, target="cuda", cache_dir=tmp_path, kv_splits=splits, attention_fold=1
+            text, target="cuda", cache_dir=tmp_path, kv_splits=splits, attention_fold=fold
         )
         assert "sa.k_new = " in prog.cuda_source  # type: ignore[attr-defined]
         for seed in (0, 1):

@@ -135,8 +135,8 @@ SWITCHES = [
     {"MK_CUDA_MMA_PIPE": "1"},
     {"MK_CUDA_WAIT_BATCH": "1"},
     {"MK_CUDA_POLL_PIPE": "1"},
-    {"MK_CUDA_LEAN": "1"},
-    {"MK_CUDA_FUSE_LOOPS": "1"},
+    {"MK_CUDA_LEAN": "0"},
+    {"MK_CUDA_FUSE_LOOPS": "0"},
 ]
 
 

@@ -93,10 +93,11 @@ def test_a_joined_loops_sizes_move_above_it() -> None:
 def test_decode_epilogues_become_one_loop_per_extent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The Llama block's bodies: fewer element loops with MK_CUDA_FUSE_LOOPS=1, none without."""
+    """The Llama block's bodies: fewer element loops by default than with MK_CUDA_FUSE_LOOPS=0."""
     path = ROOT / "examples/llama3_8b_block.mlir"
+    monkeypatch.setenv("MK_CUDA_FUSE_LOOPS", "0")
     plain = mk.compile(path, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
-    monkeypatch.setenv("MK_CUDA_FUSE_LOOPS", "1")
+    monkeypatch.delenv("MK_CUDA_FUSE_LOOPS")
     fused = mk.compile(path, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
     assert fused.count("MK_FOR_EACH_U32(") < plain.count("MK_FOR_EACH_U32(")
     assert fused.count("// store") == plain.count("// store")

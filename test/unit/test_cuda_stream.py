@@ -439,12 +439,14 @@ def test_batched_first_look_at_the_waits_is_a_build_option(
 def test_lean_linears_are_a_build_option(
     rows: int, assigned: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MK_CUDA_LEAN=1: a CUDA-core streamed linear writes its sums and Σx² (no zeroing
-    loops before it); tensor cores (4 rows) still add into zeroed sums."""
+    """Lean linears (the default): a CUDA-core streamed linear writes its sums and Σx² (no
+    zeroing loops before it); tensor cores (4 rows) still add into zeroed sums. MK_CUDA_LEAN=0
+    keeps the zeroing."""
     text = _linear(rows, 512, 1024, norm=True, heads=2)
+    monkeypatch.setenv("MK_CUDA_LEAN", "0")
     plain = _cuda_source(text, tmp_path)
     assert "sl.assign" not in plain and plain.count("// init") == 3
-    monkeypatch.setenv("MK_CUDA_LEAN", "1")
+    monkeypatch.delenv("MK_CUDA_LEAN")
     src = _cuda_source(text, tmp_path)
     assert ("sl.assign = true;" in src) == assigned
     assert src.count("// init") == (0 if assigned else 3)
@@ -471,8 +473,7 @@ def test_lean_linears_match_the_reference(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """On the GPU, MK_CUDA_LEAN=1: one chunk, and two chunks (the second adds)."""
-    monkeypatch.setenv("MK_CUDA_LEAN", "1")
+    """On the GPU, lean linears (the default): one chunk, and two chunks (the second adds)."""
     monkeypatch.setenv("MK_CUDA_STAGE", stage)
     text = _linear(*shape)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
