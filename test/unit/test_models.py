@@ -555,6 +555,29 @@ def test_tiny_generates_on_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     assert "check: ok" in capsys.readouterr().out
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize(("name", "batch"), [("tiny", 1), ("tiny-qwen3", 2)])
+def test_torch_prefill_in_one_pass_matches_the_step_loop(name: str, batch: int) -> None:
+    """TorchDecoder.reset runs the prompt as one causal pass: the caches, position and next
+    token the step-by-step loop leaves (bf16, so within rounding)."""
+    from mk.models.torch_reference import TorchDecoder
+
+    config = preset(name)
+    weights = random_weights(config, seed=1)
+    prompt = random_prompt(config, batch, 20, seed=2)
+    models = [TorchDecoder(config, weights, batch, 32) for _ in range(2)]
+    models[0].reset(prompt)
+    models[1].reset(prompt, stepwise=True)
+    one, steps = models
+    assert int(one.pos.item()) == int(steps.pos.item()) == 19
+    assert one.token.tolist() == steps.token.tolist() == prompt[:, -1].tolist()
+    for a, b in ((one.k_cache, steps.k_cache), (one.v_cache, steps.v_cache)):
+        a, b = a.float().cpu().numpy(), b.float().cpu().numpy()
+        assert np.abs(b[:, :, :, 19:]).max() == 0 and np.abs(a[:, :, :, 19:]).max() == 0
+        scale = np.abs(b[:, :, :, :19]).max()
+        assert scale > 0 and np.abs(a - b).max() <= 3e-2 * scale, np.abs(a - b).max() / scale
+
+
 @needs_decode_ops
 @needs_gxx
 def test_mk_generate_host_loop(cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
