@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the project root with the wheels carried in .whl/:
-#   bash bench/on_gpu.sh [tests] [sanitize] [bench] [timeline] [generate] [search] [profile] [ncu] [ab]
+#   bash bench/on_gpu.sh [tests] [sanitize] [bench] [timeline] [generate] [search] [profile] [ncu] [product] [ab]
 #   (default: tests sanitize bench timeline generate)
 # Installs mk, runs the gpu-marked tests, compute-sanitizer on the examples, the benchmark
 # table, the per-grid timelines (TIMELINE_ARGS, e.g. "--model qwen3-0.6b --layers 4") and
@@ -64,6 +64,8 @@ for step in $steps; do
         [ -e "$cubin" ] && python3 "$ROOT/bench/ncu_bodies.py" "$OUT/sass.csv" "$cubin" ${NCU_BODY:+--body $NCU_BODY} \
           2>&1 | tee -a "$OUT/ncu.log"
       done ;;
+    product)
+      python3 "$ROOT/bench/product.py" ${PRODUCT_ARGS:-} 2>&1 | tee "$OUT/product.log" ;;
     timeline)
       python3 "$ROOT/bench/timeline.py" --out "$OUT" ${TIMELINE_ARGS:-} 2>&1 | tee "$OUT/timeline.log" | tail -80 ;;
     ab)

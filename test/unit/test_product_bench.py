@@ -1,0 +1,52 @@
+"""bench/product.py: the decode product timed alone, built without a GPU; run on one."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from bench_scripts import load
+
+from mk.backends.cpu.build import include_dir
+from mk.backends.cuda import build
+
+NVCC = build.nvcc()
+
+
+def test_the_program_calls_the_real_product_per_mode() -> None:
+    product = load("product")
+    src = product.program_source(48, 1024, 6, 4)
+    assert src == product.program_source(48, 1024, 6, 4)  # deterministic
+    assert '#include "mk/cuda_stream.cuh"' in src
+    for mode, shared in (("hbm", "false"), ("l2", "false"), ("smem", "true")):
+        assert f"run_{mode}(" in src
+        assert f"mk::gpu::stream_rows<1, 6, 4, true, {shared}>" in src
+    assert product.shapes("6x4,3x2") == [(6, 4), (3, 2)]
+
+
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+def test_the_program_builds_without_local_memory(tmp_path: Path) -> None:
+    """The three kernels compile for sm_90a, keeping the loads in registers (no stack frame:
+    a spilled stream would time local memory, not the product)."""
+    product = load("product")
+    source = tmp_path / "product.cu"
+    source.write_text(product.program_source(48, 1024, 6, 4))
+    result = subprocess.run(
+        [str(NVCC), "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a",
+         "--expt-relaxed-constexpr", f"-I{include_dir()}", "-Xptxas", "-v", "-cubin",
+         "-o", str(tmp_path / "product.cubin"), str(source)],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    frames = re.findall(r"(\d+) bytes stack frame", result.stderr)
+    assert len(frames) == 3 and all(f == "0" for f in frames), result.stderr
+
+
+@pytest.mark.gpu
+def test_one_shape_is_timed(tmp_path: Path) -> None:
+    product = load("product")
+    out = product.measure(48, 1024, 6, 4, 0, tmp_path, include_dir())
+    modes = [line.split() for line in out.split("\n") if line.strip()]
+    assert [m[0] for m in modes] == list(product.MODES)
+    assert all(int(clocks) > 0 and int(khz) > 0 for _, clocks, khz in modes)
