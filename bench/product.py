@@ -10,7 +10,9 @@ all SMs at once or one:
 
 - `hbm`: each repetition reads another slab (the buffer is larger than the L2);
 - `l2`: every repetition reads the same slab (the first warms the L2);
-- `smem`: the slab is copied into shared memory first and read from there.
+- `smem`: the slab is copied into shared memory first and read from there;
+- `generic`: the same, through a pointer whose state space the compiler cannot see (generic
+  loads, as a staged slab's address reaches a task body through the arena).
 
 For each template choice (RG rows at a time, S 256-column steps in flight) it prints the median
 µs per task over the SMs and repetitions after the first, and the bytes per µs of one SM.
@@ -25,14 +27,15 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-MODES = ("hbm", "l2", "smem")
+MODES = ("hbm", "l2", "smem", "generic")
 THREADS = 256
 REPS = 8
 
 
 def kernel_source(mode: str, rows: int, k: int, rg: int, s: int) -> str:
     """One kernel: REPS timed calls of stream_rows<1, rg, s> on this CTA's slab."""
-    shared = "true" if mode == "smem" else "false"
+    shared = "true" if mode in ("smem", "generic") else "false"
+    launder = 'asm volatile("mov.b64 %0, %0;" : "+l"(slab));' if mode == "generic" else ""
     slab = rows * k
     # hbm: repetition r of CTA b reads slab r * gridDim.x + b; l2 and smem: slab b every time.
     pick = "(rep * gridDim.x + blockIdx.x)" if mode == "hbm" else "blockIdx.x"
@@ -52,6 +55,7 @@ run_{mode}(const uint16_t* w, float* sums, long long* clocks) {{
         *reinterpret_cast<uint4*>(staged + i) = *reinterpret_cast<const uint4*>(slab + i);
       }}
       slab = staged;
+      {launder}
     }}
     mk::gpu::StreamLinear sl{{}};
     sl.w_dtype = mk::DTYPE_BF16;
@@ -72,7 +76,7 @@ run_{mode}(const uint16_t* w, float* sums, long long* clocks) {{
 
 
 def program_source(rows: int, k: int, rg: int, s: int) -> str:
-    """The three kernels and a main that runs each on `ctas` CTAs (argv[1]; 0: one per SM) and
+    """The kernels (one per mode) and a main that runs each on `ctas` CTAs (argv[1]; 0: one per SM) and
     prints `mode median_clocks khz`."""
     kernels = "".join(kernel_source(m, rows, k, rg, s) for m in MODES)
     smem = k * 4 + rows * k * 2

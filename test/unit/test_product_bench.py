@@ -20,7 +20,8 @@ def test_the_program_calls_the_real_product_per_mode() -> None:
     src = product.program_source(48, 1024, 6, 4)
     assert src == product.program_source(48, 1024, 6, 4)  # deterministic
     assert '#include "mk/cuda_stream.cuh"' in src
-    for mode, shared in (("hbm", "false"), ("l2", "false"), ("smem", "true")):
+    modes = (("hbm", "false"), ("l2", "false"), ("smem", "true"), ("generic", "true"))
+    for mode, shared in modes:
         assert f"run_{mode}(" in src
         assert f"mk::gpu::stream_rows<1, 6, 4, true, {shared}>" in src
     assert product.shapes("6x4,3x2") == [(6, 4), (3, 2)]
@@ -28,7 +29,7 @@ def test_the_program_calls_the_real_product_per_mode() -> None:
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
 def test_the_program_builds_without_local_memory(tmp_path: Path) -> None:
-    """The three kernels compile for sm_90a, keeping the loads in registers (no stack frame:
+    """The four kernels compile for sm_90a, keeping the loads in registers (no stack frame:
     a spilled stream would time local memory, not the product)."""
     product = load("product")
     source = tmp_path / "product.cu"
@@ -40,7 +41,7 @@ def test_the_program_builds_without_local_memory(tmp_path: Path) -> None:
         check=True, capture_output=True, text=True,
     )  # fmt: skip
     frames = re.findall(r"(\d+) bytes stack frame", result.stderr)
-    assert len(frames) == 3 and all(f == "0" for f in frames), result.stderr
+    assert len(frames) == 4 and all(f == "0" for f in frames), result.stderr
 
 
 @pytest.mark.gpu
