@@ -79,6 +79,35 @@ __device__ inline bool has_tails(const NearTask& near) {
   return any;
 }
 
+// Thread 0's memory of counters it has read: counters only grow during a launch, so a wait
+// whose threshold a remembered value already meets needs no round trip to L2 (the lm_head's
+// tasks, for one, all wait on the same counter).
+struct SeenCounters {
+  static constexpr int kSize = 4;
+  int32_t counter[kSize] = {-1, -1, -1, -1};
+  uint32_t value[kSize] = {0, 0, 0, 0};
+  int32_t next = 0;
+  __device__ bool meets(int32_t c, int64_t threshold) const {
+#pragma unroll
+    for (int i = 0; i < kSize; ++i) {
+      if (counter[i] == c && static_cast<int64_t>(value[i]) >= threshold) return true;
+    }
+    return false;
+  }
+  __device__ void remember(int32_t c, uint32_t v) {
+#pragma unroll
+    for (int i = 0; i < kSize; ++i) {
+      if (counter[i] == c) {
+        value[i] = v > value[i] ? v : value[i];
+        return;
+      }
+    }
+    counter[next] = c;
+    value[next] = v;
+    next = (next + 1) % kSize;
+  }
+};
+
 // Tail tasks a CTA owes at once (each completed element pushes one; a chain pops as it pushes),
 // and the run status detail of a task whose signals owed more.
 constexpr int kTailStack = 16;
@@ -86,9 +115,10 @@ constexpr uint32_t kTailOverflow = 0x7FFFFFFD;
 
 // Thread 0, after the task's body: the release fence and every signal; a signal that completes
 // an element with a tail in iteration t pushes the tail's entry (acquiring, so the tail sees
-// every producer's writes). False when the stack overflows (recorded as a failure).
+// every producer's writes) and remembers the count it made, so the tail's wait on that element
+// costs no round trip to L2. False when the stack overflows (recorded as a failure).
 __device__ inline bool signal_task(const NearTask& near, const SignalDesc* far, uint32_t* counters,
-                                   int32_t t, int32_t* stack, int32_t& top) {
+                                   int32_t t, int32_t* stack, int32_t& top, SeenCounters& known) {
   const TaskDesc& task = near.desc;
   event_release_fence();
   bool acquired = false, fits = true;
@@ -98,7 +128,9 @@ __device__ inline bool signal_task(const NearTask& near, const SignalDesc* far, 
     uint32_t* counter = counters + (near_row ? near.signals[i] : far[s].counter);
     if (!near_row || near.tail_entry[i] < 0) {  // the host puts every tail among the near rows
       event_signal(counter);
-    } else if (completes_element(event_signal_tail(counter), near.tail_count[i], t)) {
+    } else if (const uint32_t before = event_signal_tail(counter);
+               completes_element(before, near.tail_count[i], t)) {
+      known.remember(near.signals[i], before + 1);
       fits = fits && top < kTailStack;
       if (top < kTailStack) stack[top++] = near.tail_entry[i];
       acquired = true;
@@ -159,34 +191,6 @@ __device__ inline void prefetch_entry(const LaunchParams& p, int32_t q) {
   }
 }
 
-// Thread 0's memory of counters it has read: counters only grow during a launch, so a wait
-// whose threshold a remembered value already meets needs no round trip to L2 (the lm_head's
-// tasks, for one, all wait on the same counter).
-struct SeenCounters {
-  static constexpr int kSize = 4;
-  int32_t counter[kSize] = {-1, -1, -1, -1};
-  uint32_t value[kSize] = {0, 0, 0, 0};
-  int32_t next = 0;
-  __device__ bool meets(int32_t c, int64_t threshold) const {
-#pragma unroll
-    for (int i = 0; i < kSize; ++i) {
-      if (counter[i] == c && static_cast<int64_t>(value[i]) >= threshold) return true;
-    }
-    return false;
-  }
-  __device__ void remember(int32_t c, uint32_t v) {
-#pragma unroll
-    for (int i = 0; i < kSize; ++i) {
-      if (counter[i] == c) {
-        value[i] = v > value[i] ? v : value[i];
-        return;
-      }
-    }
-    counter[next] = c;
-    value[next] = v;
-    next = (next + 1) % kSize;
-  }
-};
 
 // Thread 0, with Dispatch::kBatchWaits (MK_CUDA_WAIT_BATCH=1): every near wait's counter read
 // at once, one round trip to L2 for all of them, then one acquire fence when they all hold;
@@ -386,7 +390,7 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
     if (threadIdx.x == 0) {
       if (rc != 0) {
         record_failure(p, RunStatus{RUN_KERNEL_FAILED, sm, e.id, -1, t, static_cast<uint32_t>(rc - 1), 0, 0});
-      } else if (!signal_task(e.near, p.signals, p.counters, t, tail_stack, tail_top)) {
+      } else if (!signal_task(e.near, p.signals, p.counters, t, tail_stack, tail_top, known)) {
         record_failure(p, RunStatus{RUN_KERNEL_FAILED, sm, e.id, -1, t, kTailOverflow, 0, 0});
       }
       if (slot) {
@@ -438,6 +442,12 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
           }
           const int32_t later = after_q(next, t_next);
           if (later >= 0) prefetch_entry<Dispatch>(p, later);
+          // Its tails' entries too: a tail is loaded right after the signal that completes it.
+#pragma unroll
+          for (int i = 0; i < kNearSignals; ++i) {
+            const int32_t tail = entry[after].near.tail_entry[i];
+            if (tail >= 0) prefetch_entry<Dispatch>(p, tail);
+          }
         }
       }
       __syncthreads();
