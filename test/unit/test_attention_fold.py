@@ -169,6 +169,44 @@ def test_cpu_target_agrees_with_the_fold_on_and_off(tmp_path: Path) -> None:
             np.testing.assert_array_equal(a, b)
 
 
+def test_a_cache_write_costs_its_slab() -> None:
+    """A one-row cache write is modelled in place: its new row read and written, nothing of the
+    cache (the whole cache made the list schedule believe 135 µs per write)."""
+    from mk.passes.cost_model import kernel_cost
+
+    kernels = lowered(decode_attention(seq=1024, d=128), attention_fold=0)
+    write = next(k for k in kernels if isinstance(k, mg.KernelOp) and k.kind.data == "cache_write")
+    cost = kernel_cost(write)
+    row = 1 * 2 * 1 * 128 * 2  # [1, hkv, 1, d] bf16
+    assert cost.dram_write_bytes == row
+    assert row <= cost.dram_read_bytes <= row + 64  # the row and its index
+
+
+@pytest.mark.parametrize("fold", [0, 2])
+def test_decode_phases_get_one_task_per_sm(fold: int) -> None:
+    """qwen3-0.6b's step with its cache writes after the attention (attention-fold=2): no SM
+    queues two tasks of one phase that fits the SMs (it did while a cache write looked slow)."""
+    import dataclasses
+    from collections import Counter
+
+    from mk.dialects.task import GraphOp
+    from mk.dialects.task_schedule import QueueOp
+    from mk.models import decode_program, preset
+
+    config = dataclasses.replace(preset("qwen3-0.6b"), layers=3)
+    module = load_module(decode_program(config, 1, 1024, 2))
+    options = {"tile_n": 0, "attention_fold": fold}
+    compiler.run_pipeline(module, options)
+    graph = next(op for op in module.walk() if isinstance(op, GraphOp))
+    index = graph.index()
+    for queue in graph.walk():
+        if not isinstance(queue, QueueOp):
+            continue
+        grids = Counter(index.locate(t)[0] for t in queue.tasks.get_values())
+        doubled = [g.sym_name.data for g, n in grids.items() if n > 1 and g.num_tasks <= 132]
+        assert not doubled, (queue.sm, doubled)
+
+
 # --------------------------------------------------------------------------- CUDA
 
 
