@@ -3,7 +3,8 @@
 `task-stats{num-sms=132 bandwidth-gbs=4100.0 peak-tflops=740.0}` sets the discardable attribute
 
     task.stats = {tasks, grids, events, event_elements, waits, max_waits_per_task,
-                  mean_waits_per_task, critical_path_us, est_us, coarse_events}
+                  mean_waits_per_task, critical_path_us, est_us, coarse_events,
+                  stacked_queues}
 
 on each `task.graph` and changes nothing else. `waits` counts every (task, wait) pair, the
 loop-carried ones included, since each is a wait the megakernel executes. Times are for one
@@ -13,10 +14,15 @@ peak): `critical_path_us` is the longest chain of task times along distance-0 de
 queue in order, each task as soon as its SM and its producers are done; that schedule's
 `num_sms` sets the SM share), else that of the list schedule `task-schedule` would build on
 `num-sms` SMs. `coarse_events` counts events carrying the `mk.coarse` attribute.
+`stacked_queues` counts the (queue, grid) pairs where one queue of that schedule holds two or
+more tasks of a grid that has no more tasks than the SMs: a phase that fits one wave runs two
+deep there (a misjudged task cost once did that to every phase of a decode step).
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -60,6 +66,7 @@ class GraphStats:
     critical_path_us: float
     est_us: float
     coarse_events: int
+    stacked_queues: int
 
     @property
     def mean_waits_per_task(self) -> float:
@@ -72,22 +79,34 @@ class GraphStats:
         values["critical_path_us"] = FloatAttr(_short(self.critical_path_us), f64)
         values["est_us"] = FloatAttr(_short(self.est_us), f64)
         values["coarse_events"] = IntegerAttr(self.coarse_events, i64)
+        values["stacked_queues"] = IntegerAttr(self.stacked_queues, i64)
         return DictionaryAttr(values)
 
 
 def _estimate(
     graph: GraphOp, index: GraphIndex, dag: TaskDag, order: list[int], num_sms: int
-) -> float:
-    """The makespan of the graph's schedule, or of the list schedule when it has none."""
+) -> tuple[float, list[Sequence[int]]]:
+    """The makespan and the queues of the graph's schedule, or of the list schedule when it has
+    none."""
     if index.schedule is None:
         result = list_schedule(dag, bottom_levels(dag, order), num_sms)
         assert result is not None  # the DAG is acyclic
-        return result.makespan_us
+        return result.makespan_us, list(result.queues)
     if (problem := check_queues_deadlock_free(graph)) is not None:
         raise MkError(f"task-stats: {problem}", op_location(index.schedule))
-    makespan = queue_makespan(dag, [q.task_ids for q in index.schedule.queues])
+    queues = [q.task_ids for q in index.schedule.queues]
+    makespan = queue_makespan(dag, queues)
     assert makespan is not None  # checked deadlock-free above
-    return makespan
+    return makespan, list(queues)
+
+
+def stacked_queues(index: GraphIndex, queues: Sequence[Sequence[int]], num_sms: int) -> int:
+    """(queue, grid) pairs with two or more tasks of a grid of at most `num_sms` tasks."""
+    stacked = 0
+    for queue in queues:
+        seen = Counter(index.locate(task)[0] for task in queue)
+        stacked += sum(n > 1 and grid.num_tasks <= num_sms for grid, n in seen.items())
+    return stacked
 
 
 def graph_stats(
@@ -105,7 +124,7 @@ def graph_stats(
             f"task-stats: the dependences of @{graph.sym_name.data} form a cycle",
             op_location(graph),
         )
-    est_us = _estimate(graph, index, dag, order, num_sms)
+    est_us, queues = _estimate(graph, index, dag, order, num_sms)
     per_grid = [len(grid.waits) for grid in index.grids]
     return GraphStats(
         tasks=index.total_tasks,
@@ -117,6 +136,7 @@ def graph_stats(
         critical_path_us=max(bottom_levels(dag, order), default=0.0),
         est_us=est_us,
         coarse_events=sum(COARSE_ATTR in e.attributes for e in index.events.values()),
+        stacked_queues=stacked_queues(index, queues, num_sms),
     )
 
 
