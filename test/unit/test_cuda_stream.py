@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -231,6 +232,15 @@ SHAPES = [
 ]
 
 
+def _agrees_with_the_reference(prog: Any, text: str, label: object) -> None:
+    """The program's outputs against mk.reference on two seeds' random inputs."""
+    for seed in (0, 1):
+        inputs = random_inputs(prog.func, seed=seed)
+        for out, ref in zip(prog(*inputs), mk.reference(text, *inputs), strict=True):
+            error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
+            assert error <= bound, (label, seed, error)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("stage", ["0", "1"], ids=["global", "staged"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
@@ -244,11 +254,7 @@ def test_streamed_linears_match_the_reference(
     monkeypatch.setenv("MK_CUDA_STAGE", stage)
     text = _linear(*shape)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
-    for seed in (0, 1):
-        inputs = random_inputs(prog.func, seed=seed)
-        for out, ref in zip(prog(*inputs), mk.reference(text, *inputs), strict=True):
-            error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
-            assert error <= bound, (shape, error)
+    _agrees_with_the_reference(prog, text, shape)
 
 
 @pytest.mark.gpu
@@ -264,11 +270,7 @@ def test_one_row_on_tensor_cores_matches_the_reference(
     src = prog.cuda_source  # type: ignore[attr-defined]
     assert re.search(r"stream_linear<1, \d+, \d+, \d+, true", src)
     assert (", false, 4>" in src) == (n > 64)  # over 32 rows per task on 132 SMs
-    for seed in (0, 1):
-        inputs = random_inputs(prog.func, seed=seed)
-        for out, ref in zip(prog(*inputs), mk.reference(text, *inputs), strict=True):
-            error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
-            assert error <= bound, (n, error)
+    _agrees_with_the_reference(prog, text, n)
 
 
 @pytest.mark.gpu
@@ -478,11 +480,7 @@ def test_lean_linears_match_the_reference(
     text = _linear(*shape)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     assert "sl.assign = true;" in prog.cuda_source  # type: ignore[attr-defined]
-    for seed in (0, 1):
-        inputs = random_inputs(prog.func, seed=seed)
-        for out, ref in zip(prog(*inputs), mk.reference(text, *inputs), strict=True):
-            error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
-            assert error <= bound, (shape, error)
+    _agrees_with_the_reference(prog, text, shape)
 
 
 @pytest.mark.usefixtures("no_nvcc")
