@@ -45,6 +45,7 @@ from mk.backends.cuda.fuse_loops import fuse_element_loops
 from mk.backends.cuda.split_merge import MergedX, MergePlan, merge_lines, merged_x_lines, plan_merge
 from mk.backends.cuda.stream import (
     STAGE_LOST,
+    TURN_STOPPED,
     STAGE_X_BYTES,
     StreamPlan,
     plan_stream,
@@ -92,6 +93,13 @@ def early_loads() -> bool:
     """MK_CUDA_EARLY=1: a streamed linear asks the L2 for its first round of weights before it
     stages the activation (stream_linear's Early), so that round trip overlaps the staging."""
     return switches.flag("MK_CUDA_EARLY")
+
+
+def load_ahead() -> bool:
+    """MK_CUDA_LOAD_AHEAD=1: a streamed linear on CUDA cores whose body reads nothing before
+    its product issues the first round of its weight loads and then waits for its turn itself
+    (stream_linear's Ahead, mk::Turn), so HBM streams them while the producers finish."""
+    return switches.flag("MK_CUDA_LOAD_AHEAD")
 
 
 def lean_linears() -> bool:
@@ -143,6 +151,11 @@ def _defines(profile: bool) -> str:
         lines.append("#define MK_STREAM_EVICT_FIRST 1")
     if switches.flag("MK_CUDA_MMA_PIPE"):
         lines.append("#define MK_MMA_PIPE 1")
+    # A body that waits itself polls as the dispatcher does (mk/cuda_wait.cuh).
+    if switches.flag("MK_CUDA_WAIT_BATCH"):
+        lines.append("#define MK_WAIT_BATCH 1")
+    if switches.flag("MK_CUDA_POLL_PIPE"):
+        lines.append("#define MK_POLL_PIPE 1")
     return "".join(line + "\n" for line in lines)
 
 
@@ -374,6 +387,9 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         emit = self.lines.append
         k = self.forloop * shape_of(plan.x.tile)[1]
         chunk = plan.chunk(k)
+        # Every global access of a body names buffers[i]: none before the product means the
+        # weights may be requested before the task's turn.
+        reads_before = any("buffers[" in line for line in self.lines)
         self.smem_floats = plan.rows * chunk
         emit("{")
         emit("mk::gpu::StreamLinear sl{};")
@@ -441,12 +457,22 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             f"{plan.loads_per_thread(k)}, {_bool(mma)}"
         )
         groups = plan.mma_groups() if mma else 1
-        # The template's trailing arguments (Staged, G, Early), defaults left off.
-        tail = [_bool(staged is not None), str(groups), _bool(early_loads())]
+        ahead = (
+            load_ahead()
+            and not mma
+            and staged is None
+            and chunk >= k
+            and not isinstance(plan.x, MergedX)
+            and not reads_before
+        )
+        # The template's trailing arguments (Staged, G, Early, Ahead), defaults left off.
+        tail = [_bool(staged is not None), str(groups), _bool(early_loads()), _bool(ahead)]
         while tail and tail[-1] in ("false", "1"):
             tail.pop()
         call += "".join(f", {a}" for a in tail)
-        if staged is None:
+        if ahead:
+            emit(f"if (!{call}>(sl)) return {TURN_STOPPED};")
+        elif staged is None:
             emit(f"{call}>(sl);")
         else:
             emit(f"if (!{call}>(sl)) return {STAGE_LOST};")

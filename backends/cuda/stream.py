@@ -33,6 +33,8 @@ MMA_LOADS = 16  # 16-byte weight loads a lane of a tensor-core warp keeps in fli
 STAGE_MAX = 128 << 10
 # What a body returns (the run status's detail is one less) when its staged weights never landed.
 STAGE_LOST = 0x7FFFFFFE
+# What a body that waits for its own turn returns when the launch stopped meanwhile.
+TURN_STOPPED = "mk::kTurnStopped"
 _WEIGHT_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16")
 _FLOAT_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16", "mk::DTYPE_F32")
 

@@ -137,6 +137,7 @@ SWITCHES = [
     {"MK_CUDA_POLL_PIPE": "1"},
     {"MK_CUDA_LEAN": "0"},
     {"MK_CUDA_FUSE_LOOPS": "0"},
+    {"MK_CUDA_LOAD_AHEAD": "1"},
 ]
 
 
@@ -225,17 +226,43 @@ def test_switches_on_the_gpu(cache: Path, example: str) -> None:
     _assert_close(prog(*inputs), mk.reference(path, *inputs))
 
 
+def _own_wait_kinds(source: str) -> set[int]:
+    """The task kinds whose bodies wait for their turn themselves (Dispatch::waits_itself)."""
+    switch = source.split("static bool waits_itself(int32_t kind) {", 1)[1].split("default:", 1)[0]
+    return {int(k) for k in re.findall(r"case (\d+):", switch)}
+
+
+def _producer_of_an_own_wait(prog: mk.Program) -> tuple[int, int]:
+    """(task, counter): a task that signals a counter that a body waiting itself waits on."""
+    t = prog.tables
+    own = _own_wait_kinds(prog.cuda_source or "")
+    waiter = next(i for i, task in enumerate(t.tasks) if int(task["kind"]) in own)
+    counter = int(t.waits[t.tasks[waiter]["wait_begin"]]["counter"])
+    signals = t.signals["counter"] == counter
+    for i, task in enumerate(t.tasks):
+        if signals[task["signal_begin"] : task["signal_end"]].any():
+            return i, counter
+    raise AssertionError("no producer")
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("pipe", ["0", "1"], ids=["polls", "pipelined-polls"])
+@pytest.mark.parametrize(
+    "env",
+    [{}, {"MK_CUDA_POLL_PIPE": "1"}, {"MK_CUDA_LOAD_AHEAD": "1"}],
+    ids=["polls", "pipelined-polls", "waits-in-the-body"],
+)
 def test_dropped_signal_trips_the_watchdog(
-    pipe: str, cache: Path, monkeypatch: pytest.MonkeyPatch
+    env: dict[str, str], cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("MK_CUDA_POLL_PIPE", pipe)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     prog = mk.compile(
         ROOT / "examples" / "decoder_block.mlir", target="cuda", num_sms=8, cache_dir=cache
     )
     tasks = prog.tables.tasks.copy()
     victim = int(np.flatnonzero(tasks["signal_end"] > tasks["signal_begin"])[0])
+    if env.get("MK_CUDA_LOAD_AHEAD") == "1":  # the stuck wait is a body's own
+        victim, _ = _producer_of_an_own_wait(prog)
     tasks[victim]["signal_end"] = tasks[victim]["signal_begin"]
     prog.tables = dataclasses.replace(prog.tables, tasks=tasks)
     start = time.perf_counter()

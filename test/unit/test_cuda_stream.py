@@ -517,6 +517,42 @@ def test_early_loads_are_a_build_option(tmp_path: Path, monkeypatch: pytest.Monk
         source()
 
 
+def _bodies(source: str) -> dict[str, str]:
+    """Each task body's device function, by name."""
+    parts = re.split(r"__device__ __noinline__ int32_t (task_\w+)\(", source)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_loads_ahead_of_the_wait_are_a_build_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_LOAD_AHEAD=1: a streamed linear on CUDA cores that reads no buffer before its
+    product loads ahead (stream_linear's Ahead) and the dispatcher leaves its wait to it; one
+    that does (the o-projection merging the attention's partials first) waits as before."""
+    path = ROOT / "examples" / "llama3_8b_block.mlir"
+    plain = mk.compile(path, target="cuda", num_sms=16, cache_dir=tmp_path).cuda_source or ""
+    assert "kTurnStopped" not in plain
+    assert "(void)kind;\n    return false;" in plain.split("waits_itself", 1)[1]
+    monkeypatch.setenv("MK_CUDA_LOAD_AHEAD", "1")
+    source = mk.compile(path, target="cuda", num_sms=16, cache_dir=tmp_path).cuda_source or ""
+    bodies = _bodies(source)
+    ahead = {name for name, body in bodies.items() if "return mk::kTurnStopped;" in body}
+    streamed = {name for name, body in bodies.items() if "mk::gpu::stream_linear<" in body}
+    assert ahead and ahead < streamed
+    for name in ahead:
+        before = bodies[name].split("mk::gpu::StreamLinear sl{};", 1)[0]
+        assert "bp[" not in before, f"{name} reads a buffer before its weights are requested"
+    for name in streamed - ahead:
+        assert "merge_rows" in bodies[name] or "bp[" in bodies[name].split("sl{};", 1)[0]
+    kinds = re.findall(r"case (\d+): return (task_\w+)\(", source)
+    own = source.split("static bool waits_itself(int32_t kind) {", 1)[1].split("default:", 1)[0]
+    assert sorted(re.findall(r"case (\d+):", own)) == sorted(k for k, f in kinds if f in ahead)
+    monkeypatch.setenv("MK_CUDA_LOAD_AHEAD", "on")
+    with pytest.raises(mk.MkError, match="MK_CUDA_LOAD_AHEAD must be 0 or 1, got 'on'"):
+        mk.compile(path, target="cuda", num_sms=16, cache_dir=tmp_path)
+
+
 @pytest.mark.usefixtures("no_nvcc")
 def test_weight_l2_priority_is_a_build_option(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

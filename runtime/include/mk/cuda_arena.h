@@ -44,6 +44,7 @@ struct Arena {
   uint8_t* stage_base;    // where the task's weights are staged in shared memory (cuda_stage.cuh)
   uint64_t* stage_bar;    // the barrier they complete on
   uint32_t stage_parity;  // the phase of stage_bar that means they landed
+  void* turn;  // an mk::Turn when the body waits for its own turn (cuda_wait.cuh), else null
   __device__ void* alloc(uint64_t bytes) {
     const uint64_t near = (fast_top + 15) & ~uint64_t{15};
     if (near + bytes <= fast_cap) {

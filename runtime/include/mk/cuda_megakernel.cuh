@@ -8,6 +8,7 @@
 
 #include "mk/cuda_kernels.h"
 #include "mk/cuda_stage.cuh"
+#include "mk/cuda_wait.cuh"
 #include "mk/events.h"
 #include "mk/tables.h"
 
@@ -16,97 +17,12 @@ namespace mk {
 // mk_cuda_launch's own refusal (beside cudaError_t codes): the grid cannot be co-resident.
 constexpr int kNotCoResident = 100000;
 
-// Everything a launch needs, all device pointers; passed by value as the kernel parameter.
-struct LaunchParams {
-  const WaitDesc* waits;
-  const SignalDesc* signals;
-  const int32_t* queue_offsets;
-  const uint4* queue_entries;  // one QueueEntry<Dispatch::kSlots> per queue position
-  void* const* buffers;       // base address of every buffer-table row
-  uint32_t* counters;         // zeroed by the host before the launch
-  RunStatus* status;          // zeroed by the host; first failure wins
-  int32_t* abort_flag;        // set by a failing CTA, polled by all
-  uint8_t* scratch;           // scratch_per_sm bytes per CTA
-  uint64_t scratch_per_sm;
-  uint64_t* timeline;         // [iterations][num_tasks][2 + marks] start, end, op marks (ns), or null
-  int32_t num_sms;
-  int32_t num_tasks;
-  int32_t iterations;
-  int32_t marks;              // op-mark slots per task in the timeline (MK_OP_MARKS builds)
-  int64_t timeout_ns;
-};
-
-__device__ inline uint64_t globaltimer() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-__device__ inline bool aborted(const LaunchParams& p) {
-  return *static_cast<volatile int32_t*>(p.abort_flag) != 0;
-}
-
-// Records the first failure of the launch and tells every CTA to stop.
-__device__ inline void record_failure(const LaunchParams& p, RunStatus s) {
-  if (atomicCAS(&p.status->error, RUN_OK, s.error) == RUN_OK) {
-    p.status->sm = s.sm;
-    p.status->task = s.task;
-    p.status->counter = s.counter;
-    p.status->iteration = s.iteration;
-    p.status->value = s.value;
-    p.status->threshold = s.threshold;
-    p.status->wait_ms = s.wait_ms;
-    __threadfence_system();
-  }
-  atomicExch(p.abort_flag, 1);
-}
-
-// What the dispatcher reads of a task, copied into shared memory before its turn: the
-// descriptor and its first waits and signals (a task with more reads the rest from the tables).
-constexpr int kNearWaits = 8, kNearSignals = 8;
-struct NearTask {
-  TaskDesc desc;
-  WaitDesc waits[kNearWaits];
-  int32_t signals[kNearSignals];     // counters
-  int32_t tail_entry[kNearSignals];  // the entry of the signal's tail task, or -1
-  int32_t tail_count[kNearSignals];  // its event's signals per element per iteration
-};
-
 __device__ inline bool has_tails(const NearTask& near) {
   bool any = false;
 #pragma unroll
   for (int i = 0; i < kNearSignals; ++i) any = any || near.tail_entry[i] >= 0;
   return any;
 }
-
-// Thread 0's memory of counters it has read: counters only grow during a launch, so a wait
-// whose threshold a remembered value already meets needs no round trip to L2 (the lm_head's
-// tasks, for one, all wait on the same counter).
-struct SeenCounters {
-  static constexpr int kSize = 4;
-  int32_t counter[kSize] = {-1, -1, -1, -1};
-  uint32_t value[kSize] = {0, 0, 0, 0};
-  int32_t next = 0;
-  __device__ bool meets(int32_t c, int64_t threshold) const {
-#pragma unroll
-    for (int i = 0; i < kSize; ++i) {
-      if (counter[i] == c && static_cast<int64_t>(value[i]) >= threshold) return true;
-    }
-    return false;
-  }
-  __device__ void remember(int32_t c, uint32_t v) {
-#pragma unroll
-    for (int i = 0; i < kSize; ++i) {
-      if (counter[i] == c) {
-        value[i] = v > value[i] ? v : value[i];
-        return;
-      }
-    }
-    counter[next] = c;
-    value[next] = v;
-    next = (next + 1) % kSize;
-  }
-};
 
 // Tail tasks a CTA owes at once (each completed element pushes one; a chain pops as it pushes),
 // and the run status detail of a task whose signals owed more.
@@ -192,122 +108,16 @@ __device__ inline void prefetch_entry(const LaunchParams& p, int32_t q) {
 }
 
 
-// Thread 0, with Dispatch::kBatchWaits (MK_CUDA_WAIT_BATCH=1): every near wait's counter read
-// at once, one round trip to L2 for all of them, then one acquire fence when they all hold;
-// false (look one by one) when one does not, or the task has more waits than are near.
-__device__ inline bool waits_hold_at_first_look(const LaunchParams& p, const NearTask& near,
-                                                int32_t t) {
-  const int32_t n = near.desc.wait_end - near.desc.wait_begin;
-  if (n > kNearWaits) return false;
-  uint32_t value[kNearWaits];
-#pragma unroll
-  for (int i = 0; i < kNearWaits; ++i) {
-    if (i < n) value[i] = event_peek(p.counters + near.waits[i].counter);
-  }
-  bool all = true;
-#pragma unroll
-  for (int i = 0; i < kNearWaits; ++i) {
-    if (i < n) {
-      const WaitDesc& wd = near.waits[i];
-      all = all && static_cast<int64_t>(value[i]) >= wait_threshold(wd.count, wd.distance, t);
-    }
-  }
-  if (all) event_acquire_fence();
-  return all;
-}
-
-// Thread 0, with Dispatch::kPipePolls (MK_CUDA_POLL_PIPE=1), once a counter was found below
-// `threshold`: keeps kPollDepth relaxed reads of it in flight, a new one every kPollGapNs, and
-// takes one acquire fence when a read meets the threshold. A plain poll waits out a whole L2
-// round trip before the next one goes out, so an update that lands just after a read reached L2
-// is seen up to one and a half round trips later; here about half of one plus the gap. RUN_OK,
-// RUN_TIMEOUT or -1 (the launch stops).
-constexpr int kPollDepth = 4;
-constexpr unsigned kPollGapNs = 96;
-__device__ inline int32_t poll_pipelined(const LaunchParams& p, const uint32_t* counter,
-                                         int64_t threshold, uint64_t start, uint32_t* seen) {
-  uint32_t v[kPollDepth];
-#pragma unroll
-  for (int i = 0; i < kPollDepth; ++i) {
-    v[i] = event_peek(counter);
-    __nanosleep(kPollGapNs);
-  }
-  for (uint32_t round = 1;; ++round) {
-#pragma unroll
-    for (int i = 0; i < kPollDepth; ++i) {
-      *seen = v[i];
-      if (static_cast<int64_t>(v[i]) >= threshold) {
-        event_acquire_fence();
-        return RUN_OK;
-      }
-      v[i] = event_peek(counter);
-      __nanosleep(kPollGapNs);
-    }
-    if ((round & 3) == 0 && aborted(p)) return -1;
-    if (static_cast<int64_t>(globaltimer() - start) > p.timeout_ns) return RUN_TIMEOUT;
-  }
-}
-
-// Thread 0: waits until every wait of `task` holds in iteration t; false if the launch stops.
-// `on_miss` runs once, at the first event found not ready: work worth doing only while the
-// task would otherwise sleep (Dispatch::kPrefetchAtWait).
-template <bool Batch, bool Pipe, class OnMiss>
-__device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, int32_t id, int32_t sm,
-                                 int32_t t, SeenCounters& known, OnMiss&& on_miss) {
-  const TaskDesc& task = near.desc;
-  if constexpr (Batch) {
-    if (task.wait_end - task.wait_begin > 1 && waits_hold_at_first_look(p, near, t)) return true;
-  }
-  bool slept = false, missed = false;
-  const auto first_miss = [&] {
-    if (!missed) {
-      missed = true;
-      on_miss();
-    }
-  };
-  for (int32_t w = task.wait_begin; w < task.wait_end; ++w) {
-    const int32_t i = w - task.wait_begin;
-    const WaitDesc wd = i < kNearWaits ? near.waits[i] : p.waits[w];
-    const int64_t threshold = wait_threshold(wd.count, wd.distance, t);
-    if (known.meets(wd.counter, threshold)) continue;
-    uint32_t seen = 0;
-    const uint64_t start = globaltimer();
-    unsigned sleep_ns = 32, polls = 0;
-    const auto timed_out = [&] {
-      const uint64_t waited = globaltimer() - start;
-      if (static_cast<int64_t>(waited) <= p.timeout_ns) return false;
-      record_failure(p, RunStatus{RUN_TIMEOUT, sm, id, wd.counter, t, seen,
-                                  static_cast<uint32_t>(threshold),
-                                  static_cast<int32_t>(waited / 1000000)});
-      return true;
-    };
-    if constexpr (Pipe) {
-      if (!event_ready(p.counters + wd.counter, threshold, &seen)) {
-        first_miss();
-        const int32_t got = poll_pipelined(p, p.counters + wd.counter, threshold, start, &seen);
-        if (got < 0 || (got == RUN_TIMEOUT && timed_out())) return false;
-        slept = true;  // look at the abort flag once it holds, as after a plain poll's sleep
-      }
-    }
-    while (!Pipe && !event_ready(p.counters + wd.counter, threshold, &seen)) {
-      first_miss();
-      // Every poll is a round trip to L2: look at the abort flag only now and then.
-      if ((++polls & 15) == 0 && aborted(p)) return false;
-      if (timed_out()) return false;
-      // A short cap: the sleep is latency on the critical path once the event fires.
-      __nanosleep(sleep_ns);
-      if (sleep_ns < 128) sleep_ns *= 2;
-    }
-    if (threshold > 0) known.remember(wd.counter, seen);
-    slept = slept || sleep_ns > 32;
-  }
-  // Another CTA's failure: checked while polling, and once more after a wait that had to sleep
-  // (a task whose events were all ready at the first look does not pay the round trip).
-  return !slept || !aborted(p);
+// Thread 0: the turn of the task at `e` in iteration t, for its body to wait on.
+template <class Entry>
+__device__ inline void set_turn(Turn& turn, const Entry& e, int32_t t) {
+  turn.near = &e.near;
+  turn.id = e.id;
+  turn.t = t;
 }
 
 template <class Dispatch>
-__global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams p) {
+__global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const __grid_constant__ LaunchParams p) {
   using Entry = QueueEntry<Dispatch::kSlots>;
   constexpr bool kTableShared = Dispatch::kBuffers <= kSharedBufferRows;
   __shared__ int32_t go;
@@ -327,11 +137,14 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
   // Tail tasks this CTA owes (queue-entry indices), run before its next queued task.
   __shared__ int32_t tail_stack[kTailStack];
   __shared__ int32_t tail_top;
+  // Thread 0's memory of counters, and the turn of a task whose body waits itself.
+  __shared__ SeenCounters known;
+  __shared__ Turn turn;
   const int32_t sm = blockIdx.x;
   uint8_t* const ring = gpu::mk_dynamic_smem + Dispatch::kRingOffset;
   gpu::Arena arena{p.scratch + static_cast<uint64_t>(sm) * p.scratch_per_sm, 0, p.scratch_per_sm,
                    gpu::mk_dynamic_smem + Dispatch::kArenaOffset, 0, Dispatch::kArenaBytes,
-                   nullptr, p.marks, 0, ring, &stage_bars[0], 0};
+                   nullptr, p.marks, 0, ring, &stage_bars[0], 0, nullptr};
   void* const* table = p.buffers;
   if constexpr (kTableShared) {
     for (int i = threadIdx.x; i < Dispatch::kBuffers; i += kCudaThreads) table_rows[i] = p.buffers[i];
@@ -348,6 +161,8 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
   const int32_t begin = p.queue_offsets[sm], end = p.queue_offsets[sm + 1];
   if (threadIdx.x == 0) {
     tail_top = 0;
+    known.clear();
+    turn = Turn{&p, nullptr, &known, 0, sm, 0, 1, 0};
     for (int i = 0; i < 3; ++i) {
       gpu::stage_barrier_init(&stage_bars[i]);
       staged[i] = gpu::StagePlace{0, 0, 0, 0};
@@ -364,20 +179,22 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
   }
   __syncthreads();
   uint32_t n = 0;       // tasks begun; entry/slots/staged[n % 3] hold task n's
-  SeenCounters known;   // thread 0's
   const uint64_t slot_width = 2 + static_cast<uint64_t>(p.marks);
   // All threads: one task's body in iteration t, then thread 0's signals (and timeline); false
-  // if the launch must stop.
+  // if the launch must stop. With `own_wait` the body waits for the task's turn itself (after
+  // thread 0 set `turn` for it).
   int32_t t = 0;
-  auto run_task = [&](const Entry& e, void* const* task_slots) {
+  auto run_task = [&](const Entry& e, void* const* task_slots, bool own_wait) {
     const TaskDesc* task = &e.near.desc;
 #if defined(MK_OP_MARKS_WARM)
     // A diagnostic profile build: the body once untimed, so that the timed run below finds its
     // code in the instruction cache and its reads in L2.
     arena.reset(gpu::ArenaMark{0, 0});
     arena.marks = nullptr;
-    Dispatch::run(task->kind, task, task_slots, arena, t);
+    arena.turn = own_wait ? &turn : nullptr;
+    if (Dispatch::run(task->kind, task, task_slots, arena, t) == kTurnStopped) return false;
     __syncthreads();
+    own_wait = false;
 #endif
     const uint64_t started = p.timeline && threadIdx.x == 0 ? globaltimer() : 0;
     arena.reset(gpu::ArenaMark{0, 0});
@@ -385,8 +202,10 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
         p.timeline ? p.timeline + (static_cast<uint64_t>(t) * p.num_tasks + e.id) * slot_width : nullptr;
     arena.marks = slot && p.marks > 0 ? slot + 2 : nullptr;
     arena.mark_n = 0;
+    arena.turn = own_wait ? &turn : nullptr;
     const int32_t rc = Dispatch::run(task->kind, task, task_slots, arena, t);
     __syncthreads();
+    if (rc == kTurnStopped) return false;  // its wait recorded why
     if (threadIdx.x == 0) {
       if (rc != 0) {
         record_failure(p, RunStatus{RUN_KERNEL_FAILED, sm, e.id, -1, t, static_cast<uint32_t>(rc - 1), 0, 0});
@@ -394,7 +213,7 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
         record_failure(p, RunStatus{RUN_KERNEL_FAILED, sm, e.id, -1, t, kTailOverflow, 0, 0});
       }
       if (slot) {
-        slot[0] = started;
+        slot[0] = own_wait ? turn.started : started;
         slot[1] = globaltimer();
       }
     }
@@ -405,6 +224,7 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
   for (; t < p.iterations; ++t) {
     for (int32_t q = begin; q < end; ++q) {
       const uint32_t cur = n++ % 3, after = (cur + 1) % 3;
+      const bool own_wait = Dispatch::waits_itself(entry[cur].near.desc.kind);
       if (threadIdx.x == 0) {
         const TaskDesc* task = &entry[cur].near.desc;
         // Weights that found no room ahead: into the front of the ring, free now.
@@ -412,11 +232,15 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
           stage_set(cur, task, t);
           staged[cur].deferred = 0;
         }
-        // With kPrefetchAtWait the L2 prefetch of this task's weights is issued only once a
-        // wait finds its producers unfinished: a ready task starts without paying for it.
-        go = wait_task<Dispatch::kBatchWaits, Dispatch::kPipePolls>(p, entry[cur].near, entry[cur].id, sm, t, known, [&] {
-          if constexpr (Dispatch::kPrefetchAtWait) Dispatch::prefetch(task->kind, task, slots[cur], arena, t);
-        });
+        if (own_wait) {
+          set_turn(turn, entry[cur], t);
+        } else {
+          // With kPrefetchAtWait the L2 prefetch of this task's weights is issued only once a
+          // wait finds its producers unfinished: a ready task starts without paying for it.
+          go = wait_task<Dispatch::kBatchWaits, Dispatch::kPipePolls>(p, entry[cur].near, entry[cur].id, sm, t, known, [&] {
+            if constexpr (Dispatch::kPrefetchAtWait) Dispatch::prefetch(task->kind, task, slots[cur], arena, t);
+          });
+        }
       } else if (threadIdx.x == 32) {
         // The next task: its entry and buffers, its weights into the ring behind this task's
         // (and, prefetching ahead, into L2), so HBM streams them while this task waits and
@@ -450,12 +274,16 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
           }
         }
       }
-      __syncthreads();
-      if (!go) return;
+      // A body that waits itself starts without this barrier: its loads go out before the wait,
+      // whose barrier then also covers thread 32's work.
+      if (!own_wait) {
+        __syncthreads();
+        if (!go) return;
+      }
       arena.stage_base = ring + staged[cur].at;
       arena.stage_bar = &stage_bars[cur];
       arena.stage_parity = staged[cur].parity;
-      if (!run_task(entry[cur], slots[cur])) return;
+      if (!run_task(entry[cur], slots[cur], own_wait)) return;
       if (!has_tails(entry[cur].near)) continue;
       // Tails: the tasks whose element this task's signals completed, run here and now (their
       // own signals may complete more). Set (cur + 2) % 3 is free until thread 32 fills it at
@@ -466,10 +294,15 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const LaunchParams
         __syncthreads();  // every thread has read tail_top
         if (threadIdx.x == 0) {
           load_entry<Dispatch>(p, tail_stack[--tail_top], entry[ts], slots[ts], table);
-          go = wait_task<Dispatch::kBatchWaits, Dispatch::kPipePolls>(p, entry[ts].near, entry[ts].id, sm, t, known, [] {});
+          if (Dispatch::waits_itself(entry[ts].near.desc.kind)) {
+            set_turn(turn, entry[ts], t);
+            go = 1;
+          } else {
+            go = wait_task<Dispatch::kBatchWaits, Dispatch::kPipePolls>(p, entry[ts].near, entry[ts].id, sm, t, known, [] {});
+          }
         }
         __syncthreads();
-        if (!go || !run_task(entry[ts], slots[ts])) return;
+        if (!go || !run_task(entry[ts], slots[ts], Dispatch::waits_itself(entry[ts].near.desc.kind))) return;
         __syncthreads();  // thread 0's pushes
       }
     }

@@ -14,6 +14,7 @@
 #include "mk/cuda_copy.cuh"
 #include "mk/cuda_kernels.h"
 #include "mk/cuda_stage.cuh"
+#include "mk/cuda_wait.cuh"
 
 namespace mk {
 namespace gpu {
@@ -218,43 +219,86 @@ __device__ inline void prefetch_first_round(const StreamLinear& s, int kc, int b
   }
 }
 
-// One warp: rows [begin, end) of the concatenated weights against the staged chunk `xs`
-// ([M][stride] floats, columns [0, kc)), RG rows at a time. Each lane issues the loads of S
-// 256-column steps of all RG rows before it multiplies any: a decode task is short, so what
-// bounds it is how many round trips to HBM it waits for, and S·RG loads per lane in flight
-// make a task of up to S·256 columns one round trip (and keep ~64 KB in flight per SM).
+// One lane's first round of a warp's rows [begin, end) at chunk column 0: S 256-column steps
+// of RG rows, as stream_rows loads them.
+template <int RG, int S>
+__device__ __forceinline__ void first_round(uint4 (&v)[S][RG], const StreamLinear& s, int kc,
+                                            int begin, int end) {
+  const uint16_t* wp[RG];
+  float* op[RG];
+  int32_t os[RG];
+  round_rows<RG>(s, 0, begin, end, wp, op, os);
+  const int k = (threadIdx.x & 31) * 8;
+#pragma unroll
+  for (int t = 0; t < S; ++t) load_rows<RG, true, false>(v[t], wp, k + t * 256, kc);
+}
+
+// One warp: weight rows r0.. r0 + RG (before `end`) against the staged chunk `xs` ([M][stride]
+// floats, columns [0, kc)). Each lane issues the loads of S 256-column steps of all RG rows
+// before it multiplies any: a decode task is short, so what bounds it is how many round trips to
+// HBM it waits for, and S·RG loads per lane in flight make a task of up to S·256 columns one
+// round trip (and keep ~64 KB in flight per SM). With Pre, `pre` holds the first round
+// (first_round, loaded before the task's wait).
+template <int M, int RG, int S, bool Vec, bool Shared, bool Pre>
+__device__ __forceinline__ void stream_group(const StreamLinear& s, const float* xs, int stride,
+                                             int kc, int64_t c, int r0, int end,
+                                             const uint4 (&pre)[S][RG]) {
+  const int lane = threadIdx.x & 31;
+  const bool bf16 = s.w_dtype == DTYPE_BF16;
+  const uint16_t* wp[RG];
+  float* op[RG];
+  int32_t os[RG];
+  round_rows<RG>(s, c, r0, end, wp, op, os);
+  float acc[RG][M];
+#pragma unroll
+  for (int j = 0; j < RG; ++j)
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[j][m] = 0.0f;
+  int k0 = lane * 8;
+  if constexpr (Pre) {
+#pragma unroll
+    for (int t = 0; t < S; ++t) {
+      if (k0 + t * 256 < kc) fma_rows<M, RG>(acc, pre[t], xs, stride, k0 + t * 256, bf16);
+    }
+    k0 += S * 256;
+  }
+  for (int k = k0; k < kc; k += S * 256) {
+    uint4 v[S][RG];
+#pragma unroll
+    for (int t = 0; t < S; ++t) load_rows<RG, Vec, Shared>(v[t], wp, k + t * 256, kc);
+#pragma unroll
+    for (int t = 0; t < S; ++t) {
+      if (k + t * 256 < kc) fma_rows<M, RG>(acc, v[t], xs, stride, k + t * 256, bf16);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < RG; ++j)
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const float v = warp_sum(acc[j][m]);
+      if (lane == 0 && op[j]) op[j][m * os[j]] = s.assign && c == 0 ? v : op[j][m * os[j]] + v;
+    }
+}
+
+// One warp: rows [begin, end) of the concatenated weights against the staged chunk, RG rows at
+// a time (stream_group).
 template <int M, int RG, int S, bool Vec, bool Shared>
 __device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, int kc, int64_t c,
                             int begin, int end) {
-  const int lane = threadIdx.x & 31;
-  const bool bf16 = s.w_dtype == DTYPE_BF16;
+  const uint4 none[S][RG] = {};
   for (int r0 = begin; r0 < end; r0 += RG) {
-    const uint16_t* wp[RG];
-    float* op[RG];
-    int32_t os[RG];
-    round_rows<RG>(s, c, r0, end, wp, op, os);
-    float acc[RG][M];
-#pragma unroll
-    for (int j = 0; j < RG; ++j)
-#pragma unroll
-      for (int m = 0; m < M; ++m) acc[j][m] = 0.0f;
-    for (int k = lane * 8; k < kc; k += S * 256) {
-      uint4 v[S][RG];
-#pragma unroll
-      for (int t = 0; t < S; ++t) load_rows<RG, Vec, Shared>(v[t], wp, k + t * 256, kc);
-#pragma unroll
-      for (int t = 0; t < S; ++t) {
-        if (k + t * 256 < kc) fma_rows<M, RG>(acc, v[t], xs, stride, k + t * 256, bf16);
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < RG; ++j)
-#pragma unroll
-      for (int m = 0; m < M; ++m) {
-        const float v = warp_sum(acc[j][m]);
-        if (lane == 0 && op[j]) op[j][m * os[j]] = s.assign && c == 0 ? v : op[j][m * os[j]] + v;
-      }
+    stream_group<M, RG, S, Vec, Shared, false>(s, xs, stride, kc, c, r0, end, none);
   }
+}
+
+// stream_rows of the first chunk with the first group's first round in `pre`. The group is
+// peeled: inside the loop `pre` would stay live beside every later round's loads.
+template <int M, int RG, int S>
+__device__ __forceinline__ void stream_rows_ahead(const StreamLinear& s, const float* xs,
+                                                  int stride, int kc, int begin, int end,
+                                                  const uint4 (&pre)[S][RG]) {
+  if (begin < end) stream_group<M, RG, S, true, false, true>(s, xs, stride, kc, 0, begin, end, pre);
+  stream_rows<M, RG, S, true, false>(s, xs, stride, kc, 0, begin + RG, end);
 }
 
 // Eight consecutive elements as floats: 16-byte loads when `vec` (the address is 16-byte aligned
@@ -624,11 +668,14 @@ __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride,
 // block on tensor cores. G > 1 gives each warp blocks of G 8-row groups on tensor cores (the
 // activation fragments of a step serve them all). Each thread stages up to XB groups of eight
 // activation columns at once (the emitter sizes it to the chunk: unrolled code the task does not
-// need costs instruction fetches). Ends with __syncthreads(); false if staged weights never
-// landed.
+// need costs instruction fetches). With Ahead (one chunk on CUDA cores, s.arena->turn set by
+// the dispatcher) each lane issues its first round of weight loads and only then waits for the
+// task's turn. Ends with __syncthreads(); false if staged weights never landed or the launch
+// stopped during the wait.
 template <int M, int RG, int S, int XB, bool Mma = false, bool Staged = false, int G = 1,
-          bool Early = false>
+          bool Early = false, bool Ahead = false>
 __device__ bool stream_linear(const StreamLinear& s) {
+  static_assert(!Ahead || (!Mma && !Staged), "loads ahead of the wait: CUDA cores, unstaged");
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
   bool vec = true;
@@ -649,6 +696,11 @@ __device__ bool stream_linear(const StreamLinear& s) {
 #pragma unroll
   for (int m = 0; m < M; ++m) ss[m] = 0.0f;
   __shared__ float part[32][M];  // the warps' Σx²
+  uint4 pre[S][RG];
+  if constexpr (Ahead) {
+    if (vec) first_round<RG, S>(pre, s, static_cast<int>(s.k < s.kc ? s.k : s.kc), begin, end);
+    if (s.arena->turn && !turn_wait(*static_cast<Turn*>(s.arena->turn))) return false;
+  }
   MK_MARK(*s.arena);
   if constexpr (Early && !Mma && !Staged) {
     if (vec) prefetch_first_round<RG, S>(s, static_cast<int>(s.k < s.kc ? s.k : s.kc), begin, end);
@@ -675,7 +727,11 @@ __device__ bool stream_linear(const StreamLinear& s) {
     if (pack.on) {
       mma_chunk<M, Staged, G, S>(s, reinterpret_cast<const uint16_t*>(xs), s.kc, kc, c, rows);
     } else if (vec && !Mma) {
-      stream_rows<M, RG, S, true, Staged>(s, xs, s.kc, kc, c, begin, end);
+      if constexpr (Ahead) {
+        stream_rows_ahead<M, RG, S>(s, xs, s.kc, kc, begin, end, pre);
+      } else {
+        stream_rows<M, RG, S, true, Staged>(s, xs, s.kc, kc, c, begin, end);
+      }
     } else {
       // Weights not 16-byte aligned (the emitter plans tensor cores only for aligned chunks):
       // rare, so this loop is not unrolled. Every unrolled variant adds kilobytes of code to

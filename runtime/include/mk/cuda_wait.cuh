@@ -1,0 +1,267 @@
+// Waiting for a task's turn: the launch parameters, the task's near copy of its descriptor and
+// waits, and thread 0's poll of the event counters under the globaltimer watchdog. The
+// dispatcher waits before a body, or a body that loads its weights first waits itself (Turn).
+#pragma once
+
+#include <stdint.h>
+
+#include "mk/cuda_kernels.h"
+#include "mk/events.h"
+#include "mk/tables.h"
+
+namespace mk {
+
+// Everything a launch needs, all device pointers; passed by value as the kernel parameter.
+struct LaunchParams {
+  const WaitDesc* waits;
+  const SignalDesc* signals;
+  const int32_t* queue_offsets;
+  const uint4* queue_entries;  // one QueueEntry<Dispatch::kSlots> per queue position
+  void* const* buffers;       // base address of every buffer-table row
+  uint32_t* counters;         // zeroed by the host before the launch
+  RunStatus* status;          // zeroed by the host; first failure wins
+  int32_t* abort_flag;        // set by a failing CTA, polled by all
+  uint8_t* scratch;           // scratch_per_sm bytes per CTA
+  uint64_t scratch_per_sm;
+  uint64_t* timeline;         // [iterations][num_tasks][2 + marks] start, end, op marks (ns), or null
+  int32_t num_sms;
+  int32_t num_tasks;
+  int32_t iterations;
+  int32_t marks;              // op-mark slots per task in the timeline (MK_OP_MARKS builds)
+  int64_t timeout_ns;
+};
+
+__device__ inline uint64_t globaltimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ inline bool aborted(const LaunchParams& p) {
+  return *static_cast<volatile int32_t*>(p.abort_flag) != 0;
+}
+
+// Records the first failure of the launch and tells every CTA to stop.
+__device__ inline void record_failure(const LaunchParams& p, RunStatus s) {
+  if (atomicCAS(&p.status->error, RUN_OK, s.error) == RUN_OK) {
+    p.status->sm = s.sm;
+    p.status->task = s.task;
+    p.status->counter = s.counter;
+    p.status->iteration = s.iteration;
+    p.status->value = s.value;
+    p.status->threshold = s.threshold;
+    p.status->wait_ms = s.wait_ms;
+    __threadfence_system();
+  }
+  atomicExch(p.abort_flag, 1);
+}
+
+// What the dispatcher reads of a task, copied into shared memory before its turn: the
+// descriptor and its first waits and signals (a task with more reads the rest from the tables).
+constexpr int kNearWaits = 8, kNearSignals = 8;
+struct NearTask {
+  TaskDesc desc;
+  WaitDesc waits[kNearWaits];
+  int32_t signals[kNearSignals];     // counters
+  int32_t tail_entry[kNearSignals];  // the entry of the signal's tail task, or -1
+  int32_t tail_count[kNearSignals];  // its event's signals per element per iteration
+};
+
+// Thread 0's memory of counters it has read: counters only grow during a launch, so a wait
+// whose threshold a remembered value already meets needs no round trip to L2 (the lm_head's
+// tasks, for one, all wait on the same counter).
+struct SeenCounters {
+  static constexpr int kSize = 4;
+  int32_t counter[kSize];
+  uint32_t value[kSize];
+  int32_t next;
+  // No initializers: the dispatcher keeps it in shared memory, where a body waiting for its own
+  // turn reaches it too.
+  __device__ void clear() {
+#pragma unroll
+    for (int i = 0; i < kSize; ++i) {
+      counter[i] = -1;
+      value[i] = 0;
+    }
+    next = 0;
+  }
+  __device__ bool meets(int32_t c, int64_t threshold) const {
+#pragma unroll
+    for (int i = 0; i < kSize; ++i) {
+      if (counter[i] == c && static_cast<int64_t>(value[i]) >= threshold) return true;
+    }
+    return false;
+  }
+  __device__ void remember(int32_t c, uint32_t v) {
+#pragma unroll
+    for (int i = 0; i < kSize; ++i) {
+      if (counter[i] == c) {
+        value[i] = v > value[i] ? v : value[i];
+        return;
+      }
+    }
+    counter[next] = c;
+    value[next] = v;
+    next = (next + 1) % kSize;
+  }
+};
+
+// Thread 0, with Dispatch::kBatchWaits (MK_CUDA_WAIT_BATCH=1): every near wait's counter read
+// at once, one round trip to L2 for all of them, then one acquire fence when they all hold;
+// false (look one by one) when one does not, or the task has more waits than are near.
+__device__ inline bool waits_hold_at_first_look(const LaunchParams& p, const NearTask& near,
+                                                int32_t t) {
+  const int32_t n = near.desc.wait_end - near.desc.wait_begin;
+  if (n > kNearWaits) return false;
+  uint32_t value[kNearWaits];
+#pragma unroll
+  for (int i = 0; i < kNearWaits; ++i) {
+    if (i < n) value[i] = event_peek(p.counters + near.waits[i].counter);
+  }
+  bool all = true;
+#pragma unroll
+  for (int i = 0; i < kNearWaits; ++i) {
+    if (i < n) {
+      const WaitDesc& wd = near.waits[i];
+      all = all && static_cast<int64_t>(value[i]) >= wait_threshold(wd.count, wd.distance, t);
+    }
+  }
+  if (all) event_acquire_fence();
+  return all;
+}
+
+// Thread 0, with Dispatch::kPipePolls (MK_CUDA_POLL_PIPE=1), once a counter was found below
+// `threshold`: keeps kPollDepth relaxed reads of it in flight, a new one every kPollGapNs, and
+// takes one acquire fence when a read meets the threshold. A plain poll waits out a whole L2
+// round trip before the next one goes out, so an update that lands just after a read reached L2
+// is seen up to one and a half round trips later; here about half of one plus the gap. RUN_OK,
+// RUN_TIMEOUT or -1 (the launch stops).
+constexpr int kPollDepth = 4;
+constexpr unsigned kPollGapNs = 96;
+__device__ inline int32_t poll_pipelined(const LaunchParams& p, const uint32_t* counter,
+                                         int64_t threshold, uint64_t start, uint32_t* seen) {
+  uint32_t v[kPollDepth];
+#pragma unroll
+  for (int i = 0; i < kPollDepth; ++i) {
+    v[i] = event_peek(counter);
+    __nanosleep(kPollGapNs);
+  }
+  for (uint32_t round = 1;; ++round) {
+#pragma unroll
+    for (int i = 0; i < kPollDepth; ++i) {
+      *seen = v[i];
+      if (static_cast<int64_t>(v[i]) >= threshold) {
+        event_acquire_fence();
+        return RUN_OK;
+      }
+      v[i] = event_peek(counter);
+      __nanosleep(kPollGapNs);
+    }
+    if ((round & 3) == 0 && aborted(p)) return -1;
+    if (static_cast<int64_t>(globaltimer() - start) > p.timeout_ns) return RUN_TIMEOUT;
+  }
+}
+
+// Thread 0: waits until every wait of `task` holds in iteration t; false if the launch stops.
+// `on_miss` runs once, at the first event found not ready: work worth doing only while the
+// task would otherwise sleep (Dispatch::kPrefetchAtWait).
+template <bool Batch, bool Pipe, class OnMiss>
+__device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, int32_t id, int32_t sm,
+                                 int32_t t, SeenCounters& known, OnMiss&& on_miss) {
+  const TaskDesc& task = near.desc;
+  if constexpr (Batch) {
+    if (task.wait_end - task.wait_begin > 1 && waits_hold_at_first_look(p, near, t)) return true;
+  }
+  bool slept = false, missed = false;
+  const auto first_miss = [&] {
+    if (!missed) {
+      missed = true;
+      on_miss();
+    }
+  };
+  for (int32_t w = task.wait_begin; w < task.wait_end; ++w) {
+    const int32_t i = w - task.wait_begin;
+    const WaitDesc wd = i < kNearWaits ? near.waits[i] : p.waits[w];
+    const int64_t threshold = wait_threshold(wd.count, wd.distance, t);
+    if (known.meets(wd.counter, threshold)) continue;
+    uint32_t seen = 0;
+    const uint64_t start = globaltimer();
+    unsigned sleep_ns = 32, polls = 0;
+    const auto timed_out = [&] {
+      const uint64_t waited = globaltimer() - start;
+      if (static_cast<int64_t>(waited) <= p.timeout_ns) return false;
+      record_failure(p, RunStatus{RUN_TIMEOUT, sm, id, wd.counter, t, seen,
+                                  static_cast<uint32_t>(threshold),
+                                  static_cast<int32_t>(waited / 1000000)});
+      return true;
+    };
+    if constexpr (Pipe) {
+      if (!event_ready(p.counters + wd.counter, threshold, &seen)) {
+        first_miss();
+        const int32_t got = poll_pipelined(p, p.counters + wd.counter, threshold, start, &seen);
+        if (got < 0 || (got == RUN_TIMEOUT && timed_out())) return false;
+        slept = true;  // look at the abort flag once it holds, as after a plain poll's sleep
+      }
+    }
+    while (!Pipe && !event_ready(p.counters + wd.counter, threshold, &seen)) {
+      first_miss();
+      // Every poll is a round trip to L2: look at the abort flag only now and then.
+      if ((++polls & 15) == 0 && aborted(p)) return false;
+      if (timed_out()) return false;
+      // A short cap: the sleep is latency on the critical path once the event fires.
+      __nanosleep(sleep_ns);
+      if (sleep_ns < 128) sleep_ns *= 2;
+    }
+    if (threshold > 0) known.remember(wd.counter, seen);
+    slept = slept || sleep_ns > 32;
+  }
+  // Another CTA's failure: checked while polling, and once more after a wait that had to sleep
+  // (a task whose events were all ready at the first look does not pay the round trip).
+  return !slept || !aborted(p);
+}
+
+
+#if defined(MK_WAIT_BATCH)
+constexpr bool kWaitBatch = true;
+#else
+constexpr bool kWaitBatch = false;
+#endif
+#if defined(MK_POLL_PIPE)
+constexpr bool kPollPipe = true;
+#else
+constexpr bool kPollPipe = false;
+#endif
+
+// A body's own wait for its turn (emitted with MK_CUDA_LOAD_AHEAD=1): a streamed linear issues
+// the first round of its weight loads and only then waits, so the round trip to HBM and the
+// transfer overlap the wait for the producers instead of following it. The dispatcher fills it
+// (in shared memory) for the task and leaves the wait to the body.
+struct Turn {
+  const LaunchParams* p;
+  const NearTask* near;
+  SeenCounters* known;
+  int32_t id, sm, t;
+  int32_t go;
+  uint64_t started;  // when the wait ended: the task's start in the timeline
+};
+
+// Thread 0: waits for the task's events. Not inlined: the body's weight loads in flight stay
+// in registers, which the polling loop's own would otherwise push into local memory.
+__device__ __forceinline__ void turn_wait_thread0(Turn& turn) {
+  turn.go = wait_task<kWaitBatch, kPollPipe>(*turn.p, *turn.near, turn.id, turn.sm, turn.t,
+                                             *turn.known, [] {});
+  if (turn.p->timeline) turn.started = globaltimer();
+}
+
+// Every thread of the CTA: thread 0 waits for the task's events; false if the launch stops.
+__device__ __forceinline__ bool turn_wait(Turn& turn) {
+  if (threadIdx.x == 0) turn_wait_thread0(turn);
+  __syncthreads();
+  return turn.go != 0;
+}
+
+// What a body returns when its own wait found the launch stopping (the failure is recorded).
+// (Beside the other body codes: 0x7ffffffe a staged copy lost, 0x7fffffff an unknown kind.)
+constexpr int32_t kTurnStopped = 0x7ffffffc;
+
+}  // namespace mk
