@@ -45,8 +45,8 @@ from mk.backends.cuda.fuse_loops import fuse_element_loops
 from mk.backends.cuda.split_merge import MergedX, MergePlan, merge_lines, merged_x_lines, plan_merge
 from mk.backends.cuda.stream import (
     STAGE_LOST,
-    TURN_STOPPED,
     STAGE_X_BYTES,
+    TURN_STOPPED,
     StreamPlan,
     plan_stream,
     prefetch_spans,
