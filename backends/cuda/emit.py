@@ -42,6 +42,7 @@ from mk.backends.cuda.dispatch import (
 )
 from mk.backends.cuda.elementwise import box_runs, element_offset, flat_offset
 from mk.backends.cuda.fuse_loops import fuse_element_loops
+from mk.backends.cuda.row_ops import static_row_op
 from mk.backends.cuda.split_merge import MergedX, MergePlan, merge_lines, merged_x_lines, plan_merge
 from mk.backends.cuda.stream import (
     STAGE_LOST,
@@ -524,6 +525,13 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         body = self.lines[start:]
         del self.lines[start:]
         self.element_loop(n, list(zip(op.args, offsets, strict=True)), op.res, body)
+
+    def tile_op(self, op: Operation, it: str) -> None:
+        line = static_row_op(op, self.var, self.f)
+        if line is None:
+            super().tile_op(op, it)
+        else:
+            self.lines.append(line)
 
     def step(self, op: Operation, it: str) -> None:
         if isinstance(op, BinaryOp | UnaryOp):

@@ -375,6 +375,31 @@ MK_COOPERATIVE void rms_norm_tile(Tile<float>& out, const Dims& oshape, const Ti
   arena.reset(mark);
 }
 
+// rms_norm_tile for rows of H elements (a multiple of 32) and a norm weight of H, at most one
+// row per warp: the arithmetic of its warp-per-row path (squares summed in double), with the
+// sizes known to the compiler, so a per-head norm (QK-norm) is a few hundred bytes of code
+// instead of the generic shape walk and broadcast multiply.
+template <int H>
+MK_COOPERATIVE void rms_norm_rows(Tile<float>& out, const Tile<float>& x, const Tile<float>& g,
+                                  int rows, float eps) {
+  static_assert(H % 32 == 0, "rms_norm_rows: rows of a multiple of 32");
+  out.resize(x.n);
+  const int r = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  if (r < rows) {
+    double s = 0;
+#pragma unroll
+    for (int c = lane; c < H; c += 32) {
+      const float sq = x.p[r * H + c] * x.p[r * H + c];
+      s += sq;
+    }
+    for (int k = 16; k > 0; k >>= 1) s += __shfl_xor_sync(0xffffffffu, s, k);
+    const float root = sqrtf(static_cast<float>(s) / static_cast<float>(H) + eps);
+#pragma unroll
+    for (int c = lane; c < H; c += 32) out.p[r * H + c] = x.p[r * H + c] / root * g.p[c];
+  }
+  __syncthreads();
+}
+
 template <class T, int N>
 MK_COOPERATIVE void concat_tile(Tile<T>& out, const Tile<T>* const (&parts)[N], const Dims (&shapes)[N],
                             int64_t dim) {

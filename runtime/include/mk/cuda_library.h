@@ -49,6 +49,23 @@ __device__ inline void lib_rope(Tile<float>& out, const Tile<float>& x, const Di
   __syncthreads();
 }
 
+// lib_rope for rows of D elements whose cos and sin are one row of D/2 shared by all rows:
+// the same arithmetic, without the broadcast walk.
+template <int D>
+__device__ inline void rope_rows(Tile<float>& out, const Tile<float>& x, const Tile<float>& c,
+                                 const Tile<float>& s, int rows) {
+  constexpr int half = D / 2;
+  out.resize(x.n);
+  MK_FOR_EACH(e, rows * half) {
+    const int r = static_cast<int>(e) / half, j = static_cast<int>(e) % half;
+    const float x1 = x.p[r * D + j], x2 = x.p[r * D + half + j];
+    const float cv = c.p[j], sv = s.p[j];
+    out.p[r * D + j] = x1 * cv - x2 * sv;
+    out.p[r * D + half + j] = x2 * cv + x1 * sv;
+  }
+  __syncthreads();
+}
+
 // Row gather by bytes, by every thread of the CTA (16 bytes at a time where rows allow it);
 // returns (to every thread) the index of the first id out of range, or -1 (nothing written).
 __device__ inline int64_t gather_rows(void* out, const void* table, const Tile<int64_t>& ids,

@@ -1,0 +1,81 @@
+"""Sized per-row norm and RoPE device calls (backends/cuda/row_ops.py): when the CUDA emitter
+uses them instead of the generic library calls."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from xdsl.dialects.builtin import TensorType, f32
+from xdsl.ir import Block, SSAValue
+
+import mk
+from mk.backends.cuda.row_ops import rms_norm_rows, rope_rows
+from mk.dialects.mugraph_tiles import RMSNormOp, RopeOp
+from mk.models import decode_program, preset
+
+
+def _args(*shapes: tuple[int, ...]) -> Block:
+    return Block(arg_types=[TensorType(f32, s) for s in shapes])
+
+
+def _namer(block: Block) -> Callable[[SSAValue], str]:
+    """Block arguments are a0, a1, ...; anything else (the op's result) is r."""
+    names = {arg: f"a{i}" for i, arg in enumerate(block.args)}
+    return lambda value: names.get(value, "r")
+
+
+@pytest.mark.parametrize(
+    ("x", "g", "sized"),
+    [
+        ((1, 1, 1, 128), (128,), True),  # one head of QK-norm
+        ((8, 64), (64,), True),  # a row per warp
+        ((9, 64), (64,), False),  # more rows than warps
+        ((2, 48), (48,), False),  # not a multiple of 32
+        ((1, 32), (32,), True),  # one element per lane
+        ((1, 16), (16,), False),
+    ],
+)
+def test_rms_norm_rows_takes_short_row_sets(
+    x: tuple[int, ...], g: tuple[int, ...], sized: bool
+) -> None:
+    b = _args(x, g)
+    name = _namer(b)
+    line = rms_norm_rows(RMSNormOp(b.args[0], b.args[1], 1e-5), name, name)
+    assert (line is not None) == sized
+    if line is not None:
+        rows = 1
+        for d in x[:-1]:
+            rows *= d
+        assert line == f"mk::gpu::rms_norm_rows<{x[-1]}>(r, a0, a1, {rows}, 1e-05f);"
+
+
+@pytest.mark.parametrize(
+    ("x", "cos", "sized"),
+    [
+        ((1, 1, 1, 128), (1, 64), True),  # one position for every head
+        ((4, 128), (64,), True),
+        ((4, 128), (4, 64), False),  # a position per row: the broadcast walk
+        ((1, 7), (1, 3), False),  # odd width
+    ],
+)
+def test_rope_rows_takes_one_shared_position(
+    x: tuple[int, ...], cos: tuple[int, ...], sized: bool
+) -> None:
+    b = _args(x, cos, cos)
+    name = _namer(b)
+    line = rope_rows(RopeOp(b.args[0], b.args[1], b.args[2]), name, name)
+    assert (line is not None) == sized
+    if line is not None:
+        rows = x[0] * (x[1] if len(x) == 4 else 1) * (x[2] if len(x) == 4 else 1)
+        assert line == f"mk::gpu::rope_rows<{x[-1]}>(r, a0, a1, a2, {rows});"
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_qk_norm_and_rope_are_sized_calls(tmp_path: Path) -> None:
+    """A Qwen3 step's per-head norm and RoPE become the sized calls: no generic call left."""
+    program = decode_program(preset("tiny-qwen3"), 1, 32, 1)
+    text = mk.compile(program, target="cuda", cache_dir=tmp_path).cuda_source or ""
+    assert "mk::gpu::rms_norm_rows<" in text and "mk::gpu::rope_rows<" in text
+    assert "mk::gpu::rms_norm_tile(" not in text and "mk::gpu::lib_rope(" not in text
