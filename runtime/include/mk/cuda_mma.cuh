@@ -1,0 +1,186 @@
+// The tensor-core products of a decode-shaped linear (cuda_stream.cuh): m16n8k16 mma over
+// weight rows streamed from global memory or the staging ring, for 2..16 activation rows.
+#pragma once
+
+#include <stdint.h>
+
+#include "mk/cuda_stream_rows.cuh"
+
+namespace mk {
+namespace gpu {
+
+// D += A·B for one m16n8k16 tile: A 16×16 (four packed pairs per lane), B 16×8 (two), D f32.
+template <bool BF16>
+__device__ inline void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                uint32_t b0, uint32_t b1) {
+  if constexpr (BF16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+// Columns [k, k + 8) of staged activation row m, packed when staged (four pairs of the
+// weights' 16-bit type); zeros for m >= M.
+template <int M>
+__device__ inline uint4 act8(const uint16_t* xs, int stride, int m, int k) {
+  if (m >= M) return make_uint4(0, 0, 0, 0);
+  return *reinterpret_cast<const uint4*>(xs + m * stride + k);
+}
+
+#if defined(MK_MMA_PIPE)
+constexpr bool kMmaPipe = true;
+#else
+constexpr bool kMmaPipe = false;
+#endif
+
+// One lane's weight vectors of N 32-column steps from column k of each of its G rows (zeros
+// past k1 or for a missing row: no load).
+template <int N, int G, bool Shared>
+__device__ inline void mma_load(uint4 (&w)[N][G], const uint16_t* const (&wp)[G], int k, int k1,
+                                int t) {
+#pragma unroll
+  for (int u = 0; u < N; ++u) {
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+      const bool in = wp[i] && k + 32 * u < k1;
+      w[u][i] = in ? load_weight8<true, Shared>(wp[i] + k + 32 * u + 8 * t) : make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+// Independent accumulators per group on tensor cores: consecutive mma of a group go to
+// different ones, so a warp's mma are not one chain of dependent instructions (ncu on the gated
+// MLP at batch 8 with a single accumulator: "wait" and short-scoreboard stalls led, DRAM 42 %).
+// Four chains in all: G groups are G chains already.
+constexpr int kMmaChains = 4;
+template <int G>
+constexpr int kMmaAccumulators = G >= kMmaChains ? 1 : kMmaChains / G;
+
+// The mma of N 32-column steps from column k (none past k1) on weight vectors w.
+template <int M, int N, int G, bool BF16>
+__device__ inline void mma_steps(float (&d)[kMmaAccumulators<G>][G][4], const uint4 (&w)[N][G],
+                                 const uint16_t* xs, int stride, int g, int t, int k, int k1) {
+#pragma unroll
+  for (int u = 0; u < N; ++u) {
+    if (k + 32 * u >= k1) break;  // the same for the whole warp
+    const int kk = k + 32 * u + 8 * t;
+    const uint4 lo = act8<M>(xs, stride, g, kk), hi = act8<M>(xs, stride, g + 8, kk);
+    constexpr int A = kMmaAccumulators<G>;
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+      mma16816<BF16>(d[(2 * u) % A][i], lo.x, hi.x, lo.y, hi.y, w[u][i].x, w[u][i].y);
+      mma16816<BF16>(d[(2 * u + 1) % A][i], lo.z, hi.z, lo.w, hi.w, w[u][i].z, w[u][i].w);
+    }
+  }
+}
+
+// One warp on tensor cores: weight rows [r0, r0 + 8G) (G groups of 8) times the staged
+// activation rows (M <= 16, the A operand padded to 16 with zeros) over columns [k0, k1) of the
+// chunk, multiples of 32. Lane (g, t) = (lane / 4, lane % 4) streams weight row r0 + 8i + g of
+// group i, 16 bytes at column k + 8t of each 32-column step. Inside a step the k order is
+// permuted alike for A and B (a sum does not mind), so both operands are plain 16-byte vectors:
+// for mma j, B is the lane's weight pairs 2j and 2j + 1 and A the packed activation pairs 2j
+// and 2j + 1 of the same eight columns (rows g and g + 8). The A fragments of a step serve all
+// G groups. U steps' loads of all groups are in flight before the first mma; with MK_MMA_PIPE
+// (MK_CUDA_MMA_PIPE=1) two halves of U/2 steps alternate, one half's loads in flight while the
+// other's mma run.
+template <int M, int U, int G, bool BF16, bool Shared>
+__device__ void mma_rows(const StreamLinear& s, const uint16_t* xs, int stride, int64_t c, int r0,
+                         int rows, int k0, int k1) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  float* unused;
+  int32_t unused_rows;
+  const uint16_t* wp[G];
+#pragma unroll
+  for (int i = 0; i < G; ++i) {
+    const int row = r0 + 8 * i + g;
+    wp[i] = row < rows ? weight_row(s, row, c, &unused, &unused_rows) : nullptr;
+  }
+  constexpr int A = kMmaAccumulators<G>;
+  float d[A][G][4];
+#pragma unroll
+  for (int a = 0; a < A; ++a)
+#pragma unroll
+    for (int i = 0; i < G; ++i) d[a][i][0] = d[a][i][1] = d[a][i][2] = d[a][i][3] = 0.0f;
+  if constexpr (kMmaPipe && U > 1) {
+    constexpr int H = U / 2;
+    uint4 wa[H][G], wb[H][G];
+    mma_load<H, G, Shared>(wa, wp, k0, k1, t);
+    for (int k = k0; k < k1; k += 64 * H) {
+      mma_load<H, G, Shared>(wb, wp, k + 32 * H, k1, t);
+      mma_steps<M, H, G, BF16>(d, wa, xs, stride, g, t, k, k1);
+      mma_load<H, G, Shared>(wa, wp, k + 64 * H, k1, t);
+      mma_steps<M, H, G, BF16>(d, wb, xs, stride, g, t, k + 32 * H, k1);
+    }
+  } else {
+    for (int k = k0; k < k1; k += 32 * U) {
+      uint4 w[U][G];
+      mma_load<U, G, Shared>(w, wp, k, k1, t);
+      mma_steps<M, U, G, BF16>(d, w, xs, stride, g, t, k, k1);
+    }
+  }
+#pragma unroll
+  for (int a = 1; a < A; ++a)
+#pragma unroll
+    for (int i = 0; i < G; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) d[0][i][e] += d[a][i][e];
+  // d[0][i][2h + e]: activation row g + 8h, weight row r0 + 8i + 2t + e. Other warps may add to
+  // the same sums (their own columns), hence the atomics.
+#pragma unroll
+  for (int i = 0; i < G; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int m = g + 8 * h, row = r0 + 8 * i + 2 * t + e;
+        float* out;
+        int32_t n;
+        if (m < M && row < rows && weight_row(s, row, c, &out, &n)) atomicAdd(out + m * n, d[0][i][2 * h + e]);
+      }
+    }
+  }
+}
+
+__device__ inline int gcd_int(int a, int b) {
+  while (b) {
+    const int r = a % b;
+    a = b;
+    b = r;
+  }
+  return a;
+}
+
+// All warps on tensor cores over one staged chunk: (block of G 8-row groups, column slice)
+// units, as many slices as make the units a multiple of the warp count so every warp gets the
+// same share; U steps' loads of the block in flight per lane.
+template <int M, bool Shared, int G, int U>
+__device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride, int kc, int64_t c,
+                          int rows) {
+  const int warps = static_cast<int>(blockDim.x >> 5), warp = static_cast<int>(threadIdx.x >> 5);
+  const int blocks = ((rows + 7) / 8 + G - 1) / G, steps = kc / 32;
+  int slices = warps / gcd_int(blocks, warps);
+  slices = slices < steps ? slices : (steps > 0 ? steps : 1);
+  const bool bf16 = s.w_dtype == DTYPE_BF16;
+  for (int unit = warp; unit < blocks * slices; unit += warps) {
+    const int rb = unit % blocks, sl = unit / blocks;
+    const int k0 = steps * sl / slices * 32, k1 = steps * (sl + 1) / slices * 32;
+    if (bf16) {
+      mma_rows<M, U, G, true, Shared>(s, xs, stride, c, rb * 8 * G, rows, k0, k1);
+    } else {
+      mma_rows<M, U, G, false, Shared>(s, xs, stride, c, rb * 8 * G, rows, k0, k1);
+    }
+  }
+}
+
+}  // namespace gpu
+}  // namespace mk

@@ -1,0 +1,298 @@
+// The weight side of a decode-shaped linear (cuda_stream.cuh): the task's descriptor, the
+// 16-byte streaming loads and the CUDA-core products of RG rows at a time.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "mk/cuda_copy.cuh"
+#include "mk/cuda_kernels.h"
+
+namespace mk {
+namespace gpu {
+
+constexpr int kStreamMaxWeights = 4;
+constexpr int kStreamMaxRows = 16;               // activation rows (M)
+constexpr uint32_t kStreamSmemBytes = 160 << 10;  // the staged activation chunk, floats
+
+struct StreamWeight {
+  const uint16_t* w;  // element (first row, first column) of this task's part: bf16 or f16
+  int64_t ld;         // elements between rows
+  int32_t rows;
+  float* out;         // [M][rows] sums, added to
+};
+
+struct StreamLinear {
+  const void* x;      // element (first row, first column) of the activation
+  int32_t x_dtype;
+  int64_t x_ld;
+  const void* g;      // the norm weight at the first column, or null
+  int32_t g_dtype;
+  int32_t w_dtype;    // DTYPE_BF16 or DTYPE_F16
+  int64_t k;          // columns reduced by this task
+  int32_t kc;         // columns per staged chunk (a multiple of 8)
+  float* sum_sq;      // [M] Σx² over the task's columns, or null
+  int32_t nw;
+  StreamWeight w[kStreamMaxWeights];
+  Arena* arena;       // for the op marks of a profile build
+  bool x_ready;       // the staging area already holds the activation (one chunk, as floats)
+  // The sums and Σx² are written, not added to (the body did not zero them): the first chunk's
+  // sums are stored, later chunks add; Σx² is written at the last chunk's staging barrier.
+  // CUDA-core products only (tensor cores add with atomics).
+  bool assign;
+};
+
+__device__ inline const void* elem_at(const void* base, int32_t dtype, int64_t i) {
+  return static_cast<const unsigned char*>(base) + i * dtype_size(dtype);
+}
+
+// 16 bytes that nothing else in the launch writes: no L1 allocation, 256-byte L2 fetches (and
+// the L2's evict-first priority in builds with MK_STREAM_EVICT_FIRST: a step reads far more
+// weight bytes than the L2 holds, each once).
+__device__ inline uint4 load_stream(const uint16_t* p) {
+  uint4 v;
+#if defined(MK_STREAM_EVICT_FIRST)
+  uint64_t policy;  // not volatile: the same value every time, so the compiler may share it
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  asm volatile(
+      "ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "l"(policy));
+#else
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+#endif
+  return v;
+}
+
+// 16 bytes from L2, not L1: data other SMs wrote earlier in the same launch (the KV caches).
+__device__ inline uint4 load_l2(const uint16_t* p) {
+  uint4 v;
+  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// Eight 16-bit elements: one 16-byte load when Vec (aligned), read-only (load_stream) or
+// written in this launch (load_l2); else element by element.
+template <bool Vec, bool ReadOnly = true>
+__device__ inline uint4 load8(const uint16_t* p) {
+  if constexpr (Vec) {
+    return ReadOnly ? load_stream(p) : load_l2(p);
+  } else {
+    uint4 v;
+    v.x = p[0] | (static_cast<uint32_t>(p[1]) << 16);
+    v.y = p[2] | (static_cast<uint32_t>(p[3]) << 16);
+    v.z = p[4] | (static_cast<uint32_t>(p[5]) << 16);
+    v.w = p[6] | (static_cast<uint32_t>(p[7]) << 16);
+    return v;
+  }
+}
+
+__device__ inline float2 unpack2(uint32_t u, bool bf16) {
+  if (bf16) return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+  const __half2 h = *reinterpret_cast<const __half2*>(&u);
+  return __half22float2(h);
+}
+
+__device__ inline uint32_t pack2(float lo, float hi, bool bf16) {
+  if (bf16) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ inline float dot8(uint4 w, const float4& a, const float4& b, bool bf16) {
+  const float2 w0 = unpack2(w.x, bf16), w1 = unpack2(w.y, bf16);
+  const float2 w2 = unpack2(w.z, bf16), w3 = unpack2(w.w, bf16);
+  float s = w0.x * a.x;
+  s = fmaf(w0.y, a.y, s);
+  s = fmaf(w1.x, a.z, s);
+  s = fmaf(w1.y, a.w, s);
+  s = fmaf(w2.x, b.x, s);
+  s = fmaf(w2.y, b.y, s);
+  s = fmaf(w3.x, b.z, s);
+  return fmaf(w3.y, b.w, s);
+}
+
+__device__ inline float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Eight weight elements: from the staging area (Shared) or streamed from global memory.
+template <bool Vec, bool Shared>
+__device__ inline uint4 load_weight8(const uint16_t* p) {
+  if constexpr (Shared) {
+    return *reinterpret_cast<const uint4*>(p);
+  } else {
+    return load8<Vec>(p);
+  }
+}
+
+// The 16 bytes at column k of each of RG rows (zeros past the chunk or for a missing row).
+template <int RG, bool Vec, bool Shared>
+__device__ inline void load_rows(uint4 (&v)[RG], const uint16_t* const (&wp)[RG], int k, int kc) {
+#pragma unroll
+  for (int j = 0; j < RG; ++j) {
+    v[j] = wp[j] && k < kc ? load_weight8<Vec, Shared>(wp[j] + k) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+template <int M, int RG>
+__device__ inline void fma_rows(float (&acc)[RG][M], const uint4 (&v)[RG], const float* xs,
+                                int stride, int k, bool bf16) {
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const float4 a0 = *reinterpret_cast<const float4*>(xs + m * stride + k);
+    const float4 a1 = *reinterpret_cast<const float4*>(xs + m * stride + k + 4);
+#pragma unroll
+    for (int j = 0; j < RG; ++j) acc[j][m] += dot8(v[j], a0, a1, bf16);
+  }
+}
+
+// Row `row` of the concatenated weights at column c (null past the last, or when `row` is
+// negative), the address of its sums and the row count of its weight. Every descriptor field is
+// read at a constant index and the choice is made on the values: a choice between field
+// addresses (an early exit per weight) made the compiler keep the whole descriptor in local
+// memory, ~40 stores per thread before every task of a multi-weight linear.
+__device__ inline const uint16_t* weight_row(const StreamLinear& s, int row, int64_t c, float** out,
+                                             int32_t* rows) {
+  const uint16_t* at = nullptr;
+  float* sums = nullptr;
+  int32_t n_of = 0;
+  #pragma unroll
+  for (int i = 0; i < kStreamMaxWeights; ++i) {
+    if (i < s.nw) {
+      const int32_t n = s.w[i].rows;
+      const bool here = row >= 0 && row < n;
+      at = here ? s.w[i].w + row * s.w[i].ld + c : at;
+      sums = here ? s.w[i].out + row : sums;
+      n_of = here ? n : n_of;
+      row -= n;
+    }
+  }
+  *out = sums;
+  *rows = n_of;
+  return at;
+}
+
+// Weight rows r0.. r0 + RG of the concatenated weights at chunk column c (null past `end`),
+// their output sums and the row count of the weight each belongs to.
+template <int RG>
+__device__ inline void round_rows(const StreamLinear& s, int64_t c, int r0, int end,
+                                  const uint16_t* (&wp)[RG], float* (&op)[RG], int32_t (&os)[RG]) {
+#pragma unroll
+  for (int j = 0; j < RG; ++j) wp[j] = weight_row(s, r0 + j < end ? r0 + j : -1, c, &op[j], &os[j]);
+}
+
+// Asks the L2 for the 16 bytes of each load of a warp's first round (rows begin.., chunk 0)
+// before the activation is staged, so that their HBM round trip overlaps the staging
+// (stream_linear's Early). Prefetches hold no registers: the loads themselves would keep S·RG
+// of them live across the staging, past the 255 a thread has.
+template <int RG, int S>
+__device__ inline void prefetch_first_round(const StreamLinear& s, int kc, int begin, int end) {
+  const int lane = threadIdx.x & 31;
+  const uint16_t* wp[RG];
+  float* op[RG];
+  int32_t os[RG];
+  round_rows<RG>(s, 0, begin, end, wp, op, os);
+#pragma unroll
+  for (int t = 0; t < S; ++t) {
+    const int k = lane * 8 + t * 256;
+#pragma unroll
+    for (int j = 0; j < RG; ++j) {
+      if (wp[j] && k < kc) asm volatile("prefetch.global.L2 [%0];" ::"l"(wp[j] + k));
+    }
+  }
+}
+
+// One lane's first round of a warp's rows [begin, end) at chunk column 0: S 256-column steps
+// of RG rows, as stream_rows loads them.
+template <int RG, int S>
+__device__ __forceinline__ void first_round(uint4 (&v)[S][RG], const StreamLinear& s, int kc,
+                                            int begin, int end) {
+  const uint16_t* wp[RG];
+  float* op[RG];
+  int32_t os[RG];
+  round_rows<RG>(s, 0, begin, end, wp, op, os);
+  const int k = (threadIdx.x & 31) * 8;
+#pragma unroll
+  for (int t = 0; t < S; ++t) load_rows<RG, true, false>(v[t], wp, k + t * 256, kc);
+}
+
+// One warp: weight rows r0.. r0 + RG (before `end`) against the staged chunk `xs` ([M][stride]
+// floats, columns [0, kc)). Each lane issues the loads of S 256-column steps of all RG rows
+// before it multiplies any: a decode task is short, so what bounds it is how many round trips to
+// HBM it waits for, and S·RG loads per lane in flight make a task of up to S·256 columns one
+// round trip (and keep ~64 KB in flight per SM). With Pre, `pre` holds the first round
+// (first_round, loaded before the task's wait).
+template <int M, int RG, int S, bool Vec, bool Shared, bool Pre>
+__device__ __forceinline__ void stream_group(const StreamLinear& s, const float* xs, int stride,
+                                             int kc, int64_t c, int r0, int end,
+                                             const uint4 (&pre)[S][RG]) {
+  const int lane = threadIdx.x & 31;
+  const bool bf16 = s.w_dtype == DTYPE_BF16;
+  const uint16_t* wp[RG];
+  float* op[RG];
+  int32_t os[RG];
+  round_rows<RG>(s, c, r0, end, wp, op, os);
+  float acc[RG][M];
+#pragma unroll
+  for (int j = 0; j < RG; ++j)
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[j][m] = 0.0f;
+  int k0 = lane * 8;
+  if constexpr (Pre) {
+#pragma unroll
+    for (int t = 0; t < S; ++t) {
+      if (k0 + t * 256 < kc) fma_rows<M, RG>(acc, pre[t], xs, stride, k0 + t * 256, bf16);
+    }
+    k0 += S * 256;
+  }
+  for (int k = k0; k < kc; k += S * 256) {
+    uint4 v[S][RG];
+#pragma unroll
+    for (int t = 0; t < S; ++t) load_rows<RG, Vec, Shared>(v[t], wp, k + t * 256, kc);
+#pragma unroll
+    for (int t = 0; t < S; ++t) {
+      if (k + t * 256 < kc) fma_rows<M, RG>(acc, v[t], xs, stride, k + t * 256, bf16);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < RG; ++j)
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const float v = warp_sum(acc[j][m]);
+      if (lane == 0 && op[j]) op[j][m * os[j]] = s.assign && c == 0 ? v : op[j][m * os[j]] + v;
+    }
+}
+
+// One warp: rows [begin, end) of the concatenated weights against the staged chunk, RG rows at
+// a time (stream_group).
+template <int M, int RG, int S, bool Vec, bool Shared>
+__device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, int kc, int64_t c,
+                            int begin, int end) {
+  const uint4 none[S][RG] = {};
+  for (int r0 = begin; r0 < end; r0 += RG) {
+    stream_group<M, RG, S, Vec, Shared, false>(s, xs, stride, kc, c, r0, end, none);
+  }
+}
+
+// stream_rows of the first chunk with the first group's first round in `pre`. The group is
+// peeled: inside the loop `pre` would stay live beside every later round's loads.
+template <int M, int RG, int S>
+__device__ __forceinline__ void stream_rows_ahead(const StreamLinear& s, const float* xs,
+                                                  int stride, int kc, int begin, int end,
+                                                  const uint4 (&pre)[S][RG]) {
+  if (begin < end) stream_group<M, RG, S, true, false, true>(s, xs, stride, kc, 0, begin, end, pre);
+  stream_rows<M, RG, S, true, false>(s, xs, stride, kc, 0, begin + RG, end);
+}
+
+}  // namespace gpu
+}  // namespace mk
