@@ -102,7 +102,8 @@ def _sole_user(value: SSAValue) -> Operation | None:
 def _match_attention(op: nn.AttentionOp, claimed: set[Operation], fold: int) -> AttentionPlan:
     """The attention with a q reshape / result reshape folded in where Sq = 1 allows it; with
     `fold` 1, q's per-head norm and RoPE and the new K and V rows (see `NewRow`), with 2 the
-    rows only (q's chain keeps its own kernel)."""
+    rows only (q's chain keeps its own kernel), with 3 the rows as their kernels made them (the
+    attention waits for the K row's norm and RoPE, not for its cache write)."""
     (bsz, hq, sq, d) = shape_of(op.q)
     q_view = op.q.owner
     if not (
@@ -131,13 +132,14 @@ def _match_attention(op: nn.AttentionOp, claimed: set[Operation], fold: int) -> 
         _sole_user(op.q) is op and all(_sole_user(o.results[0]) for o in q_chain.ops())
     ):
         q_chain = None
-    return AttentionPlan(
-        op, None if q_chain else q_view, out_view, q_chain, _new_row(op.k, op), _new_row(op.v, op)
-    )
+    chains = fold != 3
+    k_row, v_row = _new_row(op.k, op, chains), _new_row(op.v, op, chains)
+    return AttentionPlan(op, None if q_chain else q_view, out_view, q_chain, k_row, v_row)
 
 
-def _new_row(cache: SSAValue, attention: nn.AttentionOp) -> NewRow | None:
-    """The one-row cache write behind a K or V operand that only the attention reads."""
+def _new_row(cache: SSAValue, attention: nn.AttentionOp, chain: bool) -> NewRow | None:
+    """The one-row cache write behind a K or V operand that only the attention reads; with
+    `chain`, the per-head ops that made its row are recomputed in the attention."""
     write = cache.owner
     if not isinstance(write, nn.CacheWriteOp) or _sole_user(cache) is not attention:
         return None
@@ -146,7 +148,9 @@ def _new_row(cache: SSAValue, attention: nn.AttentionOp) -> NewRow | None:
     if dim != 2 or new[2] != 1 or index not in ((1,), (new[0],)):
         return None
     owner = write.new.owner
-    return NewRow(write, _match_row_chain(owner, set()) if isinstance(owner, Operation) else None)
+    if not chain or not isinstance(owner, Operation):
+        return NewRow(write, None)
+    return NewRow(write, _match_row_chain(owner, set()))
 
 
 def _library_unit(op: Operation) -> _Unit:
@@ -381,8 +385,9 @@ class NnToMugraphPass(ModulePass):
     k_splits: int = 1
     # 1: decode attention computes q's per-head norm and RoPE and reads the new K/V row itself,
     # so it waits for neither those kernels nor the cache writes; 2: the new rows only (q's
-    # norm and RoPE keep their kernel); 0: it reads their results. Off by default: on the H200
-    # 1 was level or slower (bench/RESULTS.md).
+    # norm and RoPE keep their kernel); 3: the new rows as their kernels made them (it waits
+    # for the K row's norm and RoPE, not for the cache write); 0: it reads their results. Off
+    # by default: on the H200 1 and 2 were slower (bench/RESULTS.md).
     attention_fold: int = 0
     # With tile-n=0, > 0: the column blocks of a linear that takes several waves minimise the
     # modelled time, waves × (task-us + the task's weight bytes at one SM's share of HBM), instead
@@ -398,8 +403,8 @@ class NnToMugraphPass(ModulePass):
         for option in ("tile_n", "kv_splits", "k_splits", "task_us"):
             if getattr(self, option) < 0:
                 raise MkError(f"nn-to-mugraph: {option.replace('_', '-')} must be >= 0")
-        if self.attention_fold not in (0, 1, 2):
-            raise MkError("nn-to-mugraph: attention-fold must be 0, 1 or 2")
+        if self.attention_fold not in (0, 1, 2, 3):
+            raise MkError("nn-to-mugraph: attention-fold must be 0, 1, 2 or 3")
         return Tiling(
             self.num_sms, self.tile_n, self.tile_k, self.kv_chunk, self.kv_splits,
             k_splits=self.k_splits, attention_fold=self.attention_fold, task_us=self.task_us,

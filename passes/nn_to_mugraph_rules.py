@@ -47,7 +47,8 @@ class Tiling:
     kv_splits: int = 0
     tile_m: int = 64  # rows per block before the linear family also splits rows
     k_splits: int = 1  # linear family: splits of K; 0 chooses blocks ≈ num_sms, 1 never splits
-    attention_fold: int = 0  # decode attention folds q chain + new K/V rows (1), rows only (2)
+    # decode attention folds q chain + new K/V rows (1), rows only (2), rows as made (3)
+    attention_fold: int = 0
     task_us: int = 3  # tile_n 0: a linear task's fixed cost in the wave model (0: fill only)
 
 

@@ -14,6 +14,7 @@ from mk import compiler
 from mk.backends.cuda.stream_attention import plan_attention
 from mk.dialects import make_context
 from mk.dialects import mugraph as mg
+from mk.dialects.mugraph_tiles import RMSNormOp, RopeOp
 from mk.dialects.nn_decode import donated_args
 from mk.inputs import random_inputs
 from mk.interp.mugraph import run_mugraph
@@ -117,6 +118,19 @@ def test_rows_only_fold_reads_q_from_its_kernel() -> None:
     assert {"qr", "kr"} <= defs
 
 
+def test_rows_as_made_fold_waits_for_the_row_kernels_not_the_writes() -> None:
+    """attention-fold=3: the new K/V rows as their kernels made them (kr's result, v itself),
+    so the attention reads no norm weight or RoPE table and the writes follow it."""
+    kernels = lowered(decode_attention(), attention_fold=3)
+    split = split_kernel(kernels)
+    names = {v.name_hint for v in split.args}
+    assert {"qr", "kr", "v", "k_cache", "v_cache", "p"} <= names
+    assert not names & {"qw", "kw", "cos", "sin", "kc", "vc", "k"}
+    writes = [k for k in kernels if isinstance(k, mg.KernelOp) and k.kind.data == "cache_write"]
+    assert len(writes) == 2 and all(kernels.index(w) > kernels.index(split) for w in writes)
+    assert not any(isinstance(o, RMSNormOp | RopeOp) for o in split.walk())
+
+
 def test_attention_fold_off_reads_the_written_caches() -> None:
     split = split_kernel(lowered(decode_attention(), attention_fold=0))
     names = {v.name_hint for v in split.args}
@@ -130,8 +144,9 @@ def test_attention_fold_off_reads_the_written_caches() -> None:
 )  # fmt: skip
 @pytest.mark.parametrize(
     "options",
-    [{}, {"kv_splits": 4}, {"kv_splits": 1, "kv_chunk": 16}, {"attention_fold": 2, "kv_splits": 4}],
-)
+    [{}, {"kv_splits": 4}, {"kv_splits": 1, "kv_chunk": 16}, {"attention_fold": 2, "kv_splits": 4},
+     {"attention_fold": 3, "kv_splits": 4}],
+)  # fmt: skip
 def test_folded_attention_agrees_with_the_reference(
     form: dict[str, int], options: dict[str, int]
 ) -> None:
@@ -155,7 +170,7 @@ def test_folded_attention_agrees_with_the_reference(
 def test_cpu_target_agrees_with_the_fold_on_and_off(tmp_path: Path) -> None:
     text = decode_attention(b=2)
     results = []
-    for fold in (1, 2, 0):
+    for fold in (1, 2, 3, 0):
         prog = mk.compile(text, target="cpu", cache_dir=tmp_path, attention_fold=fold)
         inputs = random_inputs(prog.func, seed=3)
         ref_inputs = [x.copy() for x in inputs]
@@ -182,7 +197,7 @@ def test_a_cache_write_costs_its_slab() -> None:
     assert row <= cost.dram_read_bytes <= row + 64  # the row and its index
 
 
-@pytest.mark.parametrize("fold", [0, 2])
+@pytest.mark.parametrize("fold", [0, 2, 3])
 def test_decode_phases_get_one_task_per_sm(fold: int) -> None:
     """qwen3-0.6b's step with its cache writes after the attention (attention-fold=2): no SM
     queues two tasks of one phase that fits the SMs (it did while a cache write looked slow)."""
@@ -264,7 +279,7 @@ def test_rows_only_call_reads_q_in_place(tmp_path: Path) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fold", [1, 2])
+@pytest.mark.parametrize("fold", [1, 2, 3])
 @pytest.mark.parametrize(
     "form", [{"d": 128, "hq": 16, "hkv": 8, "seq": 1024}, {"d": 64, "b": 2, "per_row": True},
              {"d": 64, "norm": False}, {"d": 64, "rope": False, "norm": False}, {"d": 8}],

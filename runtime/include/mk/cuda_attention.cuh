@@ -140,7 +140,7 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, float (&o
   const int slots = static_cast<int>(blockDim.x) / L;
   const int slot = static_cast<int>(threadIdx.x) / L, lane = static_cast<int>(threadIdx.x) % L;
   const bool bf16 = a.kv_dtype == DTYPE_BF16;
-  float q[R][8], kn[8];
+  float q[R][8], kn[8], vn[8];
   RowOperands qo, ko;
 #pragma unroll
   for (int r = 0; r < R; ++r) load_row8(q[r], a.q, a.q_dtype, r * D, lane);
@@ -149,6 +149,9 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, float (&o
     load_row8(kn, a.k_new, a.k_new_dtype, 0, lane);
     load_row_operands<L>(ko, a.k_ops, lane);
   }
+  // The new V row too, with the other loads: loaded at its key, it was a round trip in the
+  // middle of the loop of the task that holds it, the phase's last to finish.
+  if (a.v_new != nullptr) load_row8(vn, a.v_new, a.v_new_dtype, 0, lane);
 #pragma unroll
   for (int r = 0; r < R; ++r) row_ops<L>(q[r], a.q_ops, qo, lane);
   if (a.k_new != nullptr) row_ops<L>(kn, a.k_ops, ko, lane);
@@ -189,7 +192,10 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, float (&o
         for (int r = 0; r < R; ++r) s[r] = score(s[r], a.key0 + j);
         float vf[8];
         unpack8(vf, vr[u], bf16);
-        if (fresh && a.v_new != nullptr) load_row8(vf, a.v_new, a.v_new_dtype, 0, lane);
+        if (fresh && a.v_new != nullptr) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) vf[i] = vn[i];
+        }
         attend<R>(o, m, l, s, vf);
       }
     }
