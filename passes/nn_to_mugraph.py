@@ -387,7 +387,7 @@ class NnToMugraphPass(ModulePass):
     # so it waits for neither those kernels nor the cache writes; 2: the new rows only (q's
     # norm and RoPE keep their kernel); 3: the new rows as their kernels made them (it waits
     # for the K row's norm and RoPE, not for the cache write); 0: it reads their results. Off
-    # by default: on the H200 1 and 2 were slower (bench/RESULTS.md).
+    # by default: on the H200 all three were slower (bench/RESULTS.md).
     attention_fold: int = 0
     # With tile-n=0, > 0: the column blocks of a linear that takes several waves minimise the
     # modelled time, waves × (task-us + the task's weight bytes at one SM's share of HBM), instead
