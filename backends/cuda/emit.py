@@ -17,7 +17,6 @@ from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation, SSAValue
 
 from mk.backends.cpu.emit import (
-    LibraryEmitter,
     _graph_of,
     _ident,
     grid_kernel,
@@ -41,6 +40,7 @@ from mk.backends.cuda.dispatch import (
     slot_rows,
 )
 from mk.backends.cuda.elementwise import box_runs, element_offset, flat_offset
+from mk.backends.cuda.emit_library import DeviceLibraryEmitter
 from mk.backends.cuda.fuse_loops import fuse_element_loops
 from mk.backends.cuda.row_ops import static_row_op
 from mk.backends.cuda.split_merge import MergedX, MergePlan, merge_lines, merged_x_lines, plan_merge
@@ -75,72 +75,12 @@ from mk.dialects.mugraph_tiles import (
 )
 from mk.dialects.task import BufferOp, GraphOp, GridOp
 from mk.dialects.task_index import tail_edge
-from mk.inputs import numpy_dtype, tensor_type
 
 SCRATCH_SLACK = 1 << 16  # bytes per CTA beyond the tiles: alignment and small temporaries
-# The budget to try when turning the prefetch on (MK_CUDA_PREFETCH): two tasks' worth on every
-# SM must fit the 50 MB L2 beside the activations, or the prefetch evicts what it fetched.
-PREFETCH_MAX = 128 << 10
-
-
-def prefetch_at_wait() -> bool:
-    """MK_CUDA_PREFETCH_AT: `ahead` (default) asks the L2 for the next task's weights while the
-    current one waits and runs; `wait` asks for a task's own weights once a wait finds its
-    producers unfinished, so a ready task starts without the cost."""
-    return switches.choice("MK_CUDA_PREFETCH_AT", ("ahead", "wait")) == "wait"
-
-
-def early_loads() -> bool:
-    """MK_CUDA_EARLY=1: a streamed linear asks the L2 for its first round of weights before it
-    stages the activation (stream_linear's Early), so that round trip overlaps the staging."""
-    return switches.flag("MK_CUDA_EARLY")
-
-
-def load_ahead() -> bool:
-    """MK_CUDA_LOAD_AHEAD=1: a streamed linear on CUDA cores whose body reads nothing before
-    its product issues the first round of its weight loads and then waits for its turn itself
-    (stream_linear's Ahead, mk::Turn), so HBM streams them while the producers finish."""
-    return switches.flag("MK_CUDA_LOAD_AHEAD")
-
-
-def lean_linears() -> bool:
-    """On unless MK_CUDA_LEAN=0: a streamed linear on CUDA cores writes its sums and Σx² instead of adding
-    to them (StreamLinear::assign), so its body does not zero them first (one element loop per
-    accumulator and a barrier less before the weights stream), and Σx² is summed at the staging
-    barrier instead of behind a barrier of its own after the products (qwen3-0.6b 1.311 ->
-    1.275 ms/token with FUSE_LOOPS on the H200)."""
-    return switches.flag("MK_CUDA_LEAN", default=True)
-
-
-def fuse_loops() -> bool:
-    """On unless MK_CUDA_FUSE_LOOPS=0: element loops that need no barrier between them run as one loop
-    (fuse_loops.py): a decode epilogue's scale, activation and stores in one statement."""
-    return switches.flag("MK_CUDA_FUSE_LOOPS", default=True)
-
-
-def merge_tiles() -> bool:
-    """MK_CUDA_MERGE_TILES=1: the split-KV merge as tile steps, as before its device call."""
-    return switches.flag("MK_CUDA_MERGE_TILES")
 
 
 def _bool(value: bool) -> str:
     return "true" if value else "false"
-
-
-def prefetch_budget() -> int:
-    """Most weight bytes a task asks the L2 for ahead of its turn: MK_CUDA_PREFETCH (bytes),
-    else PREFETCH_MAX with MK_CUDA_PREFETCH_AT=wait and 0 without. Off by default: on the H200
-    a qwen3-0.6b step took 308 us without it and 371 us with 128 KB one task ahead
-    (bench/RESULTS.md), while the gated MLP and RMSNorm+Linear rows moved within the noise."""
-    return switches.byte_count("MK_CUDA_PREFETCH", PREFETCH_MAX if prefetch_at_wait() else 0)
-
-
-def weights_evict_first() -> bool:
-    """Whether streamed weights are loaded with the L2's evict-first priority
-    (MK_CUDA_WEIGHT_L2=evict_first): a decode step reads each weight byte once and far more of
-    them than the L2 holds, so keeping them only pushes out what is read again (activations,
-    the KV cache, event counters, the kernel's code)."""
-    return switches.choice("MK_CUDA_WEIGHT_L2", ("normal", "evict_first")) == "evict_first"
 
 
 def _defines(profile: bool) -> str:
@@ -148,7 +88,7 @@ def _defines(profile: bool) -> str:
     lines = ["#define MK_OP_MARKS 1"] if profile else []
     if profile and op_marks.warm():
         lines.append("#define MK_OP_MARKS_WARM 1")
-    if weights_evict_first():
+    if switches.weights_evict_first():
         lines.append("#define MK_STREAM_EVICT_FIRST 1")
     if switches.flag("MK_CUDA_MMA_PIPE"):
         lines.append("#define MK_MMA_PIPE 1")
@@ -214,12 +154,12 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             if stream.chunk(k) < k:
                 stream = None  # the merge writes the whole activation: it must be one chunk
         self.plan: StreamPlan | AttentionPlan | MergePlan | None = (
-            stream or plan_attention(op) or (None if merge_tiles() else plan_merge(op))
+            stream or plan_attention(op) or (None if switches.merge_tiles() else plan_merge(op))
         )
         self.stage_weights_ahead = stage
         # Accumulators the streamed loop writes whole (StreamLinear::assign): not zeroed first.
         self.assigned: set[SSAValue] = set()
-        if isinstance(self.plan, StreamPlan) and lean_linears():
+        if isinstance(self.plan, StreamPlan) and switches.lean_linears():
             k = op.forloop_range() * shape_of(self.plan.x.tile)[1]
             if not self.plan.tensor_cores(k):
                 self.assigned = {acc.res for _, acc in self.plan.products}
@@ -242,7 +182,7 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         waits)."""
         # The megakernel's __syncthreads() after every task covers the body's last loops.
         body, loops = super().emit(), self.loops
-        if fuse_loops() and not every_loop():
+        if switches.fuse_loops() and not every_loop():
             body, loops = fuse_element_loops(body, loops)
         lines = place_barriers(body, loops, trailing=False)
         if self.stage:
@@ -442,7 +382,7 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         if staged is not None:
             self.stage_weights(rows, k, firsts, lds, staged, staged_ld(k, mma))
         # Tensor cores take rows in 8-row groups across warps: only a whole slab is fetched.
-        most = prefetch_budget()
+        most = switches.prefetch_budget()
         budget = most if not mma or 2 * k * sum(rows) <= most else 0
         fetch = [
             f"mk::gpu::prefetch_rows({firsts[i]} + {r0} * {lds[i]}, {n}, {lds[i]}, {k});"
@@ -459,7 +399,7 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         )
         groups = plan.mma_groups() if mma else 1
         ahead = (
-            load_ahead()
+            switches.load_ahead()
             and not mma
             and staged is None
             and chunk >= k
@@ -467,7 +407,7 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             and not reads_before
         )
         # The template's trailing arguments (Staged, G, Early, Ahead), defaults left off.
-        tail = [_bool(staged is not None), str(groups), _bool(early_loads()), _bool(ahead)]
+        tail = [_bool(staged is not None), str(groups), _bool(switches.early_loads()), _bool(ahead)]
         while tail and tail[-1] in ("false", "1"):
             tail.pop()
         call += "".join(f", {a}" for a in tail)
@@ -630,77 +570,6 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         self.element_loop(runs.rows * runs.cols, [(op.tile, "e")], [], [store])
 
 
-class DeviceLibraryEmitter(LibraryEmitter):
-    """The CPU library emitter; an embedding id out of range fails the task with its index;
-    concat and reshape between buffers of one dtype copy bytes (contiguous runs, 16-byte
-    vectors where aligned) instead of going through float tiles."""
-
-    def emit(self) -> list[str]:
-        runs = self.copy_runs()
-        if runs is None:
-            return super().emit()
-        outer, parts = runs
-        srcs = ", ".join(f"mk::gpu::CopyPart{{buffers[{ref.index}], {run}}}" for ref, run in parts)
-        self.lines.append("(void)t;  // a library kernel runs whole: no tile coordinates")
-        self.lines.append(f"const mk::gpu::CopyPart parts[] = {{{srcs}}};")
-        for ref, _ in self.results:
-            self.lines.append(
-                f"mk::gpu::concat_runs(buffers[{ref.index}], parts, {len(parts)}, {outer});"
-            )
-        return self.lines
-
-    def copy_runs(self) -> tuple[int, list[tuple[BufferRef, int]]] | None:
-        """(outer rows, [(source, bytes per row)]) when the kernel is a byte copy into whole
-        result buffers of its own dtype, else None."""
-        kind = self.op.kind.data
-        out_dtype = dtype_code(self.op.res[0].type)
-        if kind not in ("concat", "reshape") or not self.results:
-            return None
-        if any(r.dtype != out_dtype for r in self.operands) or any(
-            any(sl.start != 0 or sl.stop != n for sl, n in zip(where, ref.shape, strict=True))
-            or math.prod(ref.shape) != math.prod(self.out_shape)
-            for ref, where in self.results
-        ):
-            return None
-        size = numpy_dtype(tensor_type(self.op.res[0]).get_element_type()).itemsize
-        if kind == "reshape":
-            return 1, [(self.operands[0], math.prod(self.shapes[0]) * size)]
-        d = self.dim("dim", len(self.shapes[0]))
-        outer = math.prod(self.shapes[0][:d])
-        return outer, [
-            (ref, math.prod(shape[d:]) * size)
-            for ref, shape in zip(self.operands, self.shapes, strict=True)
-        ]
-
-    def compute(self) -> None:
-        """A binary kernel is one element loop with its broadcasts resolved here (the runtime
-        walk over shape arrays gave wrong products on the H200 for f32 [1, 4096] operands)."""
-        kind = self.op.kind.data
-        if kind not in BINARY_ENUM:
-            super().compute()
-            return
-        n = math.prod(self.out_shape)
-
-        def read(i: int) -> str:
-            at = f"a{i}[{element_offset(self.out_shape, self.shapes[i])}]"
-            return at if is_float(self.op.operands[i].type) else f"static_cast<float>({at})"
-
-        value = f"mk::gpu::binary(mk::gpu::{BINARY_ENUM[kind]}, {read(0)}, {read(1)})"
-        self.lines += [
-            f"r.resize({n});",
-            f"{{  // {kind}",
-            f"MK_FOR_EACH_U32(e, {n}) r[e] = {value};",
-            "__syncthreads();",
-            "}",
-        ]
-
-    def cache_write_failure(self, dim: int, n: int, extent: int) -> None:
-        self.lines.append("if (bad >= 0) return static_cast<int32_t>(bad) + 1;")
-
-    def embedding_failure(self) -> None:
-        self.lines.append("if (bad >= 0) return static_cast<int32_t>(bad) + 1;")
-
-
 def _temporaries(kernel: GraphDefOp | KernelOp, tiles: int) -> int:
     """Scratch bytes the helpers take beyond the declared tiles (as_float copies, norms, the
     online-softmax probabilities, attention scores): bounded by twice the tiles, plus scores."""
@@ -743,7 +612,9 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
     out += [device_function(fn) for fn in shared.functions]
     batch, pipe = switches.flag("MK_CUDA_WAIT_BATCH"), switches.flag("MK_CUDA_POLL_PIPE")
     out.append(
-        dispatch_struct(shared, front, staged, len(buffers), prefetch_at_wait(), batch, pipe)
+        dispatch_struct(
+            shared, front, staged, len(buffers), switches.prefetch_at_wait(), batch, pipe
+        )
     )
     out.append("}  // namespace\n")
     out.append("MK_CUDA_ENTRY_POINTS(Dispatch)\n")

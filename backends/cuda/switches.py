@@ -42,3 +42,64 @@ def flag(name: str, default: bool = False) -> bool:
     if text not in ("0", "1"):
         raise MkError(f"{name} must be 0 or 1, got {text!r}")
     return text == "1"
+
+
+# The budget to try when turning the prefetch on (MK_CUDA_PREFETCH): two tasks' worth on every
+# SM must fit the 50 MB L2 beside the activations, or the prefetch evicts what it fetched.
+PREFETCH_MAX = 128 << 10
+
+
+def prefetch_at_wait() -> bool:
+    """MK_CUDA_PREFETCH_AT: `ahead` (default) asks the L2 for the next task's weights while the
+    current one waits and runs; `wait` asks for a task's own weights once a wait finds its
+    producers unfinished, so a ready task starts without the cost."""
+    return choice("MK_CUDA_PREFETCH_AT", ("ahead", "wait")) == "wait"
+
+
+def early_loads() -> bool:
+    """MK_CUDA_EARLY=1: a streamed linear asks the L2 for its first round of weights before it
+    stages the activation (stream_linear's Early), so that round trip overlaps the staging."""
+    return flag("MK_CUDA_EARLY")
+
+
+def load_ahead() -> bool:
+    """MK_CUDA_LOAD_AHEAD=1: a streamed linear on CUDA cores whose body reads nothing before
+    its product issues the first round of its weight loads and then waits for its turn itself
+    (stream_linear's Ahead, mk::Turn), so HBM streams them while the producers finish."""
+    return flag("MK_CUDA_LOAD_AHEAD")
+
+
+def lean_linears() -> bool:
+    """On unless MK_CUDA_LEAN=0: a streamed linear on CUDA cores writes its sums and Σx² instead of adding
+    to them (StreamLinear::assign), so its body does not zero them first (one element loop per
+    accumulator and a barrier less before the weights stream), and Σx² is summed at the staging
+    barrier instead of behind a barrier of its own after the products (qwen3-0.6b 1.311 ->
+    1.275 ms/token with FUSE_LOOPS on the H200)."""
+    return flag("MK_CUDA_LEAN", default=True)
+
+
+def fuse_loops() -> bool:
+    """On unless MK_CUDA_FUSE_LOOPS=0: element loops that need no barrier between them run as one loop
+    (fuse_loops.py): a decode epilogue's scale, activation and stores in one statement."""
+    return flag("MK_CUDA_FUSE_LOOPS", default=True)
+
+
+def merge_tiles() -> bool:
+    """MK_CUDA_MERGE_TILES=1: the split-KV merge as tile steps, as before its device call."""
+    return flag("MK_CUDA_MERGE_TILES")
+
+
+def prefetch_budget() -> int:
+    """Most weight bytes a task asks the L2 for ahead of its turn: MK_CUDA_PREFETCH (bytes),
+    else PREFETCH_MAX with MK_CUDA_PREFETCH_AT=wait and 0 without. Off by default: on the H200
+    a qwen3-0.6b step took 308 us without it and 371 us with 128 KB one task ahead
+    (bench/RESULTS.md), while the gated MLP and RMSNorm+Linear rows moved within the noise."""
+    return byte_count("MK_CUDA_PREFETCH", PREFETCH_MAX if prefetch_at_wait() else 0)
+
+
+def weights_evict_first() -> bool:
+    """Whether streamed weights are loaded with the L2's evict-first priority
+    (MK_CUDA_WEIGHT_L2=evict_first): a decode step reads each weight byte once and far more of
+    them than the L2 holds, so keeping them only pushes out what is read again (activations,
+    the KV cache, event counters, the kernel's code)."""
+    return choice("MK_CUDA_WEIGHT_L2", ("normal", "evict_first")) == "evict_first"

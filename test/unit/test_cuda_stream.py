@@ -13,8 +13,8 @@ import pytest
 import mk
 from mk import compiler
 from mk.backends.cuda import build as cuda_build
-from mk.backends.cuda.emit import PREFETCH_MAX
 from mk.backends.cuda.stream import MMA_LOADS, plan_stream
+from mk.backends.cuda.switches import PREFETCH_MAX
 from mk.dialects import make_context
 from mk.dialects.mugraph import GraphDefOp
 from mk.inputs import random_inputs

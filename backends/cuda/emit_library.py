@@ -1,0 +1,83 @@
+"""The CUDA form of a library kernel's body: the CPU library emitter with byte copies for
+concat and reshape, binary kernels as one element loop, and failures returned as task codes."""
+
+from __future__ import annotations
+
+import math
+
+from mk.backends.cpu.emit import LibraryEmitter
+from mk.backends.cpu.emit_ops import BINARY_ENUM, BufferRef
+from mk.backends.cpu.emit_scalar import dtype_code, is_float
+from mk.backends.cuda.elementwise import element_offset
+from mk.inputs import numpy_dtype, tensor_type
+
+
+class DeviceLibraryEmitter(LibraryEmitter):
+    """The CPU library emitter; an embedding id out of range fails the task with its index;
+    concat and reshape between buffers of one dtype copy bytes (contiguous runs, 16-byte
+    vectors where aligned) instead of going through float tiles."""
+
+    def emit(self) -> list[str]:
+        runs = self.copy_runs()
+        if runs is None:
+            return super().emit()
+        outer, parts = runs
+        srcs = ", ".join(f"mk::gpu::CopyPart{{buffers[{ref.index}], {run}}}" for ref, run in parts)
+        self.lines.append("(void)t;  // a library kernel runs whole: no tile coordinates")
+        self.lines.append(f"const mk::gpu::CopyPart parts[] = {{{srcs}}};")
+        for ref, _ in self.results:
+            self.lines.append(
+                f"mk::gpu::concat_runs(buffers[{ref.index}], parts, {len(parts)}, {outer});"
+            )
+        return self.lines
+
+    def copy_runs(self) -> tuple[int, list[tuple[BufferRef, int]]] | None:
+        """(outer rows, [(source, bytes per row)]) when the kernel is a byte copy into whole
+        result buffers of its own dtype, else None."""
+        kind = self.op.kind.data
+        out_dtype = dtype_code(self.op.res[0].type)
+        if kind not in ("concat", "reshape") or not self.results:
+            return None
+        if any(r.dtype != out_dtype for r in self.operands) or any(
+            any(sl.start != 0 or sl.stop != n for sl, n in zip(where, ref.shape, strict=True))
+            or math.prod(ref.shape) != math.prod(self.out_shape)
+            for ref, where in self.results
+        ):
+            return None
+        size = numpy_dtype(tensor_type(self.op.res[0]).get_element_type()).itemsize
+        if kind == "reshape":
+            return 1, [(self.operands[0], math.prod(self.shapes[0]) * size)]
+        d = self.dim("dim", len(self.shapes[0]))
+        outer = math.prod(self.shapes[0][:d])
+        return outer, [
+            (ref, math.prod(shape[d:]) * size)
+            for ref, shape in zip(self.operands, self.shapes, strict=True)
+        ]
+
+    def compute(self) -> None:
+        """A binary kernel is one element loop with its broadcasts resolved here (the runtime
+        walk over shape arrays gave wrong products on the H200 for f32 [1, 4096] operands)."""
+        kind = self.op.kind.data
+        if kind not in BINARY_ENUM:
+            super().compute()
+            return
+        n = math.prod(self.out_shape)
+
+        def read(i: int) -> str:
+            at = f"a{i}[{element_offset(self.out_shape, self.shapes[i])}]"
+            return at if is_float(self.op.operands[i].type) else f"static_cast<float>({at})"
+
+        value = f"mk::gpu::binary(mk::gpu::{BINARY_ENUM[kind]}, {read(0)}, {read(1)})"
+        self.lines += [
+            f"r.resize({n});",
+            f"{{  // {kind}",
+            f"MK_FOR_EACH_U32(e, {n}) r[e] = {value};",
+            "__syncthreads();",
+            "}",
+        ]
+
+    def cache_write_failure(self, dim: int, n: int, extent: int) -> None:
+        self.lines.append("if (bad >= 0) return static_cast<int32_t>(bad) + 1;")
+
+    def embedding_failure(self) -> None:
+        self.lines.append("if (bad >= 0) return static_cast<int32_t>(bad) + 1;")
