@@ -37,3 +37,26 @@ def test_every_task_body_has_a_size_within_the_kernel(
         name for _, name in sizes if name.startswith("task_")
     }
     assert all(min(v) >= 0 for v in reported.values())
+
+
+@pytest.mark.skipif(
+    build.nvcc() is None or shutil.which("readelf") is None, reason="needs nvcc and readelf"
+)
+def test_pass_options_reach_the_build(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--option NAME=VALUE compiles with that pass option (a folded attention is a larger
+    body); an unknown one is a clear error."""
+    code_size = load("code_size")
+    argv = ["code_size.py", "--model", "tiny", "--layers", "1"]
+
+    def attention_bytes(*options: str) -> str:
+        monkeypatch.setattr("sys.argv", [*argv, *options])
+        assert code_size.main() == 0
+        out = capsys.readouterr().out
+        return next(line.split()[0] for line in out.splitlines() if "_att" in line)
+
+    assert float(attention_bytes("--option", "attention_fold=3")) > float(attention_bytes())
+    monkeypatch.setattr("sys.argv", [*argv, "--option", "bogus=1"])
+    with pytest.raises(SystemExit, match="unknown pass option"):
+        code_size.main()
