@@ -272,6 +272,26 @@ def row_dims(shape: Sequence[int]) -> list[int]:
     return sorted(sorted(lead, key=lambda d: (-shape[d], d))[:2])
 
 
+# Rows one block of a row chain takes at most: the warps of a CUDA block, one row each
+# (mk::gpu::rms_norm_rows).
+CHAIN_BLOCK_ROWS = 8
+
+
+def chain_dims(chain: RowChain, shape: Sequence[int]) -> list[int]:
+    """The grid dims of a row chain's kernel: its heads only, each block taking every row of
+    its head, when there are at most CHAIN_BLOCK_ROWS rows and they share their RoPE position
+    (a decode step's QK-norm at batch 8: 16 + 8 blocks, one wave, instead of 128 + 64 that
+    stacked two on half the SMs); else row_dims."""
+    if chain.view is not None:
+        head = len(shape_of(chain.view.operands[0])) - 1
+        rows = math.prod(shape[:head])
+        tables = chain.rope.operands[1:] if chain.rope is not None else ()
+        shared = all(math.prod(shape_of(t)) == shape[-1] // 2 for t in tables)
+        if 1 < rows <= CHAIN_BLOCK_ROWS and shared and shape[head] > 1:
+            return [head]
+    return row_dims(shape)
+
+
 def head_view_source(view: Operation) -> SSAValue | None:
     """The source of a reshape [..., H·D] -> [..., H, 1, ..., D] (heads split off the last dim)."""
     if not isinstance(view, nn.ReshapeOp):
@@ -317,7 +337,7 @@ def row_chain_kernel(chain: RowChain, lookup: ValueMap) -> list[Operation]:
     normalises them and/or rotates them; nothing is rounded between the fused ops."""
     res = chain.last().results[0]
     shape = shape_of(res)
-    dims = row_dims(shape)
+    dims = chain_dims(chain, shape)
     grid = tuple(shape[d] for d in dims) + (1,) * (3 - len(dims))
     omap = tuple(dims) + (-1,) * (3 - len(dims))
     read = chain.source()

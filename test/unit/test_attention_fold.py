@@ -197,10 +197,11 @@ def test_a_cache_write_costs_its_slab() -> None:
     assert row <= cost.dram_read_bytes <= row + 64  # the row and its index
 
 
-@pytest.mark.parametrize("fold", [0, 2, 3])
-def test_decode_phases_get_one_task_per_sm(fold: int) -> None:
-    """qwen3-0.6b's step with its cache writes after the attention (attention-fold=2): no SM
-    queues two tasks of one phase that fits the SMs (it did while a cache write looked slow)."""
+@pytest.mark.parametrize(("fold", "batch"), [(0, 1), (2, 1), (3, 1), (0, 8)])
+def test_decode_phases_get_one_task_per_sm(fold: int, batch: int) -> None:
+    """qwen3-0.6b's step, with its cache writes after the attention (folds 2 and 3) or at batch
+    8: no SM queues two tasks of one phase that fits the SMs (it did while a cache write looked
+    slow, and at batch 8 while QK-norm took a block per row and head: 244 such queues)."""
     import dataclasses
 
     from mk.dialects.task import GraphOp
@@ -208,7 +209,7 @@ def test_decode_phases_get_one_task_per_sm(fold: int) -> None:
     from mk.passes.task_stats import STATS_ATTR, TaskStatsPass
 
     config = dataclasses.replace(preset("qwen3-0.6b"), layers=3)
-    module = load_module(decode_program(config, 1, 1024, 2))
+    module = load_module(decode_program(config, batch, 1024, 2))
     compiler.run_pipeline(module, {"tile_n": 0, "attention_fold": fold})
     TaskStatsPass().apply(make_context(), module)
     graph = next(op for op in module.walk() if isinstance(op, GraphOp))

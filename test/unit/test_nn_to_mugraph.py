@@ -427,11 +427,21 @@ func.func @qk_norm_view(%q: tensor<3x64xbf16>, %w: tensor<16xbf16>) -> tensor<3x
 
 
 def test_head_splitting_reshape_folds_into_the_row_norm() -> None:
+    """A block per head, taking all 3 rows of it (a decode step's few rows share a block)."""
     lowered = check_agrees(load_module(QK_NORM_VIEW))
     (kernel,) = kernels(lowered)  # no reshape copy kernel left
-    assert isinstance(kernel, mg.GraphDefOp) and kernel.grid_shape() == (3, 4, 1)
-    (x,) = [op for op in kernel.input_ops() if op.tile.type == TensorType(bf16, (1, 16))]
+    assert isinstance(kernel, mg.GraphDefOp) and kernel.grid_shape() == (4, 1, 1)
+    (x,) = [op for op in kernel.input_ops() if op.tile.type == TensorType(bf16, (3, 16))]
     assert kernel.operands[0].type == TensorType(bf16, (3, 64))  # reads q itself
+    assert tuple(x.imap.get_values()) == (1, -1, -1)
+
+
+def test_more_rows_than_a_block_takes_spread_over_blocks() -> None:
+    """Nine rows are more than one block's warps take: a block per (row, head) again."""
+    text = QK_NORM_VIEW.replace("3x", "9x")
+    (kernel,) = kernels(check_agrees(load_module(text)))
+    assert isinstance(kernel, mg.GraphDefOp) and kernel.grid_shape() == (9, 4, 1)
+    (x,) = [op for op in kernel.input_ops() if op.tile.type == TensorType(bf16, (1, 16))]
     assert tuple(x.imap.get_values()) == (0, 1, -1)
 
 

@@ -268,17 +268,31 @@ func.func @qk_norm(%q: tensor<2x16x1x128xbf16>, %w: tensor<128xbf16>) -> tensor<
 
 // -----
 
-// A head-splitting reshape feeding it folds in: the blocks read their head of q directly.
+// A head-splitting reshape feeding it folds in: the blocks read their head of q directly, a
+// block per head with both rows (at most 8 rows share a block).
 func.func @qk_norm_view(%q: tensor<2x256xbf16>, %w: tensor<64xbf16>) -> tensor<2x4x1x64xbf16> {
   %q4 = nn.reshape %q : (tensor<2x256xbf16>) -> tensor<2x4x1x64xbf16>
   %y = nn.rms_norm %q4, %w {epsilon = 1.0e-06 : f32} : (tensor<2x4x1x64xbf16>, tensor<64xbf16>) -> tensor<2x4x1x64xbf16>
   func.return %y : tensor<2x4x1x64xbf16>
 }
 // CHECK-LABEL: func.func @qk_norm_view
-// CHECK-NEXT:    %y = mugraph.graph_def grid [2, 4, 1] threads 128 forloop 1 (%q, %w)
+// CHECK-NEXT:    %y = mugraph.graph_def grid [4, 1, 1] threads 128 forloop 1 (%q, %w)
 // CHECK-NEXT:    ^bb0(
-// CHECK-NEXT:      %y_x = mugraph.input %q_a imap [0, 1, -1] fmap -1 : tensor<2x256xbf16> -> tensor<1x64xbf16>
-// CHECK-NEXT:      %y_xv = mugraph.reshape %y_x : tensor<1x64xbf16> -> tensor<1x1x1x64xbf16>
+// CHECK-NEXT:      %y_x = mugraph.input %q_a imap [1, -1, -1] fmap -1 : tensor<2x256xbf16> -> tensor<2x64xbf16>
+// CHECK-NEXT:      %y_xv = mugraph.reshape %y_x : tensor<2x64xbf16> -> tensor<2x1x1x64xbf16>
+
+// -----
+
+// Nine rows are more than a block takes: a block per row and head.
+func.func @qk_norm_view_rows(%q: tensor<9x256xbf16>, %w: tensor<64xbf16>) -> tensor<9x4x1x64xbf16> {
+  %q4 = nn.reshape %q : (tensor<9x256xbf16>) -> tensor<9x4x1x64xbf16>
+  %y = nn.rms_norm %q4, %w {epsilon = 1.0e-06 : f32} : (tensor<9x4x1x64xbf16>, tensor<64xbf16>) -> tensor<9x4x1x64xbf16>
+  func.return %y : tensor<9x4x1x64xbf16>
+}
+// CHECK-LABEL: func.func @qk_norm_view_rows
+// CHECK-NEXT:    %y = mugraph.graph_def grid [9, 4, 1] threads 128 forloop 1 (%q, %w)
+// CHECK-NEXT:    ^bb0(
+// CHECK-NEXT:      %y_x = mugraph.input %q_a imap [0, 1, -1] fmap -1 : tensor<9x256xbf16> -> tensor<1x64xbf16>
 
 // -----
 
