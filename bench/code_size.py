@@ -114,16 +114,18 @@ def main() -> int:
     from mk.compiler import parse_pass_options
     from mk.models import decode_program, preset
 
-    backend_nvcc, build_nvcc = backend.nvcc, build.nvcc
-    build.nvcc = backend.nvcc = lambda: None  # emit only; the cubin is built below
     config = preset(args.model).with_(layers=args.layers)
+    program = decode_program(config, args.batch, 1024, 1)
     try:
         options = parse_pass_options(args.option)
     except ValueError as e:
         raise SystemExit(f"code_size: {e}") from None
-    program = decode_program(config, args.batch, 1024, 1)
-    source = mk.compile(program, target="cuda", **options).cuda_source  # type: ignore[attr-defined]
-    build.nvcc, backend.nvcc = build_nvcc, backend_nvcc
+    backend_nvcc, build_nvcc = backend.nvcc, build.nvcc
+    build.nvcc = backend.nvcc = lambda: None  # emit only; the cubin is built below
+    try:
+        source = mk.compile(program, target="cuda", **options).cuda_source  # type: ignore[attr-defined]
+    finally:  # a failed compile must not leave nvcc hidden from the caller
+        build.nvcc, backend.nvcc = build_nvcc, backend_nvcc
     with tempfile.TemporaryDirectory() as tmp:
         sizes = function_sizes(build_cubin(source, Path(tmp)))
         log = (Path(tmp) / "ptxas.log").read_text()

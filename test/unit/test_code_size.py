@@ -60,3 +60,7 @@ def test_pass_options_reach_the_build(
     monkeypatch.setattr("sys.argv", [*argv, "--option", "bogus=1"])
     with pytest.raises(SystemExit, match="unknown pass option"):
         code_size.main()
+    monkeypatch.setattr("sys.argv", [*argv, "--option", "tile_k=-1"])  # fails in mk.compile
+    with pytest.raises(mk.MkError):
+        code_size.main()
+    assert build.nvcc() is not None  # neither failure left nvcc hidden from later tests
