@@ -328,9 +328,7 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         emit = self.lines.append
         k = self.forloop * shape_of(plan.x.tile)[1]
         chunk = plan.chunk(k)
-        # Every global access of a body names buffers[i]: none before the product means the
-        # weights may be requested before the task's turn.
-        reads_before = any("buffers[" in line for line in self.lines)
+        start = len(self.lines)  # the body's statements before the product
         self.smem_floats = plan.rows * chunk
         emit("{")
         emit("mk::gpu::StreamLinear sl{};")
@@ -404,7 +402,9 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             and staged is None
             and chunk >= k
             and not isinstance(plan.x, MergedX)
-            and not reads_before
+            # Every global access of a body names buffers[i]: none before the product means
+            # the weights may be requested before the task's turn.
+            and not any("buffers[" in line for line in self.lines[:start])
         )
         # The template's trailing arguments (Staged, G, Early, Ahead), defaults left off.
         tail = [_bool(staged is not None), str(groups), _bool(switches.early_loads()), _bool(ahead)]

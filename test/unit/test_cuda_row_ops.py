@@ -3,6 +3,7 @@ uses them instead of the generic library calls."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -45,9 +46,7 @@ def test_rms_norm_rows_takes_short_row_sets(
     line = rms_norm_rows(RMSNormOp(b.args[0], b.args[1], 1e-5), name, name)
     assert (line is not None) == sized
     if line is not None:
-        rows = 1
-        for d in x[:-1]:
-            rows *= d
+        rows = math.prod(x[:-1])
         assert line == f"mk::gpu::rms_norm_rows<{x[-1]}>(r, a0, a1, {rows}, 1e-05f);"
 
 
@@ -68,7 +67,7 @@ def test_rope_rows_takes_one_shared_position(
     line = rope_rows(RopeOp(b.args[0], b.args[1], b.args[2]), name, name)
     assert (line is not None) == sized
     if line is not None:
-        rows = x[0] * (x[1] if len(x) == 4 else 1) * (x[2] if len(x) == 4 else 1)
+        rows = math.prod(x[:-1])
         assert line == f"mk::gpu::rope_rows<{x[-1]}>(r, a0, a1, a2, {rows});"
 
 

@@ -245,17 +245,14 @@ struct Turn {
   uint64_t started;  // when the wait ended: the task's start in the timeline
 };
 
-// Thread 0: waits for the task's events. Not inlined: the body's weight loads in flight stay
-// in registers, which the polling loop's own would otherwise push into local memory.
-__device__ __forceinline__ void turn_wait_thread0(Turn& turn) {
-  turn.go = wait_task<kWaitBatch, kPollPipe>(*turn.p, *turn.near, turn.id, turn.sm, turn.t,
-                                             *turn.known, [] {});
-  if (turn.p->timeline) turn.started = globaltimer();
-}
-
 // Every thread of the CTA: thread 0 waits for the task's events; false if the launch stops.
+// Inlined: a call would make the body save its weight loads in flight around it.
 __device__ __forceinline__ bool turn_wait(Turn& turn) {
-  if (threadIdx.x == 0) turn_wait_thread0(turn);
+  if (threadIdx.x == 0) {
+    turn.go = wait_task<kWaitBatch, kPollPipe>(*turn.p, *turn.near, turn.id, turn.sm, turn.t,
+                                               *turn.known, [] {});
+    if (turn.p->timeline) turn.started = globaltimer();
+  }
   __syncthreads();
   return turn.go != 0;
 }
