@@ -181,30 +181,6 @@ def _bench_cpu(call: Callable[[], object], runs: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def _bench_cuda(
-    launch: Callable[[], object],
-    runs: int,
-    setup: Callable[[], object] = lambda: None,
-    warmup: int = 5,
-) -> float:
-    """Median milliseconds of `launch` by CUDA events (`setup` runs untimed before each)."""
-    torch = _torch()
-    for _ in range(warmup):
-        setup()
-        launch()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(runs):
-        setup()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        launch()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def _prefill_on_gpu(
     config: Any, weights: Any, prompt: np.ndarray, context: int, inputs: list[Any]
 ) -> None:
@@ -424,7 +400,7 @@ def _bench(
         ms = _bench_cpu(lambda: prog(*inputs), args.runs)
         print(f"bench: {ms / per_call:.3f} ms/token (median wall time of {args.runs} calls)")
         return
-    from mk.models.torch_reference import capture_graph, copy_bandwidth
+    from mk.models.torch_reference import capture_graph, copy_bandwidth, event_ms
 
     outs = prog(*inputs)
     try:
@@ -432,9 +408,11 @@ def _bench(
     except RuntimeError as e:  # the launch could not be captured: time plain launches
         print(f"bench: mk launch not captured in a CUDA graph ({e}); timing plain launches")
         launch, how = (lambda: prog.launch(*inputs, out=outs)), "launches"
-    ms = _bench_cuda(launch, args.runs)
+    ms = event_ms(launch, args.runs, warmup=5, queued=True)
     prog.check()
-    print(f"bench: mk {ms / per_call:.4f} ms/token (median of {args.runs} {how}, CUDA events)")
+    print(
+        f"bench: mk {ms / per_call:.4f} ms/token (median of {args.runs} {how}, CUDA events, device time)"
+    )
     floor = _floor_bytes(config, args, per_call) / copy_bandwidth() * 1e3
     print(f"bench: floor {floor:.4f} ms/token (weights + KV read once ÷ measured copy bandwidth)")
     from mk.models.torch_reference import TorchDecoder
@@ -452,7 +430,7 @@ def _bench(
         for _ in range(per_call):
             model.run_step()
 
-    torch_ms = _bench_cuda(torch_steps, args.runs, restart)
+    torch_ms = event_ms(torch_steps, args.runs, warmup=5, setup=restart, queued=True)
     print(f"bench: PyTorch + CUDA graph {torch_ms / per_call:.4f} ms/token (same method)")
 
 

@@ -48,6 +48,41 @@ def capture_graph(fn: Callable[[], object]) -> Callable[[], object]:
     return graph.replay
 
 
+# What the GPU sleeps before a queued timing's start event: longer than the host takes to
+# submit the start event, the timed work and the end event, so none of that submission is timed.
+QUEUE_SLEEP_CYCLES = 400_000  # ~200 us at the H200's ~2 GHz
+
+
+def event_ms(
+    fn: Callable[[], object],
+    runs: int,
+    warmup: int = 10,
+    setup: Callable[[], object] = lambda: None,
+    queued: bool = False,
+) -> float:
+    """Median milliseconds of `fn` between two CUDA events (`setup` runs untimed before each).
+    With `queued`, the GPU is kept busy (a sleep kernel) while the host submits the events and
+    `fn`, so the time is the device's alone: replaying a CUDA graph on an idle GPU otherwise
+    also times the host's submission, 10-17 us on the H200 machine (bench/launch.py)."""
+    torch = _torch()
+    for _ in range(warmup):
+        setup()
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(runs):
+        setup()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if queued:
+            torch.cuda._sleep(QUEUE_SLEEP_CYCLES)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
 def copy_bandwidth(runs: int = 20) -> float:
     """Device-to-device copy bandwidth in bytes/s (bytes read + written), median of `runs`."""
     torch = _torch()

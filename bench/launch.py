@@ -1,0 +1,92 @@
+"""What a launch costs before any task runs: CUDA-graph replays of tiny programs on the GPU.
+
+Usage (on the GPU machine): python bench/launch.py [--runs 200]
+Prints the median replay time (CUDA events) on an idle GPU, which also times the host's
+submission of the replay, and queued behind a GPU sleep (the device's time alone), of:
+- one tiny PyTorch kernel, and a 4 KB memset before it (what a graph node costs);
+- a tiny mk program (one elementwise task) and RMSNorm+Linear B1 4096x6144, each with its
+  per-launch flag reset (a memset node) and, for measurement only, without it: the graph then
+  replays the kernel alone, the counters left as the last run set them. Only programs whose
+  tasks never wait are timed that way (one grid), so the counters change nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+import mk
+from mk.inputs import random_inputs
+from mk.models.torch_reference import capture_graph
+from mk.source import entry_function, load_module
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import median_ms, rmsnorm_linear, to_torch  # noqa: E402
+
+TINY = """
+func.func @tiny(%x: tensor<256xf32>) -> tensor<256xf32> {
+  %y = nn.mul %x, %x : (tensor<256xf32>, tensor<256xf32>) -> tensor<256xf32>
+  func.return %y : tensor<256xf32>
+}
+"""
+
+
+Row = tuple[str, float, float]
+
+
+def both(fn: Callable[[], object], runs: int) -> tuple[float, float]:
+    """(idle, queued) median ms of a graph replay."""
+    return median_ms(fn, runs), median_ms(fn, runs, queued=True)
+
+
+def mk_rows(name: str, text: str, runs: int) -> list[Row]:
+    fn = entry_function(load_module(text))
+    inputs = [to_torch(a) for a in random_inputs(fn, seed=0)]
+    prog = mk.compile(text, target="cuda")
+    outs = prog(*inputs)  # type: ignore[operator]
+    grids = prog.ir("task").count("task.grid @")
+    replay = capture_graph(lambda: prog.launch(*inputs, out=outs))  # type: ignore[attr-defined]
+    rows = [(f"mk {name} ({grids} grid(s)), flag reset + kernel", *both(replay, runs))]
+    state = prog._state  # type: ignore[attr-defined]
+    if grids == 1 and state is not None:
+        flags = state.flags
+        flags.zero_ = lambda: flags  # measurement only: the graph keeps the kernel node alone
+        try:
+            alone = capture_graph(lambda: prog.launch(*inputs, out=outs))  # type: ignore[attr-defined]
+            rows.append(
+                (f"mk {name}, kernel alone (no reset; measurement only)", *both(alone, runs))
+            )
+        finally:
+            del flags.zero_
+    prog.check()  # type: ignore[attr-defined]
+    prog(*inputs)  # type: ignore[operator]  # a normal, checked run after it
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200)
+    args = parser.parse_args()
+    x = torch.rand(256, device="cuda") + 0.5
+    flags = torch.zeros(1024, dtype=torch.int32, device="cuda")
+    rows: list[Row] = [
+        ("torch: one tiny kernel", *both(capture_graph(lambda: x.mul_(1.0)), args.runs)),
+        (
+            "torch: 4 KB memset + one tiny kernel",
+            *both(capture_graph(lambda: (flags.zero_(), x.mul_(1.0))), args.runs),
+        ),
+    ]
+    rows += mk_rows("tiny", TINY, args.runs)
+    rows += mk_rows("rmsnorm_linear B1 4096x6144", rmsnorm_linear(1, 6144), args.runs)
+    print("| graph replay | idle GPU µs | queued µs |\n|---|---:|---:|")
+    for name, idle, queued in rows:
+        print(f"| {name} | {idle * 1e3:.2f} | {queued * 1e3:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
