@@ -38,13 +38,17 @@ must not write a per-iteration tile.
 exactly one block: every grid axis of extent > 1 must partition a result dim. Split-K/split-KV
 partial results therefore carry an extra dim indexed by the splitting grid axis (e.g.
 `tensor<4x...>` with `omap [.., 0, ..]` for a 4-way split on y), merged by a later kernel.
+An in-place output (`at %pos dim D over %operand`) is the exception: its tile lands at a
+run-time position along D, and every element no block writes is the operand's (a KV-cache
+append, in the operand's own buffer when it is a donated argument).
 
 **Thread graphs.** `mugraph.thread_map` applies a scalar arith/math region elementwise (with
 broadcasting) to tiles: how elementwise epilogues fuse without materialising intermediates.
 
 Tile ops live in `mugraph_tiles`, their bases and phase analysis in `mugraph_base`, map
-arithmetic in `mugraph_maps`, a Python builder in `mugraph_builder`; this module holds the
-kernel-level ops, inputs/outputs and the dialect.
+arithmetic in `mugraph_maps`, inputs and outputs in `mugraph_io`, a Python builder in
+`mugraph_builder`; this module holds the kernel-level ops, the position and argmax tile ops and
+the dialect.
 """
 
 from __future__ import annotations
@@ -93,6 +97,7 @@ from mk.dialects.mugraph_base import (
     tensor_type,
     value_name,
 )
+from mk.dialects.mugraph_io import InputOp, OutputOp, parse_ints, print_ints
 from mk.dialects.mugraph_maps import MapError, shape_str
 from mk.dialects.mugraph_tiles import (
     AccumOp,
@@ -126,15 +131,6 @@ LIBRARY_KINDS: dict[str, tuple[int, int | None, tuple[str, ...]]] = {
     "step": (1, 1, ()),
     "cache_write": (3, 3, ("dim",)),
 }
-
-
-def _print_ints(printer: Printer, values: Sequence[int]) -> None:
-    with printer.in_square_brackets():
-        printer.print_list(values, lambda v: printer.print_string(str(v)))
-
-
-def _parse_ints(parser: Parser) -> list[int]:
-    return parser.parse_comma_separated_list(parser.Delimiter.SQUARE, parser.parse_integer)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -237,6 +233,14 @@ class GraphDefOp(IRDLOperation):
     def output_ops(self) -> list[OutputOp]:
         return [op for op in self.body.block.ops if isinstance(op, OutputOp)]
 
+    def in_place_result(self, operand: int) -> SSAValue | None:
+        """The result an in-place output writes over operand #`operand`, if any."""
+        for out in self.output_ops():
+            at = out.position()
+            if at is not None and at[2].index == operand:
+                return self.res[out.result_index()]
+        return None
+
     def loop_ops(self) -> list[Operation]:
         """Ops run in every for-loop iteration (accumulator updates included), in order."""
         phases = Phases(self.body.block).ops
@@ -279,7 +283,7 @@ class GraphDefOp(IRDLOperation):
 
     def print(self, printer: Printer) -> None:
         printer.print_string(" grid ")
-        _print_ints(printer, int_values(self.grid))
+        print_ints(printer, int_values(self.grid))
         printer.print_string(f" threads {self.thread_count()} forloop {self.forloop_range()} ")
         printer.print_operands(self.args)
         printer.print_op_attributes(self.attributes, print_keyword=True)
@@ -291,7 +295,7 @@ class GraphDefOp(IRDLOperation):
     @classmethod
     def parse(cls, parser: Parser) -> GraphDefOp:
         parser.parse_keyword("grid")
-        grid = _parse_ints(parser)
+        grid = parse_ints(parser)
         parser.parse_keyword("threads")
         threads = parser.parse_integer(allow_boolean=False)
         parser.parse_keyword("forloop")
@@ -312,210 +316,6 @@ class GraphDefOp(IRDLOperation):
         op = cls(operands, ftype.outputs.data, grid, threads, forloop, body)
         if attrs is not None:
             op.attributes |= attrs.data
-        return op
-
-
-@irdl_op_definition
-class InputOp(BlockGraphOp):
-    """`%t = mugraph.input %xa imap [0, -1, -1] fmap 1 : tensor<6144x4096xbf16> -> tensor<128x64xbf16>`."""
-
-    name = "mugraph.input"
-    source = operand_def(TensorType)
-    tile = result_def(TensorType)
-    imap = prop_def(DenseArrayBase.constr(i64))
-    fmap = prop_def(IntegerAttr[I64])
-    traits = in_graph()
-
-    def __init__(
-        self, source: SSAValue, imap: Sequence[int], fmap: int, tile_type: Attribute
-    ) -> None:
-        props = {"imap": DenseArrayBase.from_list(i64, list(imap)), "fmap": IntegerAttr(fmap, i64)}
-        super().__init__(operands=[source], result_types=[tile_type], properties=props)
-
-    def whole_tensor_operands(self) -> tuple[int, ...]:
-        return (0,)
-
-    def phase_from(self, operand_phases: Sequence[Phase]) -> Phase:
-        return Phase.INVARIANT if self.fmap_dim() < 0 else Phase.LOOP
-
-    def imap_dims(self) -> tuple[int, ...]:
-        return int_values(self.imap)
-
-    def fmap_dim(self) -> int:
-        return self.fmap.value.data
-
-    def source_index(self) -> int:
-        """Which kernel operand this input reads."""
-        src = self.source
-        assert isinstance(src, BlockArgument)
-        return src.index
-
-    def tile_shape(self) -> tuple[int, ...]:
-        g = self.parent_graph()
-        return maps.input_tile_shape(
-            shape_of(self.source),
-            g.grid_shape(),
-            self.imap_dims(),
-            self.fmap_dim(),
-            g.forloop_range(),
-        )
-
-    def tile_slices(self, block: Sequence[int], iteration: int) -> tuple[slice, ...]:
-        """The part of the full operand tensor this tile covers for `block` in `iteration`."""
-        g = self.parent_graph()
-        return maps.input_tile_slices(
-            shape_of(self.source), g.grid_shape(), self.imap_dims(), self.fmap_dim(),
-            g.forloop_range(), block, iteration,
-        )  # fmt: skip
-
-    def block_slices(self, block: Sequence[int]) -> tuple[slice, ...]:
-        """The part of the operand `block` reads over the whole for-loop (its read footprint)."""
-        grid = self.parent_graph().grid_shape()
-        return maps.input_block_slices(shape_of(self.source), grid, self.imap_dims(), block)
-
-    def verify_block_op(self, parent: GraphDefOp) -> None:
-        src = self.source
-        require(
-            isinstance(src, BlockArgument) and src.index < len(parent.args),
-            f"reads {value_name(src)}, a result of the kernel, not an operand",
-        )
-        try:
-            shape = self.tile_shape()
-        except MapError as e:
-            raise VerifyException(str(e)) from None
-        want = TensorType(tensor_type(src).element_type, shape)
-        require(self.tile.type == want, f"tile type is {self.tile.type}, but the maps give {want}")
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_operand(self.source)
-        printer.print_string(" imap ")
-        _print_ints(printer, self.imap_dims())
-        printer.print_string(f" fmap {self.fmap_dim()}")
-        printer.print_op_attributes(self.attributes)
-        printer.print_string(" : ")
-        printer.print_attribute(self.source.type)
-        printer.print_string(" -> ")
-        printer.print_attribute(self.tile.type)
-
-    @classmethod
-    def parse(cls, parser: Parser) -> InputOp:
-        src = parser.parse_unresolved_operand()
-        parser.parse_keyword("imap")
-        imap = _parse_ints(parser)
-        parser.parse_keyword("fmap")
-        fmap = parser.parse_integer(allow_boolean=False)
-        attrs = parser.parse_optional_attr_dict()
-        parser.parse_punctuation(":")
-        src_type = parser.parse_type()
-        parser.parse_punctuation("->")
-        op = cls(parser.resolve_operand(src, src_type), imap, fmap, parser.parse_type())
-        op.attributes |= attrs
-        return op
-
-
-@irdl_op_definition
-class OutputOp(BlockGraphOp):
-    """`mugraph.output %acc to %ya omap [1, -1, -1] : tensor<8x128xf32> -> tensor<8x6144xbf16>`.
-
-    Writes the block's tile into a kernel result (rounded to its element type) after the loop.
-    """
-
-    name = "mugraph.output"
-    tile = operand_def(TensorType)
-    dest = operand_def(TensorType)
-    omap = prop_def(DenseArrayBase.constr(i64))
-    traits = in_graph(pure=False)
-
-    def __init__(self, tile: SSAValue, dest: SSAValue, omap: Sequence[int]) -> None:
-        props = {"omap": DenseArrayBase.from_list(i64, list(omap))}
-        super().__init__(operands=[tile, dest], properties=props)
-
-    def whole_tensor_operands(self) -> tuple[int, ...]:
-        return (1,)
-
-    def phase_from(self, operand_phases: Sequence[Phase]) -> Phase:
-        return Phase.EPILOGUE
-
-    def verify_phase(self, parent: GraphDefOp, phases: Phases) -> None:
-        forloop = parent.forloop_range()
-        require(
-            phases.of(self.tile) != Phase.LOOP or forloop == 1,
-            f"writes {value_name(self.tile)}, a tile that changes every for-loop iteration "
-            f"(forloop {forloop}); write an accumulator result or a value computed from one",
-        )
-
-    def omap_dims(self) -> tuple[int, ...]:
-        return int_values(self.omap)
-
-    def result_index(self) -> int:
-        dest = self.dest
-        assert isinstance(dest, BlockArgument)
-        return dest.index - len(self.parent_graph().args)
-
-    def tile_slices(self, block: Sequence[int]) -> tuple[slice, ...]:
-        """The part of the full result this block's tile covers."""
-        grid = self.parent_graph().grid_shape()
-        return maps.output_tile_slices(shape_of(self.dest), grid, self.omap_dims(), block)
-
-    def verify_block_op(self, parent: GraphDefOp) -> None:
-        tile, dest = self.tile, self.dest
-        require(
-            self.result_index() >= 0,
-            f"writes to {value_name(dest)}, an operand of the kernel, not a result",
-        )
-        writers = [u.operation for u in dest.uses if isinstance(u.operation, OutputOp)]
-        block = parent.body.block
-        first = min(writers, key=block.get_operation_index)
-        require(
-            first is self,
-            f"result #{self.result_index()} ({value_name(dest)}) is already written by an earlier mugraph.output",
-        )
-        try:
-            shape = maps.output_tile_shape(shape_of(dest), parent.grid_shape(), self.omap_dims())
-        except MapError as e:
-            raise VerifyException(str(e)) from None
-        require(
-            shape_of(tile) == shape,
-            f"tile is {shape_str(shape_of(tile))}, but omap {list(self.omap_dims())} over grid "
-            f"{list(parent.grid_shape())} gives {shape_str(shape)} tiles of the "
-            f"{shape_str(shape_of(dest))} result",
-        )
-        te, de = tensor_type(tile).element_type, tensor_type(dest).element_type
-        require(
-            te == de or (is_float_tile(tile) and is_float_tile(dest)),
-            f"cannot store a {te} tile into a {de} result",
-        )
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_operand(self.tile)
-        printer.print_string(" to ")
-        printer.print_operand(self.dest)
-        printer.print_string(" omap ")
-        _print_ints(printer, self.omap_dims())
-        printer.print_op_attributes(self.attributes)
-        printer.print_string(" : ")
-        printer.print_attribute(self.tile.type)
-        printer.print_string(" -> ")
-        printer.print_attribute(self.dest.type)
-
-    @classmethod
-    def parse(cls, parser: Parser) -> OutputOp:
-        tile = parser.parse_unresolved_operand()
-        parser.parse_keyword("to")
-        dest = parser.parse_unresolved_operand()
-        parser.parse_keyword("omap")
-        omap = _parse_ints(parser)
-        attrs = parser.parse_optional_attr_dict()
-        parser.parse_punctuation(":")
-        tile_type = parser.parse_type()
-        parser.parse_punctuation("->")
-        dest_type = parser.parse_type()
-        op = cls(
-            parser.resolve_operand(tile, tile_type), parser.resolve_operand(dest, dest_type), omap
-        )
-        op.attributes |= attrs
         return op
 
 

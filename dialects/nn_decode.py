@@ -44,16 +44,26 @@ def is_cache_write(op: Operation) -> bool:
     )
 
 
+def in_place_result(op: Operation, operand: int) -> SSAValue | None:
+    """The result of `op` that is its operand #`operand` written in place: a cache write's
+    (operand 0), or a graph_def's in-place output over that operand."""
+    if is_cache_write(op):
+        return op.results[0] if operand == 0 else None
+    over = getattr(op, "in_place_result", None)
+    made = over(operand) if callable(over) else None
+    return made if isinstance(made, SSAValue) else None
+
+
 def donated_write(func: FuncOp, index: int) -> SSAValue:
     """The value a donated argument holds after one run of the body: its cache write's result."""
     arg = func.args[index]
-    writes = [u.operation for u in arg.uses if u.index == 0 and is_cache_write(u.operation)]
+    writes = [r for u in arg.uses if (r := in_place_result(u.operation, u.index)) is not None]
     if len(writes) != 1:
         raise VerifyException(
             f"donated argument #{index} must be the cache of exactly one cache write, "
             f"found {len(writes)}"
         )
-    return writes[0].results[0]
+    return writes[0]
 
 
 def verify_decode_function(func: FuncOp) -> None:

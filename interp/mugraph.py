@@ -26,6 +26,7 @@ from xdsl.irdl import IRDLOperation
 from mk.diagnostics import MkError, op_location
 from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import GraphDefOp, InputOp, KernelOp, OutputOp
+from mk.dialects.mugraph_base import shape_of
 from mk.dialects.mugraph_tiles import AccumOp, AccumSoftmaxOp, ThreadMapOp, YieldOp
 from mk.inputs import numpy_dtype
 from mk.interp.mugraph_tiles import (
@@ -165,22 +166,41 @@ def _plan(op: GraphDefOp) -> _Plan:
 class _Results:
     """The results of one graph_def run, with which block wrote each element."""
 
-    def __init__(self, op: GraphDefOp) -> None:
+    def __init__(self, op: GraphDefOp, args: Sequence[np.ndarray]) -> None:
+        """An in-place output's result starts as its operand; other results' unwritten
+        elements show as NaN (integers: their minimum)."""
         self.op = op
         self.values: list[np.ndarray] = []
         self.writer: list[np.ndarray] = []
-        for r in op.res:
+        self.in_place: set[int] = set()
+        over = {o.result_index(): at[2].index for o in op.output_ops() if (at := o.position())}
+        for i, r in enumerate(op.res):
             ty = r.type
             assert isinstance(ty, TensorType)
             dtype, shape = numpy_dtype(ty.element_type), tuple(ty.get_shape())
             # NaN shows an unwritten float element; integers get an implausible value.
             fill = np.nan if is_float_dtype(dtype) else np.iinfo(dtype).min
-            self.values.append(np.full(shape, fill, dtype=dtype))
+            if i in over:
+                self.values.append(np.array(args[over[i]], dtype=dtype).reshape(shape))
+                self.in_place.add(i)
+            else:
+                self.values.append(np.full(shape, fill, dtype=dtype))
             self.writer.append(np.full(shape, -1, dtype=np.int64))
 
-    def write(self, out: OutputOp, tile: np.ndarray, block: BlockCoord, index: int) -> None:
-        i = out.result_index()
-        where = out.tile_slices(block)
+    def write(
+        self, out: OutputOp, env: dict[SSAValue, np.ndarray], block: BlockCoord, index: int
+    ) -> None:
+        i, tile = out.result_index(), env[out.tile]
+        pos = 0
+        if (at := out.position()) is not None:
+            pos = int(np.asarray(env[at[0]]).reshape(-1)[0])
+            n, extent = shape_of(out.tile)[at[1]], shape_of(out.dest)[at[1]]
+            if pos < 0 or pos + n > extent:
+                self._fail(
+                    f"block {block} writes positions [{pos}, {pos + n}) outside [0, {extent}) "
+                    f"of dim {at[1]} of result #{i}"
+                )
+        where = out.tile_slices(block, pos)
         owners = self.writer[i][where]
         if (owners >= 0).any():
             pos = np.argwhere(owners >= 0)[0]
@@ -195,6 +215,8 @@ class _Results:
 
     def check_complete(self) -> None:
         for i, owners in enumerate(self.writer):
+            if i in self.in_place:  # its operand's elements stay where no block writes
+                continue
             missing = np.argwhere(owners < 0)
             if len(missing):
                 element = tuple(int(p) for p in missing[0])
@@ -247,10 +269,11 @@ def run_graph_def(
     """Run a graph-defined kernel on whole tensors, block by block and iteration by iteration.
 
     With `blocks`, only those blocks run (one task of a task grid runs one block): elements no
-    given block writes stay NaN (integers: their minimum), and completeness is not checked.
+    given block writes stay NaN (integers: their minimum; an in-place output's, its operand's),
+    and completeness is not checked.
     """
     plan = _plan(op)
-    results = _Results(op)
+    results = _Results(op, args)
     outputs = op.output_ops()
     forloop = op.forloop_range()
     if blocks is None:
@@ -261,7 +284,7 @@ def run_graph_def(
     for index, block in chosen:
         env = _run_block(plan, args, block, forloop)
         for out in outputs:
-            results.write(out, env[out.tile], block, index)
+            results.write(out, env, block, index)
     if blocks is None:
         results.check_complete()
     return tuple(results.values)

@@ -25,6 +25,12 @@ def _dce() -> type[ModulePass]:
     return DeadCodeElimination
 
 
+def _mugraph_append_writes() -> type[ModulePass]:
+    from mk.passes.mugraph_append_writes import MugraphAppendWritesPass
+
+    return MugraphAppendWritesPass
+
+
 def _mugraph_fuse_loop() -> type[ModulePass]:
     from mk.passes.mugraph_fuse_loop import MugraphFuseLoopPass
 
@@ -86,6 +92,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "cse": _cse,
         "dce": _dce,
         "nn-to-mugraph": _nn_to_mugraph,
+        "mugraph-append-writes": _mugraph_append_writes,
         "mugraph-fuse-loop": _mugraph_fuse_loop,
         "mugraph-stats": _mugraph_stats,
         "mugraph-to-task": _mugraph_to_task,

@@ -315,7 +315,7 @@ def input_cover(op: InputOp) -> Cover:
 def output_cover(op: OutputOp) -> Cover:
     g = op.parent_graph()
     grid = g.grid_shape()
-    shape = shape_of(op.dest)
+    shape = op.placed_shape()  # an in-place output writes its tile's rows only
     omap = op.omap_dims()
     tile = maps.output_tile_shape(shape, grid, omap)
     return tuple(

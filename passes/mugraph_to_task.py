@@ -213,6 +213,9 @@ class _Lowering:
             if isinstance(kernel, GraphDefOp):
                 positions = [i for i, a in enumerate(kernel.args) if a is value]
                 parts = _read_partition(kernel, positions, vshape)
+                for p in positions:  # written in place: each block takes its own part only
+                    if (made := kernel.in_place_result(p)) is not None:
+                        parts = _write_partition(kernel, kernel.results.index(made), vshape)
             else:
                 parts = [(None, s) for s in vshape]
             reads.append(_footprint(self.buffer_of[value], parts, points))

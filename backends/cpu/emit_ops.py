@@ -155,8 +155,24 @@ class GraphDefEmitter:
             _affine([(tile[d], ("bx", "by", "bz")[a]) for a in range(3) if omap[a] == d])
             for d in range(len(tile))
         ]
+        if (at := op.position()) is not None:
+            pos, d, _ = at
+            starts[d] = f"static_cast<int64_t>({self.var(pos)}[0])"
+            self.position_check(op, starts[d], tile[d], shape_of(op.dest)[d], d)
         for ref in self.results.get(op.result_index(), []):
             self.store_box(ref, starts, op)
+
+    def position_check(self, op: OutputOp, pos: str, n: int, extent: int, d: int) -> None:
+        """Fails the task when an in-place output's rows [pos, pos + n) leave [0, extent)."""
+        loc = op_location(self.op)
+        prefix = f"{loc}: " if loc else ""
+        self.lines += [
+            f"if ({pos} < 0 || {pos} + {n} > {extent}) {{",
+            f"  return fail(\"{prefix}error: 'mugraph.graph_def' writes positions [\" + "
+            f'std::to_string({pos}) + ", " + std::to_string({pos} + {n}) + ") outside '
+            f'[0, {extent}) of dim {d}");',
+            "}",
+        ]
 
     def store_box(self, ref: BufferRef, starts: Sequence[str], op: OutputOp) -> None:
         """Write `op`'s tile into the result buffer `ref` at the per-dimension `starts`."""

@@ -558,6 +558,10 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         if dtype_code(op.tile.type) != ref.dtype:
             self.round(op.tile)
 
+    def position_check(self, op: OutputOp, pos: str, n: int, extent: int, d: int) -> None:
+        # Every thread reads the same position: the whole block returns (the host names the task).
+        self.lines.append(f"if ({pos} < 0 || {pos} + {n} > {extent}) return 1;")
+
     def store_box(self, ref: BufferRef, starts: Sequence[str], op: OutputOp) -> None:
         runs = box_runs(ref.shape, shape_of(op.tile))
         if runs is None:

@@ -39,7 +39,7 @@ DEFAULT_CUDA_NUM_SMS = 132  # an H200: one queue per SM
 # to every pass of a stage that declares them (num_sms reaches nn-to-mugraph and the scheduler).
 PIPELINE: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("nn", ()),  # parse + verify
-    ("mugraph", ("nn-to-mugraph", "mugraph-fuse-loop")),
+    ("mugraph", ("nn-to-mugraph", "mugraph-append-writes", "mugraph-fuse-loop")),
     ("task", ("mugraph-to-task", "task-tails", "task-schedule")),
 )
 STAGES = tuple(name for name, _ in PIPELINE)

@@ -242,3 +242,51 @@ def test_grid_level_pruning_alone_keeps_a_model_decode_loop_race_free(
     spec = "nn-to-mugraph,mugraph-to-task,task-schedule{num-sms=8},task-simulate{seeds=3}"
     PassPipeline.parse_spec(get_all_passes(), spec).apply(make_context(), module)
     assert "iterations 3" in str(module)
+
+
+# A K row's norm + RoPE written into a donated cache by the chain's own kernel
+# (mugraph-append-writes).
+APPEND = """
+func.func @append(%k: tensor<1x32xf32>, %kw: tensor<16xf32>, %cos: tensor<1x8xf32>, %sin: tensor<1x8xf32>, %p: tensor<1xi32>, %cache: tensor<1x2x6x16xf32> {nn.donated}) -> tensor<1x2x6x16xf32> {
+  %k4 = nn.reshape %k : (tensor<1x32xf32>) -> tensor<1x2x1x16xf32>
+  %kn = nn.rms_norm %k4, %kw {epsilon = 1.0e-06 : f32} : (tensor<1x2x1x16xf32>, tensor<16xf32>) -> tensor<1x2x1x16xf32>
+  %kr = nn.rope %kn, %cos, %sin : (tensor<1x2x1x16xf32>, tensor<1x8xf32>, tensor<1x8xf32>) -> tensor<1x2x1x16xf32>
+  %kc = nn.cache_write %cache, %kr, %p {dim = 2 : i64} : (tensor<1x2x6x16xf32>, tensor<1x2x1x16xf32>, tensor<1xi32>) -> tensor<1x2x6x16xf32>
+  %s = nn.add %kc, %kc : (tensor<1x2x6x16xf32>, tensor<1x2x6x16xf32>) -> tensor<1x2x6x16xf32>
+  func.return %s : tensor<1x2x6x16xf32>
+}
+"""
+
+
+def append_inputs(pos: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(pos)
+    shapes = [(1, 32), (16,), (1, 8), (1, 8)]
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    cache = rng.standard_normal((1, 2, 6, 16)).astype(np.float32)
+    return [*arrays, np.array([pos], np.int32), cache]
+
+
+@needs_gxx
+@pytest.mark.parametrize("options", [{}, {"append_writes": 0}])
+def test_cpu_executor_appends_chain_rows_in_place(options: dict[str, int]) -> None:
+    prog = mk.compile(APPEND, target="cpu", **options)
+    ir = prog.ir("mugraph")
+    fused = " at %" in ir and 'kernel "cache_write"' not in ir
+    assert fused == (not options)
+    inputs, ref_inputs = append_inputs(4), append_inputs(4)
+    before = inputs[-1].copy()
+    (got,) = prog(*inputs)
+    (want,) = mk.reference(APPEND, *ref_inputs)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(inputs[-1], ref_inputs[-1], rtol=1e-5, atol=1e-6)  # in place
+    changed = np.argwhere(inputs[-1] != before)
+    assert set(changed[:, 2].tolist()) == {4}  # row 4 of each head, nothing else
+
+
+@needs_gxx
+def test_cpu_executor_reports_an_appended_row_out_of_range_at_the_op() -> None:
+    prog = mk.compile(APPEND, target="cpu")
+    with pytest.raises(
+        Exception, match=r"<source>:\d+:\d+: .*writes positions \[6, 7\) outside \[0, 6\) of dim 2"
+    ):
+        prog(*append_inputs(6))

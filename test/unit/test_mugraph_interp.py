@@ -416,3 +416,41 @@ def test_inputs_are_read_tile_by_tile(monkeypatch: pytest.MonkeyPatch) -> None:
     blocks = [(0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0)]
     a_reads = sorted((b, i) for imap, b, i, _ in reads if imap == (0, -1, -1))
     assert a_reads == sorted((b, i) for b in blocks for i in range(4))
+
+
+# ------------------------------------------------------------------------------------------------
+# In-place outputs (a KV-cache append)
+# ------------------------------------------------------------------------------------------------
+
+APPEND = """
+func.func @append(%k: tensor<2x2x1x16xbf16>, %cache: tensor<2x2x8x16xbf16>, %p: tensor<1xi32>) -> tensor<2x2x8x16xbf16> {
+  %c = mugraph.graph_def grid [2, 2, 1] threads 128 forloop 1 (%k, %cache, %p) : (tensor<2x2x1x16xbf16>, tensor<2x2x8x16xbf16>, tensor<1xi32>) -> tensor<2x2x8x16xbf16> {
+  ^bb0(%ka: tensor<2x2x1x16xbf16>, %cachea: tensor<2x2x8x16xbf16>, %pa: tensor<1xi32>, %ca: tensor<2x2x8x16xbf16>):
+    %kt = mugraph.input %ka imap [1, 0, -1] fmap -1 : tensor<2x2x1x16xbf16> -> tensor<1x1x1x16xbf16>
+    %pt = mugraph.input %pa imap [-1, -1, -1] fmap -1 : tensor<1xi32> -> tensor<1xi32>
+    %st = mugraph.unary "neg" %kt : tensor<1x1x1x16xbf16> -> tensor<1x1x1x16xf32>
+    mugraph.output %st to %ca omap [1, 0, -1] at %pt dim 2 over %cachea : tensor<1x1x1x16xf32>, tensor<1xi32> -> tensor<2x2x8x16xbf16>
+  }
+  func.return %c : tensor<2x2x8x16xbf16>
+}
+"""
+
+
+@pytest.mark.parametrize("pos", [0, 5, 7])
+def test_in_place_output_writes_its_rows_at_the_position(pos: int) -> None:
+    rng = np.random.default_rng(pos)
+    k, cache = randn(rng, (2, 2, 1, 16)), randn(rng, (2, 2, 8, 16))
+    (out,) = run_mugraph(APPEND, k, cache, np.array([pos], np.int32))
+    want = f64(cache).copy()
+    want[:, :, pos] = -f64(k[:, :, 0])
+    assert np.array_equal(f64(out), want)  # every other row is the cache's, bit for bit
+
+
+@pytest.mark.parametrize("pos", [-1, 8])
+def test_in_place_output_outside_the_result_is_reported(pos: int) -> None:
+    rng = np.random.default_rng(0)
+    k, cache = randn(rng, (2, 2, 1, 16)), randn(rng, (2, 2, 8, 16))
+    with pytest.raises(
+        MugraphRunError, match=rf"writes positions \[{pos}, {pos + 1}\) outside \[0, 8\) of dim 2"
+    ):
+        run_mugraph(APPEND, k, cache, np.array([pos], np.int32))

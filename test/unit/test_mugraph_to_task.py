@@ -180,6 +180,12 @@ def check_footprints_match_slices(graph: GraphOp) -> None:
         for coords in grid_points(grid.shape_tuple):
             block = tuple(int(c) for c in coords) + (0,) * (3 - len(coords))
             for pos, fp in enumerate(reads):
+                at = [k for k, a in enumerate(kernel.args) if a is grid.body.block.args[pos]]
+                made = [r for k in at if (r := kernel.in_place_result(k)) is not None]
+                if made:  # written in place: a block reads the part it writes back
+                    write = writes[kernel.results.index(made[0])]
+                    assert fp.slices(tuple(coords)) == write.slices(tuple(coords))
+                    continue
                 slices = [
                     i.block_slices(block)
                     for i in kernel.input_ops()
@@ -191,7 +197,10 @@ def check_footprints_match_slices(graph: GraphOp) -> None:
                 assert [(r.start, r.stop) for r in rect] == list(zip(lo, hi, strict=True))
             for out in kernel.output_ops():
                 fp = writes[out.result_index()]
-                assert fp.slices(tuple(coords)) == out.tile_slices(block)
+                want = list(out.tile_slices(block))
+                if (placed := out.position()) is not None:  # any position: the whole dim
+                    want[placed[1]] = slice(0, out.dest.type.get_shape()[placed[1]])  # type: ignore[attr-defined]
+                assert fp.slices(tuple(coords)) == tuple(want)
 
 
 def check_arena_disjoint(graph: GraphOp) -> None:
@@ -406,8 +415,9 @@ def test_waits_stay_few_on_llama3() -> None:
     assert max(len(g.waits) for g in grids) <= 4
     events = [op for op in graph.body.block.ops if isinstance(op, EventOp)]
     # The qkv linear signals one event per consumer grouping (q's RoPE, k's RoPE per head, the
-    # v copy), and loop-carried waits add a few.
-    assert len(events) <= len(grids) + 3
+    # v copy), and loop-carried waits add a few; k's RoPE, which writes the cache in place, signals
+    # the attention per head and the merge (reusing its input's arena bytes) per group of heads.
+    assert len(events) <= len(grids) + 4
 
 
 def test_grid_level_pruning_follows_waits_on_some_producer_tasks(

@@ -260,3 +260,19 @@ func.func @rope_tile(%q: tensor<1x4x1x64xbf16>, %c: tensor<1x32xf32>, %s: tensor
 }
 // CHECK-LABEL: func.func @rope_tile
 // CHECK:        %rt = mugraph.rope %qt, %ct, %st : (tensor<1x1x1x64xbf16>, tensor<1x32xf32>, tensor<1x32xf32>) -> tensor<1x1x1x64xf32>
+
+// -----
+
+// An in-place output: each block writes its head's row at run-time position %pt along dim 2;
+// every other element of the result is the cache's (a KV-cache append).
+func.func @append_rows(%k: tensor<1x2x1x16xbf16>, %cache: tensor<1x2x8x16xbf16>, %p: tensor<1xi32>) -> tensor<1x2x8x16xbf16> {
+  %c = mugraph.graph_def grid [2, 1, 1] threads 128 forloop 1 (%k, %cache, %p) : (tensor<1x2x1x16xbf16>, tensor<1x2x8x16xbf16>, tensor<1xi32>) -> tensor<1x2x8x16xbf16> {
+  ^bb0(%ka: tensor<1x2x1x16xbf16>, %cachea: tensor<1x2x8x16xbf16>, %pa: tensor<1xi32>, %ca: tensor<1x2x8x16xbf16>):
+    %kt = mugraph.input %ka imap [1, -1, -1] fmap -1 : tensor<1x2x1x16xbf16> -> tensor<1x1x1x16xbf16>
+    %pt = mugraph.input %pa imap [-1, -1, -1] fmap -1 : tensor<1xi32> -> tensor<1xi32>
+    mugraph.output %kt to %ca omap [1, -1, -1] at %pt dim 2 over %cachea : tensor<1x1x1x16xbf16>, tensor<1xi32> -> tensor<1x2x8x16xbf16>
+  }
+  func.return %c : tensor<1x2x8x16xbf16>
+}
+// CHECK-LABEL: func.func @append_rows
+// CHECK:        mugraph.output %kt to %ca omap [1, -1, -1] at %pt dim 2 over %cachea : tensor<1x1x1x16xbf16>, tensor<1xi32> -> tensor<1x2x8x16xbf16>
