@@ -6,10 +6,12 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from xdsl.ir import Operation, SSAValue
+from xdsl.dialects.func import FuncOp
+from xdsl.ir import BlockArgument, Operation, SSAValue
 
 from mk.dialects import nn
 from mk.dialects.mugraph_base import shape_of, tensor_type
+from mk.dialects.nn_decode import donated_args, donated_write
 from mk.passes.cost_model import element_bytes
 from mk.passes.nn_to_mugraph_rules import ELEMENTWISE_OPS, Tiling, chunk_size, parts_at_most
 
@@ -140,6 +142,25 @@ def _absorbable(op: Operation, produced: set[SSAValue], inside: set[Operation]) 
     return not depends_on(external, inside)
 
 
+def _before_writes(ops: Iterable[Operation], order: Mapping[Operation, int]) -> bool:
+    """Whether every donated argument the ops read is written in place after all of them: their
+    kernel runs where the last of them was, and must still see the argument's old value."""
+    ops = list(ops)
+    last = max(order.get(o, -1) for o in ops)
+    for op in ops:
+        for v in op.operands:
+            if not isinstance(v, BlockArgument):
+                continue
+            func = v.owner.parent_op()
+            if not isinstance(func, FuncOp) or v.owner is not func.body.block:
+                continue
+            if v.index in donated_args(func):
+                write = donated_write(func, v.index).owner
+                if isinstance(write, Operation) and order.get(write, last + 1) < last:
+                    return False
+    return True
+
+
 def _grow(
     chain: list[Operation],
     produced: Callable[[], set[SSAValue]],
@@ -154,7 +175,7 @@ def _grow(
         members, values = inside(), produced()
         users = {u.operation for v in values for u in v.uses}
         for op in sorted((users & order.keys()) - members - claimed, key=order.__getitem__):
-            if _absorbable(op, values, members):
+            if _absorbable(op, values, members) and _before_writes([*members, op], order):
                 chain.append(op)
                 chain.sort(key=order.__getitem__)
                 changed = True

@@ -290,3 +290,27 @@ def test_cpu_executor_reports_an_appended_row_out_of_range_at_the_op() -> None:
         Exception, match=r"<source>:\d+:\d+: .*writes positions \[6, 7\) outside \[0, 6\) of dim 2"
     ):
         prog(*append_inputs(6))
+
+
+READ_BEFORE_WRITE = """
+func.func @f(%k: tensor<1x2x1x4xf32>, %p: tensor<1xi32>, %c: tensor<1x2x3x4xf32> {nn.donated}) -> tensor<1x2x3x4xf32> {
+  %old = nn.mul %c, %c : (tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>) -> tensor<1x2x3x4xf32>
+  %w = nn.cache_write %c, %k, %p {dim = 2 : i64} : (tensor<1x2x3x4xf32>, tensor<1x2x1x4xf32>, tensor<1xi32>) -> tensor<1x2x3x4xf32>
+  %s = nn.add %w, %old : (tensor<1x2x3x4xf32>, tensor<1x2x3x4xf32>) -> tensor<1x2x3x4xf32>
+  func.return %s : tensor<1x2x3x4xf32>
+}
+"""
+
+
+@needs_gxx
+def test_a_read_of_a_donated_cache_before_its_write_sees_the_old_bytes() -> None:
+    """The elementwise fusion once put `%old` (a read before the write) and `%s` (after it) in
+    one kernel after the write, which the compiler then refused."""
+    rng = np.random.default_rng(5)
+    k, cache = rng.standard_normal((1, 2, 1, 4)), rng.standard_normal((1, 2, 3, 4))
+    args = [k.astype(np.float32), np.array([1], np.int32), cache.astype(np.float32)]
+    (got,) = mk.compile(READ_BEFORE_WRITE, target="cpu")(*[a.copy() for a in args])
+    want = cache * cache
+    written = cache.copy()
+    written[:, :, 1] = k[:, :, 0]
+    np.testing.assert_allclose(got, written + want, rtol=1e-6)

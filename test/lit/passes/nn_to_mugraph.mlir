@@ -366,3 +366,18 @@ func.func @step(%q: tensor<1x64xbf16>, %k: tensor<1x32xbf16>, %v: tensor<1x32xbf
 // FOLD:         %kr = mugraph.graph_def grid [2, 1, 1]
 // FOLD:         %vc = mugraph.kernel "cache_write" (%v_cache, %v, %p)
 // FOLD-NEXT:    %kc = mugraph.kernel "cache_write" (%k_cache, %kr, %p)
+
+// -----
+
+// A read of a donated cache before its in-place write does not fuse with an op after the write:
+// the fused kernel would run after the write and read the cache's new bytes.
+func.func @read_before_write(%k: tensor<1x2x1x16xbf16>, %p: tensor<1xi32>, %c: tensor<1x2x4x16xbf16> {nn.donated}) -> tensor<1x2x4x16xbf16> {
+  %old = nn.mul %c, %c : (tensor<1x2x4x16xbf16>, tensor<1x2x4x16xbf16>) -> tensor<1x2x4x16xbf16>
+  %w = nn.cache_write %c, %k, %p {dim = 2 : i64} : (tensor<1x2x4x16xbf16>, tensor<1x2x1x16xbf16>, tensor<1xi32>) -> tensor<1x2x4x16xbf16>
+  %s = nn.add %w, %old : (tensor<1x2x4x16xbf16>, tensor<1x2x4x16xbf16>) -> tensor<1x2x4x16xbf16>
+  func.return %s : tensor<1x2x4x16xbf16>
+}
+// CHECK-LABEL: func.func @read_before_write
+// CHECK-NEXT:    %old = mugraph.kernel "mul" (%c, %c)
+// CHECK-NEXT:    %w = mugraph.kernel "cache_write" (%c, %k, %p)
+// CHECK-NEXT:    %s = mugraph.kernel "add" (%w, %old)
