@@ -191,16 +191,16 @@ class _Results:
         self, out: OutputOp, env: dict[SSAValue, np.ndarray], block: BlockCoord, index: int
     ) -> None:
         i, tile = out.result_index(), env[out.tile]
-        pos = 0
+        start = 0  # an in-place output's run-time position
         if (at := out.position()) is not None:
-            pos = int(np.asarray(env[at[0]]).reshape(-1)[0])
+            start = int(np.asarray(env[at[0]]).reshape(-1)[0])
             n, extent = shape_of(out.tile)[at[1]], shape_of(out.dest)[at[1]]
-            if pos < 0 or pos + n > extent:
+            if start < 0 or start + n > extent:
                 self._fail(
-                    f"block {block} writes positions [{pos}, {pos + n}) outside [0, {extent}) "
-                    f"of dim {at[1]} of result #{i}"
+                    f"block {block} writes positions [{start}, {start + n}) outside "
+                    f"[0, {extent}) of dim {at[1]} of result #{i}"
                 )
-        where = out.tile_slices(block, pos)
+        where = out.tile_slices(block, start)
         owners = self.writer[i][where]
         if (owners >= 0).any():
             pos = np.argwhere(owners >= 0)[0]
