@@ -7,7 +7,7 @@ from typing import Any, cast
 
 from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerAttr, StringAttr, UnitAttr
 from xdsl.dialects.func import FuncOp
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
 from .nn_base import as_int
@@ -34,6 +34,16 @@ def donated_args(func: FuncOp) -> list[int]:
     if attrs is None:
         return []
     return [i for i, d in enumerate(attrs) if isinstance(d, DictionaryAttr) and DONATED in d.data]
+
+
+def donated_arg(value: SSAValue) -> tuple[FuncOp, int] | None:
+    """(function, argument index) when `value` is a donated argument, else None."""
+    if not isinstance(value, BlockArgument):
+        return None
+    func = value.owner.parent_op()
+    if not isinstance(func, FuncOp) or value.owner is not func.body.block:
+        return None
+    return (func, value.index) if value.index in donated_args(func) else None
 
 
 def is_cache_write(op: Operation) -> bool:

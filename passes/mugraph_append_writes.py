@@ -20,15 +20,14 @@ import math
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, TensorType
-from xdsl.dialects.func import FuncOp
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, Region, SSAValue
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from mk.diagnostics import MkError
 from mk.dialects.mugraph import GraphDefOp, InputOp, KernelOp, OutputOp
 from mk.dialects.mugraph_base import shape_of, tensor_type
-from mk.dialects.nn_decode import donated_args
+from mk.dialects.nn_decode import donated_arg
 from mk.passes.mugraph_fuse_loop import FUSED_ATTR
 
 
@@ -41,17 +40,6 @@ class Append:
     out: OutputOp
     index: int
     dim: int
-
-
-def _is_donated(value: SSAValue) -> bool:
-    if not isinstance(value, BlockArgument):
-        return False
-    func = value.owner.parent_op()
-    return (
-        isinstance(func, FuncOp)
-        and value.owner is func.body.block
-        and value.index in (donated_args(func))
-    )
 
 
 def _later_uses(value: SSAValue, after: Operation, but: Operation) -> bool:
@@ -73,7 +61,7 @@ def match_append(write: KernelOp) -> Append | None:
         return None
     cache, new, index = write.operands
     dim_attr = write.attributes.get("dim")
-    if not isinstance(dim_attr, IntegerAttr) or not _is_donated(cache):
+    if not isinstance(dim_attr, IntegerAttr) or donated_arg(cache) is None:
         return None
     dim = dim_attr.value.data
     producer = new.owner
@@ -118,8 +106,7 @@ def appended(a: Append) -> GraphDefOp:
         if op is not out:
             block.add_op(op.clone(value_mapper=remap))
             continue
-        pos_type = TensorType(tensor_type(index).element_type, shape_of(index))
-        pos = InputOp(index_arg, (-1, -1, -1), -1, pos_type)
+        pos = InputOp(index_arg, (-1, -1, -1), -1, index.type)
         pos.tile.name_hint = f"{a.write.results[0].name_hint or 'c'}_at"
         block.add_op(pos)
         placed = (pos.tile, a.dim, cache_arg)

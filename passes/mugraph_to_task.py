@@ -212,10 +212,11 @@ class _Lowering:
             vshape = _shape(value)
             if isinstance(kernel, GraphDefOp):
                 positions = [i for i, a in enumerate(kernel.args) if a is value]
-                parts = _read_partition(kernel, positions, vshape)
-                for p in positions:  # written in place: each block takes its own part only
-                    if (made := kernel.in_place_result(p)) is not None:
-                        parts = _write_partition(kernel, kernel.results.index(made), vshape)
+                made = [r for p in positions if (r := kernel.in_place_result(p)) is not None]
+                if made:  # written in place: each block takes its own part only
+                    parts = _write_partition(kernel, kernel.results.index(made[0]), vshape)
+                else:
+                    parts = _read_partition(kernel, positions, vshape)
             else:
                 parts = [(None, s) for s in vshape]
             reads.append(_footprint(self.buffer_of[value], parts, points))

@@ -6,12 +6,11 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from xdsl.dialects.func import FuncOp
-from xdsl.ir import BlockArgument, Operation, SSAValue
+from xdsl.ir import Operation, SSAValue
 
 from mk.dialects import nn
 from mk.dialects.mugraph_base import shape_of, tensor_type
-from mk.dialects.nn_decode import donated_args, donated_write
+from mk.dialects.nn_decode import donated_arg, donated_write
 from mk.passes.cost_model import element_bytes
 from mk.passes.nn_to_mugraph_rules import ELEMENTWISE_OPS, Tiling, chunk_size, parts_at_most
 
@@ -149,15 +148,11 @@ def _before_writes(ops: Iterable[Operation], order: Mapping[Operation, int]) -> 
     last = max(order.get(o, -1) for o in ops)
     for op in ops:
         for v in op.operands:
-            if not isinstance(v, BlockArgument):
+            if (arg := donated_arg(v)) is None:
                 continue
-            func = v.owner.parent_op()
-            if not isinstance(func, FuncOp) or v.owner is not func.body.block:
-                continue
-            if v.index in donated_args(func):
-                write = donated_write(func, v.index).owner
-                if isinstance(write, Operation) and order.get(write, last + 1) < last:
-                    return False
+            write = donated_write(*arg).owner
+            if isinstance(write, Operation) and order.get(write, last + 1) < last:
+                return False
     return True
 
 

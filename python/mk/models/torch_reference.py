@@ -89,15 +89,7 @@ def copy_bandwidth(runs: int = 20) -> float:
     n = 1 << 30
     src = torch.empty(n, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
-    times = []
-    for _ in range(runs + 3):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return 2 * n / (statistics.median(times[3:]) * 1e-3)
+    return 2 * n / (event_ms(lambda: dst.copy_(src), runs, warmup=3) * 1e-3)
 
 
 class TorchDecoder:
