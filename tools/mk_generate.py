@@ -435,12 +435,12 @@ def _bench(
 
 
 def _floor_bytes(config: Any, args: argparse.Namespace, per_call: int) -> float:
-    """Bytes one step must move on average: every weight once (bf16) and the K/V entries the
-    steps of one call attend to."""
+    """Bytes one step must move on average: the weights it reads (bf16; of an untied embedding
+    table only the batch's rows) and the K/V entries the steps of one call attend to."""
     pos = args.prompt_len - 1
     positions = sum(pos + t + 1 for t in range(per_call)) / per_call
     kv_per_position = config.kv_cache_bytes(args.batch, 1)
-    return 2 * config.parameter_count() + kv_per_position * positions
+    return config.step_weight_bytes(args.batch) + kv_per_position * positions
 
 
 def main(argv: Sequence[str] | None = None) -> int:

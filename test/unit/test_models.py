@@ -70,6 +70,17 @@ def test_preset_parameter_counts(name: str, expected: int, approx: float) -> Non
     assert config.parameter_count() == pytest.approx(approx, rel=0.01)
 
 
+def test_step_weight_bytes_reads_only_the_batch_rows_of_an_untied_embedding() -> None:
+    big, small = preset("qwen3-8b"), preset("qwen3-0.6b")
+    table = 2 * big.vocab * big.hidden
+    assert big.step_weight_bytes(1) == 2 * big.parameter_count() - table + 2 * big.hidden
+    assert big.step_weight_bytes(8) - big.step_weight_bytes(1) == 2 * 7 * big.hidden
+    # Issue-scale check: qwen3-8b's weights a step reads are ~15.2 GB, not the 16.4 GB stored.
+    assert big.step_weight_bytes(1) == pytest.approx(15.15e9, rel=0.01)
+    # Tied: the table is the lm_head's and is read whole.
+    assert small.step_weight_bytes(1) == 2 * small.parameter_count()
+
+
 def test_preset_shapes() -> None:
     q = preset("qwen3-8b")
     shapes = q.weight_shapes()

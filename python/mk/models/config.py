@@ -95,6 +95,15 @@ class ModelConfig:
             total += n
         return total
 
+    def step_weight_bytes(self, batch: int, itemsize: int = 2) -> int:
+        """Weight bytes one decode step must read: every parameter once, except that an untied
+        embedding table is read only at the batch's `batch` tokens (a tied one is the lm_head's,
+        read whole)."""
+        total = self.parameter_count()
+        if not self.tied_embeddings:
+            total -= (self.vocab - batch) * self.hidden
+        return total * itemsize
+
     def kv_cache_bytes(self, batch: int, context: int, itemsize: int = 2) -> int:
         """Bytes of the K and V caches of every layer."""
         return 2 * self.layers * batch * self.kv_heads * context * self.head_dim * itemsize
