@@ -148,7 +148,7 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         super().__init__(op, operands, results)
         stream = plan_stream(op)
         if stream is not None and stage:  # the chunk leaves the ring its room
-            stream = dataclasses.replace(stream, x_bytes=STAGE_X_BYTES)
+            stream = dataclasses.replace(stream, x_bytes=STAGE_X_BYTES, ring_ok=False)
         if stream is not None and isinstance(stream.x, MergedX):
             k = op.forloop_range() * shape_of(stream.x.tile)[1]
             if stream.chunk(k) < k:
@@ -329,7 +329,7 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         k = self.forloop * shape_of(plan.x.tile)[1]
         chunk = plan.chunk(k)
         start = len(self.lines)  # the body's statements before the product
-        self.smem_floats = plan.rows * chunk
+        self.smem_floats = -(-plan.smem_bytes(k) // 4)
         emit("{")
         emit("mk::gpu::StreamLinear sl{};")
         emit("sl.arena = &arena;")
@@ -406,9 +406,15 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             # the weights may be requested before the task's turn.
             and not any("buffers[" in line for line in self.lines[:start])
         )
-        # The template's trailing arguments (Staged, G, Early, Ahead), defaults left off.
-        tail = [_bool(staged is not None), str(groups), _bool(switches.early_loads()), _bool(ahead)]
-        while tail and tail[-1] in ("false", "1"):
+        # The template's trailing arguments (Staged, G, Early, Ahead, Ring), defaults left off.
+        tail = [
+            _bool(staged is not None),
+            str(groups),
+            _bool(switches.early_loads()),
+            _bool(ahead),
+            str(plan.ring_stages(k) if staged is None else 0),
+        ]
+        while tail and tail[-1] == ("false", "1", "false", "false", "0")[len(tail) - 1]:
             tail.pop()
         call += "".join(f", {a}" for a in tail)
         if ahead:

@@ -57,7 +57,8 @@ class StreamPlan:
     products: tuple[tuple[InputOp, AccumOp], ...]  # each weight's tiles and its sum
     sum_sq: AccumOp | None  # mean_sq_last of x
     invariant: tuple[InputOp, ...]  # loop-invariant tiles only the epilogue reads
-    x_bytes: int = SMEM_BYTES  # most the staged activation chunk takes
+    x_bytes: int = SMEM_BYTES  # most the staged activation chunk takes (and the mma ring)
+    ring_ok: bool = True  # tensor cores may stream through the cp.async ring (not staged ahead)
 
     @property
     def rows(self) -> int:
@@ -106,7 +107,21 @@ class StreamPlan:
         least = 1 if os.environ.get("MK_CUDA_MMA_ONE_ROW", "0") == "1" else 2
         if isinstance(self.x, MergedX):  # merged into the chunk as floats
             return False
-        return least <= self.rows <= MAX_ROWS and k % 32 == 0 and self.chunk(k) % 32 == 0
+        return least <= self.rows <= MAX_ROWS and k % 32 == 0 and self._float_chunk(k) % 32 == 0
+
+    def ring_stages(self, k: int) -> int:
+        """Stages of each warp's cp.async ring on tensor cores (mk::gpu::mma_rows_ring, the
+        stream_linear's Ring), 0 for none: MK_CUDA_MMA_RING (0, 2..4; off by default). A
+        warp-wide load straight into mma fragments reads 64 bytes of each of eight rows; the
+        ring copies whole 512-byte row segments. On the H200 (bench/RESULTS.md): 30.5 GB/s per
+        SM from registers, 34.6 with 3 stages, 36.3 with 4 (bench/mma_product.py, batch 8);
+        the gated MLP at batch 8 0.1545 -> 0.1364 ms with 3, but RMSNorm+Linear at batch 8 and
+        whole models at batch 8 slower: each unit of a warp restarts the ring, and the larger
+        shared-memory front leaves the L1 less room."""
+        if not self.ring_ok or not self.tensor_cores(k) or self.mma_groups() != 1:
+            return 0
+        stages = switches.count("MK_CUDA_MMA_RING", 0, 0, 4, "stages")
+        return 0 if stages == 1 else stages
 
     def mma_steps(self) -> int:
         """32-column steps whose loads a lane of a tensor-core warp issues before its first mma
@@ -124,8 +139,27 @@ class StreamPlan:
         return 4 if self.rows == 1 and total >= 32 else 1
 
     def chunk(self, k: int) -> int:
-        """Columns staged per chunk: all of the task's K when the shared memory holds it."""
+        """Columns staged per chunk: all of the task's K when the shared memory holds it (as
+        floats, or packed beside the mma ring)."""
+        stages = self.ring_stages(k)
+        if stages:
+            return min(k, (self.x_bytes - ring_bytes(stages)) // 2 // self.rows // 256 * 256)
+        return self._float_chunk(k)
+
+    def _float_chunk(self, k: int) -> int:
         return min(k, self.x_bytes // 4 // self.rows // 256 * 256)
+
+    def smem_bytes(self, k: int) -> int:
+        """Dynamic shared memory the streamed loop takes: the chunk, and the ring behind it."""
+        stages = self.ring_stages(k)
+        if stages:
+            return -(-self.rows * self.chunk(k) * 2 // 128) * 128 + ring_bytes(stages)
+        return 4 * self.rows * self.chunk(k)
+
+
+def ring_bytes(stages: int) -> int:
+    """Every warp's cp.async ring (mk::gpu::ring_bytes): eight 256-column rows a stage."""
+    return WARPS * stages * 8 * 256 * 2
 
 
 def staged_ld(k: int, mma: bool) -> int:

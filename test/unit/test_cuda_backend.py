@@ -133,6 +133,8 @@ SWITCHES = [
     {"MK_CUDA_WEIGHT_L2": "evict_first"},
     {"MK_CUDA_STAGE": "1"},
     {"MK_CUDA_MMA_PIPE": "1"},
+    {"MK_CUDA_MMA_RING": "3"},
+    {"MK_CUDA_MMA_RING": "4"},
     {"MK_CUDA_WAIT_BATCH": "1"},
     {"MK_CUDA_POLL_PIPE": "1"},
     {"MK_CUDA_LEAN": "0"},

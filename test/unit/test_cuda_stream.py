@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from pathlib import Path
@@ -15,6 +16,7 @@ from mk import compiler
 from mk.backends.cuda import build as cuda_build
 from mk.backends.cuda.stream import MMA_LOADS, plan_stream
 from mk.backends.cuda.switches import PREFETCH_MAX
+from mk.diagnostics import MkError
 from mk.dialects import make_context
 from mk.dialects.mugraph import GraphDefOp
 from mk.inputs import random_inputs
@@ -323,7 +325,7 @@ def test_one_row_on_tensor_cores_is_opt_in(
     assert plan.tensor_cores(1024)
     src = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
     calls = re.findall(
-        r"stream_linear<1, \d+, \d+, \d+, (true|false)(?:, (true|false), (\d+))?>", src
+        r"stream_linear<1, \d+, \d+, \d+, (true|false)(?:, (true|false), (\d+))?(?:, \w+)*>", src
     )
     assert calls and all(c[0] == "true" for c in calls)
     assert all(int(c[2] or 1) == groups for c in calls)
@@ -343,6 +345,7 @@ def test_tensor_core_products_build_with_and_without_the_pipeline(
     from mk.backends.cuda.build import NVCC_FLAGS
 
     monkeypatch.setenv("MK_CUDA_MMA_PIPE", pipe)
+    monkeypatch.setenv("MK_CUDA_MMA_RING", "0")  # the fragments loaded straight into registers
     source, ptx = tmp_path / "mk.cu", tmp_path / "mk.ptx"
     text = _cuda_source(_linear(8, 256, 1024, norm=True), tmp_path)
     assert ("#define MK_MMA_PIPE 1" in text) == (pipe == "1")
@@ -361,6 +364,74 @@ def test_tensor_core_products_build_with_and_without_the_pipeline(
     assert len(mma) >= 2 * MMA_LOADS  # every step of a batch unrolled
     chained = sum(c == d for (d, _), (_, c) in itertools.pairwise(mma))
     assert chained <= len(mma) // 10, (chained, len(mma))  # no mma waits for the one before
+
+
+@pytest.mark.parametrize(
+    ("rows", "k", "env", "stages", "chunk"),
+    [
+        (8, 4096, "3", 3, 4096),  # the packed chunk (64 KB) and the ring (96 KB)
+        (16, 14336, "3", 3, 2048),
+        (8, 4096, "4", 4, 2048),
+        (8, 4096, "", 0, 4096),  # off by default: floats, 160 KB / (8 rows x 4 bytes) >= K
+        (8, 4096, "0", 0, 4096),
+        (1, 1024, "3", 0, 1024),  # CUDA cores: no ring
+    ],
+)
+def test_tensor_cores_stream_through_the_ring(
+    rows: int, k: int, env: str, stages: int, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mk.backends.cuda.stream import SMEM_BYTES, ring_bytes
+
+    monkeypatch.setenv("MK_CUDA_MMA_RING", env)
+    kernels = _graph_defs(_linear(rows, 64, k, norm=True), tile_n=0)
+    (plan,) = [p for p in map(plan_stream, kernels.values()) if p is not None]
+    assert plan.ring_stages(k) == stages and plan.chunk(k) == chunk
+    ring = ring_bytes(stages) if stages else 0
+    assert plan.smem_bytes(k) == (2 * rows * chunk + ring if stages else 4 * rows * chunk)
+    assert plan.smem_bytes(k) <= SMEM_BYTES
+    staged = dataclasses.replace(plan, ring_ok=False)  # weights staged ahead: no ring
+    assert staged.ring_stages(k) == 0
+
+
+def test_the_ring_depth_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MK_CUDA_MMA_RING", "9")
+    kernels = _graph_defs(_linear(8, 64, 1024, norm=True), tile_n=0)
+    (plan,) = [p for p in map(plan_stream, kernels.values()) if p is not None]
+    with pytest.raises(MkError, match="MK_CUDA_MMA_RING must be a number of stages from 0 to 4"):
+        plan.ring_stages(1024)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+def test_tensor_core_products_build_through_the_ring(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With MK_CUDA_MMA_RING=3 a batch-8 linear on tensor cores copies its weights with cp.async
+    (one warp-wide copy per 512-byte row segment) and still issues every mma of a stage on
+    independent accumulators."""
+    import subprocess
+
+    monkeypatch.setenv("MK_CUDA_MMA_RING", "3")
+    from mk.backends.cpu.build import include_dir
+    from mk.backends.cuda.build import NVCC_FLAGS
+
+    source, ptx = tmp_path / "mk.cu", tmp_path / "mk.ptx"
+    text = _cuda_source(_linear(8, 256, 1024, norm=True), tmp_path)
+    assert re.search(r"stream_linear<8, \d+, \d+, \d+, true, false, 1, false, false, 3>", text)
+    source.write_text(text)
+    flags = [f for f in NVCC_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
+    subprocess.run(
+        [str(NVCC), *flags, f"-I{include_dir()}", "-ptx", str(source), "-o", str(ptx)],
+        check=True,
+    )
+    code = ptx.read_text()
+    assert code.count("cp.async.cg.shared.global.L2::256B") >= 8  # a stage: eight rows
+    assert "cp.async.wait_group" in code
+    mma = re.findall(
+        r"mma\.sync\.aligned\.m16n8k16\S* \{(%f\d+),[^;]*\{(%f\d+), %f\d+, %f\d+, %f\d+\};", code
+    )
+    assert len(mma) >= 16  # a stage's eight steps, two mma each
+    chained = sum(c == d for (d, _), (_, c) in itertools.pairwise(mma))
+    assert chained <= len(mma) // 10, (chained, len(mma))
 
 
 def test_prefetch_spans_fit_the_budget_and_lead_every_warp() -> None:

@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 
+#include "mk/cuda_stage.cuh"
 #include "mk/cuda_stream_rows.cuh"
 
 namespace mk {
@@ -151,6 +152,107 @@ __device__ void mma_rows(const StreamLinear& s, const uint16_t* xs, int stride, 
   }
 }
 
+// ------------------------------------------------------------------ the cp.async ring (Ring)
+// Loaded straight into mma fragments, a warp-wide 16-byte load reads 64 bytes of each of eight
+// rows (lane (g, t) must hold row g). The ring instead copies whole 512-byte row segments, one
+// row per warp-wide cp.async, into shared memory, a few stages ahead per warp, and the mma read
+// their fragments from there: every request is a full line, and the loads in flight hold no
+// registers.
+constexpr int kRingCols = 256;                          // columns per stage: eight 32-column steps
+constexpr int kRingStageBytes = 8 * kRingCols * 2;      // eight rows of 16-bit weights
+constexpr int ring_bytes(int stages) { return 8 * stages * kRingStageBytes; }  // all warps
+
+// A stage's row i holds columns [0, 256) with its two 64-byte halves of every 128 bytes swapped
+// on odd rows, so that the eight lanes one LDS.128 phase serves (rows g and g + 1, four lanes
+// each) fall in different banks.
+__device__ inline int ring_col(int row, int col) { return col ^ ((row & 1) << 5); }
+
+__device__ inline void cp_async16(uint32_t dst, const void* src, bool in) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+               "r"(in ? 16 : 0)
+               : "memory");
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// One warp: columns [kb, kb + 256) (none at or past k1) of its eight rows into a stage; a
+// missing row or column is zero-filled. wp[0] is never null (a unit starts at a row).
+__device__ inline void ring_fill(uint16_t* stage, const uint16_t* const (&wp)[8], int kb, int k1,
+                                 int lane) {
+  const int col = kb + 8 * lane;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const bool in = wp[i] != nullptr && col < k1;
+    const uint16_t* src = in ? wp[i] + col : wp[0];  // not read: any address of the weight
+    cp_async16(smem_address(stage + i * kRingCols + ring_col(i, 8 * lane)), src, in);
+  }
+}
+
+// One warp on tensor cores over rows [r0, r0 + 8) and columns [k0, k1) of the chunk, the
+// weights through its D-stage ring (D - 1 stages in flight); the same sums as mma_rows.
+template <int M, int D, bool BF16>
+__device__ void mma_rows_ring(const StreamLinear& s, const uint16_t* xs, int stride, int64_t c,
+                              int r0, int rows, int k0, int k1, uint16_t* ring) {
+  static_assert(D >= 2, "a ring has at least two stages");
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  float* unused;
+  int32_t unused_rows;
+  const uint16_t* wp[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int row = r0 + i;
+    wp[i] = row < rows ? weight_row(s, row, c, &unused, &unused_rows) : nullptr;
+  }
+  constexpr int A = kMmaAccumulators<1>;
+  float d[A][1][4];
+#pragma unroll
+  for (int a = 0; a < A; ++a) d[a][0][0] = d[a][0][1] = d[a][0][2] = d[a][0][3] = 0.0f;
+  const int stages = (k1 - k0 + kRingCols - 1) / kRingCols;
+  constexpr int kStage = kRingStageBytes / 2;  // elements
+#pragma unroll
+  for (int f = 0; f < D - 1; ++f) {
+    if (f < stages) ring_fill(ring + f * kStage, wp, k0 + f * kRingCols, k1, lane);
+    cp_async_commit();
+  }
+  for (int st = 0; st < stages; ++st) {
+    cp_async_wait<D - 2>();
+    __syncwarp();  // every lane's copies of stage st landed; every lane read stage st - 1
+    const int f = st + D - 1;
+    if (f < stages) ring_fill(ring + (f % D) * kStage, wp, k0 + f * kRingCols, k1, lane);
+    cp_async_commit();
+    const uint16_t* row = ring + (st % D) * kStage + g * kRingCols;
+    const int kb = k0 + st * kRingCols;
+#pragma unroll
+    for (int u = 0; u < kRingCols / 32; ++u) {
+      const int kk = kb + 32 * u;
+      if (kk >= k1) break;  // the same for the whole warp
+      const uint4 w = *reinterpret_cast<const uint4*>(row + ring_col(g, 32 * u + 8 * t));
+      const uint4 lo = act8<M>(xs, stride, g, kk + 8 * t), hi = act8<M>(xs, stride, g + 8, kk + 8 * t);
+      mma16816<BF16>(d[(2 * u) % A][0], lo.x, hi.x, lo.y, hi.y, w.x, w.y);
+      mma16816<BF16>(d[(2 * u + 1) % A][0], lo.z, hi.z, lo.w, hi.w, w.z, w.w);
+    }
+  }
+  cp_async_wait<0>();
+  __syncwarp();  // the next unit's first copies overwrite what this one read last
+#pragma unroll
+  for (int a = 1; a < A; ++a)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) d[0][0][e] += d[a][0][e];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int m = g + 8 * h, row = r0 + 2 * t + e;
+      float* out;
+      int32_t n;
+      if (m < M && row < rows && weight_row(s, row, c, &out, &n)) atomicAdd(out + m * n, d[0][0][2 * h + e]);
+    }
+  }
+}
+
 __device__ inline int gcd_int(int a, int b) {
   while (b) {
     const int r = a % b;
@@ -163,9 +265,12 @@ __device__ inline int gcd_int(int a, int b) {
 // All warps on tensor cores over one staged chunk: (block of G 8-row groups, column slice)
 // units, as many slices as make the units a multiple of the warp count so every warp gets the
 // same share; U steps' loads of the block in flight per lane.
-template <int M, bool Shared, int G, int U>
+// With D > 0 (one group, weights from global memory) each warp streams through its D-stage
+// ring at `ring` (mma_rows_ring).
+template <int M, bool Shared, int G, int U, int D = 0>
 __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride, int kc, int64_t c,
-                          int rows) {
+                          int rows, uint16_t* ring = nullptr) {
+  static_assert(D == 0 || (G == 1 && !Shared), "the ring streams one group from global memory");
   const int warps = static_cast<int>(blockDim.x >> 5), warp = static_cast<int>(threadIdx.x >> 5);
   const int blocks = ((rows + 7) / 8 + G - 1) / G, steps = kc / 32;
   int slices = warps / gcd_int(blocks, warps);
@@ -174,7 +279,14 @@ __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride,
   for (int unit = warp; unit < blocks * slices; unit += warps) {
     const int rb = unit % blocks, sl = unit / blocks;
     const int k0 = steps * sl / slices * 32, k1 = steps * (sl + 1) / slices * 32;
-    if (bf16) {
+    if constexpr (D > 0) {
+      uint16_t* mine = ring + warp * D * (kRingStageBytes / 2);
+      if (bf16) {
+        mma_rows_ring<M, D, true>(s, xs, stride, c, rb * 8, rows, k0, k1, mine);
+      } else {
+        mma_rows_ring<M, D, false>(s, xs, stride, c, rb * 8, rows, k0, k1, mine);
+      }
+    } else if (bf16) {
       mma_rows<M, U, G, true, Shared>(s, xs, stride, c, rb * 8 * G, rows, k0, k1);
     } else {
       mma_rows<M, U, G, false, Shared>(s, xs, stride, c, rb * 8 * G, rows, k0, k1);

@@ -212,15 +212,18 @@ __device__ inline __noinline__ void prefetch_rows(const uint16_t* w, int rows, i
 // block on tensor cores. G > 1 gives each warp blocks of G 8-row groups on tensor cores (the
 // activation fragments of a step serve them all). Each thread stages up to XB groups of eight
 // activation columns at once (the emitter sizes it to the chunk: unrolled code the task does not
-// need costs instruction fetches). With Ahead (one chunk on CUDA cores, s.arena->turn set by
+// need costs instruction fetches). With Ring > 0 (tensor cores, weights from global memory)
+// each warp copies its weights through a Ring-stage cp.async ring behind the packed chunk
+// (mma_rows_ring). With Ahead (one chunk on CUDA cores, s.arena->turn set by
 // the dispatcher) each lane issues its first round of weight loads and only then waits for the
 // task's turn. Ends with __syncthreads(); false if staged weights never landed or the launch
 // stopped during the wait.
 template <int M, int RG, int S, int XB, bool Mma = false, bool Staged = false, int G = 1,
-          bool Early = false, bool Ahead = false>
+          bool Early = false, bool Ahead = false, int Ring = 0>
 __device__ bool stream_linear(const StreamLinear& s) {
   static_assert(!Ahead || (!Mma && !Staged), "loads ahead of the wait: CUDA cores, unstaged");
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
+  static_assert(Ring == 0 || (Mma && !Staged && G == 1), "the ring: tensor cores, one group, unstaged");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
   bool vec = true;
   #pragma unroll
@@ -269,7 +272,9 @@ __device__ bool stream_linear(const StreamLinear& s) {
       MK_MARK(*s.arena);
     }
     if (pack.on) {
-      mma_chunk<M, Staged, G, S>(s, reinterpret_cast<const uint16_t*>(xs), s.kc, kc, c, rows);
+      // The ring sits behind the packed chunk (the emitter reserves both).
+      uint16_t* ring = reinterpret_cast<uint16_t*>(mk_dynamic_smem + ((M * s.kc * 2 + 127) & ~127));
+      mma_chunk<M, Staged, G, S, Ring>(s, reinterpret_cast<const uint16_t*>(xs), s.kc, kc, c, rows, ring);
     } else if (vec && !Mma) {
       if constexpr (Ahead) {
         stream_rows_ahead<M, RG, S>(s, xs, s.kc, kc, begin, end, pre);
