@@ -26,7 +26,6 @@ from mk.backends.cpu.emit_ops import (
     REDUCE_ENUM,
     UNARY_ENUM,
     BufferRef,
-    GraphDefEmitter,
 )
 from mk.backends.cpu.emit_scalar import dtype_code, float_literal, is_float
 from mk.backends.cuda import op_marks, switches
@@ -41,18 +40,14 @@ from mk.backends.cuda.dispatch import (
 )
 from mk.backends.cuda.elementwise import box_runs, element_offset, flat_offset
 from mk.backends.cuda.emit_library import DeviceLibraryEmitter
+from mk.backends.cuda.emit_stream import StreamLinearEmitter
 from mk.backends.cuda.fuse_loops import fuse_element_loops
 from mk.backends.cuda.row_ops import static_row_op
-from mk.backends.cuda.split_merge import MergedX, MergePlan, merge_lines, merged_x_lines, plan_merge
+from mk.backends.cuda.split_merge import MergedX, MergePlan, merge_lines, plan_merge
 from mk.backends.cuda.stream import (
-    STAGE_LOST,
     STAGE_X_BYTES,
-    TURN_STOPPED,
     StreamPlan,
     plan_stream,
-    prefetch_spans,
-    stage_offsets,
-    staged_ld,
     staging,
 )
 from mk.backends.cuda.stream_attention import (
@@ -77,10 +72,6 @@ from mk.dialects.task import BufferOp, GraphOp, GridOp
 from mk.dialects.task_index import tail_edge
 
 SCRATCH_SLACK = 1 << 16  # bytes per CTA beyond the tiles: alignment and small temporaries
-
-
-def _bool(value: bool) -> str:
-    return "true" if value else "false"
 
 
 def _defines(profile: bool) -> str:
@@ -133,7 +124,7 @@ def _numel(value: SSAValue) -> int:
     return math.prod(ty.get_shape()) if isinstance(ty, TensorType) else 1
 
 
-class DeviceGraphDefEmitter(GraphDefEmitter):
+class DeviceGraphDefEmitter(StreamLinearEmitter):
     """The CPU emitter with thread_map's element loop spread over the CTA's threads, and the
     loop of a decode-shaped linear (stream.py) or of decode attention (stream_attention.py)
     streamed."""
@@ -221,13 +212,6 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
             loads = [op for op in loop if isinstance(op, InputOp)]
             super().emit_loop([*loads, *(op for op in loop if not isinstance(op, InputOp))])
 
-    def flat_start(self, op: InputOp) -> str:
-        """The element offset of `op`'s first tile (iteration 0) in its row-major source."""
-        ref = self.operands[op.source_index()]
-        strides = [math.prod(ref.shape[d + 1 :]) for d in range(len(ref.shape))]
-        terms = [f"({s}) * {n}" for s, n in zip(self.input_starts(op, "0"), strides, strict=True)]
-        return " + ".join(terms)
-
     def stream_attention(self, plan: AttentionPlan) -> None:
         """The call, after the loop-invariant ops it reads (their loads first, in one round
         trip) and its scalars."""
@@ -310,139 +294,6 @@ class DeviceGraphDefEmitter(GraphDefEmitter):
         for op in loop:
             if op not in plan.handled:
                 self.step(op, "0")
-
-    def merged_x(self, x: MergedX) -> None:
-        """The partials merged straight into the staged activation (one chunk: all of K)."""
-
-        def source(op: InputOp) -> str:
-            ref = self.operands[op.source_index()]
-            return f"static_cast<const float*>(buffers[{ref.index}]) + {self.flat_start(op)}"
-
-        dtype = dtype_code(x.norm.res[0].type)
-        self.lines += merged_x_lines(
-            x, dtype, "reinterpret_cast<float*>(mk::gpu::mk_dynamic_smem)", source
-        )
-        self.lines.append("sl.x_ready = true;")
-
-    def stream_linear(self, plan: StreamPlan) -> None:
-        emit = self.lines.append
-        k = self.forloop * shape_of(plan.x.tile)[1]
-        chunk = plan.chunk(k)
-        start = len(self.lines)  # the body's statements before the product
-        self.smem_floats = -(-plan.smem_bytes(k) // 4)
-        emit("{")
-        emit("mk::gpu::StreamLinear sl{};")
-        emit("sl.arena = &arena;")
-        if isinstance(plan.x, MergedX):
-            self.merged_x(plan.x)
-        else:
-            x = self.operands[plan.x.source_index()]
-            r0, c0 = self.input_starts(plan.x, "0")
-            at = f"({r0}) * {x.shape[1]} + {c0}"
-            emit(f"sl.x = mk::gpu::elem_at(buffers[{x.index}], {x.dtype}, {at});")
-            emit(f"sl.x_dtype = {x.dtype};")
-            emit(f"sl.x_ld = {x.shape[1]};")
-        g_at = ""  # the norm weight's first element
-        if plan.g is not None:
-            g = self.operands[plan.g.source_index()]
-            (g0,) = self.input_starts(plan.g, "0")
-            g_at = f"mk::gpu::elem_at(buffers[{g.index}], {g.dtype}, {g0})"
-            emit(f"sl.g = {g_at};")
-            emit(f"sl.g_dtype = {g.dtype};")
-        emit(f"sl.w_dtype = {dtype_code(plan.products[0][0].tile.type)};")
-        if self.assigned:
-            emit("sl.assign = true;")
-        emit(f"sl.k = {k};")
-        emit(f"sl.kc = {chunk};")
-        if plan.sum_sq is not None:
-            emit(f"sl.sum_sq = {self.var(plan.sum_sq.res)}.data();")
-        emit(f"sl.nw = {len(plan.products)};")
-        firsts, lds = [], []
-        for w, _ in plan.products:
-            ref = self.operands[w.source_index()]
-            n0, k0 = self.input_starts(w, "0")
-            firsts.append(
-                f"static_cast<const uint16_t*>(buffers[{ref.index}]) + ({n0}) * {ref.shape[1]} + {k0}"
-            )
-            lds.append(ref.shape[1])
-        rows = [w.tile_shape()[0] for w, _ in plan.products]
-        mma = plan.tensor_cores(k)
-        staged = stage_offsets(rows, k, lds, mma) if self.stage_weights_ahead else None
-        for i, (_, acc) in enumerate(plan.products):
-            at, ld = firsts[i], lds[i]
-            if staged is not None:
-                at = f"reinterpret_cast<const uint16_t*>(arena.stage_base + {staged[i]})"
-                ld = staged_ld(k, mma)
-            emit(
-                f"sl.w[{i}] = mk::gpu::StreamWeight{{{at}, {ld}, {rows[i]}, "
-                f"{self.var(acc.res)}.data()}};"
-            )
-        if staged is not None:
-            self.stage_weights(rows, k, firsts, lds, staged, staged_ld(k, mma))
-        # Tensor cores take rows in 8-row groups across warps: only a whole slab is fetched.
-        most = switches.prefetch_budget()
-        budget = most if not mma or 2 * k * sum(rows) <= most else 0
-        fetch = [
-            f"mk::gpu::prefetch_rows({firsts[i]} + {r0} * {lds[i]}, {n}, {lds[i]}, {k});"
-            for i, r0, n in prefetch_spans(rows, 2 * k, budget)
-        ]
-        if plan.g is not None:  # the norm weight: the staging's first load
-            fetch.append(f"mk::gpu::prefetch_l2({g_at}, {k} * mk::dtype_size({g.dtype}));")
-        if budget:
-            self.prefetch = fetch
-        call = (
-            f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}, "
-            f"{plan.mma_steps() if mma else plan.steps_in_flight(k)}, "
-            f"{plan.loads_per_thread(k)}, {_bool(mma)}"
-        )
-        groups = plan.mma_groups() if mma else 1
-        ahead = (
-            switches.load_ahead()
-            and not mma
-            and staged is None
-            and chunk >= k
-            and not isinstance(plan.x, MergedX)
-            # Every global access of a body names buffers[i]: none before the product means
-            # the weights may be requested before the task's turn.
-            and not any("buffers[" in line for line in self.lines[:start])
-        )
-        # The template's trailing arguments (Staged, G, Early, Ahead, Ring), defaults left off.
-        tail = [
-            _bool(staged is not None),
-            str(groups),
-            _bool(switches.early_loads()),
-            _bool(ahead),
-            str(plan.ring_stages(k) if staged is None else 0),
-        ]
-        while tail and tail[-1] == ("false", "1", "false", "false", "0")[len(tail) - 1]:
-            tail.pop()
-        call += "".join(f", {a}" for a in tail)
-        if ahead:
-            emit(f"if (!{call}>(sl)) return {TURN_STOPPED};")
-        elif staged is None:
-            emit(f"{call}>(sl);")
-        else:
-            emit(f"if (!{call}>(sl)) return {STAGE_LOST};")
-        emit("}")
-        for op in plan.invariant:
-            self.load(op, "0")
-
-    def stage_weights(
-        self,
-        rows: list[int],
-        k: int,
-        firsts: list[str],
-        lds: list[int],
-        offsets: list[int],
-        ld: int,
-    ) -> None:
-        """The copy of the task's weight rows into its place in the ring (`ld` apart), and its
-        room there."""
-        self.stage = [f"mk::gpu::stage_expect(arena, {2 * k * sum(rows)});"] + [
-            f"mk::gpu::stage_rows(arena, {off}, {first}, {n}, {src_ld}, {k}, {ld});"
-            for off, first, n, src_ld in zip(offsets, firsts, rows, lds, strict=True)
-        ]
-        self.staged_bytes = offsets[-1] + 2 * rows[-1] * ld
 
     def element_loop(
         self,

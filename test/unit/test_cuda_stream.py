@@ -2,79 +2,30 @@
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import re
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
+from linear_programs import agrees_with_the_reference, cuda_source, graph_defs, linear_program
 
 import mk
 from mk import compiler
 from mk.backends.cuda import build as cuda_build
-from mk.backends.cuda.stream import MMA_LOADS, plan_stream
+from mk.backends.cuda.stream import plan_stream
 from mk.backends.cuda.switches import PREFETCH_MAX
-from mk.diagnostics import MkError
-from mk.dialects import make_context
-from mk.dialects.mugraph import GraphDefOp
 from mk.inputs import random_inputs
-from mk.passes.nn_to_mugraph import NnToMugraphPass
 from mk.passes.nn_to_mugraph_groups import _wave_blocks
-from mk.source import load_module
 
 ROOT = Path(__file__).resolve().parents[2]
 NVCC = cuda_build.nvcc()  # before any test patches it out
-
-
-def _graph_defs(path: Path | str, **options: int) -> dict[str, GraphDefOp]:
-    text = path.read_text() if isinstance(path, Path) else path
-    module = load_module(text)
-    NnToMugraphPass(**options).apply(make_context(), module)
-    return {op.results[0].name_hint or "": op for op in module.walk() if isinstance(op, GraphDefOp)}
-
-
-def _linear(b: int, n: int, k: int, norm: bool, heads: int = 1) -> str:
-    x, y = f"tensor<{b}x{k}xbf16>", f"tensor<{b}x{n}xbf16>"
-    w = f"tensor<{n}x{k}xbf16>"
-    args = [f"%x: {x}", f"%g: tensor<{k}xbf16>"] + [f"%w{i}: {w}" for i in range(heads)]
-    body = []
-    h = "%x"
-    if norm:
-        body.append(
-            f"%h = nn.rms_norm %x, %g {{epsilon = 1.0e-05 : f32}} : ({x}, tensor<{k}xbf16>) -> {x}"
-        )
-        h = "%h"
-    outs = []
-    for i in range(heads):
-        body.append(f"%y{i} = nn.linear {h}, %w{i} : ({x}, {w}) -> {y}")
-        outs.append(f"%y{i}")
-    if not norm:
-        body.append(
-            f"%s = nn.mul %g, %g : (tensor<{k}xbf16>, tensor<{k}xbf16>) -> tensor<{k}xbf16>"
-        )
-        outs.append("%s")
-        types = ", ".join([y] * heads + [f"tensor<{k}xbf16>"])
-    else:
-        types = ", ".join([y] * heads)
-    lines = "\n  ".join(body)
-    return (
-        f"func.func @lin({', '.join(args)}) -> ({types}) {{\n  {lines}\n"
-        f"  func.return {', '.join(outs)} : {types}\n}}"
-    )
-
-
-def _cuda_source(text: str, cache: Path, num_sms: int = 8) -> str:
-    """The emitted megakernel of `text` under the current build switches."""
-    return mk.compile(text, target="cuda", num_sms=num_sms, cache_dir=cache).cuda_source  # type: ignore[attr-defined]
 
 
 # --------------------------------------------------------------------------- no GPU needed
 
 
 def test_every_linear_of_the_llama_block_streams() -> None:
-    kernels = _graph_defs(ROOT / "examples/llama3_8b_block.mlir", tile_n=0)
+    kernels = graph_defs(ROOT / "examples/llama3_8b_block.mlir", tile_n=0)
     streamed = {name for name, op in kernels.items() if plan_stream(op) is not None}
     assert streamed == {"q", "r", "m", "y"}, streamed
     plan = plan_stream(kernels["q"])
@@ -85,7 +36,7 @@ def test_every_linear_of_the_llama_block_streams() -> None:
 
 
 def test_attention_and_merge_do_not_stream() -> None:
-    kernels = _graph_defs(ROOT / "examples/attention_decode.mlir")
+    kernels = graph_defs(ROOT / "examples/attention_decode.mlir")
     assert kernels and all(plan_stream(op) is None for op in kernels.values())
 
 
@@ -101,7 +52,7 @@ def test_wave_fitted_column_blocks(
 
 
 def test_wave_fitted_tiles_agree_with_the_reference(tmp_path: Path) -> None:
-    text = _linear(3, 96, 128, norm=True, heads=2)
+    text = linear_program(3, 96, 128, norm=True, heads=2)
     prog = mk.compile(text, num_sms=5, tile_n=0, cache_dir=tmp_path)
     inputs = random_inputs(prog.func, seed=3)
     for out, ref in zip(prog(*inputs), mk.reference(text, *inputs), strict=True):
@@ -134,7 +85,9 @@ def test_weights_are_prefetched_within_the_budget(
     when they fit the budget, else the first rows of every warp's share (two tasks' worth per SM
     must fit the L2)."""
     monkeypatch.setenv("MK_CUDA_PREFETCH", str(PREFETCH_MAX))
-    prog = mk.compile(_linear(1, n, k, norm=True), target="cuda", num_sms=8, cache_dir=tmp_path)
+    prog = mk.compile(
+        linear_program(1, n, k, norm=True), target="cuda", num_sms=8, cache_dir=tmp_path
+    )
     src = prog.cuda_source  # type: ignore[attr-defined]
     body = re.search(r"if \(ahead == mk::gpu::kAheadL2\) \{ (.*) return 0; \}", src)
     assert body is not None
@@ -162,7 +115,9 @@ def test_weights_are_staged_in_shared_memory_when_they_fit(
     from mk.backends.cuda.stream import STAGE_MAX, staged_ld
 
     monkeypatch.setenv("MK_CUDA_STAGE", "1")
-    prog = mk.compile(_linear(1, n, k, norm=True), target="cuda", num_sms=8, cache_dir=tmp_path)
+    prog = mk.compile(
+        linear_program(1, n, k, norm=True), target="cuda", num_sms=8, cache_dir=tmp_path
+    )
     src = prog.cuda_source  # type: ignore[attr-defined]
     body = re.search(r"if \(ahead == mk::gpu::kAheadStage\) \{ (.*) return 1; \}", src)
     assert (body is not None) == staged
@@ -190,7 +145,9 @@ def test_weights_are_staged_in_shared_memory_when_they_fit(
     assert f"arena.stage_base + {copies[0][0]})" in src  # the products read them there
     assert "return task_" in src and "mk::gpu::kAheadStage) != 0;" in src
     monkeypatch.delenv("MK_CUDA_STAGE")  # off by default (see the README)
-    off = mk.compile(_linear(1, n, k, norm=True), target="cuda", num_sms=8, cache_dir=tmp_path)
+    off = mk.compile(
+        linear_program(1, n, k, norm=True), target="cuda", num_sms=8, cache_dir=tmp_path
+    )
     assert "kAheadStage) {" not in off.cuda_source  # type: ignore[attr-defined]
 
 
@@ -236,15 +193,6 @@ SHAPES = [
 ]
 
 
-def _agrees_with_the_reference(prog: Any, text: str, label: object) -> None:
-    """The program's outputs against mk.reference on two seeds' random inputs."""
-    for seed in (0, 1):
-        inputs = random_inputs(prog.func, seed=seed)
-        for out, ref in zip(prog(*inputs), mk.reference(text, *inputs), strict=True):
-            error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
-            assert error <= bound, (label, seed, error)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("stage", ["0", "1"], ids=["global", "staged"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
@@ -256,32 +204,16 @@ def test_streamed_linears_match_the_reference(
 ) -> None:
     """On the GPU, weights streamed from global memory and weights staged in shared memory."""
     monkeypatch.setenv("MK_CUDA_STAGE", stage)
-    text = _linear(*shape)
+    text = linear_program(*shape)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
-    _agrees_with_the_reference(prog, text, shape)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("n", [64, 4608, 5000])
-def test_one_row_on_tensor_cores_matches_the_reference(
-    n: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """On the GPU, MK_CUDA_MMA_ONE_ROW=1: single rows on tensor cores, blocks of 4 groups and
-    ragged last groups included."""
-    monkeypatch.setenv("MK_CUDA_MMA_ONE_ROW", "1")
-    text = _linear(1, n, 1024, True)
-    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
-    src = prog.cuda_source  # type: ignore[attr-defined]
-    assert re.search(r"stream_linear<1, \d+, \d+, \d+, true", src)
-    assert (", false, 4>" in src) == (n > 64)  # over 32 rows per task on 132 SMs
-    _agrees_with_the_reference(prog, text, n)
+    agrees_with_the_reference(prog, text, shape)
 
 
 @pytest.mark.gpu
 def test_launch_into_given_outputs_then_check(tmp_path: Path) -> None:
     import torch
 
-    text = _linear(2, 64, 256, True)
+    text = linear_program(2, 64, 256, True)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     inputs = random_inputs(prog.func, seed=5)
     tensors = [compiler._to_torch(a).cuda() for a in inputs]
@@ -295,143 +227,6 @@ def test_launch_into_given_outputs_then_check(tmp_path: Path) -> None:
     assert error <= bound
     with pytest.raises(ValueError, match="out #0"):
         prog.launch(*tensors, out=[given[:1]])  # type: ignore[attr-defined]
-
-
-@pytest.mark.parametrize(
-    ("rows", "k", "cores"), [(1, 1024, False), (2, 1024, True), (16, 512, True), (5, 776, False)]
-)
-def test_tensor_cores_for_batches_of_two_to_sixteen(rows: int, k: int, cores: bool) -> None:
-    kernels = _graph_defs(_linear(rows, 64, k, norm=True), tile_n=0)
-    plans = [p for p in map(plan_stream, kernels.values()) if p is not None]
-    assert len(plans) == 1 and plans[0].tensor_cores(k) is cores
-    assert plans[0].mma_groups() == 1  # blocks of groups only for one row
-    assert plans[0].mma_steps() == MMA_LOADS  # U steps of one group in flight
-
-
-@pytest.mark.usefixtures("no_nvcc")
-@pytest.mark.parametrize(("n", "groups"), [(256, 4), (64, 1)])
-def test_one_row_on_tensor_cores_is_opt_in(
-    tmp_path: Path, n: int, groups: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """MK_CUDA_MMA_ONE_ROW=1 puts single-row linears on tensor cores; a task of at least 32
-    weight rows (4 groups) has each warp take 4 groups per step."""
-    text = _linear(1, n, 1024, norm=True)
-    default = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path)
-    assert "mk::gpu::stream_linear<1, " in default.cuda_source  # type: ignore[attr-defined]
-    assert re.search(r"stream_linear<1, \d+, \d+, \d+, false>", default.cuda_source)  # type: ignore[attr-defined]
-    monkeypatch.setenv("MK_CUDA_MMA_ONE_ROW", "1")
-    kernels = _graph_defs(text, tile_n=0)
-    (plan,) = [p for p in map(plan_stream, kernels.values()) if p is not None]
-    assert plan.tensor_cores(1024)
-    src = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
-    calls = re.findall(
-        r"stream_linear<1, \d+, \d+, \d+, (true|false)(?:, (true|false), (\d+))?(?:, \w+)*>", src
-    )
-    assert calls and all(c[0] == "true" for c in calls)
-    assert all(int(c[2] or 1) == groups for c in calls)
-
-
-@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize("pipe", ["0", "1"])
-def test_tensor_core_products_build_with_and_without_the_pipeline(
-    tmp_path: Path, pipe: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A batch-8 linear on tensor cores compiles to PTX with U steps of loads in flight, both as
-    one batch and with MK_CUDA_MMA_PIPE=1's two alternating halves; four accumulators per group
-    keep the mma from being one dependent chain."""
-    import subprocess
-
-    from mk.backends.cpu.build import include_dir
-    from mk.backends.cuda.build import NVCC_FLAGS
-
-    monkeypatch.setenv("MK_CUDA_MMA_PIPE", pipe)
-    monkeypatch.setenv("MK_CUDA_MMA_RING", "0")  # the fragments loaded straight into registers
-    source, ptx = tmp_path / "mk.cu", tmp_path / "mk.ptx"
-    text = _cuda_source(_linear(8, 256, 1024, norm=True), tmp_path)
-    assert ("#define MK_MMA_PIPE 1" in text) == (pipe == "1")
-    assert re.search(rf"stream_linear<8, \d+, {MMA_LOADS}, \d+, true>", text)
-    source.write_text(text)
-    flags = [f for f in NVCC_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
-    subprocess.run(
-        [str(NVCC), *flags, f"-I{include_dir()}", "-ptx", str(source), "-o", str(ptx)],
-        check=True,
-    )
-    # (first output, first accumulator input) of each mma, in program order
-    mma = re.findall(
-        r"mma\.sync\.aligned\.m16n8k16\S* \{(%f\d+),[^;]*\{(%f\d+), %f\d+, %f\d+, %f\d+\};",
-        ptx.read_text(),
-    )
-    assert len(mma) >= 2 * MMA_LOADS  # every step of a batch unrolled
-    chained = sum(c == d for (d, _), (_, c) in itertools.pairwise(mma))
-    assert chained <= len(mma) // 10, (chained, len(mma))  # no mma waits for the one before
-
-
-@pytest.mark.parametrize(
-    ("rows", "k", "env", "stages", "chunk"),
-    [
-        (8, 4096, "3", 3, 4096),  # the packed chunk (64 KB) and the ring (96 KB)
-        (16, 14336, "3", 3, 2048),
-        (8, 4096, "4", 4, 2048),
-        (8, 4096, "", 0, 4096),  # off by default: floats, 160 KB / (8 rows x 4 bytes) >= K
-        (8, 4096, "0", 0, 4096),
-        (1, 1024, "3", 0, 1024),  # CUDA cores: no ring
-    ],
-)
-def test_tensor_cores_stream_through_the_ring(
-    rows: int, k: int, env: str, stages: int, chunk: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from mk.backends.cuda.stream import SMEM_BYTES, ring_bytes
-
-    monkeypatch.setenv("MK_CUDA_MMA_RING", env)
-    kernels = _graph_defs(_linear(rows, 64, k, norm=True), tile_n=0)
-    (plan,) = [p for p in map(plan_stream, kernels.values()) if p is not None]
-    assert plan.ring_stages(k) == stages and plan.chunk(k) == chunk
-    ring = ring_bytes(stages) if stages else 0
-    assert plan.smem_bytes(k) == (2 * rows * chunk + ring if stages else 4 * rows * chunk)
-    assert plan.smem_bytes(k) <= SMEM_BYTES
-    staged = dataclasses.replace(plan, ring_ok=False)  # weights staged ahead: no ring
-    assert staged.ring_stages(k) == 0
-
-
-def test_the_ring_depth_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MK_CUDA_MMA_RING", "9")
-    kernels = _graph_defs(_linear(8, 64, 1024, norm=True), tile_n=0)
-    (plan,) = [p for p in map(plan_stream, kernels.values()) if p is not None]
-    with pytest.raises(MkError, match="MK_CUDA_MMA_RING must be a number of stages from 0 to 4"):
-        plan.ring_stages(1024)
-
-
-@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
-def test_tensor_core_products_build_through_the_ring(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With MK_CUDA_MMA_RING=3 a batch-8 linear on tensor cores copies its weights with cp.async
-    (one warp-wide copy per 512-byte row segment) and still issues every mma of a stage on
-    independent accumulators."""
-    import subprocess
-
-    monkeypatch.setenv("MK_CUDA_MMA_RING", "3")
-    from mk.backends.cpu.build import include_dir
-    from mk.backends.cuda.build import NVCC_FLAGS
-
-    source, ptx = tmp_path / "mk.cu", tmp_path / "mk.ptx"
-    text = _cuda_source(_linear(8, 256, 1024, norm=True), tmp_path)
-    assert re.search(r"stream_linear<8, \d+, \d+, \d+, true, false, 1, false, false, 3>", text)
-    source.write_text(text)
-    flags = [f for f in NVCC_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
-    subprocess.run(
-        [str(NVCC), *flags, f"-I{include_dir()}", "-ptx", str(source), "-o", str(ptx)],
-        check=True,
-    )
-    code = ptx.read_text()
-    assert code.count("cp.async.cg.shared.global.L2::256B") >= 8  # a stage: eight rows
-    assert "cp.async.wait_group" in code
-    mma = re.findall(
-        r"mma\.sync\.aligned\.m16n8k16\S* \{(%f\d+),[^;]*\{(%f\d+), %f\d+, %f\d+, %f\d+\};", code
-    )
-    assert len(mma) >= 16  # a stage's eight steps, two mma each
-    chained = sum(c == d for (d, _), (_, c) in itertools.pairwise(mma))
-    assert chained <= len(mma) // 10, (chained, len(mma))
 
 
 def test_prefetch_spans_fit_the_budget_and_lead_every_warp() -> None:
@@ -453,28 +248,28 @@ def test_prefetch_spans_fit_the_budget_and_lead_every_warp() -> None:
 def test_loads_in_flight_is_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """MK_CUDA_LOADS sets the 16-byte loads a lane keeps in flight: a task of 8 rows per warp
     over 1,024 columns streams them in one batch of 32 instead of two of 16."""
-    text = _linear(1, 1024, 1024, norm=True)
-    assert "mk::gpu::stream_linear<1, 8, 2, 1, false>" in _cuda_source(text, tmp_path, 16)
+    text = linear_program(1, 1024, 1024, norm=True)
+    assert "mk::gpu::stream_linear<1, 8, 2, 1, false>" in cuda_source(text, tmp_path, 16)
     monkeypatch.setenv("MK_CUDA_LOADS", "32")
-    assert "mk::gpu::stream_linear<1, 8, 4, 1, false>" in _cuda_source(text, tmp_path, 16)
+    assert "mk::gpu::stream_linear<1, 8, 4, 1, false>" in cuda_source(text, tmp_path, 16)
     monkeypatch.setenv("MK_CUDA_LOADS", "0")
     with pytest.raises(mk.MkError, match="MK_CUDA_LOADS must be a number of loads from 1 to 64"):
-        _cuda_source(text, tmp_path, 16)
+        cuda_source(text, tmp_path, 16)
 
 
 @pytest.mark.usefixtures("no_nvcc")
 def test_prefetch_budget_is_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The L2 prefetch is off unless MK_CUDA_PREFETCH gives it a byte budget."""
-    text = _linear(1, 512, 1024, norm=True)
-    off = _cuda_source(text, tmp_path)
+    text = linear_program(1, 512, 1024, norm=True)
+    off = cuda_source(text, tmp_path)
     assert "kAheadL2) {" not in off and "prefetch_rows" not in off
     monkeypatch.setenv("MK_CUDA_PREFETCH", "0")
-    assert _cuda_source(text, tmp_path) == off
+    assert cuda_source(text, tmp_path) == off
     monkeypatch.setenv("MK_CUDA_PREFETCH", "65536")
-    assert "if (ahead == mk::gpu::kAheadL2) {" in _cuda_source(text, tmp_path)
+    assert "if (ahead == mk::gpu::kAheadL2) {" in cuda_source(text, tmp_path)
     monkeypatch.setenv("MK_CUDA_PREFETCH", "lots")
     with pytest.raises(mk.MkError, match="MK_CUDA_PREFETCH must be a byte count, got 'lots'"):
-        _cuda_source(text, tmp_path)
+        cuda_source(text, tmp_path)
 
 
 @pytest.mark.usefixtures("no_nvcc")
@@ -483,10 +278,10 @@ def test_prefetch_at_wait_is_a_build_option(
 ) -> None:
     """MK_CUDA_PREFETCH_AT=wait: the dispatcher asks for a task's own weights once its wait
     misses (the budget defaults to PREFETCH_MAX); the default keeps prefetching ahead."""
-    text = _linear(1, 512, 1024, norm=True)
+    text = linear_program(1, 512, 1024, norm=True)
 
     def source() -> str:
-        return _cuda_source(text, tmp_path)
+        return cuda_source(text, tmp_path)
 
     assert "kPrefetchAtWait = false;" in source()
     monkeypatch.setenv("MK_CUDA_PREFETCH_AT", "wait")
@@ -503,10 +298,10 @@ def test_batched_first_look_at_the_waits_is_a_build_option(
 ) -> None:
     """MK_CUDA_WAIT_BATCH=1: the dispatcher reads every near wait's counter at once; off by
     default (not yet measured on the GPU)."""
-    text = _linear(1, 512, 1024, norm=True)
-    assert "kBatchWaits = false;" in _cuda_source(text, tmp_path)
+    text = linear_program(1, 512, 1024, norm=True)
+    assert "kBatchWaits = false;" in cuda_source(text, tmp_path)
     monkeypatch.setenv("MK_CUDA_WAIT_BATCH", "1")
-    assert "kBatchWaits = true;" in _cuda_source(text, tmp_path)
+    assert "kBatchWaits = true;" in cuda_source(text, tmp_path)
 
 
 @pytest.mark.usefixtures("no_nvcc")
@@ -517,12 +312,12 @@ def test_lean_linears_are_a_build_option(
     """Lean linears (the default): a CUDA-core streamed linear writes its sums and Σx² (no
     zeroing loops before it); tensor cores (4 rows) still add into zeroed sums. MK_CUDA_LEAN=0
     keeps the zeroing."""
-    text = _linear(rows, 512, 1024, norm=True, heads=2)
+    text = linear_program(rows, 512, 1024, norm=True, heads=2)
     monkeypatch.setenv("MK_CUDA_LEAN", "0")
-    plain = _cuda_source(text, tmp_path)
+    plain = cuda_source(text, tmp_path)
     assert "sl.assign" not in plain and plain.count("// init") == 3
     monkeypatch.delenv("MK_CUDA_LEAN")
-    src = _cuda_source(text, tmp_path)
+    src = cuda_source(text, tmp_path)
     assert ("sl.assign = true;" in src) == assigned
     assert src.count("// init") == (0 if assigned else 3)
 
@@ -534,7 +329,7 @@ def test_staging_splits_a_long_row_into_chunks(
     """With MK_CUDA_STAGE=1 the activation chunk leaves the ring its room: a single row of
     8,704 columns is staged in two chunks (what the GPU test of lean linears needs)."""
     monkeypatch.setenv("MK_CUDA_STAGE", "1")
-    src = _cuda_source(_linear(1, 64, 8704, norm=True), tmp_path)
+    src = cuda_source(linear_program(1, 64, 8704, norm=True), tmp_path)
     assert "sl.k = 8704;" in src and "sl.kc = 8192;" in src
 
 
@@ -550,10 +345,10 @@ def test_lean_linears_match_the_reference(
 ) -> None:
     """On the GPU, lean linears (the default): one chunk, and two chunks (the second adds)."""
     monkeypatch.setenv("MK_CUDA_STAGE", stage)
-    text = _linear(*shape)
+    text = linear_program(*shape)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     assert "sl.assign = true;" in prog.cuda_source  # type: ignore[attr-defined]
-    _agrees_with_the_reference(prog, text, shape)
+    agrees_with_the_reference(prog, text, shape)
 
 
 @pytest.mark.usefixtures("no_nvcc")
@@ -562,23 +357,23 @@ def test_pipelined_polls_are_a_build_option(
 ) -> None:
     """MK_CUDA_POLL_PIPE=1: a wait found unready keeps several counter reads in flight; off by
     default (not yet measured on the GPU); anything but 0 or 1 is refused."""
-    text = _linear(1, 512, 1024, norm=True)
-    assert "kPipePolls = false;" in _cuda_source(text, tmp_path)
+    text = linear_program(1, 512, 1024, norm=True)
+    assert "kPipePolls = false;" in cuda_source(text, tmp_path)
     monkeypatch.setenv("MK_CUDA_POLL_PIPE", "1")
-    assert "kPipePolls = true;" in _cuda_source(text, tmp_path)
+    assert "kPipePolls = true;" in cuda_source(text, tmp_path)
     monkeypatch.setenv("MK_CUDA_POLL_PIPE", "yes")
     with pytest.raises(mk.MkError, match="MK_CUDA_POLL_PIPE must be 0 or 1"):
-        _cuda_source(text, tmp_path)
+        cuda_source(text, tmp_path)
 
 
 @pytest.mark.usefixtures("no_nvcc")
 def test_early_loads_are_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """MK_CUDA_EARLY=1 sets stream_linear's Early (the trailing template argument, after the
     Staged and G defaults it then spells out); without it the call is unchanged."""
-    text = _linear(1, 512, 1024, norm=True)
+    text = linear_program(1, 512, 1024, norm=True)
 
     def source() -> str:
-        return _cuda_source(text, tmp_path)
+        return cuda_source(text, tmp_path)
 
     plain = re.findall(r"mk::gpu::stream_linear<([^>]*)>", source())
     assert plain and all(len(args.split(",")) == 5 for args in plain)
@@ -632,13 +427,13 @@ def test_weight_l2_priority_is_a_build_option(
 ) -> None:
     """MK_CUDA_WEIGHT_L2=evict_first defines MK_STREAM_EVICT_FIRST in the source (the weight
     loads take the L2's evict-first policy); by default the source does not."""
-    text = _linear(1, 512, 1024, norm=True)
-    assert "MK_STREAM_EVICT_FIRST" not in _cuda_source(text, tmp_path)
+    text = linear_program(1, 512, 1024, norm=True)
+    assert "MK_STREAM_EVICT_FIRST" not in cuda_source(text, tmp_path)
     monkeypatch.setenv("MK_CUDA_WEIGHT_L2", "evict_first")
-    assert "#define MK_STREAM_EVICT_FIRST 1\n" in _cuda_source(text, tmp_path)
+    assert "#define MK_STREAM_EVICT_FIRST 1\n" in cuda_source(text, tmp_path)
     monkeypatch.setenv("MK_CUDA_WEIGHT_L2", "last")
     with pytest.raises(mk.MkError, match="MK_CUDA_WEIGHT_L2 must be one of normal, evict_first"):
-        _cuda_source(text, tmp_path)
+        cuda_source(text, tmp_path)
 
 
 def _ptx_functions(ptx: str) -> dict[str, str]:
@@ -665,7 +460,7 @@ def test_a_multi_weight_linear_keeps_its_descriptor_in_registers(
 
     monkeypatch.setenv("MK_CUDA_LEAN", lean)
     source, ptx = tmp_path / "mk.cu", tmp_path / "mk.ptx"
-    source.write_text(_cuda_source(_linear(1, 512, 1024, norm=True, heads=3), tmp_path))
+    source.write_text(cuda_source(linear_program(1, 512, 1024, norm=True, heads=3), tmp_path))
     flags = [f for f in NVCC_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
     subprocess.run(
         [str(NVCC), *flags, f"-I{include_dir()}", "-ptx", str(source), "-o", str(ptx)],

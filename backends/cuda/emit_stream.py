@@ -1,0 +1,179 @@
+"""The device statements of a streamed decode linear (stream.py's plan): the StreamLinear
+descriptor, the L2 prefetch and the copy into the staging ring run ahead of the task's turn, and
+the mk::gpu::stream_linear call with its template arguments."""
+
+from __future__ import annotations
+
+import math
+
+from xdsl.ir import SSAValue
+
+from mk.backends.cpu.emit_ops import GraphDefEmitter
+from mk.backends.cpu.emit_scalar import dtype_code
+from mk.backends.cuda import switches
+from mk.backends.cuda.split_merge import MergedX, merged_x_lines
+from mk.backends.cuda.stream import (
+    STAGE_LOST,
+    TURN_STOPPED,
+    StreamPlan,
+    prefetch_spans,
+    stage_offsets,
+    staged_ld,
+)
+from mk.dialects.mugraph import InputOp
+from mk.dialects.mugraph_base import shape_of
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+class StreamLinearEmitter(GraphDefEmitter):
+    """The statements of a streamed decode linear, for the device emitter (emit.py), which sets
+    these attributes."""
+
+    assigned: set[SSAValue]  # accumulators stream_linear writes whole (StreamLinear::assign)
+    stage_weights_ahead: bool
+    smem_floats: int
+    staged_bytes: int
+    prefetch: list[str]  # what one thread runs before the task's turn: the L2 prefetch
+    stage: list[str]  # and the copy into the staging ring
+
+    def flat_start(self, op: InputOp) -> str:
+        """The element offset of `op`'s first tile (iteration 0) in its row-major source."""
+        ref = self.operands[op.source_index()]
+        strides = [math.prod(ref.shape[d + 1 :]) for d in range(len(ref.shape))]
+        terms = [f"({s}) * {n}" for s, n in zip(self.input_starts(op, "0"), strides, strict=True)]
+        return " + ".join(terms)
+
+    def merged_x(self, x: MergedX) -> None:
+        """The partials merged straight into the staged activation (one chunk: all of K)."""
+
+        def source(op: InputOp) -> str:
+            ref = self.operands[op.source_index()]
+            return f"static_cast<const float*>(buffers[{ref.index}]) + {self.flat_start(op)}"
+
+        dtype = dtype_code(x.norm.res[0].type)
+        self.lines += merged_x_lines(
+            x, dtype, "reinterpret_cast<float*>(mk::gpu::mk_dynamic_smem)", source
+        )
+        self.lines.append("sl.x_ready = true;")
+
+    def stream_linear(self, plan: StreamPlan) -> None:
+        emit = self.lines.append
+        k = self.forloop * shape_of(plan.x.tile)[1]
+        chunk = plan.chunk(k)
+        start = len(self.lines)  # the body's statements before the product
+        self.smem_floats = -(-plan.smem_bytes(k) // 4)
+        emit("{")
+        emit("mk::gpu::StreamLinear sl{};")
+        emit("sl.arena = &arena;")
+        if isinstance(plan.x, MergedX):
+            self.merged_x(plan.x)
+        else:
+            x = self.operands[plan.x.source_index()]
+            r0, c0 = self.input_starts(plan.x, "0")
+            at = f"({r0}) * {x.shape[1]} + {c0}"
+            emit(f"sl.x = mk::gpu::elem_at(buffers[{x.index}], {x.dtype}, {at});")
+            emit(f"sl.x_dtype = {x.dtype};")
+            emit(f"sl.x_ld = {x.shape[1]};")
+        g_at = ""  # the norm weight's first element
+        if plan.g is not None:
+            g = self.operands[plan.g.source_index()]
+            (g0,) = self.input_starts(plan.g, "0")
+            g_at = f"mk::gpu::elem_at(buffers[{g.index}], {g.dtype}, {g0})"
+            emit(f"sl.g = {g_at};")
+            emit(f"sl.g_dtype = {g.dtype};")
+        emit(f"sl.w_dtype = {dtype_code(plan.products[0][0].tile.type)};")
+        if self.assigned:
+            emit("sl.assign = true;")
+        emit(f"sl.k = {k};")
+        emit(f"sl.kc = {chunk};")
+        if plan.sum_sq is not None:
+            emit(f"sl.sum_sq = {self.var(plan.sum_sq.res)}.data();")
+        emit(f"sl.nw = {len(plan.products)};")
+        firsts, lds = [], []
+        for w, _ in plan.products:
+            ref = self.operands[w.source_index()]
+            n0, k0 = self.input_starts(w, "0")
+            firsts.append(
+                f"static_cast<const uint16_t*>(buffers[{ref.index}]) + ({n0}) * {ref.shape[1]} + {k0}"
+            )
+            lds.append(ref.shape[1])
+        rows = [w.tile_shape()[0] for w, _ in plan.products]
+        mma = plan.tensor_cores(k)
+        staged = stage_offsets(rows, k, lds, mma) if self.stage_weights_ahead else None
+        for i, (_, acc) in enumerate(plan.products):
+            at, ld = firsts[i], lds[i]
+            if staged is not None:
+                at = f"reinterpret_cast<const uint16_t*>(arena.stage_base + {staged[i]})"
+                ld = staged_ld(k, mma)
+            emit(
+                f"sl.w[{i}] = mk::gpu::StreamWeight{{{at}, {ld}, {rows[i]}, {self.var(acc.res)}.data()}};"
+            )
+        if staged is not None:
+            self.stage_weights(rows, k, firsts, lds, staged, staged_ld(k, mma))
+        # Tensor cores take rows in 8-row groups across warps: only a whole slab is fetched.
+        most = switches.prefetch_budget()
+        budget = most if not mma or 2 * k * sum(rows) <= most else 0
+        fetch = [
+            f"mk::gpu::prefetch_rows({firsts[i]} + {r0} * {lds[i]}, {n}, {lds[i]}, {k});"
+            for i, r0, n in prefetch_spans(rows, 2 * k, budget)
+        ]
+        if plan.g is not None:  # the norm weight: the staging's first load
+            fetch.append(f"mk::gpu::prefetch_l2({g_at}, {k} * mk::dtype_size({g.dtype}));")
+        if budget:
+            self.prefetch = fetch
+        call = (
+            f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}, "
+            f"{plan.mma_steps() if mma else plan.steps_in_flight(k)}, "
+            f"{plan.loads_per_thread(k)}, {_bool(mma)}"
+        )
+        groups = plan.mma_groups() if mma else 1
+        ahead = (
+            switches.load_ahead()
+            and not mma
+            and staged is None
+            and chunk >= k
+            and not isinstance(plan.x, MergedX)
+            # Every global access of a body names buffers[i]: none before the product means
+            # the weights may be requested before the task's turn.
+            and not any("buffers[" in line for line in self.lines[:start])
+        )
+        # The template's trailing arguments (Staged, G, Early, Ahead, Ring), defaults left off.
+        tail = [
+            _bool(staged is not None),
+            str(groups),
+            _bool(switches.early_loads()),
+            _bool(ahead),
+            str(plan.ring_stages(k) if staged is None else 0),
+        ]
+        while tail and tail[-1] == ("false", "1", "false", "false", "0")[len(tail) - 1]:
+            tail.pop()
+        call += "".join(f", {a}" for a in tail)
+        if ahead:
+            emit(f"if (!{call}>(sl)) return {TURN_STOPPED};")
+        elif staged is None:
+            emit(f"{call}>(sl);")
+        else:
+            emit(f"if (!{call}>(sl)) return {STAGE_LOST};")
+        emit("}")
+        for op in plan.invariant:
+            self.load(op, "0")
+
+    def stage_weights(
+        self,
+        rows: list[int],
+        k: int,
+        firsts: list[str],
+        lds: list[int],
+        offsets: list[int],
+        ld: int,
+    ) -> None:
+        """The copy of the task's weight rows into its place in the ring (`ld` apart), and its
+        room there."""
+        self.stage = [f"mk::gpu::stage_expect(arena, {2 * k * sum(rows)});"] + [
+            f"mk::gpu::stage_rows(arena, {off}, {first}, {n}, {src_ld}, {k}, {ld});"
+            for off, first, n, src_ld in zip(offsets, firsts, rows, lds, strict=True)
+        ]
+        self.staged_bytes = offsets[-1] + 2 * rows[-1] * ld

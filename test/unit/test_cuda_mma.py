@@ -1,0 +1,188 @@
+"""Decode-shaped linears on tensor cores (batches of 2..16 rows): the plan, the register and
+cp.async-ring loads, and the products on the GPU."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import re
+from pathlib import Path
+
+import pytest
+from linear_programs import agrees_with_the_reference, cuda_source, graph_defs, linear_program
+
+import mk
+from mk.backends.cuda import build as cuda_build
+from mk.backends.cuda.stream import MMA_LOADS, plan_stream
+from mk.diagnostics import MkError
+
+NVCC = cuda_build.nvcc()  # before any test patches it out
+
+
+@pytest.mark.parametrize(
+    ("rows", "k", "cores"), [(1, 1024, False), (2, 1024, True), (16, 512, True), (5, 776, False)]
+)
+def test_tensor_cores_for_batches_of_two_to_sixteen(rows: int, k: int, cores: bool) -> None:
+    kernels = graph_defs(linear_program(rows, 64, k, norm=True), tile_n=0)
+    plans = [p for p in map(plan_stream, kernels.values()) if p is not None]
+    assert len(plans) == 1 and plans[0].tensor_cores(k) is cores
+    assert plans[0].mma_groups() == 1  # blocks of groups only for one row
+    assert plans[0].mma_steps() == MMA_LOADS  # U steps of one group in flight
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(("n", "groups"), [(256, 4), (64, 1)])
+def test_one_row_on_tensor_cores_is_opt_in(
+    tmp_path: Path, n: int, groups: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_MMA_ONE_ROW=1 puts single-row linears on tensor cores; a task of at least 32
+    weight rows (4 groups) has each warp take 4 groups per step."""
+    text = linear_program(1, n, 1024, norm=True)
+    default = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path)
+    assert "mk::gpu::stream_linear<1, " in default.cuda_source  # type: ignore[attr-defined]
+    assert re.search(r"stream_linear<1, \d+, \d+, \d+, false>", default.cuda_source)  # type: ignore[attr-defined]
+    monkeypatch.setenv("MK_CUDA_MMA_ONE_ROW", "1")
+    kernels = graph_defs(text, tile_n=0)
+    (plan,) = [p for p in map(plan_stream, kernels.values()) if p is not None]
+    assert plan.tensor_cores(1024)
+    src = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    calls = re.findall(
+        r"stream_linear<1, \d+, \d+, \d+, (true|false)(?:, (true|false), (\d+))?(?:, \w+)*>", src
+    )
+    assert calls and all(c[0] == "true" for c in calls)
+    assert all(int(c[2] or 1) == groups for c in calls)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("pipe", ["0", "1"])
+def test_tensor_core_products_build_with_and_without_the_pipeline(
+    tmp_path: Path, pipe: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch-8 linear on tensor cores compiles to PTX with U steps of loads in flight, both as
+    one batch and with MK_CUDA_MMA_PIPE=1's two alternating halves; four accumulators per group
+    keep the mma from being one dependent chain."""
+    import subprocess
+
+    from mk.backends.cpu.build import include_dir
+    from mk.backends.cuda.build import NVCC_FLAGS
+
+    monkeypatch.setenv("MK_CUDA_MMA_PIPE", pipe)
+    monkeypatch.setenv("MK_CUDA_MMA_RING", "0")  # the fragments loaded straight into registers
+    source, ptx = tmp_path / "mk.cu", tmp_path / "mk.ptx"
+    text = cuda_source(linear_program(8, 256, 1024, norm=True), tmp_path)
+    assert ("#define MK_MMA_PIPE 1" in text) == (pipe == "1")
+    assert re.search(rf"stream_linear<8, \d+, {MMA_LOADS}, \d+, true>", text)
+    source.write_text(text)
+    flags = [f for f in NVCC_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
+    subprocess.run(
+        [str(NVCC), *flags, f"-I{include_dir()}", "-ptx", str(source), "-o", str(ptx)],
+        check=True,
+    )
+    # (first output, first accumulator input) of each mma, in program order
+    mma = re.findall(
+        r"mma\.sync\.aligned\.m16n8k16\S* \{(%f\d+),[^;]*\{(%f\d+), %f\d+, %f\d+, %f\d+\};",
+        ptx.read_text(),
+    )
+    assert len(mma) >= 2 * MMA_LOADS  # every step of a batch unrolled
+    chained = sum(c == d for (d, _), (_, c) in itertools.pairwise(mma))
+    assert chained <= len(mma) // 10, (chained, len(mma))  # no mma waits for the one before
+
+
+@pytest.mark.parametrize(
+    ("rows", "k", "env", "stages", "chunk"),
+    [
+        (8, 4096, "3", 3, 4096),  # the packed chunk (64 KB) and the ring (96 KB)
+        (16, 14336, "3", 3, 2048),
+        (8, 4096, "4", 4, 2048),
+        (8, 4096, "", 0, 4096),  # off by default: floats, 160 KB / (8 rows x 4 bytes) >= K
+        (8, 4096, "0", 0, 4096),
+        (1, 1024, "3", 0, 1024),  # CUDA cores: no ring
+    ],
+)
+def test_tensor_cores_stream_through_the_ring(
+    rows: int, k: int, env: str, stages: int, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mk.backends.cuda.stream import SMEM_BYTES, ring_bytes
+
+    monkeypatch.setenv("MK_CUDA_MMA_RING", env)
+    kernels = graph_defs(linear_program(rows, 64, k, norm=True), tile_n=0)
+    (plan,) = [p for p in map(plan_stream, kernels.values()) if p is not None]
+    assert plan.ring_stages(k) == stages and plan.chunk(k) == chunk
+    ring = ring_bytes(stages) if stages else 0
+    assert plan.smem_bytes(k) == (2 * rows * chunk + ring if stages else 4 * rows * chunk)
+    assert plan.smem_bytes(k) <= SMEM_BYTES
+    staged = dataclasses.replace(plan, ring_ok=False)  # weights staged ahead: no ring
+    assert staged.ring_stages(k) == 0
+
+
+def test_the_ring_depth_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MK_CUDA_MMA_RING", "9")
+    kernels = graph_defs(linear_program(8, 64, 1024, norm=True), tile_n=0)
+    (plan,) = [p for p in map(plan_stream, kernels.values()) if p is not None]
+    with pytest.raises(MkError, match="MK_CUDA_MMA_RING must be a number of stages from 0 to 4"):
+        plan.ring_stages(1024)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+def test_tensor_core_products_build_through_the_ring(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With MK_CUDA_MMA_RING=3 a batch-8 linear on tensor cores copies its weights with cp.async
+    (one warp-wide copy per 512-byte row segment) and still issues every mma of a stage on
+    independent accumulators."""
+    import subprocess
+
+    monkeypatch.setenv("MK_CUDA_MMA_RING", "3")
+    from mk.backends.cpu.build import include_dir
+    from mk.backends.cuda.build import NVCC_FLAGS
+
+    source, ptx = tmp_path / "mk.cu", tmp_path / "mk.ptx"
+    text = cuda_source(linear_program(8, 256, 1024, norm=True), tmp_path)
+    assert re.search(r"stream_linear<8, \d+, \d+, \d+, true, false, 1, false, false, 3>", text)
+    source.write_text(text)
+    flags = [f for f in NVCC_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
+    subprocess.run(
+        [str(NVCC), *flags, f"-I{include_dir()}", "-ptx", str(source), "-o", str(ptx)],
+        check=True,
+    )
+    code = ptx.read_text()
+    assert code.count("cp.async.cg.shared.global.L2::256B") >= 8  # a stage: eight rows
+    assert "cp.async.wait_group" in code
+    mma = re.findall(
+        r"mma\.sync\.aligned\.m16n8k16\S* \{(%f\d+),[^;]*\{(%f\d+), %f\d+, %f\d+, %f\d+\};", code
+    )
+    assert len(mma) >= 16  # a stage's eight steps, two mma each
+    chained = sum(c == d for (d, _), (_, c) in itertools.pairwise(mma))
+    assert chained <= len(mma) // 10, (chained, len(mma))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [64, 4608, 5000])
+def test_one_row_on_tensor_cores_matches_the_reference(
+    n: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the GPU, MK_CUDA_MMA_ONE_ROW=1: single rows on tensor cores, blocks of 4 groups and
+    ragged last groups included."""
+    monkeypatch.setenv("MK_CUDA_MMA_ONE_ROW", "1")
+    text = linear_program(1, n, 1024, True)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    assert re.search(r"stream_linear<1, \d+, \d+, \d+, true", src)
+    assert (", false, 4>" in src) == (n > 64)  # over 32 rows per task on 132 SMs
+    agrees_with_the_reference(prog, text, n)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("rows", "ring"), [(2, "3"), (8, "3"), (8, "4"), (16, "2")])
+def test_the_ring_matches_the_reference(
+    rows: int, ring: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the GPU, MK_CUDA_MMA_RING: ragged last units (4608 columns over the warps) included."""
+    monkeypatch.setenv("MK_CUDA_MMA_RING", ring)
+    text = linear_program(rows, 4608, 1024, True)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    assert re.search(
+        rf"stream_linear<{rows}, \d+, \d+, \d+, true, false, 1, false, false, {ring}>",
+        prog.cuda_source,
+    )  # type: ignore[attr-defined]
+    agrees_with_the_reference(prog, text, (rows, ring))
