@@ -151,10 +151,38 @@ def switch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> d
     return request.param
 
 
+# Every switch of SWITCHES in a build with nvcc, in six builds (nvcc takes seconds each): the
+# switches that can go together, and each on an example whose code it changes (tensor cores:
+# gated_mlp, batch 4). The GPU test below runs each alone.
+SWITCH_BUILDS = [
+    ("decoder_block", {"MK_CUDA_PREFETCH_AT": "wait", "MK_CUDA_EARLY": "1",
+                       "MK_CUDA_WEIGHT_L2": "evict_first", "MK_CUDA_WAIT_BATCH": "1",
+                       "MK_CUDA_POLL_PIPE": "1"}),
+    ("decoder_block", {"MK_CUDA_PREFETCH": str(128 << 10), "MK_CUDA_LEAN": "0",
+                       "MK_CUDA_FUSE_LOOPS": "0"}),
+    ("decoder_block", {"MK_CUDA_STAGE": "1"}),
+    ("decoder_block", {"MK_CUDA_LOAD_AHEAD": "1"}),
+    ("gated_mlp", {"MK_CUDA_MMA_PIPE": "1"}),
+    ("gated_mlp", {"MK_CUDA_MMA_RING": "4"}),
+]  # fmt: skip
+
+
+def test_every_switch_is_built() -> None:
+    """Each switch of SWITCHES is in one of the builds (a depth of the ring stands for all)."""
+    built = {name for _, env in SWITCH_BUILDS for name in env}
+    assert built == {name for switch in SWITCHES for name in switch}
+
+
 @pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
-@pytest.mark.usefixtures("switch")
-def test_nvcc_builds_the_switches(cache: Path) -> None:
-    prog = mk.compile(ROOT / "examples" / "decoder_block.mlir", target="cuda", cache_dir=cache)
+@pytest.mark.parametrize(
+    ("example", "env"), SWITCH_BUILDS, ids=lambda v: v if isinstance(v, str) else ",".join(v)
+)
+def test_nvcc_builds_the_switches(
+    example: str, env: dict[str, str], cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    prog = mk.compile(ROOT / "examples" / f"{example}.mlir", target="cuda", cache_dir=cache)
     assert prog.library_path is not None and prog.library_path.is_file()
 
 
