@@ -83,6 +83,8 @@ def _defines(profile: bool) -> str:
         lines.append("#define MK_STREAM_EVICT_FIRST 1")
     if switches.flag("MK_CUDA_MMA_PIPE"):
         lines.append("#define MK_MMA_PIPE 1")
+    if switches.mma_slices_by_rounds():
+        lines.append("#define MK_MMA_ROUNDS 1")
     # A body that waits itself polls as the dispatcher does (mk/cuda_wait.cuh).
     if switches.flag("MK_CUDA_WAIT_BATCH"):
         lines.append("#define MK_WAIT_BATCH 1")

@@ -84,6 +84,15 @@ def fuse_loops() -> bool:
     return flag("MK_CUDA_FUSE_LOOPS", default=True)
 
 
+def mma_slices_by_rounds() -> bool:
+    """MK_CUDA_MMA_SLICES: `balance` (default) cuts a tensor-core task's 8-row blocks into the
+    fewest column slices that give every warp the same number of units; `rounds` into the count
+    that gives the busiest warp the fewest rounds of loads (mk::gpu::mma_slices). Not measured
+    yet: by the count, a batch-8 lm_head task's warps wait for 149 rounds of four loads each
+    under `balance` and 38 rounds of 16 under `rounds`."""
+    return choice("MK_CUDA_MMA_SLICES", ("balance", "rounds")) == "rounds"
+
+
 def merge_tiles() -> bool:
     """MK_CUDA_MERGE_TILES=1: the split-KV merge as tile steps, as before its device call."""
     return flag("MK_CUDA_MERGE_TILES")

@@ -135,6 +135,7 @@ SWITCHES = [
     {"MK_CUDA_MMA_PIPE": "1"},
     {"MK_CUDA_MMA_RING": "3"},
     {"MK_CUDA_MMA_RING": "4"},
+    {"MK_CUDA_MMA_SLICES": "rounds"},
     {"MK_CUDA_WAIT_BATCH": "1"},
     {"MK_CUDA_POLL_PIPE": "1"},
     {"MK_CUDA_LEAN": "0"},
@@ -162,7 +163,7 @@ SWITCH_BUILDS = [
                        "MK_CUDA_FUSE_LOOPS": "0"}),
     ("decoder_block", {"MK_CUDA_STAGE": "1"}),
     ("decoder_block", {"MK_CUDA_LOAD_AHEAD": "1"}),
-    ("gated_mlp", {"MK_CUDA_MMA_PIPE": "1"}),
+    ("gated_mlp", {"MK_CUDA_MMA_PIPE": "1", "MK_CUDA_MMA_SLICES": "rounds"}),
     ("gated_mlp", {"MK_CUDA_MMA_RING": "4"}),
 ]  # fmt: skip
 

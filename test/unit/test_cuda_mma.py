@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import re
 from pathlib import Path
 
@@ -186,3 +187,71 @@ def test_the_ring_matches_the_reference(
         prog.cuda_source,
     )  # type: ignore[attr-defined]
     agrees_with_the_reference(prog, text, (rows, ring))
+
+
+def _rounds(blocks: int, warps: int, steps: int, u: int, slices: int) -> int:
+    """The busiest warp's rounds of loads: its units times a unit's rounds of u steps."""
+    per_warp = math.ceil(blocks * slices / warps)
+    return per_warp * math.ceil(math.ceil(steps / slices) / u)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+def test_mma_slices_by_balance_and_by_rounds(tmp_path: Path) -> None:
+    """mk::gpu::mma_slices, run on the host: `balance` is the fewest slices that give every warp
+    the same number of units; `rounds` gives the busiest warp the fewest rounds of loads."""
+    import subprocess
+
+    from mk.backends.cpu.build import include_dir
+
+    cases = [(149, 32, 16), (4, 32, 16), (6, 32, 16), (1, 64, 16), (1, 96, 16), (28, 128, 16),
+             (12, 128, 8), (3, 2, 16), (1, 1, 16), (125, 32, 8)]  # fmt: skip
+    calls = "\n".join(
+        f'  printf("%d %d\\n", mk::gpu::mma_slices({b}, 8, {s}, {u}, false), '
+        f"mk::gpu::mma_slices({b}, 8, {s}, {u}, true));"
+        for b, s, u in cases
+    )
+    source, exe = tmp_path / "slices.cu", tmp_path / "slices"
+    source.write_text(
+        f'#include <cstdio>\n#include "mk/cuda_stream.cuh"\nint main() {{\n{calls}\n  return 0;\n}}\n'
+    )
+    subprocess.run(
+        [str(NVCC), "-std=c++17", "--expt-relaxed-constexpr", f"-I{include_dir()}",
+         "-o", str(exe), str(source)],
+        check=True,
+    )  # fmt: skip
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n")
+    for (blocks, steps, u), line in zip(cases, out, strict=False):
+        balance, rounds = map(int, line.split())
+        assert balance == min(8 // math.gcd(blocks, 8), steps)
+        options = range(1, min(8, steps) + 1)
+        least = min(_rounds(blocks, 8, steps, u, s) for s in options)
+        assert _rounds(blocks, 8, steps, u, rounds) == least
+        assert rounds == min(s for s in options if _rounds(blocks, 8, steps, u, s) == least)
+    # The batch-8 lm_head task of qwen3-0.6b: 149 blocks of 32 steps.
+    assert out[0].split() == ["8", "1"]
+    assert _rounds(149, 8, 32, 16, 8) == 149 and _rounds(149, 8, 32, 16, 1) == 38
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_mma_slices_is_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = linear_program(8, 256, 1024, norm=True)
+    assert "#define MK_MMA_ROUNDS" not in cuda_source(text, tmp_path)
+    monkeypatch.setenv("MK_CUDA_MMA_SLICES", "rounds")
+    assert "#define MK_MMA_ROUNDS 1" in cuda_source(text, tmp_path)
+    monkeypatch.setenv("MK_CUDA_MMA_SLICES", "most")
+    with pytest.raises(MkError, match="MK_CUDA_MMA_SLICES must be one of balance, rounds"):
+        cuda_source(text, tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ring", ["0", "3"])
+def test_slices_by_rounds_match_the_reference(
+    ring: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the GPU, MK_CUDA_MMA_SLICES=rounds: 72 blocks a task (eight SMs), whole-K units."""
+    monkeypatch.setenv("MK_CUDA_MMA_SLICES", "rounds")
+    monkeypatch.setenv("MK_CUDA_MMA_RING", ring)
+    text = linear_program(8, 4608, 1024, True)
+    prog = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path)
+    assert "#define MK_MMA_ROUNDS 1" in prog.cuda_source  # type: ignore[attr-defined]
+    agrees_with_the_reference(prog, text, ring)

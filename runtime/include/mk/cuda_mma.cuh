@@ -253,13 +253,45 @@ __device__ void mma_rows_ring(const StreamLinear& s, const uint16_t* xs, int str
   }
 }
 
-__device__ inline int gcd_int(int a, int b) {
+#if defined(MK_MMA_ROUNDS)
+constexpr bool kMmaRounds = true;
+#else
+constexpr bool kMmaRounds = false;
+#endif
+
+__host__ __device__ inline int gcd_int(int a, int b) {
   while (b) {
     const int r = a % b;
     a = b;
     b = r;
   }
   return a;
+}
+
+// How many column slices mma_chunk cuts each block of G 8-row groups into (`steps` 32-column
+// steps in all, U in flight per lane). By default the fewest that make the units a multiple of
+// the warps, so every warp gets the same share; with Rounds the count that makes the busiest
+// warp's rounds of loads fewest (its units times each unit's rounds of U steps), the fewest
+// slices among equals. A batch-8 lm_head task (149 blocks of 1,024 columns) is cut into eight
+// slices of four steps by the first rule: 149 rounds of four loads per warp, where one slice is
+// 38 rounds of 16. Host-callable, so a CPU test runs it.
+__host__ __device__ inline int mma_slices(int blocks, int warps, int steps, int U, bool rounds) {
+  const int most = steps > 0 ? steps : 1;
+  if (!rounds) {
+    const int slices = warps / gcd_int(blocks, warps);
+    return slices < most ? slices : most;
+  }
+  int best = 1, best_rounds = 0;
+  for (int slices = 1; slices <= warps && slices <= most; ++slices) {
+    const int per_warp = (blocks * slices + warps - 1) / warps;
+    const int unit_steps = (steps + slices - 1) / slices;
+    const int n = per_warp * ((unit_steps + U - 1) / U);
+    if (slices == 1 || n < best_rounds) {
+      best = slices;
+      best_rounds = n;
+    }
+  }
+  return best;
 }
 
 // All warps on tensor cores over one staged chunk: (block of G 8-row groups, column slice)
@@ -273,8 +305,7 @@ __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride,
   static_assert(D == 0 || (G == 1 && !Shared), "the ring streams one group from global memory");
   const int warps = static_cast<int>(blockDim.x >> 5), warp = static_cast<int>(threadIdx.x >> 5);
   const int blocks = ((rows + 7) / 8 + G - 1) / G, steps = kc / 32;
-  int slices = warps / gcd_int(blocks, warps);
-  slices = slices < steps ? slices : (steps > 0 ? steps : 1);
+  const int slices = mma_slices(blocks, warps, steps, D > 0 ? kRingCols / 32 : U, kMmaRounds);
   const bool bf16 = s.w_dtype == DTYPE_BF16;
   for (int unit = warp; unit < blocks * slices; unit += warps) {
     const int rb = unit % blocks, sl = unit / blocks;
