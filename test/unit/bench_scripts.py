@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import re
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -21,3 +23,20 @@ def load(name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def stack_frames(nvcc: str, source: str, work: Path) -> list[str]:
+    """Compiles a standalone CUDA program for sm_90a (a cubin, no GPU needed) and returns the
+    stack frame bytes ptxas reports for each kernel: "0" for each one that keeps its loads in
+    registers."""
+    from mk.backends.cpu.build import include_dir
+
+    cu = work / "program.cu"
+    cu.write_text(source)
+    result = subprocess.run(
+        [nvcc, "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a",
+         "--expt-relaxed-constexpr", f"-I{include_dir()}", "-Xptxas", "-v", "-cubin",
+         "-o", str(work / "program.cubin"), str(cu)],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    return re.findall(r"(\d+) bytes stack frame", result.stderr)

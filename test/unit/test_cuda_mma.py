@@ -20,6 +20,31 @@ from mk.diagnostics import MkError
 NVCC = cuda_build.nvcc()  # before any test patches it out
 
 
+def _mma_chains(ptx: str) -> tuple[int, int]:
+    """(mma instructions, those whose accumulator input is the previous mma's output)."""
+    mma = re.findall(
+        r"mma\.sync\.aligned\.m16n8k16\S* \{(%f\d+),[^;]*\{(%f\d+), %f\d+, %f\d+, %f\d+\};", ptx
+    )
+    return len(mma), sum(c == d for (d, _), (_, c) in itertools.pairwise(mma))
+
+
+def _ptx_of(text: str, tmp_path: Path) -> str:
+    """The PTX nvcc makes of an emitted megakernel (no GPU needed)."""
+    import subprocess
+
+    from mk.backends.cpu.build import include_dir
+    from mk.backends.cuda.build import NVCC_FLAGS
+
+    source, ptx = tmp_path / "mk.cu", tmp_path / "mk.ptx"
+    source.write_text(text)
+    flags = [f for f in NVCC_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
+    subprocess.run(
+        [str(NVCC), *flags, f"-I{include_dir()}", "-ptx", str(source), "-o", str(ptx)],
+        check=True,
+    )
+    return ptx.read_text()
+
+
 @pytest.mark.parametrize(
     ("rows", "k", "cores"), [(1, 1024, False), (2, 1024, True), (16, 512, True), (5, 776, False)]
 )
@@ -62,31 +87,14 @@ def test_tensor_core_products_build_with_and_without_the_pipeline(
     """A batch-8 linear on tensor cores compiles to PTX with U steps of loads in flight, both as
     one batch and with MK_CUDA_MMA_PIPE=1's two alternating halves; four accumulators per group
     keep the mma from being one dependent chain."""
-    import subprocess
-
-    from mk.backends.cpu.build import include_dir
-    from mk.backends.cuda.build import NVCC_FLAGS
-
     monkeypatch.setenv("MK_CUDA_MMA_PIPE", pipe)
     monkeypatch.setenv("MK_CUDA_MMA_RING", "0")  # the fragments loaded straight into registers
-    source, ptx = tmp_path / "mk.cu", tmp_path / "mk.ptx"
     text = cuda_source(linear_program(8, 256, 1024, norm=True), tmp_path)
     assert ("#define MK_MMA_PIPE 1" in text) == (pipe == "1")
     assert re.search(rf"stream_linear<8, \d+, {MMA_LOADS}, \d+, true>", text)
-    source.write_text(text)
-    flags = [f for f in NVCC_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
-    subprocess.run(
-        [str(NVCC), *flags, f"-I{include_dir()}", "-ptx", str(source), "-o", str(ptx)],
-        check=True,
-    )
-    # (first output, first accumulator input) of each mma, in program order
-    mma = re.findall(
-        r"mma\.sync\.aligned\.m16n8k16\S* \{(%f\d+),[^;]*\{(%f\d+), %f\d+, %f\d+, %f\d+\};",
-        ptx.read_text(),
-    )
-    assert len(mma) >= 2 * MMA_LOADS  # every step of a batch unrolled
-    chained = sum(c == d for (d, _), (_, c) in itertools.pairwise(mma))
-    assert chained <= len(mma) // 10, (chained, len(mma))  # no mma waits for the one before
+    count, chained = _mma_chains(_ptx_of(text, tmp_path))
+    assert count >= 2 * MMA_LOADS  # every step of a batch unrolled
+    assert chained <= count // 10, (chained, count)  # no mma waits for the one before
 
 
 @pytest.mark.parametrize(
@@ -131,30 +139,15 @@ def test_tensor_core_products_build_through_the_ring(
     """With MK_CUDA_MMA_RING=3 a batch-8 linear on tensor cores copies its weights with cp.async
     (one warp-wide copy per 512-byte row segment) and still issues every mma of a stage on
     independent accumulators."""
-    import subprocess
-
     monkeypatch.setenv("MK_CUDA_MMA_RING", "3")
-    from mk.backends.cpu.build import include_dir
-    from mk.backends.cuda.build import NVCC_FLAGS
-
-    source, ptx = tmp_path / "mk.cu", tmp_path / "mk.ptx"
     text = cuda_source(linear_program(8, 256, 1024, norm=True), tmp_path)
     assert re.search(r"stream_linear<8, \d+, \d+, \d+, true, false, 1, false, false, 3>", text)
-    source.write_text(text)
-    flags = [f for f in NVCC_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
-    subprocess.run(
-        [str(NVCC), *flags, f"-I{include_dir()}", "-ptx", str(source), "-o", str(ptx)],
-        check=True,
-    )
-    code = ptx.read_text()
+    code = _ptx_of(text, tmp_path)
     assert code.count("cp.async.cg.shared.global.L2::256B") >= 8  # a stage: eight rows
     assert "cp.async.wait_group" in code
-    mma = re.findall(
-        r"mma\.sync\.aligned\.m16n8k16\S* \{(%f\d+),[^;]*\{(%f\d+), %f\d+, %f\d+, %f\d+\};", code
-    )
-    assert len(mma) >= 16  # a stage's eight steps, two mma each
-    chained = sum(c == d for (d, _), (_, c) in itertools.pairwise(mma))
-    assert chained <= len(mma) // 10, (chained, len(mma))
+    count, chained = _mma_chains(code)
+    assert count >= 16  # a stage's eight steps, two mma each
+    assert chained <= count // 10, (chained, count)
 
 
 @pytest.mark.gpu

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import re
-import subprocess
 from pathlib import Path
 
 import pytest
-from bench_scripts import load
+from bench_scripts import load, stack_frames
 
-from mk.backends.cpu.build import include_dir
 from mk.backends.cuda import build
 
 NVCC = build.nvcc()
@@ -37,16 +34,8 @@ def test_a_ring_past_the_shared_memory_is_refused(monkeypatch: pytest.MonkeyPatc
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
 def test_the_program_builds_without_local_memory(tmp_path: Path) -> None:
     bench = load("mma_product")
-    source = tmp_path / "mma.cu"
-    source.write_text(bench.program_source(8, 32, 1024, [3]))
-    result = subprocess.run(
-        [str(NVCC), "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a",
-         "--expt-relaxed-constexpr", f"-I{include_dir()}", "-Xptxas", "-v", "-cubin",
-         "-o", str(tmp_path / "mma.cubin"), str(source)],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
-    frames = re.findall(r"(\d+) bytes stack frame", result.stderr)
-    assert len(frames) == 2 and all(f == "0" for f in frames), result.stderr
+    frames = stack_frames(str(NVCC), bench.program_source(8, 32, 1024, [3]), tmp_path)
+    assert len(frames) == 2 and all(f == "0" for f in frames), frames
 
 
 @pytest.mark.gpu

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import re
-import subprocess
 from pathlib import Path
 
 import pytest
-from bench_scripts import load
+from bench_scripts import load, stack_frames
 
 from mk.backends.cpu.build import include_dir
 from mk.backends.cuda import build
@@ -32,16 +30,8 @@ def test_the_program_builds_without_local_memory(tmp_path: Path) -> None:
     """The four kernels compile for sm_90a, keeping the loads in registers (no stack frame:
     a spilled stream would time local memory, not the product)."""
     product = load("product")
-    source = tmp_path / "product.cu"
-    source.write_text(product.program_source(48, 1024, 6, 4))
-    result = subprocess.run(
-        [str(NVCC), "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a",
-         "--expt-relaxed-constexpr", f"-I{include_dir()}", "-Xptxas", "-v", "-cubin",
-         "-o", str(tmp_path / "product.cubin"), str(source)],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
-    frames = re.findall(r"(\d+) bytes stack frame", result.stderr)
-    assert len(frames) == 4 and all(f == "0" for f in frames), result.stderr
+    frames = stack_frames(str(NVCC), product.program_source(48, 1024, 6, 4), tmp_path)
+    assert len(frames) == 4 and all(f == "0" for f in frames), frames
 
 
 @pytest.mark.gpu
