@@ -107,13 +107,16 @@ for step in $steps; do
         [ "${AB_STEP:-}" != none ] && env ${envs//,/ } PYTHONPATH=$site:/tmp/site MK_CACHE_DIR=/tmp/mk-cache-$name \
           python3 "$ROOT/bench/timeline.py" ${PROFILE_ARGS:---model qwen3-0.6b --layers 4} 2>&1 \
           | awk '/tasks, step|waits per task|critical path [0-9]/ {print} /starved/ {n=14} n-- > 0 {print} /per statement/ {m=9} m-- > 0 {print}'
-        # AB_MODELS: whole models too (mk-generate --bench, batch 1, no check), each tree in
-        # turn in this one call: a 4-layer step can hide what only 28 layers show.
+        # AB_MODELS: whole models too (mk-generate --bench at each of AB_BATCHES, default 1, no
+        # check), each tree in turn in this one call: a 4-layer step can hide what only 28
+        # layers show.
         for model in ${AB_MODELS:-}; do
-          env ${envs//,/ } PYTHONPATH=$site:/tmp/site MK_CACHE_DIR=/tmp/mk-cache-$name \
-            timeout "${GENERATE_TIMEOUT:-300}" python3 -m mk.tools.mk_generate --model "$model" \
-            --batch 1 --steps 8 --context 1024 --prompt-len 1000 --target cuda --bench --runs 20 $gen_opts \
-            2>&1 | grep -E '^bench: mk|compile:' | sed "s/^/  $model: /"
+          for batch in ${AB_BATCHES:-1}; do
+            env ${envs//,/ } PYTHONPATH=$site:/tmp/site MK_CACHE_DIR=/tmp/mk-cache-$name \
+              timeout "${GENERATE_TIMEOUT:-300}" python3 -m mk.tools.mk_generate --model "$model" \
+              --batch "$batch" --steps 8 --context 1024 --prompt-len 1000 --target cuda --bench --runs 20 $gen_opts \
+              2>&1 | grep -E '^bench: mk|compile:' | sed "s/^/  $model B$batch: /"
+          done
         done
       done ;;
     generate)
