@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the project root with the wheels carried in .whl/:
-#   bash bench/on_gpu.sh [tests] [sanitize] [bench] [timeline] [generate] [search] [profile] [ncu] [product] [mma] [ab]
+#   bash bench/on_gpu.sh [tests] [sanitize] [bench] [timeline] [generate] [search] [profile] [ncu] [product] [mma] [chain] [ab]
 #   (default: tests sanitize bench timeline generate)
 # Installs mk, runs the gpu-marked tests, compute-sanitizer on the examples, the benchmark
 # table, the per-grid timelines (TIMELINE_ARGS, e.g. "--model qwen3-0.6b --layers 4") and
@@ -69,6 +69,10 @@ for step in $steps; do
     mma)
       # The tensor-core product alone: registers against the cp.async ring (MMA_ARGS).
       python3 "$ROOT/bench/mma_product.py" ${MMA_ARGS:---rows 32 --k 4096 --rings 3,4} 2>&1 | tee "$OUT/mma.log" ;;
+    chain)
+      # A decode layer's chain of phases, weights streamed after each wait or by a loader warp
+      # ahead of it (CHAIN_ARGS).
+      python3 "$ROOT/bench/chain.py" ${CHAIN_ARGS:-} 2>&1 | tee "$OUT/chain.log" ;;
     timeline)
       python3 "$ROOT/bench/timeline.py" --out "$OUT" ${TIMELINE_ARGS:-} 2>&1 | tee "$OUT/timeline.log" | tail -80 ;;
     ab)

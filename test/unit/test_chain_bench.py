@@ -1,0 +1,74 @@
+"""bench/chain.py: a decode layer's chain with weights streamed after each wait or ahead of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from bench_scripts import load, stack_frames
+
+from mk.backends.cuda import build
+
+NVCC = build.nvcc()
+
+
+def test_the_program_runs_every_mode_once() -> None:
+    bench = load("chain")
+    src = bench.program_source([32, 0, 16], 2, [1, 4])
+    assert src == bench.program_source([32, 0, 16], 2, [1, 4])  # deterministic
+    runs = [line.strip() for line in src.splitlines() if line.strip().startswith('run("')]
+    assert runs == [
+        'run("chain", 0, 0, 0);',
+        'run("direct", 1, 0, 0);',
+        'run("ring", 2, 1, 0);',
+        'run("ring", 2, 4, 0);',
+        f'run("stream", 3, {bench.SLOTS}, 0);',
+        'run("ringc", 2, 1, 1);',
+        'run("ringc", 2, 4, 1);',
+        f'run("streamc", 3, {bench.SLOTS}, 1);',
+    ]
+    assert "__constant__ int c_rows[kPhases] = {32, 0, 16};" in src
+    assert "__constant__ int c_prefix[kPhases] = {0, 32, 32};" in src
+
+
+def test_the_table_is_per_layer_against_the_floor() -> None:
+    bench = load("chain")
+    out = "chain 0 100.00 -1\ndirect 0 400.00 -1\nring 2 200.00 1\nring 4 210.00 0\n"
+    out += "copy 4000.0\nbytes 400000000\n"
+    text = bench.table(out, 4)
+    assert "floor 100.0 µs (25.00 µs a layer)" in text
+    assert "| direct |  | 400.0 | 100.00 | 4.00 |  |" in text
+    assert "| ring | 2 | 200.0 | 50.00 | 2.00 | yes |" in text
+    assert "| ring | 4 | 210.0 | 52.50 | 2.10 | **no** |" in text
+
+
+def test_bad_phases_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    bench = load("chain")
+    monkeypatch.setattr("sys.argv", ["chain.py", "--phases", "12,8"])
+    with pytest.raises(SystemExit, match="multiples of 8"):
+        bench.main()
+    monkeypatch.setattr("sys.argv", ["chain.py", "--inflight", "0"])
+    with pytest.raises(SystemExit, match="in flight must be"):
+        bench.main()
+
+
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+def test_the_program_builds_without_local_memory(tmp_path: Path) -> None:
+    bench = load("chain")
+    frames = stack_frames(str(NVCC), bench.program_source([32, 0, 16, 48], 2, [2]), tmp_path)
+    assert frames and all(f == "0" for f in frames), frames
+
+
+@pytest.mark.gpu
+def test_the_ring_sums_what_the_direct_stream_sums(capsys: pytest.CaptureFixture[str]) -> None:
+    bench = load("chain")
+    import sys
+
+    argv = sys.argv
+    sys.argv = ["chain.py", "--phases", "32,0,16,48", "--layers", "4", "--inflight", "1,12"]
+    try:
+        bench.main()
+    finally:
+        sys.argv = argv
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| ring")]
+    assert len(rows) == 4 and all(r.rstrip().endswith("| yes |") for r in rows), rows
