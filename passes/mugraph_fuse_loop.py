@@ -182,15 +182,19 @@ def fuse_loops(module: ModuleOp, fold_bytes: int) -> int:
     return count
 
 
+# What each consumer block may read to recompute the producer: qwen3-0.6b's and llama-3.2-1b's
+# merge inputs (16 splits of 2,048 floats) fit; an 8B model's take 8 splits to fit
+# (nn-to-mugraph's kv-splits choice sizes them to this).
+DEFAULT_FOLD_BYTES = 160 << 10
+
+
 @dataclass(frozen=True)
 class MugraphFuseLoopPass(ModulePass):
     """`mugraph-fuse-loop{fold-bytes=163840}`: 0 folds nothing."""
 
     name = "mugraph-fuse-loop"
 
-    # What each consumer block reads to recompute the producer: qwen3-0.6b's and
-    # llama-3.2-1b's merge inputs (16 splits of 2,048 floats) fit; an 8B model's (4,096) do not.
-    fold_bytes: int = 160 << 10
+    fold_bytes: int = DEFAULT_FOLD_BYTES
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.fold_bytes < 0:

@@ -70,6 +70,32 @@ def test_a_limit_below_the_partials_keeps_the_merge() -> None:
     assert match_fold(merge, partials - 1) is None
 
 
+@pytest.mark.parametrize(
+    ("preset", "splits"), [("qwen3-0.6b", 16), ("llama-3.2-1b", 16), ("qwen3-8b", 8)]
+)
+def test_batch_one_picks_kv_splits_whose_merge_folds(preset: str, splits: int) -> None:
+    """At the default splits (≈ one block per SM) an 8B model's merge reads 260 KB, past the
+    fold budget, and would be a phase of its own; the choice halves the splits until it fits."""
+    import dataclasses
+
+    from mk.models import decode_program
+    from mk.models import preset as model_preset
+    from mk.passes.mugraph_fuse_loop import DEFAULT_FOLD_BYTES
+    from mk.passes.nn_to_mugraph_attention import kv_splits, merge_input_bytes
+    from mk.passes.nn_to_mugraph_rules import Tiling
+
+    config = model_preset(preset)
+    hq, hkv, d = config.heads, config.kv_heads, config.head_dim
+    t = Tiling(num_sms=132)
+    assert kv_splits(1, hq, hkv, 1024, d, t) == splits
+    assert merge_input_bytes(splits, hq, d) <= DEFAULT_FOLD_BYTES
+    assert kv_splits(8, hq, hkv, 1024, d, t) == 132 // (8 * hkv)  # no batch-1 merge to fold
+    module = load_module(decode_program(dataclasses.replace(config, layers=1), 1, 1024))
+    compiler.run_pipeline(module, {}, compiler.PIPELINE[:2])
+    assert len(_fused(module)) == 1
+    assert not [g for g in _graph_defs(module) if g.res[0].name_hint == "l0_att2"]
+
+
 def test_the_lit_cases_that_must_not_fold_do_not() -> None:
     for chunk in LIT.read_text().split("// -----")[1:]:
         module = load_module(chunk)
