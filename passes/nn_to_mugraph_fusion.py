@@ -3,10 +3,10 @@ views) and elementwise chains.
 
 A **linear group** is one graph-defined kernel: every `nn.linear` / `nn.matmul` ("head") that
 reads the same activation x, optionally the `nn.rms_norm` that produced x (applied Mirage-style:
-x·g is fed to the matmuls and Σx² accumulates in the same for-loop over K; the epilogue scales
-each row by rsqrt(mean + ε)), and a DAG of elementwise nn ops on the heads' results (silu·mul,
-residual adds, scales, ...) computed in thread_map epilogues. Grid x splits the output columns,
-grid y the rows when there are many, and the for-loop walks K.
+x·g is fed to the matmuls and Σx² accumulates in the same for-loop over K; each output's
+thread_map scales its accumulators by rsqrt(Σx²/K + ε)), and a DAG of elementwise nn ops on the
+heads' results (silu·mul, residual adds, scales, ...) computed in thread_map epilogues. Grid x
+splits the output columns, grid y the rows when there are many, and the for-loop walks K.
 
 Output reshapes fold into a linear group's output maps (`Layout.view_map`). An **elementwise
 group** (two or more elementwise ops not fed by a linear) is one graph_def with a thread_map per
@@ -22,6 +22,7 @@ Matching the groups and a linear group's layout (grid, loop, maps) live in `nn_t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from xdsl.dialects import arith
 from xdsl.dialects import math as mathd
@@ -76,10 +77,8 @@ def linear_group_kernel(group: LinearGroup, t: Tiling, lookup: ValueMap) -> Emit
     args = [lookup(v) for v in operands.values]
     b = new_builder(args, [v.type for v in written], lay.grid, 128, lay.forloop, names)
     xt, accs = _products(b, group, lay, ix, ig, iw, 1)
-    rs = None
-    if group.norm is not None:
-        rs = _norm_scale(b, AccumOp("mean_sq_last", xt), nn_float(group.norm, "epsilon"))
-    _write_outputs(b, group, lay, accs, rs, extras)
+    norm = _norm_sum_sq(b, group, xt)
+    _write_outputs(b, group, lay, accs, norm, extras)
     kernel = finish(b, names)
     if _is_fused(group):
         kernel.attributes["mk.fused"] = _fused_label(group)
@@ -122,7 +121,7 @@ def _write_outputs(
     group: LinearGroup,
     lay: Layout,
     accs: dict[SSAValue, SSAValue],
-    rs: SSAValue | None,
+    norm: _NormScale | None,
     extras: dict[SSAValue, int],
 ) -> None:
     """The epilogue of every computed output, rounded and written (into its view when folded)."""
@@ -133,7 +132,7 @@ def _write_outputs(
     for i, v in enumerate(group.computed_outputs()):
         w = group.written(v)
         name = w.name_hint or "y"
-        tile = _epilogue_value(b, group, v, accs, rs, extra_tiles)
+        tile = _epilogue_value(b, group, v, accs, norm, extra_tiles)
         width = shape_of(v)[-1]
         tile_shape, omap = lay.view_map(width, shape_of(w)) if w is not v else (None, None)  # type: ignore[misc]
         if tile_shape is None or omap is None:
@@ -194,24 +193,39 @@ def _reduce_kernel(
         total = b.add(ReduceOp("sum", pt, 0), f"{name}_s").res
         lead = lay.tile_lead() if len(shape_of(group.x)) >= 2 else (1,)  # a vector x is a row
         accs[v] = reshape(b, total, (*lead, shape_of(v)[-1] // lay.grid[0]), f"{name}acc")
-    rs = None
+    norm = None
     if group.norm is not None:
-        xt = _x_tile(b, group, lay, ix, False)
-        rs = _norm_scale(b, AccumOp("mean_sq_last", xt), nn_float(group.norm, "epsilon"))
-    _write_outputs(b, group, lay, accs, rs, extras)
+        norm = _norm_sum_sq(b, group, _x_tile(b, group, lay, ix, False))
+    _write_outputs(b, group, lay, accs, norm, extras)
     kernel = finish(b, names)
     kernel.attributes["mk.split_k_reduce"] = IntegerAttr(shape_of(partials[0])[0], i64)
     return kernel
 
 
-def _norm_scale(b: BlockGraphBuilder, mean_sq: AccumOp, eps: float) -> SSAValue:
-    """rsqrt(mean(x²) + ε) per row, after the loop."""
-    ms = b.add(mean_sq, "ms").res
+@dataclass(frozen=True)
+class _NormScale:
+    """A fused RMSNorm's Σx² tile ([rows, 1]) and what turns it into the row's scale. The scale
+    is computed per element inside the epilogue's thread_map rather than by a mean accumulator
+    and a thread_map of its own: those were a division loop, a one-element loop and a barrier
+    (one thread writes the scale, all read it) ahead of the output loop of every task."""
 
-    def body(m: SSAValue) -> list[SSAValue]:
-        return [mathd.RsqrtOp(arith.AddfOp(m, const(eps)).result).result]
+    sum_sq: SSAValue
+    k: int  # the normalized extent (x's last dim)
+    eps: float
 
-    return b.thread_map([ms], [ms.type], body, "rs").res[0]
+    def scale(self, s: SSAValue) -> SSAValue:
+        """rsqrt(s / K + ε) of one Σx² scalar: the float ops of mean_sq_last's division and of
+        rsqrt(mean + ε), in the same order, so every backend's results stay bit-identical."""
+        mean = arith.DivfOp(s, const(float(self.k))).result
+        return mathd.RsqrtOp(arith.AddfOp(mean, const(self.eps)).result).result
+
+
+def _norm_sum_sq(b: BlockGraphBuilder, group: LinearGroup, xt: SSAValue) -> _NormScale | None:
+    """Σx² per row over the loop (the norm's statistic), None without a fused norm."""
+    if group.norm is None:
+        return None
+    ss = b.add(AccumOp("sum_sq_last", xt), "ss").res
+    return _NormScale(ss, shape_of(group.x)[-1], nn_float(group.norm, "epsilon"))
 
 
 def _fused_label(group: LinearGroup) -> StringAttr:
@@ -259,28 +273,28 @@ def _epilogue_value(
     group: LinearGroup,
     value: SSAValue,
     accs: dict[SSAValue, SSAValue],
-    rs: SSAValue | None,
+    norm: _NormScale | None,
     extra_tiles: dict[SSAValue, SSAValue],
 ) -> SSAValue:
-    """The tile of one output: an accumulator, acc·rs, or a thread_map of the epilogue DAG."""
+    """The tile of one output: an accumulator, or a thread_map of the epilogue DAG whose
+    accumulator leaves are first scaled by the norm's rsqrt(Σx²/K + ε) (Σx² broadcasts per row)."""
     elem = tensor_type(value).element_type
     heads = [h.results[0] for h in group.heads]
     ops, leaves = _needed(group.epilogue, value, [*heads, *group.extras()])
     name = value.name_hint or "y"
-    if not ops:
-        if rs is None:
-            return accs[value]
-        return b.add(BinaryOp("mul", accs[value], rs, elem), f"{name}t").res
+    if not ops and norm is None:
+        return accs[value]
     args = [accs[v] if v in accs else extra_tiles[v] for v in leaves]
-    if rs is not None:
-        args.append(rs)
+    if norm is not None:
+        args.append(norm.sum_sq)
 
     def body(*scalars: SSAValue) -> list[SSAValue]:
         env = dict(zip(leaves, scalars, strict=False))
-        if rs is not None:
+        if norm is not None:
+            rs = norm.scale(scalars[-1])
             for v in leaves:
                 if v in accs:
-                    env[v] = arith.MulfOp(env[v], scalars[-1]).result
+                    env[v] = arith.MulfOp(env[v], rs).result
         return run_scalar_chain(env, ops, [value])
 
     result_type = TensorType(elem, maps_broadcast(*(shape_of(a) for a in args)))

@@ -37,6 +37,9 @@ STAGE_LOST = 0x7FFFFFFE
 TURN_STOPPED = "mk::kTurnStopped"
 _WEIGHT_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16")
 _FLOAT_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16", "mk::DTYPE_F32")
+# Accumulators of x's Σx² the streamed loop sums at its staging barrier: nn-to-mugraph's fused
+# norm (the epilogue divides) and the search's Mirage kernel (the accumulator's finish divides).
+SUM_SQ_KINDS = ("sum_sq_last", "mean_sq_last")
 
 
 def loads_in_flight(rows: int) -> int:
@@ -55,7 +58,7 @@ class StreamPlan:
     g: InputOp | None  # [tk] tiles of the norm weight, multiplied into x before the products
     scaled: BinaryOp | None
     products: tuple[tuple[InputOp, AccumOp], ...]  # each weight's tiles and its sum
-    sum_sq: AccumOp | None  # mean_sq_last of x
+    sum_sq: AccumOp | None  # sum_sq_last or mean_sq_last of x (Σx², divided after the loop)
     invariant: tuple[InputOp, ...]  # loop-invariant tiles only the epilogue reads
     x_bytes: int = SMEM_BYTES  # most the staged activation chunk takes (and the mma ring)
     ring_ok: bool = True  # tensor cores may stream through the cp.async ring (not staged ahead)
@@ -251,7 +254,7 @@ def plan_stream(op: GraphDefOp) -> StreamPlan | None:
     for o in loop:
         if o in handled:
             continue
-        if isinstance(o, AccumOp) and o.kind.data == "mean_sq_last" and o.x == x.tile:
+        if isinstance(o, AccumOp) and o.kind.data in SUM_SQ_KINDS and o.x == x.tile:
             if isinstance(x, MergedX):
                 return None
             if sum_sq is not None:

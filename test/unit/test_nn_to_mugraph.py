@@ -95,7 +95,7 @@ def test_rmsnorm_linear_is_one_fused_kernel() -> None:
     assert isinstance(kernel, mg.GraphDefOp)
     assert kernel.grid_shape() == (16, 1, 1) and kernel.forloop_range() == 8
     accums = [op.kind.data for op in kernel.body.ops if isinstance(op, mg.AccumOp)]
-    assert sorted(accums) == ["mean_sq_last", "sum"]
+    assert sorted(accums) == ["sum", "sum_sq_last"]
     assert [len(op.operands) for op in kernel.input_ops()] == [1, 1, 1]
 
 
@@ -300,7 +300,7 @@ def test_rmsnorm_linear_splits_k_when_blocks_are_few() -> None:
     # the reduce kernel recomputes Σx² from x (blocks of one column tile see only their K split)
     assert reduce.grid_shape() == (16, 1, 1) and reduce.forloop_range() == 8
     accums = [op.kind.data for op in reduce.body.ops if isinstance(op, mg.AccumOp)]
-    assert accums == ["mean_sq_last"]
+    assert accums == ["sum_sq_last"]
     assert any(isinstance(op, mg.ReduceOp) for op in reduce.body.ops)
 
 
@@ -339,6 +339,52 @@ def test_split_k_norm_epilogue_and_view_agree(splits: int) -> None:
     assert split.grid_shape()[2] == want and split.forloop_range() == 16 // want
     assert reduce.attributes["mk.split_k_reduce"] == IntegerAttr(want, i64)
     assert all(tensor_element(r) == f32 for r in split.results)
+
+
+def assert_norm_scale_in_the_epilogue(kernel: mg.GraphDefOp) -> None:
+    """A fused RMSNorm is a Σx² accumulator read only by the output thread_maps, each of which
+    turns it into rsqrt(Σx²/K + ε) itself: no mean accumulator (its division loop) and no
+    thread_map of the scale alone (its loop and the barrier behind it)."""
+    accums = [op for op in kernel.body.ops if isinstance(op, mg.AccumOp)]
+    assert "mean_sq_last" not in [op.kind.data for op in accums]
+    (sum_sq,) = [op.res for op in accums if op.kind.data == "sum_sq_last"]
+    maps = [op for op in kernel.body.ops if isinstance(op, mg.ThreadMapOp)]
+    assert all(len(m.operands) > 1 for m in maps)  # none is the scale alone
+    readers = {u.operation for u in sum_sq.uses}
+    assert readers and all(isinstance(r, mg.ThreadMapOp) for r in readers)
+    for m in readers:
+        arg = m.body.block.args[list(m.operands).index(sum_sq)]
+        (div,) = [u.operation for u in arg.uses]  # Σx² / K, then + ε, then rsqrt
+        assert div.name == "arith.divf"
+        (add,) = [u.operation for u in div.results[0].uses]
+        (rsqrt,) = [u.operation for u in add.results[0].uses]
+        assert add.name == "arith.addf" and rsqrt.name == "math.rsqrt"
+    outputs = [op for op in kernel.body.ops if isinstance(op, mg.OutputOp)]
+    assert len(readers) == len(outputs)
+
+
+@pytest.mark.parametrize(
+    ("src", "options"),
+    [
+        (None, {"k_splits": 1}),
+        (None, {"k_splits": 0}),
+        (QKV_VIEWS, {}),
+        (SPLIT_K_EPILOGUE, {"k_splits": 1}),
+        (SPLIT_K_EPILOGUE, {"k_splits": 2, "tile_k": 32}),
+    ],
+)
+def test_rms_norm_scale_folds_into_the_output_thread_map(
+    src: str | None, options: dict[str, int]
+) -> None:
+    module = load_module(EXAMPLES / "rmsnorm_linear.mlir") if src is None else load_module(src)
+    lowered = check_agrees(module, **options)  # the NumPy reference, within tolerance
+    graphs = [k for k in kernels(lowered) if isinstance(k, mg.GraphDefOp)]
+    if options.get("k_splits") != 1:
+        split, reduce = split_and_reduce(lowered)
+        assert not any(isinstance(op, mg.AccumOp) and "sq" in op.kind.data for op in split.body.ops)
+        graphs = [reduce]
+    for kernel in graphs:
+        assert_norm_scale_in_the_epilogue(kernel)
 
 
 @pytest.mark.parametrize("options", [{}, {"tile_k": 16, "tile_n": 16}, {"k_splits": 16}])

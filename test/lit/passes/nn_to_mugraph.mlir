@@ -7,8 +7,8 @@
 // RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{attention-fold=1 kv-splits=2}' | filecheck %s --check-prefix=FOLD
 
 // RMSNorm + Linear: one graph_def. Grid x over the 1024 output columns (64 per block), the
-// for-loop over K = 512 in chunks of tile-k; x·g feeds the matmul while the mean of x²
-// accumulates in the same loop, and the epilogue scales each row by rsqrt(mean + eps).
+// for-loop over K = 512 in chunks of tile-k; x·g feeds the matmul while Σx² accumulates in the
+// same loop, and the epilogue's one thread_map scales each element by rsqrt(Σx²/512 + eps).
 func.func @rmsnorm_linear(%x: tensor<8x512xbf16>, %g: tensor<512xbf16>, %w: tensor<1024x512xbf16>) -> tensor<8x1024xbf16> {
   %h = nn.rms_norm %x, %g {epsilon = 1.0e-06 : f32} : (tensor<8x512xbf16>, tensor<512xbf16>) -> tensor<8x512xbf16>
   %y = nn.linear %h, %w : (tensor<8x512xbf16>, tensor<1024x512xbf16>) -> tensor<8x1024xbf16>
@@ -23,10 +23,17 @@ func.func @rmsnorm_linear(%x: tensor<8x512xbf16>, %g: tensor<512xbf16>, %w: tens
 // CHECK-NEXT:      %wt = mugraph.input %w_a imap [0, -1, -1] fmap 1 : tensor<1024x512xbf16> -> tensor<64x64xbf16>
 // CHECK-NEXT:      %wp = mugraph.matmul %xg, %wt transpose_b : (tensor<8x64xf32>, tensor<64x64xbf16>) -> tensor<8x64xf32>
 // CHECK-NEXT:      %wacc = mugraph.accum "sum" %wp : tensor<8x64xf32> -> tensor<8x64xf32>
-// CHECK-NEXT:      %ms = mugraph.accum "mean_sq_last" %xt : tensor<8x64xbf16> -> tensor<8x1xf32>
-// CHECK-NEXT:      %rs = mugraph.thread_map %ms : (tensor<8x1xf32>) -> tensor<8x1xf32> {
-// CHECK:             math.rsqrt
-// CHECK:           %yt = mugraph.binary "mul" %wacc, %rs : (tensor<8x64xf32>, tensor<8x1xf32>) -> tensor<8x64xbf16>
+// CHECK-NEXT:      %ss = mugraph.accum "sum_sq_last" %xt : tensor<8x64xbf16> -> tensor<8x1xf32>
+// CHECK-NEXT:      %yt = mugraph.thread_map %wacc, %ss : (tensor<8x64xf32>, tensor<8x1xf32>) -> tensor<8x64xbf16> {
+// CHECK-NEXT:      ^bb0(%[[ACC:.*]]: f32, %[[SS:.*]]: f32):
+// CHECK-NEXT:        %[[K:.*]] = arith.constant 5.120000e+02 : f32
+// CHECK-NEXT:        %[[MEAN:.*]] = arith.divf %[[SS]], %[[K]] : f32
+// CHECK-NEXT:        %[[EPS:.*]] = arith.constant 1.000000e-06 : f32
+// CHECK-NEXT:        %[[ME:.*]] = arith.addf %[[MEAN]], %[[EPS]] : f32
+// CHECK-NEXT:        %[[RS:.*]] = math.rsqrt %[[ME]] : f32
+// CHECK-NEXT:        %[[Y:.*]] = arith.mulf %[[ACC]], %[[RS]] : f32
+// CHECK-NEXT:        mugraph.yield %[[Y]] : f32
+// CHECK-NEXT:      }
 // CHECK-NEXT:      mugraph.output %yt to %y_r omap [1, -1, -1] : tensor<8x64xbf16> -> tensor<8x1024xbf16>
 // CHECK-NEXT:    }
 // CHECK-NEXT:    func.return %y : tensor<8x1024xbf16>
@@ -43,14 +50,14 @@ func.func @rmsnorm_linear(%x: tensor<8x512xbf16>, %g: tensor<512xbf16>, %w: tens
 // Split-K (k-splits=0, auto): 16 column blocks leave most of 132 SMs idle, so grid z
 // splits K = 8 iterations into 4 of 2; each block writes its f32 partial to the leading split
 // dim of a [4, 8, 1024] workspace (omap z -> 0). The reduce kernel sums the partials over that
-// dim and recomputes mean(x²) from x (one block's split sees only part of the row).
+// dim and recomputes Σx² from x (one block's split sees only part of the row).
 // SPLITK-LABEL: func.func @rmsnorm_linear
 // SPLITK-NEXT:    %y_p = mugraph.graph_def grid [16, 1, 4] threads 128 forloop 2 (%x, %g, %w) attributes {mk.split_k = 4 : i64, mk.fused = "rms_norm+linear"} : (tensor<8x512xbf16>, tensor<512xbf16>, tensor<1024x512xbf16>) -> tensor<4x8x1024xf32> {
 // SPLITK:           %xt = mugraph.input %x_a imap [-1, -1, 1] fmap 1 : tensor<8x512xbf16> -> tensor<8x64xbf16>
 // SPLITK-NEXT:      %gt = mugraph.input %g_a imap [-1, -1, 0] fmap 0 : tensor<512xbf16> -> tensor<64xbf16>
 // SPLITK:           %wt = mugraph.input %w_a imap [0, -1, 1] fmap 1 : tensor<1024x512xbf16> -> tensor<64x64xbf16>
 // SPLITK:           %wacc = mugraph.accum "sum" %wp : tensor<8x64xf32> -> tensor<8x64xf32>
-// SPLITK-NOT:       mean_sq_last
+// SPLITK-NOT:       sum_sq_last
 // SPLITK:           %y_pv = mugraph.reshape %wacc : tensor<8x64xf32> -> tensor<1x8x64xf32>
 // SPLITK-NEXT:      mugraph.output %y_pv to %y_p_r omap [2, -1, 0] : tensor<1x8x64xf32> -> tensor<4x8x1024xf32>
 // SPLITK-NEXT:    }
@@ -58,8 +65,11 @@ func.func @rmsnorm_linear(%x: tensor<8x512xbf16>, %g: tensor<512xbf16>, %w: tens
 // SPLITK:           %y_pt = mugraph.input %y_p_a imap [2, -1, -1] fmap -1 : tensor<4x8x1024xf32> -> tensor<4x8x64xf32>
 // SPLITK-NEXT:      %y_s = mugraph.reduce "sum" %y_pt dim 0 : tensor<4x8x64xf32> -> tensor<8x64xf32>
 // SPLITK-NEXT:      %xt = mugraph.input %x_a imap [-1, -1, -1] fmap 1 : tensor<8x512xbf16> -> tensor<8x64xbf16>
-// SPLITK-NEXT:      %ms = mugraph.accum "mean_sq_last" %xt : tensor<8x64xbf16> -> tensor<8x1xf32>
-// SPLITK:           %yt = mugraph.binary "mul" %y_s, %rs : (tensor<8x64xf32>, tensor<8x1xf32>) -> tensor<8x64xbf16>
+// SPLITK-NEXT:      %ss = mugraph.accum "sum_sq_last" %xt : tensor<8x64xbf16> -> tensor<8x1xf32>
+// SPLITK-NEXT:      %yt = mugraph.thread_map %y_s, %ss : (tensor<8x64xf32>, tensor<8x1xf32>) -> tensor<8x64xbf16> {
+// SPLITK:             arith.divf
+// SPLITK:             math.rsqrt
+// SPLITK:           }
 // SPLITK-NEXT:      mugraph.output %yt to %y_r omap [1, -1, -1] : tensor<8x64xbf16> -> tensor<8x1024xbf16>
 // SPLITK-NEXT:    }
 // SPLITK-NEXT:    func.return %y : tensor<8x1024xbf16>
@@ -208,10 +218,14 @@ func.func @qkv(%x: tensor<1x256xbf16>, %g: tensor<256xbf16>, %wq: tensor<256x256
 // CHECK-LABEL: func.func @qkv
 // CHECK-NEXT:    %q4, %k = mugraph.graph_def grid [4, 1, 1] threads 128 forloop 4 (%x, %g, %wq, %wk) attributes {mk.fused = "rms_norm+linear+linear+reshape"} : (tensor<1x256xbf16>, tensor<256xbf16>, tensor<256x256xbf16>, tensor<128x256xbf16>) -> (tensor<1x4x1x64xbf16>, tensor<1x128xbf16>) {
 // CHECK:           %wkt = mugraph.input %wk_a imap [0, -1, -1] fmap 1 : tensor<128x256xbf16> -> tensor<32x64xbf16>
-// CHECK:           %qt = mugraph.binary "mul" %wqacc, %rs : (tensor<1x64xf32>, tensor<1x1xf32>) -> tensor<1x64xbf16>
+// CHECK:           %ss = mugraph.accum "sum_sq_last" %xt : tensor<1x64xbf16> -> tensor<1x1xf32>
+// CHECK-NEXT:      %qt = mugraph.thread_map %wqacc, %ss : (tensor<1x64xf32>, tensor<1x1xf32>) -> tensor<1x64xbf16> {
+// CHECK:             arith.constant 2.560000e+02 : f32
+// CHECK:           }
 // CHECK-NEXT:      %q4v = mugraph.reshape %qt : tensor<1x64xbf16> -> tensor<1x1x1x64xbf16>
 // CHECK-NEXT:      mugraph.output %q4v to %q4_r omap [1, -1, -1] : tensor<1x1x1x64xbf16> -> tensor<1x4x1x64xbf16>
-// CHECK-NEXT:      %kt = mugraph.binary "mul" %wkacc, %rs : (tensor<1x32xf32>, tensor<1x1xf32>) -> tensor<1x32xbf16>
+// CHECK-NEXT:      %kt = mugraph.thread_map %wkacc, %ss : (tensor<1x32xf32>, tensor<1x1xf32>) -> tensor<1x32xbf16> {
+// CHECK:           }
 // CHECK-NEXT:      mugraph.output %kt to %k_r omap [1, -1, -1] : tensor<1x32xbf16> -> tensor<1x128xbf16>
 // CHECK-NEXT:    }
 // CHECK-NEXT:    %k4 = mugraph.kernel "reshape" (%k) : (tensor<1x128xbf16>) -> tensor<1x2x1x64xbf16>
