@@ -20,6 +20,8 @@ SM; 0 = a phase of chain only) and times a whole launch:
   order `direct` reads its rows in) and hands their slots back. F = SLOTS is the burst
   (everything the ring can take, at once);
 - `stream`: the ring at the widest F without the waits: what the weight bytes alone cost;
+- `chainr`, `directr`: `chain` and `direct` with acquire loads and release reductions instead
+  of relaxed polls and acq_rel fences around the signal's atomic;
 - `ringc`, `streamc`: the same with the whole loader warp copying 16 bytes a lane (cp.async,
   through the L1's request queue) instead of one thread's bulk copies (the TMA unit's).
 
@@ -139,6 +141,7 @@ struct Params {{
   float* act;         // per phase: gridDim.x * max rows floats; act_in first
   unsigned* counters; // per phase: SMs done
   int layers, mode, inflight, copier;  // copier: 0 one thread's cp.async.bulk, 1 a warp's cp.async
+  int sync;  // 0: relaxed polls + acq_rel fences around the signal's atomic (mk's); 1: ld.acquire, red.release
   long long act_stride;
 }};
 
@@ -196,9 +199,13 @@ __global__ void __launch_bounds__(288, 1) chain(const __grid_constant__ Params p
         const unsigned* ctr = p.counters + phase - 1;
         unsigned seen;
         do {{
-          asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(ctr) : "memory");
+          if (p.sync == 0) {{
+            asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(ctr) : "memory");
+          }} else {{
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(ctr) : "memory");
+          }}
         }} while (seen < gridDim.x);
-        asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        if (p.sync == 0) asm volatile("fence.acq_rel.gpu;" ::: "memory");
       }}
       compute_sync();
       // The activation and its norm (every phase: the chain's latency-bound part).
@@ -250,8 +257,12 @@ __global__ void __launch_bounds__(288, 1) chain(const __grid_constant__ Params p
       compute_sync();
       if (rows > 0 && p.mode != STREAM) src = p.act + (long long)(phase + 1) * p.act_stride;
       if (threadIdx.x == 0) {{
-        asm volatile("fence.acq_rel.gpu;" ::: "memory");
-        atomicAdd(p.counters + phase, 1u);
+        if (p.sync == 0) {{
+          asm volatile("fence.acq_rel.gpu;" ::: "memory");
+          atomicAdd(p.counters + phase, 1u);
+        }} else {{
+          asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.counters + phase) : "memory");
+        }}
       }}
     }}
 }}
@@ -262,6 +273,7 @@ def program_source(phases: list[int], layers: int, inflight: list[int], slots: i
     """The kernel and a main that times each mode (20 launches after 3, median) and prints
     `mode inflight median_us checksum_bits`, then `copy GB/s` and `bytes N`."""
     modes = [("chain", 0, 0, 0), ("direct", 1, 0, 0)]
+    modes += [("chainr", 0, 0, 0), ("directr", 1, 0, 0)]  # the same, ld.acquire / red.release
     for copier, suffix in ((0, ""), (1, "c")):
         modes += [(f"ring{suffix}", 2, f, copier) for f in inflight]
         modes.append((f"stream{suffix}", 3, slots, copier))
@@ -295,6 +307,7 @@ static size_t act_floats;
 static std::vector<float> reference;
 
 static void run(const char* name, int mode, int inflight, int copier) {{
+  prm.sync = name[strlen(name) - 1] == 'r' && mode < 2;
   prm.mode = mode;
   prm.copier = copier;
   prm.inflight = inflight;
@@ -317,8 +330,11 @@ static void run(const char* name, int mode, int inflight, int copier) {{
   std::vector<float> h(prm.act_stride);
   CHECK(cudaMemcpy(h.data(), prm.act + last, prm.act_stride * sizeof(float), cudaMemcpyDeviceToHost));
   int same = -1;  // -1: not checked
-  if (mode == 1) reference = h;
-  if (mode == 2) same = memcmp(h.data(), reference.data(), h.size() * sizeof(float)) == 0;
+  if (mode == 1 && reference.empty()) {{
+    reference = h;
+  }} else if (mode == 1 || mode == 2) {{
+    same = memcmp(h.data(), reference.data(), h.size() * sizeof(float)) == 0;
+  }}
   printf("%s %d %.2f %d\\n", name, inflight, times[times.size() / 2], same);
 }}
 
@@ -381,7 +397,7 @@ def table(out: str, layers: int) -> str:
         "|---|---:|---:|---:|---:|---|",
     ]
     for r in rows:
-        if r[0] in ("chain", "direct", "ring", "stream", "ringc", "streamc"):
+        if r[0] in ("chain", "direct", "chainr", "directr", "ring", "stream", "ringc", "streamc"):
             us = float(r[2])
             same = {"-1": "", "1": "yes", "0": "**no**"}[r[3]]
             f = r[1] if r[0].startswith(("ring", "stream")) else ""

@@ -20,6 +20,8 @@ def test_the_program_runs_every_mode_once() -> None:
     assert runs == [
         'run("chain", 0, 0, 0);',
         'run("direct", 1, 0, 0);',
+        'run("chainr", 0, 0, 0);',
+        'run("directr", 1, 0, 0);',
         'run("ring", 2, 1, 0);',
         'run("ring", 2, 4, 0);',
         f'run("stream", 3, {bench.SLOTS}, 0);',
@@ -70,5 +72,6 @@ def test_the_ring_sums_what_the_direct_stream_sums(capsys: pytest.CaptureFixture
         bench.main()
     finally:
         sys.argv = argv
-    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| ring")]
-    assert len(rows) == 4 and all(r.rstrip().endswith("| yes |") for r in rows), rows
+    out = capsys.readouterr().out.splitlines()
+    rows = [r for r in out if r.startswith(("| ring", "| directr"))]
+    assert len(rows) == 5 and all(r.rstrip().endswith("| yes |") for r in rows), rows
