@@ -93,6 +93,14 @@ def mma_slices_by_rounds() -> bool:
     return choice("MK_CUDA_MMA_SLICES", ("balance", "rounds")) == "rounds"
 
 
+def release_signals() -> bool:
+    """MK_CUDA_SIGNAL: `fence` (default) signals a task's events with one fence.acq_rel and a
+    relaxed add per event; `release` with a red.release (atom.release for a tail) per event and
+    no separate fence. In bench/chain.py's standalone chain the release form (with acquire polls)
+    took 10.1 against 11.6 µs a layer, but qwen3-0.6b ran 1.2153 against 1.1966 ms/token with it."""
+    return choice("MK_CUDA_SIGNAL", ("fence", "release")) == "release"
+
+
 def merge_tiles() -> bool:
     """MK_CUDA_MERGE_TILES=1: the split-KV merge as tile steps, as before its device call."""
     return flag("MK_CUDA_MERGE_TILES")

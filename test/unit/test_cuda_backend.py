@@ -141,6 +141,7 @@ SWITCHES = [
     {"MK_CUDA_LEAN": "0"},
     {"MK_CUDA_FUSE_LOOPS": "0"},
     {"MK_CUDA_LOAD_AHEAD": "1"},
+    {"MK_CUDA_SIGNAL": "release"},
 ]
 
 
@@ -161,7 +162,7 @@ SWITCH_BUILDS = [
                        "MK_CUDA_POLL_PIPE": "1"}),
     ("decoder_block", {"MK_CUDA_PREFETCH": str(128 << 10), "MK_CUDA_LEAN": "0",
                        "MK_CUDA_FUSE_LOOPS": "0"}),
-    ("decoder_block", {"MK_CUDA_STAGE": "1"}),
+    ("decoder_block", {"MK_CUDA_STAGE": "1", "MK_CUDA_SIGNAL": "release"}),
     ("decoder_block", {"MK_CUDA_LOAD_AHEAD": "1"}),
     ("gated_mlp", {"MK_CUDA_MMA_PIPE": "1", "MK_CUDA_MMA_SLICES": "rounds"}),
     ("gated_mlp", {"MK_CUDA_MMA_RING": "4"}),

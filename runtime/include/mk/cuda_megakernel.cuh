@@ -52,7 +52,7 @@ __device__ inline bool signal_task(const NearTask& near, const SignalDesc* far, 
       acquired = true;
     }
   }
-  if (acquired) event_release_fence();
+  if (acquired) event_acquire_fence();  // the tail reads what every producer wrote
   return fits;
 }
 

@@ -92,7 +92,13 @@ __device__ inline bool event_ready(const uint32_t* counter, int64_t threshold, u
   return static_cast<int64_t>(value) >= threshold;
 }
 
+// With MK_SIGNAL_RELEASE each signal is a release operation of its own (red.release /
+// atom.release: the PTX release pattern in one instruction) and the separate fence goes.
+#if defined(MK_SIGNAL_RELEASE)
+__device__ inline void event_release_fence() {}
+#else
 __device__ inline void event_release_fence() { asm volatile("fence.acq_rel.gpu;" : : : "memory"); }
+#endif
 
 // A counter's value without ordering (a strong relaxed load): several go out at once. Reading
 // what the producers wrote needs event_acquire_fence() after the values are seen to suffice
@@ -106,7 +112,11 @@ __device__ inline uint32_t event_peek(const uint32_t* counter) {
 __device__ inline void event_acquire_fence() { asm volatile("fence.acq_rel.gpu;" : : : "memory"); }
 
 __device__ inline void event_signal(uint32_t* counter) {
+#if defined(MK_SIGNAL_RELEASE)
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" : : "l"(counter) : "memory");
+#else
   asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" : : "l"(counter) : "memory");
+#endif
 }
 
 // A signal whose element has a tail task (after event_release_fence, like event_signal): the
@@ -114,7 +124,11 @@ __device__ inline void event_signal(uint32_t* counter) {
 // makes every producer's writes visible to the tail this CTA then runs.
 __device__ inline uint32_t event_signal_tail(uint32_t* counter) {
   uint32_t before;
+#if defined(MK_SIGNAL_RELEASE)
+  asm volatile("atom.release.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(counter) : "memory");
+#else
   asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(counter) : "memory");
+#endif
   return before;
 }
 
