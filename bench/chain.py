@@ -22,6 +22,11 @@ SM; 0 = a phase of chain only) and times a whole launch:
 - `stream`: the ring at the widest F without the waits: what the weight bytes alone cost;
 - `chainr`, `directr`: `chain` and `direct` with acquire loads and release reductions instead
   of relaxed polls and acq_rel fences around the signal's atomic;
+- with `--cluster N` every mode runs in clusters of N CTAs, and `chaincl` / `directcl` let the
+  phases marked `c` in `--phases` wait for their own cluster only (each CTA's thread 0 arrives
+  on every peer's shared-memory barrier, release at cluster scope, and waits for its own): what
+  a phase whose consumer needs only a few producers (a head's QK-norm after its q columns) would
+  cost if it were cluster-local instead of grid-wide;
 - `ringc`, `streamc`: the same with the whole loader warp copying 16 bytes a lane (cp.async,
   through the L1's request queue) instead of one thread's bulk copies (the TMA unit's).
 
@@ -45,15 +50,18 @@ SLOTS = 12  # 192 KB of ring
 GROUP = 4  # chunks a warp takes at once: four rows' loads in flight per lane
 
 
-def kernel_source(phases: list[int], slots: int) -> str:
-    """The megakernel-shaped chain: compute warps 0-7, loader warp 8."""
+def kernel_source(phases: list[int], slots: int, local: list[bool] | None = None) -> str:
+    """The megakernel-shaped chain: compute warps 0-7, loader warp 8. A `local` phase (with the
+    cl modes) waits for its cluster's CTAs only, through shared-memory barriers, not the grid."""
     n = len(phases)
+    local = local or [False] * n
     prefix = [sum(phases[:i]) for i in range(n)]
     return f"""
 constexpr int K = {K}, kRows = {CHUNK_ROWS}, kSlots = {slots}, kPhases = {n}, kGroup = {GROUP};
 constexpr int kChunk = kRows * K * 2;
 __constant__ int c_rows[kPhases] = {{{", ".join(map(str, phases))}}};
 __constant__ int c_prefix[kPhases] = {{{", ".join(map(str, prefix))}}};
+__constant__ int c_local[kPhases] = {{{", ".join(str(int(x)) for x in local)}}};
 constexpr int kLayerRows = {sum(phases)};
 enum Mode {{ CHAIN = 0, DIRECT = 1, RING = 2, STREAM = 3 }};
 
@@ -85,6 +93,32 @@ __device__ __forceinline__ void bulk(void* dst, const void* src, uint32_t bytes,
       ::"r"(sa(dst)), "l"(src), "r"(bytes), "r"(sa(bar)) : "memory");
 }}
 __device__ __forceinline__ void compute_sync() {{ asm volatile("bar.sync 1, 256;" ::: "memory"); }}
+// Every thread of every CTA of the cluster (a CTA's shared memory must outlive its peers' use).
+__device__ __forceinline__ void cluster_sync_all() {{
+  asm volatile("barrier.cluster.arrive.release.aligned;\\n barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}}
+__device__ __forceinline__ uint32_t cluster_rank() {{
+  uint32_t r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r;
+}}
+__device__ __forceinline__ uint32_t cluster_size() {{
+  uint32_t n; asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n)); return n;
+}}
+// Thread 0: one arrival (release, cluster scope) on the barrier at `bar` in every CTA of the
+// cluster, then the wait for this CTA's own barrier to complete phase `parity` (acquire).
+__device__ __forceinline__ void cluster_meet(uint64_t* bar, uint32_t n, uint32_t parity) {{
+  for (uint32_t r = 0; r < n; ++r) {{
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(sa(bar)), "r"(r));
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+  }}
+  uint32_t ok = 0;
+  while (!ok) {{
+    asm volatile(
+        "{{\\n .reg .pred p;\\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\\n"
+        " selp.u32 %0, 1, 0, p;\\n}}"
+        : "=r"(ok) : "r"(sa(bar)), "r"(parity) : "memory");
+  }}
+}}
 
 template <bool Global>
 __device__ __forceinline__ uint4 ld16(const uint16_t* p) {{
@@ -142,6 +176,7 @@ struct Params {{
   unsigned* counters; // per phase: SMs done
   int layers, mode, inflight, copier;  // copier: 0 one thread's cp.async.bulk, 1 a warp's cp.async
   int sync;  // 0: relaxed polls + acq_rel fences around the signal's atomic (mk's); 1: ld.acquire, red.release
+  int local;  // 1: the phases marked local wait for their cluster only
   long long act_stride;
 }};
 
@@ -150,71 +185,83 @@ __device__ __forceinline__ const uint16_t* slab(const Params& p, int layer, int 
   return p.w + ((long long)layer * kLayerRows * g + c_prefix[j] * g + (long long)blockIdx.x * c_rows[j]) * K;
 }}
 
-__global__ void __launch_bounds__(288, 1) chain(const __grid_constant__ Params p) {{
-  extern __shared__ __align__(128) unsigned char smem[];
-  uint16_t* ring = reinterpret_cast<uint16_t*>(smem);
-  float* xs = reinterpret_cast<float*>(smem + kSlots * kChunk);
-  __shared__ uint64_t full[kSlots], empty[kSlots];
-  __shared__ float part[8];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (threadIdx.x == 0) {{
-    for (int s = 0; s < kSlots; ++s) {{ mb_init(&full[s], p.copier ? 32 : 1); mb_init(&empty[s], 8); }}
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }}
-  __syncthreads();
-  const bool ringed = p.mode == RING || p.mode == STREAM;
-  if (warp == 8) {{  // the loader
-    if (!ringed || (p.copier == 0 && lane != 0)) return;
+{_loader_source()}{_compute_source()}{_entry_source()}"""
+
+
+def _loader_source() -> str:
+    """The loader warp's walk over every chunk of every phase, into the ring."""
+    return """
+__device__ __noinline__ void load_ahead(const Params& p, uint16_t* ring, uint64_t* full, uint64_t* empty,
+                                        int lane) {
     long long i = 0;
     for (int layer = 0; layer < p.layers; ++layer)
       for (int j = 0; j < kPhases; ++j)
-        for (int c = 0; c < c_rows[j] / kRows; ++c, ++i) {{
+        for (int c = 0; c < c_rows[j] / kRows; ++c, ++i) {
           const int slot = static_cast<int>(i % kSlots);
           const long long use = i / kSlots;
           if (use > 0) mb_wait(&empty[slot], static_cast<uint32_t>((use - 1) & 1));
-          if (i >= p.inflight) {{
+          if (i >= p.inflight) {
             const long long d = i - p.inflight;
             mb_wait(&full[d % kSlots], static_cast<uint32_t>((d / kSlots) & 1));
-          }}
+          }
           uint16_t* dst = ring + (size_t)slot * (kChunk / 2);
           const uint16_t* from = slab(p, layer, j) + (size_t)c * kRows * K;
-          if (p.copier == 0) {{
+          if (p.copier == 0) {
             bulk(dst, from, kChunk, &full[slot]);
-          }} else {{  // every lane: 16-byte cp.async, then an arrival once its copies land
-            for (int e = lane * 8; e < kChunk / 2; e += 256) {{
+          } else {  // every lane: 16-byte cp.async, then an arrival once its copies land
+            for (int e = lane * 8; e < kChunk / 2; e += 256) {
               asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa(dst + e)), "l"(from + e) : "memory");
-            }}
+            }
             asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(sa(&full[slot])) : "memory");
-          }}
-        }}
-    return;
-  }}
+          }
+        }
+}
+"""
+
+
+def _compute_source() -> str:
+    """The compute warps' phases: wait, activation and norm, product, signal."""
+    return """
+__device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs, uint64_t* full,
+                                     uint64_t* empty, uint64_t* cbar, float* part, uint32_t crank,
+                                     uint32_t csize) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const bool ringed = p.mode == RING || p.mode == STREAM;
   long long i = 0;  // chunks taken
   const float* src = p.act;  // act_in
+  int src_rows = 0, prev_rows = 0;  // rows a CTA wrote of src; of the phase before
+  uint32_t locals = 0;  // local phases met
   int phase = 0;
   for (int layer = 0; layer < p.layers; ++layer)
-    for (int j = 0; j < kPhases; ++j, ++phase) {{
+    for (int j = 0; j < kPhases; ++j, ++phase) {
       const int rows = c_rows[j];
-      if (phase > 0 && p.mode != STREAM && threadIdx.x == 0) {{
+      const bool local = p.local && c_local[j] && phase > 0;
+      if (local && threadIdx.x == 0) cluster_meet(cbar, csize, locals & 1);
+      locals += local;
+      if (!local && phase > 0 && p.mode != STREAM && threadIdx.x == 0) {
         const unsigned* ctr = p.counters + phase - 1;
         unsigned seen;
-        do {{
-          if (p.sync == 0) {{
+        do {
+          if (p.sync == 0) {
             asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(ctr) : "memory");
-          }} else {{
+          } else {
             asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(ctr) : "memory");
-          }}
-        }} while (seen < gridDim.x);
+          }
+        } while (seen < gridDim.x);
         if (p.sync == 0) asm volatile("fence.acq_rel.gpu;" ::: "memory");
-      }}
+      }
       compute_sync();
       // The activation and its norm (every phase: the chain's latency-bound part).
       float ss = 0.f;
-      for (int e = threadIdx.x; e < K; e += 256) {{
-        const float v = __ldcg(src + e);
+      // A local phase reads only what its cluster wrote of the phase before.
+      const bool near = local && prev_rows > 0;
+      const long long base = near ? (long long)(blockIdx.x - crank) * src_rows : 0;
+      const int span = near ? static_cast<int>(csize) * src_rows : K;
+      for (int e = threadIdx.x; e < K; e += 256) {
+        const float v = __ldcg(src + base + e % span);
         xs[e] = v;
         ss += v * v;
-      }}
+      }
       ss = warp_sum(ss);
       if (lane == 0) part[warp] = ss;
       compute_sync();
@@ -225,55 +272,100 @@ __global__ void __launch_bounds__(288, 1) chain(const __grid_constant__ Params p
       for (int e = threadIdx.x; e < K; e += 256) xs[e] *= scale;
       compute_sync();
       float* out = p.act + (long long)(phase + 1) * p.act_stride + (long long)blockIdx.x * rows;
-      if (p.mode == DIRECT) {{
+      if (p.mode == DIRECT) {
         const uint16_t* w = slab(p, layer, j);
         // Row `warp` of chunks c..c+3 (rows warp + 8c...), as the ring takes them below.
-        for (int c = 0; c < rows / kRows; c += kGroup) {{
+        for (int c = 0; c < rows / kRows; c += kGroup) {
           const int n = rows / kRows - c < kGroup ? rows / kRows - c : kGroup;
           const uint16_t* row[kGroup];
 #pragma unroll
           for (int g = 0; g < kGroup; ++g) row[g] = w + (long long)((c + g) * kRows + warp) * K;
           dot_rows<true, kGroup>(row, n, xs, out + c * kRows + warp, kRows);
-        }}
-      }} else if (ringed) {{
-        for (int c = 0; c < rows / kRows; c += kGroup) {{
+        }
+      } else if (ringed) {
+        for (int c = 0; c < rows / kRows; c += kGroup) {
           const int n = rows / kRows - c < kGroup ? rows / kRows - c : kGroup;
           const uint16_t* row[kGroup];
 #pragma unroll
-          for (int g = 0; g < kGroup; ++g) {{
+          for (int g = 0; g < kGroup; ++g) {
             const long long at = i + g;
             row[g] = ring + (size_t)(at % kSlots) * (kChunk / 2) + warp * K;
             if (g < n) mb_wait(&full[at % kSlots], static_cast<uint32_t>((at / kSlots) & 1));
-          }}
+          }
           dot_rows<false, kGroup>(row, n, xs, out + c * kRows + warp, kRows);
           __syncwarp();
           if (lane == 0)
             for (int g = 0; g < n; ++g) mb_arrive(&empty[(i + g) % kSlots]);
           i += n;
-        }}
-      }} else {{
+        }
+      } else {
         for (int r = threadIdx.x; r < rows; r += 256) out[r] = xs[(blockIdx.x * rows + r) % K];
-      }}
+      }
       compute_sync();
-      if (rows > 0 && p.mode != STREAM) src = p.act + (long long)(phase + 1) * p.act_stride;
-      if (threadIdx.x == 0) {{
-        if (p.sync == 0) {{
+      if (rows > 0 && p.mode != STREAM) {
+        src = p.act + (long long)(phase + 1) * p.act_stride;
+        src_rows = rows;
+      }
+      prev_rows = rows;
+      if (threadIdx.x == 0) {
+        if (p.sync == 0) {
           asm volatile("fence.acq_rel.gpu;" ::: "memory");
           atomicAdd(p.counters + phase, 1u);
-        }} else {{
+        } else {
           asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.counters + phase) : "memory");
-        }}
-      }}
-    }}
-}}
+        }
+      }
+    }
+}
 """
 
 
-def program_source(phases: list[int], layers: int, inflight: list[int], slots: int = SLOTS) -> str:
+def _entry_source() -> str:
+    """The kernel: barriers set up, then the loader warp and the compute warps apart."""
+    return """
+__global__ void __launch_bounds__(288, 1) chain(const __grid_constant__ Params p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  uint16_t* ring = reinterpret_cast<uint16_t*>(smem);
+  float* xs = reinterpret_cast<float*>(smem + kSlots * kChunk);
+  __shared__ uint64_t full[kSlots], empty[kSlots];
+  __shared__ uint64_t cbar;  // a local phase: one arrival from each CTA of the cluster
+  __shared__ float part[8];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const uint32_t crank = cluster_rank(), csize = cluster_size();
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kSlots; ++s) { mb_init(&full[s], p.copier ? 32 : 1); mb_init(&empty[s], 8); }
+    mb_init(&cbar, static_cast<int>(csize));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  cluster_sync_all();  // every peer's barrier is initialised before the first remote arrival
+  const bool ringed = p.mode == RING || p.mode == STREAM;
+  if (warp == 8) {
+    if (ringed && (p.copier == 1 || lane == 0)) load_ahead(p, ring, full, empty, lane);
+  } else {
+    compute(p, ring, xs, full, empty, &cbar, part, crank, csize);
+  }
+  cluster_sync_all();
+}
+"""
+
+
+def program_source(
+    phases: list[int],
+    layers: int,
+    inflight: list[int],
+    slots: int = SLOTS,
+    local: list[bool] | None = None,
+    cluster: int = 1,
+) -> str:
     """The kernel and a main that times each mode (20 launches after 3, median) and prints
-    `mode inflight median_us checksum_bits`, then `copy GB/s` and `bytes N`."""
+    `mode inflight median_us checksum_bits`, then `copy GB/s`, `bytes N` and `ctas N`. With
+    `cluster` > 1 every mode runs in clusters of that many CTAs (as many as fit at once), and
+    chaincl / directcl wait only for their cluster before the `local` phases."""
     modes = [("chain", 0, 0, 0), ("direct", 1, 0, 0)]
     modes += [("chainr", 0, 0, 0), ("directr", 1, 0, 0)]  # the same, ld.acquire / red.release
+    if cluster > 1 and local and any(local):
+        modes += [("chaincl", 0, 0, 0), ("directcl", 1, 0, 0)]
     for copier, suffix in ((0, ""), (1, "c")):
         modes += [(f"ring{suffix}", 2, f, copier) for f in inflight]
         modes.append((f"stream{suffix}", 3, slots, copier))
@@ -287,7 +379,7 @@ def program_source(phases: list[int], layers: int, inflight: list[int], slots: i
 #include <cstdlib>
 #include <cstring>
 #include <vector>
-{kernel_source(phases, slots)}
+{kernel_source(phases, slots, local)}
 __global__ void fill(uint16_t* w, size_t n) {{
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {{
     uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ static_cast<uint32_t>(i >> 32) * 40503u;
@@ -306,12 +398,28 @@ static Params prm;
 static size_t act_floats;
 static std::vector<float> reference;
 
+static cudaLaunchConfig_t config;
+static cudaLaunchAttribute attrs[1];
+
+static cudaError_t launch() {{
+  if ({cluster} == 1) {{
+    void* args[] = {{&prm}};
+    return cudaLaunchCooperativeKernel((const void*)chain, sms, 288, args, {smem}, 0);
+  }}
+  return cudaLaunchKernelEx(&config, chain, prm);
+}}
+
+static bool ends_with(const char* s, const char* tail) {{
+  const size_t n = strlen(s), m = strlen(tail);
+  return n >= m && strcmp(s + n - m, tail) == 0;
+}}
+
 static void run(const char* name, int mode, int inflight, int copier) {{
-  prm.sync = name[strlen(name) - 1] == 'r' && mode < 2;
+  prm.sync = ends_with(name, "r") && mode < 2;
+  prm.local = ends_with(name, "cl");
   prm.mode = mode;
   prm.copier = copier;
   prm.inflight = inflight;
-  void* args[] = {{&prm}};
   cudaEvent_t a, b;
   cudaEventCreate(&a); cudaEventCreate(&b);
   std::vector<float> times;
@@ -319,7 +427,7 @@ static void run(const char* name, int mode, int inflight, int copier) {{
     CHECK(cudaMemset(prm.counters, 0, {len(phases)} * prm.layers * sizeof(unsigned)));
     CHECK(cudaMemset(prm.act + prm.act_stride, 0xff, (act_floats - prm.act_stride) * sizeof(float)));  // NaN
     cudaEventRecord(a);
-    CHECK(cudaLaunchCooperativeKernel((const void*)chain, sms, 288, args, {smem}, 0));
+    CHECK(launch());
     cudaEventRecord(b);
     CHECK(cudaEventSynchronize(b));
     float ms; cudaEventElapsedTime(&ms, a, b);
@@ -332,7 +440,7 @@ static void run(const char* name, int mode, int inflight, int copier) {{
   int same = -1;  // -1: not checked
   if (mode == 1 && reference.empty()) {{
     reference = h;
-  }} else if (mode == 1 || mode == 2) {{
+  }} else if ((mode == 1 && !prm.local) || mode == 2) {{
     same = memcmp(h.data(), reference.data(), h.size() * sizeof(float)) == 0;
   }}
   printf("%s %d %.2f %d\\n", name, inflight, times[times.size() / 2], same);
@@ -340,6 +448,24 @@ static void run(const char* name, int mode, int inflight, int copier) {{
 
 int main() {{
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  CHECK(cudaFuncSetAttribute(chain, cudaFuncAttributeMaxDynamicSharedMemorySize, {smem}));
+  if ({cluster} > 1) {{  // as many whole clusters as are co-resident (GPCs hold whole clusters)
+    CHECK(cudaFuncSetAttribute(chain, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    attrs[0].id = cudaLaunchAttributeClusterDimension;
+    attrs[0].val.clusterDim.x = {cluster};
+    attrs[0].val.clusterDim.y = 1;
+    attrs[0].val.clusterDim.z = 1;
+    config.gridDim = dim3(sms / {cluster} * {cluster});
+    config.blockDim = dim3(288);
+    config.dynamicSmemBytes = {smem};
+    config.attrs = attrs;
+    config.numAttrs = 1;
+    int clusters = 0;
+    CHECK(cudaOccupancyMaxActiveClusters(&clusters, chain, &config));
+    sms = std::min(clusters, sms / {cluster}) * {cluster};
+    config.gridDim = dim3(sms);
+  }}
+  printf("ctas %d\\n", sms);
   prm.layers = {layers};
   const size_t wn = (size_t){layers} * {sum(phases)} * sms * K;
   uint16_t* w; CHECK(cudaMalloc(&w, wn * 2));
@@ -352,7 +478,6 @@ int main() {{
   for (size_t e = 0; e < in.size(); ++e) in[e] = 0.5f + static_cast<float>((e * 7919) % 1000) / 1000.f;
   CHECK(cudaMemcpy(prm.act, in.data(), in.size() * sizeof(float), cudaMemcpyHostToDevice));
   CHECK(cudaMalloc(&prm.counters, {len(phases)} * {layers} * sizeof(unsigned)));
-  CHECK(cudaFuncSetAttribute(chain, cudaFuncAttributeMaxDynamicSharedMemorySize, {smem}));
 {runs}
   // The copy bandwidth: read + write of a buffer far larger than the L2.
   const size_t cb = size_t{{1}} << 30;
@@ -384,20 +509,25 @@ def build(src: str, work: Path, nvcc: str = "nvcc") -> Path:
     return exe
 
 
+MODE_NAMES = ("chain", "direct", "chainr", "directr", "chaincl", "directcl")
+MODE_NAMES += ("ring", "stream", "ringc", "streamc")
+
+
 def table(out: str, layers: int) -> str:
     """The program's lines as a Markdown table: µs per launch and per layer, × the floor."""
     rows = [line.split() for line in out.splitlines() if line.strip()]
     copy = next(float(r[1]) for r in rows if r[0] == "copy")
     nbytes = next(int(r[1]) for r in rows if r[0] == "bytes")
+    ctas = next((int(r[1]) for r in rows if r[0] == "ctas"), 0)
     floor = nbytes / (copy * 1e9) * 1e6
     lines = [
         f"weights {nbytes / 1e6:.0f} MB, copy {copy:.0f} GB/s, floor {floor:.1f} µs "
-        f"({floor / layers:.2f} µs a layer)",
+        f"({floor / layers:.2f} µs a layer), {ctas} CTAs",
         "| mode | in flight (16 KB chunks) | µs | µs a layer | × floor | same sums as direct |",
         "|---|---:|---:|---:|---:|---|",
     ]
     for r in rows:
-        if r[0] in ("chain", "direct", "chainr", "directr", "ring", "stream", "ringc", "streamc"):
+        if r[0] in MODE_NAMES:
             us = float(r[2])
             same = {"-1": "", "1": "yes", "0": "**no**"}[r[3]]
             f = r[1] if r[0].startswith(("ring", "stream")) else ""
@@ -409,17 +539,26 @@ def table(out: str, layers: int) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--phases", default="32,0,0,16,48,24", help="rows per SM of each phase")
+    ap.add_argument(
+        "--phases",
+        default="32,0,0,16,48,24",
+        help="rows per SM of each phase; a leading c marks a phase that needs only its cluster",
+    )
+    ap.add_argument("--cluster", type=int, default=1, help="CTAs per cluster (1-16)")
     ap.add_argument("--layers", type=int, default=28)
     ap.add_argument("--inflight", default="1,2,4,12", help="chunks in flight for the ring")
     args = ap.parse_args()
-    phases = [int(x) for x in args.phases.split(",")]
+    items = args.phases.split(",")
+    phases = [int(x.removeprefix("c")) for x in items]
+    local = [x.startswith("c") for x in items]
+    if not 1 <= args.cluster <= 16:
+        raise SystemExit("a cluster is 1 to 16 CTAs")
     if any(r % CHUNK_ROWS for r in phases):
         raise SystemExit(f"rows per phase must be multiples of {CHUNK_ROWS}")
     inflight = [int(x) for x in args.inflight.split(",")]
     if any(not 1 <= f <= SLOTS for f in inflight):
         raise SystemExit(f"chunks in flight must be 1..{SLOTS}")
-    src = program_source(phases, args.layers, inflight)
+    src = program_source(phases, args.layers, inflight, local=local, cluster=args.cluster)
     with tempfile.TemporaryDirectory() as tmp:
         exe = build(src, Path(tmp))
         out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout

@@ -33,12 +33,24 @@ def test_the_program_runs_every_mode_once() -> None:
     assert "__constant__ int c_prefix[kPhases] = {0, 32, 32};" in src
 
 
+def test_clusters_add_the_cluster_local_modes() -> None:
+    bench = load("chain")
+    plain = bench.program_source([32, 0, 16], 2, [1], local=[False, True, False])
+    assert "chaincl" not in plain and "cudaLaunchCooperativeKernel" in plain
+    src = bench.program_source([32, 0, 16], 2, [1], local=[False, True, False], cluster=4)
+    runs = [line.strip() for line in src.splitlines() if line.strip().startswith('run("')]
+    assert runs[4:6] == ['run("chaincl", 0, 0, 0);', 'run("directcl", 1, 0, 0);']
+    assert "__constant__ int c_local[kPhases] = {0, 1, 0};" in src
+    assert "attrs[0].val.clusterDim.x = 4;" in src
+    assert "mbarrier.arrive.release.cluster.shared::cluster.b64" in src
+
+
 def test_the_table_is_per_layer_against_the_floor() -> None:
     bench = load("chain")
     out = "chain 0 100.00 -1\ndirect 0 400.00 -1\nring 2 200.00 1\nring 4 210.00 0\n"
-    out += "copy 4000.0\nbytes 400000000\n"
+    out += "copy 4000.0\nbytes 400000000\nctas 132\n"
     text = bench.table(out, 4)
-    assert "floor 100.0 µs (25.00 µs a layer)" in text
+    assert "floor 100.0 µs (25.00 µs a layer), 132 CTAs" in text
     assert "| direct |  | 400.0 | 100.00 | 4.00 |  |" in text
     assert "| ring | 2 | 200.0 | 50.00 | 2.00 | yes |" in text
     assert "| ring | 4 | 210.0 | 52.50 | 2.10 | **no** |" in text
@@ -52,12 +64,18 @@ def test_bad_phases_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("sys.argv", ["chain.py", "--inflight", "0"])
     with pytest.raises(SystemExit, match="in flight must be"):
         bench.main()
+    monkeypatch.setattr("sys.argv", ["chain.py", "--cluster", "17"])
+    with pytest.raises(SystemExit, match="1 to 16 CTAs"):
+        bench.main()
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
 def test_the_program_builds_without_local_memory(tmp_path: Path) -> None:
     bench = load("chain")
-    frames = stack_frames(str(NVCC), bench.program_source([32, 0, 16, 48], 2, [2]), tmp_path)
+    src = bench.program_source(
+        [32, 0, 16, 48], 2, [2], local=[False, True, False, False], cluster=4
+    )
+    frames = stack_frames(str(NVCC), src, tmp_path)
     assert frames and all(f == "0" for f in frames), frames
 
 
@@ -75,3 +93,23 @@ def test_the_ring_sums_what_the_direct_stream_sums(capsys: pytest.CaptureFixture
     out = capsys.readouterr().out.splitlines()
     rows = [r for r in out if r.startswith(("| ring", "| directr"))]
     assert len(rows) == 5 and all(r.rstrip().endswith("| yes |") for r in rows), rows
+
+
+@pytest.mark.gpu
+def test_cluster_local_phases_run(capsys: pytest.CaptureFixture[str]) -> None:
+    bench = load("chain")
+    import sys
+
+    argv = sys.argv
+    sys.argv = ["chain.py", "--phases", "32,c0,16,48", "--layers", "4", "--inflight", "2"]
+    sys.argv += ["--cluster", "4"]
+    try:
+        bench.main()
+    finally:
+        sys.argv = argv
+    out = capsys.readouterr().out.splitlines()
+    assert [r.split("|")[1].strip() for r in out if r.startswith("| ")][1:] == [
+        "chain", "direct", "chainr", "directr", "chaincl", "directcl", "ring", "stream",
+        "ringc", "streamc",
+    ]  # fmt: skip
+    assert all(r.rstrip().endswith("| yes |") for r in out if r.startswith(("| ring", "| directr")))
