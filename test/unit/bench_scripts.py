@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,3 +41,11 @@ def stack_frames(nvcc: str, source: str, work: Path) -> list[str]:
         check=True, capture_output=True, text=True,
     )  # fmt: skip
     return re.findall(r"(\d+) bytes stack frame", result.stderr)
+
+
+def run_main(name: str, args: list[str], monkeypatch: Any, capsys: Any) -> list[str]:
+    """bench/<name>.py's main() with `args` on its command line; the lines it printed."""
+    bench = load(name)
+    monkeypatch.setattr("sys.argv", [f"{name}.py", *args])
+    bench.main()
+    return capsys.readouterr().out.splitlines()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from bench_scripts import load, stack_frames
+from bench_scripts import load, run_main, stack_frames
 
 from mk.backends.cuda import build
 
@@ -80,34 +80,21 @@ def test_the_program_builds_without_local_memory(tmp_path: Path) -> None:
 
 
 @pytest.mark.gpu
-def test_the_ring_sums_what_the_direct_stream_sums(capsys: pytest.CaptureFixture[str]) -> None:
-    bench = load("chain")
-    import sys
-
-    argv = sys.argv
-    sys.argv = ["chain.py", "--phases", "32,0,16,48", "--layers", "4", "--inflight", "1,12"]
-    try:
-        bench.main()
-    finally:
-        sys.argv = argv
-    out = capsys.readouterr().out.splitlines()
+def test_the_ring_sums_what_the_direct_stream_sums(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ["--phases", "32,0,16,48", "--layers", "4", "--inflight", "1,12"]
+    out = run_main("chain", args, monkeypatch, capsys)
     rows = [r for r in out if r.startswith(("| ring", "| directr"))]
     assert len(rows) == 5 and all(r.rstrip().endswith("| yes |") for r in rows), rows
 
 
 @pytest.mark.gpu
-def test_cluster_local_phases_run(capsys: pytest.CaptureFixture[str]) -> None:
-    bench = load("chain")
-    import sys
-
-    argv = sys.argv
-    sys.argv = ["chain.py", "--phases", "32,c0,16,48", "--layers", "4", "--inflight", "2"]
-    sys.argv += ["--cluster", "4"]
-    try:
-        bench.main()
-    finally:
-        sys.argv = argv
-    out = capsys.readouterr().out.splitlines()
+def test_cluster_local_phases_run(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ["--phases", "32,c0,16,48", "--layers", "4", "--inflight", "2", "--cluster", "4"]
+    out = run_main("chain", args, monkeypatch, capsys)
     assert [r.split("|")[1].strip() for r in out if r.startswith("| ")][1:] == [
         "chain", "direct", "chainr", "directr", "chaincl", "directcl", "ring", "stream",
         "ringc", "streamc",

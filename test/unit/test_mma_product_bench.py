@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from bench_scripts import load, stack_frames
+from bench_scripts import load, run_main, stack_frames
 
 from mk.backends.cuda import build
 
@@ -39,17 +39,13 @@ def test_the_program_builds_without_local_memory(tmp_path: Path) -> None:
 
 
 @pytest.mark.gpu
-def test_the_ring_sums_what_the_registers_sum(capsys: pytest.CaptureFixture[str]) -> None:
-    bench = load("mma_product")
-    import sys
-
-    argv = sys.argv
-    sys.argv = ["mma_product.py", "--rows", "32", "--k", "1024", "--rings", "3"]
-    try:
-        bench.main()
-    finally:
-        sys.argv = argv
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| r")]
+def test_the_ring_sums_what_the_registers_sum(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = run_main(
+        "mma_product", ["--rows", "32", "--k", "1024", "--rings", "3"], monkeypatch, capsys
+    )
+    rows = [line for line in out if line.startswith("| r")]
     assert [r.split("|")[1].strip() for r in rows] == ["regs", "ring3"]
     for row in rows:
         us, diff = row.split("|")[2].strip(), row.split("|")[4].split("/")[0].strip()
