@@ -21,7 +21,9 @@ SM; 0 = a phase of chain only) and times a whole launch:
   (everything the ring can take, at once);
 - `stream`: the ring at the widest F without the waits: what the weight bytes alone cost;
 - `chainr`, `directr`: `chain` and `direct` with acquire loads and release reductions instead
-  of relaxed polls and acq_rel fences around the signal's atomic;
+  of relaxed polls and acq_rel fences around the signal's atomic; `chainmk`, `directmk`: with
+  the megakernel's own protocol (acquire polls with sleeps of 32 ns doubling to 128 between
+  them, one fence then a relaxed reduction);
 - with `--cluster N` every mode runs in clusters of N CTAs, and `chaincl` / `directcl` let the
   phases marked `c` in `--phases` wait for their own cluster only (each CTA's thread 0 arrives
   on every peer's shared-memory barrier, release at cluster scope, and waits for its own): what
@@ -175,7 +177,8 @@ struct Params {{
   float* act;         // per phase: gridDim.x * max rows floats; act_in first
   unsigned* counters; // per phase: SMs done
   int layers, mode, inflight, copier;  // copier: 0 one thread's cp.async.bulk, 1 a warp's cp.async
-  int sync;  // 0: relaxed polls + acq_rel fences around the signal's atomic (mk's); 1: ld.acquire, red.release
+  int sync;  // 0: relaxed polls + acq_rel fences around an atomic; 1: ld.acquire, red.release;
+             // 2: as 1, with mk's sleeps between polls
   int local;  // 1: the phases marked local wait for their cluster only
   long long act_stride;
 }};
@@ -240,12 +243,16 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
       locals += local;
       if (!local && phase > 0 && p.mode != STREAM && threadIdx.x == 0) {
         const unsigned* ctr = p.counters + phase - 1;
-        unsigned seen;
+        unsigned seen, nap = 32;
         do {
           if (p.sync == 0) {
             asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(ctr) : "memory");
           } else {
             asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(ctr) : "memory");
+          }
+          if (p.sync == 2 && seen < gridDim.x) {  // mk's poll: a sleep of 32 ns doubling to 128
+            __nanosleep(nap);
+            nap = nap < 128 ? 2 * nap : 128;
           }
         } while (seen < gridDim.x);
         if (p.sync == 0) asm volatile("fence.acq_rel.gpu;" ::: "memory");
@@ -311,6 +318,9 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
         if (p.sync == 0) {
           asm volatile("fence.acq_rel.gpu;" ::: "memory");
           atomicAdd(p.counters + phase, 1u);
+        } else if (p.sync == 2) {  // mk's signal: one fence, then a relaxed reduction
+          asm volatile("fence.acq_rel.gpu;" ::: "memory");
+          asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(p.counters + phase) : "memory");
         } else {
           asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.counters + phase) : "memory");
         }
@@ -364,6 +374,7 @@ def program_source(
     chaincl / directcl wait only for their cluster before the `local` phases."""
     modes = [("chain", 0, 0, 0), ("direct", 1, 0, 0)]
     modes += [("chainr", 0, 0, 0), ("directr", 1, 0, 0)]  # the same, ld.acquire / red.release
+    modes += [("chainmk", 0, 0, 0), ("directmk", 1, 0, 0)]  # mk's polls (sleeps) and signal
     if cluster > 1 and local and any(local):
         modes += [("chaincl", 0, 0, 0), ("directcl", 1, 0, 0)]
     for copier, suffix in ((0, ""), (1, "c")):
@@ -415,7 +426,7 @@ static bool ends_with(const char* s, const char* tail) {{
 }}
 
 static void run(const char* name, int mode, int inflight, int copier) {{
-  prm.sync = ends_with(name, "r") && mode < 2;
+  prm.sync = mode < 2 ? (ends_with(name, "r") ? 1 : ends_with(name, "mk") ? 2 : 0) : 0;
   prm.local = ends_with(name, "cl");
   prm.mode = mode;
   prm.copier = copier;
@@ -440,7 +451,7 @@ static void run(const char* name, int mode, int inflight, int copier) {{
   int same = -1;  // -1: not checked
   if (mode == 1 && reference.empty()) {{
     reference = h;
-  }} else if ((mode == 1 && !prm.local) || mode == 2) {{
+  }} else if ((mode == 1 && !prm.local) || mode == 2) {{  // the same sums, however they wait
     same = memcmp(h.data(), reference.data(), h.size() * sizeof(float)) == 0;
   }}
   printf("%s %d %.2f %d\\n", name, inflight, times[times.size() / 2], same);
@@ -509,7 +520,7 @@ def build(src: str, work: Path, nvcc: str = "nvcc") -> Path:
     return exe
 
 
-MODE_NAMES = ("chain", "direct", "chainr", "directr", "chaincl", "directcl")
+MODE_NAMES = ("chain", "direct", "chainr", "directr", "chainmk", "directmk", "chaincl", "directcl")
 MODE_NAMES += ("ring", "stream", "ringc", "streamc")
 
 

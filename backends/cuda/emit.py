@@ -90,6 +90,8 @@ def _defines(profile: bool) -> str:
         lines.append("#define MK_WAIT_BATCH 1")
     if switches.flag("MK_CUDA_POLL_PIPE"):
         lines.append("#define MK_POLL_PIPE 1")
+    if (sleep := switches.poll_sleep_ns()) != switches.POLL_SLEEP_NS:
+        lines.append(f"#define MK_POLL_SLEEP_NS {sleep}")
     if switches.release_signals():
         lines.append("#define MK_SIGNAL_RELEASE 1")
     return "".join(line + "\n" for line in lines)

@@ -93,6 +93,16 @@ def mma_slices_by_rounds() -> bool:
     return choice("MK_CUDA_MMA_SLICES", ("balance", "rounds")) == "rounds"
 
 
+POLL_SLEEP_NS = 128  # the default cap of a poll's sleep (mk/cuda_wait.cuh)
+
+
+def poll_sleep_ns() -> int:
+    """MK_CUDA_POLL_SLEEP: the longest sleep between two polls of a counter, in ns (the sleep
+    doubles from 32 ns up to it; 0 spins). bench/chain.py's standalone chain polls without
+    sleeping; the megakernel's cap has not been measured against spinning."""
+    return count("MK_CUDA_POLL_SLEEP", POLL_SLEEP_NS, 0, 4096, "ns")
+
+
 def release_signals() -> bool:
     """MK_CUDA_SIGNAL: `fence` (default) signals a task's events with one fence.acq_rel and a
     relaxed add per event; `release` with a red.release (atom.release for a tail) per event and

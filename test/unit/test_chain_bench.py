@@ -22,6 +22,8 @@ def test_the_program_runs_every_mode_once() -> None:
         'run("direct", 1, 0, 0);',
         'run("chainr", 0, 0, 0);',
         'run("directr", 1, 0, 0);',
+        'run("chainmk", 0, 0, 0);',
+        'run("directmk", 1, 0, 0);',
         'run("ring", 2, 1, 0);',
         'run("ring", 2, 4, 0);',
         f'run("stream", 3, {bench.SLOTS}, 0);',
@@ -39,7 +41,7 @@ def test_clusters_add_the_cluster_local_modes() -> None:
     assert "chaincl" not in plain and "cudaLaunchCooperativeKernel" in plain
     src = bench.program_source([32, 0, 16], 2, [1], local=[False, True, False], cluster=4)
     runs = [line.strip() for line in src.splitlines() if line.strip().startswith('run("')]
-    assert runs[4:6] == ['run("chaincl", 0, 0, 0);', 'run("directcl", 1, 0, 0);']
+    assert runs[6:8] == ['run("chaincl", 0, 0, 0);', 'run("directcl", 1, 0, 0);']
     assert "__constant__ int c_local[kPhases] = {0, 1, 0};" in src
     assert "attrs[0].val.clusterDim.x = 4;" in src
     assert "mbarrier.arrive.release.cluster.shared::cluster.b64" in src
@@ -85,8 +87,8 @@ def test_the_ring_sums_what_the_direct_stream_sums(
 ) -> None:
     args = ["--phases", "32,0,16,48", "--layers", "4", "--inflight", "1,12"]
     out = run_main("chain", args, monkeypatch, capsys)
-    rows = [r for r in out if r.startswith(("| ring", "| directr"))]
-    assert len(rows) == 5 and all(r.rstrip().endswith("| yes |") for r in rows), rows
+    rows = [r for r in out if r.startswith(("| ring", "| directr", "| directmk"))]
+    assert len(rows) == 6 and all(r.rstrip().endswith("| yes |") for r in rows), rows
 
 
 @pytest.mark.gpu
@@ -96,7 +98,8 @@ def test_cluster_local_phases_run(
     args = ["--phases", "32,c0,16,48", "--layers", "4", "--inflight", "2", "--cluster", "4"]
     out = run_main("chain", args, monkeypatch, capsys)
     assert [r.split("|")[1].strip() for r in out if r.startswith("| ")][1:] == [
-        "chain", "direct", "chainr", "directr", "chaincl", "directcl", "ring", "stream",
-        "ringc", "streamc",
+        "chain", "direct", "chainr", "directr", "chainmk", "directmk", "chaincl", "directcl",
+        "ring", "stream", "ringc", "streamc",
     ]  # fmt: skip
-    assert all(r.rstrip().endswith("| yes |") for r in out if r.startswith(("| ring", "| directr")))
+    checked = ("| ring", "| directr", "| directmk")
+    assert all(r.rstrip().endswith("| yes |") for r in out if r.startswith(checked))

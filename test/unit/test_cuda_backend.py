@@ -142,6 +142,7 @@ SWITCHES = [
     {"MK_CUDA_FUSE_LOOPS": "0"},
     {"MK_CUDA_LOAD_AHEAD": "1"},
     {"MK_CUDA_SIGNAL": "release"},
+    {"MK_CUDA_POLL_SLEEP": "0"},
 ]
 
 
@@ -163,7 +164,7 @@ SWITCH_BUILDS = [
     ("decoder_block", {"MK_CUDA_PREFETCH": str(128 << 10), "MK_CUDA_LEAN": "0",
                        "MK_CUDA_FUSE_LOOPS": "0"}),
     ("decoder_block", {"MK_CUDA_STAGE": "1", "MK_CUDA_SIGNAL": "release"}),
-    ("decoder_block", {"MK_CUDA_LOAD_AHEAD": "1"}),
+    ("decoder_block", {"MK_CUDA_LOAD_AHEAD": "1", "MK_CUDA_POLL_SLEEP": "0"}),
     ("gated_mlp", {"MK_CUDA_MMA_PIPE": "1", "MK_CUDA_MMA_SLICES": "rounds"}),
     ("gated_mlp", {"MK_CUDA_MMA_RING": "4"}),
 ]  # fmt: skip

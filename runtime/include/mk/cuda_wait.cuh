@@ -162,6 +162,14 @@ __device__ inline int32_t poll_pipelined(const LaunchParams& p, const uint32_t* 
   }
 }
 
+// The longest sleep between two polls of one counter (MK_CUDA_POLL_SLEEP): the sleep doubles
+// from 32 ns up to it; 0 polls without sleeping.
+#if defined(MK_POLL_SLEEP_NS)
+constexpr unsigned kPollSleepNs = MK_POLL_SLEEP_NS;
+#else
+constexpr unsigned kPollSleepNs = 128;
+#endif
+
 // Thread 0: waits until every wait of `task` holds in iteration t; false if the launch stops.
 // `on_miss` runs once, at the first event found not ready: work worth doing only while the
 // task would otherwise sleep (Dispatch::kPrefetchAtWait).
@@ -186,7 +194,7 @@ __device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, in
     if (known.meets(wd.counter, threshold)) continue;
     uint32_t seen = 0;
     const uint64_t start = globaltimer();
-    unsigned sleep_ns = 32, polls = 0;
+    unsigned sleep_ns = kPollSleepNs < 32 ? kPollSleepNs : 32, polls = 0;
     const auto timed_out = [&] {
       const uint64_t waited = globaltimer() - start;
       if (static_cast<int64_t>(waited) <= p.timeout_ns) return false;
@@ -209,11 +217,13 @@ __device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, in
       if ((++polls & 15) == 0 && aborted(p)) return false;
       if (timed_out()) return false;
       // A short cap: the sleep is latency on the critical path once the event fires.
-      __nanosleep(sleep_ns);
-      if (sleep_ns < 128) sleep_ns *= 2;
+      if (kPollSleepNs > 0) {
+        __nanosleep(sleep_ns);
+        sleep_ns = sleep_ns * 2 < kPollSleepNs ? sleep_ns * 2 : kPollSleepNs;
+      }
     }
     if (threshold > 0) known.remember(wd.counter, seen);
-    slept = slept || sleep_ns > 32;
+    slept = slept || polls > 1;
   }
   // Another CTA's failure: checked while polling, and once more after a wait that had to sleep
   // (a task whose events were all ready at the first look does not pay the round trip).
