@@ -78,7 +78,7 @@ def buffer_slots(graph: GraphOp) -> list[BufferSlot]:
     ]
 
 
-def _grid_tasks(index: GraphIndex, grid_index: int, grid: GridOp) -> list[Task]:
+def _grid_tasks(index: GraphIndex, grid_index: int, grid: GridOp, flags: bool) -> list[Task]:
     shape = grid.shape_tuple
     if len(shape) > MAX_COORDS:
         raise ValueError(f"@{grid.sym_name.data}: grid rank {len(shape)} exceeds {MAX_COORDS}")
@@ -90,8 +90,13 @@ def _grid_tasks(index: GraphIndex, grid_index: int, grid: GridOp) -> list[Task]:
             e.distance_value,
         )
         for e in grid.waits
+        if not (flags and index.events[e.event_name].is_flagged)
     ]
-    signals = [edge_counters(index, grid, e) for e in grid.signals]
+    signals = [
+        edge_counters(index, grid, e)
+        for e in grid.signals
+        if not (flags and index.events[e.event_name].is_flagged)
+    ]
     kind = kind_of(grid_index)
     return [
         Task(
@@ -133,15 +138,22 @@ def _buffer_row(op: BufferOp) -> Buffer:
     return Buffer(dtype, table_shape(op.shape), kind, offset)
 
 
-def tables_from_graph(graph: GraphOp) -> Tables:
+def tables_from_graph(graph: GraphOp, flags: bool = False) -> Tables:
     """The flat tables of a scheduled, verified task.graph.
+
+    With `flags` (a backend whose reads of flagged buffers wait on the flags), flagged events
+    get no waits and no signals: their counters stay unused.
 
     Tasks in global id order with kind 16 + grid index and coords padded with 0; waits and
     signals as flat counter ids (GraphIndex numbering); one queue per SM of the schedule;
     buffers in declaration order (arena kinds at their offsets, the others bound at run time).
     """
     index = graph.index()
-    tasks = [task for pos, grid in enumerate(index.grids) for task in _grid_tasks(index, pos, grid)]
+    tasks = [
+        task
+        for pos, grid in enumerate(index.grids)
+        for task in _grid_tasks(index, pos, grid, flags)
+    ]
     return build_tables(
         tasks,
         _queues(graph, index),

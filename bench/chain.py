@@ -180,6 +180,8 @@ struct Params {{
   int sync;  // 0: relaxed polls + acq_rel fences around an atomic; 1: ld.acquire, red.release;
              // 2: as 1, with mk's sleeps between polls
   int local;  // 1: the phases marked local wait for their cluster only
+  int ll;     // 1: no counters; each value travels with its flag (one 8-byte store), polled
+  unsigned long long* lls;  // per phase: the flagged values
   long long act_stride;
 }};
 
@@ -222,10 +224,51 @@ __device__ __noinline__ void load_ahead(const Params& p, uint16_t* ring, uint64_
 """
 
 
+LL_SOURCE = """
+// The ll modes: a value and its flag in one 8-byte store, so a consumer's poll of the values is
+// the wait (no fence, no counter, one round trip fewer), as NCCL's LL protocol does.
+__device__ __forceinline__ float ll_take(const unsigned long long* in, float* xs, float* raw) {
+  unsigned long long v[K / 256];
+  unsigned pending = (1u << (K / 256)) - 1;
+  while (pending) {  // every load of a round in flight at once
+#pragma unroll
+    for (int s = 0; s < K / 256; ++s)
+      if (pending & (1u << s))
+        asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v[s]) : "l"(in + threadIdx.x + s * 256) : "memory");
+#pragma unroll
+    for (int s = 0; s < K / 256; ++s)
+      if ((pending & (1u << s)) && (v[s] >> 32) == 1u) pending &= ~(1u << s);
+  }
+  float ss = 0.f;  // in the plain path's order: the same sums
+#pragma unroll
+  for (int s = 0; s < K / 256; ++s) {
+    const float x = __uint_as_float(static_cast<uint32_t>(v[s]));
+    xs[threadIdx.x + s * 256] = x;
+    raw[threadIdx.x + s * 256] = x;
+    ss += x * x;
+  }
+  return ss;
+}
+// A phase of rows writes them; a weightless one forwards its share of the values it read.
+__device__ __forceinline__ void ll_give(unsigned long long* out, int rows, const float* res, const float* raw) {
+  const int n = rows > 0 ? rows : (K + gridDim.x - 1) / gridDim.x;
+  const long long at = (long long)blockIdx.x * n;
+  for (int r = threadIdx.x; r < n && (rows > 0 || at + r < K); r += 256) {
+    const float v = rows > 0 ? res[r] : raw[at + r];
+    const unsigned long long w = (1ull << 32) | __float_as_uint(v);
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(out + at + r), "l"(w) : "memory");
+  }
+}
+"""
+
+
 def _compute_source() -> str:
     """The compute warps' phases: wait, activation and norm, product, signal."""
-    return """
-__device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs, uint64_t* full,
+    return (
+        LL_SOURCE
+        + """
+__device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs, float* raw, float* res,
+                                     uint64_t* full,
                                      uint64_t* empty, uint64_t* cbar, float* part, uint32_t crank,
                                      uint32_t csize) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -241,7 +284,7 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
       const bool local = p.local && c_local[j] && phase > 0;
       if (local && threadIdx.x == 0) cluster_meet(cbar, csize, locals & 1);
       locals += local;
-      if (!local && phase > 0 && p.mode != STREAM && threadIdx.x == 0) {
+      if (!local && !p.ll && phase > 0 && p.mode != STREAM && threadIdx.x == 0) {
         const unsigned* ctr = p.counters + phase - 1;
         unsigned seen, nap = 32;
         do {
@@ -264,10 +307,15 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
       const bool near = local && prev_rows > 0;
       const long long base = near ? (long long)(blockIdx.x - crank) * src_rows : 0;
       const int span = near ? static_cast<int>(csize) * src_rows : K;
-      for (int e = threadIdx.x; e < K; e += 256) {
-        const float v = __ldcg(src + base + e % span);
-        xs[e] = v;
-        ss += v * v;
+      if (p.ll && phase > 0) {
+        ss = ll_take(p.lls + (long long)phase * p.act_stride, xs, raw);
+      } else {
+        for (int e = threadIdx.x; e < K; e += 256) {
+          const float v = __ldcg(src + base + e % span);
+          xs[e] = v;
+          raw[e] = v;
+          ss += v * v;
+        }
       }
       ss = warp_sum(ss);
       if (lane == 0) part[warp] = ss;
@@ -278,7 +326,7 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
       const float scale = rsqrtf(total / K + 1e-6f);
       for (int e = threadIdx.x; e < K; e += 256) xs[e] *= scale;
       compute_sync();
-      float* out = p.act + (long long)(phase + 1) * p.act_stride + (long long)blockIdx.x * rows;
+      float* out = p.ll ? res : p.act + (long long)(phase + 1) * p.act_stride + (long long)blockIdx.x * rows;
       if (p.mode == DIRECT) {
         const uint16_t* w = slab(p, layer, j);
         // Row `warp` of chunks c..c+3 (rows warp + 8c...), as the ring takes them below.
@@ -309,12 +357,13 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
         for (int r = threadIdx.x; r < rows; r += 256) out[r] = xs[(blockIdx.x * rows + r) % K];
       }
       compute_sync();
+      if (p.ll) ll_give(p.lls + (long long)(phase + 1) * p.act_stride, rows, res, raw);
       if (rows > 0 && p.mode != STREAM) {
         src = p.act + (long long)(phase + 1) * p.act_stride;
         src_rows = rows;
       }
       prev_rows = rows;
-      if (threadIdx.x == 0) {
+      if (threadIdx.x == 0 && !p.ll) {
         if (p.sync == 0) {
           asm volatile("fence.acq_rel.gpu;" ::: "memory");
           atomicAdd(p.counters + phase, 1u);
@@ -328,6 +377,7 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
     }
 }
 """
+    )
 
 
 def _entry_source() -> str:
@@ -353,7 +403,7 @@ __global__ void __launch_bounds__(288, 1) chain(const __grid_constant__ Params p
   if (warp == 8) {
     if (ringed && (p.copier == 1 || lane == 0)) load_ahead(p, ring, full, empty, lane);
   } else {
-    compute(p, ring, xs, full, empty, &cbar, part, crank, csize);
+    compute(p, ring, xs, xs + K, xs + 2 * K, full, empty, &cbar, part, crank, csize);
   }
   cluster_sync_all();
 }
@@ -375,14 +425,15 @@ def program_source(
     modes = [("chain", 0, 0, 0), ("direct", 1, 0, 0)]
     modes += [("chainr", 0, 0, 0), ("directr", 1, 0, 0)]  # the same, ld.acquire / red.release
     modes += [("chainmk", 0, 0, 0), ("directmk", 1, 0, 0)]  # mk's polls (sleeps) and signal
+    modes += [("chainll", 0, 0, 0), ("directll", 1, 0, 0)]  # flagged values, no counters
     if cluster > 1 and local and any(local):
         modes += [("chaincl", 0, 0, 0), ("directcl", 1, 0, 0)]
     for copier, suffix in ((0, ""), (1, "c")):
         modes += [(f"ring{suffix}", 2, f, copier) for f in inflight]
         modes.append((f"stream{suffix}", 3, slots, copier))
     runs = "".join(f'\n  run("{name}", {m}, {f}, {c});' for name, m, f, c in modes)
-    smem = slots * CHUNK_ROWS * K * 2 + K * 4
     rows_max = max(phases)
+    smem = slots * CHUNK_ROWS * K * 2 + (2 * K + rows_max) * 4  # ring, xs, raw, res
     return f"""#include <cuda_runtime.h>
 #include <stdint.h>
 #include <algorithm>
@@ -428,6 +479,7 @@ static bool ends_with(const char* s, const char* tail) {{
 static void run(const char* name, int mode, int inflight, int copier) {{
   prm.sync = mode < 2 ? (ends_with(name, "r") ? 1 : ends_with(name, "mk") ? 2 : 0) : 0;
   prm.local = ends_with(name, "cl");
+  prm.ll = ends_with(name, "ll");
   prm.mode = mode;
   prm.copier = copier;
   prm.inflight = inflight;
@@ -437,6 +489,7 @@ static void run(const char* name, int mode, int inflight, int copier) {{
   for (int r = 0; r < 23; ++r) {{
     CHECK(cudaMemset(prm.counters, 0, {len(phases)} * prm.layers * sizeof(unsigned)));
     CHECK(cudaMemset(prm.act + prm.act_stride, 0xff, (act_floats - prm.act_stride) * sizeof(float)));  // NaN
+    CHECK(cudaMemset(prm.lls, 0, act_floats * sizeof(unsigned long long)));  // no flags
     cudaEventRecord(a);
     CHECK(launch());
     cudaEventRecord(b);
@@ -448,6 +501,14 @@ static void run(const char* name, int mode, int inflight, int copier) {{
   const size_t last = act_floats - prm.act_stride;
   std::vector<float> h(prm.act_stride);
   CHECK(cudaMemcpy(h.data(), prm.act + last, prm.act_stride * sizeof(float), cudaMemcpyDeviceToHost));
+  if (prm.ll) {{  // the values of the last phase's flagged words
+    std::vector<unsigned long long> l(prm.act_stride);
+    CHECK(cudaMemcpy(l.data(), prm.lls + last, l.size() * 8, cudaMemcpyDeviceToHost));
+    for (size_t e = 0; e < l.size(); ++e) {{
+      const uint32_t bits = (l[e] >> 32) ? static_cast<uint32_t>(l[e]) : 0xffffffffu;  // unwritten: NaN
+      memcpy(&h[e], &bits, 4);
+    }}
+  }}
   int same = -1;  // -1: not checked
   if (mode == 1 && reference.empty()) {{
     reference = h;
@@ -485,6 +546,7 @@ int main() {{
   prm.act_stride = (long long)sms * {max(rows_max, 1)} > K ? (long long)sms * {max(rows_max, 1)} : K;
   act_floats = (size_t)prm.act_stride * ({len(phases)} * {layers} + 1);
   CHECK(cudaMalloc(&prm.act, act_floats * sizeof(float)));
+  CHECK(cudaMalloc(&prm.lls, act_floats * sizeof(unsigned long long)));
   std::vector<float> in(prm.act_stride);
   for (size_t e = 0; e < in.size(); ++e) in[e] = 0.5f + static_cast<float>((e * 7919) % 1000) / 1000.f;
   CHECK(cudaMemcpy(prm.act, in.data(), in.size() * sizeof(float), cudaMemcpyHostToDevice));
@@ -521,6 +583,7 @@ def build(src: str, work: Path, nvcc: str = "nvcc") -> Path:
 
 
 MODE_NAMES = ("chain", "direct", "chainr", "directr", "chainmk", "directmk", "chaincl", "directcl")
+MODE_NAMES += ("chainll", "directll")
 MODE_NAMES += ("ring", "stream", "ringc", "streamc")
 
 

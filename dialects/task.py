@@ -33,6 +33,11 @@ Global task ids number the grids' tasks in block order, row-major inside a grid.
 element is ready in iteration t (0-based) once its counter reaches count * (t + 1 - distance),
 where `distance` (default 0) of a wait makes it loop-carried (iteration t waits on t - distance).
 
+A `flagged` activation buffer stores each element with the iteration that wrote it (8 bytes
+an element in the arena, shared with no other buffer), and a `flagged` event orders only reads
+of flagged buffers: a backend may then drop the event's signals and waits and let each read wait
+for its element's flag instead (the CUDA backend does; the CPU executor keeps the counters).
+
 `task.grid` and `task.yield` live in `task_grid`, `task.schedule` and `task.queue` in
 `task_schedule`.
 """
@@ -49,6 +54,7 @@ from xdsl.dialects.builtin import (
     StringAttr,
     SymbolNameConstraint,
     TensorType,
+    UnitAttr,
     i64,
 )
 from xdsl.ir import Attribute, Block, Dialect, Region
@@ -86,6 +92,7 @@ from .task_maps import (
 from .task_schedule import QueueOp, ScheduleOp
 
 ARENA_ALIGNMENT = 128
+FLAGGED_ELEMENT_BYTES = 8  # a flagged element: its float bits, then its flag
 ARENA_KINDS = ("activation", "workspace")
 BUFFER_KINDS = ("input", "weight", "output", "activation", "workspace")
 
@@ -214,6 +221,7 @@ class BufferOp(IRDLOperation):
     kind = prop_def(StringAttr)
     index = opt_prop_def(IntegerAttr.constr(type=i64))
     offset = opt_prop_def(IntegerAttr.constr(type=i64))
+    flagged = opt_prop_def(UnitAttr)
 
     traits = lazy_traits_def(lambda: (SymbolOpInterface(), HasParent(GraphOp)))
 
@@ -224,6 +232,7 @@ class BufferOp(IRDLOperation):
         kind: str,
         index: int | None = None,
         offset: int | None = None,
+        flagged: bool = False,
     ) -> None:
         props: dict[str, Attribute] = {
             "sym_name": StringAttr(name),
@@ -234,6 +243,8 @@ class BufferOp(IRDLOperation):
             props["index"] = IntegerAttr(index, i64)
         if offset is not None:
             props["offset"] = IntegerAttr(offset, i64)
+        if flagged:
+            props["flagged"] = UnitAttr()
         super().__init__(properties=props)
 
     @property
@@ -241,10 +252,16 @@ class BufferOp(IRDLOperation):
         return tuple(self.buffer_type.get_shape())
 
     @property
+    def is_flagged(self) -> bool:
+        return self.flagged is not None
+
+    @property
     def nbytes(self) -> int:
         element = self.buffer_type.get_element_type()
         bits = getattr(element, "bitwidth", 0)
-        return grid_size(self.shape) * max(bits // 8, 1)
+        return grid_size(self.shape) * (
+            FLAGGED_ELEMENT_BYTES if self.is_flagged else max(bits // 8, 1)
+        )
 
     def verify_(self) -> None:
         kind = self.kind.data
@@ -263,6 +280,10 @@ class BufferOp(IRDLOperation):
             raise VerifyException(f"index must be >= 0, got {int_value(self.index)}")
         if self.offset is not None:
             self._verify_offset(int_value(self.offset))
+        if self.is_flagged and kind != "activation":
+            raise VerifyException(
+                f"only an activation buffer can be flagged, not {_article(kind)} {kind}"
+            )
 
     def _verify_offset(self, offset: int) -> None:
         name = self.sym_name.data
@@ -282,6 +303,8 @@ class BufferOp(IRDLOperation):
         printer.print_string(" ")
         printer.print_symbol_name(self.sym_name.data)
         printer.print_string(f" {self.kind.data}")
+        if self.is_flagged:
+            printer.print_string(" flagged")
         if self.index is not None:
             printer.print_string(f" {int_value(self.index)}")
         if self.offset is not None:
@@ -297,6 +320,7 @@ class BufferOp(IRDLOperation):
         kind = parser.parse_optional_keyword_in(BUFFER_KINDS)
         if kind is None:
             parser.raise_error(f"expected a buffer kind, one of {', '.join(BUFFER_KINDS)}", start)
+        flagged = parser.parse_optional_keyword("flagged") is not None
         index = parser.parse_optional_integer(allow_boolean=False)
         offset = None
         if parser.parse_optional_keyword("offset") is not None:
@@ -307,7 +331,7 @@ class BufferOp(IRDLOperation):
         buffer_type = parser.parse_type()
         if not isinstance(buffer_type, TensorType):
             parser.raise_error("a task.buffer must have a tensor type", start, parser.pos)
-        op = cls(name, buffer_type, kind, index, offset)
+        op = cls(name, buffer_type, kind, index, offset, flagged)
         op.attributes |= attrs
         return op
 
@@ -324,17 +348,23 @@ class EventOp(IRDLOperation):
     sym_name = prop_def(SymbolNameConstraint())
     shape = prop_def(DenseArrayBase.constr(i64))
     count = prop_def(IntegerAttr.constr(type=i64))
+    flagged = opt_prop_def(UnitAttr)
 
     traits = lazy_traits_def(lambda: (SymbolOpInterface(), HasParent(GraphOp)))
 
-    def __init__(self, name: str, shape: Sequence[int], count: int) -> None:
-        super().__init__(
-            properties={
-                "sym_name": StringAttr(name),
-                "shape": i64s(shape),
-                "count": IntegerAttr(count, i64),
-            }
-        )
+    def __init__(self, name: str, shape: Sequence[int], count: int, flagged: bool = False) -> None:
+        props: dict[str, Attribute] = {
+            "sym_name": StringAttr(name),
+            "shape": i64s(shape),
+            "count": IntegerAttr(count, i64),
+        }
+        if flagged:
+            props["flagged"] = UnitAttr()
+        super().__init__(properties=props)
+
+    @property
+    def is_flagged(self) -> bool:
+        return self.flagged is not None
 
     @property
     def shape_tuple(self) -> tuple[int, ...]:
@@ -364,6 +394,8 @@ class EventOp(IRDLOperation):
         printer.print_string(" ")
         printer.print_string(format_int_list(self.shape_tuple))
         printer.print_string(f" count {self.count_value}")
+        if self.is_flagged:
+            printer.print_string(" flagged")
         printer.print_op_attributes(self.attributes, print_keyword=True)
 
     @classmethod
@@ -372,7 +404,8 @@ class EventOp(IRDLOperation):
         shape = parse_int_list(parser)
         parser.parse_keyword("count")
         count = parser.parse_integer(allow_boolean=False)
-        op = cls(name, shape, count)
+        flagged = parser.parse_optional_keyword("flagged") is not None
+        op = cls(name, shape, count, flagged)
         op.attributes |= parse_attributes(parser)
         return op
 

@@ -48,6 +48,7 @@ from mk.passes.mugraph_to_task_buffers import (
     raw_ancestors,
 )
 from mk.passes.mugraph_to_task_events import Access, EventPlan, GridInfo, build_events
+from mk.passes.mugraph_to_task_flags import flag_buffers, is_weight_value
 
 Kernel = GraphDefOp | KernelOp
 # Per tensor dim: the grid axis partitioning it (None: read whole) and the chunk size.
@@ -200,6 +201,10 @@ class _Lowering:
         for n, (value, name) in enumerate(self.copies):
             self.buffers[self.buffer_of[value]].readers.append(len(self.kernels) + n)
             self.buffers[name].writer = len(self.kernels) + n
+        if self.options.flag_values:
+            value_of = {name: value for value, name in self.buffer_of.items()}
+            weight = is_weight_value(self.buffers, self.buffer_of)
+            flag_buffers(list(self.buffers.values()), self.kernels, value_of, weight)
 
     def grid_plan(self, pos: int, kernel: Kernel) -> _GridPlan:
         shape = task_shape(kernel)
@@ -284,9 +289,9 @@ class _Lowering:
         graph.location = self.func.location
         block = graph.body.block
         for buf in _declaration_order(self.buffers.values()):
-            block.add_op(BufferOp(buf.name, buf.type, buf.kind, buf.index, buf.offset))
+            block.add_op(BufferOp(buf.name, buf.type, buf.kind, buf.index, buf.offset, buf.flagged))
         for event in events.events:
-            op = EventOp(event.name, event.shape, event.count)
+            op = EventOp(event.name, event.shape, event.count, event.flagged)
             if event.coarse is not None:
                 op.attributes["mk.coarse"] = StringAttr(event.coarse)
             block.add_op(op)
@@ -307,13 +312,15 @@ def _declaration_order(buffers: Iterable[BufferPlan]) -> list[BufferPlan]:
 
 @dataclass(frozen=True)
 class MugraphToTaskPass(ModulePass):
-    """`mugraph-to-task{align=256 iterations=1 merge-events=true}`."""
+    """`mugraph-to-task{align=256 iterations=1 merge-events=true flag-values=false}`."""
 
     name = "mugraph-to-task"
 
     align: int = 256  # arena alignment in bytes (a multiple of the task dialect's 128)
     iterations: int = 1  # decode-loop iterations run inside the megakernel
     merge_events: bool = True  # one event per producer grouping, shared by its consumers
+    # Activations that only plain loads read carry each element's flag (mugraph_to_task_flags).
+    flag_values: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.align < 1 or self.align % ARENA_ALIGNMENT:

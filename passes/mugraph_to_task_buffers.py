@@ -17,6 +17,7 @@ from xdsl.ir import BlockArgument, SSAValue
 
 from mk.dialects.mugraph import GraphDefOp, KernelOp
 from mk.dialects.mugraph_tiles import MatmulOp
+from mk.dialects.task import FLAGGED_ELEMENT_BYTES
 from mk.dialects.task_maps import grid_size
 
 # Library kernels and the operand position that holds a weight (PyTorch-like roles).
@@ -34,9 +35,12 @@ class BufferPlan:
     offset: int | None = None
     writer: int | None = None
     readers: list[int] = field(default_factory=list)
+    flagged: bool = False  # each element stored with its iteration's flag (mugraph_to_task_flags)
 
     @property
     def element_bytes(self) -> int:
+        if self.flagged:
+            return FLAGGED_ELEMENT_BYTES
         bits = getattr(self.type.get_element_type(), "bitwidth", 0)
         return max(bits // 8, 1)
 
@@ -192,6 +196,8 @@ def plan_arena(buffers: Sequence[BufferPlan], align: int, ancestors: Sequence[se
 
 
 def _conflict(new: BufferPlan, old: BufferPlan, ancestors: Sequence[set[int]]) -> bool:
+    if new.flagged or old.flagged:  # stale bytes of another buffer could pass for a flag
+        return True
     first, last = new.live_range()
     old_first, old_last = old.live_range()
     if not (old_last < first or last < old_first):

@@ -14,6 +14,10 @@ smallest factors that put each needed set inside one element are used and the ev
 `mk.coarse`. g is fitted from a small family (constant; integer-linear; `d floordiv m + b`) and
 checked at every task. Dependences already implied by earlier waits (transitively, per task)
 are dropped, and with `merge` an event with the same producer grouping serves every consumer.
+
+A read-after-write through a flagged buffer gets a `flagged` event of its own, built after the
+others: a backend that waits on the flags instead drops it, so it implies nothing for the
+pruning (a reader that saw some flagged words knows nothing of the writer's other writes).
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ class EventDecl:
     shape: tuple[int, ...]
     count: int
     coarse: str | None = None
+    flagged: bool = False
 
 
 @dataclass
@@ -133,6 +138,7 @@ class Needs:
 
     same: dict[int, list[Thunk]] = field(default_factory=dict)  # distance 0
     carried: dict[int, list[Thunk]] = field(default_factory=dict)  # distance 1
+    flags: dict[int, list[Thunk]] = field(default_factory=dict)  # distance 0, flagged buffers
 
     @staticmethod
     def add(table: dict[int, list[Thunk]], producer: int, need: Thunk) -> None:
@@ -170,7 +176,7 @@ def collect_needs(
                     continue
                 rect = functools.partial(rect_overlap, read, other)
                 if i < j:
-                    Needs.add(needs.same, i, rect)
+                    Needs.add(needs.flags if buffers[read.buffer].flagged else needs.same, i, rect)
                 elif i > j and carry:  # written in place later: the previous step's value
                     Needs.add(needs.carried, i, rect)
         for write in grid.writes:
@@ -350,24 +356,28 @@ class _Builder:
     names: SymbolNames
     merge: bool
     plan: EventPlan = field(default_factory=EventPlan)
-    by_key: dict[tuple[int, tuple[int, ...]], EventDecl] = field(default_factory=dict)
+    by_key: dict[tuple[int, tuple[int, ...], bool], EventDecl] = field(default_factory=dict)
     edges: dict[int, list[tuple[int, int, EdgeAttr]]] = field(default_factory=dict)
 
-    def event_for(self, producer: int, choice: Choice) -> EventDecl:
-        key = (producer, choice.k)
+    def event_for(self, producer: int, choice: Choice, flagged: bool = False) -> EventDecl:
+        key = (producer, choice.k, flagged)
         if self.merge and key in self.by_key:
             return self.by_key[key]
         grid = self.grids[producer]
+        suffix = "flags" if flagged else "done"
         event = EventDecl(
-            self.names.take(f"{grid.name}_done"), choice.shape, int(np.prod(choice.k))
-        )
+            self.names.take(f"{grid.name}_{suffix}"), choice.shape, int(np.prod(choice.k)),
+            flagged=flagged,
+        )  # fmt: skip
         self.by_key[key] = event
         self.plan.events.append(event)
         self.plan.signals.setdefault(grid.name, []).append(EdgeAttr(event.name, choice.signal))
         return event
 
-    def wait(self, consumer: int, producer: int, choice: Choice, distance: int) -> None:
-        event = self.event_for(producer, choice)
+    def wait(
+        self, consumer: int, producer: int, choice: Choice, distance: int, flagged: bool = False
+    ) -> None:
+        event = self.event_for(producer, choice, flagged)
         if not choice.exact and event.coarse is None:
             event.coarse = "waits on more producer tasks than the footprints need"
         edge = EdgeAttr(event.name, choice.wait, distance)
@@ -497,4 +507,12 @@ def build_events(
                 ancestors.absorb(grid, grids[i], choice, 1)
                 if choice.waits.all():
                     previous[j] |= {i} | whole[i]
+    for j, grid in enumerate(grids):
+        for i in sorted(needs[j].flags, reverse=True):
+            need = Needs.matrix(needs[j].flags[i])
+            if (
+                i not in whole[j]
+                and (need & ~ancestors.implied(ancestors.same, grid, grids[i])).any()
+            ):
+                builder.wait(j, i, choose_event(need, grids[i].shape, grid.shape), 0, flagged=True)
     return builder.finish()

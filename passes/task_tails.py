@@ -34,6 +34,8 @@ def tail_candidates(index: GraphIndex, grid: GridOp) -> list[EdgeAttr]:
     for edge in grid.waits:
         if edge.distance_value != 0 or edge.event_name not in index.events:
             continue
+        if index.events[edge.event_name].is_flagged:  # may have no signals to run a tail at
+            continue
         grid.attributes[TAIL_ATTR] = StringAttr(edge.event_name)
         if tail_problem(index, grid) is None:
             found.append(edge)

@@ -48,11 +48,13 @@ REDUCE_ENUM = {"sum": "mk::cpu::R_SUM", "max": "mk::cpu::R_MAX", "mean": "mk::cp
 
 @dataclass(frozen=True)
 class BufferRef:
-    """Where a kernel operand or result lives: its buffers[] index, storage dtype and shape."""
+    """Where a kernel operand or result lives: its buffers[] index, storage dtype and shape, and
+    whether its elements carry flags (a flagged task.buffer; the CUDA emitter's concern)."""
 
     index: int
     dtype: str
     shape: tuple[int, ...]
+    flagged: bool = False
 
 
 def _affine(terms: Sequence[tuple[int, str]]) -> str:

@@ -57,6 +57,7 @@ from mk.backends.cuda.stream_attention import (
     score_lambda,
 )
 from mk.backends.shared_bodies import SharedBodies
+from mk.diagnostics import MkError, op_location
 from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import GraphDefOp, InputOp, KernelOp, OutputOp
 from mk.dialects.mugraph_base import shape_of
@@ -225,7 +226,9 @@ class DeviceGraphDefEmitter(StreamLinearEmitter):
         loads = [op for op in plan.prologue if isinstance(op, InputOp)] + plan.scalars()
         for op in [*loads, *(op for op in plan.prologue if not isinstance(op, InputOp))]:
             self.step(op, "0")
-        k, v = (self.operands[op.source_index()] for op in (plan.k, plan.v))
+        k, v = (
+            plain(self.operands[op.source_index()], self.op, "as keys") for op in (plan.k, plan.v)
+        )
         key_dim = len(k.shape) - 2
         self.smem_floats = plan.smem_floats()
         emit("{")
@@ -268,7 +271,7 @@ class DeviceGraphDefEmitter(StreamLinearEmitter):
 
     def row_pointer(self, op: InputOp) -> str:
         """A pointer to the first element of an input's tile, in place."""
-        ref = self.operands[op.source_index()]
+        ref = plain(self.operands[op.source_index()], self.op, "in place")
         return f"mk::gpu::elem_at(buffers[{ref.index}], {ref.dtype}, {self.flat_start(op)})"
 
     def row_source(self, field: str, op: InputOp) -> None:
@@ -293,7 +296,7 @@ class DeviceGraphDefEmitter(StreamLinearEmitter):
         """The merge call (forloop 1, so no loop around it), then the loop's other ops."""
 
         def source(op: InputOp) -> str:
-            ref = self.operands[op.source_index()]
+            ref = plain(self.operands[op.source_index()], self.op, "as merge partials")
             return f"static_cast<const float*>(buffers[{ref.index}]) + {self.flat_start(op)}"
 
         self.lines += merge_lines(plan, self.var, source)
@@ -408,13 +411,17 @@ class DeviceGraphDefEmitter(StreamLinearEmitter):
         ref = self.operands[op.source_index()]
         runs = box_runs(ref.shape, op.tile_shape())
         if runs is None:
+            plain(ref, self.op, "as a box")
             super().load(op, it)
             return
         first = flat_offset(ref.shape, self.input_starts(op, it))
         n, tile = runs.rows * runs.cols, self.var(op.tile)
         self.lines.append(f"{tile}.resize({n});")
         load = (
-            f"mk::gpu::load_runs<{ref.dtype}, {n}, {runs.cols}>({tile}, buffers[{ref.index}], "
+            f"mk::gpu::load_flag_runs<{n}, {runs.cols}>({tile}, buffers[{ref.index}], "
+            f"{first}, {runs.ld}, arena);  // load, waiting on the flags"
+            if ref.flagged
+            else f"mk::gpu::load_runs<{ref.dtype}, {n}, {runs.cols}>({tile}, buffers[{ref.index}], "
             f"{first}, {runs.ld});  // load"
         )
         self.element_loop(n, [], [op.tile], [load], whole=True)
@@ -428,13 +435,29 @@ class DeviceGraphDefEmitter(StreamLinearEmitter):
     def store_box(self, ref: BufferRef, starts: Sequence[str], op: OutputOp) -> None:
         runs = box_runs(ref.shape, shape_of(op.tile))
         if runs is None:
-            super().store_box(ref, starts, op)
+            super().store_box(plain(ref, self.op, "as a box"), starts, op)
             return
+        at = f"{flat_offset(ref.shape, starts)}, {runs.ld}, e, {self.var(op.tile)}[e]"
         store = (
-            f"mk::gpu::store_run_elem<{ref.dtype}, {runs.cols}>(buffers[{ref.index}], "
-            f"{flat_offset(ref.shape, starts)}, {runs.ld}, e, {self.var(op.tile)}[e]);  // store"
+            f"mk::gpu::store_flag_run_elem<{ref.dtype}, {runs.cols}>(buffers[{ref.index}], "
+            f"{at}, arena.flag);  // store with the flag"
+            if ref.flagged
+            else f"mk::gpu::store_run_elem<{ref.dtype}, {runs.cols}>(buffers[{ref.index}], "
+            f"{at});  // store"
         )
         self.element_loop(runs.rows * runs.cols, [(op.tile, "e")], [], [store])
+
+
+def plain(ref: BufferRef, kernel: Operation, how: str) -> BufferRef:
+    """`ref`, which this access reads plainly: a flagged buffer here is a compiler bug (the
+    flagging in mugraph-to-task promised only accesses that wait on the flags)."""
+    if ref.flagged:
+        raise MkError(
+            f"a flagged buffer (buffers[{ref.index}]) is read {how}, which cannot wait on its "
+            "flags: compile without flag-values",
+            op_location(kernel),
+        )
+    return ref
 
 
 def _temporaries(kernel: GraphDefOp | KernelOp, tiles: int) -> int:
@@ -453,7 +476,7 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
     buffers = [op for op in g.body.block.ops if isinstance(op, BufferOp)]
     grids = [op for op in g.body.block.ops if isinstance(op, GridOp)]
     refs = {
-        b.sym_name.data: BufferRef(i, dtype_code(b.buffer_type, b), b.shape)
+        b.sym_name.data: BufferRef(i, dtype_code(b.buffer_type, b), b.shape, b.is_flagged)
         for i, b in enumerate(buffers)
     }
     profile = op_marks.enabled()
@@ -480,8 +503,15 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
     batch, pipe = switches.flag("MK_CUDA_WAIT_BATCH"), switches.flag("MK_CUDA_POLL_PIPE")
     out.append(
         dispatch_struct(
-            shared, front, staged, len(buffers), switches.prefetch_at_wait(), batch, pipe
-        )
+            shared,
+            front,
+            staged,
+            len(buffers),
+            switches.prefetch_at_wait(),
+            batch,
+            pipe,
+            flagged=any(b.is_flagged for b in buffers),
+        )  # fmt: skip
     )
     out.append("}  // namespace\n")
     out.append("MK_CUDA_ENTRY_POINTS(Dispatch)\n")
@@ -515,7 +545,10 @@ def _grid_body(grid: GridOp, refs: dict[str, BufferRef], stage: bool) -> tuple[l
         sizes = {n: _numel(v) for v, n in emitter.names.items()}
         smem, staged = 4 * emitter.smem_floats, emitter.staged_bytes
     else:
-        body = DeviceLibraryEmitter(kernel, gk.operands, gk.library_results(grid)).emit()
+        results = gk.library_results(grid)
+        for ref in [*gk.operands, *(r for r, _ in results)]:
+            plain(ref, kernel, "by a library kernel")
+        body = DeviceLibraryEmitter(kernel, gk.operands, results).emit()
         sizes = {f"a{i}": _numel(v) for i, v in enumerate(kernel.operands)}
         sizes["r"] = _numel(kernel.res[0])
     lines, tiles = device_lines(body, sizes)

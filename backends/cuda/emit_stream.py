@@ -74,9 +74,13 @@ class StreamLinearEmitter(GraphDefEmitter):
             x = self.operands[plan.x.source_index()]
             r0, c0 = self.input_starts(plan.x, "0")
             at = f"({r0}) * {x.shape[1]} + {c0}"
-            emit(f"sl.x = mk::gpu::elem_at(buffers[{x.index}], {x.dtype}, {at});")
-            emit(f"sl.x_dtype = {x.dtype};")
+            # A flagged activation: 8-byte words of float bits and flag, staged as they come.
+            dtype = "mk::DTYPE_F64" if x.flagged else x.dtype
+            emit(f"sl.x = mk::gpu::elem_at(buffers[{x.index}], {dtype}, {at});")
+            emit(f"sl.x_dtype = {'mk::DTYPE_F32' if x.flagged else x.dtype};")
             emit(f"sl.x_ld = {x.shape[1]};")
+            if x.flagged:
+                emit("sl.x_flag = arena.flag;")
         g_at = ""  # the norm weight's first element
         if plan.g is not None:
             g = self.operands[plan.g.source_index()]

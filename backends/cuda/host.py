@@ -14,6 +14,7 @@ import numpy as np
 
 from mk.backends.cuda.entries import queue_entries
 from mk.backends.cuda.stream import STAGE_LOST
+from mk.backends.tables import tables_from_graph
 from mk.compiler import Program, _from_torch, _is_torch, _unwritten, _write_back
 from mk.diagnostics import MkError
 from mk.dialects.nn_decode import donated_args
@@ -22,6 +23,7 @@ from mk.runtime_tables import RUN_STATUS
 
 DEFAULT_NUM_SMS = 132  # an H200's SMs: one queue per SM
 RUN_TIMEOUT, RUN_KERNEL_FAILED = 1, 2
+FLAG_COUNTER = -2  # mk::gpu::kFlagCounter: a flagged value that never came
 TAIL_OVERFLOW = 0x7FFFFFFD  # mk::kTailOverflow: a run status detail
 
 
@@ -55,6 +57,7 @@ class LaunchParams(ctypes.Structure):
                 "scratch",
                 "scratch_per_sm",
                 "timeline",
+                "epoch",
             )
         ),  # fmt: skip
         ("num_sms", ctypes.c_int32),
@@ -114,6 +117,8 @@ class _DeviceState:
         self.scratch = torch.empty(num_sms * scratch_per_sm, dtype=torch.uint8, device="cuda")
         self.counter_bytes = -(-max(tables.num_counters, 1) * 4 // 256) * 256
         self.flags = torch.zeros(self.counter_bytes + 256 + 256, dtype=torch.uint8, device="cuda")
+        # Flagged buffers: the flags earlier launches used, and the CTAs that ended this one.
+        self.epoch = torch.zeros(2, dtype=torch.int32, device="cuda")
         self.buffers: Any = None
         self.bound: bytes = b""
         self.timeline: Any = None
@@ -138,6 +143,7 @@ class _DeviceState:
             abort_flag=base + self.counter_bytes + 256,
             scratch=self.scratch.data_ptr(),
             scratch_per_sm=self.scratch_per_sm,
+            epoch=self.epoch.data_ptr(),
             num_sms=self.num_sms,
             **fields,
         )
@@ -157,6 +163,8 @@ class CudaProgram(Program):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        # Reads of flagged buffers wait on the flags: flagged events need no counters here.
+        self.tables = tables_from_graph(self.graph, flags=True)
         self.cuda_source = cuda_source
         self.scratch_per_sm = scratch_per_sm
         self._slot_rows, self._entry_slots = slot_rows, slots
@@ -361,7 +369,14 @@ class CudaProgram(Program):
     def _run_error(self, status: np.void) -> CudaRunError:
         index = self.graph.index()
         task, sm = int(status["task"]), int(status["sm"])
-        if int(status["error"]) == RUN_TIMEOUT:
+        if int(status["error"]) == RUN_TIMEOUT and int(status["counter"]) == FLAG_COUNTER:
+            text = (
+                f"@{self.name}: {index.describe(task)} on SM {sm} waits for a value of a flagged "
+                f"buffer it reads: the watchdog saw flag {int(status['value'])}, not "
+                f"{int(status['threshold'])}, in iteration {int(status['iteration'])} after "
+                f"{int(status['wait_ms'])} ms"
+            )
+        elif int(status["error"]) == RUN_TIMEOUT:
             event, element = index.locate_counter(int(status["counter"]))
             text = (
                 f"@{self.name}: {index.describe(task)} waits on @{event}{list(element)} "

@@ -82,13 +82,20 @@ def _option_text(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def _typed(field: dataclasses.Field[Any], value: Any) -> Any:
+    """A switch given as 0 or 1 (a tool's --option flag_values=1) as the bool it means."""
+    if field.type in (bool, "bool") and not isinstance(value, bool) and value in (0, 1):
+        return bool(value)
+    return value
+
+
 def pass_spec(names: Sequence[str], options: Mapping[str, Any]) -> str:
     """`a{x=1 y=2},b{...}`: each pass with the options among its fields (spelled with dashes)."""
     specs = []
     for name in names:
         fields = _pass_fields(name)
         given = [
-            f"{key.replace('_', '-')}={_option_text(value)}"
+            f"{key.replace('_', '-')}={_option_text(_typed(fields[key], value))}"
             for key, value in sorted(options.items())
             if key in fields
         ]

@@ -24,6 +24,8 @@ def test_the_program_runs_every_mode_once() -> None:
         'run("directr", 1, 0, 0);',
         'run("chainmk", 0, 0, 0);',
         'run("directmk", 1, 0, 0);',
+        'run("chainll", 0, 0, 0);',
+        'run("directll", 1, 0, 0);',
         'run("ring", 2, 1, 0);',
         'run("ring", 2, 4, 0);',
         f'run("stream", 3, {bench.SLOTS}, 0);',
@@ -41,7 +43,7 @@ def test_clusters_add_the_cluster_local_modes() -> None:
     assert "chaincl" not in plain and "cudaLaunchCooperativeKernel" in plain
     src = bench.program_source([32, 0, 16], 2, [1], local=[False, True, False], cluster=4)
     runs = [line.strip() for line in src.splitlines() if line.strip().startswith('run("')]
-    assert runs[6:8] == ['run("chaincl", 0, 0, 0);', 'run("directcl", 1, 0, 0);']
+    assert runs[8:10] == ['run("chaincl", 0, 0, 0);', 'run("directcl", 1, 0, 0);']
     assert "__constant__ int c_local[kPhases] = {0, 1, 0};" in src
     assert "attrs[0].val.clusterDim.x = 4;" in src
     assert "mbarrier.arrive.release.cluster.shared::cluster.b64" in src
@@ -87,8 +89,8 @@ def test_the_ring_sums_what_the_direct_stream_sums(
 ) -> None:
     args = ["--phases", "32,0,16,48", "--layers", "4", "--inflight", "1,12"]
     out = run_main("chain", args, monkeypatch, capsys)
-    rows = [r for r in out if r.startswith(("| ring", "| directr", "| directmk"))]
-    assert len(rows) == 6 and all(r.rstrip().endswith("| yes |") for r in rows), rows
+    rows = [r for r in out if r.startswith(("| ring", "| directr", "| directmk", "| directll"))]
+    assert len(rows) == 7 and all(r.rstrip().endswith("| yes |") for r in rows), rows
 
 
 @pytest.mark.gpu
@@ -98,8 +100,9 @@ def test_cluster_local_phases_run(
     args = ["--phases", "32,c0,16,48", "--layers", "4", "--inflight", "2", "--cluster", "4"]
     out = run_main("chain", args, monkeypatch, capsys)
     assert [r.split("|")[1].strip() for r in out if r.startswith("| ")][1:] == [
-        "chain", "direct", "chainr", "directr", "chainmk", "directmk", "chaincl", "directcl",
+        "chain", "direct", "chainr", "directr", "chainmk", "directmk", "chainll", "directll",
+        "chaincl", "directcl",
         "ring", "stream", "ringc", "streamc",
     ]  # fmt: skip
-    checked = ("| ring", "| directr", "| directmk")
+    checked = ("| ring", "| directr", "| directmk", "| directll")
     assert all(r.rstrip().endswith("| yes |") for r in out if r.startswith(checked))

@@ -45,6 +45,12 @@ struct Arena {
   uint64_t* stage_bar;    // the barrier they complete on
   uint32_t stage_parity;  // the phase of stage_bar that means they landed
   void* turn;  // an mk::Turn when the body waits for its own turn (cuda_wait.cuh), else null
+  // Flagged buffers (cuda_flags.cuh): the flag this task's iteration writes and waits for, and
+  // what a stuck wait reports (the launch's parameters, the task, the iteration).
+  uint32_t flag;
+  const void* params;
+  int32_t task;
+  int32_t t;
   __device__ void* alloc(uint64_t bytes) {
     const uint64_t near = (fast_top + 15) & ~uint64_t{15};
     if (near + bytes <= fast_cap) {

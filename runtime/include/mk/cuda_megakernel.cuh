@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "mk/cuda_kernels.h"
+#include "mk/cuda_flags.cuh"
 #include "mk/cuda_stage.cuh"
 #include "mk/cuda_wait.cuh"
 #include "mk/events.h"
@@ -36,6 +37,7 @@ constexpr uint32_t kTailOverflow = 0x7FFFFFFD;
 __device__ inline bool signal_task(const NearTask& near, const SignalDesc* far, uint32_t* counters,
                                    int32_t t, int32_t* stack, int32_t& top, SeenCounters& known) {
   const TaskDesc& task = near.desc;
+  if (task.signal_begin == task.signal_end) return true;  // nobody to publish to
   event_release_fence();
   bool acquired = false, fits = true;
   for (int32_t s = task.signal_begin; s < task.signal_end; ++s) {
@@ -116,8 +118,19 @@ __device__ inline void set_turn(Turn& turn, const Entry& e, int32_t t) {
   turn.t = t;
 }
 
+// Thread 0 of each CTA, once its queue is done: the last CTA of the launch moves the flag base
+// past this launch's iterations, so the next launch's flags differ from every word written so
+// far (each CTA read the base before it counted itself out).
+__device__ inline void end_flag_epoch(const LaunchParams& p) {
+  __threadfence();
+  if (atomicAdd(p.epoch + 1, 1u) == gridDim.x - 1) {
+    p.epoch[0] += static_cast<uint32_t>(p.iterations);
+    p.epoch[1] = 0;
+  }
+}
+
 template <class Dispatch>
-__global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const __grid_constant__ LaunchParams p) {
+__device__ __forceinline__ void run_queues(const LaunchParams& p) {
   using Entry = QueueEntry<Dispatch::kSlots>;
   constexpr bool kTableShared = Dispatch::kBuffers <= kSharedBufferRows;
   __shared__ int32_t go;
@@ -140,11 +153,12 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const __grid_const
   // Thread 0's memory of counters, and the turn of a task whose body waits itself.
   __shared__ SeenCounters known;
   __shared__ Turn turn;
+  __shared__ uint32_t flag_base;  // flagged buffers: this launch's flag for iteration t is base + t + 1
   const int32_t sm = blockIdx.x;
   uint8_t* const ring = gpu::mk_dynamic_smem + Dispatch::kRingOffset;
   gpu::Arena arena{p.scratch + static_cast<uint64_t>(sm) * p.scratch_per_sm, 0, p.scratch_per_sm,
                    gpu::mk_dynamic_smem + Dispatch::kArenaOffset, 0, Dispatch::kArenaBytes,
-                   nullptr, p.marks, 0, ring, &stage_bars[0], 0, nullptr};
+                   nullptr, p.marks, 0, ring, &stage_bars[0], 0, nullptr, 0, &p, -1, 0};
   void* const* table = p.buffers;
   if constexpr (kTableShared) {
     for (int i = threadIdx.x; i < Dispatch::kBuffers; i += kCudaThreads) table_rows[i] = p.buffers[i];
@@ -160,6 +174,7 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const __grid_const
   };
   const int32_t begin = p.queue_offsets[sm], end = p.queue_offsets[sm + 1];
   if (threadIdx.x == 0) {
+    flag_base = Dispatch::kFlagged ? *static_cast<volatile uint32_t*>(p.epoch) : 0;
     tail_top = 0;
     known.clear();
     turn = Turn{&p, nullptr, &known, 0, sm, 0, 1, 0};
@@ -186,6 +201,9 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const __grid_const
   int32_t t = 0;
   auto run_task = [&](const Entry& e, void* const* task_slots, bool own_wait) {
     const TaskDesc* task = &e.near.desc;
+    arena.flag = flag_base + static_cast<uint32_t>(t) + 1;
+    arena.task = e.id;
+    arena.t = t;
 #if defined(MK_OP_MARKS_WARM)
     // A diagnostic profile build: the body once untimed, so that the timed run below finds its
     // code in the instruction cache and its reads in L2.
@@ -306,6 +324,14 @@ __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const __grid_const
         __syncthreads();  // thread 0's pushes
       }
     }
+  }
+}
+
+template <class Dispatch>
+__global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const __grid_constant__ LaunchParams p) {
+  run_queues<Dispatch>(p);
+  if constexpr (Dispatch::kFlagged) {
+    if (threadIdx.x == 0) end_flag_epoch(p);
   }
 }
 

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "mk/cuda_kernels.h"
+#include "mk/cuda_flags.cuh"
 #include "mk/cuda_mma.cuh"
 #include "mk/cuda_stage.cuh"
 #include "mk/cuda_stream_rows.cuh"
@@ -111,12 +112,68 @@ __device__ void stage_chunk_16bit(const StreamLinear& s, float* xs, int stride, 
   }
 }
 
+// stage_chunk for a flagged activation (s.x_flag): each thread polls two groups of eight words
+// at once, then stages them as the plain path does (the same Σx² order).
+template <int M>
+__device__ void stage_chunk_flagged(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
+                                    const Packing& pack, float (&ss)[M]) {
+  const uint64_t* x = static_cast<const uint64_t*>(s.x) + c;
+  const int groups = (kc + 7) / 8, items = M * groups, step = static_cast<int>(blockDim.x);
+  for (int e0 = threadIdx.x; e0 < items; e0 += 2 * step) {
+    uint64_t v[16];
+    const uint64_t* at[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int e = e0 + (j / 8) * step, m = e / groups, k = (e - m * groups) * 8 + j % 8;
+      at[j] = e < items && k < kc ? x + m * s.x_ld + k : nullptr;
+    }
+    flag_poll<16>(v, at, *s.arena);
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      const int e = e0 + b * step, m = e / groups, k = (e - m * groups) * 8;
+      if (e >= items) break;
+      float g[8];
+      if (s.g) {
+        const bool vec = k + 8 <= kc && vec8_ok(elem_at(s.g, s.g_dtype, c + k), s.g_dtype);
+        if (vec) {
+          load8_f(g, s.g, s.g_dtype, c + k, true);
+        } else {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) g[j] = k + j < kc ? load_elem_f(s.g, s.g_dtype, c + k + j) : 1.0f;
+        }
+      }
+      float sq = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float xj = at[b * 8 + j] ? flag_value(v[b * 8 + j]) : 0.0f;
+        sq = fmaf(xj, xj, sq);
+        if (k + j >= kc) continue;
+        const float val = s.g ? xj * g[j] : xj;
+        if (pack.on) {
+          reinterpret_cast<uint16_t*>(xs)[m * stride + k + j] =
+              static_cast<uint16_t>(pack2(val, 0.0f, pack.bf16) & 0xffffu);
+        } else {
+          xs[m * stride + k + j] = val;
+        }
+      }
+#pragma unroll
+      for (int mm = 0; mm < M; ++mm) {
+        if (mm == m) ss[mm] += sq;
+      }
+    }
+  }
+}
+
 // Stages columns [c, c + kc) of the activation side into xs and adds their squares to ss. Each
 // thread takes eight columns per step with one 16-byte load (two with the norm weight); 16-bit
 // aligned rows go through stage_chunk_16bit, several steps' loads in flight at once.
 template <int M, int XB>
 __device__ void stage_chunk(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
                             const Packing& pack, float (&ss)[M]) {
+  if (s.x_flag) {
+    stage_chunk_flagged<M>(s, xs, stride, kc, c, pack, ss);
+    return;
+  }
   const bool vec = kc % 8 == 0 && s.x_ld % 8 == 0 && c % 8 == 0 && vec8_ok(s.x, s.x_dtype) &&
                    (!s.g || vec8_ok(s.g, s.g_dtype));
   const bool narrow = s.x_dtype == DTYPE_BF16 || s.x_dtype == DTYPE_F16;

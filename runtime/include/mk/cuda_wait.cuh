@@ -24,6 +24,7 @@ struct LaunchParams {
   uint8_t* scratch;           // scratch_per_sm bytes per CTA
   uint64_t scratch_per_sm;
   uint64_t* timeline;         // [iterations][num_tasks][2 + marks] start, end, op marks (ns), or null
+  uint32_t* epoch;            // flagged buffers: flags used by earlier launches, launches ended
   int32_t num_sms;
   int32_t num_tasks;
   int32_t iterations;

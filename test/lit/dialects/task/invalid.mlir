@@ -565,3 +565,10 @@ task.graph @g iterations 1 arena 0 {
     func.return
   }
 }
+
+// -----
+
+task.graph @g iterations 1 arena 0 {
+  // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.buffer' only an activation buffer can be flagged, not an input
+  task.buffer @a input flagged 0 : tensor<64xf32>
+}

@@ -199,3 +199,32 @@ task.graph @in_place iterations 1 arena 0 {
 // CHECK-NEXT: ^bb0(%old: tensor<16x32xf32>, %new: tensor<16x32xf32>):
 // CHECK-NEXT:   task.yield %old : tensor<16x32xf32>
 // CHECK-NEXT: }
+
+// -----
+
+// A flagged activation (each element stored with its iteration's flag) and the flagged event
+// that orders its read: a backend may realise the event by the flags alone.
+
+// CHECK-LABEL: task.graph @flags
+// CHECK: task.buffer @h activation flagged offset 0 : tensor<4xf32>
+// CHECK: task.event @h_flags [1] count 1 flagged
+task.graph @flags iterations 1 arena 128 {
+  task.buffer @x input 0 : tensor<4xf32>
+  task.buffer @y output 0 : tensor<4xf32>
+  task.buffer @h activation flagged offset 0 : tensor<4xf32>
+  task.event @h_flags [1] count 1 flagged
+  task.grid @a [1]
+      reads(@x[(d0) -> (0)] [4])
+      writes(@h[(d0) -> (0)] [4])
+      signals(@h_flags (d0) -> (0)) {
+  ^bb0(%x: tensor<4xf32>, %h: tensor<4xf32>):
+    task.yield %x : tensor<4xf32>
+  }
+  task.grid @b [1]
+      reads(@h[(d0) -> (0)] [4])
+      writes(@y[(d0) -> (0)] [4])
+      waits(@h_flags (d0) -> (0)) {
+  ^bb0(%h: tensor<4xf32>, %y: tensor<4xf32>):
+    task.yield %h : tensor<4xf32>
+  }
+}
