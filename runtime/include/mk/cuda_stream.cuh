@@ -112,6 +112,31 @@ __device__ void stage_chunk_16bit(const StreamLinear& s, float* xs, int stride, 
   }
 }
 
+// Columns k..k+7 of row m (those below kc) into xs, times the norm weight g when has_g, their
+// squares (before the weight) added to ss[m].
+template <int M>
+__device__ __forceinline__ void stage_eight(float* xs, int stride, int m, int k, int kc, const float (&x)[8],
+                                            const float (&g)[8], bool has_g, const Packing& pack,
+                                            float (&ss)[M]) {
+  float sq = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    sq = fmaf(x[j], x[j], sq);
+    if (k + j >= kc) continue;
+    const float v = has_g ? x[j] * g[j] : x[j];
+    if (pack.on) {
+      reinterpret_cast<uint16_t*>(xs)[m * stride + k + j] =
+          static_cast<uint16_t>(pack2(v, 0.0f, pack.bf16) & 0xffffu);
+    } else {
+      xs[m * stride + k + j] = v;
+    }
+  }
+#pragma unroll
+  for (int mm = 0; mm < M; ++mm) {
+    if (mm == m) ss[mm] += sq;
+  }
+}
+
 // stage_chunk for a flagged activation (s.x_flag): each thread polls two groups of eight words
 // at once, then stages them as the plain path does (the same Σx² order).
 template <int M>
@@ -132,7 +157,7 @@ __device__ void stage_chunk_flagged(const StreamLinear& s, float* xs, int stride
     for (int b = 0; b < 2; ++b) {
       const int e = e0 + b * step, m = e / groups, k = (e - m * groups) * 8;
       if (e >= items) break;
-      float g[8];
+      float g[8] = {};
       if (s.g) {
         const bool vec = k + 8 <= kc && vec8_ok(elem_at(s.g, s.g_dtype, c + k), s.g_dtype);
         if (vec) {
@@ -142,24 +167,10 @@ __device__ void stage_chunk_flagged(const StreamLinear& s, float* xs, int stride
           for (int j = 0; j < 8; ++j) g[j] = k + j < kc ? load_elem_f(s.g, s.g_dtype, c + k + j) : 1.0f;
         }
       }
-      float sq = 0.0f;
+      float x[8];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float xj = at[b * 8 + j] ? flag_value(v[b * 8 + j]) : 0.0f;
-        sq = fmaf(xj, xj, sq);
-        if (k + j >= kc) continue;
-        const float val = s.g ? xj * g[j] : xj;
-        if (pack.on) {
-          reinterpret_cast<uint16_t*>(xs)[m * stride + k + j] =
-              static_cast<uint16_t>(pack2(val, 0.0f, pack.bf16) & 0xffffu);
-        } else {
-          xs[m * stride + k + j] = val;
-        }
-      }
-#pragma unroll
-      for (int mm = 0; mm < M; ++mm) {
-        if (mm == m) ss[mm] += sq;
-      }
+      for (int j = 0; j < 8; ++j) x[j] = at[b * 8 + j] ? flag_value(v[b * 8 + j]) : 0.0f;
+      stage_eight<M>(xs, stride, m, k, kc, x, g, s.g != nullptr, pack, ss);
     }
   }
 }
@@ -195,23 +206,7 @@ __device__ void stage_chunk(const StreamLinear& s, float* xs, int stride, int kc
         g[j] = s.g && k + j < kc ? load_elem_f(s.g, s.g_dtype, c + k + j) : 1.0f;
       }
     }
-    float sq = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      sq = fmaf(x[j], x[j], sq);
-      if (k + j >= kc) continue;
-      const float v = s.g ? x[j] * g[j] : x[j];
-      if (pack.on) {
-        reinterpret_cast<uint16_t*>(xs)[m * stride + k + j] =
-            static_cast<uint16_t>(pack2(v, 0.0f, pack.bf16) & 0xffffu);
-      } else {
-        xs[m * stride + k + j] = v;
-      }
-    }
-#pragma unroll
-    for (int mm = 0; mm < M; ++mm) {
-      if (mm == m) ss[mm] += sq;
-    }
+    stage_eight<M>(xs, stride, m, k, kc, x, g, s.g != nullptr, pack, ss);
   }
 }
 
