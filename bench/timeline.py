@@ -132,6 +132,7 @@ def main() -> int:
         torch.cuda.synchronize()
         total = grid_rows(prog)
         print(f"{name}: {len(prog.tables.tasks)} tasks, step {max(r[3] for r in total):.1f} us")
+        print(f"megakernel: {prog.cuda_resources}")  # type: ignore[attr-defined]
         print(wait_summary(prog))
         model_summary(prog)
         run = Run(prog, prog.last_timeline[-1])  # type: ignore[attr-defined]

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
 
@@ -21,8 +24,54 @@ NVCC_FLAGS = (
     "-Xcompiler",
     "-fPIC",
     "--expt-relaxed-constexpr",
+    "-Xptxas=-v",  # the megakernel's registers and spills (KernelResources)
 )
 _ERROR_LINES = 12
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """What ptxas reported for the megakernel entry: one CTA per SM of 256 threads may use 255
+    registers a thread, and every body shares them, so a body that needs more spills to local
+    memory in every task the dispatcher runs (`spilling` counts the functions that spill)."""
+
+    registers: int
+    stack_bytes: int
+    spill_stores: int
+    spill_loads: int
+    spilling: int
+
+
+_PROPERTIES = re.compile(
+    r"Function properties for (\S+)\s*\n[^\n]*?(\d+) bytes stack frame, (\d+) bytes spill stores, "
+    r"(\d+) bytes spill loads"
+)
+_ENTRY = re.compile(r"Compiling entry function '(\S*megakernel\S*)'.*?Used (\d+) registers", re.S)
+
+
+def kernel_resources(ptxas: str) -> KernelResources | None:
+    """The megakernel's entry in ptxas -v output (None when it is not there)."""
+    frames = {
+        m.group(1): tuple(int(x) for x in m.groups()[1:]) for m in _PROPERTIES.finditer(ptxas)
+    }
+    entry = _ENTRY.search(ptxas)
+    if entry is None or entry.group(1) not in frames:
+        return None
+    stack, stores, loads = frames[entry.group(1)]
+    spilling = sum(1 for frame in frames.values() if frame[1] > 0)
+    return KernelResources(int(entry.group(2)), stack, stores, loads, spilling)
+
+
+def resources_path(library: Path) -> Path:
+    return library.with_suffix(".resources.json")
+
+
+def library_resources(library: Path) -> KernelResources | None:
+    """What ptxas reported when `library` was built (None for a library built without it)."""
+    path = resources_path(library)
+    if not path.is_file():
+        return None
+    return KernelResources(**json.loads(path.read_text()))
 
 
 def nvcc() -> str | None:
@@ -75,6 +124,9 @@ def build_cuda(source: str, root: Path) -> tuple[Path, bool]:
             errors = [line for line in done.stderr.splitlines() if "error" in line]
             shown = "\n".join((errors or done.stderr.splitlines())[:_ERROR_LINES])
             raise MkError(f"nvcc failed on {entry / f'{key}.cu'}:\n{shown}")
+        found = kernel_resources(done.stdout + done.stderr)
+        if found is not None:
+            resources_path(lib).write_text(json.dumps(asdict(found), sort_keys=True))
         # Publish by rename so that a concurrent reader never loads half a library.
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".so", dir=entry)
         os.close(fd)

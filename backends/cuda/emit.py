@@ -95,6 +95,8 @@ def _defines(profile: bool) -> str:
         lines.append(f"#define MK_POLL_SLEEP_NS {sleep}")
     if switches.release_signals():
         lines.append("#define MK_SIGNAL_RELEASE 1")
+    if switches.flag_poll_all():
+        lines.append("#define MK_FLAG_POLL_ALL 1")
     return "".join(line + "\n" for line in lines)
 
 

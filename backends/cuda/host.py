@@ -12,6 +12,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from mk.backends.cuda.build import KernelResources, library_resources
 from mk.backends.cuda.entries import queue_entries
 from mk.backends.cuda.stream import STAGE_LOST
 from mk.backends.tables import tables_from_graph
@@ -183,6 +184,11 @@ class CudaProgram(Program):
         tables: the device state is built from them once per tables object, so replacing
         `tables` (a test drops a signal that way) reaches the GPU."""
         return queue_entries(self.tables, self._slot_rows, self._entry_slots)
+
+    @property
+    def cuda_resources(self) -> KernelResources | None:
+        """ptxas's report on the megakernel (registers a thread, spills); None without one."""
+        return library_resources(self.library_path) if self.library_path is not None else None
 
     def __repr__(self) -> str:
         return f"<mk.Program @{self.name} (cuda): {len(self.tables.tasks)} tasks on {self.num_sms} SMs>"

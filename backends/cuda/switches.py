@@ -130,3 +130,11 @@ def weights_evict_first() -> bool:
     them than the L2 holds, so keeping them only pushes out what is read again (activations,
     the KV cache, event counters, the kernel's code)."""
     return choice("MK_CUDA_WEIGHT_L2", ("normal", "evict_first")) == "evict_first"
+
+
+def flag_poll_all() -> bool:
+    """MK_CUDA_FLAG_POLL: `watch` (default) waits between two rounds of a flagged read on one
+    missing word alone; `all` sleeps and loads every missing word again each round (bench/
+    chain.py's `ll` modes spin that way): one L2 round trip less after the last word lands, at
+    the price of more polling traffic through the L2 the producers stream their weights from."""
+    return choice("MK_CUDA_FLAG_POLL", ("watch", "all")) == "all"

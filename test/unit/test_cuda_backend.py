@@ -123,6 +123,28 @@ def test_nvcc_builds_the_megakernel_once(name: str, cache: Path) -> None:
     assert prog.library_path is not None and prog.library_path.is_file()
     again = mk.compile(path, target="cuda", cache_dir=cache)
     assert again.cache_hit and again.library_path == prog.library_path
+    # Every body shares the entry's 255 registers a thread: past them, every task spills.
+    used = again.cuda_resources
+    assert used is not None and 0 < used.registers <= 255
+    assert (used.spill_stores, used.spilling) == (0, 0), used
+
+
+PTXAS = """\
+ptxas info    : Compiling entry function '_ZN2mk10megakernelIN12_GLOBAL__N_18DispatchEEEvNS_12LaunchParamsE' for 'sm_90a'
+ptxas info    : Function properties for _ZN2mk10megakernelIN12_GLOBAL__N_18DispatchEEEvNS_12LaunchParamsE
+    752 bytes stack frame, 504 bytes spill stores, 868 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 752 bytes cumulative stack size, 2640 bytes smem
+ptxas info    : Function properties for _ZN12_GLOBAL__N_19task_5_k5_xEPKN2mk8TaskDescEPKPvRNS0_3gpu5ArenaEii
+    0 bytes stack frame, 64 bytes spill stores, 112 bytes spill loads
+ptxas info    : Function properties for _ZN12_GLOBAL__N_19task_0_k0_pEPKN2mk8TaskDescEPKPvRNS0_3gpu5ArenaEii
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+"""
+
+
+def test_ptxas_reports_the_megakernels_registers_and_spills() -> None:
+    found = cuda_build.kernel_resources(PTXAS)
+    assert found == cuda_build.KernelResources(255, 752, 504, 868, 2)
+    assert cuda_build.kernel_resources("ptxas info    : 0 bytes gmem") is None
 
 
 # Build switches that change the emitted CUDA beyond the default (bench/RESULTS.md measures them).
@@ -143,6 +165,7 @@ SWITCHES = [
     {"MK_CUDA_LOAD_AHEAD": "1"},
     {"MK_CUDA_SIGNAL": "release"},
     {"MK_CUDA_POLL_SLEEP": "0"},
+    {"MK_CUDA_FLAG_POLL": "all"},
 ]
 
 
@@ -164,7 +187,8 @@ SWITCH_BUILDS = [
     ("decoder_block", {"MK_CUDA_PREFETCH": str(128 << 10), "MK_CUDA_LEAN": "0",
                        "MK_CUDA_FUSE_LOOPS": "0"}),
     ("decoder_block", {"MK_CUDA_STAGE": "1", "MK_CUDA_SIGNAL": "release"}),
-    ("decoder_block", {"MK_CUDA_LOAD_AHEAD": "1", "MK_CUDA_POLL_SLEEP": "0"}),
+    ("decoder_block", {"MK_CUDA_LOAD_AHEAD": "1", "MK_CUDA_POLL_SLEEP": "0",
+                       "MK_CUDA_FLAG_POLL": "all"}),
     ("gated_mlp", {"MK_CUDA_MMA_PIPE": "1", "MK_CUDA_MMA_SLICES": "rounds"}),
     ("gated_mlp", {"MK_CUDA_MMA_RING": "4"}),
 ]  # fmt: skip
@@ -187,6 +211,8 @@ def test_nvcc_builds_the_switches(
         monkeypatch.setenv(name, value)
     prog = mk.compile(ROOT / "examples" / f"{example}.mlir", target="cuda", cache_dir=cache)
     assert prog.library_path is not None and prog.library_path.is_file()
+    used = prog.cuda_resources
+    assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
 
 
 @pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")

@@ -107,6 +107,8 @@ def test_the_megakernel_reads_and_writes_flags(
 def test_nvcc_builds_a_flagged_megakernel(cache: Path) -> None:
     prog = mk.compile(BLOCK, target="cuda", flag_values=True, cache_dir=cache)
     assert prog.library_path is not None and Path(prog.library_path).exists()
+    used = prog.cuda_resources
+    assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
 
 
 @pytest.mark.gpu

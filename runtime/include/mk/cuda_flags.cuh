@@ -41,34 +41,84 @@ __device__ inline bool flag_stuck(const Arena& a, uint64_t& start, uint32_t seen
   return true;
 }
 
-// Words at[k] (null: none) into v[k] once each carries the task's flag; every load of a round
-// in flight at once. Between rounds the thread watches one missing word alone, with short
-// sleeps: a consumer reaches its reads while its producers still stream their weights, and every
-// thread of every waiting SM loading all its words each round would crowd the L2 they stream
-// through.
-template <int G>
-__device__ inline void flag_poll(uint64_t (&v)[G], const uint64_t* const (&at)[G], const Arena& a) {
+// Between two rounds of a poll, with `watch` a word still missing: by default the thread waits
+// until that word carries the flag, with short sleeps and one word alone, because a consumer
+// reaches its reads while its producers still stream their weights, and every thread of every
+// waiting SM loading all its words each round would crowd the L2 they stream through. With
+// MK_FLAG_POLL_ALL (MK_CUDA_FLAG_POLL=all) it only sleeps, and the next round loads every
+// missing word again: one round trip less after the last word lands. False once the watchdog
+// gives up.
+__device__ inline bool flag_between_rounds(const uint64_t* watch, const Arena& a, uint64_t& start,
+                                           uint32_t& rounds) {
+#if defined(MK_FLAG_POLL_ALL)
+  __nanosleep(kFlagSleepNs);
+  return (++rounds & 63) != 0 || !flag_stuck(a, start, static_cast<uint32_t>(flag_word_load(watch) >> 32));
+#else
+  for (;;) {
+    __nanosleep(kFlagSleepNs);
+    const uint32_t flag = static_cast<uint32_t>(flag_word_load(watch) >> 32);
+    if (flag == a.flag) return true;
+    if ((++rounds & 63) == 0 && flag_stuck(a, start, flag)) return false;
+  }
+#endif
+}
+
+// Words at(k) (null: none), k < G, into v[k] once each carries the task's flag; every load of a
+// round in flight at once. Addresses come from `at` each round rather than from an array: a
+// poll's registers add to the heaviest body's, and the megakernel has 255 for all of them.
+template <int G, class At>
+__device__ inline void flag_poll(uint64_t (&v)[G], At at, const Arena& a) {
+  static_assert(G <= 32, "a poll group is one bit mask");
   uint32_t pending = 0;
 #pragma unroll
-  for (int k = 0; k < G; ++k) pending |= at[k] ? 1u << k : 0u;
+  for (int k = 0; k < G; ++k) pending |= at(k) ? 1u << k : 0u;
   uint64_t start = 0;
-  for (uint32_t round = 1; pending; ++round) {
+  uint32_t rounds = 0;
+  while (pending) {
 #pragma unroll
     for (int k = 0; k < G; ++k)
-      if (pending >> k & 1u) v[k] = flag_word_load(at[k]);
+      if (pending >> k & 1u) v[k] = flag_word_load(at(k));
+#pragma unroll
+    for (int k = 0; k < G; ++k)
+      if ((pending >> k & 1u) && static_cast<uint32_t>(v[k] >> 32) == a.flag) pending &= ~(1u << k);
+    if (pending && !flag_between_rounds(at(__ffs(pending) - 1), a, start, rounds)) return;
+  }
+}
+
+// Two consecutive words (16-byte aligned) in one load; each word is read whole, with its flag.
+__device__ __forceinline__ void flag_pair_load(uint64_t& lo, uint64_t& hi, const uint64_t* w) {
+  asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(lo), "=l"(hi) : "l"(w) : "memory");
+}
+
+// R runs of eight consecutive words (base[r], 16-byte aligned; null: none) into v[r] once every
+// word carries the task's flag: four 16-byte loads a run, every pending pair of a round in
+// flight at once.
+template <int R>
+__device__ inline void flag_poll8(uint64_t (&v)[R][8], const uint64_t* const (&base)[R], const Arena& a) {
+  static_assert(R <= 8, "a poll group is one bit mask");
+  uint32_t pending = 0;  // bit 4r + q: words 2q, 2q + 1 of run r
+#pragma unroll
+  for (int r = 0; r < R; ++r) pending |= base[r] ? 0xFu << 4 * r : 0u;
+  uint64_t start = 0;
+  uint32_t rounds = 0;
+  while (pending) {
+#pragma unroll
+    for (int b = 0; b < 4 * R; ++b)
+      if (pending >> b & 1u) flag_pair_load(v[b / 4][b % 4 * 2], v[b / 4][b % 4 * 2 + 1], base[b / 4] + b % 4 * 2);
     const uint64_t* watch = nullptr;
 #pragma unroll
-    for (int k = 0; k < G; ++k) {
-      if ((pending >> k & 1u) && static_cast<uint32_t>(v[k] >> 32) == a.flag) pending &= ~(1u << k);
-      if (!watch && (pending >> k & 1u)) watch = at[k];
+    for (int b = 0; b < 4 * R; ++b) {
+      if (!(pending >> b & 1u)) continue;
+      const uint64_t lo = v[b / 4][b % 4 * 2], hi = v[b / 4][b % 4 * 2 + 1];
+      if (static_cast<uint32_t>(lo >> 32) != a.flag) {
+        if (!watch) watch = base[b / 4] + b % 4 * 2;
+      } else if (static_cast<uint32_t>(hi >> 32) != a.flag) {
+        if (!watch) watch = base[b / 4] + b % 4 * 2 + 1;
+      } else {
+        pending &= ~(1u << b);
+      }
     }
-    if (!watch) return;
-    for (uint32_t look = 1;; ++look) {
-      __nanosleep(kFlagSleepNs);
-      const uint32_t flag = static_cast<uint32_t>(flag_word_load(watch) >> 32);
-      if (flag == a.flag) break;
-      if ((look & 63) == 0 && flag_stuck(a, start, flag)) return;
-    }
+    if (watch && !flag_between_rounds(watch, a, start, rounds)) return;
   }
 }
 
@@ -92,20 +142,18 @@ __device__ inline void store_flag_run_elem(void* base, int64_t first, int64_t ld
 template <uint32_t N, uint32_t Cols, class T>
 __device__ inline void load_flag_runs(Tile<T>& tile, const void* base, int64_t first, int64_t ld,
                                       const Arena& a) {
-  constexpr uint32_t kPer = (N + kCudaThreads - 1) / kCudaThreads, kGroup = kPer < 16 ? kPer : 16;
+  constexpr uint32_t kPer = (N + kCudaThreads - 1) / kCudaThreads, kGroup = kPer < 8 ? kPer : 8;
   const uint64_t* w = static_cast<const uint64_t*>(base);
   for (uint32_t g = 0; g < kPer; g += kGroup) {
+    const uint32_t e0 = threadIdx.x + g * kCudaThreads;
     uint64_t v[kGroup];
-    const uint64_t* at[kGroup];
+    flag_poll<kGroup>(v, [&](int k) -> const uint64_t* {
+      const uint32_t e = e0 + k * kCudaThreads;
+      return e < N ? w + run_index<Cols>(first, ld, e) : nullptr;
+    }, a);
 #pragma unroll
     for (uint32_t k = 0; k < kGroup; ++k) {
-      const uint32_t e = threadIdx.x + (g + k) * kCudaThreads;
-      at[k] = e < N ? w + run_index<Cols>(first, ld, e) : nullptr;
-    }
-    flag_poll<kGroup>(v, at, a);
-#pragma unroll
-    for (uint32_t k = 0; k < kGroup; ++k) {
-      const uint32_t e = threadIdx.x + (g + k) * kCudaThreads;
+      const uint32_t e = e0 + k * kCudaThreads;
       if (e < N) tile.p[e] = static_cast<T>(flag_value(v[k]));
     }
   }

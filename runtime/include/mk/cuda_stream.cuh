@@ -137,24 +137,42 @@ __device__ __forceinline__ void stage_eight(float* xs, int stride, int m, int k,
   }
 }
 
-// stage_chunk for a flagged activation (s.x_flag): each thread polls two groups of eight words
-// at once, then stages them as the plain path does (the same Σx² order).
-template <int M>
+// stage_chunk_flagged's poll where runs are not whole or 16-byte aligned: word by word, and not
+// inlined (inlined, its address arithmetic took the megakernel past 255 registers into spills).
+template <int R>
+__device__ __noinline__ void flag_poll_ragged(uint64_t (&v)[R][8], const uint64_t* const (&run)[R], int kc,
+                                              int groups, int e0, int step, const Arena& a) {
+  uint64_t(&flat)[8 * R] = *reinterpret_cast<uint64_t(*)[8 * R]>(&v[0][0]);
+  flag_poll<8 * R>(flat, [&](int j) -> const uint64_t* {
+    const int e = e0 + (j / 8) * step, k = (e % groups) * 8 + j % 8;
+    return run[j / 8] && k < kc ? run[j / 8] + j % 8 : nullptr;
+  }, a);
+}
+
+// stage_chunk for a flagged activation (s.x_flag): each thread polls R runs of eight words at
+// once (16-byte loads where the run is whole and aligned), then stages them as the plain path
+// does (the same Σx² order). R = 1 where a round of weight loads is in flight meanwhile.
+template <int M, int R>
 __device__ void stage_chunk_flagged(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
                                     const Packing& pack, float (&ss)[M]) {
   const uint64_t* x = static_cast<const uint64_t*>(s.x) + c;
   const int groups = (kc + 7) / 8, items = M * groups, step = static_cast<int>(blockDim.x);
-  for (int e0 = threadIdx.x; e0 < items; e0 += 2 * step) {
-    uint64_t v[16];
-    const uint64_t* at[16];
+  const bool pairs = kc % 8 == 0 && s.x_ld % 2 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  for (int e0 = threadIdx.x; e0 < items; e0 += R * step) {
+    uint64_t v[R][8];
+    const uint64_t* run[R];
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const int e = e0 + (j / 8) * step, m = e / groups, k = (e - m * groups) * 8 + j % 8;
-      at[j] = e < items && k < kc ? x + m * s.x_ld + k : nullptr;
+    for (int b = 0; b < R; ++b) {
+      const int e = e0 + b * step, m = e / groups, k = (e - m * groups) * 8;
+      run[b] = e < items ? x + m * s.x_ld + k : nullptr;
     }
-    flag_poll<16>(v, at, *s.arena);
+    if (pairs) {
+      flag_poll8<R>(v, run, *s.arena);
+    } else {
+      flag_poll_ragged<R>(v, run, kc, groups, e0, step, *s.arena);
+    }
 #pragma unroll
-    for (int b = 0; b < 2; ++b) {
+    for (int b = 0; b < R; ++b) {
       const int e = e0 + b * step, m = e / groups, k = (e - m * groups) * 8;
       if (e >= items) break;
       float g[8] = {};
@@ -167,10 +185,10 @@ __device__ void stage_chunk_flagged(const StreamLinear& s, float* xs, int stride
           for (int j = 0; j < 8; ++j) g[j] = k + j < kc ? load_elem_f(s.g, s.g_dtype, c + k + j) : 1.0f;
         }
       }
-      float x[8];
+      float xv[8];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) x[j] = at[b * 8 + j] ? flag_value(v[b * 8 + j]) : 0.0f;
-      stage_eight<M>(xs, stride, m, k, kc, x, g, s.g != nullptr, pack, ss);
+      for (int j = 0; j < 8; ++j) xv[j] = k + j < kc ? flag_value(v[b][j]) : 0.0f;
+      stage_eight<M>(xs, stride, m, k, kc, xv, g, s.g != nullptr, pack, ss);
     }
   }
 }
@@ -178,11 +196,11 @@ __device__ void stage_chunk_flagged(const StreamLinear& s, float* xs, int stride
 // Stages columns [c, c + kc) of the activation side into xs and adds their squares to ss. Each
 // thread takes eight columns per step with one 16-byte load (two with the norm weight); 16-bit
 // aligned rows go through stage_chunk_16bit, several steps' loads in flight at once.
-template <int M, int XB>
+template <int M, int XB, int FR = 2>
 __device__ void stage_chunk(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
                             const Packing& pack, float (&ss)[M]) {
   if (s.x_flag) {
-    stage_chunk_flagged<M>(s, xs, stride, kc, c, pack, ss);
+    stage_chunk_flagged<M, FR>(s, xs, stride, kc, c, pack, ss);
     return;
   }
   const bool vec = kc % 8 == 0 && s.x_ld % 8 == 0 && c % 8 == 0 && vec8_ok(s.x, s.x_dtype) &&
@@ -309,7 +327,7 @@ __device__ bool stream_linear(const StreamLinear& s) {
     // Tensor cores take the activation in the weights' 16-bit type: staged that way, once.
     const Packing pack{Mma && vec && kc % 32 == 0 && s.kc % 8 == 0, s.w_dtype == DTYPE_BF16};
     __syncthreads();
-    if (!s.x_ready) stage_chunk<M, XB>(s, xs, s.kc, kc, c, pack, ss);
+    if (!s.x_ready) stage_chunk<M, XB, Ahead ? 1 : 2>(s, xs, s.kc, kc, c, pack, ss);
     // With assign the last chunk's staging barrier also publishes the warps' Σx² parts, so the
     // total is written before the products instead of behind a barrier of its own after them.
     const bool early_sum_sq = s.assign && s.sum_sq && c + kc >= s.k;
