@@ -1,0 +1,367 @@
+"""The device side of bench/chain.py: the megakernel-shaped chain of phases (compute warps 0-7,
+loader warp 8), as CUDA source. bench/chain.py wraps it in a host program that times each mode."""
+
+from __future__ import annotations
+
+K = 1024  # columns of every weight row (bf16): a 2 KB row, a 16 KB chunk of eight rows
+CHUNK_ROWS = 8
+SLOTS = 12  # 192 KB of ring
+GROUP = 4  # chunks a warp takes at once: four rows' loads in flight per lane
+
+
+def kernel_source(phases: list[int], slots: int, local: list[bool] | None = None) -> str:
+    """The megakernel-shaped chain: compute warps 0-7, loader warp 8. A `local` phase (with the
+    cl modes) waits for its cluster's CTAs only, through shared-memory barriers, not the grid."""
+    n = len(phases)
+    local = local or [False] * n
+    prefix = [sum(phases[:i]) for i in range(n)]
+    return f"""
+constexpr int K = {K}, kRows = {CHUNK_ROWS}, kSlots = {slots}, kPhases = {n}, kGroup = {GROUP};
+constexpr int kChunk = kRows * K * 2;
+__constant__ int c_rows[kPhases] = {{{", ".join(map(str, phases))}}};
+__constant__ int c_prefix[kPhases] = {{{", ".join(map(str, prefix))}}};
+__constant__ int c_local[kPhases] = {{{", ".join(str(int(x)) for x in local)}}};
+constexpr int kLayerRows = {sum(phases)};
+enum Mode {{ CHAIN = 0, DIRECT = 1, RING = 2, STREAM = 3 }};
+
+__device__ __forceinline__ uint32_t sa(const void* p) {{
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}}
+__device__ __forceinline__ void mb_init(uint64_t* b, int n) {{
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(sa(b)), "r"(n) : "memory");
+}}
+__device__ __forceinline__ bool mb_done(uint64_t* b, uint32_t parity) {{
+  uint32_t ok;
+  asm volatile(
+      "{{\\n .reg .pred p;\\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\n"
+      " selp.u32 %0, 1, 0, p;\\n}}"
+      : "=r"(ok) : "r"(sa(b)), "r"(parity) : "memory");
+  return ok != 0;
+}}
+__device__ __forceinline__ void mb_wait(uint64_t* b, uint32_t parity) {{
+  while (!mb_done(b, parity)) {{}}
+}}
+__device__ __forceinline__ void mb_arrive(uint64_t* b) {{
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(sa(b)) : "memory");
+}}
+__device__ __forceinline__ void bulk(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {{
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sa(bar)), "r"(bytes)
+               : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+      ::"r"(sa(dst)), "l"(src), "r"(bytes), "r"(sa(bar)) : "memory");
+}}
+__device__ __forceinline__ void compute_sync() {{ asm volatile("bar.sync 1, 256;" ::: "memory"); }}
+// Every thread of every CTA of the cluster (a CTA's shared memory must outlive its peers' use).
+__device__ __forceinline__ void cluster_sync_all() {{
+  asm volatile("barrier.cluster.arrive.release.aligned;\\n barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}}
+__device__ __forceinline__ uint32_t cluster_rank() {{
+  uint32_t r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r;
+}}
+__device__ __forceinline__ uint32_t cluster_size() {{
+  uint32_t n; asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n)); return n;
+}}
+// Thread 0: one arrival (release, cluster scope) on the barrier at `bar` in every CTA of the
+// cluster, then the wait for this CTA's own barrier to complete phase `parity` (acquire).
+__device__ __forceinline__ void cluster_meet(uint64_t* bar, uint32_t n, uint32_t parity) {{
+  for (uint32_t r = 0; r < n; ++r) {{
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(sa(bar)), "r"(r));
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+  }}
+  uint32_t ok = 0;
+  while (!ok) {{
+    asm volatile(
+        "{{\\n .reg .pred p;\\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\\n"
+        " selp.u32 %0, 1, 0, p;\\n}}"
+        : "=r"(ok) : "r"(sa(bar)), "r"(parity) : "memory");
+  }}
+}}
+
+template <bool Global>
+__device__ __forceinline__ uint4 ld16(const uint16_t* p) {{
+  uint4 v;
+  if (Global) {{
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {{%0, %1, %2, %3}}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  }} else {{
+    v = *reinterpret_cast<const uint4*>(p);
+  }}
+  return v;
+}}
+
+__device__ __forceinline__ float warp_sum(float v) {{
+#pragma unroll
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}}
+
+// Up to G rows (row[j]), each dotted with xs by the warp: every load issued first.
+template <bool Global, int G>
+__device__ __forceinline__ void dot_rows(const uint16_t* const* row, int n, const float* xs, float* out,
+                                         int out_step) {{
+  const int lane = threadIdx.x & 31;
+  uint4 v[G][K / 256];
+#pragma unroll
+  for (int j = 0; j < G; ++j)
+    if (j < n)
+#pragma unroll
+      for (int s = 0; s < K / 256; ++s) v[j][s] = ld16<Global>(row[j] + s * 256 + lane * 8);
+#pragma unroll
+  for (int j = 0; j < G; ++j) {{
+    if (j >= n) break;
+    float acc = 0.f;
+#pragma unroll
+    for (int s = 0; s < K / 256; ++s) {{
+      const float4 a = *reinterpret_cast<const float4*>(xs + s * 256 + lane * 8);
+      const float4 b = *reinterpret_cast<const float4*>(xs + s * 256 + lane * 8 + 4);
+      const uint32_t u[4] = {{v[j][s].x, v[j][s].y, v[j][s].z, v[j][s].w}};
+      const float x[8] = {{a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {{
+        acc = fmaf(__uint_as_float(u[q] << 16), x[2 * q], acc);
+        acc = fmaf(__uint_as_float(u[q] & 0xffff0000u), x[2 * q + 1], acc);
+      }}
+    }}
+    acc = warp_sum(acc);
+    if (lane == 0) out[j * out_step] = acc;
+  }}
+}}
+
+struct Params {{
+  const uint16_t* w;  // layer-major, then phase, then SM, then rows of K
+  float* act;         // per phase: gridDim.x * max rows floats; act_in first
+  unsigned* counters; // per phase: SMs done
+  int layers, mode, inflight, copier;  // copier: 0 one thread's cp.async.bulk, 1 a warp's cp.async
+  int sync;  // 0: relaxed polls + acq_rel fences around an atomic; 1: ld.acquire, red.release;
+             // 2: as 1, with mk's sleeps between polls
+  int local;  // 1: the phases marked local wait for their cluster only
+  int ll;     // 1: no counters; each value travels with its flag (one 8-byte store), polled
+  unsigned long long* lls;  // per phase: the flagged values
+  long long act_stride;
+}};
+
+__device__ __forceinline__ const uint16_t* slab(const Params& p, int layer, int j) {{
+  const long long g = gridDim.x;
+  return p.w + ((long long)layer * kLayerRows * g + c_prefix[j] * g + (long long)blockIdx.x * c_rows[j]) * K;
+}}
+
+{_loader_source()}{_compute_source()}{_entry_source()}"""
+
+
+def _loader_source() -> str:
+    """The loader warp's walk over every chunk of every phase, into the ring."""
+    return """
+__device__ __noinline__ void load_ahead(const Params& p, uint16_t* ring, uint64_t* full, uint64_t* empty,
+                                        int lane) {
+    long long i = 0;
+    for (int layer = 0; layer < p.layers; ++layer)
+      for (int j = 0; j < kPhases; ++j)
+        for (int c = 0; c < c_rows[j] / kRows; ++c, ++i) {
+          const int slot = static_cast<int>(i % kSlots);
+          const long long use = i / kSlots;
+          if (use > 0) mb_wait(&empty[slot], static_cast<uint32_t>((use - 1) & 1));
+          if (i >= p.inflight) {
+            const long long d = i - p.inflight;
+            mb_wait(&full[d % kSlots], static_cast<uint32_t>((d / kSlots) & 1));
+          }
+          uint16_t* dst = ring + (size_t)slot * (kChunk / 2);
+          const uint16_t* from = slab(p, layer, j) + (size_t)c * kRows * K;
+          if (p.copier == 0) {
+            bulk(dst, from, kChunk, &full[slot]);
+          } else {  // every lane: 16-byte cp.async, then an arrival once its copies land
+            for (int e = lane * 8; e < kChunk / 2; e += 256) {
+              asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa(dst + e)), "l"(from + e) : "memory");
+            }
+            asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(sa(&full[slot])) : "memory");
+          }
+        }
+}
+"""
+
+
+LL_SOURCE = """
+// The ll modes: a value and its flag in one 8-byte store, so a consumer's poll of the values is
+// the wait (no fence, no counter, one round trip fewer), as NCCL's LL protocol does.
+__device__ __forceinline__ float ll_take(const unsigned long long* in, float* xs, float* raw) {
+  unsigned long long v[K / 256];
+  unsigned pending = (1u << (K / 256)) - 1;
+  while (pending) {  // every load of a round in flight at once
+#pragma unroll
+    for (int s = 0; s < K / 256; ++s)
+      if (pending & (1u << s))
+        asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v[s]) : "l"(in + threadIdx.x + s * 256) : "memory");
+#pragma unroll
+    for (int s = 0; s < K / 256; ++s)
+      if ((pending & (1u << s)) && (v[s] >> 32) == 1u) pending &= ~(1u << s);
+  }
+  float ss = 0.f;  // in the plain path's order: the same sums
+#pragma unroll
+  for (int s = 0; s < K / 256; ++s) {
+    const float x = __uint_as_float(static_cast<uint32_t>(v[s]));
+    xs[threadIdx.x + s * 256] = x;
+    raw[threadIdx.x + s * 256] = x;
+    ss += x * x;
+  }
+  return ss;
+}
+// A phase of rows writes them; a weightless one forwards its share of the values it read.
+__device__ __forceinline__ void ll_give(unsigned long long* out, int rows, const float* res, const float* raw) {
+  const int n = rows > 0 ? rows : (K + gridDim.x - 1) / gridDim.x;
+  const long long at = (long long)blockIdx.x * n;
+  for (int r = threadIdx.x; r < n && (rows > 0 || at + r < K); r += 256) {
+    const float v = rows > 0 ? res[r] : raw[at + r];
+    const unsigned long long w = (1ull << 32) | __float_as_uint(v);
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(out + at + r), "l"(w) : "memory");
+  }
+}
+"""
+
+
+def _compute_source() -> str:
+    """The compute warps' phases: wait, activation and norm, product, signal."""
+    return (
+        LL_SOURCE
+        + """
+__device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs, float* raw, float* res,
+                                     uint64_t* full,
+                                     uint64_t* empty, uint64_t* cbar, float* part, uint32_t crank,
+                                     uint32_t csize) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const bool ringed = p.mode == RING || p.mode == STREAM;
+  long long i = 0;  // chunks taken
+  const float* src = p.act;  // act_in
+  int src_rows = 0, prev_rows = 0;  // rows a CTA wrote of src; of the phase before
+  uint32_t locals = 0;  // local phases met
+  int phase = 0;
+  for (int layer = 0; layer < p.layers; ++layer)
+    for (int j = 0; j < kPhases; ++j, ++phase) {
+      const int rows = c_rows[j];
+      const bool local = p.local && c_local[j] && phase > 0;
+      if (local && threadIdx.x == 0) cluster_meet(cbar, csize, locals & 1);
+      locals += local;
+      if (!local && !p.ll && phase > 0 && p.mode != STREAM && threadIdx.x == 0) {
+        const unsigned* ctr = p.counters + phase - 1;
+        unsigned seen, nap = 32;
+        do {
+          if (p.sync == 0) {
+            asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(ctr) : "memory");
+          } else {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(ctr) : "memory");
+          }
+          if (p.sync == 2 && seen < gridDim.x) {  // mk's poll: a sleep of 32 ns doubling to 128
+            __nanosleep(nap);
+            nap = nap < 128 ? 2 * nap : 128;
+          }
+        } while (seen < gridDim.x);
+        if (p.sync == 0) asm volatile("fence.acq_rel.gpu;" ::: "memory");
+      }
+      compute_sync();
+      // The activation and its norm (every phase: the chain's latency-bound part).
+      float ss = 0.f;
+      // A local phase reads only what its cluster wrote of the phase before.
+      const bool near = local && prev_rows > 0;
+      const long long base = near ? (long long)(blockIdx.x - crank) * src_rows : 0;
+      const int span = near ? static_cast<int>(csize) * src_rows : K;
+      if (p.ll && phase > 0) {
+        ss = ll_take(p.lls + (long long)phase * p.act_stride, xs, raw);
+      } else {
+        for (int e = threadIdx.x; e < K; e += 256) {
+          const float v = __ldcg(src + base + e % span);
+          xs[e] = v;
+          raw[e] = v;
+          ss += v * v;
+        }
+      }
+      ss = warp_sum(ss);
+      if (lane == 0) part[warp] = ss;
+      compute_sync();
+      float total = 0.f;
+#pragma unroll
+      for (int q = 0; q < 8; ++q) total += part[q];
+      const float scale = rsqrtf(total / K + 1e-6f);
+      for (int e = threadIdx.x; e < K; e += 256) xs[e] *= scale;
+      compute_sync();
+      float* out = p.ll ? res : p.act + (long long)(phase + 1) * p.act_stride + (long long)blockIdx.x * rows;
+      if (p.mode == DIRECT) {
+        const uint16_t* w = slab(p, layer, j);
+        // Row `warp` of chunks c..c+3 (rows warp + 8c...), as the ring takes them below.
+        for (int c = 0; c < rows / kRows; c += kGroup) {
+          const int n = rows / kRows - c < kGroup ? rows / kRows - c : kGroup;
+          const uint16_t* row[kGroup];
+#pragma unroll
+          for (int g = 0; g < kGroup; ++g) row[g] = w + (long long)((c + g) * kRows + warp) * K;
+          dot_rows<true, kGroup>(row, n, xs, out + c * kRows + warp, kRows);
+        }
+      } else if (ringed) {
+        for (int c = 0; c < rows / kRows; c += kGroup) {
+          const int n = rows / kRows - c < kGroup ? rows / kRows - c : kGroup;
+          const uint16_t* row[kGroup];
+#pragma unroll
+          for (int g = 0; g < kGroup; ++g) {
+            const long long at = i + g;
+            row[g] = ring + (size_t)(at % kSlots) * (kChunk / 2) + warp * K;
+            if (g < n) mb_wait(&full[at % kSlots], static_cast<uint32_t>((at / kSlots) & 1));
+          }
+          dot_rows<false, kGroup>(row, n, xs, out + c * kRows + warp, kRows);
+          __syncwarp();
+          if (lane == 0)
+            for (int g = 0; g < n; ++g) mb_arrive(&empty[(i + g) % kSlots]);
+          i += n;
+        }
+      } else {
+        for (int r = threadIdx.x; r < rows; r += 256) out[r] = xs[(blockIdx.x * rows + r) % K];
+      }
+      compute_sync();
+      if (p.ll) ll_give(p.lls + (long long)(phase + 1) * p.act_stride, rows, res, raw);
+      if (rows > 0 && p.mode != STREAM) {
+        src = p.act + (long long)(phase + 1) * p.act_stride;
+        src_rows = rows;
+      }
+      prev_rows = rows;
+      if (threadIdx.x == 0 && !p.ll) {
+        if (p.sync == 0) {
+          asm volatile("fence.acq_rel.gpu;" ::: "memory");
+          atomicAdd(p.counters + phase, 1u);
+        } else if (p.sync == 2) {  // mk's signal: one fence, then a relaxed reduction
+          asm volatile("fence.acq_rel.gpu;" ::: "memory");
+          asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(p.counters + phase) : "memory");
+        } else {
+          asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.counters + phase) : "memory");
+        }
+      }
+    }
+}
+"""
+    )
+
+
+def _entry_source() -> str:
+    """The kernel: barriers set up, then the loader warp and the compute warps apart."""
+    return """
+__global__ void __launch_bounds__(288, 1) chain(const __grid_constant__ Params p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  uint16_t* ring = reinterpret_cast<uint16_t*>(smem);
+  float* xs = reinterpret_cast<float*>(smem + kSlots * kChunk);
+  __shared__ uint64_t full[kSlots], empty[kSlots];
+  __shared__ uint64_t cbar;  // a local phase: one arrival from each CTA of the cluster
+  __shared__ float part[8];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const uint32_t crank = cluster_rank(), csize = cluster_size();
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kSlots; ++s) { mb_init(&full[s], p.copier ? 32 : 1); mb_init(&empty[s], 8); }
+    mb_init(&cbar, static_cast<int>(csize));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  cluster_sync_all();  // every peer's barrier is initialised before the first remote arrival
+  const bool ringed = p.mode == RING || p.mode == STREAM;
+  if (warp == 8) {
+    if (ringed && (p.copier == 1 || lane == 0)) load_ahead(p, ring, full, empty, lane);
+  } else {
+    compute(p, ring, xs, xs + K, xs + 2 * K, full, empty, &cbar, part, crank, csize);
+  }
+  cluster_sync_all();
+}
+"""
