@@ -151,7 +151,7 @@ __device__ __noinline__ void flag_poll_ragged(uint64_t (&v)[R][8], const uint64_
 
 // stage_chunk for a flagged activation (s.x_flag): each thread polls R runs of eight words at
 // once (16-byte loads where the run is whole and aligned), then stages them as the plain path
-// does (the same Σx² order). R = 1 where a round of weight loads is in flight meanwhile.
+// does (the same Σx² order).
 template <int M, int R>
 __device__ void stage_chunk_flagged(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
                                     const Packing& pack, float (&ss)[M]) {
@@ -196,11 +196,11 @@ __device__ void stage_chunk_flagged(const StreamLinear& s, float* xs, int stride
 // Stages columns [c, c + kc) of the activation side into xs and adds their squares to ss. Each
 // thread takes eight columns per step with one 16-byte load (two with the norm weight); 16-bit
 // aligned rows go through stage_chunk_16bit, several steps' loads in flight at once.
-template <int M, int XB, int FR = 2>
+template <int M, int XB>
 __device__ void stage_chunk(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
                             const Packing& pack, float (&ss)[M]) {
   if (s.x_flag) {
-    stage_chunk_flagged<M, FR>(s, xs, stride, kc, c, pack, ss);
+    stage_chunk_flagged<M, 2>(s, xs, stride, kc, c, pack, ss);
     return;
   }
   const bool vec = kc % 8 == 0 && s.x_ld % 8 == 0 && c % 8 == 0 && vec8_ok(s.x, s.x_dtype) &&
@@ -327,7 +327,7 @@ __device__ bool stream_linear(const StreamLinear& s) {
     // Tensor cores take the activation in the weights' 16-bit type: staged that way, once.
     const Packing pack{Mma && vec && kc % 32 == 0 && s.kc % 8 == 0, s.w_dtype == DTYPE_BF16};
     __syncthreads();
-    if (!s.x_ready) stage_chunk<M, XB, Ahead ? 1 : 2>(s, xs, s.kc, kc, c, pack, ss);
+    if (!s.x_ready) stage_chunk<M, XB>(s, xs, s.kc, kc, c, pack, ss);
     // With assign the last chunk's staging barrier also publishes the warps' Σx² parts, so the
     // total is written before the products instead of behind a barrier of its own after them.
     const bool early_sum_sq = s.assign && s.sum_sq && c + kc >= s.k;
