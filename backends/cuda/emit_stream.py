@@ -134,28 +134,32 @@ class StreamLinearEmitter(GraphDefEmitter):
             f"{plan.loads_per_thread(k)}, {_bool(mma)}"
         )
         groups = plan.mma_groups() if mma else 1
+        steps = min(switches.load_ahead(), 0 if mma else plan.steps_in_flight(k))
         ahead = (
-            switches.load_ahead()
-            and not mma
+            steps
+            if not mma
             and staged is None
             and chunk >= k
+            and plan.smem_bytes(k, ahead=steps) <= plan.x_bytes  # the chunk's room at most
             and not isinstance(plan.x, MergedX)
             # Every global access of a body names buffers[i]: none before the product means
             # the weights may be requested before the task's turn.
             and not any("buffers[" in line for line in self.lines[:start])
+            else 0
         )
         # The template's trailing arguments (Staged, G, Early, Ahead, Ring), defaults left off.
         tail = [
             _bool(staged is not None),
             str(groups),
             _bool(switches.early_loads()),
-            _bool(ahead),
+            str(ahead),
             str(plan.ring_stages(k) if staged is None else 0),
         ]
-        while tail and tail[-1] == ("false", "1", "false", "false", "0")[len(tail) - 1]:
+        while tail and tail[-1] == ("false", "1", "false", "0", "0")[len(tail) - 1]:
             tail.pop()
         call += "".join(f", {a}" for a in tail)
         if ahead:
+            self.smem_floats = -(-plan.smem_bytes(k, ahead=ahead) // 4)
             emit(f"if (!{call}>(sl)) return {TURN_STOPPED};")
         elif staged is None:
             emit(f"{call}>(sl);")

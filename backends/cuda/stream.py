@@ -152,12 +152,18 @@ class StreamPlan:
     def _float_chunk(self, k: int) -> int:
         return min(k, self.x_bytes // 4 // self.rows // 256 * 256)
 
-    def smem_bytes(self, k: int) -> int:
-        """Dynamic shared memory the streamed loop takes: the chunk, and the ring behind it."""
+    def smem_bytes(self, k: int, ahead: int = 0) -> int:
+        """Dynamic shared memory the streamed loop takes: the chunk, and the ring behind it, or
+        the first round's copies of `ahead` steps behind it (mk::gpu::first_round: RG 16-byte
+        copies per thread a step)."""
         stages = self.ring_stages(k)
         if stages:
             return -(-self.rows * self.chunk(k) * 2 // 128) * 128 + ring_bytes(stages)
-        return 4 * self.rows * self.chunk(k)
+        chunk = 4 * self.rows * self.chunk(k)
+        if not ahead:
+            return chunk
+        first_round = ahead * self.rows_per_round() * WARPS * 32 * 16
+        return -(-chunk // 128) * 128 + first_round
 
 
 def ring_bytes(stages: int) -> int:

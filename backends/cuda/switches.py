@@ -62,11 +62,13 @@ def early_loads() -> bool:
     return flag("MK_CUDA_EARLY")
 
 
-def load_ahead() -> bool:
-    """MK_CUDA_LOAD_AHEAD=1: a streamed linear on CUDA cores whose body reads nothing before
-    its product issues the first round of its weight loads and then waits for its turn itself
-    (stream_linear's Ahead, mk::Turn), so HBM streams them while the producers finish."""
-    return flag("MK_CUDA_LOAD_AHEAD")
+def load_ahead() -> int:
+    """MK_CUDA_LOAD_AHEAD=N (0, off, by default): a streamed linear on CUDA cores whose body
+    reads nothing before its product copies the first N 256-column steps of its first round of
+    weights into shared memory (cp.async) and then waits for its turn itself (stream_linear's
+    Ahead, mk::Turn), so HBM streams them while the producers finish; N past the round's steps
+    means the whole round."""
+    return count("MK_CUDA_LOAD_AHEAD", 0, 0, 64, "256-column steps")
 
 
 def lean_linears() -> bool:

@@ -395,29 +395,39 @@ def _bodies(source: str) -> dict[str, str]:
 def test_loads_ahead_of_the_wait_are_a_build_option(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MK_CUDA_LOAD_AHEAD=1: a streamed linear on CUDA cores that reads no buffer before its
-    product loads ahead (stream_linear's Ahead) and the dispatcher leaves its wait to it; one
-    that does (the o-projection merging the attention's partials first) waits as before."""
+    """MK_CUDA_LOAD_AHEAD=N: a streamed linear on CUDA cores that reads no buffer before its
+    product copies N steps of its first round ahead (stream_linear's Ahead, at most the round's
+    S steps) and the dispatcher leaves its wait to it; one that does (the o-projection merging
+    the attention's partials first) waits as before."""
     path = ROOT / "examples" / "llama3_8b_block.mlir"
     plain = mk.compile(path, target="cuda", num_sms=16, cache_dir=tmp_path).cuda_source or ""
     assert "kTurnStopped" not in plain
     assert "(void)kind;\n    return false;" in plain.split("waits_itself", 1)[1]
-    monkeypatch.setenv("MK_CUDA_LOAD_AHEAD", "1")
-    source = mk.compile(path, target="cuda", num_sms=16, cache_dir=tmp_path).cuda_source or ""
-    bodies = _bodies(source)
-    ahead = {name for name, body in bodies.items() if "return mk::kTurnStopped;" in body}
-    streamed = {name for name, body in bodies.items() if "mk::gpu::stream_linear<" in body}
-    assert ahead and ahead < streamed
-    for name in ahead:
-        before = bodies[name].split("mk::gpu::StreamLinear sl{};", 1)[0]
-        assert "bp[" not in before, f"{name} reads a buffer before its weights are requested"
-    for name in streamed - ahead:
-        assert "merge_rows" in bodies[name] or "bp[" in bodies[name].split("sl{};", 1)[0]
-    kinds = re.findall(r"case (\d+): return (task_\w+)\(", source)
-    own = source.split("static bool waits_itself(int32_t kind) {", 1)[1].split("default:", 1)[0]
-    assert sorted(re.findall(r"case (\d+):", own)) == sorted(k for k, f in kinds if f in ahead)
+    for steps in (1, 64):
+        monkeypatch.setenv("MK_CUDA_LOAD_AHEAD", str(steps))
+        source = mk.compile(path, target="cuda", num_sms=16, cache_dir=tmp_path).cuda_source or ""
+        bodies = _bodies(source)
+        ahead = {name for name, body in bodies.items() if "return mk::kTurnStopped;" in body}
+        streamed = {name for name, body in bodies.items() if "mk::gpu::stream_linear<" in body}
+        assert ahead and ahead < streamed
+        front = int(re.findall(r"kArenaOffset = (\d+);", source)[0])
+        for name in ahead:
+            before = bodies[name].split("mk::gpu::StreamLinear sl{};", 1)[0]
+            assert "bp[" not in before, f"{name} reads a buffer before its weights are requested"
+            args = re.findall(r"stream_linear<([^>]*)>", bodies[name])[0].split(", ")
+            m, rg, s, a = int(args[0]), int(args[1]), int(args[2]), int(args[8])
+            assert a == min(steps, s), name
+            # The copies (RG · 16 bytes a thread a step) sit behind the chunk.
+            kc = int(re.findall(r"sl\.kc = (\d+);", bodies[name])[0])
+            assert front >= -(-4 * m * kc // 128) * 128 + a * rg * 256 * 16, name
+        for name in streamed - ahead:
+            assert "merge_rows" in bodies[name] or "bp[" in bodies[name].split("sl{};", 1)[0]
+        kinds = re.findall(r"case (\d+): return (task_\w+)\(", source)
+        own = source.split("static bool waits_itself(int32_t kind) {", 1)[1].split("default:", 1)[0]
+        assert sorted(re.findall(r"case (\d+):", own)) == sorted(k for k, f in kinds if f in ahead)
     monkeypatch.setenv("MK_CUDA_LOAD_AHEAD", "on")
-    with pytest.raises(mk.MkError, match="MK_CUDA_LOAD_AHEAD must be 0 or 1, got 'on'"):
+    expected = "MK_CUDA_LOAD_AHEAD must be a number of 256-column steps from 0 to 64, got 'on'"
+    with pytest.raises(mk.MkError, match=expected):
         mk.compile(path, target="cuda", num_sms=16, cache_dir=tmp_path)
 
 

@@ -167,17 +167,6 @@ constexpr int ring_bytes(int stages) { return 8 * stages * kRingStageBytes; }  /
 // each) fall in different banks.
 __device__ inline int ring_col(int row, int col) { return col ^ ((row & 1) << 5); }
 
-__device__ inline void cp_async16(uint32_t dst, const void* src, bool in) {
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
-               "r"(in ? 16 : 0)
-               : "memory");
-}
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ inline void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
 // One warp: columns [kb, kb + 256) (none at or past k1) of its eight rows into a stage; a
 // missing row or column is zero-filled. wp[0] is never null (a unit starts at a row).
 __device__ inline void ring_fill(uint16_t* stage, const uint16_t* const (&wp)[8], int kb, int k1,

@@ -273,6 +273,12 @@ __device__ inline __noinline__ void prefetch_rows(const uint16_t* w, int rows, i
   for (int r = 0; r < rows; ++r) prefetch_l2(w + r * ld, 2 * static_cast<uint64_t>(cols));
 }
 
+// Bytes of dynamic shared memory before a loading-ahead task's first round: its staged chunk
+// (M rows of kc floats), rounded up to 128.
+__host__ __device__ constexpr uint32_t ahead_offset(int m, int kc) {
+  return (static_cast<uint32_t>(m) * static_cast<uint32_t>(kc) * 4 + 127) & ~127u;
+}
+
 // All threads of the CTA: out[m][row] += Σ_k xside[m][k] · w[row][k] for every weight row of
 // the task, and sum_sq[m] += Σ_k x[m][k]². With Mma (batches of 2..16 rows) the products run on
 // tensor cores, the activation rounded to the weights' 16-bit type. With Staged the weights
@@ -284,14 +290,15 @@ __device__ inline __noinline__ void prefetch_rows(const uint16_t* w, int rows, i
 // activation columns at once (the emitter sizes it to the chunk: unrolled code the task does not
 // need costs instruction fetches). With Ring > 0 (tensor cores, weights from global memory)
 // each warp copies its weights through a Ring-stage cp.async ring behind the packed chunk
-// (mma_rows_ring). With Ahead (one chunk on CUDA cores, s.arena->turn set by
-// the dispatcher) each lane issues its first round of weight loads and only then waits for the
-// task's turn. Ends with __syncthreads(); false if staged weights never landed or the launch
+// (mma_rows_ring). With Ahead > 0 (one chunk on CUDA cores, s.arena->turn set by the
+// dispatcher) each lane copies the first Ahead steps of its first round of weights into shared
+// memory with cp.async and only then waits for the task's turn. Ends with __syncthreads(); false if staged weights never landed or the launch
 // stopped during the wait.
 template <int M, int RG, int S, int XB, bool Mma = false, bool Staged = false, int G = 1,
-          bool Early = false, bool Ahead = false, int Ring = 0>
+          bool Early = false, int Ahead = 0, int Ring = 0>
 __device__ bool stream_linear(const StreamLinear& s) {
-  static_assert(!Ahead || (!Mma && !Staged), "loads ahead of the wait: CUDA cores, unstaged");
+  static_assert(Ahead == 0 || (!Mma && !Staged && Ahead <= S),
+                "loads ahead of the wait: CUDA cores, unstaged, at most a round");
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
   static_assert(Ring == 0 || (Mma && !Staged && G == 1), "the ring: tensor cores, one group, unstaged");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
@@ -313,9 +320,10 @@ __device__ bool stream_linear(const StreamLinear& s) {
 #pragma unroll
   for (int m = 0; m < M; ++m) ss[m] = 0.0f;
   __shared__ float part[32][M];  // the warps' Σx²
-  uint4 pre[S][RG];
-  if constexpr (Ahead) {
-    if (vec) first_round<RG, S>(pre, s, static_cast<int>(s.k < s.kc ? s.k : s.kc), begin, end);
+  // The first round's copies sit behind the staged chunk (the emitter reserves both).
+  uint4* const pre = reinterpret_cast<uint4*>(mk_dynamic_smem + ahead_offset(M, s.kc));
+  if constexpr (Ahead > 0) {
+    if (vec) first_round<RG, Ahead>(pre, s, static_cast<int>(s.k < s.kc ? s.k : s.kc), begin, end);
     if (s.arena->turn && !turn_wait(*static_cast<Turn*>(s.arena->turn))) return false;
   }
   MK_MARK(*s.arena);
@@ -346,8 +354,8 @@ __device__ bool stream_linear(const StreamLinear& s) {
       uint16_t* ring = reinterpret_cast<uint16_t*>(mk_dynamic_smem + ((M * s.kc * 2 + 127) & ~127));
       mma_chunk<M, Staged, G, S, Ring>(s, reinterpret_cast<const uint16_t*>(xs), s.kc, kc, c, rows, ring);
     } else if (vec && !Mma) {
-      if constexpr (Ahead) {
-        stream_rows_ahead<M, RG, S>(s, xs, s.kc, kc, begin, end, pre);
+      if constexpr (Ahead > 0) {
+        stream_rows_ahead<M, RG, S, Ahead>(s, xs, s.kc, kc, begin, end, pre);
       } else {
         stream_rows<M, RG, S, true, Staged>(s, xs, s.kc, kc, c, begin, end);
       }
@@ -359,6 +367,9 @@ __device__ bool stream_linear(const StreamLinear& s) {
       stream_rows<M, 1, 1, false, Staged>(s, xs, s.kc, kc, c, begin, end);
     }
   }
+  // A warp without rows never read its zero-filled copies: they must land before the next
+  // task takes this shared memory.
+  if constexpr (Ahead > 0) cp_async_wait<0>();
   MK_MARK(*s.arena);
   if (s.sum_sq && !s.assign) {
     sum_sq_parts<M>(part, ss);

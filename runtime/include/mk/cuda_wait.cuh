@@ -243,9 +243,9 @@ constexpr bool kPollPipe = true;
 constexpr bool kPollPipe = false;
 #endif
 
-// A body's own wait for its turn (emitted with MK_CUDA_LOAD_AHEAD=1): a streamed linear issues
-// the first round of its weight loads and only then waits, so the round trip to HBM and the
-// transfer overlap the wait for the producers instead of following it. The dispatcher fills it
+// A body's own wait for its turn (emitted with MK_CUDA_LOAD_AHEAD=N): a streamed linear copies
+// the first steps of its first round of weights into shared memory and only then waits, so the
+// round trip to HBM and the transfer overlap the wait for the producers instead of following it. The dispatcher fills it
 // (in shared memory) for the task and leaves the wait to the body.
 struct Turn {
   const LaunchParams* p;
