@@ -42,6 +42,7 @@ from mk.backends.cuda.elementwise import box_runs, element_offset, flat_offset
 from mk.backends.cuda.emit_library import DeviceLibraryEmitter
 from mk.backends.cuda.emit_stream import StreamLinearEmitter
 from mk.backends.cuda.fuse_loops import fuse_element_loops
+from mk.backends.cuda.load_groups import group_loads
 from mk.backends.cuda.row_ops import static_row_op
 from mk.backends.cuda.split_merge import MergedX, MergePlan, merge_lines, plan_merge
 from mk.backends.cuda.stream import (
@@ -184,7 +185,7 @@ class DeviceGraphDefEmitter(StreamLinearEmitter):
         body, loops = super().emit(), self.loops
         if switches.fuse_loops() and not every_loop():
             body, loops = fuse_element_loops(body, loops)
-        lines = place_barriers(body, loops, trailing=False)
+        lines = group_loads(place_barriers(body, loops, trailing=False))
         if self.stage:
             lines.insert(
                 2, f"if (ahead == mk::gpu::kAheadStage) {{ {' '.join(self.stage)} return 1; }}"

@@ -71,6 +71,12 @@ def load_ahead() -> int:
     return count("MK_CUDA_LOAD_AHEAD", 0, 0, 64, "256-column steps")
 
 
+def load_groups() -> bool:
+    """MK_CUDA_LOAD_GROUPS=1: consecutive run loads of a task body go out together, all loads
+    before any store (load_groups.py). Opt-in until it has run on a GPU."""
+    return flag("MK_CUDA_LOAD_GROUPS")
+
+
 def lean_linears() -> bool:
     """On unless MK_CUDA_LEAN=0: a streamed linear on CUDA cores writes its sums and Σx² instead of adding
     to them (StreamLinear::assign), so its body does not zero them first (one element loop per

@@ -102,6 +102,46 @@ __device__ inline void load_runs(Tile<T>& tile, const void* base, int64_t first,
   }
 }
 
+// One load_runs of a load_runs_together: its tile, source and runs, and the values this thread
+// holds between the group's loads and its stores.
+template <int32_t Dtype, uint32_t N, uint32_t Cols, class T>
+struct RunLoad {
+  static constexpr uint32_t kPer = (N + kCudaThreads - 1) / kCudaThreads;
+  Tile<T>& tile;
+  const void* base;
+  int64_t first, ld;
+  T v[kPer];
+
+  __device__ void load() {
+#pragma unroll
+    for (uint32_t k = 0; k < kPer; ++k) {
+      const uint32_t e = threadIdx.x + k * kCudaThreads;
+      if (e < N) load_run_elem<Dtype, Cols>(v[k], base, first, ld, e);
+    }
+  }
+  __device__ void store() const {
+#pragma unroll
+    for (uint32_t k = 0; k < kPer; ++k) {
+      const uint32_t e = threadIdx.x + k * kCudaThreads;
+      if (e < N) tile.p[e] = v[k];
+    }
+  }
+};
+
+template <int32_t Dtype, uint32_t N, uint32_t Cols, class T>
+__device__ inline RunLoad<Dtype, N, Cols, T> run_load(Tile<T>& tile, const void* base, int64_t first,
+                                                      int64_t ld) {
+  return {tile, base, first, ld, {}};
+}
+
+// Several load_runs at once (backends/cuda/load_groups.py): every load of every run before the
+// first store, so the group waits one L2 round trip instead of one per run. No barrier.
+template <class... Loads>
+__device__ inline void load_runs_together(Loads&&... loads) {
+  (loads.load(), ...);
+  (loads.store(), ...);
+}
+
 template <class T>
 MK_COOPERATIVE void load_all(Tile<T>& t, const void* base, int32_t dtype, const Dims& shape) {
   Dims zero;

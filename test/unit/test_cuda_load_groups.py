@@ -1,0 +1,85 @@
+"""backends/cuda/load_groups.py: consecutive run loads of a task body issued together."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import mk
+from mk.backends.cuda.load_groups import MOST_HELD, group_loads
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(tile: str, n: int, buffer: int) -> str:
+    return (
+        f"mk::gpu::load_runs<mk::DTYPE_BF16, {n}, {n}>({tile}, buffers[{buffer}], 0, {n});  // load"
+    )
+
+
+@pytest.fixture
+def grouping(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MK_CUDA_LOAD_GROUPS", "1")
+
+
+@pytest.mark.usefixtures("grouping")
+def test_loads_with_only_resizes_between_go_out_together() -> None:
+    lines = [
+        "a.resize(128);",
+        _load("a", 128, 0),
+        "b.resize(64);",
+        _load("b", 64, 1),
+        "c.alias(a);",
+    ]
+    assert group_loads(lines) == [
+        "a.resize(128);",
+        "b.resize(64);",
+        "mk::gpu::load_runs_together(mk::gpu::run_load<mk::DTYPE_BF16, 128, 128>(a, buffers[0], 0, "
+        "128), mk::gpu::run_load<mk::DTYPE_BF16, 64, 64>(b, buffers[1], 0, 64));  // load",
+        "c.alias(a);",
+    ]
+
+
+@pytest.mark.usefixtures("grouping")
+def test_a_lone_load_or_one_behind_a_barrier_stays_as_it_is() -> None:
+    lines = ["a.resize(8);", _load("a", 8, 0), "__syncthreads();", "b.resize(8);", _load("b", 8, 1)]
+    assert group_loads(lines) == lines
+
+
+@pytest.mark.usefixtures("grouping")
+def test_a_trailing_resize_stays_with_what_follows() -> None:
+    lines = [_load("a", 8, 0), _load("b", 8, 1), "c.resize(8);", "MK_FOR_EACH_U32(e, 8) {"]
+    out = group_loads(lines)
+    assert out[0].startswith("mk::gpu::load_runs_together(") and out[1:] == lines[2:]
+
+
+@pytest.mark.usefixtures("grouping")
+def test_a_group_holds_at_most_sixteen_values_a_thread() -> None:
+    # 256 threads: a 2048-element run holds 8 values a thread, so the third starts a new group.
+    lines = [_load(t, 2048, i) for i, t in enumerate("abc")]
+    out = group_loads(lines)
+    assert [line.count("run_load<") for line in out] == [2, 0] and out[1] == lines[2]
+    assert 2 * 2048 // 256 == MOST_HELD
+
+
+def test_off_unless_asked() -> None:
+    lines = [_load("a", 8, 0), _load("b", 8, 1)]
+    assert group_loads(lines) == lines
+
+
+@pytest.mark.usefixtures("grouping")
+def test_the_decode_layer_loads_its_qk_norm_inputs_together(tmp_path: Path) -> None:
+    """QK-norm + RoPE of a decode layer: the row, the norm weight, cos and sin (and the cache
+    position) in one group; the CUDA compiles where nvcc is present (no GPU needed)."""
+    prog = mk.compile(ROOT / "examples" / "llama3_8b_block.mlir", target="cuda", num_sms=16,
+                      cache_dir=tmp_path)  # fmt: skip
+    source = prog.cuda_source or ""
+    groups = re.findall(r"mk::gpu::load_runs_together\((.*)\);  // load", source)
+    assert groups and max(g.count("mk::gpu::run_load<") for g in groups) >= 4
+    lines = source.splitlines()
+    for a, b in zip(lines, lines[1:], strict=False):
+        assert not ("load_runs<" in a and "load_runs<" in b), (a, b)
+    resources = prog.cuda_resources  # type: ignore[attr-defined]
+    assert resources is None or resources.spilling == 0
