@@ -22,7 +22,7 @@ lit: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/lit -sv -j $(JOBS) test/lit
-	$(PY) -m pytest -q test/unit
+	$(PY) -m pytest -q -n $(JOBS) test/unit
 
 demo: $(STAMP)
 	$(PY) examples/demo.py
