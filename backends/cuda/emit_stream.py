@@ -135,9 +135,8 @@ class StreamLinearEmitter(GraphDefEmitter):
         )
         groups = plan.mma_groups() if mma else 1
         steps = min(switches.load_ahead(), 0 if mma else plan.steps_in_flight(k))
-        ahead = (
-            steps
-            if not mma
+        may_load_ahead = (
+            steps > 0
             and staged is None
             and chunk >= k
             and plan.smem_bytes(k, ahead=steps) <= plan.x_bytes  # the chunk's room at most
@@ -145,8 +144,8 @@ class StreamLinearEmitter(GraphDefEmitter):
             # Every global access of a body names buffers[i]: none before the product means
             # the weights may be requested before the task's turn.
             and not any("buffers[" in line for line in self.lines[:start])
-            else 0
         )
+        ahead = steps if may_load_ahead else 0
         # The template's trailing arguments (Staged, G, Early, Ahead, Ring), defaults left off.
         tail = [
             _bool(staged is not None),

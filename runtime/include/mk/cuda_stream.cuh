@@ -292,8 +292,8 @@ __host__ __device__ constexpr uint32_t ahead_offset(int m, int kc) {
 // each warp copies its weights through a Ring-stage cp.async ring behind the packed chunk
 // (mma_rows_ring). With Ahead > 0 (one chunk on CUDA cores, s.arena->turn set by the
 // dispatcher) each lane copies the first Ahead steps of its first round of weights into shared
-// memory with cp.async and only then waits for the task's turn. Ends with __syncthreads(); false if staged weights never landed or the launch
-// stopped during the wait.
+// memory with cp.async and only then waits for the task's turn. Ends with __syncthreads();
+// false if staged weights never landed or the launch stopped during the wait.
 template <int M, int RG, int S, int XB, bool Mma = false, bool Staged = false, int G = 1,
           bool Early = false, int Ahead = 0, int Ring = 0>
 __device__ bool stream_linear(const StreamLinear& s) {
