@@ -1,10 +1,13 @@
-"""Consecutive run loads of a task body issued together: all loads before any store.
+"""A task body's run loads issued together and early: loads go out before stores wait on them.
 
 `mk::gpu::load_runs` stores each value into its tile right after loading it, and the compiler
 cannot move the next statement's loads above those stores (a tile might alias the buffer), so a
 body that loads four small inputs in a row (QK-norm + RoPE: the row, the norm weight, cos, sin)
 waits four L2 round trips. `group_loads` rewrites such a run of statements into one
 `mk::gpu::load_runs_together`, whose loads all go out before the first store: one round trip.
+And an epilogue input loaded right after a streamed product (the residual of the o- and down
+projections) waits a round trip of its own after the weights; `group_loads` issues its loads
+before the product (`mk::gpu::load_early`) and stores them after it (`mk::gpu::store_loaded`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from mk.backends.cuda import switches
 
 _LOAD = re.compile(r"^mk::gpu::load_runs<(\w+::\w+|\w+), (\d+), (\d+)>\((.*)\);  // load$")
 _RESIZE = re.compile(r"^\w+\.resize\(\d+\);$")
+# A streamed product that waits for nothing inside (not loading ahead of its turn, not staged).
+_PLAIN_PRODUCT = re.compile(r"^mk::gpu::stream_linear<[^>]*>\(sl\);$")
 THREADS = 256  # mk::kCudaThreads
 MOST_HELD = 16  # values a thread holds between a group's loads and its stores (load_runs' cap)
 
@@ -28,9 +33,11 @@ def held(n: int) -> int:
 def group_loads(lines: Sequence[str]) -> list[str]:
     """`lines` with each run of two or more load_runs statements (only tile resizes between
     them) issued as one load_runs_together, the resizes first; a group holds at most MOST_HELD
-    values a thread. Only with MK_CUDA_LOAD_GROUPS=1."""
+    values a thread; run loads right after a streamed product are issued before it first
+    (hoist_after_products). Only with MK_CUDA_LOAD_GROUPS=1."""
     if not switches.load_groups():
         return list(lines)
+    lines = hoist_after_products(lines)
     out: list[str] = []
     i = 0
     while i < len(lines):
@@ -55,3 +62,50 @@ def group_loads(lines: Sequence[str]) -> list[str]:
         out += [*resizes, f"mk::gpu::load_runs_together({parts});  // load"]
         i = j
     return out
+
+
+def hoist_after_products(lines: Sequence[str]) -> list[str]:
+    """`lines` with the run loads that follow a streamed product's block (only tile resizes
+    between) issued before the block and stored after it, at most MOST_HELD values a thread.
+    The body has waited for its task's events before the block: a product that waits inside
+    (loading ahead) or reads staged weights is left as it is."""
+    out = list(lines)
+    early = 0
+    i = 0
+    while i < len(out):
+        if out[i] != "{" or i + 1 >= len(out) or out[i + 1] != "mk::gpu::StreamLinear sl{};":
+            i += 1
+            continue
+        end = _block_end(out, i)
+        if not _PLAIN_PRODUCT.match(out[end - 1]):
+            i = end + 1
+            continue
+        issued: list[str] = []
+        j, values = end + 1, 0
+        while j < len(out) and (_RESIZE.match(out[j]) or _LOAD.match(out[j])):
+            load = _LOAD.match(out[j])
+            if load:
+                values += held(int(load.group(2)))
+                if values > MOST_HELD:
+                    break
+                name = f"early{early}"
+                early += 1
+                issued.append(
+                    f"auto {name} = mk::gpu::load_early(mk::gpu::run_load<{load[1]}, {load[2]}, "
+                    f"{load[3]}>({load[4]}));"
+                )
+                out[j] = f"mk::gpu::store_loaded({name});  // load"
+            j += 1
+        out[i:i] = issued
+        i = end + 1 + len(issued)
+    return out
+
+
+def _block_end(lines: Sequence[str], start: int) -> int:
+    """The index of the line that closes the block opened at `start`."""
+    depth = 0
+    for j in range(start, len(lines)):
+        depth += lines[j].count("{") - lines[j].count("}")
+        if depth == 0:
+            return j
+    raise ValueError("unclosed block")

@@ -64,6 +64,48 @@ def test_a_group_holds_at_most_sixteen_values_a_thread() -> None:
     assert 2 * 2048 // 256 == MOST_HELD
 
 
+def _product(call: str) -> list[str]:
+    return [
+        "{",
+        "mk::gpu::StreamLinear sl{};",
+        "sl.w[0] = mk::gpu::StreamWeight{p, 8, 8, q};",
+        call,
+        "}",
+    ]
+
+
+@pytest.mark.usefixtures("grouping")
+def test_a_residual_after_a_product_is_loaded_before_it() -> None:
+    """The loads right after a streamed product go out before its block; their stores stay."""
+    block = _product("mk::gpu::stream_linear<1, 1, 8, 1, false>(sl);")
+    lines = ["a.resize(1);", *block, "r.resize(8);", _load("r", 8, 2), "MK_FOR_EACH_U32(e, 8) {"]
+    out = group_loads(lines)
+    assert out == [
+        "a.resize(1);",
+        "auto early0 = mk::gpu::load_early(mk::gpu::run_load<mk::DTYPE_BF16, 8, 8>(r, "
+        "buffers[2], 0, 8));",
+        *block,
+        "r.resize(8);",
+        "mk::gpu::store_loaded(early0);  // load",
+        "MK_FOR_EACH_U32(e, 8) {",
+    ]
+
+
+@pytest.mark.usefixtures("grouping")
+@pytest.mark.parametrize(
+    "call",
+    [
+        "if (!mk::gpu::stream_linear<1, 4, 4, 1, false, false, 1, false, 4>(sl)) return "
+        "mk::kTurnStopped;",
+        "if (!mk::gpu::stream_linear<1, 4, 4, 1, false, true>(sl)) return 2147483646;",
+    ],
+    ids=["waits-inside", "staged"],
+)
+def test_a_product_that_waits_inside_keeps_its_loads_after_it(call: str) -> None:
+    lines = [*_product(call), "r.resize(8);", _load("r", 8, 2)]
+    assert group_loads(lines) == lines
+
+
 def test_off_unless_asked() -> None:
     lines = [_load("a", 8, 0), _load("b", 8, 1)]
     assert group_loads(lines) == lines
@@ -72,7 +114,8 @@ def test_off_unless_asked() -> None:
 @pytest.mark.usefixtures("grouping")
 def test_the_decode_layer_loads_its_qk_norm_inputs_together(tmp_path: Path) -> None:
     """QK-norm + RoPE of a decode layer: the row, the norm weight, cos and sin (and the cache
-    position) in one group; the CUDA compiles where nvcc is present (no GPU needed)."""
+    position) in one group, the residuals ahead of their products; the CUDA compiles where nvcc
+    is present (no GPU needed)."""
     prog = mk.compile(ROOT / "examples" / "llama3_8b_block.mlir", target="cuda", num_sms=16,
                       cache_dir=tmp_path)  # fmt: skip
     source = prog.cuda_source or ""
@@ -81,5 +124,8 @@ def test_the_decode_layer_loads_its_qk_norm_inputs_together(tmp_path: Path) -> N
     lines = source.splitlines()
     for a, b in zip(lines, lines[1:], strict=False):
         assert not ("load_runs<" in a and "load_runs<" in b), (a, b)
+    # The o- and down projections' residuals: loaded before their products, stored after.
+    early = re.findall(r"auto (early\d+) = mk::gpu::load_early\(", source)
+    assert len(early) >= 2 and source.count("mk::gpu::store_loaded(") == len(early)
     resources = prog.cuda_resources  # type: ignore[attr-defined]
     assert resources is None or resources.spilling == 0

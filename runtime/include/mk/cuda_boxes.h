@@ -134,6 +134,18 @@ __device__ inline RunLoad<Dtype, N, Cols, T> run_load(Tile<T>& tile, const void*
   return {tile, base, first, ld, {}};
 }
 
+// A run load whose loads go out now and whose stores wait for store_loaded: an epilogue's
+// input loaded before a streamed product and stored after it (backends/cuda/load_groups.py).
+template <class L>
+__device__ inline L load_early(L l) {
+  l.load();
+  return l;
+}
+template <class L>
+__device__ inline void store_loaded(const L& l) {
+  l.store();
+}
+
 // Several load_runs at once (backends/cuda/load_groups.py): every load of every run before the
 // first store, so the group waits one L2 round trip instead of one per run. No barrier.
 template <class... Loads>
