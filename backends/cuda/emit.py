@@ -400,6 +400,12 @@ class DeviceGraphDefEmitter(StreamLinearEmitter):
         self.element_loop(n, list(zip(operands, offsets, strict=True)), [op.res], body)
 
     def init_accumulator(self, op: Operation) -> None:
+        if isinstance(self.plan, AttentionPlan) and op is self.plan.acc and switches.lean_linears():
+            # stream_attention writes o, m and l whole from its own start (m = -inf, l = o = 0):
+            # zeroing them first cost three element loops and barriers on the critical path.
+            for value in op.results:
+                self.lines.append(f"{self.var(value)}.resize({math.prod(shape_of(value))});")
+            return
         if not isinstance(op, AccumOp):
             super().init_accumulator(op)
             return

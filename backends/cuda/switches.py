@@ -82,7 +82,8 @@ def lean_linears() -> bool:
     to them (StreamLinear::assign), so its body does not zero them first (one element loop per
     accumulator and a barrier less before the weights stream), and Σx² is summed at the staging
     barrier instead of behind a barrier of its own after the products (qwen3-0.6b 1.311 ->
-    1.275 ms/token with FUSE_LOOPS on the H200)."""
+    1.275 ms/token with FUSE_LOOPS on the H200). Likewise a streamed attention's o, m and l,
+    which stream_attention writes whole, are not initialised first."""
     return flag("MK_CUDA_LEAN", default=True)
 
 

@@ -120,6 +120,29 @@ def test_emitted_call_and_score_function(tmp_path: Path) -> None:
     assert smem >= 4 * 16 * 4 * 130
 
 
+@pytest.mark.usefixtures("no_nvcc")
+def test_the_streamed_attention_state_is_not_initialised_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stream_attention writes o, m and l whole: the body only sizes them (three element loops
+    and barriers fewer), unless MK_CUDA_LEAN=0."""
+
+    def attention_body() -> str:
+        path = ROOT / "examples/llama3_8b_block.mlir"
+        src = mk.compile(path, target="cuda", cache_dir=tmp_path).cuda_source or ""
+        return next(b for b in src.split("__device__ __noinline__") if "stream_attention<" in b)
+
+    lean = attention_body()
+    sa = lean.split("mk::gpu::StreamAttention sa{};", 1)[1]
+    state = [line.split(" = ")[1].removesuffix(".data();") for line in sa.splitlines()
+             if line.strip().startswith(("sa.o = ", "sa.m = ", "sa.l = "))]  # fmt: skip
+    assert len(state) == 3
+    for tile in state:
+        assert f"{tile}.resize(" in lean and f"{tile}.assign(" not in lean
+    monkeypatch.setenv("MK_CUDA_LEAN", "0")
+    assert all(f"{tile}.assign(" in attention_body() for tile in state)
+
+
 def _merges(text: str, **options: int) -> dict[str, GraphDefOp]:
     module = load_module(text)
     NnToMugraphPass(**options).apply(make_context(), module)
