@@ -16,18 +16,23 @@ import re
 from collections.abc import Sequence
 
 from mk.backends.cuda import switches
+from mk.backends.cuda.stream_attention import THREADS
 
 _LOAD = re.compile(r"^mk::gpu::load_runs<(\w+::\w+|\w+), (\d+), (\d+)>\((.*)\);  // load$")
 _RESIZE = re.compile(r"^\w+\.resize\(\d+\);$")
 # A streamed product that waits for nothing inside (not loading ahead of its turn, not staged).
 _PLAIN_PRODUCT = re.compile(r"^mk::gpu::stream_linear<[^>]*>\(sl\);$")
-THREADS = 256  # mk::kCudaThreads
 MOST_HELD = 16  # values a thread holds between a group's loads and its stores (load_runs' cap)
 
 
-def held(n: int) -> int:
-    """Values of an n-element run load one thread holds."""
-    return -(-n // THREADS)
+def held(load: re.Match[str]) -> int:
+    """Values of a matched run load that one thread holds."""
+    return -(-int(load[2]) // THREADS)
+
+
+def _run_load(load: re.Match[str]) -> str:
+    """The mk::gpu::RunLoad of a matched load_runs statement."""
+    return f"mk::gpu::run_load<{load[1]}, {load[2]}, {load[3]}>({load[4]})"
 
 
 def group_loads(lines: Sequence[str]) -> list[str]:
@@ -41,14 +46,13 @@ def group_loads(lines: Sequence[str]) -> list[str]:
     out: list[str] = []
     i = 0
     while i < len(lines):
-        j, resizes, loads = i, [], []
+        j, values, resizes, loads = i, 0, [], []
         while j < len(lines) and (_RESIZE.match(lines[j]) or _LOAD.match(lines[j])):
             load = _LOAD.match(lines[j])
-            if (
-                load
-                and sum(held(int(m.group(2))) for m in loads) + held(int(load.group(2))) > MOST_HELD
-            ):
-                break
+            if load:
+                values += held(load)
+                if values > MOST_HELD:
+                    break
             (loads if load else resizes).append(load or lines[j])
             j += 1
         if len(loads) < 2:
@@ -58,7 +62,7 @@ def group_loads(lines: Sequence[str]) -> list[str]:
         while not _LOAD.match(lines[j - 1]):  # trailing resizes belong to what follows
             j -= 1
             resizes.pop()
-        parts = ", ".join(f"mk::gpu::run_load<{m[1]}, {m[2]}, {m[3]}>({m[4]})" for m in loads)
+        parts = ", ".join(_run_load(m) for m in loads)
         out += [*resizes, f"mk::gpu::load_runs_together({parts});  // load"]
         i = j
     return out
@@ -85,15 +89,12 @@ def hoist_after_products(lines: Sequence[str]) -> list[str]:
         while j < len(out) and (_RESIZE.match(out[j]) or _LOAD.match(out[j])):
             load = _LOAD.match(out[j])
             if load:
-                values += held(int(load.group(2)))
+                values += held(load)
                 if values > MOST_HELD:
                     break
                 name = f"early{early}"
                 early += 1
-                issued.append(
-                    f"auto {name} = mk::gpu::load_early(mk::gpu::run_load<{load[1]}, {load[2]}, "
-                    f"{load[3]}>({load[4]}));"
-                )
+                issued.append(f"auto {name} = mk::gpu::load_early({_run_load(load)});")
                 out[j] = f"mk::gpu::store_loaded({name});  // load"
             j += 1
         out[i:i] = issued
