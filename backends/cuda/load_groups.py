@@ -39,7 +39,7 @@ def group_loads(lines: Sequence[str]) -> list[str]:
     """`lines` with each run of two or more load_runs statements (only tile resizes between
     them) issued as one load_runs_together, the resizes first; a group holds at most MOST_HELD
     values a thread; run loads right after a streamed product are issued before it first
-    (hoist_after_products). Only with MK_CUDA_LOAD_GROUPS=1."""
+    (hoist_after_products). Off with MK_CUDA_LOAD_GROUPS=0."""
     if not switches.load_groups():
         return list(lines)
     lines = hoist_after_products(lines)

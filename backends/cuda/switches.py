@@ -72,9 +72,9 @@ def load_ahead() -> int:
 
 
 def load_groups() -> bool:
-    """MK_CUDA_LOAD_GROUPS=1: consecutive run loads of a task body go out together, all loads
-    before any store (load_groups.py). Opt-in until it has run on a GPU."""
-    return flag("MK_CUDA_LOAD_GROUPS")
+    """On unless MK_CUDA_LOAD_GROUPS=0: consecutive run loads of a task body go out together, all
+    loads before any store (load_groups.py; qwen3-0.6b 1.189 -> 1.171 ms/token on the H200)."""
+    return flag("MK_CUDA_LOAD_GROUPS", default=True)
 
 
 def lean_linears() -> bool:

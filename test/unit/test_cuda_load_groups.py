@@ -106,7 +106,8 @@ def test_a_product_that_waits_inside_keeps_its_loads_after_it(call: str) -> None
     assert group_loads(lines) == lines
 
 
-def test_off_unless_asked() -> None:
+def test_off_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MK_CUDA_LOAD_GROUPS", "0")
     lines = [_load("a", 8, 0), _load("b", 8, 1)]
     assert group_loads(lines) == lines
 
