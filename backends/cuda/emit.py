@@ -98,8 +98,6 @@ def _defines(profile: bool) -> str:
         lines.append("#define MK_SIGNAL_RELEASE 1")
     if switches.flag_poll_all():
         lines.append("#define MK_FLAG_POLL_ALL 1")
-    if switches.ahead_copy() == "bulk":
-        lines.append("#define MK_AHEAD_BULK 1")
     return "".join(line + "\n" for line in lines)
 
 

@@ -71,13 +71,6 @@ def load_ahead() -> int:
     return count("MK_CUDA_LOAD_AHEAD", 0, 0, 64, "256-column steps")
 
 
-def ahead_copy() -> str:
-    """MK_CUDA_AHEAD_COPY: how MK_CUDA_LOAD_AHEAD copies a first round, `async` (default: every
-    lane issues cp.async of 16 bytes) or `bulk` (lane 0 of each warp issues one cp.async.bulk a
-    512-byte row step, completed on an mbarrier: the lanes' load queues stay empty)."""
-    return choice("MK_CUDA_AHEAD_COPY", ("async", "bulk"))
-
-
 def load_groups() -> bool:
     """On unless MK_CUDA_LOAD_GROUPS=0: consecutive run loads of a task body go out together, all
     loads before any store (load_groups.py; qwen3-0.6b 1.189 -> 1.171 ms/token on the H200)."""

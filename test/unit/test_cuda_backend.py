@@ -164,7 +164,6 @@ SWITCHES = [
     {"MK_CUDA_FUSE_LOOPS": "0"},
     {"MK_CUDA_LOAD_AHEAD": "1"},
     {"MK_CUDA_LOAD_AHEAD": "64"},
-    {"MK_CUDA_LOAD_AHEAD": "64", "MK_CUDA_AHEAD_COPY": "bulk"},
     {"MK_CUDA_SIGNAL": "release"},
     {"MK_CUDA_POLL_SLEEP": "0"},
     {"MK_CUDA_FLAG_POLL": "all"},
@@ -191,7 +190,7 @@ SWITCH_BUILDS = [
                        "MK_CUDA_FUSE_LOOPS": "0"}),
     ("decoder_block", {"MK_CUDA_STAGE": "1", "MK_CUDA_SIGNAL": "release"}),
     ("decoder_block", {"MK_CUDA_LOAD_AHEAD": "64", "MK_CUDA_POLL_SLEEP": "0",
-                       "MK_CUDA_FLAG_POLL": "all", "MK_CUDA_AHEAD_COPY": "bulk"}),
+                       "MK_CUDA_FLAG_POLL": "all"}),
     ("gated_mlp", {"MK_CUDA_MMA_PIPE": "1", "MK_CUDA_MMA_SLICES": "rounds"}),
     ("gated_mlp", {"MK_CUDA_MMA_RING": "4"}),
 ]  # fmt: skip

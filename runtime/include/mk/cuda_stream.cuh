@@ -279,21 +279,6 @@ __host__ __device__ constexpr uint32_t ahead_offset(int m, int kc) {
   return (static_cast<uint32_t>(m) * static_cast<uint32_t>(kc) * 4 + 127) & ~127u;
 }
 
-// The first round's copies have landed (a warp without rows never read its zero-filled or
-// skipped ones): before the next task takes this shared memory.
-__device__ inline void ahead_landed(bool vec, uint64_t* bulk_bar) {
-#if defined(MK_AHEAD_BULK)
-  if (vec) {
-    bulk_wait(bulk_bar);
-    bulk_retire(bulk_bar);
-  }
-#else
-  (void)vec;
-  (void)bulk_bar;
-  cp_async_wait<0>();
-#endif
-}
-
 // All threads of the CTA: out[m][row] += Σ_k xside[m][k] · w[row][k] for every weight row of
 // the task, and sum_sq[m] += Σ_k x[m][k]². With Mma (batches of 2..16 rows) the products run on
 // tensor cores, the activation rounded to the weights' 16-bit type. With Staged the weights
@@ -337,23 +322,9 @@ __device__ bool stream_linear(const StreamLinear& s) {
   __shared__ float part[32][M];  // the warps' Σx²
   // The first round's copies sit behind the staged chunk (the emitter reserves both).
   uint4* const pre = reinterpret_cast<uint4*>(mk_dynamic_smem + ahead_offset(M, s.kc));
-#if defined(MK_AHEAD_BULK)
-  __shared__ uint64_t bulk_bars[32];  // one a warp (first_round_bulk)
-  uint64_t* const bulk_bar = bulk_bars + warp;
-#else
-  uint64_t* const bulk_bar = nullptr;
-#endif
   if constexpr (Ahead > 0) {
-    const int kc0 = static_cast<int>(s.k < s.kc ? s.k : s.kc);
-#if defined(MK_AHEAD_BULK)
-    if (vec) first_round_bulk<RG, Ahead>(pre, s, kc0, begin, end, bulk_bar);
-#else
-    if (vec) first_round<RG, Ahead>(pre, s, kc0, begin, end);
-#endif
-    if (s.arena->turn && !turn_wait(*static_cast<Turn*>(s.arena->turn))) {
-      ahead_landed(vec, bulk_bar);
-      return false;
-    }
+    if (vec) first_round<RG, Ahead>(pre, s, static_cast<int>(s.k < s.kc ? s.k : s.kc), begin, end);
+    if (s.arena->turn && !turn_wait(*static_cast<Turn*>(s.arena->turn))) return false;
   }
   MK_MARK(*s.arena);
   if constexpr (Early && !Mma && !Staged) {
@@ -384,7 +355,7 @@ __device__ bool stream_linear(const StreamLinear& s) {
       mma_chunk<M, Staged, G, S, Ring>(s, reinterpret_cast<const uint16_t*>(xs), s.kc, kc, c, rows, ring);
     } else if (vec && !Mma) {
       if constexpr (Ahead > 0) {
-        stream_rows_ahead<M, RG, S, Ahead>(s, xs, s.kc, kc, begin, end, pre, bulk_bar);
+        stream_rows_ahead<M, RG, S, Ahead>(s, xs, s.kc, kc, begin, end, pre);
       } else {
         stream_rows<M, RG, S, true, Staged>(s, xs, s.kc, kc, c, begin, end);
       }
@@ -396,7 +367,9 @@ __device__ bool stream_linear(const StreamLinear& s) {
       stream_rows<M, 1, 1, false, Staged>(s, xs, s.kc, kc, c, begin, end);
     }
   }
-  if constexpr (Ahead > 0) ahead_landed(vec, bulk_bar);
+  // A warp without rows never read its zero-filled copies: they must land before the next
+  // task takes this shared memory.
+  if constexpr (Ahead > 0) cp_async_wait<0>();
   MK_MARK(*s.arena);
   if (s.sum_sq && !s.assign) {
     sum_sq_parts<M>(part, ss);

@@ -254,74 +254,6 @@ __device__ __forceinline__ void first_round(uint4* pre, const StreamLinear& s, i
   cp_async_commit();
 }
 
-// The warp's barrier for the bulk copies of its first round (MK_AHEAD_BULK): lane 0 arms it,
-// every lane waits on phase 0, lane 0 retires it before the memory serves anything else.
-__device__ inline void bulk_arm(uint64_t* bar) {
-  const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
-  // Orders the init and the last task's plain accesses to this memory before the copies.
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-__device__ inline void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar)))
-      : "memory");
-}
-__device__ inline void bulk_expect(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(bar))),
-               "r"(bytes)
-               : "memory");
-}
-__device__ inline void bulk_wait(uint64_t* bar) {
-  const uint32_t b = static_cast<uint32_t>(__cvta_generic_to_shared(bar));
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile(
-        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
-        : "=r"(done)
-        : "r"(b)
-        : "memory");
-  }
-}
-__device__ inline void bulk_retire(uint64_t* bar) {
-  __syncwarp();
-  if ((threadIdx.x & 31) == 0) {
-    asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(
-                     static_cast<uint32_t>(__cvta_generic_to_shared(bar)))
-                 : "memory");
-  }
-}
-
-// first_round with the copy engine: lane 0 of each warp asks for each 512-byte row step of the
-// warp (the 32 lanes' 16 bytes, adjacent in both memories) with one bulk copy, so the lanes
-// issue nothing and no load queue fills before the task's wait. Rows or steps past the chunk
-// are not copied (their lanes never read them).
-template <int RG, int A>
-__device__ __forceinline__ void first_round_bulk(uint4* pre, const StreamLinear& s, int kc,
-                                                 int begin, int end, uint64_t* bar) {
-  if ((threadIdx.x & 31) != 0) return;
-  const uint16_t* wp[RG];
-  float* op[RG];
-  int32_t os[RG];
-  round_rows<RG>(s, 0, begin, end, wp, op, os);
-  bulk_arm(bar);
-  uint32_t total = 0;
-#pragma unroll
-  for (int t = 0; t < A; ++t)
-#pragma unroll
-    for (int j = 0; j < RG; ++j) {
-      const int left = kc - t * 256;
-      if (!wp[j] || left <= 0) continue;
-      const uint32_t bytes = 2u * static_cast<uint32_t>(left < 256 ? left : 256);
-      bulk_copy(static_cast<uint32_t>(__cvta_generic_to_shared(first_round_at(pre, t, j, RG))),
-                wp[j] + t * 256, bytes, bar);
-      total += bytes;
-    }
-  bulk_expect(bar, total);
-}
-
 // One warp: weight rows r0.. r0 + RG (before `end`) against the staged chunk `xs` ([M][stride]
 // floats, columns [0, kc)). Each lane issues the loads of S 256-column steps of all RG rows
 // before it multiplies any: a decode task is short, so what bounds it is how many round trips to
@@ -331,7 +263,7 @@ __device__ __forceinline__ void first_round_bulk(uint4* pre, const StreamLinear&
 template <int M, int RG, int S, bool Vec, bool Shared, int A = 0>
 __device__ __forceinline__ void stream_group(const StreamLinear& s, const float* xs, int stride,
                                              int kc, int64_t c, int r0, int end,
-                                             uint4* pre, uint64_t* bulk_bar = nullptr) {
+                                             uint4* pre) {
   const int lane = threadIdx.x & 31;
   const bool bf16 = s.w_dtype == DTYPE_BF16;
   const uint16_t* wp[RG];
@@ -348,11 +280,7 @@ __device__ __forceinline__ void stream_group(const StreamLinear& s, const float*
     uint4 v[S][RG];
 #pragma unroll
     for (int t = A; t < S; ++t) load_rows<RG, Vec, Shared>(v[t], wp, k0 + t * 256, kc);
-#if defined(MK_AHEAD_BULK)
-    bulk_wait(bulk_bar);
-#else
     cp_async_wait<0>();  // a thread reads only its own copies: no barrier
-#endif
 #pragma unroll
     for (int t = 0; t < A; ++t)
 #pragma unroll
@@ -396,10 +324,8 @@ __device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, 
 template <int M, int RG, int S, int A>
 __device__ __forceinline__ void stream_rows_ahead(const StreamLinear& s, const float* xs,
                                                   int stride, int kc, int begin, int end,
-                                                  uint4* pre, uint64_t* bulk_bar) {
-  if (begin < end) {
-    stream_group<M, RG, S, true, false, A>(s, xs, stride, kc, 0, begin, end, pre, bulk_bar);
-  }
+                                                  uint4* pre) {
+  if (begin < end) stream_group<M, RG, S, true, false, A>(s, xs, stride, kc, 0, begin, end, pre);
   stream_rows<M, RG, S, true, false>(s, xs, stride, kc, 0, begin + RG, end);
 }
 
