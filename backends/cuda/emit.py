@@ -98,6 +98,8 @@ def _defines(profile: bool) -> str:
         lines.append("#define MK_SIGNAL_RELEASE 1")
     if switches.flag_poll_all():
         lines.append("#define MK_FLAG_POLL_ALL 1")
+    if switches.flag("MK_CUDA_MMA_L1"):
+        lines.append("#define MK_MMA_L1 1")
     return "".join(line + "\n" for line in lines)
 
 

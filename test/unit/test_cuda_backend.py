@@ -155,6 +155,7 @@ SWITCHES = [
     {"MK_CUDA_WEIGHT_L2": "evict_first"},
     {"MK_CUDA_STAGE": "1"},
     {"MK_CUDA_MMA_PIPE": "1"},
+    {"MK_CUDA_MMA_L1": "1"},
     {"MK_CUDA_MMA_RING": "3"},
     {"MK_CUDA_MMA_RING": "4"},
     {"MK_CUDA_MMA_SLICES": "rounds"},
@@ -192,7 +193,7 @@ SWITCH_BUILDS = [
     ("decoder_block", {"MK_CUDA_LOAD_AHEAD": "64", "MK_CUDA_POLL_SLEEP": "0",
                        "MK_CUDA_FLAG_POLL": "all"}),
     ("gated_mlp", {"MK_CUDA_MMA_PIPE": "1", "MK_CUDA_MMA_SLICES": "rounds"}),
-    ("gated_mlp", {"MK_CUDA_MMA_RING": "4"}),
+    ("gated_mlp", {"MK_CUDA_MMA_RING": "4", "MK_CUDA_MMA_L1": "1"}),
 ]  # fmt: skip
 
 

@@ -97,6 +97,24 @@ def test_tensor_core_products_build_with_and_without_the_pipeline(
     assert chained <= count // 10, (chained, count)  # no mma waits for the one before
 
 
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("l1", ["0", "1"])
+def test_tensor_core_weights_through_the_l1_are_opt_in(
+    tmp_path: Path, l1: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_MMA_L1=1 loads a tensor-core warp's weight fragments through the L1 (no
+    L1::no_allocate), so the two halves of a 128-byte line may share one line request."""
+    monkeypatch.setenv("MK_CUDA_MMA_L1", l1)
+    monkeypatch.setenv("MK_CUDA_MMA_RING", "0")
+    text = cuda_source(linear_program(8, 256, 1024, norm=True), tmp_path)
+    assert ("#define MK_MMA_L1 1" in text) == (l1 == "1")
+    ptx = _ptx_of(text, tmp_path)
+    through_l1 = re.findall(r"ld\.global\.nc\.L2::256B\.v4\.u32", ptx)
+    assert bool(through_l1) == (l1 == "1")
+    # The program's only weight stream is the tensor-core one.
+    assert ("ld.global.nc.L1::no_allocate.L2::256B.v4.u32" in ptx) == (l1 == "0")
+
+
 @pytest.mark.parametrize(
     ("rows", "k", "env", "stages", "chunk"),
     [

@@ -43,6 +43,23 @@ constexpr bool kMmaPipe = true;
 constexpr bool kMmaPipe = false;
 #endif
 
+#if defined(MK_MMA_L1)
+constexpr bool kMmaL1 = true;
+#else
+constexpr bool kMmaL1 = false;
+#endif
+
+// 16 read-only bytes through the L1 (MK_MMA_L1): a warp-wide load into mma fragments asks for
+// 64 bytes of each of eight rows, and the next step's load for the other half of the same
+// 128-byte lines; through the L1 the two halves can wait on one line request.
+__device__ inline uint4 load_stream_l1(const uint16_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
 // One lane's weight vectors of N 32-column steps from column k of each of its G rows (zeros
 // past k1 or for a missing row: no load).
 template <int N, int G, bool Shared>
@@ -53,7 +70,10 @@ __device__ inline void mma_load(uint4 (&w)[N][G], const uint16_t* const (&wp)[G]
 #pragma unroll
     for (int i = 0; i < G; ++i) {
       const bool in = wp[i] && k + 32 * u < k1;
-      w[u][i] = in ? load_weight8<true, Shared>(wp[i] + k + 32 * u + 8 * t) : make_uint4(0, 0, 0, 0);
+      const uint16_t* at = wp[i] + k + 32 * u + 8 * t;
+      w[u][i] = !in                     ? make_uint4(0, 0, 0, 0)
+                : kMmaL1 && !Shared ? load_stream_l1(at)
+                                    : load_weight8<true, Shared>(at);
     }
   }
 }
