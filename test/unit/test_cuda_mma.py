@@ -98,21 +98,26 @@ def test_tensor_core_products_build_with_and_without_the_pipeline(
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize("l1", ["0", "1"])
 def test_tensor_core_weights_through_the_l1_are_opt_in(
-    tmp_path: Path, l1: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """MK_CUDA_MMA_L1=1 loads a tensor-core warp's weight fragments through the L1 (no
     L1::no_allocate), so the two halves of a 128-byte line may share one line request."""
-    monkeypatch.setenv("MK_CUDA_MMA_L1", l1)
     monkeypatch.setenv("MK_CUDA_MMA_RING", "0")
-    text = cuda_source(linear_program(8, 256, 1024, norm=True), tmp_path)
-    assert ("#define MK_MMA_L1 1" in text) == (l1 == "1")
-    ptx = _ptx_of(text, tmp_path)
-    through_l1 = re.findall(r"ld\.global\.nc\.L2::256B\.v4\.u32", ptx)
-    assert bool(through_l1) == (l1 == "1")
-    # The program's only weight stream is the tensor-core one.
-    assert ("ld.global.nc.L1::no_allocate.L2::256B.v4.u32" in ptx) == (l1 == "0")
+    text = linear_program(8, 256, 1024, norm=True)
+    loads: dict[str, tuple[int, int]] = {}
+    for l1 in ("0", "1"):
+        monkeypatch.setenv("MK_CUDA_MMA_L1", l1)
+        source = cuda_source(text, tmp_path / l1)
+        assert ("#define MK_MMA_L1 1" in source) == (l1 == "1")
+        ptx = _ptx_of(source, tmp_path / l1)
+        loads[l1] = (
+            ptx.count("ld.global.nc.L1::no_allocate.L2::256B.v4.u32"),
+            ptx.count("ld.global.nc.v4.u32"),
+        )
+    # The program's only weight stream is the tensor-core one: all of its loads change kind.
+    assert loads["0"][0] >= MMA_LOADS and loads["1"][0] == 0
+    assert loads["1"][1] >= loads["0"][1] + MMA_LOADS
 
 
 @pytest.mark.parametrize(

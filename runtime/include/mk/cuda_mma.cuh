@@ -53,11 +53,7 @@ constexpr bool kMmaL1 = false;
 // 64 bytes of each of eight rows, and the next step's load for the other half of the same
 // 128-byte lines; through the L1 the two halves can wait on one line request.
 __device__ inline uint4 load_stream_l1(const uint16_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
+  return __ldg(reinterpret_cast<const uint4*>(p));
 }
 
 // One lane's weight vectors of N 32-column steps from column k of each of its G rows (zeros
