@@ -49,15 +49,11 @@ constexpr bool kMmaL1 = true;
 constexpr bool kMmaL1 = false;
 #endif
 
-// 16 read-only bytes through the L1 (MK_MMA_L1): a warp-wide load into mma fragments asks for
-// 64 bytes of each of eight rows, and the next step's load for the other half of the same
-// 128-byte lines; through the L1 the two halves can wait on one line request.
-__device__ inline uint4 load_stream_l1(const uint16_t* p) {
-  return __ldg(reinterpret_cast<const uint4*>(p));
-}
-
 // One lane's weight vectors of N 32-column steps from column k of each of its G rows (zeros
-// past k1 or for a missing row: no load).
+// past k1 or for a missing row: no load). With MK_MMA_L1 they come through the L1
+// (load_stream_l1): a warp-wide load asks for 64 bytes of each of eight rows, and the next
+// step's load for the other half of the same 128-byte lines, which can then wait on one line
+// request.
 template <int N, int G, bool Shared>
 __device__ inline void mma_load(uint4 (&w)[N][G], const uint16_t* const (&wp)[G], int k, int k1,
                                 int t) {

@@ -48,6 +48,12 @@ __device__ inline const void* elem_at(const void* base, int32_t dtype, int64_t i
   return static_cast<const unsigned char*>(base) + i * dtype_size(dtype);
 }
 
+// One 16-byte load `op` (a PTX ld with its qualifiers) of address p into the uint4 v.
+#define MK_LOAD16(op, v, p)                                                              \
+  asm volatile(op " {%0, %1, %2, %3}, [%4];"                                              \
+               : "=r"((v).x), "=r"((v).y), "=r"((v).z), "=r"((v).w)                       \
+               : "l"(p))
+
 // 16 bytes that nothing else in the launch writes: no L1 allocation, 256-byte L2 fetches (and
 // the L2's evict-first priority in builds with MK_STREAM_EVICT_FIRST: a step reads far more
 // weight bytes than the L2 holds, each once).
@@ -61,19 +67,22 @@ __device__ inline uint4 load_stream(const uint16_t* p) {
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p), "l"(policy));
 #else
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
+  MK_LOAD16("ld.global.nc.L1::no_allocate.L2::256B.v4.u32", v, p);
 #endif
+  return v;
+}
+
+// 16 read-only bytes through the L1: tensor-core fragment loads (cuda_mma.cuh, MK_MMA_L1).
+__device__ inline uint4 load_stream_l1(const uint16_t* p) {
+  uint4 v;
+  MK_LOAD16("ld.global.nc.L2::256B.v4.u32", v, p);
   return v;
 }
 
 // 16 bytes from L2, not L1: data other SMs wrote earlier in the same launch (the KV caches).
 __device__ inline uint4 load_l2(const uint16_t* p) {
   uint4 v;
-  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
+  MK_LOAD16("ld.global.cg.v4.u32", v, p);
   return v;
 }
 
