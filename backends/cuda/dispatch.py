@@ -8,7 +8,6 @@ from mk.backends.cpu.emit import _indent, uses_iteration
 from mk.backends.cuda import switches
 from mk.backends.cuda.device_lines import ARENA_SMEM
 from mk.backends.cuda.entries import entry_words
-from mk.backends.cuda.stream import TURN_STOPPED
 from mk.backends.shared_bodies import SharedBodies, SharedFunction
 from mk.runtime_tables import KIND_FIRST_LOWERED
 
@@ -61,12 +60,6 @@ def runs_ahead(fn: SharedFunction, mode: str) -> bool:
     return any(line.startswith(f"if (ahead == mk::gpu::{mode}) {{") for line in fn.body)
 
 
-def waits_itself(fn: SharedFunction) -> bool:
-    """Whether the body waits for its task's turn itself (a streamed linear loading ahead):
-    the dispatcher then leaves the wait to it."""
-    return any(f"return {TURN_STOPPED};" in line for line in fn.body)
-
-
 def slot_rows(shared: SharedBodies) -> tuple[tuple[int, ...], ...]:
     """Per kind (grid), the buffer-table rows of its body's slots: the queue entries carry them."""
     return tuple(tuple(shared.table[first : first + fn.slots]) for _, fn, first in shared.calls)
@@ -108,16 +101,6 @@ def dispatch_struct(
             ("kAheadStage", "return ", " != 0"),
         )
     )
-    own = "\n".join(
-        f"      case {KIND_FIRST_LOWERED + i}:"
-        for i, (_, fn, _) in enumerate(shared.calls)
-        if waits_itself(fn)
-    )
-    own_switch = (
-        f"    switch (kind) {{\n{own}\n        return true;\n      default:\n        return false;\n    }}"
-        if own
-        else "    (void)kind;\n    return false;"
-    )
     sizes = "\n".join(
         f"      case {KIND_FIRST_LOWERED + i}: return {staged[fn.name]};"
         for i, (_, fn, _) in enumerate(shared.calls)
@@ -155,10 +138,6 @@ struct Dispatch {{
 {fetches}
       default: return;
     }}
-  }}
-  // Whether a task of `kind` waits for its turn in its body (after its first weight loads).
-  __device__ static bool waits_itself(int32_t kind) {{
-{own_switch}
   }}
   // Weight bytes a task of `kind` stages in the ring (0: none).
   __device__ static uint32_t stage_bytes(int32_t kind) {{

@@ -14,7 +14,6 @@ from mk.backends.cuda import switches
 from mk.backends.cuda.split_merge import MergedX, merged_x_lines
 from mk.backends.cuda.stream import (
     STAGE_LOST,
-    TURN_STOPPED,
     StreamPlan,
     prefetch_spans,
     stage_offsets,
@@ -63,7 +62,6 @@ class StreamLinearEmitter(GraphDefEmitter):
         emit = self.lines.append
         k = self.forloop * shape_of(plan.x.tile)[1]
         chunk = plan.chunk(k)
-        start = len(self.lines)  # the body's statements before the product
         self.smem_floats = -(-plan.smem_bytes(k) // 4)
         emit("{")
         emit("mk::gpu::StreamLinear sl{};")
@@ -134,33 +132,16 @@ class StreamLinearEmitter(GraphDefEmitter):
             f"{plan.loads_per_thread(k)}, {_bool(mma)}"
         )
         groups = plan.mma_groups() if mma else 1
-        steps = min(switches.load_ahead(), 0 if mma else plan.steps_in_flight(k))
-        may_load_ahead = (
-            steps > 0
-            and staged is None
-            and chunk >= k
-            and plan.smem_bytes(k, ahead=steps) <= plan.x_bytes  # the chunk's room at most
-            and not isinstance(plan.x, MergedX)
-            # Every global access of a body names buffers[i]: none before the product means
-            # the weights may be requested before the task's turn.
-            and not any("buffers[" in line for line in self.lines[:start])
-        )
-        ahead = steps if may_load_ahead else 0
-        # The template's trailing arguments (Staged, G, Early, Ahead, Ring), defaults left off.
+        # The template's trailing arguments (Staged, G, Ring), defaults left off.
         tail = [
             _bool(staged is not None),
             str(groups),
-            _bool(switches.early_loads()),
-            str(ahead),
             str(plan.ring_stages(k) if staged is None else 0),
         ]
-        while tail and tail[-1] == ("false", "1", "false", "0", "0")[len(tail) - 1]:
+        while tail and tail[-1] == ("false", "1", "0")[len(tail) - 1]:
             tail.pop()
         call += "".join(f", {a}" for a in tail)
-        if ahead:
-            self.smem_floats = -(-plan.smem_bytes(k, ahead=ahead) // 4)
-            emit(f"if (!{call}>(sl)) return {TURN_STOPPED};")
-        elif staged is None:
+        if staged is None:
             emit(f"{call}>(sl);")
         else:
             emit(f"if (!{call}>(sl)) return {STAGE_LOST};")

@@ -20,7 +20,7 @@ from mk.backends.cuda.stream_attention import THREADS
 
 _LOAD = re.compile(r"^mk::gpu::load_runs<(\w+::\w+|\w+), (\d+), (\d+)>\((.*)\);  // load$")
 _RESIZE = re.compile(r"^\w+\.resize\(\d+\);$")
-# A streamed product that waits for nothing inside (not loading ahead of its turn, not staged).
+# A streamed product that waits for nothing inside (its weights not staged).
 _PLAIN_PRODUCT = re.compile(r"^mk::gpu::stream_linear<[^>]*>\(sl\);$")
 MOST_HELD = 16  # values a thread holds between a group's loads and its stores (load_runs' cap)
 
@@ -71,8 +71,8 @@ def group_loads(lines: Sequence[str]) -> list[str]:
 def hoist_after_products(lines: Sequence[str]) -> list[str]:
     """`lines` with the run loads that follow a streamed product's block (only tile resizes
     between) issued before the block and stored after it, at most MOST_HELD values a thread.
-    The body has waited for its task's events before the block: a product that waits inside
-    (loading ahead) or reads staged weights is left as it is."""
+    The body has waited for its task's events before the block: a product that reads staged
+    weights (and may find them lost) is left as it is."""
     out = list(lines)
     early = 0
     i = 0

@@ -33,8 +33,6 @@ MMA_LOADS = 16  # 16-byte weight loads a lane of a tensor-core warp keeps in fli
 STAGE_MAX = 128 << 10
 # What a body returns (the run status's detail is one less) when its staged weights never landed.
 STAGE_LOST = 0x7FFFFFFE
-# What a body that waits for its own turn returns when the launch stopped meanwhile.
-TURN_STOPPED = "mk::kTurnStopped"
 _WEIGHT_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16")
 _FLOAT_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16", "mk::DTYPE_F32")
 # Accumulators of x's Σx² the streamed loop sums at its staging barrier: nn-to-mugraph's fused
@@ -152,18 +150,12 @@ class StreamPlan:
     def _float_chunk(self, k: int) -> int:
         return min(k, self.x_bytes // 4 // self.rows // 256 * 256)
 
-    def smem_bytes(self, k: int, ahead: int = 0) -> int:
-        """Dynamic shared memory the streamed loop takes: the chunk, and the ring behind it, or
-        the first round's copies of `ahead` steps behind it (mk::gpu::first_round: RG 16-byte
-        copies per thread a step)."""
+    def smem_bytes(self, k: int) -> int:
+        """Dynamic shared memory the streamed loop takes: the chunk, and the ring behind it."""
         stages = self.ring_stages(k)
         if stages:
             return -(-self.rows * self.chunk(k) * 2 // 128) * 128 + ring_bytes(stages)
-        chunk = 4 * self.rows * self.chunk(k)
-        if not ahead:
-            return chunk
-        first_round = ahead * self.rows_per_round() * WARPS * 32 * 16
-        return -(-chunk // 128) * 128 + first_round
+        return 4 * self.rows * self.chunk(k)
 
 
 def ring_bytes(stages: int) -> int:

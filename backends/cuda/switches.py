@@ -56,21 +56,6 @@ def prefetch_at_wait() -> bool:
     return choice("MK_CUDA_PREFETCH_AT", ("ahead", "wait")) == "wait"
 
 
-def early_loads() -> bool:
-    """MK_CUDA_EARLY=1: a streamed linear asks the L2 for its first round of weights before it
-    stages the activation (stream_linear's Early), so that round trip overlaps the staging."""
-    return flag("MK_CUDA_EARLY")
-
-
-def load_ahead() -> int:
-    """MK_CUDA_LOAD_AHEAD=N (0, off, by default): a streamed linear on CUDA cores whose body
-    reads nothing before its product copies the first N 256-column steps of its first round of
-    weights into shared memory (cp.async) and then waits for its turn itself (stream_linear's
-    Ahead, mk::Turn), so HBM streams them while the producers finish; N past the round's steps
-    means the whole round."""
-    return count("MK_CUDA_LOAD_AHEAD", 0, 0, 64, "256-column steps")
-
-
 def load_groups() -> bool:
     """On unless MK_CUDA_LOAD_GROUPS=0: consecutive run loads of a task body go out together, all
     loads before any store (load_groups.py; qwen3-0.6b 1.189 -> 1.171 ms/token on the H200)."""

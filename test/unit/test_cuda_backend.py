@@ -151,7 +151,6 @@ def test_ptxas_reports_the_megakernels_registers_and_spills() -> None:
 SWITCHES = [
     {"MK_CUDA_PREFETCH_AT": "wait"},
     {"MK_CUDA_PREFETCH": str(128 << 10)},
-    {"MK_CUDA_EARLY": "1"},
     {"MK_CUDA_WEIGHT_L2": "evict_first"},
     {"MK_CUDA_STAGE": "1"},
     {"MK_CUDA_MMA_PIPE": "1"},
@@ -163,8 +162,6 @@ SWITCHES = [
     {"MK_CUDA_POLL_PIPE": "1"},
     {"MK_CUDA_LEAN": "0"},
     {"MK_CUDA_FUSE_LOOPS": "0"},
-    {"MK_CUDA_LOAD_AHEAD": "1"},
-    {"MK_CUDA_LOAD_AHEAD": "64"},
     {"MK_CUDA_SIGNAL": "release"},
     {"MK_CUDA_POLL_SLEEP": "0"},
     {"MK_CUDA_FLAG_POLL": "all"},
@@ -180,18 +177,17 @@ def switch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> d
     return request.param
 
 
-# Every switch of SWITCHES in a build with nvcc, in six builds (nvcc takes seconds each): the
+# Every switch of SWITCHES in a build with nvcc, in five builds (nvcc takes seconds each): the
 # switches that can go together, and each on an example whose code it changes (tensor cores:
 # gated_mlp, batch 4). The GPU test below runs each alone.
 SWITCH_BUILDS = [
-    ("decoder_block", {"MK_CUDA_PREFETCH_AT": "wait", "MK_CUDA_EARLY": "1",
+    ("decoder_block", {"MK_CUDA_PREFETCH_AT": "wait",
                        "MK_CUDA_WEIGHT_L2": "evict_first", "MK_CUDA_WAIT_BATCH": "1",
                        "MK_CUDA_POLL_PIPE": "1", "MK_CUDA_LOAD_GROUPS": "0"}),
     ("decoder_block", {"MK_CUDA_PREFETCH": str(128 << 10), "MK_CUDA_LEAN": "0",
                        "MK_CUDA_FUSE_LOOPS": "0"}),
-    ("decoder_block", {"MK_CUDA_STAGE": "1", "MK_CUDA_SIGNAL": "release"}),
-    ("decoder_block", {"MK_CUDA_LOAD_AHEAD": "64", "MK_CUDA_POLL_SLEEP": "0",
-                       "MK_CUDA_FLAG_POLL": "all"}),
+    ("decoder_block", {"MK_CUDA_STAGE": "1", "MK_CUDA_SIGNAL": "release",
+                       "MK_CUDA_POLL_SLEEP": "0", "MK_CUDA_FLAG_POLL": "all"}),
     ("gated_mlp", {"MK_CUDA_MMA_PIPE": "1", "MK_CUDA_MMA_SLICES": "rounds"}),
     ("gated_mlp", {"MK_CUDA_MMA_RING": "4", "MK_CUDA_MMA_L1": "1"}),
 ]  # fmt: skip
@@ -288,30 +284,11 @@ def test_switches_on_the_gpu(cache: Path, example: str) -> None:
     _assert_close(prog(*inputs), mk.reference(path, *inputs))
 
 
-def _own_wait_kinds(source: str) -> set[int]:
-    """The task kinds whose bodies wait for their turn themselves (Dispatch::waits_itself)."""
-    switch = source.split("static bool waits_itself(int32_t kind) {", 1)[1].split("default:", 1)[0]
-    return {int(k) for k in re.findall(r"case (\d+):", switch)}
-
-
-def _producer_of_an_own_wait(prog: mk.Program) -> tuple[int, int]:
-    """(task, counter): a task that signals a counter that a body waiting itself waits on."""
-    t = prog.tables
-    own = _own_wait_kinds(prog.cuda_source or "")
-    waiter = next(i for i, task in enumerate(t.tasks) if int(task["kind"]) in own)
-    counter = int(t.waits[t.tasks[waiter]["wait_begin"]]["counter"])
-    signals = t.signals["counter"] == counter
-    for i, task in enumerate(t.tasks):
-        if signals[task["signal_begin"] : task["signal_end"]].any():
-            return i, counter
-    raise AssertionError("no producer")
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "env",
-    [{}, {"MK_CUDA_POLL_PIPE": "1"}, {"MK_CUDA_LOAD_AHEAD": "1"}],
-    ids=["polls", "pipelined-polls", "waits-in-the-body"],
+    [{}, {"MK_CUDA_POLL_PIPE": "1"}],
+    ids=["polls", "pipelined-polls"],
 )
 def test_dropped_signal_trips_the_watchdog(
     env: dict[str, str], cache: Path, monkeypatch: pytest.MonkeyPatch
@@ -323,8 +300,6 @@ def test_dropped_signal_trips_the_watchdog(
     )
     tasks = prog.tables.tasks.copy()
     victim = int(np.flatnonzero(tasks["signal_end"] > tasks["signal_begin"])[0])
-    if env.get("MK_CUDA_LOAD_AHEAD") == "1":  # the stuck wait is a body's own
-        victim, _ = _producer_of_an_own_wait(prog)
     tasks[victim]["signal_end"] = tasks[victim]["signal_begin"]
     prog.tables = dataclasses.replace(prog.tables, tasks=tasks)
     start = time.perf_counter()

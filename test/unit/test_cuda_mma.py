@@ -164,7 +164,7 @@ def test_tensor_core_products_build_through_the_ring(
     independent accumulators."""
     monkeypatch.setenv("MK_CUDA_MMA_RING", "3")
     text = cuda_source(linear_program(8, 256, 1024, norm=True), tmp_path)
-    assert re.search(r"stream_linear<8, \d+, \d+, \d+, true, false, 1, false, 0, 3>", text)
+    assert re.search(r"stream_linear<8, \d+, \d+, \d+, true, false, 1, 3>", text)
     code = _ptx_of(text, tmp_path)
     assert code.count("cp.async.cg.shared.global.L2::256B") >= 8  # a stage: eight rows
     assert "cp.async.wait_group" in code
@@ -199,7 +199,7 @@ def test_the_ring_matches_the_reference(
     text = linear_program(rows, 4608, 1024, True)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     assert re.search(
-        rf"stream_linear<{rows}, \d+, \d+, \d+, true, false, 1, false, 0, {ring}>",
+        rf"stream_linear<{rows}, \d+, \d+, \d+, true, false, 1, {ring}>",
         prog.cuda_source,
     )  # type: ignore[attr-defined]
     agrees_with_the_reference(prog, text, (rows, ring))

@@ -44,7 +44,6 @@ struct Arena {
   uint8_t* stage_base;    // where the task's weights are staged in shared memory (cuda_stage.cuh)
   uint64_t* stage_bar;    // the barrier they complete on
   uint32_t stage_parity;  // the phase of stage_bar that means they landed
-  void* turn;  // an mk::Turn when the body waits for its own turn (cuda_wait.cuh), else null
   // Flagged buffers (cuda_flags.cuh): the flag this task's iteration writes and waits for, and
   // what a stuck wait reports (the launch's parameters, the task, the iteration).
   uint32_t flag;

@@ -110,14 +110,6 @@ __device__ inline void prefetch_entry(const LaunchParams& p, int32_t q) {
 }
 
 
-// Thread 0: the turn of the task at `e` in iteration t, for its body to wait on.
-template <class Entry>
-__device__ inline void set_turn(Turn& turn, const Entry& e, int32_t t) {
-  turn.near = &e.near;
-  turn.id = e.id;
-  turn.t = t;
-}
-
 // Thread 0 of each CTA, once its queue is done: the last CTA of the launch moves the flag base
 // past this launch's iterations, so the next launch's flags differ from every word written so
 // far (each CTA read the base before it counted itself out).
@@ -150,15 +142,14 @@ __device__ __forceinline__ void run_queues(const LaunchParams& p) {
   // Tail tasks this CTA owes (queue-entry indices), run before its next queued task.
   __shared__ int32_t tail_stack[kTailStack];
   __shared__ int32_t tail_top;
-  // Thread 0's memory of counters, and the turn of a task whose body waits itself.
+  // Thread 0's memory of counters.
   __shared__ SeenCounters known;
-  __shared__ Turn turn;
   __shared__ uint32_t flag_base;  // flagged buffers: this launch's flag for iteration t is base + t + 1
   const int32_t sm = blockIdx.x;
   uint8_t* const ring = gpu::mk_dynamic_smem + Dispatch::kRingOffset;
   gpu::Arena arena{p.scratch + static_cast<uint64_t>(sm) * p.scratch_per_sm, 0, p.scratch_per_sm,
                    gpu::mk_dynamic_smem + Dispatch::kArenaOffset, 0, Dispatch::kArenaBytes,
-                   nullptr, p.marks, 0, ring, &stage_bars[0], 0, nullptr, 0, &p, -1, 0};
+                   nullptr, p.marks, 0, ring, &stage_bars[0], 0, 0, &p, -1, 0};
   void* const* table = p.buffers;
   if constexpr (kTableShared) {
     for (int i = threadIdx.x; i < Dispatch::kBuffers; i += kCudaThreads) table_rows[i] = p.buffers[i];
@@ -177,7 +168,6 @@ __device__ __forceinline__ void run_queues(const LaunchParams& p) {
     flag_base = Dispatch::kFlagged ? *static_cast<volatile uint32_t*>(p.epoch) : 0;
     tail_top = 0;
     known.clear();
-    turn = Turn{&p, nullptr, &known, 0, sm, 0, 1, 0};
     for (int i = 0; i < 3; ++i) {
       gpu::stage_barrier_init(&stage_bars[i]);
       staged[i] = gpu::StagePlace{0, 0, 0, 0};
@@ -196,10 +186,9 @@ __device__ __forceinline__ void run_queues(const LaunchParams& p) {
   uint32_t n = 0;       // tasks begun; entry/slots/staged[n % 3] hold task n's
   const uint64_t slot_width = 2 + static_cast<uint64_t>(p.marks);
   // All threads: one task's body in iteration t, then thread 0's signals (and timeline); false
-  // if the launch must stop. With `own_wait` the body waits for the task's turn itself (after
-  // thread 0 set `turn` for it).
+  // if the launch must stop.
   int32_t t = 0;
-  auto run_task = [&](const Entry& e, void* const* task_slots, bool own_wait) {
+  auto run_task = [&](const Entry& e, void* const* task_slots) {
     const TaskDesc* task = &e.near.desc;
     arena.flag = flag_base + static_cast<uint32_t>(t) + 1;
     arena.task = e.id;
@@ -209,10 +198,8 @@ __device__ __forceinline__ void run_queues(const LaunchParams& p) {
     // code in the instruction cache and its reads in L2.
     arena.reset(gpu::ArenaMark{0, 0});
     arena.marks = nullptr;
-    arena.turn = own_wait ? &turn : nullptr;
-    if (Dispatch::run(task->kind, task, task_slots, arena, t) == kTurnStopped) return false;
+    Dispatch::run(task->kind, task, task_slots, arena, t);
     __syncthreads();
-    own_wait = false;
 #endif
     const uint64_t started = p.timeline && threadIdx.x == 0 ? globaltimer() : 0;
     arena.reset(gpu::ArenaMark{0, 0});
@@ -220,10 +207,8 @@ __device__ __forceinline__ void run_queues(const LaunchParams& p) {
         p.timeline ? p.timeline + (static_cast<uint64_t>(t) * p.num_tasks + e.id) * slot_width : nullptr;
     arena.marks = slot && p.marks > 0 ? slot + 2 : nullptr;
     arena.mark_n = 0;
-    arena.turn = own_wait ? &turn : nullptr;
     const int32_t rc = Dispatch::run(task->kind, task, task_slots, arena, t);
     __syncthreads();
-    if (rc == kTurnStopped) return false;  // its wait recorded why
     if (threadIdx.x == 0) {
       if (rc != 0) {
         record_failure(p, RunStatus{RUN_KERNEL_FAILED, sm, e.id, -1, t, static_cast<uint32_t>(rc - 1), 0, 0});
@@ -231,7 +216,7 @@ __device__ __forceinline__ void run_queues(const LaunchParams& p) {
         record_failure(p, RunStatus{RUN_KERNEL_FAILED, sm, e.id, -1, t, kTailOverflow, 0, 0});
       }
       if (slot) {
-        slot[0] = own_wait ? turn.started : started;
+        slot[0] = started;
         slot[1] = globaltimer();
       }
     }
@@ -242,7 +227,6 @@ __device__ __forceinline__ void run_queues(const LaunchParams& p) {
   for (; t < p.iterations; ++t) {
     for (int32_t q = begin; q < end; ++q) {
       const uint32_t cur = n++ % 3, after = (cur + 1) % 3;
-      const bool own_wait = Dispatch::waits_itself(entry[cur].near.desc.kind);
       if (threadIdx.x == 0) {
         const TaskDesc* task = &entry[cur].near.desc;
         // Weights that found no room ahead: into the front of the ring, free now.
@@ -250,15 +234,11 @@ __device__ __forceinline__ void run_queues(const LaunchParams& p) {
           stage_set(cur, task, t);
           staged[cur].deferred = 0;
         }
-        if (own_wait) {
-          set_turn(turn, entry[cur], t);
-        } else {
-          // With kPrefetchAtWait the L2 prefetch of this task's weights is issued only once a
-          // wait finds its producers unfinished: a ready task starts without paying for it.
-          go = wait_task<Dispatch::kBatchWaits, Dispatch::kPipePolls>(p, entry[cur].near, entry[cur].id, sm, t, known, [&] {
-            if constexpr (Dispatch::kPrefetchAtWait) Dispatch::prefetch(task->kind, task, slots[cur], arena, t);
-          });
-        }
+        // With kPrefetchAtWait the L2 prefetch of this task's weights is issued only once a
+        // wait finds its producers unfinished: a ready task starts without paying for it.
+        go = wait_task<Dispatch::kBatchWaits, Dispatch::kPipePolls>(p, entry[cur].near, entry[cur].id, sm, t, known, [&] {
+          if constexpr (Dispatch::kPrefetchAtWait) Dispatch::prefetch(task->kind, task, slots[cur], arena, t);
+        });
       } else if (threadIdx.x == 32) {
         // The next task: its entry and buffers, its weights into the ring behind this task's
         // (and, prefetching ahead, into L2), so HBM streams them while this task waits and
@@ -292,16 +272,12 @@ __device__ __forceinline__ void run_queues(const LaunchParams& p) {
           }
         }
       }
-      // A body that waits itself starts without this barrier: its loads go out before the wait,
-      // whose barrier then also covers thread 32's work.
-      if (!own_wait) {
-        __syncthreads();
-        if (!go) return;
-      }
+      __syncthreads();
+      if (!go) return;
       arena.stage_base = ring + staged[cur].at;
       arena.stage_bar = &stage_bars[cur];
       arena.stage_parity = staged[cur].parity;
-      if (!run_task(entry[cur], slots[cur], own_wait)) return;
+      if (!run_task(entry[cur], slots[cur])) return;
       if (!has_tails(entry[cur].near)) continue;
       // Tails: the tasks whose element this task's signals completed, run here and now (their
       // own signals may complete more). Set (cur + 2) % 3 is free until thread 32 fills it at
@@ -312,15 +288,10 @@ __device__ __forceinline__ void run_queues(const LaunchParams& p) {
         __syncthreads();  // every thread has read tail_top
         if (threadIdx.x == 0) {
           load_entry<Dispatch>(p, tail_stack[--tail_top], entry[ts], slots[ts], table);
-          if (Dispatch::waits_itself(entry[ts].near.desc.kind)) {
-            set_turn(turn, entry[ts], t);
-            go = 1;
-          } else {
-            go = wait_task<Dispatch::kBatchWaits, Dispatch::kPipePolls>(p, entry[ts].near, entry[ts].id, sm, t, known, [] {});
-          }
+          go = wait_task<Dispatch::kBatchWaits, Dispatch::kPipePolls>(p, entry[ts].near, entry[ts].id, sm, t, known, [] {});
         }
         __syncthreads();
-        if (!go || !run_task(entry[ts], slots[ts], Dispatch::waits_itself(entry[ts].near.desc.kind))) return;
+        if (!go || !run_task(entry[ts], slots[ts])) return;
         __syncthreads();  // thread 0's pushes
       }
     }

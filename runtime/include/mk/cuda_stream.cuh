@@ -16,7 +16,6 @@
 #include "mk/cuda_mma.cuh"
 #include "mk/cuda_stage.cuh"
 #include "mk/cuda_stream_rows.cuh"
-#include "mk/cuda_wait.cuh"
 
 namespace mk {
 namespace gpu {
@@ -273,12 +272,6 @@ __device__ inline __noinline__ void prefetch_rows(const uint16_t* w, int rows, i
   for (int r = 0; r < rows; ++r) prefetch_l2(w + r * ld, 2 * static_cast<uint64_t>(cols));
 }
 
-// Bytes of dynamic shared memory before a loading-ahead task's first round: its staged chunk
-// (M rows of kc floats), rounded up to 128.
-__host__ __device__ constexpr uint32_t ahead_offset(int m, int kc) {
-  return (static_cast<uint32_t>(m) * static_cast<uint32_t>(kc) * 4 + 127) & ~127u;
-}
-
 // All threads of the CTA: out[m][row] += Σ_k xside[m][k] · w[row][k] for every weight row of
 // the task, and sum_sq[m] += Σ_k x[m][k]². With Mma (batches of 2..16 rows) the products run on
 // tensor cores, the activation rounded to the weights' 16-bit type. With Staged the weights
@@ -290,15 +283,10 @@ __host__ __device__ constexpr uint32_t ahead_offset(int m, int kc) {
 // activation columns at once (the emitter sizes it to the chunk: unrolled code the task does not
 // need costs instruction fetches). With Ring > 0 (tensor cores, weights from global memory)
 // each warp copies its weights through a Ring-stage cp.async ring behind the packed chunk
-// (mma_rows_ring). With Ahead > 0 (one chunk on CUDA cores, s.arena->turn set by the
-// dispatcher) each lane copies the first Ahead steps of its first round of weights into shared
-// memory with cp.async and only then waits for the task's turn. Ends with __syncthreads();
-// false if staged weights never landed or the launch stopped during the wait.
+// (mma_rows_ring). Ends with __syncthreads(); false if staged weights never landed.
 template <int M, int RG, int S, int XB, bool Mma = false, bool Staged = false, int G = 1,
-          bool Early = false, int Ahead = 0, int Ring = 0>
+          int Ring = 0>
 __device__ bool stream_linear(const StreamLinear& s) {
-  static_assert(Ahead == 0 || (!Mma && !Staged && Ahead <= S),
-                "loads ahead of the wait: CUDA cores, unstaged, at most a round");
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
   static_assert(Ring == 0 || (Mma && !Staged && G == 1), "the ring: tensor cores, one group, unstaged");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
@@ -320,16 +308,7 @@ __device__ bool stream_linear(const StreamLinear& s) {
 #pragma unroll
   for (int m = 0; m < M; ++m) ss[m] = 0.0f;
   __shared__ float part[32][M];  // the warps' Σx²
-  // The first round's copies sit behind the staged chunk (the emitter reserves both).
-  uint4* const pre = reinterpret_cast<uint4*>(mk_dynamic_smem + ahead_offset(M, s.kc));
-  if constexpr (Ahead > 0) {
-    if (vec) first_round<RG, Ahead>(pre, s, static_cast<int>(s.k < s.kc ? s.k : s.kc), begin, end);
-    if (s.arena->turn && !turn_wait(*static_cast<Turn*>(s.arena->turn))) return false;
-  }
   MK_MARK(*s.arena);
-  if constexpr (Early && !Mma && !Staged) {
-    if (vec) prefetch_first_round<RG, S>(s, static_cast<int>(s.k < s.kc ? s.k : s.kc), begin, end);
-  }
   for (int64_t c = 0; c < s.k; c += s.kc) {
     const int kc = static_cast<int>(s.k - c < s.kc ? s.k - c : s.kc);
     // Tensor cores take the activation in the weights' 16-bit type: staged that way, once.
@@ -354,11 +333,7 @@ __device__ bool stream_linear(const StreamLinear& s) {
       uint16_t* ring = reinterpret_cast<uint16_t*>(mk_dynamic_smem + ((M * s.kc * 2 + 127) & ~127));
       mma_chunk<M, Staged, G, S, Ring>(s, reinterpret_cast<const uint16_t*>(xs), s.kc, kc, c, rows, ring);
     } else if (vec && !Mma) {
-      if constexpr (Ahead > 0) {
-        stream_rows_ahead<M, RG, S, Ahead>(s, xs, s.kc, kc, begin, end, pre);
-      } else {
-        stream_rows<M, RG, S, true, Staged>(s, xs, s.kc, kc, c, begin, end);
-      }
+      stream_rows<M, RG, S, true, Staged>(s, xs, s.kc, kc, c, begin, end);
     } else {
       // Weights not 16-byte aligned (the emitter plans tensor cores only for aligned chunks):
       // rare, so this loop is not unrolled. Every unrolled variant adds kilobytes of code to
@@ -367,9 +342,6 @@ __device__ bool stream_linear(const StreamLinear& s) {
       stream_rows<M, 1, 1, false, Staged>(s, xs, s.kc, kc, c, begin, end);
     }
   }
-  // A warp without rows never read its zero-filled copies: they must land before the next
-  // task takes this shared memory.
-  if constexpr (Ahead > 0) cp_async_wait<0>();
   MK_MARK(*s.arena);
   if (s.sum_sq && !s.assign) {
     sum_sq_parts<M>(part, ss);

@@ -201,27 +201,6 @@ __device__ inline void round_rows(const StreamLinear& s, int64_t c, int r0, int 
   for (int j = 0; j < RG; ++j) wp[j] = weight_row(s, r0 + j < end ? r0 + j : -1, c, &op[j], &os[j]);
 }
 
-// Asks the L2 for the 16 bytes of each load of a warp's first round (rows begin.., chunk 0)
-// before the activation is staged, so that their HBM round trip overlaps the staging
-// (stream_linear's Early). Prefetches hold no registers: the loads themselves would keep S·RG
-// of them live across the staging, past the 255 a thread has.
-template <int RG, int S>
-__device__ inline void prefetch_first_round(const StreamLinear& s, int kc, int begin, int end) {
-  const int lane = threadIdx.x & 31;
-  const uint16_t* wp[RG];
-  float* op[RG];
-  int32_t os[RG];
-  round_rows<RG>(s, 0, begin, end, wp, op, os);
-#pragma unroll
-  for (int t = 0; t < S; ++t) {
-    const int k = lane * 8 + t * 256;
-#pragma unroll
-    for (int j = 0; j < RG; ++j) {
-      if (wp[j] && k < kc) asm volatile("prefetch.global.L2 [%0];" ::"l"(wp[j] + k));
-    }
-  }
-}
-
 // cp.async of 16 bytes into shared memory, zero-filled when !in (nothing is read then).
 __device__ inline void cp_async16(uint32_t dst, const void* src, bool in) {
   asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
@@ -234,45 +213,14 @@ __device__ inline void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-// Where a thread's copy of load (t, j) of the first round lands: consecutive threads take
-// consecutive 16 bytes, so a warp's copies and reads are free of bank conflicts.
-__device__ inline uint4* first_round_at(uint4* pre, int t, int j, int RG) {
-  return pre + (t * RG + j) * static_cast<int>(blockDim.x) + threadIdx.x;
-}
-
-// One lane's first A 256-column steps of RG rows of a warp's first round (rows [begin, end) at
-// chunk column 0, as stream_rows loads them), copied into `pre` in shared memory with cp.async:
-// the copies in flight hold no registers across the task's wait and staging, where loads into
-// registers (S·RG of them) pushed the megakernel past 255 registers into spills.
-template <int RG, int A>
-__device__ __forceinline__ void first_round(uint4* pre, const StreamLinear& s, int kc, int begin,
-                                            int end) {
-  const uint16_t* wp[RG];
-  float* op[RG];
-  int32_t os[RG];
-  round_rows<RG>(s, 0, begin, end, wp, op, os);
-  const int k = (threadIdx.x & 31) * 8;
-#pragma unroll
-  for (int t = 0; t < A; ++t)
-#pragma unroll
-    for (int j = 0; j < RG; ++j) {
-      const bool in = wp[j] && k + t * 256 < kc;
-      cp_async16(static_cast<uint32_t>(__cvta_generic_to_shared(first_round_at(pre, t, j, RG))),
-                 in ? wp[j] + k + t * 256 : s.w[0].w, in);
-    }
-  cp_async_commit();
-}
-
 // One warp: weight rows r0.. r0 + RG (before `end`) against the staged chunk `xs` ([M][stride]
 // floats, columns [0, kc)). Each lane issues the loads of S 256-column steps of all RG rows
 // before it multiplies any: a decode task is short, so what bounds it is how many round trips to
 // HBM it waits for, and S·RG loads per lane in flight make a task of up to S·256 columns one
-// round trip (and keep ~64 KB in flight per SM). With A > 0, `pre` holds the first A steps of
-// the first round (first_round, copied into shared memory before the task's wait).
-template <int M, int RG, int S, bool Vec, bool Shared, int A = 0>
+// round trip (and keep ~64 KB in flight per SM).
+template <int M, int RG, int S, bool Vec, bool Shared>
 __device__ __forceinline__ void stream_group(const StreamLinear& s, const float* xs, int stride,
-                                             int kc, int64_t c, int r0, int end,
-                                             uint4* pre) {
+                                             int kc, int64_t c, int r0, int end) {
   const int lane = threadIdx.x & 31;
   const bool bf16 = s.w_dtype == DTYPE_BF16;
   const uint16_t* wp[RG];
@@ -284,23 +232,7 @@ __device__ __forceinline__ void stream_group(const StreamLinear& s, const float*
   for (int j = 0; j < RG; ++j)
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[j][m] = 0.0f;
-  int k0 = lane * 8;
-  if constexpr (A > 0) {
-    uint4 v[S][RG];
-#pragma unroll
-    for (int t = A; t < S; ++t) load_rows<RG, Vec, Shared>(v[t], wp, k0 + t * 256, kc);
-    cp_async_wait<0>();  // a thread reads only its own copies: no barrier
-#pragma unroll
-    for (int t = 0; t < A; ++t)
-#pragma unroll
-      for (int j = 0; j < RG; ++j) v[t][j] = *first_round_at(pre, t, j, RG);
-#pragma unroll
-    for (int t = 0; t < S; ++t) {
-      if (k0 + t * 256 < kc) fma_rows<M, RG>(acc, v[t], xs, stride, k0 + t * 256, bf16);
-    }
-    k0 += S * 256;
-  }
-  for (int k = k0; k < kc; k += S * 256) {
+  for (int k = lane * 8; k < kc; k += S * 256) {
     uint4 v[S][RG];
 #pragma unroll
     for (int t = 0; t < S; ++t) load_rows<RG, Vec, Shared>(v[t], wp, k + t * 256, kc);
@@ -324,18 +256,8 @@ template <int M, int RG, int S, bool Vec, bool Shared>
 __device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, int kc, int64_t c,
                             int begin, int end) {
   for (int r0 = begin; r0 < end; r0 += RG) {
-    stream_group<M, RG, S, Vec, Shared>(s, xs, stride, kc, c, r0, end, nullptr);
+    stream_group<M, RG, S, Vec, Shared>(s, xs, stride, kc, c, r0, end);
   }
-}
-
-// stream_rows of the first chunk with the first A steps of the first group's first round in
-// `pre` (first_round).
-template <int M, int RG, int S, int A>
-__device__ __forceinline__ void stream_rows_ahead(const StreamLinear& s, const float* xs,
-                                                  int stride, int kc, int begin, int end,
-                                                  uint4* pre) {
-  if (begin < end) stream_group<M, RG, S, true, false, A>(s, xs, stride, kc, 0, begin, end, pre);
-  stream_rows<M, RG, S, true, false>(s, xs, stride, kc, 0, begin + RG, end);
 }
 
 }  // namespace gpu

@@ -231,45 +231,4 @@ __device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, in
   return !slept || !aborted(p);
 }
 
-
-#if defined(MK_WAIT_BATCH)
-constexpr bool kWaitBatch = true;
-#else
-constexpr bool kWaitBatch = false;
-#endif
-#if defined(MK_POLL_PIPE)
-constexpr bool kPollPipe = true;
-#else
-constexpr bool kPollPipe = false;
-#endif
-
-// A body's own wait for its turn (emitted with MK_CUDA_LOAD_AHEAD=N): a streamed linear copies
-// the first steps of its first round of weights into shared memory and only then waits, so the
-// round trip to HBM and the transfer overlap the wait for the producers instead of following it. The dispatcher fills it
-// (in shared memory) for the task and leaves the wait to the body.
-struct Turn {
-  const LaunchParams* p;
-  const NearTask* near;
-  SeenCounters* known;
-  int32_t id, sm, t;
-  int32_t go;
-  uint64_t started;  // when the wait ended: the task's start in the timeline
-};
-
-// Every thread of the CTA: thread 0 waits for the task's events; false if the launch stops.
-// Inlined: a call would make the body save its weight loads in flight around it.
-__device__ __forceinline__ bool turn_wait(Turn& turn) {
-  if (threadIdx.x == 0) {
-    turn.go = wait_task<kWaitBatch, kPollPipe>(*turn.p, *turn.near, turn.id, turn.sm, turn.t,
-                                               *turn.known, [] {});
-    if (turn.p->timeline) turn.started = globaltimer();
-  }
-  __syncthreads();
-  return turn.go != 0;
-}
-
-// What a body returns when its own wait found the launch stopping (the failure is recorded).
-// (Beside the other body codes: 0x7ffffffe a staged copy lost, 0x7fffffff an unknown kind.)
-constexpr int32_t kTurnStopped = 0x7ffffffc;
-
 }  // namespace mk
