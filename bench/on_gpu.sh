@@ -28,11 +28,15 @@ for step in $steps; do
   case $step in
     tests)
       # TESTS_FILES (paths under test/unit, e.g. "test_cuda_backend.py"): a part of the suite,
-      # which no longer fits one 10-minute call whole.
+      # which in one process no longer fits one 10-minute call whole. With pytest-xdist among
+      # the wheels (`../shared/gpu/wheels.sh pytest-xdist execnet`) the tests run in TESTS_JOBS
+      # processes (6: their nvcc builds overlap; the GPU takes their launches in turn).
       targets="$ROOT/test/unit"
       [ -n "${TESTS_FILES:-}" ] && targets=$(for f in $TESTS_FILES; do printf '%s ' "$ROOT/test/unit/$f"; done)
+      jobs=
+      python3 -c "import xdist" 2>/dev/null && jobs="-n ${TESTS_JOBS:-6}"
       # shellcheck disable=SC2086
-      python3 -m pytest -q -p no:cacheprovider -m gpu $targets 2>&1 | tee "$OUT/tests.log" | tail -15 ;;
+      python3 -m pytest -q -p no:cacheprovider -m gpu $jobs $targets 2>&1 | tee "$OUT/tests.log" | tail -15 ;;
     sanitize)
       for ex in rmsnorm_linear gated_mlp attention_decode decode_loop; do
         for tool in memcheck racecheck; do
