@@ -46,26 +46,35 @@ def group_loads(lines: Sequence[str]) -> list[str]:
     out: list[str] = []
     i = 0
     while i < len(lines):
-        j, values, resizes, loads = i, 0, [], []
-        while j < len(lines) and (_RESIZE.match(lines[j]) or _LOAD.match(lines[j])):
-            load = _LOAD.match(lines[j])
-            if load:
-                values += held(load)
-                if values > MOST_HELD:
-                    break
-            (loads if load else resizes).append(load or lines[j])
-            j += 1
+        j = _loads_end(lines, i)
+        while j > i and not _LOAD.match(lines[j - 1]):  # trailing resizes belong to what follows
+            j -= 1
+        loads = [m for line in lines[i:j] if (m := _LOAD.match(line))]
         if len(loads) < 2:
             out.append(lines[i])
             i += 1
             continue
-        while not _LOAD.match(lines[j - 1]):  # trailing resizes belong to what follows
-            j -= 1
-            resizes.pop()
+        resizes = [line for line in lines[i:j] if not _LOAD.match(line)]
         parts = ", ".join(_run_load(m) for m in loads)
         out += [*resizes, f"mk::gpu::load_runs_together({parts});  // load"]
         i = j
     return out
+
+
+def _loads_end(lines: Sequence[str], start: int) -> int:
+    """The end of the run of tile resizes and run loads from `start` whose loads hold at most
+    MOST_HELD values a thread."""
+    j, values = start, 0
+    while j < len(lines):
+        load = _LOAD.match(lines[j])
+        if load is None and not _RESIZE.match(lines[j]):
+            break
+        if load is not None:
+            values += held(load)
+            if values > MOST_HELD:
+                break
+        j += 1
+    return j
 
 
 def hoist_after_products(lines: Sequence[str]) -> list[str]:
@@ -85,18 +94,12 @@ def hoist_after_products(lines: Sequence[str]) -> list[str]:
             i = end + 1
             continue
         issued: list[str] = []
-        j, values = end + 1, 0
-        while j < len(out) and (_RESIZE.match(out[j]) or _LOAD.match(out[j])):
-            load = _LOAD.match(out[j])
-            if load:
-                values += held(load)
-                if values > MOST_HELD:
-                    break
+        for j in range(end + 1, _loads_end(out, end + 1)):
+            if (load := _LOAD.match(out[j])) is not None:
                 name = f"early{early}"
                 early += 1
                 issued.append(f"auto {name} = mk::gpu::load_early({_run_load(load)});")
                 out[j] = f"mk::gpu::store_loaded({name});  // load"
-            j += 1
         out[i:i] = issued
         i = end + 1 + len(issued)
     return out
