@@ -234,10 +234,10 @@ class GraphDefOp(IRDLOperation):
         return [op for op in self.body.block.ops if isinstance(op, OutputOp)]
 
     def in_place_result(self, operand: int) -> SSAValue | None:
-        """The result an in-place output writes over operand #`operand`, if any."""
+        """The result an in-place or accumulating output writes over operand #`operand`."""
         for out in self.output_ops():
-            at = out.position()
-            if at is not None and at[2].index == operand:
+            over = out.over()
+            if over is not None and over.index == operand:
                 return self.res[out.result_index()]
         return None
 

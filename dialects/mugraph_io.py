@@ -6,7 +6,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from xdsl.dialects.builtin import I64, DenseArrayBase, IntegerAttr, IntegerType, TensorType, i64
+from xdsl.dialects.builtin import (
+    I64,
+    DenseArrayBase,
+    Float32Type,
+    IntegerAttr,
+    IntegerType,
+    TensorType,
+    UnitAttr,
+    i64,
+)
 from xdsl.ir import Attribute, BlockArgument, SSAValue
 from xdsl.irdl import (
     irdl_op_definition,
@@ -156,14 +165,20 @@ class OutputOp(BlockGraphOp):
     tile at run-time position %p (a one-element integer tile) along `dim`, which no grid axis
     splits; every other element of the result is that of kernel operand %cache (a KV-cache
     append: the result takes the operand's buffer when it is a donated argument).
+
+    An accumulating output (`... omap [-1, -1, -1] accumulate over %acc : tile -> dest`) adds
+    its tile into the result instead: the result is f32 operand %acc plus every block's tile, so
+    grid axes the omap leaves out sum their blocks (split-K without a partial buffer). The
+    result takes the operand's buffer; blocks add in any order.
     """
 
     name = "mugraph.output"
     tile = operand_def(TensorType)
     dest = operand_def(TensorType)
-    dynamic = var_operand_def(TensorType)  # none, or (at, over)
+    dynamic = var_operand_def(TensorType)  # none, (at, over), or (over,) when accumulating
     omap = prop_def(DenseArrayBase.constr(i64))
     at_dim = opt_prop_def(IntegerAttr[I64])
+    accumulate = opt_prop_def(UnitAttr)
     traits = in_graph(pure=False)
 
     def __init__(
@@ -172,16 +187,20 @@ class OutputOp(BlockGraphOp):
         dest: SSAValue,
         omap: Sequence[int],
         at: tuple[SSAValue, int, SSAValue] | None = None,
+        accumulate_over: SSAValue | None = None,
     ) -> None:
         props: dict[str, Attribute] = {"omap": DenseArrayBase.from_list(i64, list(omap))}
         dynamic: list[SSAValue] = []
         if at is not None:
             dynamic = [at[0], at[2]]
             props["at_dim"] = IntegerAttr(at[1], i64)
+        elif accumulate_over is not None:
+            dynamic = [accumulate_over]
+            props["accumulate"] = UnitAttr()
         super().__init__(operands=[tile, dest, dynamic], properties=props)
 
     def whole_tensor_operands(self) -> tuple[int, ...]:
-        return (1, 3) if self.dynamic else (1,)
+        return (1, 1 + len(self.dynamic)) if self.dynamic else (1,)
 
     def phase_from(self, operand_phases: Sequence[Phase]) -> Phase:
         return Phase.EPILOGUE
@@ -205,6 +224,20 @@ class OutputOp(BlockGraphOp):
         assert isinstance(over, BlockArgument)
         return self.dynamic[0], self.at_dim.value.data, over
 
+    def accumulated(self) -> BlockArgument | None:
+        """The operand an accumulating output adds to, else None."""
+        if self.accumulate is None or len(self.dynamic) != 1:
+            return None
+        over = self.dynamic[0]
+        assert isinstance(over, BlockArgument)
+        return over
+
+    def over(self) -> BlockArgument | None:
+        """The operand whose buffer the result takes: in-place or accumulating outputs."""
+        if (at := self.position()) is not None:
+            return at[2]
+        return self.accumulated()
+
     def result_index(self) -> int:
         dest = self.dest
         assert isinstance(dest, BlockArgument)
@@ -221,7 +254,10 @@ class OutputOp(BlockGraphOp):
         """The part of the full result this block's tile covers (at run-time position `pos`
         along an in-place output's dim)."""
         grid = self.parent_graph().grid_shape()
-        where = list(maps.output_tile_slices(self.placed_shape(), grid, self.omap_dims(), block))
+        summed = self.accumulate is not None
+        where = list(
+            maps.output_tile_slices(self.placed_shape(), grid, self.omap_dims(), block, summed)
+        )
         if (at := self.position()) is not None:
             d = at[1]
             where[d] = slice(pos, pos + where[d].stop)
@@ -243,8 +279,9 @@ class OutputOp(BlockGraphOp):
         self._verify_position(parent)
         try:
             shape = maps.output_tile_shape(
-                self.placed_shape(), parent.grid_shape(), self.omap_dims()
-            )
+                self.placed_shape(), parent.grid_shape(), self.omap_dims(),
+                self.accumulate is not None,
+            )  # fmt: skip
         except MapError as e:
             raise VerifyException(str(e)) from None
         require(
@@ -259,7 +296,27 @@ class OutputOp(BlockGraphOp):
             f"cannot store a {te} tile into a {de} result",
         )
 
+    def _verify_accumulate(self, parent: GraphDefOp) -> None:
+        over = self.dynamic[0] if len(self.dynamic) == 1 else None
+        require(
+            self.at_dim is None and isinstance(over, BlockArgument),
+            "an accumulating output takes one operand to add to, and no position",
+        )
+        assert isinstance(over, BlockArgument)
+        require(
+            over.owner is parent.body.block and over.index < len(parent.args),
+            f"{value_name(over)} must be an operand of the kernel",
+        )
+        require(over.type == self.dest.type, "the operand added to must have the result's type")
+        require(
+            isinstance(tensor_type(self.dest).element_type, Float32Type),
+            f"an accumulating output adds in f32, not {tensor_type(self.dest).element_type}",
+        )
+
     def _verify_position(self, parent: GraphDefOp) -> None:
+        if self.accumulate is not None:
+            self._verify_accumulate(parent)
+            return
         require(
             len(self.dynamic) in (0, 2) and (self.at_dim is None) == (not self.dynamic),
             "an in-place output takes a position tile, a dim and an operand",
@@ -302,6 +359,9 @@ class OutputOp(BlockGraphOp):
             printer.print_operand(at[0])
             printer.print_string(f" dim {at[1]} over ")
             printer.print_operand(at[2])
+        elif (acc := self.accumulated()) is not None:
+            printer.print_string(" accumulate over ")
+            printer.print_operand(acc)
         printer.print_op_attributes(self.attributes)
         printer.print_string(" : ")
         printer.print_attribute(self.tile.type)
@@ -325,6 +385,10 @@ class OutputOp(BlockGraphOp):
             dim = parser.parse_integer(allow_boolean=False)
             parser.parse_keyword("over")
             at = (pos, dim, parser.parse_unresolved_operand())
+        acc = None
+        if at is None and parser.parse_optional_keyword("accumulate") is not None:
+            parser.parse_keyword("over")
+            acc = parser.parse_unresolved_operand()
         attrs = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")
         tile_type = parser.parse_type()
@@ -346,6 +410,7 @@ class OutputOp(BlockGraphOp):
             parser.resolve_operand(dest, dest_type),
             omap,
             placed,
+            None if acc is None else parser.resolve_operand(acc, dest_type),
         )
         op.attributes |= attrs
         return op

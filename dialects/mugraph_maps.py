@@ -154,12 +154,15 @@ def input_block_slices(
     return tuple(slice(s, s + size // p) for s, size, p in zip(starts, shape, parts, strict=True))
 
 
-def output_tile_shape(shape: Sequence[int], grid: Sequence[int], omap: Sequence[int]) -> Shape:
-    """The tile each block writes; MapError on a non-dividing split or a racing grid axis."""
+def output_tile_shape(
+    shape: Sequence[int], grid: Sequence[int], omap: Sequence[int], summed: bool = False
+) -> Shape:
+    """The tile each block writes; MapError on a non-dividing split or a racing grid axis (an
+    accumulating output, `summed`, adds the tiles of the blocks along such an axis instead)."""
     shape, g = tuple(shape), check_grid(grid)
     check_map("omap", omap, len(shape))
     for axis, (extent, d) in enumerate(zip(g, omap, strict=True)):
-        if d < 0 and extent > 1:
+        if d < 0 and extent > 1 and not summed:
             raise MapError(
                 f"grid axis {AXES[axis]} (extent {extent}) partitions no dim of the result, so "
                 f"{extent} blocks would write the same tile; give a partial result an extra "
@@ -177,10 +180,14 @@ def output_tile_shape(shape: Sequence[int], grid: Sequence[int], omap: Sequence[
 
 
 def output_tile_slices(
-    shape: Sequence[int], grid: Sequence[int], omap: Sequence[int], block: Sequence[int]
+    shape: Sequence[int],
+    grid: Sequence[int],
+    omap: Sequence[int],
+    block: Sequence[int],
+    summed: bool = False,
 ) -> tuple[slice, ...]:
-    """The part of the full result block `block` writes."""
-    tile = output_tile_shape(shape, grid, omap)
+    """The part of the full result block `block` writes (or adds to, when `summed`)."""
+    tile = output_tile_shape(shape, grid, omap, summed)
     starts = [0] * len(tile)
     for b, d in zip(_check_block(block, grid), omap, strict=True):
         if d >= 0:

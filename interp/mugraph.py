@@ -167,13 +167,13 @@ class _Results:
     """The results of one graph_def run, with which block wrote each element."""
 
     def __init__(self, op: GraphDefOp, args: Sequence[np.ndarray]) -> None:
-        """An in-place output's result starts as its operand; other results' unwritten
-        elements show as NaN (integers: their minimum)."""
+        """An in-place or accumulating output's result starts as its operand; other results'
+        unwritten elements show as NaN (integers: their minimum)."""
         self.op = op
         self.values: list[np.ndarray] = []
         self.writer: list[np.ndarray] = []
         self.in_place: set[int] = set()
-        over = {o.result_index(): at[2].index for o in op.output_ops() if (at := o.position())}
+        over = {o.result_index(): a.index for o in op.output_ops() if (a := o.over())}
         for i, r in enumerate(op.res):
             ty = r.type
             assert isinstance(ty, TensorType)
@@ -201,6 +201,9 @@ class _Results:
                     f"[0, {extent}) of dim {at[1]} of result #{i}"
                 )
         where = out.tile_slices(block, start)
+        if out.accumulate is not None:  # every block adds its tile, in f32
+            self.values[i][where] += tile.astype(self.values[i].dtype, copy=False)
+            return
         owners = self.writer[i][where]
         if (owners >= 0).any():
             pos = np.argwhere(owners >= 0)[0]

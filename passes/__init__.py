@@ -31,6 +31,12 @@ def _mugraph_append_writes() -> type[ModulePass]:
     return MugraphAppendWritesPass
 
 
+def _mugraph_fuse_accumulate() -> type[ModulePass]:
+    from mk.passes.mugraph_fuse_accumulate import MugraphFuseAccumulatePass
+
+    return MugraphFuseAccumulatePass
+
+
 def _mugraph_fuse_loop() -> type[ModulePass]:
     from mk.passes.mugraph_fuse_loop import MugraphFuseLoopPass
 
@@ -93,6 +99,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "dce": _dce,
         "nn-to-mugraph": _nn_to_mugraph,
         "mugraph-append-writes": _mugraph_append_writes,
+        "mugraph-fuse-accumulate": _mugraph_fuse_accumulate,
         "mugraph-fuse-loop": _mugraph_fuse_loop,
         "mugraph-stats": _mugraph_stats,
         "mugraph-to-task": _mugraph_to_task,

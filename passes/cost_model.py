@@ -317,7 +317,7 @@ def output_cover(op: OutputOp) -> Cover:
     grid = g.grid_shape()
     shape = op.placed_shape()  # an in-place output writes its tile's rows only
     omap = op.omap_dims()
-    tile = maps.output_tile_shape(shape, grid, omap)
+    tile = maps.output_tile_shape(shape, grid, omap, op.accumulate is not None)
     return tuple(
         progression_cover(*_grid_split(shape[d], grid, omap, d), tile[d], 1, tile[d])
         for d in range(len(shape))

@@ -129,6 +129,17 @@ def _write_partition(kernel: GraphDefOp, index: int, shape: tuple[int, ...]) -> 
     return _partition(shape, kernel.grid_shape(), out.omap_dims())
 
 
+def _accumulator_start(kernel: Kernel, value: SSAValue) -> SSAValue | None:
+    """The operand an accumulating output of `kernel` adds `value` onto, if any."""
+    if not isinstance(kernel, GraphDefOp):
+        return None
+    index = kernel.results.index(value)
+    for out in kernel.output_ops():
+        if out.result_index() == index and (over := out.accumulated()) is not None:
+            return kernel.args[over.index]
+    return None
+
+
 # --------------------------------------------------------------------------- the lowering
 
 
@@ -184,6 +195,10 @@ class _Lowering:
                 self.buffer_of[value] = self._declare(name, value, "output", k, self.func)
         for pos, kernel in enumerate(self.kernels):
             for value in kernel.results:
+                if (start := _accumulator_start(kernel, value)) is not None:
+                    # Adds into the buffer its start's writer filled, which stays its writer.
+                    self.buffer_of[value] = self.buffer_of[start]
+                    continue
                 if value not in self.buffer_of:
                     kind = "workspace" if is_split_partial(value) else "activation"
                     name = self.names.take(value.name_hint or f"v{pos}")

@@ -102,17 +102,30 @@ class GraphDefEmitter:
         accs = [o for o in loop if isinstance(o, AccumOp | AccumSoftmaxOp)]
         for acc in accs:
             self.init_accumulator(acc)
-        self.emit_loop(loop)
+        after = self.after_loop(loop, epilogue)
+        self.emit_loop([op for op in loop if op not in after])
         out.append(f"const int64_t last = {self.forloop - 1};")
         out.append("(void)last;")
         for acc in accs:
             self.finish_accumulator(acc)
+        for op in after:
+            self.load(op, "last")
         for op in epilogue:
             if not isinstance(op, OutputOp):
                 self.step(op, "last")
         for op in self.op.output_ops():
             self.store(op)
         return out
+
+    def after_loop(self, loop: Sequence[Operation], epilogue: Sequence[Operation]) -> list[InputOp]:
+        """Loop-invariant inputs only the epilogue reads: loaded once, after the loop (an
+        accumulating output's weight columns would otherwise be read every iteration)."""
+        later = set(epilogue)
+        return [
+            op for op in loop
+            if isinstance(op, InputOp) and op.fmap_dim() < 0 and op.tile.uses
+            and all(u.operation in later for u in op.tile.uses)
+        ]  # fmt: skip
 
     def materialised(self, value: SSAValue) -> bool:
         """Whether `value` is held as a tile (a backend may compute some values without one)."""
@@ -162,7 +175,10 @@ class GraphDefEmitter:
             starts[d] = f"static_cast<int64_t>({self.var(pos)}[0])"
             self.position_check(op, starts[d], tile[d], shape_of(op.dest)[d], d)
         for ref in self.results.get(op.result_index(), []):
-            self.store_box(ref, starts, op)
+            if op.accumulate is not None:
+                self.add_box(ref, starts, op)
+            else:
+                self.store_box(ref, starts, op)
 
     def position_check(self, op: OutputOp, pos: str, n: int, extent: int, d: int) -> None:
         """Fails the task when an in-place output's rows [pos, pos + n) leave [0, extent)."""
@@ -181,6 +197,14 @@ class GraphDefEmitter:
         start = "mk::cpu::Dims{" + ", ".join(starts) + "}"
         self.lines.append(
             f"mk::cpu::store_box(buffers[{ref.index}], {ref.dtype}, {dims(ref.shape)}, "
+            f"{start}, {dims(shape_of(op.tile))}, {self.var(op.tile)});"
+        )
+
+    def add_box(self, ref: BufferRef, starts: Sequence[str], op: OutputOp) -> None:
+        """Add `op`'s tile into the f32 result buffer `ref` (blocks add concurrently)."""
+        start = "mk::cpu::Dims{" + ", ".join(starts) + "}"
+        self.lines.append(
+            f"mk::cpu::add_box(static_cast<float*>(buffers[{ref.index}]), {dims(ref.shape)}, "
             f"{start}, {dims(shape_of(op.tile))}, {self.var(op.tile)});"
         )
 

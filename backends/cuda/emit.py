@@ -44,6 +44,7 @@ from mk.backends.cuda.emit_stream import StreamLinearEmitter
 from mk.backends.cuda.fuse_loops import fuse_element_loops
 from mk.backends.cuda.load_groups import group_loads
 from mk.backends.cuda.row_ops import static_row_op
+from mk.backends.cuda.rows_add import RowsAdd, plan_rows_add
 from mk.backends.cuda.split_merge import MergedX, MergePlan, merge_lines, plan_merge
 from mk.backends.cuda.stream import (
     STAGE_X_BYTES,
@@ -109,6 +110,7 @@ _PRELUDE = """\
 
 #include "mk/cuda_attention.cuh"
 #include "mk/cuda_megakernel.cuh"
+#include "mk/cuda_rows_add.cuh"
 #include "mk/cuda_stream.cuh"
 #include "mk/version.h"
 
@@ -160,6 +162,7 @@ class DeviceGraphDefEmitter(StreamLinearEmitter):
             stream or plan_attention(op) or (None if switches.merge_tiles() else plan_merge(op))
         )
         self.stage_weights_ahead = stage
+        self.rows_add = plan_rows_add(op)
         # Accumulators the streamed loop writes whole (StreamLinear::assign): not zeroed first.
         self.assigned: set[SSAValue] = set()
         if isinstance(self.plan, StreamPlan) and switches.lean_linears():
@@ -175,7 +178,12 @@ class DeviceGraphDefEmitter(StreamLinearEmitter):
         self.stage: list[str] = []
         self.loops: list[Loop] = []
 
+    def after_loop(self, loop: Sequence[Operation], epilogue: Sequence[Operation]) -> list[InputOp]:
+        return []  # a streamed loop loads its invariant inputs after the stream (plan.invariant)
+
     def materialised(self, value: SSAValue) -> bool:
+        if self.rows_add is not None and value in self.rows_add.streamed():
+            return False
         return self.plan is None or value not in self.plan.streamed()
 
     def emit(self) -> list[str]:
@@ -345,6 +353,9 @@ class DeviceGraphDefEmitter(StreamLinearEmitter):
             self.lines.append(line)
 
     def step(self, op: Operation, it: str) -> None:
+        if self.rows_add is not None and op is self.rows_add.matmul:
+            self.rows_dot(self.rows_add)
+            return
         if isinstance(op, BinaryOp | UnaryOp):
             self.elementwise(op)
         elif isinstance(op, ReduceOp) and is_float(op.x.type):
@@ -419,6 +430,8 @@ class DeviceGraphDefEmitter(StreamLinearEmitter):
         self.element_loop(n, [], [op.res], [f"{self.var(op.res)}[e] = {start};  // init"])
 
     def load(self, op: InputOp, it: str) -> None:
+        if not self.materialised(op.tile):
+            return
         ref = self.operands[op.source_index()]
         runs = box_runs(ref.shape, op.tile_shape())
         if runs is None:
@@ -457,6 +470,40 @@ class DeviceGraphDefEmitter(StreamLinearEmitter):
             f"{at});  // store"
         )
         self.element_loop(runs.rows * runs.cols, [(op.tile, "e")], [], [store])
+
+    def add_box(self, ref: BufferRef, starts: Sequence[str], op: OutputOp) -> None:
+        ref = plain(ref, self.op, "added to")
+        if self.rows_add is not None and op is self.rows_add.out:
+            self.lines.append(
+                f"mk::gpu::add_tile_v4(static_cast<float*>(buffers[{ref.index}]) + "
+                f"{flat_offset(ref.shape, starts)}, {self.var(op.tile)}.data(), "
+                f"{math.prod(shape_of(op.tile))});  // add"
+            )
+            return
+        runs = box_runs(ref.shape, shape_of(op.tile))
+        if runs is None:
+            raise MkError(
+                "an accumulating output's tile must be runs of its result", op_location(self.op)
+            )
+        at = f"{flat_offset(ref.shape, starts)}, {runs.ld}, e, {self.var(op.tile)}[e]"
+        add = f"mk::gpu::add_run_elem<{runs.cols}>(buffers[{ref.index}], {at});  // add"
+        self.element_loop(runs.rows * runs.cols, [(op.tile, "e")], [], [add])
+
+    def rows_dot(self, plan: RowsAdd) -> None:
+        """The product tile, its weight columns streamed (not loaded as a tile)."""
+        w = self.operands[plan.w.source_index()]
+        n0, k0 = self.input_starts(plan.w, "last")
+        m, kc = shape_of(plan.matmul.operands[0])
+        n = shape_of(plan.w.tile)[0]
+        bf16 = "true" if w.dtype == "mk::DTYPE_BF16" else "false"
+        d = self.var(plan.matmul.res)
+        self.lines.append(f"{d}.resize({m * n});")
+        self.lines.append(
+            f"mk::gpu::rows_dot_{switches.rows_dot(kc)}<{m}, {kc}, {n}, {bf16}>("
+            f"{self.var(plan.matmul.operands[0])}.data(), "
+            f"static_cast<const uint16_t*>(buffers[{w.index}]) + ({n0}) * {w.shape[1]} + {k0}, "
+            f"{w.shape[1]}, {d}.data());  // the product, its weight streamed"
+        )
 
 
 def plain(ref: BufferRef, kernel: Operation, how: str) -> BufferRef:

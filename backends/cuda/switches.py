@@ -56,6 +56,14 @@ def prefetch_at_wait() -> bool:
     return choice("MK_CUDA_PREFETCH_AT", ("ahead", "wait")) == "wait"
 
 
+def rows_dot(kc: int) -> str:
+    """MK_CUDA_ROWS_DOT: how an accumulating output's product streams its weight columns
+    (mk/cuda_rows_add.cuh): `lanes` share a row, `threads` take whole rows; `auto` (default)
+    takes threads for runs of at most 32 columns."""
+    how = choice("MK_CUDA_ROWS_DOT", ("auto", "lanes", "threads"))
+    return ("threads" if kc <= 32 else "lanes") if how == "auto" else how
+
+
 def load_groups() -> bool:
     """On unless MK_CUDA_LOAD_GROUPS=0: consecutive run loads of a task body go out together, all
     loads before any store (load_groups.py; qwen3-0.6b 1.189 -> 1.171 ms/token on the H200)."""

@@ -37,9 +37,12 @@ DEFAULT_CUDA_NUM_SMS = 132  # an H200: one queue per SM
 
 # The pipeline, one stage per IR level: (stage, passes run to reach it). Options are routed
 # to every pass of a stage that declares them (num_sms reaches nn-to-mugraph and the scheduler).
+MUGRAPH_PASSES = (
+    "nn-to-mugraph", "mugraph-append-writes", "mugraph-fuse-loop", "mugraph-fuse-accumulate"
+)  # fmt: skip
 PIPELINE: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("nn", ()),  # parse + verify
-    ("mugraph", ("nn-to-mugraph", "mugraph-append-writes", "mugraph-fuse-loop")),
+    ("mugraph", MUGRAPH_PASSES),
     ("task", ("mugraph-to-task", "task-tails", "task-schedule")),
 )
 STAGES = tuple(name for name, _ in PIPELINE)
@@ -136,6 +139,8 @@ def run_pipeline(
     from mk.dialects import make_context
     from mk.passes import get_all_passes
 
+    # Opt-in until it has run on the GPU: the accumulating MLP (mugraph-fuse-accumulate).
+    options = {"fuse_accumulate": 0, **options}
     texts: dict[str, str] = {}
     for stage, names in pipeline:
         if names:

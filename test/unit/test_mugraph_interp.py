@@ -374,8 +374,8 @@ def test_overlapping_writes_are_reported(monkeypatch: pytest.MonkeyPatch) -> Non
     """An omap bug that makes blocks write the same tile names the blocks and the element."""
     real = maps.output_tile_slices
 
-    def every_block_writes_block_0(shape, grid, omap, block):  # noqa: ANN001, ANN202
-        return real(shape, grid, omap, (0, 0, 0))
+    def every_block_writes_block_0(shape, grid, omap, block, summed=False):  # noqa: ANN001, ANN202
+        return real(shape, grid, omap, (0, 0, 0), summed)
 
     monkeypatch.setattr(maps, "output_tile_slices", every_block_writes_block_0)
     with pytest.raises(

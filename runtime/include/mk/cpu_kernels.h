@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <string>
@@ -234,6 +235,40 @@ void store_box(void* base, int32_t dtype, const Dims& full, const Dims& start, c
     int64_t off = 0;
     for (size_t d = 0; d < box.size(); ++d) off += (start[d] + idx[d]) * strides[d];
     store_elem(base, dtype, off, tile[e]);
+    for (size_t d = box.size(); d-- > 0;) {
+      if (++idx[d] < box[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+// Adds `v` to the f32 at `p` atomically: the blocks of an accumulating output add at once.
+inline void atomic_add_f32(float* p, float v) {
+  uint32_t* word = reinterpret_cast<uint32_t*>(p);
+  uint32_t old = __atomic_load_n(word, __ATOMIC_RELAXED);
+  for (;;) {
+    float f;
+    std::memcpy(&f, &old, sizeof f);
+    f += v;
+    uint32_t next;
+    std::memcpy(&next, &f, sizeof next);
+    if (__atomic_compare_exchange_n(word, &old, next, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+      return;
+    }
+  }
+}
+
+// A tile added into the box at `start` of an f32 tensor (an accumulating output).
+template <class T>
+void add_box(float* base, const Dims& full, const Dims& start, const Dims& box,
+             const std::vector<T>& tile) {
+  Dims strides(full.size(), 1);
+  for (size_t d = full.size(); d-- > 1;) strides[d - 1] = strides[d] * full[d];
+  Dims idx(box.size(), 0);
+  for (size_t e = 0; e < tile.size(); ++e) {
+    int64_t off = 0;
+    for (size_t d = 0; d < box.size(); ++d) off += (start[d] + idx[d]) * strides[d];
+    atomic_add_f32(base + off, static_cast<float>(tile[e]));
     for (size_t d = box.size(); d-- > 0;) {
       if (++idx[d] < box[d]) break;
       idx[d] = 0;

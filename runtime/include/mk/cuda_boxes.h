@@ -80,6 +80,14 @@ __device__ inline void store_run_elem(void* base, int64_t first, int64_t ld, uin
   store_elem(base, Dtype, first + r * ld + (e - r * Cols), value);
 }
 
+// Element e of an accumulating output's runs added into its f32 result: a `red.global.add.f32`,
+// since the blocks of the output add into the same elements at once.
+template <uint32_t Cols, class T>
+__device__ inline void add_run_elem(void* base, int64_t first, int64_t ld, uint32_t e, T value) {
+  const uint32_t r = e / Cols;
+  atomicAdd(static_cast<float*>(base) + first + r * ld + (e - r * Cols), static_cast<float>(value));
+}
+
 // The whole box into `tile`, element e by thread e mod kCudaThreads (MK_FOR_EACH's mapping), no
 // barrier. Each thread issues up to 16 loads before it stores any: the compiler cannot move a
 // load above the store of an earlier element (the tile might alias the buffer), so a plain loop

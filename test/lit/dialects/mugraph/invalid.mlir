@@ -587,3 +587,40 @@ func.func @append_over_result(%k: tensor<1x2x1x16xbf16>, %p: tensor<1xi32>) -> t
   }
   func.return %c : tensor<1x2x8x16xbf16>
 }
+
+// -----
+
+func.func @accumulate_bf16(%x: tensor<4x64xbf16>, %acc: tensor<4x8xbf16>) -> tensor<4x8xbf16> {
+  %y = mugraph.graph_def grid [8, 1, 1] threads 128 forloop 1 (%x, %acc) : (tensor<4x64xbf16>, tensor<4x8xbf16>) -> tensor<4x8xbf16> {
+  ^bb0(%xa: tensor<4x64xbf16>, %acca: tensor<4x8xbf16>, %ya: tensor<4x8xbf16>):
+    %xt = mugraph.input %xa imap [1, -1, -1] fmap -1 : tensor<4x64xbf16> -> tensor<4x8xbf16>
+// CHECK: invalid.mlir:[[# @LINE + 1]]:{{[0-9]+}}: error: 'mugraph.output' an accumulating output adds in f32, not bf16
+    mugraph.output %xt to %ya omap [-1, -1, -1] accumulate over %acca : tensor<4x8xbf16> -> tensor<4x8xbf16>
+  }
+  func.return %y : tensor<4x8xbf16>
+}
+
+// -----
+
+func.func @accumulate_other_type(%x: tensor<4x64xbf16>, %acc: tensor<4x16xf32>) -> tensor<4x8xf32> {
+  %y = mugraph.graph_def grid [8, 1, 1] threads 128 forloop 1 (%x, %acc) : (tensor<4x64xbf16>, tensor<4x16xf32>) -> tensor<4x8xf32> {
+  ^bb0(%xa: tensor<4x64xbf16>, %acca: tensor<4x16xf32>, %ya: tensor<4x8xf32>):
+    %xt = mugraph.input %xa imap [1, -1, -1] fmap -1 : tensor<4x64xbf16> -> tensor<4x8xbf16>
+// The syntax gives the operand the result's type: another type is a parse error.
+// CHECK: invalid.mlir:[[# @LINE + 1]]:{{[0-9]+}}: error: operand is used with type tensor<4x8xf32>, but has been previously used or defined with type tensor<4x16xf32>
+    mugraph.output %xt to %ya omap [-1, -1, -1] accumulate over %acca : tensor<4x8xbf16> -> tensor<4x8xf32>
+  }
+  func.return %y : tensor<4x8xf32>
+}
+
+// -----
+
+func.func @accumulate_over_result(%x: tensor<4x64xbf16>) -> tensor<4x8xf32> {
+  %y = mugraph.graph_def grid [8, 1, 1] threads 128 forloop 1 (%x) : (tensor<4x64xbf16>) -> tensor<4x8xf32> {
+  ^bb0(%xa: tensor<4x64xbf16>, %ya: tensor<4x8xf32>):
+    %xt = mugraph.input %xa imap [1, -1, -1] fmap -1 : tensor<4x64xbf16> -> tensor<4x8xbf16>
+// CHECK: invalid.mlir:[[# @LINE + 1]]:{{[0-9]+}}: error: 'mugraph.output' %ya must be an operand of the kernel
+    mugraph.output %xt to %ya omap [-1, -1, -1] accumulate over %ya : tensor<4x8xbf16> -> tensor<4x8xf32>
+  }
+  func.return %y : tensor<4x8xf32>
+}

@@ -276,3 +276,21 @@ func.func @append_rows(%k: tensor<1x2x1x16xbf16>, %cache: tensor<1x2x8x16xbf16>,
 }
 // CHECK-LABEL: func.func @append_rows
 // CHECK:        mugraph.output %kt to %ca omap [1, -1, -1] at %pt dim 2 over %cachea : tensor<1x1x1x16xbf16>, tensor<1xi32> -> tensor<1x2x8x16xbf16>
+
+// -----
+
+// Split-K without a partial buffer: each of 8 blocks multiplies its 8 columns of x with the
+// matching columns of w and adds the product into the result, which starts as %acc.
+func.func @accumulate(%x: tensor<4x64xbf16>, %w: tensor<32x64xbf16>, %acc: tensor<4x32xf32>) -> tensor<4x32xf32> {
+  %y = mugraph.graph_def grid [8, 1, 1] threads 128 forloop 1 (%x, %w, %acc) : (tensor<4x64xbf16>, tensor<32x64xbf16>, tensor<4x32xf32>) -> tensor<4x32xf32> {
+  ^bb0(%xa: tensor<4x64xbf16>, %wa: tensor<32x64xbf16>, %acca: tensor<4x32xf32>, %ya: tensor<4x32xf32>):
+    %xt = mugraph.input %xa imap [1, -1, -1] fmap -1 : tensor<4x64xbf16> -> tensor<4x8xbf16>
+    %wt = mugraph.input %wa imap [1, -1, -1] fmap -1 : tensor<32x64xbf16> -> tensor<32x8xbf16>
+    %p = mugraph.matmul %xt, %wt transpose_b : (tensor<4x8xbf16>, tensor<32x8xbf16>) -> tensor<4x32xf32>
+    mugraph.output %p to %ya omap [-1, -1, -1] accumulate over %acca : tensor<4x32xf32> -> tensor<4x32xf32>
+  }
+  func.return %y : tensor<4x32xf32>
+}
+// CHECK-LABEL: func.func @accumulate
+// CHECK:        %p = mugraph.matmul %xt, %wt transpose_b : (tensor<4x8xbf16>, tensor<32x8xbf16>) -> tensor<4x32xf32>
+// CHECK-NEXT:   mugraph.output %p to %ya omap [-1, -1, -1] accumulate over %acca : tensor<4x32xf32> -> tensor<4x32xf32>

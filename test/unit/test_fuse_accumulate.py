@@ -1,0 +1,165 @@
+"""Accumulating outputs and mugraph-fuse-accumulate: the interpreter's sum, the rewrite's
+conditions, the CPU executor and the CUDA build against the references, the GPU run."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mk
+from mk import compiler
+from mk.backends.cuda import build as cuda_build
+from mk.compiler import PIPELINE, run_pipeline
+from mk.dialects.mugraph import GraphDefOp, OutputOp
+from mk.inputs import random_inputs
+from mk.interp.mugraph import run_mugraph
+from mk.models import (
+    decode_program,
+    generated_tokens,
+    preset,
+    program_inputs,
+    random_prompt,
+    random_weights,
+    reference_generate,
+)
+from mk.models.reference import compare
+from mk.source import entry_function, load_module
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ("decoder_block", "llama3_8b_block")
+HAS_NVCC = cuda_build.nvcc() is not None
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
+
+ACCUMULATE = """
+func.func @accumulate(%x: tensor<4x64xbf16>, %w: tensor<32x64xbf16>, %acc: tensor<4x32xf32>) -> tensor<4x32xf32> {
+  %y = mugraph.graph_def grid [8, 1, 1] threads 128 forloop 1 (%x, %w, %acc) : (tensor<4x64xbf16>, tensor<32x64xbf16>, tensor<4x32xf32>) -> tensor<4x32xf32> {
+  ^bb0(%xa: tensor<4x64xbf16>, %wa: tensor<32x64xbf16>, %acca: tensor<4x32xf32>, %ya: tensor<4x32xf32>):
+    %xt = mugraph.input %xa imap [1, -1, -1] fmap -1 : tensor<4x64xbf16> -> tensor<4x8xbf16>
+    %wt = mugraph.input %wa imap [1, -1, -1] fmap -1 : tensor<32x64xbf16> -> tensor<32x8xbf16>
+    %p = mugraph.matmul %xt, %wt transpose_b : (tensor<4x8xbf16>, tensor<32x8xbf16>) -> tensor<4x32xf32>
+    mugraph.output %p to %ya omap [-1, -1, -1] accumulate over %acca : tensor<4x32xf32> -> tensor<4x32xf32>
+  }
+  func.return %y : tensor<4x32xf32>
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("mk-accumulate-cache")
+
+
+def _mugraph(path: Path, fuse: int) -> str:
+    module = load_module(path)
+    return run_pipeline(module, {"fuse_accumulate": fuse}, PIPELINE[:2])["mugraph"]
+
+
+def test_the_interpreter_adds_every_blocks_tile_to_the_operand() -> None:
+    x, w, acc = random_inputs(entry_function(load_module(ACCUMULATE)), seed=2)
+    (y,) = run_mugraph(ACCUMULATE, x, w, acc)
+    want = acc.astype(np.float64) + x.astype(np.float64) @ w.astype(np.float64).T
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_output_knows_its_operand() -> None:
+    module = load_module(ACCUMULATE)
+    graph = next(op for op in module.walk() if isinstance(op, GraphDefOp))
+    (out,) = [op for op in graph.body.block.ops if isinstance(op, OutputOp)]
+    assert out.accumulated() is graph.input_args()[2] and out.position() is None
+    assert graph.in_place_result(2) is graph.results[0] and graph.in_place_result(0) is None
+    assert out.tile_slices((5, 0, 0)) == (slice(0, 4), slice(0, 32))  # every block: all of it
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_the_down_projection_joins_the_mlp(name: str) -> None:
+    """One kernel fewer: the MLP kernel adds into the o-projection's second (f32) result."""
+    path = ROOT / "examples" / f"{name}.mlir"
+    before, after = _mugraph(path, 0), _mugraph(path, 1)
+    assert after.count("mugraph.graph_def") == before.count("mugraph.graph_def")  # + round
+    assert "accumulate over" in after and "accumulate" not in before
+    assert 'mk.fused = "round"' in after  # the block's result is returned: rounded to bf16
+    assert after.count("rms_norm+linear+linear+silu+mul+linear+add") == 1
+
+
+def test_the_rewrite_is_deterministic() -> None:
+    path = ROOT / "examples" / "decoder_block.mlir"
+    assert _mugraph(path, 1) == _mugraph(path, 1)
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_the_cpu_executor_matches_the_reference(name: str, cache: Path) -> None:
+    path = ROOT / "examples" / f"{name}.mlir"
+    prog = mk.compile(path, target="cpu", cache_dir=cache, fuse_accumulate=1)
+    for seed in (0, 1):
+        inputs = random_inputs(prog.func, seed=seed)
+        refs = mk.reference(path, *[x.copy() for x in inputs])
+        for out, ref in zip(prog(*inputs), refs, strict=True):
+            error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
+            assert error <= bound, f"{name} seed {seed}: error {error:.3g} > {bound:.3g}"
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", ["tiny", "tiny-qwen3"])
+def test_tiny_generates_the_reference_tokens(name: str, cache: Path) -> None:
+    """Layer after layer, the next norm and residual read the f32 sum."""
+    config = preset(name)
+    weights = random_weights(config)
+    batch, steps, context = 2, 4, 5
+    prompt = random_prompt(config, batch)
+    prog = mk.compile(
+        decode_program(config, batch, context, steps), cache_dir=cache, fuse_accumulate=1
+    )
+    assert "accumulate over" in prog.ir("mugraph")
+    tokens, logits = prog(*program_inputs(config, weights, batch, context, prompt))
+    got = generated_tokens(tokens, 0, steps)
+    ref = reference_generate(config, weights, prompt, steps, context=context, forced=got)
+    result = compare(got, ref.logits, {steps - 1: logits.astype(np.float32)})
+    assert result.ok, result.problems
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize("rows", ["threads", "lanes"])
+def test_the_cuda_body_streams_the_weight_columns(
+    rows: str, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No tile for the weight columns: rows_dot reads them, add_tile_v4 adds the product."""
+    monkeypatch.setenv("MK_CUDA_ROWS_DOT", rows)
+    path = ROOT / "examples" / "decoder_block.mlir"
+    prog = mk.compile(path, target="cuda", cache_dir=cache, fuse_accumulate=1)
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    assert re.search(rf"mk::gpu::rows_dot_{rows}<1, \d+, 256, true>\(", src)
+    assert src.count("mk::gpu::add_tile_v4(") == 1 and "matmul_tile" not in src
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("rows", ["threads", "lanes"])
+def test_nvcc_builds_both_products_without_spills(
+    rows: str, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MK_CUDA_ROWS_DOT", rows)
+    path = ROOT / "examples" / "decoder_block.mlir"
+    prog = mk.compile(path, target="cuda", cache_dir=cache, fuse_accumulate=1)
+    used = prog.cuda_resources  # type: ignore[attr-defined]
+    assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", ["auto", "threads", "lanes"])
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_accumulating_mlp_matches_the_reference_on_the_gpu(
+    name: str, rows: str, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MK_CUDA_ROWS_DOT", rows)
+    path = ROOT / "examples" / f"{name}.mlir"
+    prog = mk.compile(path, target="cuda", cache_dir=cache, fuse_accumulate=1)
+    for seed in (0, 1):
+        inputs = random_inputs(prog.func, seed=seed)
+        refs = mk.reference(path, *[x.copy() for x in inputs])
+        for out, ref in zip(prog(*inputs), refs, strict=True):
+            error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
+            assert error <= bound, f"{name} seed {seed}: error {error:.3g} > {bound:.3g}"
