@@ -5,7 +5,8 @@ every `mugraph.input` reads only its tile (`InputOp.tile_slices(block, iteration
 compute in f32 and round to their result element type, accumulators carry f32 state across the
 iterations, the epilogue runs once, and every `mugraph.output` writes its tile into the result at
 `OutputOp.tile_slices(block)`. Results start as NaN and every element must be written by exactly
-one block, so a wrong imap, fmap, omap or accumulator shows up as wrong numbers or as an error.
+one block, so a wrong imap, fmap, omap or accumulator shows up as wrong numbers or as an error
+(an accumulating output's result starts as its operand and every block adds its tile).
 Library kernels (`mugraph.kernel`) and leftover nn ops run the nn reference kernels.
 """
 
