@@ -30,7 +30,7 @@ import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType
 from xdsl.dialects.func import FuncOp, ReturnOp
-from xdsl.ir import Block, Operation, Region, SSAValue
+from xdsl.ir import Block, Operation, OpResult, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from mk.diagnostics import MkError, op_location
@@ -140,6 +140,24 @@ def _accumulator_start(kernel: Kernel, value: SSAValue) -> SSAValue | None:
     return None
 
 
+def _own_starts(func: FuncOp, returned: Sequence[SSAValue]) -> None:
+    """An accumulating output adds into its start's buffer: a start anything else sees too (an
+    argument, a returned value, a value with other readers) is copied for it first."""
+    block = func.body.block
+    for op in list(block.ops):
+        if not isinstance(op, GraphDefOp):
+            continue
+        for out in op.output_ops():
+            if (over := out.accumulated()) is None:
+                continue
+            start = op.args[over.index]
+            if isinstance(start, OpResult) and len(list(start.uses)) == 1 and start not in returned:
+                continue
+            copy = KernelOp("reshape", [start], [start.type])
+            block.insert_op_before(copy, op)
+            op.operands[over.index] = copy.results[0]
+
+
 # --------------------------------------------------------------------------- the lowering
 
 
@@ -156,6 +174,7 @@ class _Lowering:
         if not isinstance(terminator, ReturnOp):
             raise MkError("a kernel graph must end in func.return", op_location(func))
         self.returned = list(terminator.operands)
+        _own_starts(func, self.returned)
         self.kernels: list[Kernel] = []
         for op in func.body.block.ops:
             if isinstance(op, GraphDefOp | KernelOp):
@@ -193,6 +212,11 @@ class _Lowering:
             else:
                 name = self.names.take(value.name_hint or f"result{k}")
                 self.buffer_of[value] = self._declare(name, value, "output", k, self.func)
+        for kernel in self.kernels:  # a returned sum: its start is made in the output buffer
+            for value in kernel.results:
+                start = _accumulator_start(kernel, value)
+                if start is not None and value in self.buffer_of:
+                    self.buffer_of[start] = self.buffer_of[value]
         for pos, kernel in enumerate(self.kernels):
             for value in kernel.results:
                 if (start := _accumulator_start(kernel, value)) is not None:

@@ -48,6 +48,26 @@ func.func @accumulate(%x: tensor<4x64xbf16>, %w: tensor<32x64xbf16>, %acc: tenso
 """
 
 
+# An accumulating output of an element tile (no product to stream): each of three blocks adds
+# half of x into the whole f32 result.
+SCALED = """
+func.func @scaled(%x: tensor<4x32xf32>, %acc: tensor<4x32xf32>) -> tensor<4x32xf32> {
+  %y = mugraph.graph_def grid [3, 1, 1] threads 128 forloop 1 (%x, %acc) : (tensor<4x32xf32>, tensor<4x32xf32>) -> tensor<4x32xf32> {
+  ^bb0(%xa: tensor<4x32xf32>, %acca: tensor<4x32xf32>, %ya: tensor<4x32xf32>):
+    %xt = mugraph.input %xa imap [-1, -1, -1] fmap -1 : tensor<4x32xf32> -> tensor<4x32xf32>
+    %st = mugraph.thread_map %xt : (tensor<4x32xf32>) -> tensor<4x32xf32> {
+    ^bb0(%v: f32):
+      %h = arith.constant 0.5 : f32
+      %m = arith.mulf %v, %h : f32
+      mugraph.yield %m : f32
+    }
+    mugraph.output %st to %ya omap [-1, -1, -1] accumulate over %acca : tensor<4x32xf32> -> tensor<4x32xf32>
+  }
+  func.return %y : tensor<4x32xf32>
+}
+"""
+
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("mk-accumulate-cache")
@@ -72,6 +92,35 @@ def test_the_output_knows_its_operand() -> None:
     assert out.accumulated() is graph.input_args()[2] and out.position() is None
     assert graph.in_place_result(2) is graph.results[0] and graph.in_place_result(0) is None
     assert out.tile_slices((5, 0, 0)) == (slice(0, 4), slice(0, 32))  # every block: all of it
+
+
+@needs_gxx
+def test_a_start_that_others_see_is_copied_first(cache: Path) -> None:
+    """%acc is an argument: the sum lands in the output buffer, the caller's array unchanged."""
+    prog = mk.compile(ACCUMULATE, target="cpu", cache_dir=cache)
+    assert prog.ir("task").count('"reshape"') == 1  # the copy of %acc that the blocks add into
+    x, w, acc = random_inputs(prog.func, seed=3)
+    start = acc.copy()
+    (y,) = prog(x, w, acc)
+    np.testing.assert_array_equal(acc, start)
+    want = start.astype(np.float64) + x.astype(np.float64) @ w.astype(np.float64).T
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
+@needs_gxx
+def test_three_blocks_add_an_element_tile(cache: Path) -> None:
+    prog = mk.compile(SCALED, target="cpu", cache_dir=cache)
+    x, acc = random_inputs(prog.func, seed=4)
+    (y,) = prog(x, acc)
+    np.testing.assert_allclose(y, acc + 1.5 * x, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
+def test_an_element_tile_adds_element_by_element_on_the_gpu(cache: Path) -> None:
+    prog = mk.compile(SCALED, target="cuda", cache_dir=cache)
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    assert "mk::gpu::add_run_elem<128>(" in src and "rows_dot" not in src
+    assert prog.library_path is not None  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -146,6 +195,16 @@ def test_nvcc_builds_both_products_without_spills(
     prog = mk.compile(path, target="cuda", cache_dir=cache, fuse_accumulate=1)
     used = prog.cuda_resources  # type: ignore[attr-defined]
     assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("text", [ACCUMULATE, SCALED], ids=["matmul", "scaled"])
+def test_accumulating_outputs_on_the_gpu(text: str, cache: Path) -> None:
+    prog = mk.compile(text, target="cuda", cache_dir=cache)
+    inputs = random_inputs(prog.func, seed=5)
+    (want,) = run_mugraph(text, *[a.copy() for a in inputs])
+    (y,) = prog(*inputs)
+    np.testing.assert_allclose(np.asarray(y), want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.gpu
