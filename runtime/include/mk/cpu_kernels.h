@@ -225,21 +225,29 @@ void load_box(std::vector<T>& tile, const void* base, int32_t dtype, const Dims&
   }
 }
 
-template <class T>
-void store_box(void* base, int32_t dtype, const Dims& full, const Dims& start, const Dims& box,
-               const std::vector<T>& tile) {
+// f(e, offset) for the first n elements of a box at `start` of a row-major tensor of shape
+// `full`, e counting the box's elements row-major.
+template <class F>
+void walk_box(const Dims& full, const Dims& start, const Dims& box, size_t n, F&& f) {
   Dims strides(full.size(), 1);
   for (size_t d = full.size(); d-- > 1;) strides[d - 1] = strides[d] * full[d];
   Dims idx(box.size(), 0);
-  for (size_t e = 0; e < tile.size(); ++e) {
+  for (size_t e = 0; e < n; ++e) {
     int64_t off = 0;
     for (size_t d = 0; d < box.size(); ++d) off += (start[d] + idx[d]) * strides[d];
-    store_elem(base, dtype, off, tile[e]);
+    f(e, off);
     for (size_t d = box.size(); d-- > 0;) {
       if (++idx[d] < box[d]) break;
       idx[d] = 0;
     }
   }
+}
+
+template <class T>
+void store_box(void* base, int32_t dtype, const Dims& full, const Dims& start, const Dims& box,
+               const std::vector<T>& tile) {
+  walk_box(full, start, box, tile.size(),
+           [&](size_t e, int64_t off) { store_elem(base, dtype, off, tile[e]); });
 }
 
 // Adds `v` to the f32 at `p` atomically: the blocks of an accumulating output add at once.
@@ -262,18 +270,9 @@ inline void atomic_add_f32(float* p, float v) {
 template <class T>
 void add_box(float* base, const Dims& full, const Dims& start, const Dims& box,
              const std::vector<T>& tile) {
-  Dims strides(full.size(), 1);
-  for (size_t d = full.size(); d-- > 1;) strides[d - 1] = strides[d] * full[d];
-  Dims idx(box.size(), 0);
-  for (size_t e = 0; e < tile.size(); ++e) {
-    int64_t off = 0;
-    for (size_t d = 0; d < box.size(); ++d) off += (start[d] + idx[d]) * strides[d];
+  walk_box(full, start, box, tile.size(), [&](size_t e, int64_t off) {
     atomic_add_f32(base + off, static_cast<float>(tile[e]));
-    for (size_t d = box.size(); d-- > 0;) {
-      if (++idx[d] < box[d]) break;
-      idx[d] = 0;
-    }
-  }
+  });
 }
 
 template <class T>

@@ -12,13 +12,16 @@ namespace mk {
 namespace gpu {
 
 // d[m][n] = Σ_k a[m][k] · w[n][k] for the N weight rows (KC columns each, `ld` apart; a and d
-// floats), by lanes sharing rows. A row's columns are a short run, so the lanes share rows: kLanes lanes (KC/8 rounded
-// up to a power of two) take 16 bytes of a row each, and one warp load covers 32 / kLanes rows'
-// whole runs instead of 32 scattered pieces. Each lane keeps up to kBatch loads in flight and
-// issues the next batch before it uses the last; the lanes of a row then sum by shuffles.
-// Cooperative: every thread of the CTA calls it.
+// floats), lanes sharing rows. A row's columns are a short run: kLanes lanes (KC/8 rounded up to
+// a power of two) take 16 bytes of a row each, so one warp load covers 32 / kLanes rows' whole
+// runs instead of 32 scattered pieces. Each lane keeps up to kBatch loads in flight and issues
+// the next batch before it uses the last; the lanes of a row then sum by shuffles. A lane holds
+// its columns of a in registers: the rows' products and sums are then independent of each
+// other and of the stores, and their latencies overlap. Cooperative: every thread calls it.
 template <int M, int KC, int N, bool BF16>
-__device__ __noinline__ void rows_dot_lanes(const float* a, const uint16_t* w, int64_t ld, float* d) {
+__device__ __noinline__ void rows_dot_lanes(const float* __restrict__ a,
+                                            const uint16_t* __restrict__ w, int64_t ld,
+                                            float* __restrict__ d) {
   static_assert(KC % 8 == 0 && KC <= 256, "a row's columns are at most 32 16-byte loads");
   constexpr int kVec = KC / 8;
   constexpr int kLanes = kVec <= 1 ? 1 : kVec <= 2 ? 2 : kVec <= 4 ? 4 : kVec <= 8 ? 8
@@ -34,13 +37,18 @@ __device__ __noinline__ void rows_dot_lanes(const float* a, const uint16_t* w, i
     const int row = row0 + step * kRowsPerStep;
     return active && row < N ? load_stream(w + row * ld + 8 * part) : make_uint4(0, 0, 0, 0);
   };
+  float4 lo[M], hi[M];  // this lane's 8 columns of every row of a
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const float* am = a + m * KC + 8 * (active ? part : 0);
+    lo[m] = *reinterpret_cast<const float4*>(am);
+    hi[m] = *reinterpret_cast<const float4*>(am + 4);
+  }
   auto use = [&](int step, uint4 v) {
     const int row = row0 + step * kRowsPerStep;
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      const float* am = a + m * KC + 8 * (active ? part : 0);
-      float s = dot8(v, *reinterpret_cast<const float4*>(am),
-                     *reinterpret_cast<const float4*>(am + 4), BF16);
+      float s = dot8(v, lo[m], hi[m], BF16);
 #pragma unroll
       for (int o = kLanes / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
       if (part == m % kLanes && row < N) d[m * N + row] = s;
@@ -66,8 +74,9 @@ __device__ __noinline__ void rows_dot_lanes(const float* a, const uint16_t* w, i
 // rows_dot_lanes' product by threads taking four whole rows each: a warp's load takes 16 bytes
 // of 32 rows, but a thread issues all of its rows' loads (up to 16) before it uses any.
 template <int M, int KC, int N, bool BF16>
-__device__ __noinline__ void rows_dot_threads(const float* a, const uint16_t* w, int64_t ld,
-                                              float* d) {
+__device__ __noinline__ void rows_dot_threads(const float* __restrict__ a,
+                                              const uint16_t* __restrict__ w, int64_t ld,
+                                              float* __restrict__ d) {
   static_assert(KC % 8 == 0 && N % 4 == 0, "whole 16-byte loads, rows in fours");
   constexpr int kVec = KC / 8;
   constexpr int kRows = kVec <= 4 ? 4 : kVec <= 8 ? 2 : 1;  // rows loaded together
