@@ -134,6 +134,16 @@ def test_the_down_projection_joins_the_mlp(name: str) -> None:
     assert after.count("rms_norm+linear+linear+silu+mul+linear+add") == 1
 
 
+@pytest.mark.parametrize(
+    ("name", "fused"), [("qwen3-0.6b", 1), ("llama-3.2-1b", 1), ("qwen3-8b", 0)]
+)
+def test_accumulate_columns_bounds_the_weight_runs(name: str, fused: int) -> None:
+    """On 132 SMs a block reads 24, 64 and 96 columns of each down-projection row."""
+    module = load_module(decode_program(preset(name).with_(layers=1), 1, 64, 1))
+    options = {"fuse_accumulate": 1, "accumulate_columns": 64, "tile_n": 0, "num_sms": 132}
+    assert run_pipeline(module, options, PIPELINE[:2])["mugraph"].count("accumulate over") == fused
+
+
 def test_the_rewrite_is_deterministic() -> None:
     path = ROOT / "examples" / "decoder_block.mlir"
     assert _mugraph(path, 1) == _mugraph(path, 1)
