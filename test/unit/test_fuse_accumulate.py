@@ -149,11 +149,11 @@ def test_the_rewrite_is_deterministic() -> None:
     assert _mugraph(path, 1) == _mugraph(path, 1)
 
 
-def _check_example(name: str, target: str, cache: Path) -> None:
-    """The fused example against the reference on two fresh inputs (tolerance of DESIGN.md)."""
+def _check_example(name: str, target: str, cache: Path, seeds: int = 2) -> None:
+    """The fused example against the reference on fresh inputs (tolerance of DESIGN.md)."""
     path = ROOT / "examples" / f"{name}.mlir"
     prog = mk.compile(path, target=target, cache_dir=cache, fuse_accumulate=1)
-    for seed in (0, 1):
+    for seed in range(seeds):
         inputs = random_inputs(prog.func, seed=seed)
         refs = mk.reference(path, *[x.copy() for x in inputs])  # donated inputs change
         for out, ref in zip(prog(*inputs), refs, strict=True):
@@ -164,7 +164,7 @@ def _check_example(name: str, target: str, cache: Path) -> None:
 @needs_gxx
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_the_cpu_executor_matches_the_reference(name: str, cache: Path) -> None:
-    _check_example(name, "cpu", cache)
+    _check_example(name, "cpu", cache, seeds=2 if name == "decoder_block" else 1)  # 8B: ~10 s
 
 
 @needs_gxx
