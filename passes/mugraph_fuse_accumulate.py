@@ -157,6 +157,10 @@ def match(consumer: GraphDefOp, columns: int = 0) -> Fusion | None:
     return Fusion(consumer, producer, m_out, consumer.args[xw.source_index()], *residual)
 
 
+def _suffixed(name: str | None, suffix: str) -> str | None:
+    return None if name is None else name + suffix
+
+
 def _rebuilt(
     graph: GraphDefOp, args: list[SSAValue], result_types: list[Attribute], body: Region
 ) -> GraphDefOp:
@@ -185,7 +189,7 @@ def _with_accumulator(residual: GraphDefOp, r_out: OutputOp, name: str | None) -
     block = body.block
     index = len(residual.args) + r_out.result_index()
     dest = block.insert_arg(acc_type, len(block.args))
-    dest.name_hint = name and f"{name}_r"
+    dest.name_hint = _suffixed(name, "_r")
     written = next(o for o in block.ops if isinstance(o, OutputOp) and o.dest is block.args[index])
     block.add_op(OutputOp(written.tile, dest, r_out.omap_dims()))
     types = [r.type for r in residual.results]
@@ -207,12 +211,12 @@ def _fused(f: Fusion, acc: SSAValue) -> GraphDefOp:
     for op in old.ops:
         if op is not f.m_out:
             block.add_op(op.clone(value_mapper=mapper))
-    for new, arg in zip(block.args, [*p.input_args(), None, None], strict=False):
-        new.name_hint = arg.name_hint if arg is not None else None
+    for new, arg in zip(block.args, p.input_args(), strict=False):
+        new.name_hint = arg.name_hint
     w_arg, acc_arg, y_arg = block.args[len(p.args) :]
-    w_arg.name_hint = f"{f.weight.name_hint}_a" if f.weight.name_hint else None
-    acc_arg.name_hint = f"{acc.name_hint}_a" if acc.name_hint else None
-    y_arg.name_hint = f"{f.consumer.results[0].name_hint}_r" if acc.name_hint else None
+    w_arg.name_hint = _suffixed(f.weight.name_hint, "_a")
+    acc_arg.name_hint = _suffixed(acc.name_hint, "_a")
+    y_arg.name_hint = _suffixed(f.consumer.results[0].name_hint, "_r")
     shape = maps.input_tile_shape(
         shape_of(w_arg), p.grid_shape(), (1, -1, -1), -1, p.forloop_range()
     )
@@ -235,10 +239,10 @@ def _retyped(reader: GraphDefOp, index: int, value: SSAValue) -> None:
     old = block.args[index]
     new = block.insert_arg(value.type, index)
     new.name_hint = old.name_hint
+    elem = tensor_type(value).element_type
     for use in list(old.uses):
         inp = use.operation
         assert isinstance(inp, InputOp)
-        elem = tensor_type(value).element_type
         tile_type = TensorType(elem, tensor_type(inp.tile).get_shape())
         made = InputOp(new, inp.imap_dims(), inp.fmap_dim(), tile_type)
         made.attributes |= inp.attributes
@@ -268,14 +272,14 @@ def fuse(f: Fusion) -> None:
     """Rewrite one match in place."""
     c = f.consumer
     y, y_name = c.results[0], c.results[0].name_hint
-    acc = _with_accumulator(f.residual, f.r_out, y_name and f"{y_name}_acc")
+    acc = _with_accumulator(f.residual, f.r_out, _suffixed(y_name, "_acc"))
     graph = _fused(f, acc)
     block = c.parent_block()
     assert block is not None
     block.insert_op_before(graph, c)
     y_sum = graph.results[0]
     returned = [u for u in y.uses if isinstance(u.operation, ReturnOp)]
-    y_sum.name_hint = y_name and (f"{y_name}_sum" if returned else y_name)
+    y_sum.name_hint = _suffixed(y_name, "_sum") if returned else y_name
     if returned:
         rounded = _rounded(y_sum, y, c.grid_shape()[0], c.thread_count())
         block.insert_op_before(rounded, c)

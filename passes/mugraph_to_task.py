@@ -212,14 +212,18 @@ class _Lowering:
             else:
                 name = self.names.take(value.name_hint or f"result{k}")
                 self.buffer_of[value] = self._declare(name, value, "output", k, self.func)
-        for kernel in self.kernels:  # a returned sum: its start is made in the output buffer
-            for value in kernel.results:
-                start = _accumulator_start(kernel, value)
-                if start is not None and value in self.buffer_of:
-                    self.buffer_of[start] = self.buffer_of[value]
+        starts = {
+            value: start
+            for kernel in self.kernels
+            for value in kernel.results
+            if (start := _accumulator_start(kernel, value)) is not None
+        }
+        for value, start in starts.items():  # a returned sum: its start is made in the output
+            if value in self.buffer_of:
+                self.buffer_of[start] = self.buffer_of[value]
         for pos, kernel in enumerate(self.kernels):
             for value in kernel.results:
-                if (start := _accumulator_start(kernel, value)) is not None:
+                if (start := starts.get(value)) is not None:
                     # Adds into the buffer its start's writer filled, which stays its writer.
                     self.buffer_of[value] = self.buffer_of[start]
                     continue

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from xdsl.ir import SSAValue
 
 from mk.backends.cpu.emit_scalar import dtype_code
-from mk.backends.cuda.stream import MAX_ROWS
+from mk.backends.cuda.stream import MAX_ROWS, sole_user
 from mk.dialects.mugraph import GraphDefOp, InputOp, OutputOp
 from mk.dialects.mugraph_base import shape_of
 from mk.dialects.mugraph_tiles import MatmulOp
@@ -30,11 +30,6 @@ class RowsAdd:
         return {self.w.tile}
 
 
-def _sole_user(value: SSAValue) -> object:
-    uses = list(value.uses)
-    return uses[0].operation if len(uses) == 1 else None
-
-
 def plan_rows_add(op: GraphDefOp) -> RowsAdd | None:
     """The streamed form of `op`'s accumulating output, or None."""
     for out in op.output_ops():
@@ -42,13 +37,13 @@ def plan_rows_add(op: GraphDefOp) -> RowsAdd | None:
         if out.accumulate is None or not isinstance(mm, MatmulOp) or mm.transpose_b is None:
             continue
         w = mm.operands[1].owner
-        if not isinstance(w, InputOp) or w.fmap_dim() >= 0 or _sole_user(w.tile) is not mm:
+        if not isinstance(w, InputOp) or w.fmap_dim() >= 0 or sole_user(w.tile) is not mm:
             continue
         m, kc = shape_of(mm.operands[0])
         n = shape_of(w.tile)[0]
         whole = shape_of(out.tile) == shape_of(out.dest)
         if (
-            _sole_user(mm.res) is out and whole and m <= MAX_ROWS and kc % 8 == 0 and kc <= 256 and n % 4 == 0
+            sole_user(mm.res) is out and whole and m <= MAX_ROWS and kc % 8 == 0 and kc <= 256 and n % 4 == 0
             and dtype_code(w.tile.type) in WEIGHT_DTYPES and len(shape_of(w.source)) == 2
         ):  # fmt: skip
             return RowsAdd(out, mm, w)

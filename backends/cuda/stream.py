@@ -236,10 +236,10 @@ def plan_stream(op: GraphDefOp) -> StreamPlan | None:
     products = []
     for m in matmuls:
         w = m.b.owner
-        acc = _sole_user(m.res)
+        acc = sole_user(m.res)
         if not isinstance(w, InputOp) or not isinstance(acc, AccumOp) or acc.kind.data != "sum":
             return None
-        if _sole_user(w.tile) is not m or not _weight_ok(w, x):
+        if sole_user(w.tile) is not m or not _weight_ok(w, x):
             return None
         products.append((w, acc))
     if len({dtype_code(w.tile.type) for w, _ in products}) != 1:
@@ -271,7 +271,8 @@ def _is_product(m: MatmulOp) -> bool:
     return m.transpose_b is not None and dtype_code(m.res.type) == "mk::DTYPE_F32"
 
 
-def _sole_user(value: SSAValue) -> Operation | None:
+def sole_user(value: SSAValue) -> Operation | None:
+    """The one op that reads `value`, or None."""
     users = {u.operation for u in value.uses}
     return users.pop() if len(users) == 1 else None
 
@@ -299,7 +300,7 @@ def _activation_side(lhs: SSAValue) -> tuple[InputOp, InputOp | None, BinaryOp |
         return None
     if not _same_dtype(g) or dtype_code(g.tile.type) not in _FLOAT_DTYPES:
         return None
-    if _sole_user(g.tile) is not owner:
+    if sole_user(g.tile) is not owner:
         return None
     return x, g, owner
 
