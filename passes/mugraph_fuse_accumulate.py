@@ -296,16 +296,16 @@ def fuse(f: Fusion) -> None:
 
 @dataclass(frozen=True)
 class MugraphFuseAccumulatePass(ModulePass):
-    """`mugraph-fuse-accumulate{fuse-accumulate=1 accumulate-columns=0}`: residual linears over
-    a K-split producer join its blocks (0 turns the pass off: `mk.compile` runs it only when
-    asked, for now). `accumulate-columns=N` keeps the linears whose blocks would read more than
-    N columns of each weight row: on the H200 such short strided runs stream slower than the
-    linear's own tasks read whole rows (qwen3-8b's 96 columns cost 0.8 ms/token; 24 and 64 gain)."""
+    """`mugraph-fuse-accumulate{fuse-accumulate=1 accumulate-columns=64}`: residual linears over
+    a K-split producer join its blocks (0 turns the pass off). `accumulate-columns=N` keeps the
+    linears whose blocks would read more than N columns of each weight row (0: no bound): on the
+    H200 short strided runs gained up to 64 columns (qwen3-0.6b's 24, llama-3.2-1b's 64), broke
+    even at 96 (qwen3-8b) and lost 3% at 112 (the Llama-3-8B block)."""
 
     name = "mugraph-fuse-accumulate"
 
     fuse_accumulate: int = 1
-    accumulate_columns: int = 0
+    accumulate_columns: int = 64
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if not self.fuse_accumulate:

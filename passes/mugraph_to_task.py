@@ -185,6 +185,7 @@ class _Lowering:
                     op_location(op),
                 )
         self.copies: list[tuple[SSAValue, str]] = []  # (source value, output buffer)
+        self.summed: set[str] = set()  # buffers that accumulating outputs add into
         # A decode function's own step count wins over the pass option.
         self.iterations = decode_steps(func) if STEPS in func.attributes else options.iterations
 
@@ -241,13 +242,16 @@ class _Lowering:
                         op_location(kernel),
                     )
                 buf.readers.append(pos)
+        # Blocks add into these in any order: no element's flag could say it is complete.
+        self.summed = {self.buffer_of[value] for value in starts}
         for n, (value, name) in enumerate(self.copies):
             self.buffers[self.buffer_of[value]].readers.append(len(self.kernels) + n)
             self.buffers[name].writer = len(self.kernels) + n
         if self.options.flag_values:
             value_of = {name: value for value, name in self.buffer_of.items()}
             weight = is_weight_value(self.buffers, self.buffer_of)
-            flag_buffers(list(self.buffers.values()), self.kernels, value_of, weight)
+            plain = [b for name, b in self.buffers.items() if name not in self.summed]
+            flag_buffers(plain, self.kernels, value_of, weight)
 
     def grid_plan(self, pos: int, kernel: Kernel) -> _GridPlan:
         shape = task_shape(kernel)

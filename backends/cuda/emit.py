@@ -499,7 +499,7 @@ class DeviceGraphDefEmitter(StreamLinearEmitter):
         d = self.var(plan.matmul.res)
         self.lines.append(f"{d}.resize({m * n});")
         self.lines.append(
-            f"mk::gpu::rows_dot_{switches.rows_dot(kc)}<{m}, {kc}, {n}, {bf16}>("
+            f"mk::gpu::rows_dot_{switches.rows_dot()}<{m}, {kc}, {n}, {bf16}>("
             f"{self.var(plan.matmul.operands[0])}.data(), "
             f"static_cast<const uint16_t*>(buffers[{w.index}]) + ({n0}) * {w.shape[1]} + {k0}, "
             f"{w.shape[1]}, {d}.data());  // the product, its weight streamed"

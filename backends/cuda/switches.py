@@ -56,12 +56,11 @@ def prefetch_at_wait() -> bool:
     return choice("MK_CUDA_PREFETCH_AT", ("ahead", "wait")) == "wait"
 
 
-def rows_dot(kc: int) -> str:
+def rows_dot() -> str:
     """MK_CUDA_ROWS_DOT: how an accumulating output's product streams its weight columns
-    (mk/cuda_rows_add.cuh): `lanes` share a row, `threads` take whole rows; `auto` (default)
-    takes threads for runs of at most 32 columns."""
-    how = choice("MK_CUDA_ROWS_DOT", ("auto", "lanes", "threads"))
-    return ("threads" if kc <= 32 else "lanes") if how == "auto" else how
+    (mk/cuda_rows_add.cuh): `lanes` (default) share a row, `threads` take whole rows. On the H200
+    lanes won at 24, 64 and 96 columns a row (bench/RESULTS.md, session 34)."""
+    return choice("MK_CUDA_ROWS_DOT", ("lanes", "threads"))
 
 
 def load_groups() -> bool:

@@ -139,8 +139,6 @@ def run_pipeline(
     from mk.dialects import make_context
     from mk.passes import get_all_passes
 
-    # Opt-in until it has run on the GPU: the accumulating MLP (mugraph-fuse-accumulate).
-    options = {"fuse_accumulate": 0, **options}
     texts: dict[str, str] = {}
     for stage, names in pipeline:
         if names:
