@@ -167,12 +167,14 @@ class KernelOp(IRDLOperation):
 
     def verify_(self) -> None:
         kind = self.kind.data
-        require(kind in LIBRARY_KINDS, f"unknown library kernel kind '{kind}'")
+        require(kind in LIBRARY_KINDS, lambda: f"unknown library kernel kind '{kind}'")
         lo, hi, required = LIBRARY_KINDS[kind]
         n = len(self.args)
         want = f"{lo}" if lo == hi else f"{lo} to {hi}" if hi else f"at least {lo}"
-        require(lo <= n and (hi is None or n <= hi), f"'{kind}' takes {want} operands, got {n}")
-        require(len(self.res) == 1, f"'{kind}' has 1 result, got {len(self.res)}")
+        require(
+            lo <= n and (hi is None or n <= hi), lambda: f"'{kind}' takes {want} operands, got {n}"
+        )
+        require(len(self.res) == 1, lambda: f"'{kind}' has 1 result, got {len(self.res)}")
         for attr in required:
             require(attr in self.attributes, f"'{kind}' needs attribute '{attr}'")
 
@@ -259,16 +261,20 @@ class GraphDefOp(IRDLOperation):
         t = self.thread_count()
         require(
             32 <= t <= 1024 and t % 32 == 0,
-            f"threads must be a multiple of 32 in [32, 1024], got {t}",
+            lambda: f"threads must be a multiple of 32 in [32, 1024], got {t}",
         )
-        require(self.forloop_range() >= 1, f"forloop must be >= 1, got {self.forloop_range()}")
+        require(
+            self.forloop_range() >= 1, lambda: f"forloop must be >= 1, got {self.forloop_range()}"
+        )
         block = self.body.block
         want = [v.type for v in self.args] + [r.type for r in self.res]
         got = [a.type for a in block.args]
         require(
             got == want,
-            "block arguments must be the operand types then the result types "
-            f"({', '.join(map(str, want))}), got ({', '.join(map(str, got))})",
+            lambda: (
+                "block arguments must be the operand types then the result types "
+                f"({', '.join(map(str, want))}), got ({', '.join(map(str, got))})"
+            ),
         )
         for op in block.ops:
             require(
@@ -351,10 +357,11 @@ class PositionOp(BlockGraphOp):
 
     def verify_block_op(self, parent: GraphDefOp) -> None:
         require(
-            isinstance(self.x.owner, InputOp), f"{value_name(self.x)} must be a mugraph.input tile"
+            isinstance(self.x.owner, InputOp),
+            lambda: f"{value_name(self.x)} must be a mugraph.input tile",
         )
         d, rank = self.dim.value.data, len(shape_of(self.x))
-        require(0 <= d < rank, f"dim {d} is out of range for rank {rank}")
+        require(0 <= d < rank, lambda: f"dim {d} is out of range for rank {rank}")
         expect_shape(self.res, shape_of(self.x))
         require(
             isinstance(tensor_type(self.res).element_type, IntegerType),
@@ -392,7 +399,7 @@ class ArgmaxOp(BlockGraphOp):
             is_float_tile(self.values) and is_float_tile(self.max),
             "values and max must be float tiles",
         )
-        require(v == p, f"payload is {shape_str(p)}, values are {shape_str(v)}")
+        require(v == p, lambda: f"payload is {shape_str(p)}, values are {shape_str(v)}")
         try:
             shape = maps.reduce_shape(v, self.dim.value.data, keepdim=True)
         except MapError as e:
@@ -400,7 +407,7 @@ class ArgmaxOp(BlockGraphOp):
         expect_shape(self.max, shape, "max")
         expect_shape(self.arg, shape, "arg")
         pe, ae = tensor_type(self.payload).element_type, tensor_type(self.arg).element_type
-        require(pe == ae, f"arg element type {ae} differs from the payload's {pe}")
+        require(pe == ae, lambda: f"arg element type {ae} differs from the payload's {pe}")
 
 
 BLOCK_OPS = (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from enum import IntEnum
 from typing import TYPE_CHECKING, cast
 
@@ -53,21 +53,23 @@ def int_values(attr: DenseArrayBase[IntegerType]) -> tuple[int, ...]:
     return attr.get_values()
 
 
-def require(ok: bool, message: str) -> None:
+def require(ok: bool, message: str | Callable[[], str]) -> None:
+    """A verifier's check. A message that prints types is better a lambda, built only on failure:
+    formatted eagerly, such messages took a third of a whole model's verification."""
     if not ok:
-        raise VerifyException(message)
+        raise VerifyException(message() if callable(message) else message)
 
 
 def expect_shape(value: SSAValue, shape: Sequence[int], what: str = "result") -> None:
     got = shape_of(value)
-    require(got == tuple(shape), f"{what} is {shape_str(got)}, expected {shape_str(shape)}")
+    require(got == tuple(shape), lambda: f"{what} is {shape_str(got)}, expected {shape_str(shape)}")
 
 
 def floats_only(op: Operation) -> None:
-    for i, v in enumerate(op.operands):
-        require(is_float_tile(v), f"operand #{i} must be a float tile, got {v.type}")
-    for i, r in enumerate(op.results):
-        require(is_float_tile(r), f"result #{i} must be a float tile, got {r.type}")
+    for what, values in (("operand", op.operands), ("result", op.results)):
+        for i, v in enumerate(values):
+            if not is_float_tile(v):
+                raise VerifyException(f"{what} #{i} must be a float tile, got {v.type}")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -84,21 +86,47 @@ class Phase(IntEnum):
 
 
 class Phases:
-    """The phase of every op and tile of a block graph, computed in one pass over its block."""
+    """The phase of the ops and tiles of a block graph, each computed when first asked for (an
+    op's verifier asks for its operands' only: building every phase for every op of a block was
+    quadratic in the block); `ops` has every op's."""
 
     def __init__(self, block: Block) -> None:
-        self.ops: dict[Operation, Phase] = {}
-        self.values: dict[SSAValue, Phase] = {}
-        for op in block.ops:
+        self.block = block
+        self._ops: dict[Operation, Phase] = {}
+
+    @property
+    def ops(self) -> dict[Operation, Phase]:
+        for op in self.block.ops:
             if isinstance(op, BlockGraphOp):
-                phase = op.phase_from([self.of(v) for v in op.tile_operands()])
-                self.ops[op] = phase
-                for r in op.results:
-                    self.values[r] = op.result_phase(phase)
+                self.op_phase(op)
+        return self._ops
+
+    def op_phase(self, op: BlockGraphOp) -> Phase:
+        """When `op` runs; its producers first, without recursion (chains can be long)."""
+        stack = [op]
+        while stack:
+            top = stack[-1]
+            if top in self._ops:
+                stack.pop()
+                continue
+            pending = [
+                o
+                for v in top.tile_operands()
+                if isinstance(o := v.owner, BlockGraphOp) and o not in self._ops
+            ]
+            if pending:
+                stack.extend(pending)
+                continue
+            self._ops[top] = top.phase_from([self.of(v) for v in top.tile_operands()])
+            stack.pop()
+        return self._ops[op]
 
     def of(self, value: SSAValue) -> Phase:
         """A tile's phase; whole-tensor block arguments count as loop-invariant."""
-        return self.values.get(value, Phase.INVARIANT)
+        op = value.owner
+        if not isinstance(op, BlockGraphOp) or op.parent is not self.block:
+            return Phase.INVARIANT
+        return op.result_phase(self.op_phase(op))
 
 
 def _graph_def_op() -> type[Operation]:

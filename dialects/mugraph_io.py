@@ -119,14 +119,17 @@ class InputOp(BlockGraphOp):
         src = self.source
         require(
             isinstance(src, BlockArgument) and src.index < len(parent.args),
-            f"reads {value_name(src)}, a result of the kernel, not an operand",
+            lambda: f"reads {value_name(src)}, a result of the kernel, not an operand",
         )
         try:
             shape = self.tile_shape()
         except MapError as e:
             raise VerifyException(str(e)) from None
         want = TensorType(tensor_type(src).element_type, shape)
-        require(self.tile.type == want, f"tile type is {self.tile.type}, but the maps give {want}")
+        require(
+            self.tile.type == want,
+            lambda: f"tile type is {self.tile.type}, but the maps give {want}",
+        )
 
     def print(self, printer: Printer) -> None:
         printer.print_string(" ")
@@ -209,8 +212,10 @@ class OutputOp(BlockGraphOp):
         forloop = parent.forloop_range()
         require(
             phases.of(self.tile) != Phase.LOOP or forloop == 1,
-            f"writes {value_name(self.tile)}, a tile that changes every for-loop iteration "
-            f"(forloop {forloop}); write an accumulator result or a value computed from one",
+            lambda: (
+                f"writes {value_name(self.tile)}, a tile that changes every for-loop iteration "
+                f"(forloop {forloop}); write an accumulator result or a value computed from one"
+            ),
         )
 
     def omap_dims(self) -> tuple[int, ...]:
@@ -267,14 +272,16 @@ class OutputOp(BlockGraphOp):
         tile, dest = self.tile, self.dest
         require(
             self.result_index() >= 0,
-            f"writes to {value_name(dest)}, an operand of the kernel, not a result",
+            lambda: f"writes to {value_name(dest)}, an operand of the kernel, not a result",
         )
         writers = [u.operation for u in dest.uses if isinstance(u.operation, OutputOp)]
         block = parent.body.block
         first = min(writers, key=block.get_operation_index)
         require(
             first is self,
-            f"result #{self.result_index()} ({value_name(dest)}) is already written by an earlier mugraph.output",
+            lambda: (
+                f"result #{self.result_index()} ({value_name(dest)}) is already written by an earlier mugraph.output"
+            ),
         )
         self._verify_position(parent)
         try:
@@ -286,14 +293,16 @@ class OutputOp(BlockGraphOp):
             raise VerifyException(str(e)) from None
         require(
             shape_of(tile) == shape,
-            f"tile is {shape_str(shape_of(tile))}, but omap {list(self.omap_dims())} over grid "
-            f"{list(parent.grid_shape())} gives {shape_str(shape)} tiles of the "
-            f"{shape_str(shape_of(dest))} result",
+            lambda: (
+                f"tile is {shape_str(shape_of(tile))}, but omap {list(self.omap_dims())} over grid "
+                f"{list(parent.grid_shape())} gives {shape_str(shape)} tiles of the "
+                f"{shape_str(shape_of(dest))} result"
+            ),
         )
         te, de = tensor_type(tile).element_type, tensor_type(dest).element_type
         require(
             te == de or (is_float_tile(tile) and is_float_tile(dest)),
-            f"cannot store a {te} tile into a {de} result",
+            lambda: f"cannot store a {te} tile into a {de} result",
         )
 
     def _verify_accumulate(self, parent: GraphDefOp) -> None:
@@ -305,12 +314,14 @@ class OutputOp(BlockGraphOp):
         assert isinstance(over, BlockArgument)
         require(
             over.owner is parent.body.block and over.index < len(parent.args),
-            f"{value_name(over)} must be an operand of the kernel",
+            lambda: f"{value_name(over)} must be an operand of the kernel",
         )
         require(over.type == self.dest.type, "the operand added to must have the result's type")
         require(
             isinstance(tensor_type(self.dest).element_type, Float32Type),
-            f"an accumulating output adds in f32, not {tensor_type(self.dest).element_type}",
+            lambda: (
+                f"an accumulating output adds in f32, not {tensor_type(self.dest).element_type}"
+            ),
         )
 
     def _verify_position(self, parent: GraphDefOp) -> None:
@@ -325,26 +336,30 @@ class OutputOp(BlockGraphOp):
             return
         pos, d, over = at
         rank = len(shape_of(self.dest))
-        require(0 <= d < rank, f"dim {d} is outside the {rank}-d result")
+        require(0 <= d < rank, lambda: f"dim {d} is outside the {rank}-d result")
         require(
             isinstance(tensor_type(pos).element_type, IntegerType)
             and tensor_type(pos).element_count() == 1,
-            f"the position {value_name(pos)} must be a one-element integer tile",
+            lambda: f"the position {value_name(pos)} must be a one-element integer tile",
         )
         require(
             over.owner is parent.body.block and over.index < len(parent.args),
-            f"{value_name(over)} must be an operand of the kernel",
+            lambda: f"{value_name(over)} must be an operand of the kernel",
         )
         require(
             over.type == self.dest.type, "the operand written in place must have the result's type"
         )
         require(
             d not in self.omap_dims(),
-            f"no grid axis may split dim {d}: the tile lands at a run-time position along it",
+            lambda: (
+                f"no grid axis may split dim {d}: the tile lands at a run-time position along it"
+            ),
         )
         require(
             shape_of(self.tile)[d] <= shape_of(self.dest)[d],
-            f"the tile's {shape_of(self.tile)[d]} positions along dim {d} exceed the result's",
+            lambda: (
+                f"the tile's {shape_of(self.tile)[d]} positions along dim {d} exceed the result's"
+            ),
         )
 
     def print(self, printer: Printer) -> None:

@@ -137,7 +137,7 @@ class UnaryOp(BlockGraphOp):
 
     def verify_block_op(self, parent: GraphDefOp) -> None:
         kind = self.kind.data
-        require(kind in UNARY_KINDS, f"unknown unary kind '{kind}'")
+        require(kind in UNARY_KINDS, lambda: f"unknown unary kind '{kind}'")
         require(
             (kind == "scale") == (self.factor is not None),
             "'factor' is required by scale and only by it",
@@ -168,11 +168,14 @@ class BinaryOp(BlockGraphOp):
         super().__init__(operands=[a, b], result_types=[_tile_type(shape, elem)], properties=props)
 
     def verify_block_op(self, parent: GraphDefOp) -> None:
-        require(self.kind.data in BINARY_KINDS, f"unknown binary kind '{self.kind.data}'")
+        require(self.kind.data in BINARY_KINDS, lambda: f"unknown binary kind '{self.kind.data}'")
         floats_only(self)
         a, b = shape_of(self.a), shape_of(self.b)
         shape = maps.broadcast_shapes(a, b)
-        require(shape is not None, f"operands do not broadcast: {shape_str(a)} and {shape_str(b)}")
+        require(
+            shape is not None,
+            lambda: f"operands do not broadcast: {shape_str(a)} and {shape_str(b)}",
+        )
         assert shape is not None
         expect_shape(self.res, shape)
 
@@ -202,7 +205,9 @@ class ReduceOp(BlockGraphOp):
         super().__init__(operands=[x], result_types=[_tile_type(shape, elem)], properties=props)
 
     def verify_block_op(self, parent: GraphDefOp) -> None:
-        require(self.kind.data in REDUCE_KINDS, f"unknown reduction kind '{self.kind.data}'")
+        require(
+            self.kind.data in REDUCE_KINDS, lambda: f"unknown reduction kind '{self.kind.data}'"
+        )
         floats_only(self)
         try:
             shape = maps.reduce_shape(
@@ -240,7 +245,7 @@ class RMSNormOp(BlockGraphOp):
         x, g = shape_of(self.x), shape_of(self.g)
         require(
             len(x) >= 1 and g == x[-1:],
-            f"weight must be [{x[-1] if x else '?'}], got {shape_str(g)}",
+            lambda: f"weight must be [{x[-1] if x else '?'}], got {shape_str(g)}",
         )
         expect_shape(self.res, x)
 
@@ -269,7 +274,7 @@ class RopeOp(BlockGraphOp):
         floats_only(self)
         x = shape_of(self.x)
         width = x[-1] if x else 1
-        require(width % 2 == 0, f"x's last dim must be even, got {shape_str(x)}")
+        require(width % 2 == 0, lambda: f"x's last dim must be even, got {shape_str(x)}")
         for name, table in (("cos", shape_of(self.cos)), ("sin", shape_of(self.sin))):
             lead, x_lead = table[:-1], x[:-1]
             half = table[-1] if table else 0
@@ -307,7 +312,9 @@ class ConcatOp(BlockGraphOp):
         shapes = [shape_of(v) for v in self.inputs]
         d = self.dim.value.data
         require(len(shapes) >= 1, "needs at least one operand")
-        require(0 <= d < len(shapes[0]), f"dim {d} is out of range for rank {len(shapes[0])}")
+        require(
+            0 <= d < len(shapes[0]), lambda: f"dim {d} is out of range for rank {len(shapes[0])}"
+        )
         for s in shapes:
             same = len(s) == len(shapes[0]) and all(
                 a == b for i, (a, b) in enumerate(zip(s, shapes[0], strict=True)) if i != d
@@ -344,11 +351,13 @@ class ReshapeOp(BlockGraphOp):
         a, b = tensor_type(self.x), tensor_type(self.res)
         require(
             a.element_count() == b.element_count(),
-            f"element counts differ: {shape_str(a.get_shape())} has {a.element_count()}, {shape_str(b.get_shape())} has {b.element_count()}",
+            lambda: (
+                f"element counts differ: {shape_str(a.get_shape())} has {a.element_count()}, {shape_str(b.get_shape())} has {b.element_count()}"
+            ),
         )
         require(
             a.element_type == b.element_type,
-            f"element types differ: {a.element_type} and {b.element_type}",
+            lambda: f"element types differ: {a.element_type} and {b.element_type}",
         )
 
 
@@ -386,18 +395,22 @@ class ThreadMapOp(BlockGraphOp):
         block = self.body.block
         require(
             len(block.args) == len(self.args),
-            f"region has {len(block.args)} arguments, but there are {len(self.args)} operands",
+            lambda: (
+                f"region has {len(block.args)} arguments, but there are {len(self.args)} operands"
+            ),
         )
         for i, (arg, v) in enumerate(zip(block.args, self.args, strict=True)):
             want = scalar_type(v.type)
-            require(
-                arg.type == want,
-                f"region argument #{i} is {arg.type}, expected {want} for {v.type}",
-            )
+            if arg.type != want:
+                raise VerifyException(
+                    f"region argument #{i} is {arg.type}, expected {want} for {v.type}"
+                )
         shape = maps.broadcast_shapes(*(shape_of(v) for v in self.args))
         require(
             shape is not None,
-            "operands do not broadcast: " + ", ".join(shape_str(shape_of(v)) for v in self.args),
+            lambda: (
+                "operands do not broadcast: " + ", ".join(shape_str(shape_of(v)) for v in self.args)
+            ),
         )
         assert shape is not None
         for r in self.res:
@@ -409,17 +422,17 @@ class ThreadMapOp(BlockGraphOp):
                 f"body may hold only arith/math scalar ops, found '{op.name}'",
             )
             for v in (*op.operands, *op.results):
-                require(
-                    isinstance(v.type, _SCALARS),
-                    f"body ops work on scalars, but '{op.name}' has a {v.type} value",
-                )
+                if not isinstance(v.type, _SCALARS):
+                    raise VerifyException(
+                        f"body ops work on scalars, but '{op.name}' has a {v.type} value"
+                    )
         last = block.last_op
         require(isinstance(last, YieldOp), "body must end with mugraph.yield")
         assert isinstance(last, YieldOp)
         got, want = [v.type for v in last.values], [scalar_type(r.type) for r in self.res]
         require(
             got == want,
-            f"yields ({', '.join(map(str, got))}), expected ({', '.join(map(str, want))})",
+            lambda: f"yields ({', '.join(map(str, got))}), expected ({', '.join(map(str, want))})",
         )
 
 
@@ -462,14 +475,15 @@ class AccumOp(AccumulatorOp):
 
     def verify_block_op(self, parent: GraphDefOp) -> None:
         kind = self.kind.data
-        require(kind in ACCUM_KINDS, f"unknown accumulator kind '{kind}'")
+        require(kind in ACCUM_KINDS, lambda: f"unknown accumulator kind '{kind}'")
         floats_only(self)
         require(
-            tensor_type(self.res).element_type == f32, f"accumulators are f32, got {self.res.type}"
+            tensor_type(self.res).element_type == f32,
+            lambda: f"accumulators are f32, got {self.res.type}",
         )
         shape = list(shape_of(self.x))
         if ACCUM_KINDS[kind].reduce_last:
-            require(len(shape) >= 1, f"'{kind}' needs a tile of rank >= 1")
+            require(len(shape) >= 1, lambda: f"'{kind}' needs a tile of rank >= 1")
             shape[-1] = 1
         expect_shape(self.res, shape)
 
@@ -511,4 +525,5 @@ class AccumSoftmaxOp(AccumulatorOp):
         expect_shape(self.m, (*o[:-1], 1), "m")
         expect_shape(self.l, (*o[:-1], 1), "l")
         for r in self.results:
-            require(tensor_type(r).element_type == f32, f"accumulators are f32, got {r.type}")
+            if tensor_type(r).element_type != f32:
+                raise VerifyException(f"accumulators are f32, got {r.type}")

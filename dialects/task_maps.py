@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from itertools import product
@@ -54,8 +55,10 @@ _MUL_KINDS = {
 }
 
 
+@functools.cache
 def parse_map(text: str) -> AffineMap:
-    """An affine map from its text, e.g. `(d0) -> (d0 * 128, 0)` (no `affine_map<>` wrapper)."""
+    """An affine map from its text, e.g. `(d0) -> (d0 * 128, 0)` (no `affine_map<>` wrapper).
+    Maps are immutable, and a model repeats a few hundred texts thousands of times: cached."""
     return Parser(Context(), text, "<map>").parse_affine_map()
 
 

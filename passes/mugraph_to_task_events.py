@@ -121,13 +121,6 @@ def arena_overlap(a: Access, x: BufferPlan, b: Access, y: BufferPlan) -> np.ndar
     return span_overlap(byte_spans(a, x), byte_spans(b, y))
 
 
-def bytes_overlap(x: BufferPlan, y: BufferPlan) -> bool:
-    if not (x.in_arena and y.in_arena) or x.name == y.name:
-        return False
-    assert x.offset is not None and y.offset is not None
-    return x.offset < y.offset + y.nbytes and y.offset < x.offset + x.nbytes
-
-
 Thunk = Callable[[], np.ndarray]
 
 
@@ -167,6 +160,7 @@ def collect_needs(
         for access in (*grid.reads, *grid.writes):
             accessors.setdefault(access.buffer, []).append((i, access))
     carry = iterations > 1
+    spans = _arena_spans(buffers)
     result: list[Needs] = []
     for j, grid in enumerate(grids):
         needs = Needs()
@@ -187,7 +181,7 @@ def collect_needs(
                     Needs.add(needs.same, i, rect)
                 if i > j and carry:  # next iteration's write after this one's reads
                     Needs.add(needs.carried, i, rect)
-            for name in _sharing(target, buffers):
+            for name in _sharing(target, spans):
                 for i, other in accessors[name]:
                     if i == j or (i > j and not carry):
                         continue
@@ -197,8 +191,22 @@ def collect_needs(
     return result
 
 
-def _sharing(target: BufferPlan, buffers: dict[str, BufferPlan]) -> list[str]:
-    return [n for n, b in buffers.items() if bytes_overlap(target, b)]
+def _arena_spans(buffers: dict[str, BufferPlan]) -> list[tuple[int, int, str]]:
+    """(first byte, end, name) of every arena buffer, computed once: `_sharing` runs per write."""
+    return [
+        (b.offset, b.offset + b.nbytes, n)
+        for n, b in buffers.items()
+        if b.in_arena and b.offset is not None
+    ]
+
+
+def _sharing(target: BufferPlan, spans: list[tuple[int, int, str]]) -> list[str]:
+    """The other arena buffers whose bytes overlap the target's."""
+    if not target.in_arena:
+        return []
+    assert target.offset is not None
+    first, end = target.offset, target.offset + target.nbytes
+    return [n for o, e, n in spans if o < end and first < e and n != target.name]
 
 
 # --------------------------------------------------------------------------- one event

@@ -146,7 +146,7 @@ def test_loop_and_epilogue_split() -> None:
 def test_phases_of_fmap_minus_one_inputs_are_invariant() -> None:
     g = _graph(_parse(_chunk("gated_mlp")), 1)
     phases = Phases(g.body.block)
-    by_name = {v.name_hint: p for v, p in phases.values.items()}
+    by_name = {r.name_hint: phases.of(r) for op in g.body.block.ops for r in op.results}
     assert by_name["rt"] == Phase.INVARIANT  # the residual: same tile in every iteration
     assert by_name["ht"] == Phase.LOOP
     assert by_name["p"] == Phase.LOOP
