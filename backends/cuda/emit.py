@@ -497,9 +497,12 @@ class DeviceGraphDefEmitter(StreamLinearEmitter):
         n = shape_of(plan.w.tile)[0]
         bf16 = "true" if w.dtype == "mk::DTYPE_BF16" else "false"
         d = self.var(plan.matmul.res)
+        how = switches.rows_dot()
+        name = "rows_dot_threads" if how == "threads" else "rows_dot_lanes"
+        packed = ", true" if how == "packed" else ""
         self.lines.append(f"{d}.resize({m * n});")
         self.lines.append(
-            f"mk::gpu::rows_dot_{switches.rows_dot()}<{m}, {kc}, {n}, {bf16}>("
+            f"mk::gpu::{name}<{m}, {kc}, {n}, {bf16}{packed}>("
             f"{self.var(plan.matmul.operands[0])}.data(), "
             f"static_cast<const uint16_t*>(buffers[{w.index}]) + ({n0}) * {w.shape[1]} + {k0}, "
             f"{w.shape[1]}, {d}.data());  // the product, its weight streamed"

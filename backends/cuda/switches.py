@@ -58,9 +58,11 @@ def prefetch_at_wait() -> bool:
 
 def rows_dot() -> str:
     """MK_CUDA_ROWS_DOT: how an accumulating output's product streams its weight columns
-    (mk/cuda_rows_add.cuh): `lanes` (default) share a row, `threads` take whole rows. On the H200
-    lanes won at 24, 64 and 96 columns a row (bench/RESULTS.md, session 34)."""
-    return choice("MK_CUDA_ROWS_DOT", ("lanes", "threads"))
+    (mk/cuda_rows_add.cuh): `lanes` (default) share a row, a power of two of them; `packed`
+    share it in groups that keep more lanes busy (3 a row for 24 columns, 4 taking 3 pieces each
+    for 96; not yet measured); `threads` take whole rows. On the H200 lanes won at 24, 64 and 96
+    columns a row (bench/RESULTS.md)."""
+    return choice("MK_CUDA_ROWS_DOT", ("lanes", "packed", "threads"))
 
 
 def load_groups() -> bool:

@@ -68,6 +68,43 @@ func.func @scaled(%x: tensor<4x32xf32>, %acc: tensor<4x32xf32>) -> tensor<4x32xf
 """
 
 
+def residual_mlp(batch: int, intermediate: int, hidden: int = 256) -> str:
+    """An o-projection + residual, then a gated MLP + residual: with `tile_n` = the columns a
+    gate/up block owns, the down projection's blocks read that many columns of each row."""
+
+    def t(rows: int, cols: int) -> str:
+        return f"tensor<{rows}x{cols}xbf16>"
+
+    b, i, h = batch, intermediate, hidden
+    return f"""func.func @mlp(%a: {t(b, h)}, %x: {t(b, h)}, %wo: {t(h, h)}, %wg: {t(i, h)}, %wu: {t(i, h)}, %wd: {t(h, i)}) -> {t(b, h)} {{
+  %o = nn.linear %a, %wo : ({t(b, h)}, {t(h, h)}) -> {t(b, h)}
+  %r = nn.add %x, %o : ({t(b, h)}, {t(b, h)}) -> {t(b, h)}
+  %g = nn.linear %r, %wg : ({t(b, h)}, {t(i, h)}) -> {t(b, i)}
+  %u = nn.linear %r, %wu : ({t(b, h)}, {t(i, h)}) -> {t(b, i)}
+  %s = nn.silu %g : ({t(b, i)}) -> {t(b, i)}
+  %m = nn.mul %s, %u : ({t(b, i)}, {t(b, i)}) -> {t(b, i)}
+  %d = nn.linear %m, %wd : ({t(b, i)}, {t(h, i)}) -> {t(b, h)}
+  %y = nn.add %r, %d : ({t(b, h)}, {t(b, h)}) -> {t(b, h)}
+  func.return %y : {t(b, h)}
+}}"""
+
+
+# (batch, columns a block reads of each W_down row): 24 and 96 are where `packed` differs from
+# `lanes` (3 lanes a row; 4 lanes of 3 pieces each, or 6 of 2 at batch 2).
+SHORT_RUNS = [(1, 24), (1, 96), (2, 96)]
+
+
+def _check_runs(batch: int, cols: int, target: str, cache: Path) -> mk.Program:
+    text = residual_mlp(batch, cols * 16)
+    prog = mk.compile(text, target=target, cache_dir=cache, accumulate_columns=0, tile_n=cols)
+    inputs = random_inputs(prog.func, seed=cols)
+    (want,) = mk.reference(text, *[x.copy() for x in inputs])
+    (got,) = prog(*inputs)
+    error, bound = compiler.output_error(np.asarray(got), np.asarray(want))
+    assert error <= bound, f"batch {batch}, {cols} columns: error {error:.3g} > {bound:.3g}"
+    return prog
+
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("mk-accumulate-cache")
@@ -201,7 +238,7 @@ def test_tiny_generates_the_reference_tokens(name: str, cache: Path) -> None:
     assert result.ok, result.problems
 
 
-@pytest.mark.parametrize("rows", ["threads", "lanes"])
+@pytest.mark.parametrize("rows", ["threads", "lanes", "packed"])
 def test_the_cuda_body_streams_the_weight_columns(
     rows: str, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -211,11 +248,43 @@ def test_the_cuda_body_streams_the_weight_columns(
     path = ROOT / "examples" / "decoder_block.mlir"
     prog = mk.compile(path, target="cuda", cache_dir=cache, fuse_accumulate=1)
     src = prog.cuda_source  # type: ignore[attr-defined]
-    assert re.search(rf"mk::gpu::rows_dot_{rows}<1, \d+, 256, true>\(", src)
+    name, packed = ("lanes", ", true") if rows == "packed" else (rows, "")
+    assert re.search(rf"mk::gpu::rows_dot_{name}<1, \d+, 256, true{packed}>\(", src)
     assert src.count("mk::gpu::add_tile_v4(") == 1 and "matmul_tile" not in src
     if HAS_NVCC:
         used = prog.cuda_resources  # type: ignore[attr-defined]
         assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
+
+
+@needs_gxx
+def test_short_runs_match_the_reference_on_the_cpu(cache: Path) -> None:
+    prog = _check_runs(1, 24, "cpu", cache)
+    assert "accumulate over" in prog.ir("mugraph")
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
+@pytest.mark.parametrize(("batch", "cols"), SHORT_RUNS)
+def test_packed_lanes_build_without_spills(
+    batch: int, cols: int, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The packed layouts (rows_layout's static_asserts compile with them) and their sums."""
+    monkeypatch.setenv("MK_CUDA_ROWS_DOT", "packed")
+    text = residual_mlp(batch, cols * 16)
+    prog = mk.compile(text, target="cuda", cache_dir=cache, accumulate_columns=0, tile_n=cols)
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    assert f"mk::gpu::rows_dot_lanes<{batch}, {cols}, 256, true, true>(" in src
+    used = prog.cuda_resources  # type: ignore[attr-defined]
+    assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", ["threads", "lanes", "packed"])
+@pytest.mark.parametrize(("batch", "cols"), SHORT_RUNS)
+def test_short_runs_match_the_reference_on_the_gpu(
+    batch: int, cols: int, rows: str, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MK_CUDA_ROWS_DOT", rows)
+    _check_runs(batch, cols, "cuda", cache)
 
 
 @pytest.mark.gpu
@@ -229,7 +298,7 @@ def test_accumulating_outputs_on_the_gpu(text: str, cache: Path) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rows", ["threads", "lanes"])
+@pytest.mark.parametrize("rows", ["threads", "lanes", "packed"])
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_accumulating_mlp_matches_the_reference_on_the_gpu(
     name: str, rows: str, cache: Path, monkeypatch: pytest.MonkeyPatch

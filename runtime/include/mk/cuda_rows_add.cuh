@@ -11,50 +11,102 @@
 namespace mk {
 namespace gpu {
 
+// How rows_dot_lanes lays a row's kVec 16-byte pieces on lanes: kGroup lanes take a row, kChunks
+// pieces each (piece p + kGroup·i for lane p of the group), 32 / kGroup rows a warp load.
+// Unpacked: one piece a lane, kGroup the power of two at or above kVec (idle lanes when kVec is
+// not one: 24 of 32 busy for 3 or 12 pieces a row). Packed: the (kGroup, kChunks) that keeps
+// the most lanes busy with kChunks · M <= 4 (registers for a's columns) and at least two lanes
+// a row (whole rows a lane is rows_dot_threads, slower), fewest chunks first.
+struct RowsLayout {
+  int group;
+  int chunks;
+};
+
+__host__ __device__ constexpr int pow2_at_least(int v) {
+  return v <= 1 ? 1 : v <= 2 ? 2 : v <= 4 ? 4 : v <= 8 ? 8 : v <= 16 ? 16 : 32;
+}
+
+__host__ __device__ constexpr RowsLayout rows_layout(int vec, int m, bool packed) {
+  RowsLayout best{pow2_at_least(vec), 1};
+  if (!packed) return best;
+  int busy = (32 / best.group) * vec;
+  for (int c = 1; c <= vec && c * m <= 4; ++c) {
+    if (vec % c != 0 || vec / c > 32 || vec / c < 2) continue;  // a lane alone: as `threads`
+    const int g = vec / c, lanes = (32 / g) * g;
+    if (lanes > busy) busy = lanes, best = RowsLayout{g, c};
+  }
+  return best;
+}
+
 // d[m][n] = Σ_k a[m][k] · w[n][k] for the N weight rows (KC columns each, `ld` apart; a and d
-// floats), lanes sharing rows. A row's columns are a short run: kLanes lanes (KC/8 rounded up to
-// a power of two) take 16 bytes of a row each, so one warp load covers 32 / kLanes rows' whole
-// runs instead of 32 scattered pieces. Each lane keeps up to kBatch loads in flight and issues
-// the next batch before it uses the last; the lanes of a row then sum by shuffles. A lane holds
-// its columns of a in registers: the rows' products and sums are then independent of each
-// other and of the stores, and their latencies overlap. Cooperative: every thread calls it.
-template <int M, int KC, int N, bool BF16>
+// floats), lanes sharing rows as rows_layout says: one warp load covers whole runs of a few rows
+// instead of 32 scattered pieces. Each lane keeps up to kBatch loads in flight and issues the
+// next batch before it uses the last; the lanes of a row then sum by shuffles. A lane holds its
+// columns of a in registers: the rows' products and sums are then independent of each other and
+// of the stores, and their latencies overlap. Cooperative: every thread calls it.
+template <int M, int KC, int N, bool BF16, bool Packed = false>
 __device__ __noinline__ void rows_dot_lanes(const float* __restrict__ a,
                                             const uint16_t* __restrict__ w, int64_t ld,
                                             float* __restrict__ d) {
   static_assert(KC % 8 == 0 && KC <= 256, "a row's columns are at most 32 16-byte loads");
   constexpr int kVec = KC / 8;
-  constexpr int kLanes = kVec <= 1 ? 1 : kVec <= 2 ? 2 : kVec <= 4 ? 4 : kVec <= 8 ? 8
-                         : kVec <= 16 ? 16 : 32;
-  constexpr int kRowsPerStep = (kCudaThreads / 32) * (32 / kLanes);
+  constexpr RowsLayout kLayout = rows_layout(kVec, M, Packed);
+  constexpr int kGroup = kLayout.group, kChunks = kLayout.chunks;
+  constexpr bool kPow2 = (kGroup & (kGroup - 1)) == 0;
+  constexpr int kRowsPerWarp = 32 / kGroup;
+  constexpr int kRowsPerStep = (kCudaThreads / 32) * kRowsPerWarp;
   constexpr int kSteps = (N + kRowsPerStep - 1) / kRowsPerStep;
-  constexpr int kMost = M > 4 ? 4 : 16;  // loads in flight a batch: registers for M sums
+  constexpr int kMost = (M > 4 ? 4 : 16) / kChunks;  // loads in flight a batch: registers for M sums
   constexpr int kBatch = kSteps < kMost ? kSteps : kMost;
-  const int lane = static_cast<int>(threadIdx.x & 31u), part = lane % kLanes;
-  const int row0 = static_cast<int>(threadIdx.x >> 5) * (32 / kLanes) + lane / kLanes;
-  const bool active = part < kVec;
+  const int lane = static_cast<int>(threadIdx.x & 31u), part = lane % kGroup;
+  const int row0 = static_cast<int>(threadIdx.x >> 5) * kRowsPerWarp + lane / kGroup;
+  constexpr bool kAllRows = kRowsPerWarp * kGroup == 32;  // no lanes past the warp's last row
+  const bool active = part < kVec && (kAllRows || lane < kRowsPerWarp * kGroup);
+  struct Pieces {
+    uint4 v[kChunks];
+  };
   auto load = [&](int step) {
     const int row = row0 + step * kRowsPerStep;
-    return active && row < N ? load_stream(w + row * ld + 8 * part) : make_uint4(0, 0, 0, 0);
+    Pieces x;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      x.v[c] = active && row < N ? load_stream(w + row * ld + 8 * part + 8 * kGroup * c)
+                                 : make_uint4(0, 0, 0, 0);
+    }
+    return x;
   };
-  float4 lo[M], hi[M];  // this lane's 8 columns of every row of a
+  float4 lo[M][kChunks], hi[M][kChunks];  // this lane's columns of every row of a
 #pragma unroll
   for (int m = 0; m < M; ++m) {
-    const float* am = a + m * KC + 8 * (active ? part : 0);
-    lo[m] = *reinterpret_cast<const float4*>(am);
-    hi[m] = *reinterpret_cast<const float4*>(am + 4);
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const float* am = a + m * KC + 8 * (active ? part + kGroup * c : 0);
+      lo[m][c] = *reinterpret_cast<const float4*>(am);
+      hi[m][c] = *reinterpret_cast<const float4*>(am + 4);
+    }
   }
-  auto use = [&](int step, uint4 v) {
+  auto use = [&](int step, const Pieces& x) {
     const int row = row0 + step * kRowsPerStep;
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      float s = dot8(v, lo[m], hi[m], BF16);
+      float s = dot8(x.v[0], lo[m][0], hi[m][0], BF16);
 #pragma unroll
-      for (int o = kLanes / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-      if (part == m % kLanes && row < N) d[m * N + row] = s;
+      for (int c = 1; c < kChunks; ++c) s += dot8(x.v[c], lo[m][c], hi[m][c], BF16);
+      if constexpr (kPow2) {  // every lane of the group gets the sum: the stores spread
+#pragma unroll
+        for (int o = kGroup / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (part == m % kGroup && row < N) d[m * N + row] = s;
+      } else {  // the group's first lane gets the sum
+#pragma unroll
+        for (int o = 1; o < kGroup; o <<= 1) {
+          const float t = __shfl_down_sync(0xffffffffu, s, o);
+          if (part + o < kGroup) s += t;
+        }
+        if (part == 0 && active && row < N) d[m * N + row] = s;
+      }
     }
   };
-  uint4 cur[kBatch], next[kBatch];
+  Pieces cur[kBatch], next[kBatch];
 #pragma unroll
   for (int i = 0; i < kBatch; ++i) cur[i] = load(i);
 #pragma unroll 1
@@ -70,6 +122,11 @@ __device__ __noinline__ void rows_dot_lanes(const float* __restrict__ a,
   }
   __syncthreads();  // a cooperative helper: d is whole when it returns
 }
+
+// The rows_layout choices, checked where nvcc compiles this header.
+static_assert(rows_layout(3, 1, false).group == 4 && rows_layout(3, 1, true).group == 3);
+static_assert(rows_layout(12, 1, true).group == 4 && rows_layout(12, 1, true).chunks == 3);
+static_assert(rows_layout(12, 8, true).group == 16 && rows_layout(8, 1, true).group == 8);
 
 // rows_dot_lanes' product by threads taking four whole rows each: a warp's load takes 16 bytes
 // of 32 rows, but a thread issues all of its rows' loads (up to 16) before it uses any.
