@@ -15,7 +15,6 @@ import numpy as np
 from mk.backends.cuda.build import KernelResources, library_resources
 from mk.backends.cuda.entries import queue_entries
 from mk.backends.cuda.stream import STAGE_LOST
-from mk.backends.tables import tables_from_graph
 from mk.compiler import Program, _from_torch, _is_torch, _unwritten, _write_back
 from mk.diagnostics import MkError
 from mk.dialects.nn_decode import donated_args
@@ -153,6 +152,8 @@ class _DeviceState:
 class CudaProgram(Program):
     """A program compiled for target='cuda': `cuda_source` always, a library when nvcc ran."""
 
+    reads_wait_on_flags = True
+
     def __init__(
         self,
         *,
@@ -164,8 +165,6 @@ class CudaProgram(Program):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        # Reads of flagged buffers wait on the flags: flagged events need no counters here.
-        self.tables = tables_from_graph(self.graph, flags=True)
         self.cuda_source = cuda_source
         self.scratch_per_sm = scratch_per_sm
         self._slot_rows, self._entry_slots = slot_rows, slots

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 import ml_dtypes
 import numpy as np
@@ -417,6 +417,10 @@ def _to_torch(array: np.ndarray) -> Any:
 class Program:
     """A compiled program: call it on arrays; `ir(stage)` and `cpu_source` show what it became."""
 
+    # Whether the executor's reads of flagged buffers wait on the flags (then flagged events
+    # need no counters in the tables): the CUDA target's do, the CPU executor's do not.
+    reads_wait_on_flags: ClassVar[bool] = False
+
     def __init__(
         self,
         *,
@@ -457,7 +461,7 @@ class Program:
         if missing or len(self._results) != len(func.function_type.outputs.data):
             raise MkError(f"@{self.name}: result {missing[:1]} has no output buffer")
         self._executor: Any = None
-        self._tables: Tables = tables_from_graph(graph)
+        self._tables: Tables = tables_from_graph(graph, flags=self.reads_wait_on_flags)
 
     def __repr__(self) -> str:
         return (
