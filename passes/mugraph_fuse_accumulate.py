@@ -26,6 +26,7 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType, f32
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
 
 from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import GraphDefOp, InputOp, OutputOp
@@ -173,12 +174,7 @@ def _rebuilt(
 
 def _replace(old: GraphDefOp, new: GraphDefOp) -> None:
     """Put `new` where `old` is; `old`'s results become `new`'s first ones."""
-    block = old.parent_block()
-    assert block is not None
-    block.insert_op_before(new, old)
-    for a, b in zip(old.results, new.results, strict=False):
-        a.replace_all_uses_with(b)
-    block.erase_op(old)
+    Rewriter.replace_op(old, new, new.results[: len(old.results)])
 
 
 def _with_accumulator(residual: GraphDefOp, r_out: OutputOp, name: str | None) -> SSAValue:
