@@ -78,12 +78,10 @@ def dispatch_struct(
     at_wait: bool = False,
     batch_waits: bool = False,
     pipe_polls: bool = False,
-    flagged: bool = False,
 ) -> str:
     """`front`: the streamed bodies' shared memory; `staged`: per function, the bytes its
     weights take in the staging ring (padded rows included); `at_wait`, `batch_waits` and
-    `pipe_polls`: MK_CUDA_PREFETCH_AT=wait, MK_CUDA_WAIT_BATCH=1 and MK_CUDA_POLL_PIPE=1;
-    `flagged`: the program has flagged buffers (the launch keeps their flag epoch)."""
+    `pipe_polls`: MK_CUDA_PREFETCH_AT=wait, MK_CUDA_WAIT_BATCH=1 and MK_CUDA_POLL_PIPE=1."""
     cases = "\n".join(
         f"      case {KIND_FIRST_LOWERED + i}: "
         f"return {fn.name}(t, bp, arena, iteration, mk::gpu::kAheadNone);"
@@ -123,7 +121,6 @@ struct Dispatch {{
   static constexpr bool kPrefetchAtWait = {"true" if at_wait else "false"};  // MK_CUDA_PREFETCH_AT
   static constexpr bool kBatchWaits = {"true" if batch_waits else "false"};  // MK_CUDA_WAIT_BATCH
   static constexpr bool kPipePolls = {"true" if pipe_polls else "false"};  // MK_CUDA_POLL_PIPE
-  static constexpr bool kFlagged = {"true" if flagged else "false"};  // flagged buffers
   __device__ static int32_t run(int32_t kind, const mk::TaskDesc* t, void* const* bp,
                                 mk::gpu::Arena& arena, int32_t iteration) {{
     switch (kind) {{

@@ -571,7 +571,6 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
             switches.prefetch_at_wait(),
             batch,
             pipe,
-            flagged=any(b.is_flagged for b in buffers),
         )  # fmt: skip
     )
     out.append("}  // namespace\n")

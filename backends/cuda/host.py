@@ -99,7 +99,9 @@ def _device_bytes(array: np.ndarray) -> Any:
 class _DeviceState:
     """What a program keeps on the GPU between launches: the tables, the arena (0xFF-filled
     once, so a read of an unwritten intermediate shows as NaN), per-CTA scratch, the buffer
-    pointers of the last launch, and the flags (counters, status, abort) zeroed per launch."""
+    pointers of the last launch, and the flags (counters, status, abort) and per-CTA epochs.
+    Those are zeroed at the first launch and after a failed one only: a launch's iterations
+    continue the earlier launches' counters (mk/events.h), so a launch is one graph node."""
 
     def __init__(self, tables: Any, num_sms: int, scratch_per_sm: int, entries: np.ndarray) -> None:
         torch = _torch()
@@ -117,8 +119,9 @@ class _DeviceState:
         self.scratch = torch.empty(num_sms * scratch_per_sm, dtype=torch.uint8, device="cuda")
         self.counter_bytes = -(-max(tables.num_counters, 1) * 4 // 256) * 256
         self.flags = torch.zeros(self.counter_bytes + 256 + 256, dtype=torch.uint8, device="cuda")
-        # Flagged buffers: the flags earlier launches used, and the CTAs that ended this one.
-        self.epoch = torch.zeros(2, dtype=torch.int32, device="cuda")
+        # Per CTA: the iterations the launches since the reset ran.
+        self.epoch = torch.zeros(num_sms, dtype=torch.int32, device="cuda")
+        self.needs_reset = True
         self.buffers: Any = None
         self.bound: bytes = b""
         self.timeline: Any = None
@@ -128,6 +131,12 @@ class _DeviceState:
         if raw != self.bound:
             self.buffers = _device_bytes(pointers)
             self.bound = raw
+
+    def reset_if_needed(self) -> None:
+        if self.needs_reset:
+            self.flags.zero_()
+            self.epoch.zero_()
+            self.needs_reset = False
 
     def status(self) -> Any:
         at = self.counter_bytes
@@ -266,7 +275,8 @@ class CudaProgram(Program):
         """Enqueues one run on torch's current stream and returns its output tensors without
         waiting (NaN-filled until the run writes them, or the given `out` tensors, which keeps
         every pointer fixed, as a CUDA graph capture needs); `check()` waits and raises what
-        the run reported."""
+        the run reported. A failed run stops the program: later launches run nothing until
+        `check()` has raised its error, and the launch after that starts afresh."""
         _torch()  # a clear error without torch or a GPU
         if not inputs or not all(_is_torch(x) and x.is_cuda for x in inputs):
             raise ValueError(f"@{self.name}: launch() takes CUDA tensors")
@@ -310,6 +320,7 @@ class CudaProgram(Program):
             self.last_timeline = rows[..., :2]
             self.last_marks = rows[..., 2:] if self.marks else None
         if int(status["error"]) != 0:
+            state.needs_reset = True
             raise self._run_error(status)
 
     def _launch_tensors(
@@ -334,7 +345,7 @@ class CudaProgram(Program):
             )
         state = self._state
         state.bind(self._pointers(state, inputs, outputs))
-        state.flags.zero_()
+        state.reset_if_needed()
         state.timeline = None
         t = self.tables
         if self.record_timeline:

@@ -31,11 +31,13 @@ constexpr int kTailStack = 16;
 constexpr uint32_t kTailOverflow = 0x7FFFFFFD;
 
 // Thread 0, after the task's body: the release fence and every signal; a signal that completes
-// an element with a tail in iteration t pushes the tail's entry (acquiring, so the tail sees
-// every producer's writes) and remembers the count it made, so the tail's wait on that element
-// costs no round trip to L2. False when the stack overflows (recorded as a failure).
+// an element with a tail in iteration t (`base` iterations before this launch) pushes the
+// tail's entry (acquiring, so the tail sees every producer's writes) and remembers the count it
+// made, so the tail's wait on that element costs no round trip to L2. False when the stack
+// overflows (recorded as a failure).
 __device__ inline bool signal_task(const NearTask& near, const SignalDesc* far, uint32_t* counters,
-                                   int32_t t, int32_t* stack, int32_t& top, SeenCounters& known) {
+                                   int32_t t, uint32_t base, int32_t* stack, int32_t& top,
+                                   SeenCounters& known) {
   const TaskDesc& task = near.desc;
   if (task.signal_begin == task.signal_end) return true;  // nobody to publish to
   event_release_fence();
@@ -47,7 +49,7 @@ __device__ inline bool signal_task(const NearTask& near, const SignalDesc* far, 
     if (!near_row || near.tail_entry[i] < 0) {  // the host puts every tail among the near rows
       event_signal(counter);
     } else if (const uint32_t before = event_signal_tail(counter);
-               completes_element(before, near.tail_count[i], t)) {
+               completes_element(before, near.tail_count[i], t, base)) {
       known.remember(near.signals[i], before + 1);
       fits = fits && top < kTailStack;
       if (top < kTailStack) stack[top++] = near.tail_entry[i];
@@ -110,19 +112,10 @@ __device__ inline void prefetch_entry(const LaunchParams& p, int32_t q) {
 }
 
 
-// Thread 0 of each CTA, once its queue is done: the last CTA of the launch moves the flag base
-// past this launch's iterations, so the next launch's flags differ from every word written so
-// far (each CTA read the base before it counted itself out).
-__device__ inline void end_flag_epoch(const LaunchParams& p) {
-  __threadfence();
-  if (atomicAdd(p.epoch + 1, 1u) == gridDim.x - 1) {
-    p.epoch[0] += static_cast<uint32_t>(p.iterations);
-    p.epoch[1] = 0;
-  }
-}
-
+// The CTA's walk of its queue in every iteration; false if the launch stopped (a failure here
+// or elsewhere, or one an earlier launch left unreset).
 template <class Dispatch>
-__device__ __forceinline__ void run_queues(const LaunchParams& p) {
+__device__ __forceinline__ bool run_queues(const LaunchParams& p) {
   using Entry = QueueEntry<Dispatch::kSlots>;
   constexpr bool kTableShared = Dispatch::kBuffers <= kSharedBufferRows;
   __shared__ int32_t go;
@@ -144,7 +137,10 @@ __device__ __forceinline__ void run_queues(const LaunchParams& p) {
   __shared__ int32_t tail_top;
   // Thread 0's memory of counters.
   __shared__ SeenCounters known;
-  __shared__ uint32_t flag_base;  // flagged buffers: this launch's flag for iteration t is base + t + 1
+  // Iterations of the launches since the host's reset: this launch's iteration t continues them
+  // (the counters' targets, events.h), and a flagged buffer's flag for it is base + t + 1.
+  __shared__ uint32_t base;
+  __shared__ bool stopped;  // by a failed launch before this one
   const int32_t sm = blockIdx.x;
   uint8_t* const ring = gpu::mk_dynamic_smem + Dispatch::kRingOffset;
   gpu::Arena arena{p.scratch + static_cast<uint64_t>(sm) * p.scratch_per_sm, 0, p.scratch_per_sm,
@@ -165,7 +161,9 @@ __device__ __forceinline__ void run_queues(const LaunchParams& p) {
   };
   const int32_t begin = p.queue_offsets[sm], end = p.queue_offsets[sm + 1];
   if (threadIdx.x == 0) {
-    flag_base = Dispatch::kFlagged ? *static_cast<volatile uint32_t*>(p.epoch) : 0;
+    base = p.epoch[sm];
+    // A failure of an earlier launch leaves its counters short: nothing runs until the reset.
+    stopped = static_cast<volatile RunStatus*>(p.status)->error != RUN_OK;
     tail_top = 0;
     known.clear();
     for (int i = 0; i < 3; ++i) {
@@ -173,7 +171,8 @@ __device__ __forceinline__ void run_queues(const LaunchParams& p) {
       staged[i] = gpu::StagePlace{0, 0, 0, 0};
       stage_phases[i] = 0;
     }
-    if (begin < end && p.iterations > 0) {  // the launch's first task: nobody loaded it ahead
+    // The launch's first task: nobody loaded it ahead.
+    if (!stopped && begin < end && p.iterations > 0) {
       // From the global table: the other threads are still filling the shared one.
       load_entry<Dispatch>(p, begin, entry[0], slots[0], p.buffers);
       const TaskDesc* first = &entry[0].near.desc;
@@ -183,6 +182,7 @@ __device__ __forceinline__ void run_queues(const LaunchParams& p) {
     }
   }
   __syncthreads();
+  if (stopped) return false;
   uint32_t n = 0;       // tasks begun; entry/slots/staged[n % 3] hold task n's
   const uint64_t slot_width = 2 + static_cast<uint64_t>(p.marks);
   // All threads: one task's body in iteration t, then thread 0's signals (and timeline); false
@@ -190,7 +190,7 @@ __device__ __forceinline__ void run_queues(const LaunchParams& p) {
   int32_t t = 0;
   auto run_task = [&](const Entry& e, void* const* task_slots) {
     const TaskDesc* task = &e.near.desc;
-    arena.flag = flag_base + static_cast<uint32_t>(t) + 1;
+    arena.flag = base + static_cast<uint32_t>(t) + 1;
     arena.task = e.id;
     arena.t = t;
 #if defined(MK_OP_MARKS_WARM)
@@ -212,7 +212,7 @@ __device__ __forceinline__ void run_queues(const LaunchParams& p) {
     if (threadIdx.x == 0) {
       if (rc != 0) {
         record_failure(p, RunStatus{RUN_KERNEL_FAILED, sm, e.id, -1, t, static_cast<uint32_t>(rc - 1), 0, 0});
-      } else if (!signal_task(e.near, p.signals, p.counters, t, tail_stack, tail_top, known)) {
+      } else if (!signal_task(e.near, p.signals, p.counters, t, base, tail_stack, tail_top, known)) {
         record_failure(p, RunStatus{RUN_KERNEL_FAILED, sm, e.id, -1, t, kTailOverflow, 0, 0});
       }
       if (slot) {
@@ -236,7 +236,7 @@ __device__ __forceinline__ void run_queues(const LaunchParams& p) {
         }
         // With kPrefetchAtWait the L2 prefetch of this task's weights is issued only once a
         // wait finds its producers unfinished: a ready task starts without paying for it.
-        go = wait_task<Dispatch::kBatchWaits, Dispatch::kPipePolls>(p, entry[cur].near, entry[cur].id, sm, t, known, [&] {
+        go = wait_task<Dispatch::kBatchWaits, Dispatch::kPipePolls>(p, entry[cur].near, entry[cur].id, sm, t, base, known, [&] {
           if constexpr (Dispatch::kPrefetchAtWait) Dispatch::prefetch(task->kind, task, slots[cur], arena, t);
         });
       } else if (threadIdx.x == 32) {
@@ -273,11 +273,11 @@ __device__ __forceinline__ void run_queues(const LaunchParams& p) {
         }
       }
       __syncthreads();
-      if (!go) return;
+      if (!go) return false;
       arena.stage_base = ring + staged[cur].at;
       arena.stage_bar = &stage_bars[cur];
       arena.stage_parity = staged[cur].parity;
-      if (!run_task(entry[cur], slots[cur])) return;
+      if (!run_task(entry[cur], slots[cur])) return false;
       if (!has_tails(entry[cur].near)) continue;
       // Tails: the tasks whose element this task's signals completed, run here and now (their
       // own signals may complete more). Set (cur + 2) % 3 is free until thread 32 fills it at
@@ -288,22 +288,22 @@ __device__ __forceinline__ void run_queues(const LaunchParams& p) {
         __syncthreads();  // every thread has read tail_top
         if (threadIdx.x == 0) {
           load_entry<Dispatch>(p, tail_stack[--tail_top], entry[ts], slots[ts], table);
-          go = wait_task<Dispatch::kBatchWaits, Dispatch::kPipePolls>(p, entry[ts].near, entry[ts].id, sm, t, known, [] {});
+          go = wait_task<Dispatch::kBatchWaits, Dispatch::kPipePolls>(p, entry[ts].near, entry[ts].id, sm, t, base, known, [] {});
         }
         __syncthreads();
-        if (!go || !run_task(entry[ts], slots[ts])) return;
+        if (!go || !run_task(entry[ts], slots[ts])) return false;
         __syncthreads();  // thread 0's pushes
       }
     }
   }
+  // The next launch continues from here; only this CTA reads its word, at its next start.
+  if (threadIdx.x == 0) p.epoch[sm] = base + static_cast<uint32_t>(p.iterations);
+  return true;
 }
 
 template <class Dispatch>
 __global__ void __launch_bounds__(kCudaThreads, 1) megakernel(const __grid_constant__ LaunchParams p) {
   run_queues<Dispatch>(p);
-  if constexpr (Dispatch::kFlagged) {
-    if (threadIdx.x == 0) end_flag_epoch(p);
-  }
 }
 
 // Enqueues the grid cooperatively on `stream` (all CTAs co-resident, or a refusal) without

@@ -18,13 +18,14 @@ struct LaunchParams {
   const int32_t* queue_offsets;
   const uint4* queue_entries;  // one QueueEntry<Dispatch::kSlots> per queue position
   void* const* buffers;       // base address of every buffer-table row
-  uint32_t* counters;         // zeroed by the host before the launch
-  RunStatus* status;          // zeroed by the host; first failure wins
+  uint32_t* counters;         // zeroed by the host when it resets the program (events.h)
+  RunStatus* status;          // zeroed likewise; first failure wins, and a launch that finds one
+                              // runs nothing
   int32_t* abort_flag;        // set by a failing CTA, polled by all
   uint8_t* scratch;           // scratch_per_sm bytes per CTA
   uint64_t scratch_per_sm;
   uint64_t* timeline;         // [iterations][num_tasks][2 + marks] start, end, op marks (ns), or null
-  uint32_t* epoch;            // flagged buffers: flags used by earlier launches, launches ended
+  uint32_t* epoch;            // per CTA: the iterations of the launches since the reset
   int32_t num_sms;
   int32_t num_tasks;
   int32_t iterations;
@@ -68,8 +69,8 @@ struct NearTask {
   int32_t tail_count[kNearSignals];  // its event's signals per element per iteration
 };
 
-// Thread 0's memory of counters it has read: counters only grow during a launch, so a wait
-// whose threshold a remembered value already meets needs no round trip to L2 (the lm_head's
+// Thread 0's memory of counters it has read: counters only grow, so a wait whose target a
+// remembered value already reaches needs no round trip to L2 (the lm_head's
 // tasks, for one, all wait on the same counter).
 struct SeenCounters {
   static constexpr int kSize = 4;
@@ -86,10 +87,10 @@ struct SeenCounters {
     }
     next = 0;
   }
-  __device__ bool meets(int32_t c, int64_t threshold) const {
+  __device__ bool meets(int32_t c, uint32_t target) const {
 #pragma unroll
     for (int i = 0; i < kSize; ++i) {
-      if (counter[i] == c && static_cast<int64_t>(value[i]) >= threshold) return true;
+      if (counter[i] == c && reached(value[i], target)) return true;
     }
     return false;
   }
@@ -97,7 +98,7 @@ struct SeenCounters {
 #pragma unroll
     for (int i = 0; i < kSize; ++i) {
       if (counter[i] == c) {
-        value[i] = v > value[i] ? v : value[i];
+        value[i] = reached(v, value[i]) ? v : value[i];
         return;
       }
     }
@@ -111,7 +112,7 @@ struct SeenCounters {
 // at once, one round trip to L2 for all of them, then one acquire fence when they all hold;
 // false (look one by one) when one does not, or the task has more waits than are near.
 __device__ inline bool waits_hold_at_first_look(const LaunchParams& p, const NearTask& near,
-                                                int32_t t) {
+                                                int32_t t, uint32_t base) {
   const int32_t n = near.desc.wait_end - near.desc.wait_begin;
   if (n > kNearWaits) return false;
   uint32_t value[kNearWaits];
@@ -124,7 +125,8 @@ __device__ inline bool waits_hold_at_first_look(const LaunchParams& p, const Nea
   for (int i = 0; i < kNearWaits; ++i) {
     if (i < n) {
       const WaitDesc& wd = near.waits[i];
-      all = all && static_cast<int64_t>(value[i]) >= wait_threshold(wd.count, wd.distance, t);
+      const WaitTarget target = wait_target(wd.count, wd.distance, t, base);
+      all = all && (target.now || reached(value[i], target.value));
     }
   }
   if (all) event_acquire_fence();
@@ -132,7 +134,7 @@ __device__ inline bool waits_hold_at_first_look(const LaunchParams& p, const Nea
 }
 
 // Thread 0, with Dispatch::kPipePolls (MK_CUDA_POLL_PIPE=1), once a counter was found below
-// `threshold`: keeps kPollDepth relaxed reads of it in flight, a new one every kPollGapNs, and
+// `target`: keeps kPollDepth relaxed reads of it in flight, a new one every kPollGapNs, and
 // takes one acquire fence when a read meets the threshold. A plain poll waits out a whole L2
 // round trip before the next one goes out, so an update that lands just after a read reached L2
 // is seen up to one and a half round trips later; here about half of one plus the gap. RUN_OK,
@@ -140,7 +142,7 @@ __device__ inline bool waits_hold_at_first_look(const LaunchParams& p, const Nea
 constexpr int kPollDepth = 4;
 constexpr unsigned kPollGapNs = 96;
 __device__ inline int32_t poll_pipelined(const LaunchParams& p, const uint32_t* counter,
-                                         int64_t threshold, uint64_t start, uint32_t* seen) {
+                                         uint32_t target, uint64_t start, uint32_t* seen) {
   uint32_t v[kPollDepth];
 #pragma unroll
   for (int i = 0; i < kPollDepth; ++i) {
@@ -151,7 +153,7 @@ __device__ inline int32_t poll_pipelined(const LaunchParams& p, const uint32_t* 
 #pragma unroll
     for (int i = 0; i < kPollDepth; ++i) {
       *seen = v[i];
-      if (static_cast<int64_t>(v[i]) >= threshold) {
+      if (reached(v[i], target)) {
         event_acquire_fence();
         return RUN_OK;
       }
@@ -171,15 +173,16 @@ constexpr unsigned kPollSleepNs = MK_POLL_SLEEP_NS;
 constexpr unsigned kPollSleepNs = 128;
 #endif
 
-// Thread 0: waits until every wait of `task` holds in iteration t; false if the launch stops.
+// Thread 0: waits until every wait of `task` holds in iteration t of a launch that `base`
+// iterations preceded since the reset; false if the launch stops.
 // `on_miss` runs once, at the first event found not ready: work worth doing only while the
 // task would otherwise sleep (Dispatch::kPrefetchAtWait).
 template <bool Batch, bool Pipe, class OnMiss>
 __device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, int32_t id, int32_t sm,
-                                 int32_t t, SeenCounters& known, OnMiss&& on_miss) {
+                                 int32_t t, uint32_t base, SeenCounters& known, OnMiss&& on_miss) {
   const TaskDesc& task = near.desc;
   if constexpr (Batch) {
-    if (task.wait_end - task.wait_begin > 1 && waits_hold_at_first_look(p, near, t)) return true;
+    if (task.wait_end - task.wait_begin > 1 && waits_hold_at_first_look(p, near, t, base)) return true;
   }
   bool slept = false, missed = false;
   const auto first_miss = [&] {
@@ -191,28 +194,27 @@ __device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, in
   for (int32_t w = task.wait_begin; w < task.wait_end; ++w) {
     const int32_t i = w - task.wait_begin;
     const WaitDesc wd = i < kNearWaits ? near.waits[i] : p.waits[w];
-    const int64_t threshold = wait_threshold(wd.count, wd.distance, t);
-    if (known.meets(wd.counter, threshold)) continue;
+    const WaitTarget target = wait_target(wd.count, wd.distance, t, base);
+    if (target.now || known.meets(wd.counter, target.value)) continue;
     uint32_t seen = 0;
     const uint64_t start = globaltimer();
     unsigned sleep_ns = kPollSleepNs < 32 ? kPollSleepNs : 32, polls = 0;
     const auto timed_out = [&] {
       const uint64_t waited = globaltimer() - start;
       if (static_cast<int64_t>(waited) <= p.timeout_ns) return false;
-      record_failure(p, RunStatus{RUN_TIMEOUT, sm, id, wd.counter, t, seen,
-                                  static_cast<uint32_t>(threshold),
+      record_failure(p, RunStatus{RUN_TIMEOUT, sm, id, wd.counter, t, seen, target.value,
                                   static_cast<int32_t>(waited / 1000000)});
       return true;
     };
     if constexpr (Pipe) {
-      if (!event_ready(p.counters + wd.counter, threshold, &seen)) {
+      if (!event_ready(p.counters + wd.counter, target.value, &seen)) {
         first_miss();
-        const int32_t got = poll_pipelined(p, p.counters + wd.counter, threshold, start, &seen);
+        const int32_t got = poll_pipelined(p, p.counters + wd.counter, target.value, start, &seen);
         if (got < 0 || (got == RUN_TIMEOUT && timed_out())) return false;
         slept = true;  // look at the abort flag once it holds, as after a plain poll's sleep
       }
     }
-    while (!Pipe && !event_ready(p.counters + wd.counter, threshold, &seen)) {
+    while (!Pipe && !event_ready(p.counters + wd.counter, target.value, &seen)) {
       first_miss();
       // Every poll is a round trip to L2: look at the abort flag only now and then.
       if ((++polls & 15) == 0 && aborted(p)) return false;
@@ -223,7 +225,7 @@ __device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, in
         sleep_ns = sleep_ns * 2 < kPollSleepNs ? sleep_ns * 2 : kPollSleepNs;
       }
     }
-    if (threshold > 0) known.remember(wd.counter, seen);
+    known.remember(wd.counter, seen);
     slept = slept || polls > 1;
   }
   // Another CTA's failure: checked while polling, and once more after a wait that had to sleep

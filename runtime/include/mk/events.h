@@ -1,10 +1,10 @@
 // The event protocol both executors run: monotonic thresholds, release on signal, acquire on wait.
 //
-// Counters start at 0 once per launch and only ever grow. A producer signals an element once per
-// iteration per producer task (`count` signals per element per iteration in all), so after every
-// producer finished iteration t the counter is at least count * (t + 1). A wait of distance k in
-// iteration t therefore needs count * (t + 1 - k); a threshold <= 0 (the first k iterations of a
-// loop-carried wait) is satisfied at once.
+// Counters start at 0 (per run on the CPU, per reset on the GPU: see reached()) and only grow.
+// A producer signals an element once per iteration per producer task (`count` signals per
+// element per iteration in all), so after every producer finished iteration t the counter is at
+// least count * (t + 1). A wait of distance k in iteration t therefore needs count * (t + 1 - k);
+// a threshold <= 0 (the first k iterations of a loop-carried wait) is satisfied at once.
 //
 // Ordering: the signal is a release read-modify-write and the wait an acquire load, so whatever
 // a producer wrote before signalling is visible to a consumer once it sees the threshold; since
@@ -84,12 +84,31 @@ namespace mk {
 // cumulative over the CTA's writes; each signal after it is then a relaxed add (PTX's release
 // pattern: fence.acq_rel, then a strong write), so a task pays one fence however many events it
 // signals. GPU scope throughout.
-__device__ inline bool event_ready(const uint32_t* counter, int64_t threshold, uint32_t* seen) {
-  if (threshold <= 0) return true;
+//
+// Counters are not reset between launches (only when the host resets a program): a launch's
+// iterations continue the earlier launches' (`base` of them before it), so the value a wait
+// needs is count * (base + t + 1 - distance), and every comparison is modulo 2^32.
+__device__ inline bool reached(uint32_t value, uint32_t target) {
+  return static_cast<int32_t>(value - target) >= 0;
+}
+
+// What a wait needs in iteration t: `now` when it is on an iteration of an earlier launch (done
+// before this launch began), else the counter value to reach.
+struct WaitTarget {
+  bool now;
+  uint32_t value;
+};
+
+__device__ inline WaitTarget wait_target(int32_t count, int32_t distance, int32_t t, uint32_t base) {
+  const int64_t local = wait_threshold(count, distance, t);
+  return {local <= 0, static_cast<uint32_t>(count) * base + static_cast<uint32_t>(local)};
+}
+
+__device__ inline bool event_ready(const uint32_t* counter, uint32_t target, uint32_t* seen) {
   uint32_t value;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(counter) : "memory");
   *seen = value;
-  return static_cast<int64_t>(value) >= threshold;
+  return reached(value, target);
 }
 
 // With MK_SIGNAL_RELEASE each signal is a release operation of its own (red.release /
@@ -132,8 +151,9 @@ __device__ inline uint32_t event_signal_tail(uint32_t* counter) {
   return before;
 }
 
-__device__ inline bool completes_element(uint32_t before, int32_t count, int32_t iteration) {
-  return static_cast<int64_t>(before) + 1 == wait_threshold(count, 0, iteration);
+__device__ inline bool completes_element(uint32_t before, int32_t count, int32_t iteration,
+                                         uint32_t base) {
+  return before + 1 == wait_target(count, 0, iteration, base).value;
 }
 
 }  // namespace mk
