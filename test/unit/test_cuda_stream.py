@@ -209,6 +209,32 @@ def test_streamed_linears_match_the_reference(
     agrees_with_the_reference(prog, text, shape)
 
 
+# Raw activations on tensor cores (no norm: x is the mma operand as it is), in several chunks
+# that mk::gpu::mma_raw_chunks copies ahead: (batch, n, k, norm, weights) and the chunk.
+RAW_CHUNKS = [((8, 64, 12288, False, 1), 5120), ((2, 48, 40960, False, 2), 20480),
+              ((16, 32, 7168, False, 1), 2560)]  # fmt: skip
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(("shape", "kc"), RAW_CHUNKS, ids=[f"{s[0]}x{s[2]}" for s, _ in RAW_CHUNKS])
+def test_raw_activations_take_several_chunks(
+    shape: tuple[int, int, int, bool, int], kc: int, tmp_path: Path
+) -> None:
+    src = cuda_source(linear_program(*shape), tmp_path)
+    assert f"sl.k = {shape[2]};" in src and f"sl.kc = {kc};" in src
+    assert f"mk::gpu::stream_linear<{shape[0]}, " in src and ", true>(sl);" in src  # Mma
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("shape", "kc"), RAW_CHUNKS, ids=[f"{s[0]}x{s[2]}" for s, _ in RAW_CHUNKS])
+def test_raw_activation_chunks_match_the_reference(
+    shape: tuple[int, int, int, bool, int], kc: int, tmp_path: Path
+) -> None:
+    text = linear_program(*shape)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    agrees_with_the_reference(prog, text, (shape, kc))
+
+
 @pytest.mark.gpu
 def test_launch_into_given_outputs_then_check(tmp_path: Path) -> None:
     import torch

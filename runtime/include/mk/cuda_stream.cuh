@@ -272,6 +272,58 @@ __device__ inline __noinline__ void prefetch_rows(const uint16_t* w, int rows, i
   for (int r = 0; r < rows; ++r) prefetch_l2(w + r * ld, 2 * static_cast<uint64_t>(cols));
 }
 
+// ------------------------------------------------------------------ raw activations (mma)
+
+// Whether the activation is already the tensor cores' packed operand: 16-bit of the weights'
+// type, no norm weight or Σx², 16-byte aligned rows and chunks of whole 32-column steps. Its
+// chunks are then copied into shared memory as they are (mma_raw_chunks).
+__device__ inline bool raw_activation(const StreamLinear& s) {
+  return !s.x_ready && !s.x_flag && !s.g && !s.sum_sq && s.x_dtype == s.w_dtype &&
+         s.k % 32 == 0 && s.kc % 32 == 0 && s.x_ld % 8 == 0 &&
+         (reinterpret_cast<uintptr_t>(s.x) & 15) == 0;
+}
+
+// Every thread its share of chunk c's 16-byte pieces (M rows of kc columns) into buf, `s.kc`
+// apart, as one cp.async group (empty past the last chunk, so that the waits count alike).
+template <int M>
+__device__ inline void copy_raw_chunk(const StreamLinear& s, uint16_t* buf, int64_t c) {
+  if (c < s.k) {
+    const int kc = static_cast<int>(s.k - c < s.kc ? s.k - c : s.kc), pieces = kc / 8;
+    const uint16_t* x = static_cast<const uint16_t*>(s.x) + c;
+    for (int e = threadIdx.x; e < M * pieces; e += blockDim.x) {
+      const int m = e / pieces, k = (e - m * pieces) * 8;
+      cp_async16(smem_address(buf + m * s.kc + k), x + m * s.x_ld + k, true);
+    }
+  }
+  cp_async_commit();
+}
+
+// stream_linear on tensor cores for a raw activation: its chunks land in two packed buffers
+// (the room of one float chunk) by cp.async, which holds no registers and keeps all of a
+// chunk's pieces in flight at once, and chunk i + 1's copy is in flight while chunk i's
+// products run. The register path's staging round trips (three chunks of the gated MLP's
+// down projection at batch 8) leave the critical path. Ends with __syncthreads().
+template <int M, int G, int U>
+__device__ void mma_raw_chunks(const StreamLinear& s, int rows) {
+  uint16_t* const buf[2] = {reinterpret_cast<uint16_t*>(mk_dynamic_smem),
+                            reinterpret_cast<uint16_t*>(mk_dynamic_smem) + M * s.kc};
+  copy_raw_chunk<M>(s, buf[0], 0);
+  int i = 0;
+  for (int64_t c = 0; c < s.k; c += s.kc, ++i) {
+    const int kc = static_cast<int>(s.k - c < s.kc ? s.k - c : s.kc);
+    __syncthreads();  // chunk i - 1's products are done: its buffer takes chunk i + 1
+    copy_raw_chunk<M>(s, buf[(i + 1) & 1], c + s.kc);
+    cp_async_wait<1>();  // this thread's pieces of chunk i
+    __syncthreads();     // everyone's
+    if (c == 0) {
+      MK_MARK(*s.arena);
+      MK_MARK(*s.arena);
+    }
+    mma_chunk<M, false, G, U, 0>(s, buf[i & 1], s.kc, kc, c, rows);
+  }
+  __syncthreads();
+}
+
 // All threads of the CTA: out[m][row] += Σ_k xside[m][k] · w[row][k] for every weight row of
 // the task, and sum_sq[m] += Σ_k x[m][k]². With Mma (batches of 2..16 rows) the products run on
 // tensor cores, the activation rounded to the weights' 16-bit type. With Staged the weights
@@ -309,6 +361,13 @@ __device__ bool stream_linear(const StreamLinear& s) {
   for (int m = 0; m < M; ++m) ss[m] = 0.0f;
   __shared__ float part[32][M];  // the warps' Σx²
   MK_MARK(*s.arena);
+  if constexpr (Mma && !Staged && Ring == 0) {
+    if (vec && raw_activation(s)) {
+      mma_raw_chunks<M, G, S>(s, rows);
+      MK_MARK(*s.arena);
+      return true;
+    }
+  }
   for (int64_t c = 0; c < s.k; c += s.kc) {
     const int kc = static_cast<int>(s.k - c < s.kc ? s.k - c : s.kc);
     // Tensor cores take the activation in the weights' 16-bit type: staged that way, once.
