@@ -141,9 +141,9 @@ class StreamLinearEmitter(GraphDefEmitter):
         while tail and tail[-1] == ("false", "1", "0")[len(tail) - 1]:
             tail.pop()
         call += "".join(f", {a}" for a in tail)
-        if staged is None:
+        if staged is None and not mma:
             emit(f"{call}>(sl);")
-        else:
+        else:  # weights staged ahead, or a raw activation's bulk copies on tensor cores
             emit(f"if (!{call}>(sl)) return {STAGE_LOST};")
         emit("}")
         for op in plan.invariant:

@@ -409,8 +409,8 @@ class CudaProgram(Program):
         elif int(status["value"]) == STAGE_LOST - 1:
             text = (
                 f"@{self.name}: {index.describe(task)} on SM {sm} in iteration "
-                f"{int(status['iteration'])}: its weights staged in shared memory did not land "
-                "within 2 s (a backend bug; builds without MK_CUDA_STAGE=1 do not stage)"
+                f"{int(status['iteration'])}: its weights or activation copied into shared "
+                "memory did not land within 2 s (a backend bug)"
             )
         else:
             text = (

@@ -222,7 +222,7 @@ def test_raw_activations_take_several_chunks(
 ) -> None:
     src = cuda_source(linear_program(*shape), tmp_path)
     assert f"sl.k = {shape[2]};" in src and f"sl.kc = {kc};" in src
-    assert f"mk::gpu::stream_linear<{shape[0]}, " in src and ", true>(sl);" in src  # Mma
+    assert f"mk::gpu::stream_linear<{shape[0]}, " in src and ", true>(sl)) return" in src  # Mma
 
 
 @pytest.mark.gpu

@@ -94,10 +94,9 @@ struct StagePlace {
   uint32_t deferred;  // no room ahead: thread 0 stages them at the task's turn
 };
 
-// Every thread: waits until the staged weights of the current task have landed; false after
-// kStageTimeoutNs.
-__device__ inline bool stage_wait(const Arena& a) {
-  const uint32_t bar = smem_address(a.stage_bar);
+// Every thread: waits until the phase of barrier `bar` (a shared address) with `parity` has
+// completed; false after kStageTimeoutNs.
+__device__ inline bool barrier_wait(uint32_t bar, uint32_t parity) {
   const uint64_t start = mark_clock();
   for (;;) {
     uint32_t done;
@@ -105,11 +104,25 @@ __device__ inline bool stage_wait(const Arena& a) {
         "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
         " selp.u32 %0, 1, 0, p;\n}"
         : "=r"(done)
-        : "r"(bar), "r"(a.stage_parity)
+        : "r"(bar), "r"(parity)
         : "memory");
     if (done) return true;
     if (mark_clock() - start > kStageTimeoutNs) return false;
   }
+}
+
+// Every thread: waits until the staged weights of the current task have landed.
+__device__ inline bool stage_wait(const Arena& a) {
+  return barrier_wait(smem_address(a.stage_bar), a.stage_parity);
+}
+
+// The issuing thread: `bytes` into shared memory at dst from global src (both 16-byte aligned,
+// bytes a multiple of 16), completing on barrier `bar`.
+__device__ inline void bulk_copy(void* dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+      ::"r"(smem_address(dst)), "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
 }
 
 }  // namespace gpu

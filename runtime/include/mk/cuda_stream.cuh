@@ -283,45 +283,59 @@ __device__ inline bool raw_activation(const StreamLinear& s) {
          (reinterpret_cast<uintptr_t>(s.x) & 15) == 0;
 }
 
-// Every thread its share of chunk c's 16-byte pieces (M rows of kc columns) into buf, `s.kc`
-// apart, as one cp.async group (empty past the last chunk, so that the waits count alike).
+// Thread 0: chunk c's M rows into buf, `s.kc` apart, by bulk copies that complete on `bar`
+// (nothing past the last chunk). The fence orders the generic reads of buf by an earlier chunk's
+// products (published by a __syncthreads()) before the copies overwrite it.
 template <int M>
-__device__ inline void copy_raw_chunk(const StreamLinear& s, uint16_t* buf, int64_t c) {
-  if (c < s.k) {
-    const int kc = static_cast<int>(s.k - c < s.kc ? s.k - c : s.kc), pieces = kc / 8;
-    const uint16_t* x = static_cast<const uint16_t*>(s.x) + c;
-    for (int e = threadIdx.x; e < M * pieces; e += blockDim.x) {
-      const int m = e / pieces, k = (e - m * pieces) * 8;
-      cp_async16(smem_address(buf + m * s.kc + k), x + m * s.x_ld + k, true);
-    }
-  }
-  cp_async_commit();
+__device__ inline void copy_raw_chunk(const StreamLinear& s, uint16_t* buf, int64_t c, uint64_t* bar) {
+  if (c >= s.k) return;
+  const uint32_t bytes = 2 * static_cast<uint32_t>(s.k - c < s.kc ? s.k - c : s.kc);
+  const uint16_t* x = static_cast<const uint16_t*>(s.x) + c;
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+               ::"r"(smem_address(bar)), "r"(M * bytes)
+               : "memory");
+#pragma unroll
+  for (int m = 0; m < M; ++m) bulk_copy(buf + m * s.kc, x + m * s.x_ld, bytes, smem_address(bar));
 }
 
 // stream_linear on tensor cores for a raw activation: its chunks land in two packed buffers
-// (the room of one float chunk) by cp.async, which holds no registers and keeps all of a
-// chunk's pieces in flight at once, and chunk i + 1's copy is in flight while chunk i's
-// products run. The register path's staging round trips (three chunks of the gated MLP's
-// down projection at batch 8) leave the critical path. Ends with __syncthreads().
+// (the room of one float chunk) by bulk copies that one thread issues, so no thread's loads
+// wait behind them and chunk i + 1 streams in while chunk i's products run. The register
+// path's staging round trips (three chunks of the gated MLP's down projection at batch 8)
+// leave the critical path. Ends with __syncthreads(); false if a chunk never landed.
 template <int M, int G, int U>
-__device__ void mma_raw_chunks(const StreamLinear& s, int rows) {
+__device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
+  __shared__ uint64_t bars[2];
   uint16_t* const buf[2] = {reinterpret_cast<uint16_t*>(mk_dynamic_smem),
                             reinterpret_cast<uint16_t*>(mk_dynamic_smem) + M * s.kc};
-  copy_raw_chunk<M>(s, buf[0], 0);
+  if (threadIdx.x == 0) {
+    stage_barrier_init(&bars[0]);
+    stage_barrier_init(&bars[1]);
+    copy_raw_chunk<M>(s, buf[0], 0, &bars[0]);
+  }
+  __syncthreads();
+  bool landed = true;
   int i = 0;
   for (int64_t c = 0; c < s.k; c += s.kc, ++i) {
     const int kc = static_cast<int>(s.k - c < s.kc ? s.k - c : s.kc);
-    __syncthreads();  // chunk i - 1's products are done: its buffer takes chunk i + 1
-    copy_raw_chunk<M>(s, buf[(i + 1) & 1], c + s.kc);
-    cp_async_wait<1>();  // this thread's pieces of chunk i
-    __syncthreads();     // everyone's
-    if (c == 0) {
-      MK_MARK(*s.arena);
-      MK_MARK(*s.arena);
+    landed = barrier_wait(smem_address(&bars[i & 1]), (i >> 1) & 1);
+    if (c == 0) MK_MARK(*s.arena);
+    // Chunk i - 1's products are done everywhere: its buffer takes chunk i + 1.
+    if (__syncthreads_or(!landed)) {
+      landed = false;
+      break;
     }
+    if (threadIdx.x == 0) copy_raw_chunk<M>(s, buf[(i + 1) & 1], c + s.kc, &bars[(i + 1) & 1]);
+    if (c == 0) MK_MARK(*s.arena);
     mma_chunk<M, false, G, U, 0>(s, buf[i & 1], s.kc, kc, c, rows);
   }
   __syncthreads();
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(smem_address(&bars[0])) : "memory");
+    asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(smem_address(&bars[1])) : "memory");
+  }
+  return landed;
 }
 
 // All threads of the CTA: out[m][row] += Σ_k xside[m][k] · w[row][k] for every weight row of
@@ -363,9 +377,9 @@ __device__ bool stream_linear(const StreamLinear& s) {
   MK_MARK(*s.arena);
   if constexpr (Mma && !Staged && Ring == 0) {
     if (vec && raw_activation(s)) {
-      mma_raw_chunks<M, G, S>(s, rows);
+      const bool landed = mma_raw_chunks<M, G, S>(s, rows);
       MK_MARK(*s.arena);
-      return true;
+      return landed;
     }
   }
   for (int64_t c = 0; c < s.k; c += s.kc) {
