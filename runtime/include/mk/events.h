@@ -28,6 +28,26 @@ MK_HOST_DEVICE inline int64_t wait_threshold(int32_t count, int32_t distance, in
   return static_cast<int64_t>(count) * (static_cast<int64_t>(iteration) + 1 - distance);
 }
 
+// On the GPU counters are not reset between launches (only when the host resets a program): a
+// launch's iterations continue the earlier launches' (`base` of them before it), so the value a
+// wait needs is count * (base + t + 1 - distance), and every comparison is modulo 2^32.
+MK_HOST_DEVICE inline bool reached(uint32_t value, uint32_t target) {
+  return static_cast<int32_t>(value - target) >= 0;
+}
+
+// What a wait needs in iteration t: `now` when it is on an iteration of an earlier launch (done
+// before this launch began), else the counter value to reach.
+struct WaitTarget {
+  bool now;
+  uint32_t value;
+};
+
+MK_HOST_DEVICE inline WaitTarget wait_target(int32_t count, int32_t distance, int32_t t,
+                                             uint32_t base) {
+  const int64_t local = wait_threshold(count, distance, t);
+  return {local <= 0, static_cast<uint32_t>(count) * base + static_cast<uint32_t>(local)};
+}
+
 }  // namespace mk
 
 #if !defined(__CUDACC__)
@@ -84,26 +104,6 @@ namespace mk {
 // cumulative over the CTA's writes; each signal after it is then a relaxed add (PTX's release
 // pattern: fence.acq_rel, then a strong write), so a task pays one fence however many events it
 // signals. GPU scope throughout.
-//
-// Counters are not reset between launches (only when the host resets a program): a launch's
-// iterations continue the earlier launches' (`base` of them before it), so the value a wait
-// needs is count * (base + t + 1 - distance), and every comparison is modulo 2^32.
-__device__ inline bool reached(uint32_t value, uint32_t target) {
-  return static_cast<int32_t>(value - target) >= 0;
-}
-
-// What a wait needs in iteration t: `now` when it is on an iteration of an earlier launch (done
-// before this launch began), else the counter value to reach.
-struct WaitTarget {
-  bool now;
-  uint32_t value;
-};
-
-__device__ inline WaitTarget wait_target(int32_t count, int32_t distance, int32_t t, uint32_t base) {
-  const int64_t local = wait_threshold(count, distance, t);
-  return {local <= 0, static_cast<uint32_t>(count) * base + static_cast<uint32_t>(local)};
-}
-
 __device__ inline bool event_ready(const uint32_t* counter, uint32_t target, uint32_t* seen) {
   uint32_t value;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(value) : "l"(counter) : "memory");
