@@ -10,7 +10,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -132,20 +132,45 @@ def parse_pass_options(items: Sequence[str]) -> dict[str, int | str]:
     return options
 
 
+class StageTexts(Mapping[str, str]):
+    """Each stage's IR text, printed when first read: a whole model's mugraph and task IR take
+    about half a second to print, which a CUDA compile (keyed by its emitted source) never
+    needs. A stage that later passes rewrite is kept as a clone; the last one as it is."""
+
+    def __init__(self) -> None:
+        self._ops: dict[str, ModuleOp] = {}
+        self._texts: dict[str, str] = {}
+
+    def keep(self, stage: str, module: ModuleOp) -> None:
+        self._ops[stage] = module
+        self._texts.pop(stage, None)
+
+    def __getitem__(self, stage: str) -> str:
+        if stage not in self._texts:
+            self._texts[stage] = str(self._ops[stage])
+        return self._texts[stage]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ops)
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+
 def run_pipeline(
     module: ModuleOp, options: Mapping[str, Any], pipeline: Sequence[Any] = PIPELINE
-) -> dict[str, str]:
+) -> StageTexts:
     """Lowers `module` in place through every stage; returns each stage's IR text."""
     from mk.dialects import make_context
     from mk.passes import get_all_passes
 
-    texts: dict[str, str] = {}
-    for stage, names in pipeline:
+    texts = StageTexts()
+    for i, (stage, names) in enumerate(pipeline):
         if names:
             spec = pass_spec(names, options)
             PassPipeline.parse_spec(get_all_passes(), spec).apply(make_context(), module)
             module.verify()
-        texts[stage] = str(module)
+        texts.keep(stage, module if i == len(pipeline) - 1 else module.clone())
     return texts
 
 
@@ -449,7 +474,7 @@ class Program:
         self.timeout_ms = timeout_ms
         self.max_delay_us = 0  # > 0: random sleeps around tasks (stress tests)
         self.seed = 0
-        self._texts = dict(texts)
+        self._texts = texts
         self._slots = buffer_slots(graph)
         self._results = [
             (tuple(t.get_shape()), numpy_dtype(t.get_element_type()))
