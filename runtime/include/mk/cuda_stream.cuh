@@ -284,13 +284,16 @@ __device__ inline bool raw_activation(const StreamLinear& s) {
 }
 
 // Thread 0: chunk c's M rows into buf, `s.kc` apart, by bulk copies that complete on `bar`
-// (nothing past the last chunk). The fence orders the generic reads of buf by an earlier chunk's
-// products (published by a __syncthreads()) before the copies overwrite it.
+// (nothing past the last chunk). The fences order, for the copies (the async proxy), the
+// activation's generic writes by producer tasks (which the dispatcher's acquire made visible
+// here) before their reads, and the generic reads of buf by an earlier chunk's products
+// (published by a __syncthreads()) before their writes.
 template <int M>
 __device__ inline void copy_raw_chunk(const StreamLinear& s, uint16_t* buf, int64_t c, uint64_t* bar) {
   if (c >= s.k) return;
   const uint32_t bytes = 2 * static_cast<uint32_t>(s.k - c < s.kc ? s.k - c : s.kc);
   const uint16_t* x = static_cast<const uint16_t*>(s.x) + c;
+  asm volatile("fence.proxy.async.global;" ::: "memory");
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
                ::"r"(smem_address(bar)), "r"(M * bytes)
