@@ -6,12 +6,14 @@ submission of the replay, and queued behind a GPU sleep (the device's time alone
 - one tiny PyTorch kernel, and a 4 KB memset before it (what a graph node costs);
 - a tiny mk program (one elementwise task) and RMSNorm+Linear B1 4096x6144, each a launch
   (one kernel node: launches continue each other's counters) and, for measurement only, with
-  the flags reset by a memset node before every launch, as every launch did before.
+  the flags reset by a memset node before every launch, as every launch did before; and each
+  again built with MK_CUDA_LAUNCH=plain (cudaLaunchKernel instead of the cooperative launch).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -42,23 +44,34 @@ def both(fn: Callable[[], object], runs: int) -> tuple[float, float]:
     return median_ms(fn, runs), median_ms(fn, runs, queued=True)
 
 
-def mk_rows(name: str, text: str, runs: int) -> list[Row]:
+def mk_rows(name: str, text: str, runs: int, plain: bool = False) -> list[Row]:
+    """A launch of the program, then (measurement only) the flags reset before every launch;
+    with `plain`, a build with MK_CUDA_LAUNCH=plain, its launch alone."""
     fn = entry_function(load_module(text))
     inputs = [to_torch(a) for a in random_inputs(fn, seed=0)]
-    prog = mk.compile(text, target="cuda")
+    os.environ["MK_CUDA_LAUNCH"] = "plain" if plain else "cooperative"
+    try:
+        prog = mk.compile(text, target="cuda")
+    finally:
+        del os.environ["MK_CUDA_LAUNCH"]
     outs = prog(*inputs)  # type: ignore[operator]
     grids = prog.ir("task").count("task.grid @")
+    how = "plain launch (MK_CUDA_LAUNCH=plain)" if plain else "one launch"
     replay = capture_graph(lambda: prog.launch(*inputs, out=outs))  # type: ignore[attr-defined]
-    rows = [(f"mk {name} ({grids} grid(s)), one launch", *both(replay, runs))]
+    rows = [(f"mk {name} ({grids} grid(s)), {how}", *both(replay, runs))]
     state = prog._state  # type: ignore[attr-defined]
 
     def with_reset() -> object:
         state.needs_reset = True  # measurement only: the flags' memset node of every launch
         return prog.launch(*inputs, out=outs)  # type: ignore[attr-defined]
 
-    rows.append(
-        (f"mk {name}, flags reset by a memset node first", *both(capture_graph(with_reset), runs))
-    )
+    if not plain:
+        rows.append(
+            (
+                f"mk {name}, flags reset by a memset node first",
+                *both(capture_graph(with_reset), runs),
+            )
+        )
     prog.check()  # type: ignore[attr-defined]
     prog(*inputs)  # type: ignore[operator]  # a normal, checked run after it
     return rows
@@ -77,8 +90,9 @@ def main() -> int:
             *both(capture_graph(lambda: (flags.zero_(), x.mul_(1.0))), args.runs),
         ),
     ]
-    rows += mk_rows("tiny", TINY, args.runs)
-    rows += mk_rows("rmsnorm_linear B1 4096x6144", rmsnorm_linear(1, 6144), args.runs)
+    for plain in (False, True):
+        rows += mk_rows("tiny", TINY, args.runs, plain)
+        rows += mk_rows("rmsnorm_linear B1 4096x6144", rmsnorm_linear(1, 6144), args.runs, plain)
     print("| graph replay | idle GPU µs | queued µs |\n|---|---:|---:|")
     for name, idle, queued in rows:
         print(f"| {name} | {idle * 1e3:.2f} | {queued * 1e3:.2f} |")

@@ -101,6 +101,8 @@ def _defines(profile: bool) -> str:
         lines.append("#define MK_FLAG_POLL_ALL 1")
     if switches.flag("MK_CUDA_MMA_L1"):
         lines.append("#define MK_MMA_L1 1")
+    if switches.plain_launch():
+        lines.append("#define MK_PLAIN_LAUNCH 1")
     return "".join(line + "\n" for line in lines)
 
 

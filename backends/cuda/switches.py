@@ -114,6 +114,16 @@ def release_signals() -> bool:
     return choice("MK_CUDA_SIGNAL", ("fence", "release")) == "release"
 
 
+def plain_launch() -> bool:
+    """MK_CUDA_LAUNCH: `cooperative` (default) launches the megakernel with
+    cudaLaunchCooperativeKernel, which guarantees that every CTA is resident; `plain` with
+    cudaLaunchKernel behind the same occupancy check, which a kernel running beside it on
+    another stream could defeat (the waits then time out: an error, never a hang). Not yet
+    measured: a launch takes ~4.3 us from a graph replay's start to the first task on the H200
+    (bench/launch.py times both)."""
+    return choice("MK_CUDA_LAUNCH", ("cooperative", "plain")) == "plain"
+
+
 def merge_tiles() -> bool:
     """MK_CUDA_MERGE_TILES=1: the split-KV merge as tile steps, as before its device call."""
     return flag("MK_CUDA_MERGE_TILES")

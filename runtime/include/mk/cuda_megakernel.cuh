@@ -331,9 +331,16 @@ int launch(const LaunchParams* params, cudaStream_t stream) {
   }
   if (params->num_sms > capacity) return kNotCoResident;
   void* args[] = {const_cast<LaunchParams*>(params)};
+#if defined(MK_PLAIN_LAUNCH)
+  // MK_CUDA_LAUNCH=plain: the occupancy check above is the only guarantee of co-residency.
+  return static_cast<int>(cudaLaunchKernel(reinterpret_cast<const void*>(megakernel<Dispatch>),
+                                           dim3(params->num_sms), dim3(kCudaThreads), args, smem,
+                                           stream));
+#else
   return static_cast<int>(cudaLaunchCooperativeKernel(
       reinterpret_cast<const void*>(megakernel<Dispatch>), dim3(params->num_sms),
       dim3(kCudaThreads), args, smem, stream));
+#endif
 }
 
 }  // namespace mk
