@@ -161,9 +161,10 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
   };
   const int32_t begin = p.queue_offsets[sm], end = p.queue_offsets[sm + 1];
   if (threadIdx.x == 0) {
-    base = p.epoch[sm];
-    // A failure of an earlier launch leaves its counters short: nothing runs until the reset.
-    stopped = static_cast<volatile RunStatus*>(p.status)->error != RUN_OK;
+    // Used only once the first task's loads are out, so the launch's start waits for one round
+    // trip to memory, not two.
+    const uint32_t epoch = p.epoch[sm];
+    const int32_t error = static_cast<volatile RunStatus*>(p.status)->error;
     tail_top = 0;
     known.clear();
     for (int i = 0; i < 3; ++i) {
@@ -172,14 +173,18 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
       stage_phases[i] = 0;
     }
     // The launch's first task: nobody loaded it ahead.
-    if (!stopped && begin < end && p.iterations > 0) {
+    if (begin < end && p.iterations > 0) {
       // From the global table: the other threads are still filling the shared one.
       load_entry<Dispatch>(p, begin, entry[0], slots[0], p.buffers);
       const TaskDesc* first = &entry[0].near.desc;
       if constexpr (!Dispatch::kPrefetchAtWait) Dispatch::prefetch(first->kind, first, slots[0], arena, 0);
-      staged[0].bytes = Dispatch::stage_bytes(first->kind);
+      // A launch that stops at once stages nothing: it would leave copies in flight.
+      staged[0].bytes = error == RUN_OK ? Dispatch::stage_bytes(first->kind) : 0;
       if (staged[0].bytes) stage_set(0, first, 0);
     }
+    base = epoch;
+    // A failure of an earlier launch leaves its counters short: nothing runs until the reset.
+    stopped = error != RUN_OK;
   }
   __syncthreads();
   if (stopped) return false;
