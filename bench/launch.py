@@ -6,7 +6,8 @@ submission of the replay, and queued behind a GPU sleep (the device's time alone
 - one tiny PyTorch kernel, and a 4 KB memset before it (what a graph node costs);
 - a tiny mk program (one elementwise task) and RMSNorm+Linear B1 4096x6144, each a launch
   (one kernel node: launches continue each other's counters) and, for measurement only, with
-  the flags reset by a memset node before every launch, as every launch did before; and each
+  the reset before every launch (two memset nodes: the flags, as every launch had before, and
+  the epochs); and each
   again built with MK_CUDA_LAUNCH=plain (cudaLaunchKernel instead of the cooperative launch).
 """
 
@@ -62,13 +63,13 @@ def mk_rows(name: str, text: str, runs: int, plain: bool = False) -> list[Row]:
     state = prog._state  # type: ignore[attr-defined]
 
     def with_reset() -> object:
-        state.needs_reset = True  # measurement only: the flags' memset node of every launch
+        state.needs_reset = True  # measurement only: the reset (two memset nodes) every launch
         return prog.launch(*inputs, out=outs)  # type: ignore[attr-defined]
 
     if not plain:
         rows.append(
             (
-                f"mk {name}, flags reset by a memset node first",
+                f"mk {name}, reset first (flags and epoch memset nodes)",
                 *both(capture_graph(with_reset), runs),
             )
         )
