@@ -7,8 +7,8 @@ submission of the replay, and queued behind a GPU sleep (the device's time alone
 - a tiny mk program (one elementwise task) and RMSNorm+Linear B1 4096x6144, each a launch
   (one kernel node: launches continue each other's counters) and, for measurement only, with
   the reset before every launch (two memset nodes: the flags, as every launch had before, and
-  the epochs); and each
-  again built with MK_CUDA_LAUNCH=plain (cudaLaunchKernel instead of the cooperative launch).
+  the epochs); and each again built with MK_CUDA_LAUNCH=plain (cudaLaunchKernel instead of the
+  cooperative launch).
 """
 
 from __future__ import annotations
