@@ -185,6 +185,10 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
     base = epoch;
     // A failure of an earlier launch leaves its counters short: nothing runs until the reset.
     stopped = error != RUN_OK;
+  } else if (threadIdx.x == 32 && begin + 1 < end) {
+    // Thread 32 loads the second task's entry at the first task's turn, and the first task
+    // waits for it: into the L1 now, beside thread 0's loads of the first entry.
+    prefetch_entry<Dispatch>(p, begin + 1);
   }
   __syncthreads();
   if (stopped) return false;
