@@ -50,11 +50,14 @@ def mk_rows(name: str, text: str, runs: int, plain: bool = False) -> list[Row]:
     with `plain`, a build with MK_CUDA_LAUNCH=plain, its launch alone."""
     fn = entry_function(load_module(text))
     inputs = [to_torch(a) for a in random_inputs(fn, seed=0)]
+    before = os.environ.get("MK_CUDA_LAUNCH")
     os.environ["MK_CUDA_LAUNCH"] = "plain" if plain else "cooperative"
     try:
         prog = mk.compile(text, target="cuda")
     finally:
-        del os.environ["MK_CUDA_LAUNCH"]
+        os.environ.pop("MK_CUDA_LAUNCH")
+        if before is not None:
+            os.environ["MK_CUDA_LAUNCH"] = before
     outs = prog(*inputs)  # type: ignore[operator]
     grids = prog.ir("task").count("task.grid @")
     how = "plain launch (MK_CUDA_LAUNCH=plain)" if plain else "one launch"

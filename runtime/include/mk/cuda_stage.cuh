@@ -33,14 +33,27 @@ __device__ inline void stage_barrier_init(uint64_t* bar) {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 
-// The issuing thread: the bytes this task's copies will bring. The fence orders the earlier
-// tasks' ordinary accesses to the ring (published by the dispatcher's __syncthreads()) before the
-// copies overwrite it.
-__device__ inline void stage_expect(const Arena& a, uint32_t bytes) {
+// The issuing thread: the bytes the copies completing on barrier `bar` (a shared address) will
+// bring. The fence orders ordinary accesses to their destination (published by a
+// __syncthreads()) before the copies overwrite it.
+__device__ inline void expect_bytes(uint32_t bar, uint32_t bytes) {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-               ::"r"(smem_address(a.stage_bar)), "r"(bytes)
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
                : "memory");
+}
+
+// The issuing thread: the bytes this task's copies will bring into the ring.
+__device__ inline void stage_expect(const Arena& a, uint32_t bytes) {
+  expect_bytes(smem_address(a.stage_bar), bytes);
+}
+
+// The issuing thread: `bytes` into shared memory at dst from global src (both 16-byte aligned,
+// bytes a multiple of 16), completing on barrier `bar`.
+__device__ inline void bulk_copy(void* dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+      ::"r"(smem_address(dst)), "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
 }
 
 // The issuing thread: `rows` rows of `cols` 16-bit elements, `ld` apart in global memory, to
@@ -54,18 +67,12 @@ __device__ inline void stage_rows(const Arena& a, uint32_t offset, const uint16_
   const uint32_t bytes = static_cast<uint32_t>(2 * cols);
   const bool bulk = (reinterpret_cast<uintptr_t>(src) & 15) == 0 && ld % 8 == 0 && cols % 8 == 0;
   if (bulk && ld == cols && dst_ld == cols) {  // a whole-K slab: one copy
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-        ::"r"(smem_address(dst)), "l"(src), "r"(bytes * rows), "r"(bar)
-        : "memory");
+    bulk_copy(dst, src, bytes * rows, bar);
     return;
   }
   for (int r = 0; r < rows; ++r) {
     if (bulk) {
-      asm volatile(
-          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-          ::"r"(smem_address(dst + r * dst_ld)), "l"(src + r * ld), "r"(bytes), "r"(bar)
-          : "memory");
+      bulk_copy(dst + r * dst_ld, src + r * ld, bytes, bar);
     } else {
       for (int64_t c = 0; c < cols; ++c) dst[r * dst_ld + c] = src[r * ld + c];
       asm volatile("mbarrier.complete_tx.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(bytes)
@@ -114,15 +121,6 @@ __device__ inline bool barrier_wait(uint32_t bar, uint32_t parity) {
 // Every thread: waits until the staged weights of the current task have landed.
 __device__ inline bool stage_wait(const Arena& a) {
   return barrier_wait(smem_address(a.stage_bar), a.stage_parity);
-}
-
-// The issuing thread: `bytes` into shared memory at dst from global src (both 16-byte aligned,
-// bytes a multiple of 16), completing on barrier `bar`.
-__device__ inline void bulk_copy(void* dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-      ::"r"(smem_address(dst)), "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
 }
 
 }  // namespace gpu

@@ -294,10 +294,7 @@ __device__ inline void copy_raw_chunk(const StreamLinear& s, uint16_t* buf, int6
   const uint32_t bytes = 2 * static_cast<uint32_t>(s.k - c < s.kc ? s.k - c : s.kc);
   const uint16_t* x = static_cast<const uint16_t*>(s.x) + c;
   asm volatile("fence.proxy.async.global;" ::: "memory");
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-               ::"r"(smem_address(bar)), "r"(M * bytes)
-               : "memory");
+  expect_bytes(smem_address(bar), M * bytes);
 #pragma unroll
   for (int m = 0; m < M; ++m) bulk_copy(buf + m * s.kc, x + m * s.x_ld, bytes, smem_address(bar));
 }

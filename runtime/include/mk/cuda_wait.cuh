@@ -70,8 +70,8 @@ struct NearTask {
 };
 
 // Thread 0's memory of counters it has read: counters only grow, so a wait whose target a
-// remembered value already reaches needs no round trip to L2 (the lm_head's
-// tasks, for one, all wait on the same counter).
+// remembered value already reaches needs no round trip to L2 (the lm_head's tasks, for one,
+// all wait on the same counter).
 struct SeenCounters {
   static constexpr int kSize = 4;
   int32_t counter[kSize];
