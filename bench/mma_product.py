@@ -139,6 +139,9 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=224, help="weight rows per task")
     ap.add_argument("--k", type=int, default=4096, help="columns")
     ap.add_argument("--rings", default="2,3,4", help="ring depths to time beside the registers")
+    ap.add_argument(
+        "--define", action="append", default=[], help="a macro for the build, e.g. MK_MMA_LINES"
+    )
     args = ap.parse_args()
     rings = [int(d) for d in args.rings.split(",") if d]
     if smem_bytes(args.m, args.k, rings) > SMEM_MAX:
@@ -156,7 +159,8 @@ def main() -> None:
         src.write_text(program_source(args.m, args.rows, args.k, rings))
         subprocess.run(
             ["nvcc", "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a",
-             "--expt-relaxed-constexpr", f"-I{include_dir()}", "-o", str(exe), str(src)],
+             "--expt-relaxed-constexpr", f"-I{include_dir()}",
+             *(f"-D{d}" for d in args.define), "-o", str(exe), str(src)],
             check=True,
         )  # fmt: skip
         out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout

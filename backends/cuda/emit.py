@@ -86,8 +86,8 @@ def _defines(profile: bool) -> str:
         lines.append("#define MK_STREAM_EVICT_FIRST 1")
     if switches.flag("MK_CUDA_MMA_PIPE"):
         lines.append("#define MK_MMA_PIPE 1")
-    if switches.mma_slices_by_rounds():
-        lines.append("#define MK_MMA_ROUNDS 1")
+    if (rule := switches.mma_slices()) != "fill":
+        lines.append(f"#define MK_MMA_{rule.upper()} 1")
     # A body that waits itself polls as the dispatcher does (mk/cuda_wait.cuh).
     if switches.flag("MK_CUDA_WAIT_BATCH"):
         lines.append("#define MK_WAIT_BATCH 1")
@@ -101,6 +101,8 @@ def _defines(profile: bool) -> str:
         lines.append("#define MK_FLAG_POLL_ALL 1")
     if switches.flag("MK_CUDA_MMA_L1"):
         lines.append("#define MK_MMA_L1 1")
+    if switches.flag("MK_CUDA_MMA_LINES"):
+        lines.append("#define MK_MMA_LINES 1")
     if switches.plain_launch():
         lines.append("#define MK_PLAIN_LAUNCH 1")
     return "".join(line + "\n" for line in lines)

@@ -87,13 +87,14 @@ def fuse_loops() -> bool:
     return flag("MK_CUDA_FUSE_LOOPS", default=True)
 
 
-def mma_slices_by_rounds() -> bool:
-    """MK_CUDA_MMA_SLICES: `balance` (default) cuts a tensor-core task's 8-row blocks into the
-    fewest column slices that give every warp the same number of units; `rounds` into the count
-    that gives the busiest warp the fewest rounds of loads (mk::gpu::mma_slices). Not measured
-    yet: by the count, a batch-8 lm_head task's warps wait for 149 rounds of four loads each
-    under `balance` and 38 rounds of 16 under `rounds`."""
-    return choice("MK_CUDA_MMA_SLICES", ("balance", "rounds")) == "rounds"
+def mma_slices() -> str:
+    """MK_CUDA_MMA_SLICES: how a tensor-core task's 8-row blocks are cut into column slices for
+    the warps (mk::gpu::mma_slices). `fill` (default): every warp busy where a cut allows, then
+    the fewest rounds of loads for the busiest warp; `balance`: the fewest slices that give every
+    warp the same number of units (the default until the batch-8 lm_head of qwen3-0.6b was seen
+    to take eight slices of four steps: 226 against 102 us a task); `rounds`: the fewest rounds,
+    the fewest slices among equals (idle warps: a whole model at batch 8 ran slower)."""
+    return choice("MK_CUDA_MMA_SLICES", ("fill", "balance", "rounds"))
 
 
 POLL_SLEEP_NS = 128  # the default cap of a poll's sleep (mk/cuda_wait.cuh)

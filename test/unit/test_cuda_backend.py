@@ -155,9 +155,11 @@ SWITCHES = [
     {"MK_CUDA_STAGE": "1"},
     {"MK_CUDA_MMA_PIPE": "1"},
     {"MK_CUDA_MMA_L1": "1"},
+    {"MK_CUDA_MMA_LINES": "1"},
     {"MK_CUDA_MMA_RING": "3"},
     {"MK_CUDA_MMA_RING": "4"},
     {"MK_CUDA_MMA_SLICES": "rounds"},
+    {"MK_CUDA_MMA_SLICES": "balance"},
     {"MK_CUDA_WAIT_BATCH": "1"},
     {"MK_CUDA_POLL_PIPE": "1"},
     {"MK_CUDA_LEAN": "0"},
@@ -189,8 +191,9 @@ SWITCH_BUILDS = [
                        "MK_CUDA_FUSE_LOOPS": "0", "MK_CUDA_LAUNCH": "plain"}),
     ("decoder_block", {"MK_CUDA_STAGE": "1", "MK_CUDA_SIGNAL": "release",
                        "MK_CUDA_POLL_SLEEP": "0", "MK_CUDA_FLAG_POLL": "all"}),
-    ("gated_mlp", {"MK_CUDA_MMA_PIPE": "1", "MK_CUDA_MMA_SLICES": "rounds"}),
-    ("gated_mlp", {"MK_CUDA_MMA_RING": "4", "MK_CUDA_MMA_L1": "1"}),
+    ("gated_mlp", {"MK_CUDA_MMA_PIPE": "1", "MK_CUDA_MMA_SLICES": "rounds",
+                   "MK_CUDA_MMA_LINES": "1"}),
+    ("gated_mlp", {"MK_CUDA_MMA_RING": "4", "MK_CUDA_MMA_L1": "1", "MK_CUDA_MMA_SLICES": "balance"}),
 ]  # fmt: skip
 
 

@@ -211,21 +211,28 @@ def _rounds(blocks: int, warps: int, steps: int, u: int, slices: int) -> int:
     return per_warp * math.ceil(math.ceil(steps / slices) / u)
 
 
+def _busy(blocks: int, warps: int, slices: int) -> int:
+    return min(blocks * slices, warps)
+
+
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
-def test_mma_slices_by_balance_and_by_rounds(tmp_path: Path) -> None:
+def test_mma_slices_by_fill_balance_and_rounds(tmp_path: Path) -> None:
     """mk::gpu::mma_slices, run on the host: `balance` is the fewest slices that give every warp
-    the same number of units; `rounds` gives the busiest warp the fewest rounds of loads."""
+    the same number of units; `rounds` gives the busiest warp the fewest rounds of loads; `fill`
+    keeps the most warps busy, then the fewest rounds, then the fewest slices."""
     import subprocess
 
     from mk.backends.cpu.build import include_dir
 
     cases = [(149, 32, 16), (4, 32, 16), (6, 32, 16), (1, 64, 16), (1, 96, 16), (28, 128, 16),
-             (12, 128, 8), (3, 2, 16), (1, 1, 16), (125, 32, 8)]  # fmt: skip
+             (12, 128, 8), (3, 2, 16), (1, 1, 16), (125, 32, 8), (126, 32, 16), (3, 448, 16)]  # fmt: skip
     calls = "\n".join(
-        f'  printf("%d %d\\n", mk::gpu::mma_slices({b}, 8, {s}, {u}, false), '
-        f"mk::gpu::mma_slices({b}, 8, {s}, {u}, true));"
+        '  printf("%d %d %d\\n", '
+        + ", ".join(f"mk::gpu::mma_slices({b}, 8, {s}, {u}, mk::gpu::{rule})" for rule in
+                    ("kSlicesBalance", "kSlicesRounds", "kSlicesFill"))
+        + ");"
         for b, s, u in cases
-    )
+    )  # fmt: skip
     source, exe = tmp_path / "slices.cu", tmp_path / "slices"
     source.write_text(
         f'#include <cstdio>\n#include "mk/cuda_stream.cuh"\nint main() {{\n{calls}\n  return 0;\n}}\n'
@@ -237,37 +244,95 @@ def test_mma_slices_by_balance_and_by_rounds(tmp_path: Path) -> None:
     )  # fmt: skip
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n")
     for (blocks, steps, u), line in zip(cases, out, strict=False):
-        balance, rounds = map(int, line.split())
+        balance, rounds, fill = map(int, line.split())
         assert balance == min(8 // math.gcd(blocks, 8), steps)
         options = range(1, min(8, steps) + 1)
         least = min(_rounds(blocks, 8, steps, u, s) for s in options)
         assert _rounds(blocks, 8, steps, u, rounds) == least
         assert rounds == min(s for s in options if _rounds(blocks, 8, steps, u, s) == least)
+        busiest = max(_busy(blocks, 8, s) for s in options)
+        full = [s for s in options if _busy(blocks, 8, s) == busiest]
+        fewest = min(_rounds(blocks, 8, steps, u, s) for s in full)
+        assert fill == min(s for s in full if _rounds(blocks, 8, steps, u, s) == fewest)
+        # Never more rounds than balance, never fewer busy warps.
+        assert _rounds(blocks, 8, steps, u, fill) <= _rounds(blocks, 8, steps, u, balance)
+        assert _busy(blocks, 8, fill) >= _busy(blocks, 8, balance)
     # The batch-8 lm_head task of qwen3-0.6b: 149 blocks of 32 steps.
-    assert out[0].split() == ["8", "1"]
+    assert out[0].split() == ["8", "1", "1"]
     assert _rounds(149, 8, 32, 16, 8) == 149 and _rounds(149, 8, 32, 16, 1) == 38
+    # A one-block o-projection: rounds idles four warps, fill keeps balance's eight.
+    assert out[3].split() == ["8", "4", "8"]
 
 
 @pytest.mark.usefixtures("no_nvcc")
 def test_mma_slices_is_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     text = linear_program(8, 256, 1024, norm=True)
     assert "#define MK_MMA_ROUNDS" not in cuda_source(text, tmp_path)
+    assert "#define MK_MMA_BALANCE" not in cuda_source(text, tmp_path)
     monkeypatch.setenv("MK_CUDA_MMA_SLICES", "rounds")
     assert "#define MK_MMA_ROUNDS 1" in cuda_source(text, tmp_path)
+    monkeypatch.setenv("MK_CUDA_MMA_SLICES", "balance")
+    assert "#define MK_MMA_BALANCE 1" in cuda_source(text, tmp_path)
     monkeypatch.setenv("MK_CUDA_MMA_SLICES", "most")
-    with pytest.raises(MkError, match="MK_CUDA_MMA_SLICES must be one of balance, rounds"):
+    with pytest.raises(MkError, match="MK_CUDA_MMA_SLICES must be one of fill, balance, rounds"):
         cuda_source(text, tmp_path)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("ring", ["0", "3"])
-def test_slices_by_rounds_match_the_reference(
-    ring: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("rule", "ring"), [("rounds", "0"), ("rounds", "3"), ("fill", "0")])
+def test_slices_by_rounds_and_fill_match_the_reference(
+    rule: str, ring: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On the GPU, MK_CUDA_MMA_SLICES=rounds: 72 blocks a task (eight SMs), whole-K units."""
-    monkeypatch.setenv("MK_CUDA_MMA_SLICES", "rounds")
+    """On the GPU, MK_CUDA_MMA_SLICES=rounds (72 blocks a task on eight SMs, whole-K units) and
+    fill on an lm_head-like task of 149 blocks (one slice where balance takes eight)."""
+    monkeypatch.setenv("MK_CUDA_MMA_SLICES", rule)
     monkeypatch.setenv("MK_CUDA_MMA_RING", ring)
-    text = linear_program(8, 4608, 1024, True)
+    text = linear_program(8, 4608 if rule == "rounds" else 9536, 1024, True)
     prog = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path)
-    assert "#define MK_MMA_ROUNDS 1" in prog.cuda_source  # type: ignore[attr-defined]
-    agrees_with_the_reference(prog, text, ring)
+    assert ("#define MK_MMA_ROUNDS 1" in prog.cuda_source) == (rule == "rounds")  # type: ignore[attr-defined]
+    agrees_with_the_reference(prog, text, (rule, ring))
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("pipe", ["0", "1"])
+def test_tensor_core_weights_as_whole_lines_are_opt_in(
+    tmp_path: Path, pipe: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_MMA_LINES=1 loads a tensor-core warp's weights as whole 128-byte lines (eight
+    lanes a row) and makes the mma fragments with shuffles: still L1::no_allocate loads, now
+    with shfl.sync, and the mma not one chain, with and without MK_CUDA_MMA_PIPE."""
+    monkeypatch.setenv("MK_CUDA_MMA_RING", "0")
+    monkeypatch.setenv("MK_CUDA_MMA_PIPE", pipe)
+    text = linear_program(8, 256, 1024, norm=True)
+    counts: dict[str, tuple[int, int]] = {}
+    for lines in ("0", "1"):
+        monkeypatch.setenv("MK_CUDA_MMA_LINES", lines)
+        source = cuda_source(text, tmp_path / lines)
+        assert ("#define MK_MMA_LINES 1" in source) == (lines == "1")
+        ptx = _ptx_of(source, tmp_path / lines)
+        counts[lines] = (
+            ptx.count("ld.global.nc.L1::no_allocate.L2::256B.v4.u32"),
+            len(re.findall(r"shfl\.sync\.idx\.b32", ptx)),
+        )
+        count, chained = _mma_chains(ptx)
+        assert count >= 2 * MMA_LOADS and chained <= count // 10, (lines, count, chained)
+    assert counts["0"][0] >= MMA_LOADS and counts["1"][0] >= MMA_LOADS
+    # Two shuffle rounds of four words per pair of steps: four shuffles per 16 bytes loaded.
+    assert counts["1"][1] - counts["0"][1] >= 4 * MMA_LOADS
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("rows", "k"), [(2, 1024), (8, 1056), (16, 4096)])
+@pytest.mark.parametrize("pipe", ["0", "1"])
+def test_whole_lines_match_the_reference(
+    rows: int, k: int, pipe: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the GPU, MK_CUDA_MMA_LINES=1: ragged last units (4608 columns over the warps), an odd
+    count of 32-column steps (1056), slices on eight SMs."""
+    monkeypatch.setenv("MK_CUDA_MMA_LINES", "1")
+    monkeypatch.setenv("MK_CUDA_MMA_RING", "0")
+    monkeypatch.setenv("MK_CUDA_MMA_PIPE", pipe)
+    text = linear_program(rows, 4608, k, True)
+    prog = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path)
+    assert "#define MK_MMA_LINES 1" in prog.cuda_source  # type: ignore[attr-defined]
+    agrees_with_the_reference(prog, text, (rows, k, pipe))

@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 
+#include "mk/cuda_arena.h"
 #include "mk/cuda_stage.cuh"
 #include "mk/cuda_stream_rows.cuh"
 
@@ -70,6 +71,65 @@ __device__ inline void mma_load(uint4 (&w)[N][G], const uint16_t* const (&wp)[G]
   }
 }
 
+#if defined(MK_MMA_LINES)
+constexpr bool kMmaLines = true;
+#else
+constexpr bool kMmaLines = false;
+#endif
+
+// Whether a product of N steps loads whole lines (mma_load_lines) instead of fragments.
+template <int N, bool Shared>
+constexpr bool kLinesFor = kMmaLines && !Shared && !kMmaL1 && N % 2 == 0;
+
+// With MK_MMA_LINES: N 32-column steps from column k as whole 128-byte lines, in pairs of
+// steps. Lane (r, c) = (lane / 8, lane % 8) loads 16 bytes at column k + 64v + 8c of rows
+// r and r + 4 of each group (lp[i][0], lp[i][1]), so a warp-wide load asks for four whole
+// lines where a fragment load asks for halves of eight (mma_load). w[2v][i] and w[2v + 1][i]
+// hold them raw until mma_arrange_lines swaps them into fragments.
+template <int N, int G>
+__device__ inline void mma_load_lines(uint4 (&w)[N][G], const uint16_t* const (&lp)[G][2], int k,
+                                      int k1, int lane) {
+  const int col = k + 8 * (lane & 7);
+#pragma unroll
+  for (int v = 0; v < N / 2; ++v) {
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const bool in = lp[i][h] && col + 64 * v < k1;
+        w[2 * v + h][i] = in ? load_weight8<true, false>(lp[i][h] + col + 64 * v) : make_uint4(0, 0, 0, 0);
+      }
+    }
+  }
+}
+
+__device__ inline uint4 shfl4(uint4 v, int src) {
+  return make_uint4(__shfl_sync(0xffffffffu, v.x, src), __shfl_sync(0xffffffffu, v.y, src),
+                    __shfl_sync(0xffffffffu, v.z, src), __shfl_sync(0xffffffffu, v.w, src));
+}
+
+// Lines into fragments, two shuffle rounds per pair of steps: lane (g, t) needs row g's
+// columns 8t of both steps, held by lanes 8(g % 4) + t (first step) and 8(g % 4) + 4 + t
+// (second), in their first register for g < 4 and their second for g >= 4. A lane with c < 4
+// offers its first register in round 0 and its second in round 1, one with c >= 4 the
+// reverse, so every offer has exactly one taker.
+template <int N, int G>
+__device__ inline void mma_arrange_lines(uint4 (&w)[N][G], int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  const bool low = g < 4, first = (lane & 7) < 4;
+  const int src0 = 8 * (g & 3) + t + (low ? 0 : 4), src1 = src0 ^ 4;
+#pragma unroll
+  for (int v = 0; v < N / 2; ++v) {
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+      const uint4 a = w[2 * v][i], b = w[2 * v + 1][i];
+      const uint4 r0 = shfl4(first ? a : b, src0), r1 = shfl4(first ? b : a, src1);
+      w[2 * v][i] = low ? r0 : r1;
+      w[2 * v + 1][i] = low ? r1 : r0;
+    }
+  }
+}
+
 // Independent accumulators per group on tensor cores: consecutive mma of a group go to
 // different ones, so a warp's mma are not one chain of dependent instructions (ncu on the gated
 // MLP at batch 8 with a single accumulator: "wait" and short-scoreboard stalls led, DRAM 42 %).
@@ -110,14 +170,30 @@ template <int M, int U, int G, bool BF16, bool Shared>
 __device__ void mma_rows(const StreamLinear& s, const uint16_t* xs, int stride, int64_t c, int r0,
                          int rows, int k0, int k1) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  constexpr bool kLines = kLinesFor<(kMmaPipe && U > 1 ? U / 2 : U), Shared>;
   float* unused;
   int32_t unused_rows;
+  // Fragments: lane (g, t) reads row 8i + g of group i. Lines: lane (r, c) rows 8i + r and
+  // 8i + 4 + r.
   const uint16_t* wp[G];
+  const uint16_t* lp[G][2];
 #pragma unroll
   for (int i = 0; i < G; ++i) {
-    const int row = r0 + 8 * i + g;
+    const int row = r0 + 8 * i + (kLines ? lane >> 3 : g);
     wp[i] = row < rows ? weight_row(s, row, c, &unused, &unused_rows) : nullptr;
+    lp[i][0] = wp[i];
+    lp[i][1] = kLines && row + 4 < rows ? weight_row(s, row + 4, c, &unused, &unused_rows) : nullptr;
   }
+  auto load = [&](auto& w, int k) {
+    if constexpr (kLines) {
+      mma_load_lines(w, lp, k, k1, lane);
+    } else {
+      mma_load<sizeof(w) / sizeof(w[0]), G, Shared>(w, wp, k, k1, t);
+    }
+  };
+  auto arrange = [&](auto& w) {
+    if constexpr (kLines) mma_arrange_lines(w, lane);
+  };
   constexpr int A = kMmaAccumulators<G>;
   float d[A][G][4];
 #pragma unroll
@@ -127,17 +203,20 @@ __device__ void mma_rows(const StreamLinear& s, const uint16_t* xs, int stride, 
   if constexpr (kMmaPipe && U > 1) {
     constexpr int H = U / 2;
     uint4 wa[H][G], wb[H][G];
-    mma_load<H, G, Shared>(wa, wp, k0, k1, t);
+    load(wa, k0);
     for (int k = k0; k < k1; k += 64 * H) {
-      mma_load<H, G, Shared>(wb, wp, k + 32 * H, k1, t);
+      load(wb, k + 32 * H);
+      arrange(wa);
       mma_steps<M, H, G, BF16>(d, wa, xs, stride, g, t, k, k1);
-      mma_load<H, G, Shared>(wa, wp, k + 64 * H, k1, t);
+      load(wa, k + 64 * H);
+      arrange(wb);
       mma_steps<M, H, G, BF16>(d, wb, xs, stride, g, t, k + 32 * H, k1);
     }
   } else {
     for (int k = k0; k < k1; k += 32 * U) {
       uint4 w[U][G];
-      mma_load<U, G, Shared>(w, wp, k, k1, t);
+      load(w, k);
+      arrange(w);
       mma_steps<M, U, G, BF16>(d, w, xs, stride, g, t, k, k1);
     }
   }
@@ -254,10 +333,14 @@ __device__ void mma_rows_ring(const StreamLinear& s, const uint16_t* xs, int str
   }
 }
 
+// How mma_chunk cuts a task's blocks into column slices (mma_slices): MK_CUDA_MMA_SLICES.
+enum MmaSlices : int { kSlicesFill = 0, kSlicesBalance = 1, kSlicesRounds = 2 };
 #if defined(MK_MMA_ROUNDS)
-constexpr bool kMmaRounds = true;
+constexpr int kMmaSliceRule = kSlicesRounds;
+#elif defined(MK_MMA_BALANCE)
+constexpr int kMmaSliceRule = kSlicesBalance;
 #else
-constexpr bool kMmaRounds = false;
+constexpr int kMmaSliceRule = kSlicesFill;
 #endif
 
 __host__ __device__ inline int gcd_int(int a, int b) {
@@ -270,25 +353,38 @@ __host__ __device__ inline int gcd_int(int a, int b) {
 }
 
 // How many column slices mma_chunk cuts each block of G 8-row groups into (`steps` 32-column
-// steps in all, U in flight per lane). By default the fewest that make the units a multiple of
-// the warps, so every warp gets the same share; with Rounds the count that makes the busiest
-// warp's rounds of loads fewest (its units times each unit's rounds of U steps), the fewest
-// slices among equals. A batch-8 lm_head task (149 blocks of 1,024 columns) is cut into eight
-// slices of four steps by the first rule: 149 rounds of four loads per warp, where one slice is
-// 38 rounds of 16. Host-callable, so a CPU test runs it.
-__host__ __device__ inline int mma_slices(int blocks, int warps, int steps, int U, bool rounds) {
+// steps in all, U in flight per lane), by `rule`:
+// - balance: the fewest that make the units a multiple of the warps, so every warp gets the
+//   same share. A batch-8 lm_head task (149 blocks of 1,024 columns) gets eight slices of four
+//   steps: 149 rounds of four loads per warp, 226 us a task on the H200.
+// - rounds: the fewest rounds of loads for the busiest warp (its units times each unit's
+//   rounds of U steps), the fewest slices among equals: the lm_head gets one slice (38 rounds
+//   of 16), but a one-block o-projection runs on four warps where balance keeps eight busy.
+// - fill (default): as many busy warps as any cut gives, then the fewest rounds for the
+//   busiest, then the fewest slices: the lm_head gets one slice (38 rounds), the o-projection
+//   eight. It differs from balance only where balance needs more rounds.
+// Host-callable, so a CPU test runs it.
+__host__ __device__ inline int mma_slices(int blocks, int warps, int steps, int U, int rule) {
   const int most = steps > 0 ? steps : 1;
-  if (!rounds) {
+  if (rule == kSlicesBalance) {
     const int slices = warps / gcd_int(blocks, warps);
     return slices < most ? slices : most;
   }
-  int best = 1, best_rounds = 0;
+  int best = 1, best_busy = 0, best_rounds = 0;
+  // Unrolled where `warps` is a constant (mma_chunk's): the divisions by `slices` then are by
+  // constants. Divisions by values cost tens of instructions each, ~1 us a task on the H200.
+#pragma unroll
   for (int slices = 1; slices <= warps && slices <= most; ++slices) {
-    const int per_warp = (blocks * slices + warps - 1) / warps;
+    const int units = blocks * slices, busy = units < warps ? units : warps;
+    const int per_warp = (units + warps - 1) / warps;
     const int unit_steps = (steps + slices - 1) / slices;
     const int n = per_warp * ((unit_steps + U - 1) / U);
-    if (slices == 1 || n < best_rounds) {
+    const bool better = rule == kSlicesRounds
+                            ? n < best_rounds
+                            : busy > best_busy || (busy == best_busy && n < best_rounds);
+    if (slices == 1 || better) {
       best = slices;
+      best_busy = busy;
       best_rounds = n;
     }
   }
@@ -304,13 +400,17 @@ template <int M, bool Shared, int G, int U, int D = 0>
 __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride, int kc, int64_t c,
                           int rows, uint16_t* ring = nullptr) {
   static_assert(D == 0 || (G == 1 && !Shared), "the ring streams one group from global memory");
-  const int warps = static_cast<int>(blockDim.x >> 5), warp = static_cast<int>(threadIdx.x >> 5);
+  constexpr int warps = kCudaThreads / 32;  // every CTA of the megakernel
+  const int warp = static_cast<int>(threadIdx.x >> 5);
   const int blocks = ((rows + 7) / 8 + G - 1) / G, steps = kc / 32;
-  const int slices = mma_slices(blocks, warps, steps, D > 0 ? kRingCols / 32 : U, kMmaRounds);
+  const int slices = mma_slices(blocks, warps, steps, D > 0 ? kRingCols / 32 : U, kMmaSliceRule);
   const bool bf16 = s.w_dtype == DTYPE_BF16;
   for (int unit = warp; unit < blocks * slices; unit += warps) {
     const int rb = unit % blocks, sl = unit / blocks;
-    const int k0 = steps * sl / slices * 32, k1 = steps * (sl + 1) / slices * 32;
+    // Whole lines want slices that start on a line: an even step.
+    const int even = kMmaLines && !Shared && D == 0 ? ~1 : ~0;
+    const int k0 = (steps * sl / slices & even) * 32;
+    const int k1 = sl + 1 == slices ? steps * 32 : (steps * (sl + 1) / slices & even) * 32;
     if constexpr (D > 0) {
       uint16_t* mine = ring + warp * D * (kRingStageBytes / 2);
       if (bf16) {
