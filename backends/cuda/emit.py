@@ -502,7 +502,9 @@ class DeviceGraphDefEmitter(StreamLinearEmitter):
         bf16 = "true" if w.dtype == "mk::DTYPE_BF16" else "false"
         d = self.var(plan.matmul.res)
         how = switches.rows_dot()
-        name = "rows_dot_threads" if how == "threads" else "rows_dot_lanes"
+        if how == "mma" and not (2 <= m <= 16 and kc % 8 == 0 and kc <= 128):
+            how = "lanes"  # one row, or more columns than one mma tile's registers
+        name = {"threads": "rows_dot_threads", "mma": "rows_dot_mma"}.get(how, "rows_dot_lanes")
         packed = ", true" if how == "packed" else ""
         self.lines.append(f"{d}.resize({m * n});")
         self.lines.append(

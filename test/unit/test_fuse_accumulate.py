@@ -277,6 +277,36 @@ def test_packed_lanes_build_without_spills(
     assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
 
 
+# (batch, columns) for MK_CUDA_ROWS_DOT=mma: qwen3-0.6b's 24 and llama-3.2-1b's 64 columns at
+# batch 8, 96 at batch 2 (three 32-column steps), and one row (CUDA cores: lanes).
+MMA_RUNS = [(8, 24), (8, 64), (2, 96), (16, 128), (1, 24)]
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
+@pytest.mark.parametrize(("batch", "cols"), MMA_RUNS)
+def test_rows_dot_on_tensor_cores_builds_without_spills(
+    batch: int, cols: int, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_ROWS_DOT=mma: 2..16 activation rows take rows_dot_mma, one row stays on lanes."""
+    monkeypatch.setenv("MK_CUDA_ROWS_DOT", "mma")
+    text = residual_mlp(batch, cols * 16)
+    prog = mk.compile(text, target="cuda", cache_dir=cache, accumulate_columns=0, tile_n=cols)
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    name = "mma" if batch > 1 else "lanes"
+    assert f"mk::gpu::rows_dot_{name}<{batch}, {cols}, 256, true>(" in src
+    used = prog.cuda_resources  # type: ignore[attr-defined]
+    assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("batch", "cols"), MMA_RUNS)
+def test_rows_dot_on_tensor_cores_matches_the_reference_on_the_gpu(
+    batch: int, cols: int, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MK_CUDA_ROWS_DOT", "mma")
+    _check_runs(batch, cols, "cuda", cache)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows", ["threads", "lanes", "packed"])
 @pytest.mark.parametrize(("batch", "cols"), SHORT_RUNS)

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "mk/cuda_mma.cuh"
 #include "mk/cuda_stream_rows.cuh"
 
 namespace mk {
@@ -166,6 +167,79 @@ __device__ __noinline__ void rows_dot_threads(const float* __restrict__ a,
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       *reinterpret_cast<float4*>(d + m * N + g) = make_float4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]);
+    }
+  }
+  __syncthreads();  // a cooperative helper: d is whole when it returns
+}
+
+// Eight columns [c, c + 8) of row m of a (M rows of KC floats) as four packed pairs of the
+// weights' 16-bit type, the tensor cores' operand; zeros past M or KC.
+template <int M, int KC, bool BF16>
+__device__ inline uint4 packed_cols(const float* a, int m, int c) {
+  if (m >= M || c >= KC) return make_uint4(0, 0, 0, 0);
+  const float4 x = *reinterpret_cast<const float4*>(a + m * KC + c);
+  const float4 y = *reinterpret_cast<const float4*>(a + m * KC + c + 4);
+  return make_uint4(pack2(x.x, x.y, BF16), pack2(x.z, x.w, BF16), pack2(y.x, y.y, BF16),
+                    pack2(y.z, y.w, BF16));
+}
+
+// rows_dot_lanes' product on tensor cores for 2..16 rows of a (MK_CUDA_ROWS_DOT=mma): each
+// warp takes 8-row tiles of w, lane (g, t) loading 16 bytes at column 32s + 8t of tile row g
+// for each 32-column step s (the k order permuted alike in a and w, as in mma_steps), and
+// every tile's loads of a batch are in flight before its first mma. The rows of a, rounded to
+// the weights' type as the mma operand (a product's input already is), stay in registers for
+// every tile: a tile costs a load and two mma a step, where CUDA cores spend M dot products and
+// their shuffles on every row.
+template <int M, int KC, int N, bool BF16>
+__device__ __noinline__ void rows_dot_mma(const float* __restrict__ a,
+                                          const uint16_t* __restrict__ w, int64_t ld,
+                                          float* __restrict__ d) {
+  static_assert(M >= 1 && M <= 16 && KC % 8 == 0 && KC <= 128, "rows of a on one mma tile");
+  constexpr int kSteps = (KC + 31) / 32;
+  constexpr int kWarps = kCudaThreads / 32;
+  constexpr int kPerWarp = ((N + 7) / 8 + kWarps - 1) / kWarps;  // tiles a warp takes
+  constexpr int kMost = 16 / kSteps;                              // 16 loads in flight a lane
+  constexpr int kBatch = kPerWarp < kMost ? kPerWarp : kMost;
+  const int lane = static_cast<int>(threadIdx.x & 31u), g = lane >> 2, t = lane & 3;
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  uint4 lo[kSteps], hi[kSteps];
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    lo[s] = packed_cols<M, KC, BF16>(a, g, 32 * s + 8 * t);
+    hi[s] = packed_cols<M, KC, BF16>(a, g + 8, 32 * s + 8 * t);
+  }
+#pragma unroll 1
+  for (int i0 = 0; i0 < kPerWarp; i0 += kBatch) {
+    uint4 v[kBatch][kSteps];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int row = (warp + kWarps * (i0 + b)) * 8 + g;
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        const int c = 32 * s + 8 * t;
+        const bool in = i0 + b < kPerWarp && row < N && c < KC;
+        v[b][s] = in ? load_stream(w + row * ld + c) : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int tile = warp + kWarps * (i0 + b);
+      if (i0 + b >= kPerWarp || tile * 8 >= N) break;  // the same for the whole warp
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        mma16816<BF16>(acc, lo[s].x, hi[s].x, lo[s].y, hi[s].y, v[b][s].x, v[b][s].y);
+        mma16816<BF16>(acc, lo[s].z, hi[s].z, lo[s].w, hi[s].w, v[b][s].z, v[b][s].w);
+      }
+      // acc[2h + e]: row g + 8h of a, weight row 8 tile + 2t + e.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int m = g + 8 * h, n = tile * 8 + 2 * t + e;
+          if (m < M && n < N) d[m * N + n] = acc[2 * h + e];
+        }
+      }
     }
   }
   __syncthreads();  // a cooperative helper: d is whole when it returns
