@@ -154,3 +154,35 @@ def flag_poll_all() -> bool:
     chain.py's `ll` modes spin that way): one L2 round trip less after the last word lands, at
     the price of more polling traffic through the L2 the producers stream their weights from."""
     return choice("MK_CUDA_FLAG_POLL", ("watch", "all")) == "all"
+
+
+def defines(profile: bool, warm: bool) -> str:
+    """The header switches of one build (mk/cuda_arena.h, mk/cuda_stream.cuh) as #define lines;
+    `profile` for op marks, `warm` to run each body once untimed before its timed run."""
+    lines = ["#define MK_OP_MARKS 1"] if profile else []
+    if profile and warm:
+        lines.append("#define MK_OP_MARKS_WARM 1")
+    if weights_evict_first():
+        lines.append("#define MK_STREAM_EVICT_FIRST 1")
+    if flag("MK_CUDA_MMA_PIPE"):
+        lines.append("#define MK_MMA_PIPE 1")
+    if (rule := mma_slices()) != "fill":
+        lines.append(f"#define MK_MMA_{rule.upper()} 1")
+    # A body that waits itself polls as the dispatcher does (mk/cuda_wait.cuh).
+    if flag("MK_CUDA_WAIT_BATCH"):
+        lines.append("#define MK_WAIT_BATCH 1")
+    if flag("MK_CUDA_POLL_PIPE"):
+        lines.append("#define MK_POLL_PIPE 1")
+    if (sleep := poll_sleep_ns()) != POLL_SLEEP_NS:
+        lines.append(f"#define MK_POLL_SLEEP_NS {sleep}")
+    if release_signals():
+        lines.append("#define MK_SIGNAL_RELEASE 1")
+    if flag_poll_all():
+        lines.append("#define MK_FLAG_POLL_ALL 1")
+    if flag("MK_CUDA_MMA_L1"):
+        lines.append("#define MK_MMA_L1 1")
+    if flag("MK_CUDA_MMA_LINES"):
+        lines.append("#define MK_MMA_LINES 1")
+    if plain_launch():
+        lines.append("#define MK_PLAIN_LAUNCH 1")
+    return "".join(line + "\n" for line in lines)
