@@ -121,9 +121,8 @@ def plain_launch() -> bool:
     """MK_CUDA_LAUNCH: `cooperative` (default) launches the megakernel with
     cudaLaunchCooperativeKernel, which guarantees that every CTA is resident; `plain` with
     cudaLaunchKernel behind the same occupancy check, which a kernel running beside it on
-    another stream could defeat (the waits then time out: an error, never a hang). Not yet
-    measured: a launch takes ~4.3 us from a graph replay's start to the first task on the H200
-    (bench/launch.py times both)."""
+    another stream could defeat (the waits then time out: an error, never a hang). On the H200
+    it launched no faster (bench/launch.py: 5.82 against 5.70 us queued for a tiny program)."""
     return choice("MK_CUDA_LAUNCH", ("cooperative", "plain")) == "plain"
 
 
@@ -183,6 +182,8 @@ def defines(profile: bool, warm: bool) -> str:
         lines.append("#define MK_MMA_L1 1")
     if flag("MK_CUDA_MMA_LINES"):
         lines.append("#define MK_MMA_LINES 1")
+    if flag("MK_CUDA_ATTN_PIPE"):
+        lines.append("#define MK_ATTN_PIPE 1")
     if plain_launch():
         lines.append("#define MK_PLAIN_LAUNCH 1")
     return "".join(line + "\n" for line in lines)

@@ -116,6 +116,12 @@ __device__ inline void load_row8(float (&x)[8], const void* base, int32_t dtype,
 // CPU kernel does, so a row that has seen only -inf scores does not turn into NaN).
 __device__ inline float softmax_shift(float m) { return isfinite(m) ? m : 0.0f; }
 
+#if defined(MK_ATTN_PIPE)
+constexpr bool kAttnPipe = true;
+#else
+constexpr bool kAttnPipe = false;
+#endif
+
 // One key's scores (already reduced over the group) into the group's online-softmax state.
 template <int R>
 __device__ inline void attend(float (&o)[R][8], float (&m)[R], float (&l)[R], const float (&s)[R],
@@ -155,10 +161,8 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, float (&o
 #pragma unroll
   for (int r = 0; r < R; ++r) row_ops<L>(q[r], a.q_ops, qo, lane);
   if (a.k_new != nullptr) row_ops<L>(kn, a.k_ops, ko, lane);
-  // Every lane runs every round (keys past the end load nothing and update nothing), so the
-  // group shuffles always see the whole warp.
-  for (int j0 = slot; j0 - slot < a.keys; j0 += U * slots) {
-    uint4 kr[U], vr[U];
+  // A round: U keys of every slot, their K and V loads all in flight before the first is used.
+  auto load_round = [&](int j0, uint4 (&kr)[U], uint4 (&vr)[U]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int j = j0 + u * slots;
@@ -168,6 +172,8 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, float (&o
         vr[u] = load8<Vec, false>(a.v + j * a.ld + lane * 8);
       }
     }
+  };
+  auto use_round = [&](int j0, const uint4 (&kr)[U], const uint4 (&vr)[U]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int j = j0 + u * slots;
@@ -198,6 +204,31 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, float (&o
         }
         attend<R>(o, m, l, s, vf);
       }
+    }
+  };
+  // Every lane runs every round (keys past the end load nothing and update nothing), so the
+  // group shuffles always see the whole warp. With MK_ATTN_PIPE the next round's loads go out
+  // before this round's keys are used: without it a round's scores, shuffles and softmax wait
+  // for its loads and the next round's loads wait for them, so a slot streams at one round of
+  // U keys per memory latency.
+  if constexpr (kAttnPipe) {
+    uint4 kr[U], vr[U];
+    load_round(slot, kr, vr);
+    for (int j0 = slot; j0 - slot < a.keys; j0 += U * slots) {
+      uint4 kr_next[U], vr_next[U];
+      load_round(j0 + U * slots, kr_next, vr_next);
+      use_round(j0, kr, vr);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        kr[u] = kr_next[u];
+        vr[u] = vr_next[u];
+      }
+    }
+  } else {
+    for (int j0 = slot; j0 - slot < a.keys; j0 += U * slots) {
+      uint4 kr[U], vr[U];
+      load_round(j0, kr, vr);
+      use_round(j0, kr, vr);
     }
   }
 }
