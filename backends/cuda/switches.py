@@ -63,8 +63,10 @@ def rows_dot() -> str:
     H200 at batch 8 qwen3-0.6b 2.22 -> 2.02 and llama-3.2-1b 2.04 -> 1.76 ms/token. `lanes`
     share a row on CUDA cores, a power of two of them (won at 24, 64 and 96 columns a row at
     batch 1); `packed` share it in groups that keep more lanes busy (3 a row for 24 columns, 4
-    taking 3 pieces each for 96); `threads` take whole rows (bench/RESULTS.md)."""
-    return choice("MK_CUDA_ROWS_DOT", ("mma", "lanes", "packed", "threads"))
+    taking 3 pieces each for 96); `threads` take whole rows (bench/RESULTS.md); `mma-all` puts
+    one row on tensor cores too (not yet run on a GPU: a batch-1 tile costs one load and two mma
+    per 32 columns where lanes spend a dot product and shuffles on every row)."""
+    return choice("MK_CUDA_ROWS_DOT", ("mma", "lanes", "packed", "threads", "mma-all"))
 
 
 def load_groups() -> bool:

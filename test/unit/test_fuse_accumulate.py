@@ -278,7 +278,8 @@ def test_packed_lanes_build_without_spills(
 
 
 # (batch, columns) for MK_CUDA_ROWS_DOT=mma: qwen3-0.6b's 24 and llama-3.2-1b's 64 columns at
-# batch 8, 96 at batch 2 (three 32-column steps), and one row (CUDA cores: lanes).
+# batch 8, 96 at batch 2 (three 32-column steps), and one row (lanes under `mma`, tensor cores
+# under `mma-all`).
 MMA_RUNS = [(8, 24), (8, 64), (2, 96), (16, 128), (1, 24)]
 
 
@@ -287,12 +288,17 @@ MMA_RUNS = [(8, 24), (8, 64), (2, 96), (16, 128), (1, 24)]
 def test_rows_dot_on_tensor_cores_builds_without_spills(
     batch: int, cols: int, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MK_CUDA_ROWS_DOT=mma: 2..16 activation rows take rows_dot_mma, one row stays on lanes."""
-    monkeypatch.setenv("MK_CUDA_ROWS_DOT", "mma")
+    """MK_CUDA_ROWS_DOT=mma: 2..16 activation rows take rows_dot_mma, one row stays on lanes;
+    with mma-all one row takes rows_dot_mma too."""
+    monkeypatch.setenv("MK_CUDA_ROWS_DOT", "mma-all" if batch == 1 else "mma")
     text = residual_mlp(batch, cols * 16)
     prog = mk.compile(text, target="cuda", cache_dir=cache, accumulate_columns=0, tile_n=cols)
     src = prog.cuda_source  # type: ignore[attr-defined]
-    name = "mma" if batch > 1 else "lanes"
+    name = "mma"
+    if batch == 1:
+        monkeypatch.setenv("MK_CUDA_ROWS_DOT", "mma")
+        lanes = mk.compile(text, target="cuda", cache_dir=cache, accumulate_columns=0, tile_n=cols)
+        assert f"mk::gpu::rows_dot_lanes<1, {cols}, 256, true>(" in lanes.cuda_source  # type: ignore[attr-defined]
     assert f"mk::gpu::rows_dot_{name}<{batch}, {cols}, 256, true>(" in src
     used = prog.cuda_resources  # type: ignore[attr-defined]
     assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
@@ -303,7 +309,7 @@ def test_rows_dot_on_tensor_cores_builds_without_spills(
 def test_rows_dot_on_tensor_cores_matches_the_reference_on_the_gpu(
     batch: int, cols: int, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("MK_CUDA_ROWS_DOT", "mma")
+    monkeypatch.setenv("MK_CUDA_ROWS_DOT", "mma-all")
     _check_runs(batch, cols, "cuda", cache)
 
 
