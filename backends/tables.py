@@ -83,9 +83,10 @@ def _grid_tasks(index: GraphIndex, grid_index: int, grid: GridOp, flags: bool) -
     if len(shape) > MAX_COORDS:
         raise ValueError(f"@{grid.sym_name.data}: grid rank {len(shape)} exceeds {MAX_COORDS}")
     # Counters per edge for all tasks at once (a grid can have thousands of tasks).
+    # As lists: indexing a NumPy array element by element costs more than the rest of a task.
     waits = [
         (
-            edge_counters(index, grid, e),
+            edge_counters(index, grid, e).tolist(),
             index.events[e.event_name].count_value,
             e.distance_value,
         )
@@ -93,7 +94,7 @@ def _grid_tasks(index: GraphIndex, grid_index: int, grid: GridOp, flags: bool) -
         if not (flags and index.events[e.event_name].is_flagged)
     ]
     signals = [
-        edge_counters(index, grid, e)
+        edge_counters(index, grid, e).tolist()
         for e in grid.signals
         if not (flags and index.events[e.event_name].is_flagged)
     ]
@@ -101,12 +102,12 @@ def _grid_tasks(index: GraphIndex, grid_index: int, grid: GridOp, flags: bool) -
     return [
         Task(
             kind,
-            waits=[Wait(int(c[i]), count, distance) for c, count, distance in waits],
-            signals=[int(c[i]) for c in signals],
+            waits=[Wait(c[i], count, distance) for c, count, distance in waits],
+            signals=[c[i] for c in signals],
             grid=grid_index,
-            coord=[int(v) for v in point],
+            coord=point,
         )
-        for i, point in enumerate(grid_points(shape))
+        for i, point in enumerate(grid_points(shape).tolist())
     ]
 
 

@@ -85,6 +85,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph_base import (
+    VERIFYING_PHASES,
     BlockGraphOp,
     Phase,
     Phases,
@@ -252,6 +253,13 @@ class GraphDefOp(IRDLOperation):
         """Ops run once after the loop: users of accumulator results, then the outputs."""
         phases = Phases(self.body.block).ops
         return [op for op in self.body.block.ops if phases.get(op) == Phase.EPILOGUE]
+
+    def verify(self, verify_nested_ops: bool = True) -> None:
+        VERIFYING_PHASES[self] = Phases(self.body.block)
+        try:
+            super().verify(verify_nested_ops)
+        finally:
+            del VERIFYING_PHASES[self]
 
     def verify_(self) -> None:
         try:

@@ -125,8 +125,8 @@ def _group(keys: np.ndarray, values: np.ndarray, size: int) -> list[list[int]]:
     """values grouped by key (0..size-1), each group in ascending value order."""
     order = np.lexsort((values, keys))
     bounds = np.searchsorted(keys[order], np.arange(size + 1))
-    flat = values[order].tolist()
-    return [flat[bounds[i] : bounds[i + 1]] for i in range(size)]
+    flat, at = values[order].tolist(), bounds.tolist()
+    return [flat[at[i] : at[i + 1]] for i in range(size)]
 
 
 def build_dag(index: GraphIndex, target: Target, pass_name: str = "task-schedule") -> TaskDag:
