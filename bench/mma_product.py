@@ -4,7 +4,9 @@ warp's cp.async ring of D stages (mma_rows_ring).
 
 A standalone CUDA program around the real header (no megakernel, no events): one CTA of 256
 threads per SM, every SM at once, each repetition reading another slab (the buffer is larger
-than the L2). Prints the median µs per task over the SMs and repetitions after the first, the
+than the L2). Prints the median µs per task over the SMs and repetitions after the first (the global
+timer's wall time: before 2026-12-02 these were cycles over the nominal clock, which overstate
+the speed when the SMs run slower under load), the
 bytes per µs of one SM, and the largest difference of the sums from the register variant's.
 
     python bench/mma_product.py [--m 8] [--rows 224] [--k 4096] [--rings 2,3,4]
@@ -45,10 +47,10 @@ run_{name}(const uint16_t* w, float* sums, float* check, long long* clocks) {{
     sl.nw = 1;
     sl.w[0] = mk::gpu::StreamWeight{{slab, {k}, {rows}, out}};
     __syncthreads();
-    const long long t0 = clock64();
+    const long long t0 = elapsed_ns();
     mk::gpu::mma_chunk<{m}, false, 1, {LOADS}, {ring}>(sl, xs, {k}, {k}, 0, {rows}, ring);
     __syncthreads();
-    const long long t1 = clock64();
+    const long long t1 = elapsed_ns();
     if (threadIdx.x == 0 && !last) clocks[blockIdx.x * {REPS} + rep] = t1 - t0;
   }}
 }}
@@ -86,6 +88,13 @@ def program_source(m: int, rows: int, k: int, rings: list[int]) -> str:
 #include <cstdlib>
 #include <vector>
 #include "mk/cuda_stream.cuh"
+// Wall time on the SM (ns): clock64 counts cycles at the SM's clock under load, below the
+// nominal rate the report would divide by.
+__device__ inline long long elapsed_ns() {{
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  return t;
+}}
 {kernels}
 static void report(const char* name, long long* clocks, int sms, int khz, float* base, float* mine, size_t per) {{
   if (cudaDeviceSynchronize() != cudaSuccess) {{ printf("%s error\\n", name); exit(1); }}
@@ -109,7 +118,8 @@ static void report(const char* name, long long* clocks, int sms, int khz, float*
 int main() {{
   int sms = 0, khz = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
+  // Global-timer nanoseconds: 10^6 ticks a millisecond, so the report's clocks / khz is ms.
+  khz = 1000000;
   uint16_t* w; float* sums; float* check; long long* clocks;
   cudaMalloc(&w, {slabs} * sizeof(uint16_t));
   // Not zero, and not one value: a pattern of bf16 values in [-1, 1).

@@ -15,7 +15,9 @@ all SMs at once or one:
   loads, as a staged slab's address reaches a task body through the arena).
 
 For each template choice (RG rows at a time, S 256-column steps in flight) it prints the median
-µs per task over the SMs and repetitions after the first, and the bytes per µs of one SM.
+µs per task over the SMs and repetitions after the first (the global timer's wall time: before
+2026-12-02 these were cycles over the nominal clock, which overstate the speed when the SMs run
+slower under load), and the bytes per µs of one SM.
 
     python bench/product.py [--rows 48] [--k 1024] [--shapes 6x4,3x4,6x2] [--ctas all|1]
 """
@@ -65,10 +67,10 @@ run_{mode}(const uint16_t* w, float* sums, long long* clocks) {{
     sl.assign = true;
     sl.w[0] = mk::gpu::StreamWeight{{slab, {k}, {rows}, sums + blockIdx.x * {rows}}};
     __syncthreads();
-    const long long t0 = clock64();
+    const long long t0 = elapsed_ns();
     mk::gpu::stream_rows<1, {rg}, {s}, true, {shared}>(sl, xs, {k}, {k}, 0, begin, end);
     __syncthreads();
-    const long long t1 = clock64();
+    const long long t1 = elapsed_ns();
     if (threadIdx.x == 0) clocks[blockIdx.x * {REPS} + rep] = t1 - t0;
   }}
 }}
@@ -96,6 +98,13 @@ def program_source(rows: int, k: int, rg: int, s: int) -> str:
 #include <cstdlib>
 #include <vector>
 #include "mk/cuda_stream.cuh"
+// Wall time on the SM (ns): clock64 counts cycles at the SM's clock under load, below the
+// nominal rate the report would divide by.
+__device__ inline long long elapsed_ns() {{
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  return t;
+}}
 {kernels}
 static void report(const char* mode, long long* clocks, int ctas, int khz) {{
   if (cudaDeviceSynchronize() != cudaSuccess) {{ printf("%s error\\n", mode); exit(1); }}
@@ -111,7 +120,8 @@ static void report(const char* mode, long long* clocks, int ctas, int khz) {{
 int main(int argc, char** argv) {{
   int sms = 0, khz = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
+  // Global-timer nanoseconds: 10^6 ticks a millisecond, so the report's clocks / khz is ms.
+  khz = 1000000;
   const int ctas = argc > 1 && atoi(argv[1]) > 0 ? atoi(argv[1]) : sms;
   uint16_t* w; float* sums; long long* clocks;
   cudaMalloc(&w, {slabs} * sizeof(uint16_t));
