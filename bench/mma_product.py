@@ -47,10 +47,10 @@ run_{name}(const uint16_t* w, float* sums, float* check, long long* clocks) {{
     sl.nw = 1;
     sl.w[0] = mk::gpu::StreamWeight{{slab, {k}, {rows}, out}};
     __syncthreads();
-    const long long t0 = elapsed_ns();
+    const long long t0 = mk::gpu::mark_clock();  // ns: cycles run slow under load
     mk::gpu::mma_chunk<{m}, false, 1, {LOADS}, {ring}>(sl, xs, {k}, {k}, 0, {rows}, ring);
     __syncthreads();
-    const long long t1 = elapsed_ns();
+    const long long t1 = mk::gpu::mark_clock();
     if (threadIdx.x == 0 && !last) clocks[blockIdx.x * {REPS} + rep] = t1 - t0;
   }}
 }}
@@ -88,13 +88,6 @@ def program_source(m: int, rows: int, k: int, rings: list[int]) -> str:
 #include <cstdlib>
 #include <vector>
 #include "mk/cuda_stream.cuh"
-// Wall time on the SM (ns): clock64 counts cycles at the SM's clock under load, below the
-// nominal rate the report would divide by.
-__device__ inline long long elapsed_ns() {{
-  long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
-}}
 {kernels}
 static void report(const char* name, long long* clocks, int sms, int khz, float* base, float* mine, size_t per) {{
   if (cudaDeviceSynchronize() != cudaSuccess) {{ printf("%s error\\n", name); exit(1); }}

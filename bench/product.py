@@ -67,10 +67,10 @@ run_{mode}(const uint16_t* w, float* sums, long long* clocks) {{
     sl.assign = true;
     sl.w[0] = mk::gpu::StreamWeight{{slab, {k}, {rows}, sums + blockIdx.x * {rows}}};
     __syncthreads();
-    const long long t0 = elapsed_ns();
+    const long long t0 = mk::gpu::mark_clock();  // ns: cycles run slow under load
     mk::gpu::stream_rows<1, {rg}, {s}, true, {shared}>(sl, xs, {k}, {k}, 0, begin, end);
     __syncthreads();
-    const long long t1 = elapsed_ns();
+    const long long t1 = mk::gpu::mark_clock();
     if (threadIdx.x == 0) clocks[blockIdx.x * {REPS} + rep] = t1 - t0;
   }}
 }}
@@ -98,13 +98,6 @@ def program_source(rows: int, k: int, rg: int, s: int) -> str:
 #include <cstdlib>
 #include <vector>
 #include "mk/cuda_stream.cuh"
-// Wall time on the SM (ns): clock64 counts cycles at the SM's clock under load, below the
-// nominal rate the report would divide by.
-__device__ inline long long elapsed_ns() {{
-  long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
-}}
 {kernels}
 static void report(const char* mode, long long* clocks, int ctas, int khz) {{
   if (cudaDeviceSynchronize() != cudaSuccess) {{ printf("%s error\\n", mode); exit(1); }}

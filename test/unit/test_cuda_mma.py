@@ -45,6 +45,16 @@ def _ptx_of(text: str, tmp_path: Path) -> str:
     return ptx.read_text()
 
 
+def _switch_ptx(
+    text: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, switch: str, value: str, define: str
+) -> str:
+    """The PTX of `text` built with `switch`=`value`, whose #define shows exactly when it is 1."""
+    monkeypatch.setenv(switch, value)
+    source = cuda_source(text, tmp_path / value)
+    assert (f"#define {define} 1" in source) == (value == "1")
+    return _ptx_of(source, tmp_path / value)
+
+
 @pytest.mark.parametrize(
     ("rows", "k", "cores"), [(1, 1024, False), (2, 1024, True), (16, 512, True), (5, 776, False)]
 )
@@ -107,10 +117,7 @@ def test_tensor_core_weights_through_the_l1_are_opt_in(
     text = linear_program(8, 256, 1024, norm=True)
     loads: dict[str, tuple[int, int]] = {}
     for l1 in ("0", "1"):
-        monkeypatch.setenv("MK_CUDA_MMA_L1", l1)
-        source = cuda_source(text, tmp_path / l1)
-        assert ("#define MK_MMA_L1 1" in source) == (l1 == "1")
-        ptx = _ptx_of(source, tmp_path / l1)
+        ptx = _switch_ptx(text, tmp_path, monkeypatch, "MK_CUDA_MMA_L1", l1, "MK_MMA_L1")
         loads[l1] = (
             ptx.count("ld.global.nc.L1::no_allocate.L2::256B.v4.u32"),
             ptx.count("ld.global.nc.L2::256B.v4.u32"),
@@ -306,10 +313,7 @@ def test_tensor_core_weights_as_whole_lines_are_opt_in(
     text = linear_program(8, 256, 1024, norm=True)
     counts: dict[str, tuple[int, int]] = {}
     for lines in ("0", "1"):
-        monkeypatch.setenv("MK_CUDA_MMA_LINES", lines)
-        source = cuda_source(text, tmp_path / lines)
-        assert ("#define MK_MMA_LINES 1" in source) == (lines == "1")
-        ptx = _ptx_of(source, tmp_path / lines)
+        ptx = _switch_ptx(text, tmp_path, monkeypatch, "MK_CUDA_MMA_LINES", lines, "MK_MMA_LINES")
         counts[lines] = (
             ptx.count("ld.global.nc.L1::no_allocate.L2::256B.v4.u32"),
             len(re.findall(r"shfl\.sync\.idx\.b32", ptx)),
