@@ -186,6 +186,8 @@ def defines(profile: bool, warm: bool) -> str:
         lines.append("#define MK_MMA_LINES 1")
     if flag("MK_CUDA_ATTN_PIPE"):
         lines.append("#define MK_ATTN_PIPE 1")
+    if (keys := count("MK_CUDA_ATTN_KEYS", 4, 1, 16, "keys")) != 4:
+        lines.append(f"#define MK_ATTN_KEYS {keys}")
     if plain_launch():
         lines.append("#define MK_PLAIN_LAUNCH 1")
     return "".join(line + "\n" for line in lines)

@@ -217,17 +217,19 @@ SHAPES = [
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize("pipe", ["0", "1"], ids=["rounds", "pipelined"])
+@pytest.mark.parametrize(("pipe", "keys"), [("0", ""), ("1", ""), ("0", "8"), ("1", "8")])
 def test_pipelined_key_loop_is_a_build_option(
-    pipe: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pipe: str, keys: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MK_CUDA_ATTN_PIPE=1 defines MK_ATTN_PIPE; a batch-8 decode attention of 512 keys a task
-    (qwen3-0.6b's heads) builds without spills either way."""
+    """MK_CUDA_ATTN_PIPE=1 defines MK_ATTN_PIPE and MK_CUDA_ATTN_KEYS=8 MK_ATTN_KEYS; a batch-8
+    decode attention of 512 keys a task (qwen3-0.6b's heads) builds without spills each way."""
     monkeypatch.setenv("MK_CUDA_ATTN_PIPE", pipe)
+    monkeypatch.setenv("MK_CUDA_ATTN_KEYS", keys)
     text = _attention(8, 16, 8, 1024, 128)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=2)
     src = prog.cuda_source  # type: ignore[attr-defined]
     assert ("#define MK_ATTN_PIPE 1" in src) == (pipe == "1")
+    assert ("#define MK_ATTN_KEYS 8" in src) == (keys == "8")
     assert "mk::gpu::stream_attention<2, 128>(" in src
     used = prog.cuda_resources  # type: ignore[attr-defined]
     assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
@@ -237,18 +239,22 @@ def test_pipelined_key_loop_is_a_build_option(
 @pytest.mark.parametrize(
     ("dims", "extra"), SHAPES, ids=lambda s: "x".join(map(str, s)) if isinstance(s, tuple) else ""
 )
-@pytest.mark.parametrize("pipe", ["0", "1"], ids=["rounds", "pipelined"])
+@pytest.mark.parametrize(
+    ("pipe", "keys"), [("0", ""), ("1", ""), ("1", "8")], ids=["rounds", "pipelined", "8-keys"]
+)
 def test_streamed_attention_matches_the_reference(
     dims: tuple[int, ...],
     extra: dict[str, object],
     pipe: str,
+    keys: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Both key loops: a round's loads then its keys, and (MK_CUDA_ATTN_PIPE=1) the next
-    round's loads in flight while this round's keys are used; kv_splits=3 gives tasks of
-    several rounds."""
+    round's loads in flight while this round's keys are used, with 4 or 8 keys a round;
+    kv_splits=3 gives tasks of several rounds."""
     monkeypatch.setenv("MK_CUDA_ATTN_PIPE", pipe)
+    monkeypatch.setenv("MK_CUDA_ATTN_KEYS", keys)
     text = _attention(*dims, **extra)  # type: ignore[arg-type]
     assert any(_plans(text).values())
     for splits in (0, 3):

@@ -170,6 +170,7 @@ SWITCHES = [
     {"MK_CUDA_LOAD_GROUPS": "0"},
     {"MK_CUDA_LAUNCH": "plain"},
     {"MK_CUDA_ATTN_PIPE": "1"},
+    {"MK_CUDA_ATTN_KEYS": "8"},
 ]
 
 
@@ -190,7 +191,7 @@ SWITCH_BUILDS = [
                        "MK_CUDA_POLL_PIPE": "1", "MK_CUDA_LOAD_GROUPS": "0"}),
     ("decoder_block", {"MK_CUDA_PREFETCH": str(128 << 10), "MK_CUDA_LEAN": "0",
                        "MK_CUDA_FUSE_LOOPS": "0", "MK_CUDA_LAUNCH": "plain",
-                       "MK_CUDA_ATTN_PIPE": "1"}),
+                       "MK_CUDA_ATTN_PIPE": "1", "MK_CUDA_ATTN_KEYS": "8"}),
     ("decoder_block", {"MK_CUDA_STAGE": "1", "MK_CUDA_SIGNAL": "release",
                        "MK_CUDA_POLL_SLEEP": "0", "MK_CUDA_FLAG_POLL": "all"}),
     ("gated_mlp", {"MK_CUDA_MMA_PIPE": "1", "MK_CUDA_MMA_SLICES": "rounds",

@@ -240,7 +240,14 @@ template <int R, int D, class Score>
 __device__ void stream_attention(const StreamAttention& a, Score score) {
   static_assert(R >= 1 && R <= kAttentionMaxRows, "stream_attention takes 1..8 query rows");
   static_assert(D % 8 == 0 && D / 8 <= 32 && 32 % (D / 8) == 0, "head dim: 8, 16, ..., 256");
+  // U keys' loads in flight per slot: MK_ATTN_KEYS (MK_CUDA_ATTN_KEYS) sets them for up to 4
+  // rows; with 16 slots of 16 lanes a round of 4 keys is 32 KB a CTA, half of what an SM needs
+  // in flight to stream at its share of HBM.
+#if defined(MK_ATTN_KEYS)
+  constexpr int L = D / 8, U = R <= 4 ? MK_ATTN_KEYS : 2;
+#else
   constexpr int L = D / 8, U = R <= 4 ? 4 : 2;
+#endif
   float o[R][8], m[R], l[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
