@@ -184,6 +184,8 @@ def defines(profile: bool, warm: bool) -> str:
         lines.append("#define MK_MMA_L1 1")
     if flag("MK_CUDA_MMA_LINES"):
         lines.append("#define MK_MMA_LINES 1")
+    if flag("MK_CUDA_ROWS_DOT_PIPE"):
+        lines.append("#define MK_ROWS_DOT_PIPE 1")
     if flag("MK_CUDA_ATTN_PIPE"):
         lines.append("#define MK_ATTN_PIPE 1")
     if (keys := count("MK_CUDA_ATTN_KEYS", 4, 1, 16, "keys")) != 4:

@@ -171,6 +171,7 @@ SWITCHES = [
     {"MK_CUDA_LAUNCH": "plain"},
     {"MK_CUDA_ATTN_PIPE": "1"},
     {"MK_CUDA_ATTN_KEYS": "8"},
+    {"MK_CUDA_ROWS_DOT_PIPE": "1"},
 ]
 
 
@@ -195,7 +196,7 @@ SWITCH_BUILDS = [
     ("decoder_block", {"MK_CUDA_STAGE": "1", "MK_CUDA_SIGNAL": "release",
                        "MK_CUDA_POLL_SLEEP": "0", "MK_CUDA_FLAG_POLL": "all"}),
     ("gated_mlp", {"MK_CUDA_MMA_PIPE": "1", "MK_CUDA_MMA_SLICES": "rounds",
-                   "MK_CUDA_MMA_LINES": "1"}),
+                   "MK_CUDA_MMA_LINES": "1", "MK_CUDA_ROWS_DOT_PIPE": "1"}),
     ("gated_mlp", {"MK_CUDA_MMA_RING": "4", "MK_CUDA_MMA_L1": "1", "MK_CUDA_MMA_SLICES": "balance"}),
 ]  # fmt: skip
 

@@ -284,16 +284,19 @@ MMA_RUNS = [(8, 24), (8, 64), (2, 96), (16, 128), (1, 24)]
 
 
 @pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("pipe", ["0", "1"])
 @pytest.mark.parametrize(("batch", "cols"), MMA_RUNS)
 def test_rows_dot_on_tensor_cores_builds_without_spills(
-    batch: int, cols: int, cache: Path, monkeypatch: pytest.MonkeyPatch
+    batch: int, cols: int, pipe: str, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """MK_CUDA_ROWS_DOT=mma: 2..16 activation rows take rows_dot_mma, one row stays on lanes;
-    with mma-all one row takes rows_dot_mma too."""
+    with mma-all one row takes rows_dot_mma too; MK_CUDA_ROWS_DOT_PIPE=1 pipelines its batches."""
+    monkeypatch.setenv("MK_CUDA_ROWS_DOT_PIPE", pipe)
     monkeypatch.setenv("MK_CUDA_ROWS_DOT", "mma-all" if batch == 1 else "mma")
     text = residual_mlp(batch, cols * 16)
     prog = mk.compile(text, target="cuda", cache_dir=cache, accumulate_columns=0, tile_n=cols)
     src = prog.cuda_source  # type: ignore[attr-defined]
+    assert ("#define MK_ROWS_DOT_PIPE 1" in src) == (pipe == "1")
     name = "mma"
     if batch == 1:
         monkeypatch.setenv("MK_CUDA_ROWS_DOT", "mma")
@@ -305,10 +308,13 @@ def test_rows_dot_on_tensor_cores_builds_without_spills(
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("batch", "cols"), MMA_RUNS)
+@pytest.mark.parametrize("pipe", ["0", "1"])
+@pytest.mark.parametrize(("batch", "cols"), [*MMA_RUNS, (8, 112)])
 def test_rows_dot_on_tensor_cores_matches_the_reference_on_the_gpu(
-    batch: int, cols: int, cache: Path, monkeypatch: pytest.MonkeyPatch
+    batch: int, cols: int, pipe: str, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Also 112 columns at batch 8 (the 8B-shaped MLP fused: 16 batches of tiles a warp)."""
+    monkeypatch.setenv("MK_CUDA_ROWS_DOT_PIPE", pipe)
     monkeypatch.setenv("MK_CUDA_ROWS_DOT", "mma-all")
     _check_runs(batch, cols, "cuda", cache)
 
