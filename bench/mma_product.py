@@ -4,10 +4,10 @@ warp's cp.async ring of D stages (mma_rows_ring).
 
 A standalone CUDA program around the real header (no megakernel, no events): one CTA of 256
 threads per SM, every SM at once, each repetition reading another slab (the buffer is larger
-than the L2). Prints the median µs per task over the SMs and repetitions after the first (the global
-timer's wall time: before 2026-12-02 these were cycles over the nominal clock, which overstate
-the speed when the SMs run slower under load), the
+than the L2). Prints the median µs per task over the SMs and repetitions after the first, the
 bytes per µs of one SM, and the largest difference of the sums from the register variant's.
+Times are the global timer's (ns); before 2026-12-02 they were cycles over the nominal clock,
+which overstate the speed when the SMs run slower under load.
 
     python bench/mma_product.py [--m 8] [--rows 224] [--k 4096] [--rings 2,3,4]
 """
@@ -67,7 +67,7 @@ def smem_bytes(m: int, k: int, rings: list[int]) -> int:
 
 def program_source(m: int, rows: int, k: int, rings: list[int]) -> str:
     """The kernels (registers, then one per ring depth) and a main that runs each on every SM
-    and prints `name median_clocks khz max_diff max_sum`."""
+    and prints `name median_ns max_diff max_sum`."""
     variants = [("regs", 0)] + [(f"ring{d}", d) for d in rings]
     kernels = "".join(kernel_source(n, m, rows, k, d) for n, d in variants)
     smem = smem_bytes(m, k, rings)
@@ -79,7 +79,7 @@ def program_source(m: int, rows: int, k: int, rings: list[int]) -> str:
     cudaMemset(scratch, launch, kScratch);  // evicts the L2: the slabs come from HBM
     run_{n}<<<sms, {THREADS}, {smem}>>>(w, sums, check + {i} * per, clocks);
   }}
-  report("{n}", clocks, sms, khz, check, check + {i} * per, per);"""
+  report("{n}", clocks, sms, check, check + {i} * per, per);"""
         for i, (n, _) in enumerate(variants)
     )
     return f"""#include <algorithm>
@@ -89,7 +89,7 @@ def program_source(m: int, rows: int, k: int, rings: list[int]) -> str:
 #include <vector>
 #include "mk/cuda_stream.cuh"
 {kernels}
-static void report(const char* name, long long* clocks, int sms, int khz, float* base, float* mine, size_t per) {{
+static void report(const char* name, long long* clocks, int sms, float* base, float* mine, size_t per) {{
   if (cudaDeviceSynchronize() != cudaSuccess) {{ printf("%s error\\n", name); exit(1); }}
   std::vector<long long> h(static_cast<size_t>(sms) * {REPS});
   cudaMemcpy(h.data(), clocks, h.size() * sizeof(long long), cudaMemcpyDeviceToHost);
@@ -105,14 +105,12 @@ static void report(const char* name, long long* clocks, int sms, int khz, float*
     diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
     scale = std::max(scale, static_cast<double>(std::fabs(a[i])));
   }}
-  printf("%s %lld %d %.3g %.3g\\n", name, later[later.size() / 2], khz, diff, scale);
+  printf("%s %lld %.3g %.3g\\n", name, later[later.size() / 2], diff, scale);
 }}
 
 int main() {{
-  int sms = 0, khz = 0;
+  int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  // Global-timer nanoseconds: 10^6 ticks a millisecond, so the report's clocks / khz is ms.
-  khz = 1000000;
   uint16_t* w; float* sums; float* check; long long* clocks;
   cudaMalloc(&w, {slabs} * sizeof(uint16_t));
   // Not zero, and not one value: a pattern of bf16 values in [-1, 1).
@@ -168,8 +166,8 @@ def main() -> None:
         )  # fmt: skip
         out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
     for line in out.splitlines():
-        name, clocks, khz, diff, scale = line.split()
-        us = float(clocks) / float(khz) * 1e3
+        name, ns, diff, scale = line.split()
+        us = float(ns) / 1e3
         print(
             f"| {name} | {us:.2f} | {kb * 1.024 / us:.1f} | {float(diff):.2e} / {float(scale):.2e} |"
         )

@@ -471,10 +471,10 @@ class DeviceGraphDefEmitter(StreamLinearEmitter):
         bf16 = "true" if w.dtype == "mk::DTYPE_BF16" else "false"
         d = self.var(plan.matmul.res)
         how = switches.rows_dot()
-        least = 1 if how == "mma-all" else 2
-        if how.startswith("mma"):
+        if how in ("mma", "mma-all"):
             # One row (unless mma-all), or more columns than one mma tile's registers: lanes.
-            how = "mma" if least <= m <= 16 and kc % 8 == 0 and kc <= 128 else "lanes"
+            fits = (1 if how == "mma-all" else 2) <= m <= 16 and kc % 8 == 0 and kc <= 128
+            how = "mma" if fits else "lanes"
         name = {"threads": "rows_dot_threads", "mma": "rows_dot_mma"}.get(how, "rows_dot_lanes")
         packed = ", true" if how == "packed" else ""
         self.lines.append(f"{d}.resize({m * n});")
