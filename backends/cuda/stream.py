@@ -111,18 +111,19 @@ class StreamPlan:
         return least <= self.rows <= MAX_ROWS and k % 32 == 0 and self._float_chunk(k) % 32 == 0
 
     def ring_stages(self, k: int) -> int:
-        """Stages of each warp's cp.async ring on tensor cores (mk::gpu::mma_rows_ring, the
-        stream_linear's Ring), 0 for none: MK_CUDA_MMA_RING (0, 2..4; off by default). A
-        warp-wide load straight into mma fragments reads 64 bytes of each of eight rows; the
-        ring copies whole 512-byte row segments. On the H200 (bench/RESULTS.md): 30.5 GB/s per
-        SM from registers, 34.6 with 3 stages, 36.3 with 4 (bench/mma_product.py, batch 8);
-        the gated MLP at batch 8 0.1545 -> 0.1364 ms with 3, but RMSNorm+Linear at batch 8 and
-        whole models at batch 8 slower: each unit of a warp restarts the ring, and the larger
-        shared-memory front leaves the L1 less room."""
+        """Stages of each warp's cp.async ring on tensor cores (mk::gpu::mma_ring_units, the
+        stream_linear's Ring), 0 for none: switches.mma_ring on the weight bytes a warp
+        streams. A warp-wide load straight into mma fragments reads 64 bytes of each of eight
+        rows and waits for a whole round of them; the ring copies whole 512-byte row segments
+        and refills a stage as soon as one is used. On the H200 (bench/RESULTS.md): 21 GB/s per
+        SM from registers, 31 with 2 stages on a 32-row task (bench/mma_product.py, batch 8);
+        the gated MLP at batch 8 0.1465 -> 0.1293 ms with 2; whole models at batch 8, whose
+        linears stream 4-12 KB a warp, slower with a ring on every task (1.92 -> 2.08 ms/token)
+        and with one on the lm_head alone (1.92 -> 1.97)."""
         if not self.ring_ok or not self.tensor_cores(k) or self.mma_groups() != 1:
             return 0
-        stages = switches.count("MK_CUDA_MMA_RING", 0, 0, 4, "stages")
-        return 0 if stages == 1 else stages
+        total = sum(w.tile_shape()[0] for w, _ in self.products)
+        return switches.mma_ring(2 * total * k // WARPS, k)
 
     def mma_steps(self) -> int:
         """32-column steps whose loads a lane of a tensor-core warp issues before its first mma
@@ -141,20 +142,30 @@ class StreamPlan:
 
     def chunk(self, k: int) -> int:
         """Columns staged per chunk: all of the task's K when the shared memory holds it (as
-        floats, or packed beside the mma ring)."""
+        floats, or packed beside the mma ring: two packed buffers where the activation may be
+        copied raw, mk::gpu::mma_raw_chunks)."""
         stages = self.ring_stages(k)
         if stages:
-            return min(k, (self.x_bytes - ring_bytes(stages)) // 2 // self.rows // 256 * 256)
+            room = (self.x_bytes - ring_bytes(stages)) // self._packed_buffers()
+            return min(k, room // 2 // self.rows // 256 * 256)
         return self._float_chunk(k)
 
     def _float_chunk(self, k: int) -> int:
         return min(k, self.x_bytes // 4 // self.rows // 256 * 256)
 
+    def _packed_buffers(self) -> int:
+        """Packed activation buffers the tensor cores' loop may use: two where nothing is
+        computed on the activation on its way in (no norm, no Σx², not merged), so its chunks
+        may be bulk-copied raw; one where they are staged by the threads."""
+        raw = not isinstance(self.x, MergedX) and self.g is None and self.sum_sq is None
+        return 2 if raw else 1
+
     def smem_bytes(self, k: int) -> int:
         """Dynamic shared memory the streamed loop takes: the chunk, and the ring behind it."""
         stages = self.ring_stages(k)
         if stages:
-            return -(-self.rows * self.chunk(k) * 2 // 128) * 128 + ring_bytes(stages)
+            packed = self._packed_buffers() * self.rows * self.chunk(k) * 2
+            return -(-packed // 128) * 128 + ring_bytes(stages)
         return 4 * self.rows * self.chunk(k)
 
 

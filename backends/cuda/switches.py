@@ -56,6 +56,32 @@ def prefetch_at_wait() -> bool:
     return choice("MK_CUDA_PREFETCH_AT", ("ahead", "wait")) == "wait"
 
 
+# Where a tensor-core task streams through the cp.async ring by default (MK_CUDA_MMA_RING=auto):
+# its warps stream at least RING_AUTO_BYTES each, in rows of at least RING_AUTO_COLUMNS. On the
+# H200 (bench/RESULTS.md, 2026-12-03) the gated MLP's batch-8 tasks (112 and 229 KB a warp, rows
+# of 14,336 and 4,096) gained 12 %; RMSNorm+Linear B8 4096x12288 (96 KB) lost 3 %, the batch-8
+# lm_heads of qwen3-0.6b and llama-3.2-1b (304 and 513 KB, rows of 1,024 and 2,048) 2.5 % of
+# the whole step, and the models' other linears (4-12 KB) more.
+RING_AUTO_STAGES = 2
+RING_AUTO_BYTES = 112 << 10
+RING_AUTO_COLUMNS = 4096
+
+
+def mma_ring(warp_bytes: int, columns: int) -> int:
+    """MK_CUDA_MMA_RING: stages of each warp's cp.async ring for a tensor-core task whose warps
+    stream `warp_bytes` of weights each in rows of `columns`; 0 for none. `auto` (default):
+    RING_AUTO_STAGES where a warp streams at least MK_CUDA_MMA_RING_KB KiB (RING_AUTO_BYTES
+    unless set) in rows of at least RING_AUTO_COLUMNS, else none; 0 or 1: never; 2..4: those
+    stages for every such task."""
+    text = os.environ.get("MK_CUDA_MMA_RING", "") or "auto"
+    if text == "auto":
+        least = count("MK_CUDA_MMA_RING_KB", RING_AUTO_BYTES >> 10, 0, 1 << 20, "KiB") << 10
+        long_rows = columns >= RING_AUTO_COLUMNS
+        return RING_AUTO_STAGES if warp_bytes >= least and long_rows else 0
+    stages = count("MK_CUDA_MMA_RING", 0, 0, 4, "stages")
+    return 0 if stages == 1 else stages
+
+
 def rows_dot() -> str:
     """MK_CUDA_ROWS_DOT: how an accumulating output's product streams its weight columns
     (mk/cuda_rows_add.cuh). `mma` (default): 2..16 activation rows of up to 128 columns on

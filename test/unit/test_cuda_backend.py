@@ -189,10 +189,11 @@ def switch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> d
 SWITCH_BUILDS = [
     ("decoder_block", {"MK_CUDA_PREFETCH_AT": "wait",
                        "MK_CUDA_WEIGHT_L2": "evict_first", "MK_CUDA_WAIT_BATCH": "1",
-                       "MK_CUDA_POLL_PIPE": "1", "MK_CUDA_LOAD_GROUPS": "0"}),
+                       "MK_CUDA_POLL_PIPE": "1", "MK_CUDA_LOAD_GROUPS": "0",
+                       "MK_CUDA_ATTN_KEYS": "8"}),
     ("decoder_block", {"MK_CUDA_PREFETCH": str(128 << 10), "MK_CUDA_LEAN": "0",
                        "MK_CUDA_FUSE_LOOPS": "0", "MK_CUDA_LAUNCH": "plain",
-                       "MK_CUDA_ATTN_PIPE": "1", "MK_CUDA_ATTN_KEYS": "8"}),
+                       "MK_CUDA_ATTN_PIPE": "1"}),
     ("decoder_block", {"MK_CUDA_STAGE": "1", "MK_CUDA_SIGNAL": "release",
                        "MK_CUDA_POLL_SLEEP": "0", "MK_CUDA_FLAG_POLL": "all"}),
     ("gated_mlp", {"MK_CUDA_MMA_PIPE": "1", "MK_CUDA_MMA_SLICES": "rounds",

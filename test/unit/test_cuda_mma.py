@@ -128,30 +128,58 @@ def test_tensor_core_weights_through_the_l1_are_opt_in(
 
 
 @pytest.mark.parametrize(
-    ("rows", "k", "env", "stages", "chunk"),
+    ("rows", "n", "k", "norm", "env", "stages", "chunk"),
     [
-        (8, 4096, "3", 3, 4096),  # the packed chunk (64 KB) and the ring (96 KB)
-        (16, 14336, "3", 3, 2048),
-        (8, 4096, "4", 4, 2048),
-        (8, 4096, "", 0, 4096),  # off by default: floats, 160 KB / (8 rows x 4 bytes) >= K
-        (8, 4096, "0", 0, 4096),
-        (1, 1024, "3", 0, 1024),  # CUDA cores: no ring
+        (8, 64, 4096, True, "3", 3, 4096),  # the packed chunk (64 KB) and the ring (96 KB)
+        (16, 64, 14336, True, "3", 3, 2048),
+        (8, 64, 4096, True, "4", 4, 2048),
+        # auto (the default): a ring of 2 from 112 KB a warp in rows of 4,096 or more
+        (8, 64, 4096, True, "", 0, 4096),
+        (8, 128, 4096, True, "", 2, 4096),
+        (8, 128, 4096, True, "auto", 2, 4096),
+        (8, 512, 1024, True, "", 0, 1024),  # 128 KB a warp, but rows of 1,024 columns
+        (8, 64, 4096, True, "0", 0, 4096),
+        (1, 64, 1024, True, "3", 0, 1024),  # CUDA cores: no ring
+        # a raw activation may take two packed buffers (mma_raw_chunks): half the chunk each
+        (8, 128, 14336, False, "3", 3, 2048),
+        (8, 128, 14336, False, "", 2, 3072),
     ],
 )
 def test_tensor_cores_stream_through_the_ring(
-    rows: int, k: int, env: str, stages: int, chunk: int, monkeypatch: pytest.MonkeyPatch
+    rows: int,
+    n: int,
+    k: int,
+    norm: bool,
+    env: str,
+    stages: int,
+    chunk: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from mk.backends.cuda.stream import SMEM_BYTES, ring_bytes
 
     monkeypatch.setenv("MK_CUDA_MMA_RING", env)
-    kernels = graph_defs(linear_program(rows, 64, k, norm=True), tile_n=0)
+    kernels = graph_defs(linear_program(rows, n, k, norm=norm), tile_n=n)
     (plan,) = [p for p in map(plan_stream, kernels.values()) if p is not None]
     assert plan.ring_stages(k) == stages and plan.chunk(k) == chunk
     ring = ring_bytes(stages) if stages else 0
-    assert plan.smem_bytes(k) == (2 * rows * chunk + ring if stages else 4 * rows * chunk)
+    buffers = 1 if norm else 2
+    assert plan.smem_bytes(k) == (buffers * 2 * rows * chunk + ring if stages else 4 * rows * chunk)
     assert plan.smem_bytes(k) <= SMEM_BYTES
     staged = dataclasses.replace(plan, ring_ok=False)  # weights staged ahead: no ring
     assert staged.ring_stages(k) == 0
+
+
+def test_the_auto_ring_threshold_is_a_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MK_CUDA_MMA_RING_KB moves auto's threshold; it is checked like the other counts."""
+    kernels = graph_defs(linear_program(8, 128, 4096, norm=True), tile_n=128)
+    (plan,) = [p for p in map(plan_stream, kernels.values()) if p is not None]
+    monkeypatch.setenv("MK_CUDA_MMA_RING_KB", "129")  # the task's warps stream 128 KB each
+    assert plan.ring_stages(4096) == 0
+    monkeypatch.setenv("MK_CUDA_MMA_RING_KB", "128")
+    assert plan.ring_stages(4096) == 2
+    monkeypatch.setenv("MK_CUDA_MMA_RING_KB", "lots")
+    with pytest.raises(MkError, match="MK_CUDA_MMA_RING_KB must be a number of KiB"):
+        plan.ring_stages(4096)
 
 
 def test_the_ring_depth_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -197,19 +225,32 @@ def test_one_row_on_tensor_cores_matches_the_reference(
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("rows", "ring"), [(2, "3"), (8, "3"), (8, "4"), (16, "2")])
+@pytest.mark.parametrize(
+    ("rows", "ring", "norm"),
+    [
+        (2, "3", True),
+        (8, "3", True),
+        (8, "4", True),
+        (16, "2", True),
+        (8, "2", False),
+        (4, "3", False),
+    ],
+)
 def test_the_ring_matches_the_reference(
-    rows: int, ring: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    rows: int, ring: str, norm: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On the GPU, MK_CUDA_MMA_RING: ragged last units (4608 columns over the warps) included."""
+    """On the GPU, MK_CUDA_MMA_RING: ragged last units (4608 columns over the warps) included,
+    and a raw activation's bulk-copied chunks (no norm: mma_raw_chunks) beside the ring, two
+    chunks of 6,144 columns, so that each warp's ring runs once per chunk."""
     monkeypatch.setenv("MK_CUDA_MMA_RING", ring)
-    text = linear_program(rows, 4608, 1024, True)
+    k = 1024 if norm else 6144
+    text = linear_program(rows, 4608, k, norm)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     assert re.search(
         rf"stream_linear<{rows}, \d+, \d+, \d+, true, false, 1, {ring}>",
         prog.cuda_source,
     )  # type: ignore[attr-defined]
-    agrees_with_the_reference(prog, text, (rows, ring))
+    agrees_with_the_reference(prog, text, (rows, ring, norm))
 
 
 def _rounds(blocks: int, warps: int, steps: int, u: int, slices: int) -> int:

@@ -122,18 +122,29 @@ constexpr bool kAttnPipe = true;
 constexpr bool kAttnPipe = false;
 #endif
 
-// One key's scores (already reduced over the group) into the group's online-softmax state.
-template <int R>
-__device__ inline void attend(float (&o)[R][8], float (&m)[R], float (&l)[R], const float (&s)[R],
-                              const float (&v)[8]) {
+// A round of U keys' scores (reduced over the group; -inf for a key past the end) into the
+// group's online-softmax state at once: one new max, one rescale of o and l and one exp per key
+// and row. Key by key, the softmax was a chain of dependent exps and rescales per key, and the
+// batch-8 attention ran at the latency of that chain (bench/RESULTS.md, 2026-12-03). The
+// weights go into p (U·R values); the caller adds each key's V row times them.
+template <int R, int U>
+__device__ inline void softmax_round(float (&o)[R][8], float (&m)[R], float (&l)[R],
+                                     float (&p)[U][R]) {
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    const float mn = nan_max(m[r], s[r]);
-    const float shift = softmax_shift(mn);
-    const float alpha = __expf(m[r] - shift), p = __expf(s[r] - shift);
-    l[r] = l[r] * alpha + p;
+    float mn = m[r];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) o[r][i] = fmaf(p, v[i], o[r][i] * alpha);
+    for (int u = 0; u < U; ++u) mn = nan_max(mn, p[u][r]);
+    const float shift = softmax_shift(mn), alpha = __expf(m[r] - shift);
+    float sum = 0.0f;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      p[u][r] = __expf(p[u][r] - shift);
+      sum += p[u][r];
+    }
+    l[r] = l[r] * alpha + sum;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[r][i] *= alpha;
     m[r] = mn;
   }
 }
@@ -173,14 +184,16 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, float (&o
       }
     }
   };
+  // A round's dot products first, then all of their group reductions (independent shuffles
+  // that overlap), one softmax update for the round, and the V rows times their weights.
   auto use_round = [&](int j0, const uint4 (&kr)[U], const uint4 (&vr)[U]) {
+    float s[U][R];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int j = j0 + u * slots;
-      float kf[8], s[R];
+      float kf[8];
       unpack8(kf, kr[u], bf16);
-      const bool fresh = j < a.keys && a.key0 + j == a.new_key;
-      if (fresh && a.k_new != nullptr) {
+      if (a.k_new != nullptr && j < a.keys && a.key0 + j == a.new_key) {
 #pragma unroll
         for (int i = 0; i < 8; ++i) kf[i] = kn[i];
       }
@@ -189,20 +202,37 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, float (&o
         float acc = 0.0f;
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc = fmaf(q[r][i], kf[i], acc);
-#pragma unroll
-        for (int off = L / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-        s[r] = acc;
+        s[u][r] = acc;
       }
-      if (j < a.keys) {
+    }
 #pragma unroll
-        for (int r = 0; r < R; ++r) s[r] = score(s[r], a.key0 + j);
-        float vf[8];
-        unpack8(vf, vr[u], bf16);
-        if (fresh && a.v_new != nullptr) {
+    for (int off = L / 2; off > 0; off >>= 1) {
 #pragma unroll
-          for (int i = 0; i < 8; ++i) vf[i] = vn[i];
-        }
-        attend<R>(o, m, l, s, vf);
+      for (int u = 0; u < U; ++u) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) s[u][r] += __shfl_xor_sync(0xffffffffu, s[u][r], off);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = j0 + u * slots;
+#pragma unroll
+      for (int r = 0; r < R; ++r) s[u][r] = j < a.keys ? score(s[u][r], a.key0 + j) : -INFINITY;
+    }
+    softmax_round<R, U>(o, m, l, s);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = j0 + u * slots;
+      float vf[8];
+      unpack8(vf, vr[u], bf16);
+      if (a.v_new != nullptr && j < a.keys && a.key0 + j == a.new_key) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) vf[i] = vn[i];
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) o[r][i] = fmaf(s[u][r], vf[i], o[r][i]);
       }
     }
   };

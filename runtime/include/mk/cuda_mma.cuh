@@ -258,79 +258,126 @@ constexpr int ring_bytes(int stages) { return 8 * stages * kRingStageBytes; }  /
 // each) fall in different banks.
 __device__ inline int ring_col(int row, int col) { return col ^ ((row & 1) << 5); }
 
-// One warp: columns [kb, kb + 256) (none at or past k1) of its eight rows into a stage; a
-// missing row or column is zero-filled. wp[0] is never null (a unit starts at a row).
-__device__ inline void ring_fill(uint16_t* stage, const uint16_t* const (&wp)[8], int kb, int k1,
-                                 int lane) {
+// One warp: columns [kb, kb + 256) (none at or past k1) of its eight rows into a stage; lane i
+// < 8 holds row i's pointer (`mine`, null for a missing row), so the warp keeps one pointer a
+// lane instead of eight. A missing row or column is zero-filled. Row 0 is never missing (a unit
+// starts at a row).
+__device__ inline void ring_fill(uint16_t* stage, const uint16_t* mine, int kb, int k1, int lane) {
   const int col = kb + 8 * lane;
+  const auto bits = reinterpret_cast<uintptr_t>(mine);
+  const uint16_t* first = nullptr;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const bool in = wp[i] != nullptr && col < k1;
-    const uint16_t* src = in ? wp[i] + col : wp[0];  // not read: any address of the weight
+    const auto row = reinterpret_cast<const uint16_t*>(
+        static_cast<uintptr_t>(__shfl_sync(0xffffffffu, static_cast<unsigned long long>(bits), i)));
+    if (i == 0) first = row;
+    const bool in = row != nullptr && col < k1;
+    const uint16_t* src = in ? row + col : first;  // not read: any address of the weight
     cp_async16(smem_address(stage + i * kRingCols + ring_col(i, 8 * lane)), src, in);
   }
 }
 
-// One warp on tensor cores over rows [r0, r0 + 8) and columns [k0, k1) of the chunk, the
-// weights through its D-stage ring (D - 1 stages in flight); the same sums as mma_rows.
-template <int M, int D, bool BF16>
-__device__ void mma_rows_ring(const StreamLinear& s, const uint16_t* xs, int stride, int64_t c,
-                              int r0, int rows, int k0, int k1, uint16_t* ring) {
-  static_assert(D >= 2, "a ring has at least two stages");
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+// Columns [k0, k1) of the column slice that mma_chunk's unit takes (mma_slices cut `steps`
+// 32-column steps into `slices`; slice unit / blocks).
+__device__ inline void mma_unit_columns(int unit, int blocks, int slices, int steps, int& k0,
+                                        int& k1) {
+  const int sl = unit / blocks;
+  k0 = steps * sl / slices * 32;
+  k1 = (sl + 1 == slices ? steps : steps * (sl + 1) / slices) * 32;
+}
+
+// Row r0 + (lane % 8) of unit `unit` (rows [r0, r0 + 8), r0 = 8·(unit % blocks)) at chunk
+// column c; null past the last row.
+__device__ inline const uint16_t* mma_unit_row(const StreamLinear& s, int unit, int blocks,
+                                               int rows, int64_t c, int lane) {
   float* unused;
   int32_t unused_rows;
-  const uint16_t* wp[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int row = r0 + i;
-    wp[i] = row < rows ? weight_row(s, row, c, &unused, &unused_rows) : nullptr;
-  }
-  constexpr int A = kMmaAccumulators<1>;
-  float d[A][1][4];
-#pragma unroll
-  for (int a = 0; a < A; ++a) d[a][0][0] = d[a][0][1] = d[a][0][2] = d[a][0][3] = 0.0f;
-  const int stages = (k1 - k0 + kRingCols - 1) / kRingCols;
+  const int row = unit % blocks * 8 + (lane & 7);
+  return row < rows ? weight_row(s, row, c, &unused, &unused_rows) : nullptr;
+}
+
+// One warp on tensor cores over all of its units of mma_chunk (warp, warp + warps, ...), the
+// weights through its D-stage ring (D - 1 stages in flight) as one stream: the fill runs ahead
+// across unit boundaries, so a warp with several short units does not drain and refill the
+// ring between them (a ring per unit lost on the small batch-8 linears; bench/RESULTS.md,
+// 2026-12-01). The same sums as mma_rows.
+template <int M, int D, bool BF16>
+__device__ void mma_ring_units(const StreamLinear& s, const uint16_t* xs, int stride, int64_t c,
+                               int rows, int blocks, int slices, int steps, uint16_t* ring) {
+  static_assert(D >= 2, "a ring has at least two stages");
+  constexpr int warps = kCudaThreads / 32;
   constexpr int kStage = kRingStageBytes / 2;  // elements
-#pragma unroll
-  for (int f = 0; f < D - 1; ++f) {
-    if (f < stages) ring_fill(ring + f * kStage, wp, k0 + f * kRingCols, k1, lane);
-    cp_async_commit();
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = threadIdx.x & 31, g = lane >> 2,
+            t = lane & 3;
+  const int units = blocks * slices;
+  // The fill's cursor: unit fu, its next stage at column fk (before fk1).
+  int fu = warp, fk = 0, fk1 = 0;
+  const uint16_t* mine = nullptr;  // lane i < 8: row i of the fill's unit
+  if (fu < units) {
+    mma_unit_columns(fu, blocks, slices, steps, fk, fk1);
+    mine = mma_unit_row(s, fu, blocks, rows, c, lane);
   }
-  for (int st = 0; st < stages; ++st) {
+  int f = 0;  // stages filled (committed groups, empty ones included)
+  auto fill = [&]() {
+    if (fu < units) {
+      ring_fill(ring + (f % D) * kStage, mine, fk, fk1, lane);
+      fk += kRingCols;
+      if (fk >= fk1) {
+        fu += warps;
+        if (fu < units) {
+          mma_unit_columns(fu, blocks, slices, steps, fk, fk1);
+          mine = mma_unit_row(s, fu, blocks, rows, c, lane);
+        }
+      }
+    }
+    cp_async_commit();
+    ++f;
+  };
+#pragma unroll
+  for (int i = 0; i < D - 1; ++i) fill();
+  constexpr int A = kMmaAccumulators<1>;
+  float d[A][4];
+#pragma unroll
+  for (int a = 0; a < A; ++a) d[a][0] = d[a][1] = d[a][2] = d[a][3] = 0.0f;
+  int cu = warp, ck = 0, ck1 = 0;  // the products' cursor
+  if (cu < units) mma_unit_columns(cu, blocks, slices, steps, ck, ck1);
+  for (int st = 0; cu < units; ++st) {
     cp_async_wait<D - 2>();
     __syncwarp();  // every lane's copies of stage st landed; every lane read stage st - 1
-    const int f = st + D - 1;
-    if (f < stages) ring_fill(ring + (f % D) * kStage, wp, k0 + f * kRingCols, k1, lane);
-    cp_async_commit();
+    fill();
     const uint16_t* row = ring + (st % D) * kStage + g * kRingCols;
-    const int kb = k0 + st * kRingCols;
 #pragma unroll
     for (int u = 0; u < kRingCols / 32; ++u) {
-      const int kk = kb + 32 * u;
-      if (kk >= k1) break;  // the same for the whole warp
+      const int kk = ck + 32 * u;
+      if (kk >= ck1) break;  // the same for the whole warp
       const uint4 w = *reinterpret_cast<const uint4*>(row + ring_col(g, 32 * u + 8 * t));
       const uint4 lo = act8<M>(xs, stride, g, kk + 8 * t), hi = act8<M>(xs, stride, g + 8, kk + 8 * t);
-      mma16816<BF16>(d[(2 * u) % A][0], lo.x, hi.x, lo.y, hi.y, w.x, w.y);
-      mma16816<BF16>(d[(2 * u + 1) % A][0], lo.z, hi.z, lo.w, hi.w, w.z, w.w);
+      mma16816<BF16>(d[(2 * u) % A], lo.x, hi.x, lo.y, hi.y, w.x, w.y);
+      mma16816<BF16>(d[(2 * u + 1) % A], lo.z, hi.z, lo.w, hi.w, w.z, w.w);
     }
-  }
-  cp_async_wait<0>();
-  __syncwarp();  // the next unit's first copies overwrite what this one read last
+    ck += kRingCols;
+    if (ck < ck1) continue;
+    // The unit's sums: d[·][2h + e] is activation row g + 8h, weight row r0 + 2t + e. Other
+    // warps may add to the same sums (their own columns), hence the atomics.
+    const int r0 = cu % blocks * 8;
 #pragma unroll
-  for (int a = 1; a < A; ++a)
+    for (int e4 = 0; e4 < 4; ++e4) {
+      float sum = 0.0f;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) d[0][0][e] += d[a][0][e];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int m = g + 8 * h, row = r0 + 2 * t + e;
+      for (int a = 0; a < A; ++a) {
+        sum += d[a][e4];
+        d[a][e4] = 0.0f;
+      }
+      const int m = g + 8 * (e4 >> 1), row = r0 + 2 * t + (e4 & 1);
       float* out;
       int32_t n;
-      if (m < M && row < rows && weight_row(s, row, c, &out, &n)) atomicAdd(out + m * n, d[0][0][2 * h + e]);
+      if (m < M && row < rows && weight_row(s, row, c, &out, &n)) atomicAdd(out + m * n, sum);
     }
+    cu += warps;
+    if (cu < units) mma_unit_columns(cu, blocks, slices, steps, ck, ck1);
   }
+  cp_async_wait<0>();
+  __syncwarp();  // the next chunk's first copies overwrite what this one read last
 }
 
 // How mma_chunk cuts a task's blocks into column slices (mma_slices): MK_CUDA_MMA_SLICES.
@@ -394,8 +441,8 @@ __host__ __device__ inline int mma_slices(int blocks, int warps, int steps, int 
 // All warps on tensor cores over one staged chunk: (block of G 8-row groups, column slice)
 // units, as many slices as make the units a multiple of the warp count so every warp gets the
 // same share; U steps' loads of the block in flight per lane.
-// With D > 0 (one group, weights from global memory) each warp streams through its D-stage
-// ring at `ring` (mma_rows_ring).
+// With D > 0 (one group, weights from global memory) each warp streams all of its units through
+// its D-stage ring at `ring` (mma_ring_units).
 template <int M, bool Shared, int G, int U, int D = 0>
 __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride, int kc, int64_t c,
                           int rows, uint16_t* ring = nullptr) {
@@ -405,20 +452,22 @@ __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride,
   const int blocks = ((rows + 7) / 8 + G - 1) / G, steps = kc / 32;
   const int slices = mma_slices(blocks, warps, steps, D > 0 ? kRingCols / 32 : U, kMmaSliceRule);
   const bool bf16 = s.w_dtype == DTYPE_BF16;
+  if constexpr (D > 0) {
+    uint16_t* mine = ring + warp * D * (kRingStageBytes / 2);
+    if (bf16) {
+      mma_ring_units<M, D, true>(s, xs, stride, c, rows, blocks, slices, steps, mine);
+    } else {
+      mma_ring_units<M, D, false>(s, xs, stride, c, rows, blocks, slices, steps, mine);
+    }
+    return;
+  }
   for (int unit = warp; unit < blocks * slices; unit += warps) {
     const int rb = unit % blocks, sl = unit / blocks;
     // Whole lines want slices that start on a line: an even step.
-    const int even = kMmaLines && !Shared && D == 0 ? ~1 : ~0;
+    const int even = kMmaLines && !Shared ? ~1 : ~0;
     const int k0 = (steps * sl / slices & even) * 32;
     const int k1 = sl + 1 == slices ? steps * 32 : (steps * (sl + 1) / slices & even) * 32;
-    if constexpr (D > 0) {
-      uint16_t* mine = ring + warp * D * (kRingStageBytes / 2);
-      if (bf16) {
-        mma_rows_ring<M, D, true>(s, xs, stride, c, rb * 8, rows, k0, k1, mine);
-      } else {
-        mma_rows_ring<M, D, false>(s, xs, stride, c, rb * 8, rows, k0, k1, mine);
-      }
-    } else if (bf16) {
+    if (bf16) {
       mma_rows<M, U, G, true, Shared>(s, xs, stride, c, rb * 8 * G, rows, k0, k1);
     } else {
       mma_rows<M, U, G, false, Shared>(s, xs, stride, c, rb * 8 * G, rows, k0, k1);

@@ -303,12 +303,15 @@ __device__ inline void copy_raw_chunk(const StreamLinear& s, uint16_t* buf, int6
 // (the room of one float chunk) by bulk copies that one thread issues, so no thread's loads
 // wait behind them and chunk i + 1 streams in while chunk i's products run. The register
 // path's staging round trips (three chunks of the gated MLP's down projection at batch 8)
-// leave the critical path. Ends with __syncthreads(); false if a chunk never landed.
-template <int M, int G, int U>
+// leave the critical path. With Ring > 0 each warp's cp.async ring sits behind both buffers.
+// Ends with __syncthreads(); false if a chunk never landed.
+template <int M, int G, int U, int Ring>
 __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
   __shared__ uint64_t bars[2];
   uint16_t* const buf[2] = {reinterpret_cast<uint16_t*>(mk_dynamic_smem),
                             reinterpret_cast<uint16_t*>(mk_dynamic_smem) + M * s.kc};
+  uint16_t* const ring =
+      reinterpret_cast<uint16_t*>(mk_dynamic_smem + ((2 * M * s.kc * 2 + 127) & ~127));
   if (threadIdx.x == 0) {
     stage_barrier_init(&bars[0]);
     stage_barrier_init(&bars[1]);
@@ -328,7 +331,7 @@ __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
     }
     if (threadIdx.x == 0) copy_raw_chunk<M>(s, buf[(i + 1) & 1], c + s.kc, &bars[(i + 1) & 1]);
     if (c == 0) MK_MARK(*s.arena);
-    mma_chunk<M, false, G, U, 0>(s, buf[i & 1], s.kc, kc, c, rows);
+    mma_chunk<M, false, G, U, Ring>(s, buf[i & 1], s.kc, kc, c, rows, ring);
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -349,7 +352,7 @@ __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
 // activation columns at once (the emitter sizes it to the chunk: unrolled code the task does not
 // need costs instruction fetches). With Ring > 0 (tensor cores, weights from global memory)
 // each warp copies its weights through a Ring-stage cp.async ring behind the packed chunk
-// (mma_rows_ring). Ends with __syncthreads(); false if staged weights never landed.
+// (mma_ring_units). Ends with __syncthreads(); false if staged weights never landed.
 template <int M, int RG, int S, int XB, bool Mma = false, bool Staged = false, int G = 1,
           int Ring = 0>
 __device__ bool stream_linear(const StreamLinear& s) {
@@ -375,9 +378,9 @@ __device__ bool stream_linear(const StreamLinear& s) {
   for (int m = 0; m < M; ++m) ss[m] = 0.0f;
   __shared__ float part[32][M];  // the warps' Σx²
   MK_MARK(*s.arena);
-  if constexpr (Mma && !Staged && Ring == 0) {
+  if constexpr (Mma && !Staged) {
     if (vec && raw_activation(s)) {
-      const bool landed = mma_raw_chunks<M, G, S>(s, rows);
+      const bool landed = mma_raw_chunks<M, G, S, Ring>(s, rows);
       MK_MARK(*s.arena);
       return landed;
     }
