@@ -218,8 +218,12 @@ RAW_CHUNKS = [((8, 64, 12288, False, 1), 5120), ((2, 48, 40960, False, 2), 20480
 @pytest.mark.usefixtures("no_nvcc")
 @pytest.mark.parametrize(("shape", "kc"), RAW_CHUNKS, ids=[f"{s[0]}x{s[2]}" for s, _ in RAW_CHUNKS])
 def test_raw_activations_take_several_chunks(
-    shape: tuple[int, int, int, bool, int], kc: int, tmp_path: Path
+    shape: tuple[int, int, int, bool, int],
+    kc: int,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("MK_CUDA_MMA_RING", "0")  # the chunk as large as shared memory allows
     src = cuda_source(linear_program(*shape), tmp_path)
     assert f"sl.k = {shape[2]};" in src and f"sl.kc = {kc};" in src
     assert f"mk::gpu::stream_linear<{shape[0]}, " in src and ", true>(sl)) return" in src  # Mma
