@@ -45,6 +45,14 @@ func.func @rows(%cache: tensor<3x4x5xf32>, %new: tensor<3x2x5xf32>, %at: tensor<
 }
 """
 
+# Two positions for six runs (rows < runs): run o starts at at[o * 2 // 6].
+ROWS4 = """
+func.func @rows4(%cache: tensor<2x3x4x5xf32>, %new: tensor<2x3x2x5xf32>, %at: tensor<2xi32>) -> tensor<2x3x4x5xf32> {
+  %r = nn.cache_write %cache, %new, %at {dim = 2 : i64} : (tensor<2x3x4x5xf32>, tensor<2x3x2x5xf32>, tensor<2xi32>) -> tensor<2x3x4x5xf32>
+  func.return %r : tensor<2x3x4x5xf32>
+}
+"""
+
 
 def history_inputs() -> list[np.ndarray]:
     tokens = np.full((8, 2), -7, np.int32)
@@ -203,6 +211,32 @@ func.func @f(%c: tensor<4xbf16> {nn.donated}) -> tensor<4xbf16> {
 """
     with pytest.raises(MkError, match=r"<source>:2:1: .*donated argument #0 must be the cache"):
         mk.reference(bad, np.zeros(4, ml_dtypes.bfloat16))
+
+
+def _write_error(prog: object, *inputs: np.ndarray) -> str:
+    """The message of the error the program raises, from the op's name on."""
+    with pytest.raises(Exception) as caught:
+        prog(*inputs)  # type: ignore[operator]
+    text = str(caught.value)
+    assert '"cache_write"' in text, text
+    return text[text.index('"cache_write"') :]
+
+
+@pytest.mark.gpu
+@needs_gxx
+@pytest.mark.parametrize("source", [ROWS, ROWS4], ids=["rows-per-run", "rows-per-3-runs"])
+def test_gpu_cache_write_positions_and_bad_ones_match_the_cpu(source: str, tmp_path: Path) -> None:
+    """On the GPU, per-row positions land where the reference puts them, and a position past
+    the end is reported for the same run and positions as the CPU executor reports it."""
+    prog = mk.compile(source, target="cuda", cache_dir=tmp_path)
+    cpu = mk.compile(source, target="cpu")
+    cache, new, at = random_inputs(prog.func, 5)  # positions in range
+    (got,) = prog(cache, new, at)
+    (want,) = mk.reference(source, cache, new, at)
+    np.testing.assert_array_equal(got, want)
+    bad = np.zeros_like(at)
+    bad[-1] = 3  # positions [3, 5) of a dim of 4
+    assert _write_error(prog, cache, new, bad) == _write_error(cpu, cache, new, bad)
 
 
 @pytest.mark.gpu
