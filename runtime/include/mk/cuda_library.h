@@ -114,6 +114,12 @@ __device__ inline void copy_bytes(void* dst, const void* src, int64_t bytes) {
   }
 }
 
+#if defined(MK_CACHE_STARTS)
+constexpr bool kCacheStarts = true;
+#else
+constexpr bool kCacheStarts = false;
+#endif
+
 // The cache write of mk/cpu_library.h (`cache_write_bytes`), by every thread of the CTA: a copy
 // of the cache first unless it is written in place, then the new positions, 4 bytes at a time
 // where the runs allow it. Returns (to every thread) the first bad run, or -1.
@@ -125,9 +131,11 @@ __device__ inline int64_t cache_write_bytes(void* out, const void* cache, const 
   for (int64_t d = dim + 1; d < cshape.n; ++d) inner *= cshape.v[d];
   const int64_t extent = cshape.v[dim], rows = starts.n;
   // Run o starts at starts[o·rows/outer]. With rows <= outer every start serves a run, the
-  // first at o = ceil(r·outer/rows): checking the starts rather than the runs spares every
-  // thread `outer` 64-bit divisions (a batch-8 qwen3-0.6b V-cache write has 64 runs and one start).
-  if (rows <= outer) {
+  // first at o = ceil(r·outer/rows): with MK_CACHE_STARTS (MK_CUDA_CACHE_STARTS=1, opt-in, not
+  // yet run on a GPU) checking the starts rather than the runs spares every thread `outer`
+  // 64-bit divisions (a batch-8 qwen3-0.6b V-cache write has 64 runs and one start; its task
+  // takes 5.7-6.5 us on the H200, on the step's critical path).
+  if (kCacheStarts && rows <= outer) {
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t s = starts.p[r];
       if (s < 0 || s + n > extent) return (r * outer + rows - 1) / rows;
@@ -138,9 +146,9 @@ __device__ inline int64_t cache_write_bytes(void* out, const void* cache, const 
       if (s < 0 || s + n > extent) return o;
     }
   }
-  // The start of each word's run in 32 bits where the products fit (they always do in a decode
-  // step's caches).
-  const bool narrow = outer * rows < (int64_t{1} << 32);
+  // With MK_CACHE_STARTS the start of each word's run in 32 bits where the products fit (they
+  // always do in a decode step's caches).
+  const bool narrow = kCacheStarts && outer * rows < (int64_t{1} << 32);
   const auto start_of = [&](int64_t o) {
     return starts.p[narrow ? u32(o) * u32(rows) / u32(outer) : o * rows / outer];
   };
