@@ -278,12 +278,13 @@ __device__ inline void ring_fill(uint16_t* stage, const uint16_t* mine, int kb, 
 }
 
 // Columns [k0, k1) of the column slice that mma_chunk's unit takes (mma_slices cut `steps`
-// 32-column steps into `slices`; slice unit / blocks).
+// 32-column steps into `slices`; slice unit / blocks). With `even` the inner bounds fall on an
+// even step (whole lines want slices that start on a line).
 __device__ inline void mma_unit_columns(int unit, int blocks, int slices, int steps, int& k0,
-                                        int& k1) {
-  const int sl = unit / blocks;
-  k0 = steps * sl / slices * 32;
-  k1 = (sl + 1 == slices ? steps : steps * (sl + 1) / slices) * 32;
+                                        int& k1, bool even = false) {
+  const int sl = unit / blocks, mask = even ? ~1 : ~0;
+  k0 = (steps * sl / slices & mask) * 32;
+  k1 = (sl + 1 == slices ? steps : steps * (sl + 1) / slices & mask) * 32;
 }
 
 // Row r0 + (lane % 8) of unit `unit` (rows [r0, r0 + 8), r0 = 8·(unit % blocks)) at chunk
@@ -439,8 +440,7 @@ __host__ __device__ inline int mma_slices(int blocks, int warps, int steps, int 
 }
 
 // All warps on tensor cores over one staged chunk: (block of G 8-row groups, column slice)
-// units, as many slices as make the units a multiple of the warp count so every warp gets the
-// same share; U steps' loads of the block in flight per lane.
+// units, the slices cut by mma_slices; U steps' loads of the block in flight per lane.
 // With D > 0 (one group, weights from global memory) each warp streams all of its units through
 // its D-stage ring at `ring` (mma_ring_units).
 template <int M, bool Shared, int G, int U, int D = 0>
@@ -462,11 +462,9 @@ __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride,
     return;
   }
   for (int unit = warp; unit < blocks * slices; unit += warps) {
-    const int rb = unit % blocks, sl = unit / blocks;
-    // Whole lines want slices that start on a line: an even step.
-    const int even = kMmaLines && !Shared ? ~1 : ~0;
-    const int k0 = (steps * sl / slices & even) * 32;
-    const int k1 = sl + 1 == slices ? steps * 32 : (steps * (sl + 1) / slices & even) * 32;
+    const int rb = unit % blocks;
+    int k0, k1;
+    mma_unit_columns(unit, blocks, slices, steps, k0, k1, kMmaLines && !Shared);
     if (bf16) {
       mma_rows<M, U, G, true, Shared>(s, xs, stride, c, rb * 8 * G, rows, k0, k1);
     } else {
