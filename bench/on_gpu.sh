@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the project root with the wheels carried in .whl/:
-#   bash bench/on_gpu.sh [tests] [sanitize] [bench] [timeline] [generate] [search] [profile] [ncu] [product] [mma] [chain] [ab]
+#   bash bench/on_gpu.sh [prebuild] [tests] [sanitize] [bench] [timeline] [generate] [search] [profile] [ncu] [product] [mma] [chain] [ab]
 #   (default: tests sanitize bench timeline generate)
 # Installs mk, runs the gpu-marked tests, compute-sanitizer on the examples, the benchmark
 # table, the per-grid timelines (TIMELINE_ARGS, e.g. "--model qwen3-0.6b --layers 4") and
@@ -26,6 +26,10 @@ export PYTHONPATH=/tmp/site MK_CACHE_DIR=/tmp/mk-cache
 cd /tmp || exit 1
 for step in $steps; do
   case $step in
+    prebuild)
+      # The modules later steps load, built in parallel first (PREBUILD_SPECS, bench/prebuild.py).
+      python3 "$ROOT/bench/prebuild.py" --jobs "${PREBUILD_JOBS:-12}" ${PREBUILD_SPECS:-bench:} 2>&1 \
+        | tee "$OUT/prebuild.log" | tail -20 ;;
     tests)
       # TESTS_FILES (paths under test/unit, e.g. "test_cuda_backend.py"): a part of the suite,
       # which in one process no longer fits one 10-minute call whole. With pytest-xdist among

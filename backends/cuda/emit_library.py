@@ -77,7 +77,11 @@ class DeviceLibraryEmitter(LibraryEmitter):
         ]
 
     def cache_write_failure(self, dim: int, n: int, extent: int) -> None:
-        self.lines.append("if (bad >= 0) return static_cast<int32_t>(bad) + 1;")
+        # The bad start itself, which the host words as the CPU executor does (failures.py).
+        outer = math.prod(self.shapes[0][:dim])
+        self.lines.append(
+            f"if (bad >= 0) return mk::gpu::cache_write_code(a2.p[bad * a2.n / {outer}]);"
+        )
 
     def embedding_failure(self) -> None:
         self.lines.append("if (bad >= 0) return static_cast<int32_t>(bad) + 1;")

@@ -14,6 +14,7 @@ import numpy as np
 
 from mk.backends.cuda.build import KernelResources, library_resources
 from mk.backends.cuda.entries import queue_entries
+from mk.backends.cuda.failures import kernel_failure
 from mk.backends.cuda.stream import STAGE_LOST
 from mk.compiler import Program, _from_torch, _is_torch, _unwritten, _write_back
 from mk.diagnostics import MkError
@@ -413,10 +414,11 @@ class CudaProgram(Program):
                 "memory did not land within 2 s (a backend bug)"
             )
         else:
+            grid, _ = index.locate(task)
+            what = kernel_failure(grid, int(status["value"])) or f"detail {int(status['value'])}"
             text = (
                 f"@{self.name}: {index.describe(task)} failed on SM {sm} in iteration "
-                f"{int(status['iteration'])}: detail {int(status['value'])} (for an embedding: "
-                "the flat index of the first id out of range)"
+                f"{int(status['iteration'])}: {what}"
             )
         error = CudaRunError(text)
         for field in ("sm", "task", "counter", "iteration", "value", "threshold", "wait_ms"):

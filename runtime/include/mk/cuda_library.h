@@ -120,6 +120,14 @@ constexpr bool kCacheStarts = true;
 constexpr bool kCacheStarts = false;
 #endif
 
+// A failed cache write's task code: the bad start (never 0, as n <= the dim's extent), clamped
+// into ±2^30 so that it stays clear of the dispatcher's own codes near 2^31. The host words it
+// as the CPU executor does (backends/cuda/failures.py).
+__device__ inline int32_t cache_write_code(int64_t start) {
+  constexpr int64_t limit = int64_t{1} << 30;
+  return static_cast<int32_t>(start < -limit ? -limit : start > limit ? limit : start);
+}
+
 // The cache write of mk/cpu_library.h (`cache_write_bytes`), by every thread of the CTA: a copy
 // of the cache first unless it is written in place, then the new positions, 4 bytes at a time
 // where the runs allow it. Returns (to every thread) the first bad run, or -1.

@@ -1,0 +1,87 @@
+"""backends/cuda/failures.py: a failed task's code in the CPU executor's words."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pytest
+
+import mk
+import mk.backends.cuda
+from mk.backends.cuda.failures import START_LIMIT, kernel_failure
+from mk.inputs import random_inputs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_decode_loop import ROWS, ROWS4  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+EMBED = """
+func.func @embed(%table: tensor<10x8xbf16>, %ids: tensor<2x3xi32>) -> tensor<2x3x8xbf16> {
+  %e = nn.embedding %table, %ids : (tensor<10x8xbf16>, tensor<2x3xi32>) -> tensor<2x3x8xbf16>
+  func.return %e : tensor<2x3x8xbf16>
+}
+"""
+
+
+def _cuda(source: str) -> object:
+    with mock.patch.object(mk.backends.cuda, "nvcc", lambda: None):
+        return mk.compile(source, target="cuda")
+
+
+def _failing_grid(prog: object) -> object:
+    grids = [g for g in prog.graph.index().grids if kernel_failure(g, 0) is not None]  # type: ignore[attr-defined]
+    assert len(grids) == 1
+    return grids[0]
+
+
+def _cpu_message(source: str, bad: list[np.ndarray]) -> str:
+    with pytest.raises(RuntimeError) as caught:
+        mk.compile(source, target="cpu")(*bad)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("source", [ROWS, ROWS4], ids=["rows-per-run", "rows-per-3-runs"])
+@pytest.mark.parametrize("start", [3, -2])
+def test_cache_write_reads_as_the_cpu_executor_says_it(source: str, start: int) -> None:
+    """The task returns the bad start (detail = start - 1 as a uint32): the message from the
+    op's location on is the CPU executor's for the same positions."""
+    prog = _cuda(source)
+    cache, new, at = random_inputs(prog.func, 5)  # type: ignore[attr-defined]
+    at[...] = 0
+    at[-1] = start
+    cpu = _cpu_message(source, [cache, new, at])
+    gpu = kernel_failure(_failing_grid(prog), (start - 1) % (1 << 32))
+    assert gpu is not None and gpu.startswith("<source>:")
+    assert cpu.endswith(gpu), (cpu, gpu)
+
+
+def test_cache_write_code_is_emitted_and_a_clamped_start_says_so() -> None:
+    prog = _cuda(ROWS)
+    assert "return mk::gpu::cache_write_code(a2.p[bad * a2.n / 3]);" in prog.cuda_source  # type: ignore[attr-defined]
+    text = kernel_failure(_failing_grid(prog), START_LIMIT - 1)
+    assert text is not None and f"index ≥ {START_LIMIT} writes" in text
+
+
+def test_embedding_names_the_index_of_the_id_out_of_range() -> None:
+    prog = _cuda(EMBED)
+    table, ids = random_inputs(prog.func, 1)  # type: ignore[attr-defined]
+    ids[1, 2] = 10
+    cpu = _cpu_message(EMBED, [table, ids])
+    text = kernel_failure(_failing_grid(prog), 5)  # the flat index of (1, 2)
+    assert text is not None
+    loc, _, words = text.partition(" error: ")
+    assert f"{loc} error: " in cpu
+    assert (
+        words
+        == "'mugraph.kernel' \"embedding\" id at index (1, 2) is out of range for a table of 10 rows"
+    )
+    assert "id 10 at index (1, 2) is out of range for a table of 10 rows" in cpu
+
+
+def test_a_body_without_a_failing_op_has_no_words() -> None:
+    prog = _cuda(ROOT / "examples/rmsnorm_linear.mlir")
+    assert all(kernel_failure(g, 0) is None for g in prog.graph.index().grids)  # type: ignore[attr-defined]
