@@ -218,6 +218,4 @@ def defines(profile: bool, warm: bool) -> str:
         lines.append(f"#define MK_ATTN_KEYS {keys}")
     if plain_launch():
         lines.append("#define MK_PLAIN_LAUNCH 1")
-    if flag("MK_CUDA_CACHE_STARTS"):
-        lines.append("#define MK_CACHE_STARTS 1")
     return "".join(line + "\n" for line in lines)

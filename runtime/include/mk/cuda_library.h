@@ -114,12 +114,6 @@ __device__ inline void copy_bytes(void* dst, const void* src, int64_t bytes) {
   }
 }
 
-#if defined(MK_CACHE_STARTS)
-constexpr bool kCacheStarts = true;
-#else
-constexpr bool kCacheStarts = false;
-#endif
-
 // A failed cache write's task code: the bad start (never 0, as n <= the dim's extent), clamped
 // into ±2^30 so that it stays clear of the dispatcher's own codes near 2^31. The host words it
 // as the CPU executor does (backends/cuda/failures.py).
@@ -138,28 +132,13 @@ __device__ inline int64_t cache_write_bytes(void* out, const void* cache, const 
   for (int64_t d = 0; d < dim; ++d) outer *= cshape.v[d];
   for (int64_t d = dim + 1; d < cshape.n; ++d) inner *= cshape.v[d];
   const int64_t extent = cshape.v[dim], rows = starts.n;
-  // Run o starts at starts[o·rows/outer]. With rows <= outer every start serves a run, the
-  // first at o = ceil(r·outer/rows): with MK_CACHE_STARTS (MK_CUDA_CACHE_STARTS=1, opt-in, not
-  // yet run on a GPU) checking the starts rather than the runs spares every thread `outer`
-  // 64-bit divisions (a batch-8 qwen3-0.6b V-cache write has 64 runs and one start; its task
-  // takes 5.7-6.5 us on the H200, on the step's critical path).
-  if (kCacheStarts && rows <= outer) {
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t s = starts.p[r];
-      if (s < 0 || s + n > extent) return (r * outer + rows - 1) / rows;
-    }
-  } else {
-    for (int64_t o = 0; o < outer; ++o) {
-      const int64_t s = starts.p[o * rows / outer];
-      if (s < 0 || s + n > extent) return o;
-    }
+  // Run o starts at starts[o·rows/outer]. (Checking each start once instead, and finding a
+  // run's start in 32 bits, left the batch-8 V-cache write's 5.8 us as it was on the H200.)
+  for (int64_t o = 0; o < outer; ++o) {
+    const int64_t s = starts.p[o * rows / outer];
+    if (s < 0 || s + n > extent) return o;
   }
-  // With MK_CACHE_STARTS the start of each word's run in 32 bits where the products fit (they
-  // always do in a decode step's caches).
-  const bool narrow = kCacheStarts && outer * rows < (int64_t{1} << 32);
-  const auto start_of = [&](int64_t o) {
-    return starts.p[narrow ? u32(o) * u32(rows) / u32(outer) : o * rows / outer];
-  };
+  const auto start_of = [&](int64_t o) { return starts.p[o * rows / outer]; };
   if (out != cache) {
     copy_bytes(out, cache, outer * extent * inner);
     __syncthreads();
