@@ -256,6 +256,7 @@ def _cache_write_emit(
     operands = [lookup(op.cache), lookup(view.operands[0]), lookup(op.index)]
     kernel = KernelOp("cache_write", operands, [op.results[0].type], nn_attributes(op))
     kernel.results[0].name_hint = op.results[0].name_hint
+    kernel.location = op.location
     return [kernel], {op.results[0]: kernel.results[0]}
 
 

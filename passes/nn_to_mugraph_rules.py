@@ -134,6 +134,7 @@ def library_kernel(op: Operation, lookup: ValueMap) -> KernelOp:
     )
     for new, old in zip(kernel.results, op.results, strict=True):
         new.name_hint = old.name_hint
+    kernel.location = op.location  # a run-time failure names the op's line
     return kernel
 
 

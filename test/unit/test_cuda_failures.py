@@ -55,7 +55,7 @@ def test_cache_write_reads_as_the_cpu_executor_says_it(source: str, start: int) 
     at[-1] = start
     cpu = _cpu_message(source, [cache, new, at])
     gpu = kernel_failure(_failing_grid(prog), (start - 1) % (1 << 32))
-    assert gpu is not None and gpu.startswith("<source>:")
+    assert gpu is not None and gpu.startswith("<source>:3:3: ")  # the nn.cache_write's line
     assert cpu.endswith(gpu), (cpu, gpu)
 
 
@@ -72,7 +72,7 @@ def test_embedding_names_the_index_of_the_id_out_of_range() -> None:
     ids[1, 2] = 10
     cpu = _cpu_message(EMBED, [table, ids])
     text = kernel_failure(_failing_grid(prog), 5)  # the flat index of (1, 2)
-    assert text is not None
+    assert text is not None and text.startswith("<source>:3:3: ")  # the nn.embedding's line
     loc, _, words = text.partition(" error: ")
     assert f"{loc} error: " in cpu
     assert (
