@@ -1,6 +1,6 @@
 """How fast one SM runs a batch-M decode task's tensor-core product (mk::gpu::mma_chunk) with its
 weights in HBM: the weight fragments loaded straight into registers, or copied through each
-warp's cp.async ring of D stages (mma_ring_units).
+warp's cp.async ring of D stages (mma_ring_walk).
 
 A standalone CUDA program around the real header (no megakernel, no events): one CTA of 256
 threads per SM, every SM at once, each repetition reading another slab (the buffer is larger

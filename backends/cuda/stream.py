@@ -111,7 +111,7 @@ class StreamPlan:
         return least <= self.rows <= MAX_ROWS and k % 32 == 0 and self._float_chunk(k) % 32 == 0
 
     def ring_stages(self, k: int) -> int:
-        """Stages of each warp's cp.async ring on tensor cores (mk::gpu::mma_ring_units, the
+        """Stages of each warp's cp.async ring on tensor cores (mk::gpu::mma_ring_walk, the
         stream_linear's Ring), 0 for none: switches.mma_ring on the weight bytes a warp
         streams. A warp-wide load straight into mma fragments reads 64 bytes of each of eight
         rows and waits for a whole round of them; the ring copies whole 512-byte row segments

@@ -218,4 +218,6 @@ def defines(profile: bool, warm: bool) -> str:
         lines.append(f"#define MK_ATTN_KEYS {keys}")
     if plain_launch():
         lines.append("#define MK_PLAIN_LAUNCH 1")
+    if flag("MK_CUDA_RING_WALK"):
+        lines.append("#define MK_RING_WALK 1")
     return "".join(line + "\n" for line in lines)

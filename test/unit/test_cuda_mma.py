@@ -226,31 +226,42 @@ def test_one_row_on_tensor_cores_matches_the_reference(
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    ("rows", "ring", "norm"),
+    ("rows", "ring", "norm", "k", "walk"),
     [
-        (2, "3", True),
-        (8, "3", True),
-        (8, "4", True),
-        (16, "2", True),
-        (8, "2", False),
-        (4, "3", False),
+        (2, "3", True, 1024, "0"),
+        (8, "3", True, 1024, "0"),
+        (8, "4", True, 1024, "0"),
+        (16, "2", True, 1024, "0"),
+        (8, "2", False, 6144, "0"),
+        (4, "3", False, 6144, "0"),
+        (8, "2", False, 6144, "1"),
+        (8, "4", False, 5440, "1"),
+        (16, "3", False, 6144, "1"),
     ],
 )
 def test_the_ring_matches_the_reference(
-    rows: int, ring: str, norm: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    rows: int,
+    ring: str,
+    norm: bool,
+    k: int,
+    walk: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """On the GPU, MK_CUDA_MMA_RING: ragged last units (4608 columns over the warps) included,
     and a raw activation's bulk-copied chunks (no norm: mma_raw_chunks) beside the ring, two
-    chunks of 6,144 columns, so that each warp's ring runs once per chunk."""
+    of 3,072-4,096 columns; with MK_CUDA_RING_WALK=1 the ring walks them all as one stream (two
+    to six chunks, each buffer reused up to three times, the last one ragged at 5,440 = 5 ·
+    1,024 + 320)."""
     monkeypatch.setenv("MK_CUDA_MMA_RING", ring)
-    k = 1024 if norm else 6144
+    monkeypatch.setenv("MK_CUDA_RING_WALK", walk)
     text = linear_program(rows, 4608, k, norm)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     assert re.search(
         rf"stream_linear<{rows}, \d+, \d+, \d+, true, false, 1, {ring}>",
         prog.cuda_source,
     )  # type: ignore[attr-defined]
-    agrees_with_the_reference(prog, text, (rows, ring, norm))
+    agrees_with_the_reference(prog, text, (rows, ring, norm, k, walk))
 
 
 def _rounds(blocks: int, warps: int, steps: int, u: int, slices: int) -> int:

@@ -297,88 +297,135 @@ __device__ inline const uint16_t* mma_unit_row(const StreamLinear& s, int unit, 
   return row < rows ? weight_row(s, row, c, &unused, &unused_rows) : nullptr;
 }
 
-// One warp on tensor cores over all of its units of mma_chunk (warp, warp + warps, ...), the
-// weights through its D-stage ring (D - 1 stages in flight) as one stream: the fill runs ahead
-// across unit boundaries, so a warp with several short units does not drain and refill the
-// ring between them (a ring per unit lost on the small batch-8 linears; bench/RESULTS.md,
-// 2026-12-01). The same sums as mma_rows.
-template <int M, int D, bool BF16>
-__device__ void mma_ring_units(const StreamLinear& s, const uint16_t* xs, int stride, int64_t c,
-                               int rows, int blocks, int slices, int steps, uint16_t* ring) {
+// The chunks of K a ring walks: chunk i is columns [c0 + i·kc, ...) up to k_end, cut into
+// (block, column slice) units by mma_slices as mma_chunk cuts them.
+struct RingChunks {
+  int64_t c0, k_end;
+  int kc, blocks;
+  __device__ int count() const { return static_cast<int>((k_end - c0 + kc - 1) / kc); }
+  __device__ int64_t column(int i) const { return c0 + static_cast<int64_t>(i) * kc; }
+  __device__ int steps(int i) const {
+    const int64_t left = k_end - column(i);
+    return static_cast<int>(left < kc ? left : kc) / 32;
+  }
+  __device__ int slices(int i) const;
+};
+
+// A warp's fill cursor: its next stage is columns [k, k + 256) (none at or past k1) of unit u
+// of chunk i; lane l < 8 holds the unit's row l (`mine`). It runs ahead of the products across
+// unit and chunk boundaries, so the ring never drains inside a task.
+struct RingFill {
+  const StreamLinear& s;
+  const RingChunks& ch;
+  int rows, warp, lane, i, u, units, slices, k, k1;
+  const uint16_t* mine;
+
+  __device__ RingFill(const StreamLinear& s_, const RingChunks& ch_, int rows_, int warp_, int lane_)
+      : s(s_), ch(ch_), rows(rows_), warp(warp_), lane(lane_), i(-1), u(0), units(0), slices(1),
+        k(0), k1(0), mine(nullptr) {
+    next_chunk();
+  }
+  __device__ bool done() const { return i >= ch.count(); }
+  // This warp's first unit in a chunk after i (chunks where it has none are skipped).
+  __device__ void next_chunk() {
+    for (++i; i < ch.count(); ++i) {
+      slices = ch.slices(i);
+      units = ch.blocks * slices;
+      if (warp < units) {
+        u = warp;
+        enter_unit();
+        return;
+      }
+    }
+  }
+  __device__ void enter_unit() {
+    mma_unit_columns(u, ch.blocks, slices, ch.steps(i), k, k1);
+    mine = mma_unit_row(s, u, ch.blocks, rows, ch.column(i), lane);
+  }
+  // Copies the next stage into `stage` (nothing once the walk is over) and moves on.
+  __device__ void fill(uint16_t* stage) {
+    if (!done()) {
+      ring_fill(stage, mine, k, k1, lane);
+      k += kRingCols;
+      if (k >= k1) {
+        u += kCudaThreads / 32;
+        if (u < units) {
+          enter_unit();
+        } else {
+          next_chunk();
+        }
+      }
+    }
+    cp_async_commit();
+  }
+};
+
+// One warp on tensor cores over all of its units of every chunk of `ch` (in each chunk units
+// warp, warp + warps, ...), the weights through its D-stage ring (D - 1 stages in flight) as one
+// stream. `act(i)` is chunk i's packed activation (it may wait for it to land); `leave(i)` says
+// the warp is done reading it. Both run on every lane of every warp, for every chunk. A ring per
+// unit lost on the small batch-8 linears, and one per chunk drained it every 4-6 stages of the
+// gated MLP's down projection (bench/RESULTS.md). The same sums as mma_rows.
+template <int M, int D, bool BF16, class Act, class Leave>
+__device__ void mma_ring_walk(const StreamLinear& s, const RingChunks& ch, int stride, int rows,
+                              uint16_t* ring, Act&& act, Leave&& leave) {
   static_assert(D >= 2, "a ring has at least two stages");
   constexpr int warps = kCudaThreads / 32;
   constexpr int kStage = kRingStageBytes / 2;  // elements
   const int warp = static_cast<int>(threadIdx.x >> 5), lane = threadIdx.x & 31, g = lane >> 2,
             t = lane & 3;
-  const int units = blocks * slices;
-  // The fill's cursor: unit fu, its next stage at column fk (before fk1).
-  int fu = warp, fk = 0, fk1 = 0;
-  const uint16_t* mine = nullptr;  // lane i < 8: row i of the fill's unit
-  if (fu < units) {
-    mma_unit_columns(fu, blocks, slices, steps, fk, fk1);
-    mine = mma_unit_row(s, fu, blocks, rows, c, lane);
-  }
+  RingFill fill(s, ch, rows, warp, lane);
   int f = 0;  // stages filled (committed groups, empty ones included)
-  auto fill = [&]() {
-    if (fu < units) {
-      ring_fill(ring + (f % D) * kStage, mine, fk, fk1, lane);
-      fk += kRingCols;
-      if (fk >= fk1) {
-        fu += warps;
-        if (fu < units) {
-          mma_unit_columns(fu, blocks, slices, steps, fk, fk1);
-          mine = mma_unit_row(s, fu, blocks, rows, c, lane);
-        }
-      }
-    }
-    cp_async_commit();
-    ++f;
-  };
 #pragma unroll
-  for (int i = 0; i < D - 1; ++i) fill();
+  for (int j = 0; j < D - 1; ++j) fill.fill(ring + (f++ % D) * kStage);
   constexpr int A = kMmaAccumulators<1>;
   float d[A][4];
 #pragma unroll
   for (int a = 0; a < A; ++a) d[a][0] = d[a][1] = d[a][2] = d[a][3] = 0.0f;
-  int cu = warp, ck = 0, ck1 = 0;  // the products' cursor
-  if (cu < units) mma_unit_columns(cu, blocks, slices, steps, ck, ck1);
-  for (int st = 0; cu < units; ++st) {
-    cp_async_wait<D - 2>();
-    __syncwarp();  // every lane's copies of stage st landed; every lane read stage st - 1
-    fill();
-    const uint16_t* row = ring + (st % D) * kStage + g * kRingCols;
+  int st = 0;
+  for (int i = 0; i < ch.count(); ++i) {
+    const int slices = ch.slices(i), units = ch.blocks * slices, steps = ch.steps(i);
+    const int64_t c = ch.column(i);
+    const uint16_t* xs = act(i);
+    for (int u = warp; u < units; u += warps) {
+      int k0, k1;
+      mma_unit_columns(u, ch.blocks, slices, steps, k0, k1);
+      for (int k = k0; k < k1; k += kRingCols, ++st) {
+        cp_async_wait<D - 2>();
+        __syncwarp();  // every lane's copies of stage st landed; every lane read stage st - 1
+        fill.fill(ring + (f++ % D) * kStage);
+        const uint16_t* row = ring + (st % D) * kStage + g * kRingCols;
 #pragma unroll
-    for (int u = 0; u < kRingCols / 32; ++u) {
-      const int kk = ck + 32 * u;
-      if (kk >= ck1) break;  // the same for the whole warp
-      const uint4 w = *reinterpret_cast<const uint4*>(row + ring_col(g, 32 * u + 8 * t));
-      const uint4 lo = act8<M>(xs, stride, g, kk + 8 * t), hi = act8<M>(xs, stride, g + 8, kk + 8 * t);
-      mma16816<BF16>(d[(2 * u) % A], lo.x, hi.x, lo.y, hi.y, w.x, w.y);
-      mma16816<BF16>(d[(2 * u + 1) % A], lo.z, hi.z, lo.w, hi.w, w.z, w.w);
-    }
-    ck += kRingCols;
-    if (ck < ck1) continue;
-    // The unit's sums: d[·][2h + e] is activation row g + 8h, weight row r0 + 2t + e. Other
-    // warps may add to the same sums (their own columns), hence the atomics.
-    const int r0 = cu % blocks * 8;
-#pragma unroll
-    for (int e4 = 0; e4 < 4; ++e4) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int a = 0; a < A; ++a) {
-        sum += d[a][e4];
-        d[a][e4] = 0.0f;
+        for (int v = 0; v < kRingCols / 32; ++v) {
+          const int kk = k + 32 * v;
+          if (kk >= k1) break;  // the same for the whole warp
+          const uint4 w = *reinterpret_cast<const uint4*>(row + ring_col(g, 32 * v + 8 * t));
+          const uint4 lo = act8<M>(xs, stride, g, kk + 8 * t), hi = act8<M>(xs, stride, g + 8, kk + 8 * t);
+          mma16816<BF16>(d[(2 * v) % A], lo.x, hi.x, lo.y, hi.y, w.x, w.y);
+          mma16816<BF16>(d[(2 * v + 1) % A], lo.z, hi.z, lo.w, hi.w, w.z, w.w);
+        }
       }
-      const int m = g + 8 * (e4 >> 1), row = r0 + 2 * t + (e4 & 1);
-      float* out;
-      int32_t n;
-      if (m < M && row < rows && weight_row(s, row, c, &out, &n)) atomicAdd(out + m * n, sum);
+      // The unit's sums: d[·][2h + e] is activation row g + 8h, weight row r0 + 2t + e. Other
+      // warps may add to the same sums (their own columns), hence the atomics.
+      const int r0 = u % ch.blocks * 8;
+#pragma unroll
+      for (int e4 = 0; e4 < 4; ++e4) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int a = 0; a < A; ++a) {
+          sum += d[a][e4];
+          d[a][e4] = 0.0f;
+        }
+        const int m = g + 8 * (e4 >> 1), row = r0 + 2 * t + (e4 & 1);
+        float* out;
+        int32_t n;
+        if (m < M && row < rows && weight_row(s, row, c, &out, &n)) atomicAdd(out + m * n, sum);
+      }
     }
-    cu += warps;
-    if (cu < units) mma_unit_columns(cu, blocks, slices, steps, ck, ck1);
+    leave(i);
   }
   cp_async_wait<0>();
-  __syncwarp();  // the next chunk's first copies overwrite what this one read last
+  __syncwarp();  // the next use of the ring overwrites what this walk read last
 }
 
 // How mma_chunk cuts a task's blocks into column slices (mma_slices): MK_CUDA_MMA_SLICES.
@@ -439,10 +486,14 @@ __host__ __device__ inline int mma_slices(int blocks, int warps, int steps, int 
   return best;
 }
 
+__device__ inline int RingChunks::slices(int i) const {
+  return mma_slices(blocks, kCudaThreads / 32, steps(i), kRingCols / 32, kMmaSliceRule);
+}
+
 // All warps on tensor cores over one staged chunk: (block of G 8-row groups, column slice)
 // units, the slices cut by mma_slices; U steps' loads of the block in flight per lane.
 // With D > 0 (one group, weights from global memory) each warp streams all of its units through
-// its D-stage ring at `ring` (mma_ring_units).
+// its D-stage ring at `ring` (mma_ring_walk).
 template <int M, bool Shared, int G, int U, int D = 0>
 __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride, int kc, int64_t c,
                           int rows, uint16_t* ring = nullptr) {
@@ -450,17 +501,20 @@ __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride,
   constexpr int warps = kCudaThreads / 32;  // every CTA of the megakernel
   const int warp = static_cast<int>(threadIdx.x >> 5);
   const int blocks = ((rows + 7) / 8 + G - 1) / G, steps = kc / 32;
-  const int slices = mma_slices(blocks, warps, steps, D > 0 ? kRingCols / 32 : U, kMmaSliceRule);
   const bool bf16 = s.w_dtype == DTYPE_BF16;
   if constexpr (D > 0) {
+    const RingChunks one{c, c + kc, kc, blocks};
+    const auto act = [&](int) { return xs; };
+    const auto leave = [](int) {};
     uint16_t* mine = ring + warp * D * (kRingStageBytes / 2);
     if (bf16) {
-      mma_ring_units<M, D, true>(s, xs, stride, c, rows, blocks, slices, steps, mine);
+      mma_ring_walk<M, D, true>(s, one, stride, rows, mine, act, leave);
     } else {
-      mma_ring_units<M, D, false>(s, xs, stride, c, rows, blocks, slices, steps, mine);
+      mma_ring_walk<M, D, false>(s, one, stride, rows, mine, act, leave);
     }
     return;
   }
+  const int slices = mma_slices(blocks, warps, steps, U, kMmaSliceRule);
   for (int unit = warp; unit < blocks * slices; unit += warps) {
     const int rb = unit % blocks;
     int k0, k1;

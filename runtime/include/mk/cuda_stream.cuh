@@ -299,28 +299,79 @@ __device__ inline void copy_raw_chunk(const StreamLinear& s, uint16_t* buf, int6
   for (int m = 0; m < M; ++m) bulk_copy(buf + m * s.kc, x + m * s.x_ld, bytes, smem_address(bar));
 }
 
+#if defined(MK_RING_WALK)
+constexpr bool kRingWalk = true;
+#else
+constexpr bool kRingWalk = false;
+#endif
+
+// mma_raw_chunks with MK_RING_WALK (MK_CUDA_RING_WALK=1, opt-in until it has run on a GPU):
+// each warp's Ring-stage cp.async ring (behind both buffers) walks every chunk as one stream
+// (mma_ring_walk). Chunks 0 and 1 are copied first; a warp waits for chunk i to land before its
+// products, and the last warp done reading chunk i (a count per buffer) copies chunk i + 2 into
+// its buffer, so no CTA barrier stops the ring between chunks.
+template <int M, int Ring, bool BF16>
+__device__ bool mma_raw_ring(const StreamLinear& s, int rows, uint16_t* const (&buf)[2],
+                             uint16_t* ring, uint64_t (&bars)[2], int (&done)[2]) {
+  constexpr int warps = kCudaThreads / 32;
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  uint16_t* const mine = ring + warp * Ring * (kRingStageBytes / 2);
+  const RingChunks all{0, s.k, static_cast<int>(s.kc), (rows + 7) / 8};
+  bool landed = true;
+  const auto act = [&](int i) {
+    landed = landed && barrier_wait(smem_address(&bars[i & 1]), (i >> 1) & 1);
+    if (i == 0) {
+      MK_MARK(*s.arena);
+      MK_MARK(*s.arena);
+    }
+    return static_cast<const uint16_t*>(buf[i & 1]);
+  };
+  const auto leave = [&](int i) {
+    __syncwarp();  // the warp's reads of the buffer are done
+    if ((threadIdx.x & 31) == 0) {
+      __threadfence_block();
+      if (atomicAdd(&done[i & 1], 1) == warps * (i / 2 + 1) - 1) {
+        // Every warp's generic reads of the buffer before the async proxy's writes.
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        copy_raw_chunk<M>(s, buf[i & 1], all.column(i + 2), &bars[i & 1]);
+      }
+    }
+  };
+  mma_ring_walk<M, Ring, BF16>(s, all, static_cast<int>(s.kc), rows, mine, act, leave);
+  return !__syncthreads_or(!landed);
+}
+
 // stream_linear on tensor cores for a raw activation: its chunks land in two packed buffers
 // (the room of one float chunk) by bulk copies that one thread issues, so no thread's loads
 // wait behind them and chunk i + 1 streams in while chunk i's products run. The register
 // path's staging round trips (three chunks of the gated MLP's down projection at batch 8)
-// leave the critical path. With Ring > 0 each warp's cp.async ring sits behind both buffers.
-// Ends with __syncthreads(); false if a chunk never landed.
+// leave the critical path. With Ring > 0 each warp's cp.async ring sits behind both buffers,
+// restarted at each chunk, or with kRingWalk walking them all (mma_raw_ring). Ends with
+// __syncthreads(); false if a chunk never landed.
 template <int M, int G, int U, int Ring>
 __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
   __shared__ uint64_t bars[2];
+  __shared__ int done[2];
   uint16_t* const buf[2] = {reinterpret_cast<uint16_t*>(mk_dynamic_smem),
                             reinterpret_cast<uint16_t*>(mk_dynamic_smem) + M * s.kc};
   uint16_t* const ring =
       reinterpret_cast<uint16_t*>(mk_dynamic_smem + ((2 * M * s.kc * 2 + 127) & ~127));
+  constexpr bool walk = Ring > 0 && kRingWalk;
   if (threadIdx.x == 0) {
     stage_barrier_init(&bars[0]);
     stage_barrier_init(&bars[1]);
     copy_raw_chunk<M>(s, buf[0], 0, &bars[0]);
+    if (walk) copy_raw_chunk<M>(s, buf[1], s.kc, &bars[1]);
+    done[0] = done[1] = 0;
   }
   __syncthreads();
   bool landed = true;
+  if constexpr (walk) {
+    landed = s.w_dtype == DTYPE_BF16 ? mma_raw_ring<M, Ring, true>(s, rows, buf, ring, bars, done)
+                                     : mma_raw_ring<M, Ring, false>(s, rows, buf, ring, bars, done);
+  }
   int i = 0;
-  for (int64_t c = 0; c < s.k; c += s.kc, ++i) {
+  for (int64_t c = 0; !walk && c < s.k; c += s.kc, ++i) {
     const int kc = static_cast<int>(s.k - c < s.kc ? s.k - c : s.kc);
     landed = barrier_wait(smem_address(&bars[i & 1]), (i >> 1) & 1);
     if (c == 0) MK_MARK(*s.arena);
@@ -352,7 +403,7 @@ __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
 // activation columns at once (the emitter sizes it to the chunk: unrolled code the task does not
 // need costs instruction fetches). With Ring > 0 (tensor cores, weights from global memory)
 // each warp copies its weights through a Ring-stage cp.async ring behind the packed chunk
-// (mma_ring_units). Ends with __syncthreads(); false if staged weights never landed.
+// (mma_ring_walk). Ends with __syncthreads(); false if staged weights never landed.
 template <int M, int RG, int S, int XB, bool Mma = false, bool Staged = false, int G = 1,
           int Ring = 0>
 __device__ bool stream_linear(const StreamLinear& s) {
