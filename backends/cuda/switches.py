@@ -58,13 +58,22 @@ def prefetch_at_wait() -> bool:
 
 # Where a tensor-core task streams through the cp.async ring by default (MK_CUDA_MMA_RING=auto):
 # its warps stream at least RING_AUTO_BYTES each, in rows of at least RING_AUTO_COLUMNS. On the
-# H200 (bench/RESULTS.md, 2026-12-03) the gated MLP's batch-8 tasks (112 and 229 KB a warp, rows
-# of 14,336 and 4,096) gained 12 %; RMSNorm+Linear B8 4096x12288 (96 KB) lost 3 %, the batch-8
-# lm_heads of qwen3-0.6b and llama-3.2-1b (304 and 513 KB, rows of 1,024 and 2,048) 2.5 % of
-# the whole step, and the models' other linears (4-12 KB) more.
-RING_AUTO_STAGES = 2
-RING_AUTO_BYTES = 112 << 10
+# H200 (bench/RESULTS.md, session 39), with the ring walking a raw activation's chunks as one
+# stream (MK_CUDA_RING_WALK): the gated MLP at batch 8 (tasks of 112 and 229 KB a warp, rows of
+# 14,336 and 4,096) 0.1333 -> 0.1245 ms with 2 stages, 0.1211 with 3, 0.1575 with 4 (the chunks
+# shrink to 1,024 columns); a 4-layer qwen3-8b step at batch 8 1343 -> 1235 us with 3 stages on
+# every task (its gate/up, down and lm_head tasks: 98-1,200 KB a warp; the rest, 32-48 KB, level).
+# Without the walk (session 37), the batch-8 lm_heads of qwen3-0.6b and llama-3.2-1b (rows of
+# 1,024 and 2,048) lost 2.5 % of the step and the models' small linears (4-12 KB) more.
+RING_AUTO_STAGES = 3
+RING_AUTO_BYTES = 64 << 10
 RING_AUTO_COLUMNS = 4096
+
+
+def ring_walk() -> bool:
+    """MK_CUDA_RING_WALK: 1 (default) walks a raw activation's chunks as one ring stream
+    (mk::gpu::mma_raw_ring); 0 restarts each warp's ring at every chunk."""
+    return flag("MK_CUDA_RING_WALK", default=True)
 
 
 def mma_ring(warp_bytes: int, columns: int) -> int:
@@ -218,6 +227,6 @@ def defines(profile: bool, warm: bool) -> str:
         lines.append(f"#define MK_ATTN_KEYS {keys}")
     if plain_launch():
         lines.append("#define MK_PLAIN_LAUNCH 1")
-    if flag("MK_CUDA_RING_WALK"):
+    if ring_walk():
         lines.append("#define MK_RING_WALK 1")
     return "".join(line + "\n" for line in lines)

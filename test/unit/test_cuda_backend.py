@@ -171,7 +171,7 @@ SWITCHES = [
     {"MK_CUDA_LAUNCH": "plain"},
     {"MK_CUDA_ATTN_PIPE": "1"},
     {"MK_CUDA_ATTN_KEYS": "8"},
-    {"MK_CUDA_MMA_RING": "4", "MK_CUDA_RING_WALK": "1"},
+    {"MK_CUDA_MMA_RING": "4", "MK_CUDA_RING_WALK": "0"},
     {"MK_CUDA_ROWS_DOT_PIPE": "1"},
 ]
 
@@ -200,7 +200,7 @@ SWITCH_BUILDS = [
     ("gated_mlp", {"MK_CUDA_MMA_PIPE": "1", "MK_CUDA_MMA_SLICES": "rounds",
                    "MK_CUDA_MMA_LINES": "1", "MK_CUDA_ROWS_DOT_PIPE": "1"}),
     ("gated_mlp", {"MK_CUDA_MMA_RING": "4", "MK_CUDA_MMA_L1": "1", "MK_CUDA_MMA_SLICES": "balance",
-                   "MK_CUDA_RING_WALK": "1"}),
+                   "MK_CUDA_RING_WALK": "0"}),
 ]  # fmt: skip
 
 

@@ -133,16 +133,17 @@ def test_tensor_core_weights_through_the_l1_are_opt_in(
         (8, 64, 4096, True, "3", 3, 4096),  # the packed chunk (64 KB) and the ring (96 KB)
         (16, 64, 14336, True, "3", 3, 2048),
         (8, 64, 4096, True, "4", 4, 2048),
-        # auto (the default): a ring of 2 from 112 KB a warp in rows of 4,096 or more
-        (8, 64, 4096, True, "", 0, 4096),
-        (8, 128, 4096, True, "", 2, 4096),
-        (8, 128, 4096, True, "auto", 2, 4096),
+        # auto (the default): a ring of 3 from 64 KB a warp in rows of 4,096 or more
+        (8, 32, 4096, True, "", 0, 4096),
+        (8, 64, 4096, True, "", 3, 4096),
+        (8, 128, 4096, True, "auto", 3, 4096),
         (8, 512, 1024, True, "", 0, 1024),  # 128 KB a warp, but rows of 1,024 columns
         (8, 64, 4096, True, "0", 0, 4096),
         (1, 64, 1024, True, "3", 0, 1024),  # CUDA cores: no ring
         # a raw activation may take two packed buffers (mma_raw_chunks): half the chunk each
         (8, 128, 14336, False, "3", 3, 2048),
-        (8, 128, 14336, False, "", 2, 3072),
+        (8, 128, 14336, False, "", 3, 2048),
+        (8, 128, 14336, False, "2", 2, 3072),
     ],
 )
 def test_tensor_cores_stream_through_the_ring(
@@ -176,7 +177,7 @@ def test_the_auto_ring_threshold_is_a_switch(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("MK_CUDA_MMA_RING_KB", "129")  # the task's warps stream 128 KB each
     assert plan.ring_stages(4096) == 0
     monkeypatch.setenv("MK_CUDA_MMA_RING_KB", "128")
-    assert plan.ring_stages(4096) == 2
+    assert plan.ring_stages(4096) == 3
     monkeypatch.setenv("MK_CUDA_MMA_RING_KB", "lots")
     with pytest.raises(MkError, match="MK_CUDA_MMA_RING_KB must be a number of KiB"):
         plan.ring_stages(4096)

@@ -305,15 +305,14 @@ constexpr bool kRingWalk = true;
 constexpr bool kRingWalk = false;
 #endif
 
-// mma_raw_chunks with MK_RING_WALK (MK_CUDA_RING_WALK=1, opt-in until it has run on a GPU):
-// each warp's Ring-stage cp.async ring (behind both buffers) walks every chunk as one stream
-// (mma_ring_walk). Chunks 0 and 1 are copied first; a warp waits for chunk i to land before its
-// products, and the last warp done reading chunk i (a count per buffer) copies chunk i + 2 into
-// its buffer, so no CTA barrier stops the ring between chunks.
+// mma_raw_chunks with MK_RING_WALK (MK_CUDA_RING_WALK=1, the default): each warp's Ring-stage cp.async
+// ring (behind both buffers) walks every chunk as one stream (mma_ring_walk). Chunks 0 and 1
+// are copied first; a warp waits for chunk i to land before its products, and once every warp
+// is done reading chunk i (a CTA barrier: the copies in flight in the rings go on through it)
+// thread 0 copies chunk i + 2 into its buffer.
 template <int M, int Ring, bool BF16>
 __device__ bool mma_raw_ring(const StreamLinear& s, int rows, uint16_t* const (&buf)[2],
-                             uint16_t* ring, uint64_t (&bars)[2], int (&done)[2]) {
-  constexpr int warps = kCudaThreads / 32;
+                             uint16_t* ring, uint64_t (&bars)[2]) {
   const int warp = static_cast<int>(threadIdx.x >> 5);
   uint16_t* const mine = ring + warp * Ring * (kRingStageBytes / 2);
   const RingChunks all{0, s.k, static_cast<int>(s.kc), (rows + 7) / 8};
@@ -327,14 +326,10 @@ __device__ bool mma_raw_ring(const StreamLinear& s, int rows, uint16_t* const (&
     return static_cast<const uint16_t*>(buf[i & 1]);
   };
   const auto leave = [&](int i) {
-    __syncwarp();  // the warp's reads of the buffer are done
-    if ((threadIdx.x & 31) == 0) {
-      __threadfence_block();
-      if (atomicAdd(&done[i & 1], 1) == warps * (i / 2 + 1) - 1) {
-        // Every warp's generic reads of the buffer before the async proxy's writes.
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        copy_raw_chunk<M>(s, buf[i & 1], all.column(i + 2), &bars[i & 1]);
-      }
+    __syncthreads();  // every warp's reads of chunk i's buffer are done
+    if (threadIdx.x == 0) {
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // before the copy's writes
+      copy_raw_chunk<M>(s, buf[i & 1], all.column(i + 2), &bars[i & 1]);
     }
   };
   mma_ring_walk<M, Ring, BF16>(s, all, static_cast<int>(s.kc), rows, mine, act, leave);
@@ -351,7 +346,6 @@ __device__ bool mma_raw_ring(const StreamLinear& s, int rows, uint16_t* const (&
 template <int M, int G, int U, int Ring>
 __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
   __shared__ uint64_t bars[2];
-  __shared__ int done[2];
   uint16_t* const buf[2] = {reinterpret_cast<uint16_t*>(mk_dynamic_smem),
                             reinterpret_cast<uint16_t*>(mk_dynamic_smem) + M * s.kc};
   uint16_t* const ring =
@@ -362,13 +356,12 @@ __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
     stage_barrier_init(&bars[1]);
     copy_raw_chunk<M>(s, buf[0], 0, &bars[0]);
     if (walk) copy_raw_chunk<M>(s, buf[1], s.kc, &bars[1]);
-    done[0] = done[1] = 0;
   }
   __syncthreads();
   bool landed = true;
   if constexpr (walk) {
-    landed = s.w_dtype == DTYPE_BF16 ? mma_raw_ring<M, Ring, true>(s, rows, buf, ring, bars, done)
-                                     : mma_raw_ring<M, Ring, false>(s, rows, buf, ring, bars, done);
+    landed = s.w_dtype == DTYPE_BF16 ? mma_raw_ring<M, Ring, true>(s, rows, buf, ring, bars)
+                                     : mma_raw_ring<M, Ring, false>(s, rows, buf, ring, bars);
   }
   int i = 0;
   for (int64_t c = 0; !walk && c < s.k; c += s.kc, ++i) {
