@@ -21,8 +21,9 @@ def _shape(op: Operation, i: int) -> tuple[int, ...]:
     return tuple(t.get_shape())
 
 
-def _cache_write(op: KernelOp, code: int) -> str:
-    """The bad start from its code (the task's return value)."""
+def _cache_write(op: KernelOp, detail: int) -> str:
+    """The bad start is the task's return value (detail + 1, an int32)."""
+    code = (detail + 1 + (1 << 31)) % (1 << 32) - (1 << 31)
     dim_attr = op.attributes["dim"]
     assert isinstance(dim_attr, IntegerAttr)
     cache, new = _shape(op, 0), _shape(op, 1)
@@ -54,8 +55,7 @@ def kernel_failure(body: Operation, detail: int) -> str | None:
     if len(failing) != 1:
         return None
     op = failing[0]
-    code = (detail + 1 + (1 << 31)) % (1 << 32) - (1 << 31)  # the return value, an int32
-    text = _FAILURES[op.kind.data](op, code if op.kind.data == "cache_write" else detail)
+    text = _FAILURES[op.kind.data](op, detail)
     loc = op_location(op)
     return f"{loc}: {text}" if loc else text
 

@@ -364,9 +364,9 @@ struct RingFill {
 // warp, warp + warps, ...), the weights through its D-stage ring (D - 1 stages in flight) as one
 // stream. `act(i)` is chunk i's packed activation (it may wait for it to land); `leave(i)` says
 // the warp is done reading it. Both run on every thread of the CTA, for every chunk, in order
-// (leave may hold a CTA barrier). A ring per
-// unit lost on the small batch-8 linears, and one per chunk drained it every 4-6 stages of the
-// gated MLP's down projection (bench/RESULTS.md). The same sums as mma_rows.
+// (leave may hold a CTA barrier). A ring per unit lost on the small batch-8 linears, and one
+// per chunk drained it every 4-6 stages of the gated MLP's down projection (bench/RESULTS.md).
+// The same sums as mma_rows.
 template <int M, int D, bool BF16, class Act, class Leave>
 __device__ void mma_ring_walk(const StreamLinear& s, const RingChunks& ch, int stride, int rows,
                               uint16_t* ring, Act&& act, Leave&& leave) {

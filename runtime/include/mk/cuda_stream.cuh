@@ -305,11 +305,11 @@ constexpr bool kRingWalk = true;
 constexpr bool kRingWalk = false;
 #endif
 
-// mma_raw_chunks with MK_RING_WALK (MK_CUDA_RING_WALK=1, the default): each warp's Ring-stage cp.async
-// ring (behind both buffers) walks every chunk as one stream (mma_ring_walk). Chunks 0 and 1
-// are copied first; a warp waits for chunk i to land before its products, and once every warp
-// is done reading chunk i (a CTA barrier: the copies in flight in the rings go on through it)
-// thread 0 copies chunk i + 2 into its buffer.
+// mma_raw_chunks with MK_RING_WALK (MK_CUDA_RING_WALK=1, the default): each warp's Ring-stage
+// cp.async ring (behind both buffers) walks every chunk as one stream (mma_ring_walk). Chunks
+// 0 and 1 are copied first; a warp waits for chunk i to land before its products, and once
+// every warp is done reading chunk i (a CTA barrier: the copies in flight in the rings go on
+// through it) thread 0 copies chunk i + 2 into its buffer.
 template <int M, int Ring, bool BF16>
 __device__ bool mma_raw_ring(const StreamLinear& s, int rows, uint16_t* const (&buf)[2],
                              uint16_t* ring, uint64_t (&bars)[2]) {
@@ -362,20 +362,21 @@ __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
   if constexpr (walk) {
     landed = s.w_dtype == DTYPE_BF16 ? mma_raw_ring<M, Ring, true>(s, rows, buf, ring, bars)
                                      : mma_raw_ring<M, Ring, false>(s, rows, buf, ring, bars);
-  }
-  int i = 0;
-  for (int64_t c = 0; !walk && c < s.k; c += s.kc, ++i) {
-    const int kc = static_cast<int>(s.k - c < s.kc ? s.k - c : s.kc);
-    landed = barrier_wait(smem_address(&bars[i & 1]), (i >> 1) & 1);
-    if (c == 0) MK_MARK(*s.arena);
-    // Chunk i - 1's products are done everywhere: its buffer takes chunk i + 1.
-    if (__syncthreads_or(!landed)) {
-      landed = false;
-      break;
+  } else {
+    int i = 0;
+    for (int64_t c = 0; c < s.k; c += s.kc, ++i) {
+      const int kc = static_cast<int>(s.k - c < s.kc ? s.k - c : s.kc);
+      landed = barrier_wait(smem_address(&bars[i & 1]), (i >> 1) & 1);
+      if (c == 0) MK_MARK(*s.arena);
+      // Chunk i - 1's products are done everywhere: its buffer takes chunk i + 1.
+      if (__syncthreads_or(!landed)) {
+        landed = false;
+        break;
+      }
+      if (threadIdx.x == 0) copy_raw_chunk<M>(s, buf[(i + 1) & 1], c + s.kc, &bars[(i + 1) & 1]);
+      if (c == 0) MK_MARK(*s.arena);
+      mma_chunk<M, false, G, U, Ring>(s, buf[i & 1], s.kc, kc, c, rows, ring);
     }
-    if (threadIdx.x == 0) copy_raw_chunk<M>(s, buf[(i + 1) & 1], c + s.kc, &bars[(i + 1) & 1]);
-    if (c == 0) MK_MARK(*s.arena);
-    mma_chunk<M, false, G, U, Ring>(s, buf[i & 1], s.kc, kc, c, rows, ring);
   }
   __syncthreads();
   if (threadIdx.x == 0) {
