@@ -146,8 +146,10 @@ class StreamPlan:
         copied raw, mk::gpu::mma_raw_chunks)."""
         stages = self.ring_stages(k)
         if stages:
-            room = (self.x_bytes - ring_bytes(stages)) // self._packed_buffers()
-            return min(k, room // 2 // self.rows // 256 * 256)
+            room = self.x_bytes - ring_bytes(stages)
+            if 2 * self.rows * k <= room and os.environ.get("MK_CUDA_RING_ONE_BUFFER", "1") == "1":
+                return k  # one buffer holds it all: nothing to double-buffer
+            return min(k, room // self._packed_buffers() // 2 // self.rows // 256 * 256)
         return self._float_chunk(k)
 
     def _float_chunk(self, k: int) -> int:
@@ -164,9 +166,18 @@ class StreamPlan:
         """Dynamic shared memory the streamed loop takes: the chunk, and the ring behind it."""
         stages = self.ring_stages(k)
         if stages:
-            packed = self._packed_buffers() * self.rows * self.chunk(k) * 2
+            chunk = self.chunk(k)
+            buffers = 1 if chunk == k else self._packed_buffers()
+            packed = buffers * self.rows * chunk * 2
             return -(-packed // 128) * 128 + ring_bytes(stages)
         return 4 * self.rows * self.chunk(k)
+
+
+def stream_room() -> int:
+    """MK_CUDA_STREAM_KB: KiB of shared memory a streamed body's activation chunk and mma ring
+    take (SMEM_BYTES unless set); the arena's shared-memory part gets what they leave, up to
+    its cap."""
+    return switches.count("MK_CUDA_STREAM_KB", SMEM_BYTES >> 10, 32, 208, "KiB") << 10
 
 
 def ring_bytes(stages: int) -> int:
@@ -275,7 +286,7 @@ def plan_stream(op: GraphDefOp) -> StreamPlan | None:
             return None
     if any(u.operation not in handled | {sum_sq} for u in x.tile.uses):
         return None
-    return StreamPlan(x, g, scaled, tuple(products), sum_sq, tuple(invariant))
+    return StreamPlan(x, g, scaled, tuple(products), sum_sq, tuple(invariant), stream_room())
 
 
 def _is_product(m: MatmulOp) -> bool:

@@ -14,7 +14,7 @@ from linear_programs import agrees_with_the_reference, cuda_source, graph_defs, 
 
 import mk
 from mk.backends.cuda import build as cuda_build
-from mk.backends.cuda.stream import MMA_LOADS, plan_stream
+from mk.backends.cuda.stream import MMA_LOADS, SMEM_BYTES, plan_stream, ring_bytes
 from mk.diagnostics import MkError
 
 NVCC = cuda_build.nvcc()  # before any test patches it out
@@ -142,6 +142,8 @@ def test_tensor_core_weights_through_the_l1_are_opt_in(
         (1, 64, 1024, True, "3", 0, 1024),  # CUDA cores: no ring
         # a raw activation may take two packed buffers (mma_raw_chunks): half the chunk each
         (8, 128, 14336, False, "3", 3, 2048),
+        (8, 128, 4096, False, "3", 3, 4096),  # unless one holds all of K beside the ring
+        (8, 128, 4096, False, "4", 4, 1024),
         (8, 128, 14336, False, "", 3, 2048),
         (8, 128, 14336, False, "2", 2, 3072),
     ],
@@ -156,18 +158,29 @@ def test_tensor_cores_stream_through_the_ring(
     chunk: int,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from mk.backends.cuda.stream import SMEM_BYTES, ring_bytes
-
     monkeypatch.setenv("MK_CUDA_MMA_RING", env)
     kernels = graph_defs(linear_program(rows, n, k, norm=norm), tile_n=n)
     (plan,) = [p for p in map(plan_stream, kernels.values()) if p is not None]
     assert plan.ring_stages(k) == stages and plan.chunk(k) == chunk
     ring = ring_bytes(stages) if stages else 0
-    buffers = 1 if norm else 2
+    buffers = 1 if norm or chunk == k else 2
     assert plan.smem_bytes(k) == (buffers * 2 * rows * chunk + ring if stages else 4 * rows * chunk)
     assert plan.smem_bytes(k) <= SMEM_BYTES
     staged = dataclasses.replace(plan, ring_ok=False)  # weights staged ahead: no ring
     assert staged.ring_stages(k) == 0
+
+
+def test_the_stream_room_is_a_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MK_CUDA_STREAM_KB sizes the activation chunk and ring's room: with 192 KiB a raw batch-8
+    activation of 4,096 columns fits whole beside a ring of four stages (64 + 128 KiB)."""
+    monkeypatch.setenv("MK_CUDA_MMA_RING", "4")
+    monkeypatch.setenv("MK_CUDA_STREAM_KB", "192")
+    kernels = graph_defs(linear_program(8, 128, 4096, norm=False), tile_n=128)
+    (plan,) = [p for p in map(plan_stream, kernels.values()) if p is not None]
+    assert plan.chunk(4096) == 4096 and plan.smem_bytes(4096) == (64 + 128) << 10
+    monkeypatch.setenv("MK_CUDA_STREAM_KB", "300")
+    with pytest.raises(MkError, match="MK_CUDA_STREAM_KB must be a number of KiB from 32 to 208"):
+        [plan_stream(k) for k in kernels.values()]
 
 
 def test_the_auto_ring_threshold_is_a_switch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -238,6 +251,8 @@ def test_one_row_on_tensor_cores_matches_the_reference(
         (8, "2", False, 6144, "1"),
         (8, "4", False, 5440, "1"),
         (16, "3", False, 6144, "1"),
+        (8, "3", False, 4096, "1"),  # one chunk, one buffer
+        (4, "4", False, 2048, "0"),
     ],
 )
 def test_the_ring_matches_the_reference(
@@ -262,6 +277,8 @@ def test_the_ring_matches_the_reference(
         rf"stream_linear<{rows}, \d+, \d+, \d+, true, false, 1, {ring}>",
         prog.cuda_source,
     )  # type: ignore[attr-defined]
+    one_buffer = not norm and 2 * rows * k + ring_bytes(int(ring)) <= SMEM_BYTES
+    assert (f"sl.kc = {k};" in prog.cuda_source) == (norm or one_buffer)  # type: ignore[attr-defined]
     agrees_with_the_reference(prog, text, (rows, ring, norm, k, walk))
 
 

@@ -348,8 +348,9 @@ __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
   __shared__ uint64_t bars[2];
   uint16_t* const buf[2] = {reinterpret_cast<uint16_t*>(mk_dynamic_smem),
                             reinterpret_cast<uint16_t*>(mk_dynamic_smem) + M * s.kc};
-  uint16_t* const ring =
-      reinterpret_cast<uint16_t*>(mk_dynamic_smem + ((2 * M * s.kc * 2 + 127) & ~127));
+  // One buffer where a chunk is all of K (the emitter then reserves one).
+  const int64_t packed = (s.kc < s.k ? 2 : 1) * M * s.kc * 2;
+  uint16_t* const ring = reinterpret_cast<uint16_t*>(mk_dynamic_smem + ((packed + 127) & ~127));
   constexpr bool walk = Ring > 0 && kRingWalk;
   if (threadIdx.x == 0) {
     stage_barrier_init(&bars[0]);
