@@ -181,8 +181,9 @@ def stream_room() -> int:
 
 
 def ring_bytes(stages: int) -> int:
-    """Every warp's cp.async ring (mk::gpu::ring_bytes): eight 256-column rows a stage."""
-    return WARPS * stages * 8 * 256 * 2
+    """Every warp's cp.async ring (mk::gpu::ring_bytes): eight rows of switches.ring_cols()
+    columns a stage."""
+    return WARPS * stages * 8 * switches.ring_cols() * 2
 
 
 def staged_ld(k: int, mma: bool) -> int:

@@ -76,6 +76,13 @@ def ring_walk() -> bool:
     return flag("MK_CUDA_RING_WALK", default=True)
 
 
+def ring_cols() -> int:
+    """MK_CUDA_RING_COLS: columns of each row of a ring stage (256, the default, 512 or 1024):
+    longer stages ask for longer runs of each row at once."""
+    cols = int(choice("MK_CUDA_RING_COLS", ("256", "512", "1024")))
+    return cols
+
+
 def mma_ring(warp_bytes: int, columns: int) -> int:
     """MK_CUDA_MMA_RING: stages of each warp's cp.async ring for a tensor-core task whose warps
     stream `warp_bytes` of weights each in rows of `columns`; 0 for none. `auto` (default):
@@ -229,4 +236,6 @@ def defines(profile: bool, warm: bool) -> str:
         lines.append("#define MK_PLAIN_LAUNCH 1")
     if ring_walk():
         lines.append("#define MK_RING_WALK 1")
+    if (cols := ring_cols()) != 256:
+        lines.append(f"#define MK_RING_COLS {cols}")
     return "".join(line + "\n" for line in lines)

@@ -282,6 +282,35 @@ def test_the_ring_matches_the_reference(
     agrees_with_the_reference(prog, text, (rows, ring, norm, k, walk))
 
 
+@pytest.mark.parametrize(("cols", "stages"), [("512", 2), ("1024", 1)])
+def test_ring_stage_columns_are_a_switch(
+    cols: str, stages: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_RING_COLS lengthens a stage's rows: the ring's bytes grow with them."""
+    monkeypatch.setenv("MK_CUDA_RING_COLS", cols)
+    assert ring_bytes(stages) == 8 * stages * 8 * int(cols) * 2
+    monkeypatch.setenv("MK_CUDA_RING_COLS", "300")
+    with pytest.raises(MkError, match="MK_CUDA_RING_COLS must be one of 256, 512, 1024"):
+        ring_bytes(stages)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("cols", "ring", "norm", "k"), [("512", "2", False, 6144), ("1024", "2", True, 2048)]
+)
+def test_longer_ring_stages_match_the_reference(
+    cols: str, ring: str, norm: bool, k: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the GPU, MK_CUDA_RING_COLS: stages of 512 columns walking a raw activation's chunks,
+    and of 1,024 (a unit's last stage partly past its columns) beside a normed one."""
+    monkeypatch.setenv("MK_CUDA_RING_COLS", cols)
+    monkeypatch.setenv("MK_CUDA_MMA_RING", ring)
+    text = linear_program(8, 4608, k, norm)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    assert f"#define MK_RING_COLS {cols}" in prog.cuda_source  # type: ignore[attr-defined]
+    agrees_with_the_reference(prog, text, (cols, ring, norm, k))
+
+
 def _rounds(blocks: int, warps: int, steps: int, u: int, slices: int) -> int:
     """The busiest warp's rounds of loads: its units times a unit's rounds of u steps."""
     per_warp = math.ceil(blocks * slices / warps)

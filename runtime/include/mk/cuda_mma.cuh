@@ -249,7 +249,12 @@ __device__ void mma_rows(const StreamLinear& s, const uint16_t* xs, int stride, 
 // row per warp-wide cp.async, into shared memory, a few stages ahead per warp, and the mma read
 // their fragments from there: every request is a full line, and the loads in flight hold no
 // registers.
-constexpr int kRingCols = 256;                          // columns per stage: eight 32-column steps
+#if defined(MK_RING_COLS)
+constexpr int kRingCols = MK_RING_COLS;  // MK_CUDA_RING_COLS: a multiple of 256
+#else
+constexpr int kRingCols = 256;  // columns per stage: eight 32-column steps
+#endif
+static_assert(kRingCols % 256 == 0, "a stage's row is whole warp-wide copies of 256 columns");
 constexpr int kRingStageBytes = 8 * kRingCols * 2;      // eight rows of 16-bit weights
 constexpr int ring_bytes(int stages) { return 8 * stages * kRingStageBytes; }  // all warps
 
@@ -258,12 +263,11 @@ constexpr int ring_bytes(int stages) { return 8 * stages * kRingStageBytes; }  /
 // each) fall in different banks.
 __device__ inline int ring_col(int row, int col) { return col ^ ((row & 1) << 5); }
 
-// One warp: columns [kb, kb + 256) (none at or past k1) of its eight rows into a stage; lane i
-// < 8 holds row i's pointer (`mine`, null for a missing row), so the warp keeps one pointer a
-// lane instead of eight. A missing row or column is zero-filled. Row 0 is never missing (a unit
-// starts at a row).
+// One warp: columns [kb, kb + kRingCols) (none at or past k1) of its eight rows into a stage;
+// lane i < 8 holds row i's pointer (`mine`, null for a missing row), so the warp keeps one
+// pointer a lane instead of eight. A missing row or column is zero-filled. Row 0 is never
+// missing (a unit starts at a row).
 __device__ inline void ring_fill(uint16_t* stage, const uint16_t* mine, int kb, int k1, int lane) {
-  const int col = kb + 8 * lane;
   const auto bits = reinterpret_cast<uintptr_t>(mine);
   const uint16_t* first = nullptr;
 #pragma unroll
@@ -271,9 +275,13 @@ __device__ inline void ring_fill(uint16_t* stage, const uint16_t* mine, int kb, 
     const auto row = reinterpret_cast<const uint16_t*>(
         static_cast<uintptr_t>(__shfl_sync(0xffffffffu, static_cast<unsigned long long>(bits), i)));
     if (i == 0) first = row;
-    const bool in = row != nullptr && col < k1;
-    const uint16_t* src = in ? row + col : first;  // not read: any address of the weight
-    cp_async16(smem_address(stage + i * kRingCols + ring_col(i, 8 * lane)), src, in);
+#pragma unroll
+    for (int h = 0; h < kRingCols; h += 256) {
+      const int col = kb + h + 8 * lane;
+      const bool in = row != nullptr && col < k1;
+      const uint16_t* src = in ? row + col : first;  // not read: any address of the weight
+      cp_async16(smem_address(stage + i * kRingCols + ring_col(i, h + 8 * lane)), src, in);
+    }
   }
 }
 
