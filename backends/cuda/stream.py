@@ -123,7 +123,12 @@ class StreamPlan:
         if not self.ring_ok or not self.tensor_cores(k) or self.mma_groups() != 1:
             return 0
         total = sum(w.tile_shape()[0] for w, _ in self.products)
-        return switches.mma_ring(2 * total * k // WARPS, k)
+        stages = switches.mma_ring(2 * total * k // WARPS, k)
+        # The ring leaves room for a chunk of 256 columns in each packed buffer.
+        least = self._packed_buffers() * 2 * self.rows * 256
+        while stages >= 2 and ring_bytes(stages) + least > self.x_bytes:
+            stages -= 1
+        return stages if stages >= 2 else 0
 
     def mma_steps(self) -> int:
         """32-column steps whose loads a lane of a tensor-core warp issues before its first mma

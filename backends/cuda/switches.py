@@ -77,10 +77,16 @@ def ring_walk() -> bool:
 
 
 def ring_cols() -> int:
-    """MK_CUDA_RING_COLS: columns of each row of a ring stage (256, the default, 512 or 1024):
-    longer stages ask for longer runs of each row at once."""
-    cols = int(choice("MK_CUDA_RING_COLS", ("256", "512", "1024")))
-    return cols
+    """MK_CUDA_RING_COLS: columns of each row of a ring stage (256, the default, or 512): longer
+    stages ask for longer runs of each row at once."""
+    return int(choice("MK_CUDA_RING_COLS", ("256", "512")))
+
+
+def raw_fence_per_chunk() -> bool:
+    """MK_CUDA_RAW_FENCE: `task` (default) orders the producers' writes of a raw activation
+    before its bulk copies with one proxy fence a task; `chunk` fences before every chunk's
+    copy, as before."""
+    return choice("MK_CUDA_RAW_FENCE", ("task", "chunk")) == "chunk"
 
 
 def mma_ring(warp_bytes: int, columns: int) -> int:
@@ -238,4 +244,6 @@ def defines(profile: bool, warm: bool) -> str:
         lines.append("#define MK_RING_WALK 1")
     if (cols := ring_cols()) != 256:
         lines.append(f"#define MK_RING_COLS {cols}")
+    if raw_fence_per_chunk():
+        lines.append("#define MK_RAW_FENCE_CHUNK 1")
     return "".join(line + "\n" for line in lines)

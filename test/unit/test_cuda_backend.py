@@ -173,6 +173,8 @@ SWITCHES = [
     {"MK_CUDA_ATTN_KEYS": "8"},
     {"MK_CUDA_MMA_RING": "4", "MK_CUDA_RING_WALK": "0"},
     {"MK_CUDA_ROWS_DOT_PIPE": "1"},
+    {"MK_CUDA_MMA_RING": "2", "MK_CUDA_RING_COLS": "512", "MK_CUDA_STREAM_KB": "192"},
+    {"MK_CUDA_RAW_FENCE": "chunk"},
 ]
 
 
@@ -201,6 +203,8 @@ SWITCH_BUILDS = [
                    "MK_CUDA_MMA_LINES": "1", "MK_CUDA_ROWS_DOT_PIPE": "1"}),
     ("gated_mlp", {"MK_CUDA_MMA_RING": "4", "MK_CUDA_MMA_L1": "1", "MK_CUDA_MMA_SLICES": "balance",
                    "MK_CUDA_RING_WALK": "0"}),
+    ("gated_mlp", {"MK_CUDA_MMA_RING": "2", "MK_CUDA_RING_COLS": "512", "MK_CUDA_STREAM_KB": "192",
+                   "MK_CUDA_RAW_FENCE": "chunk"}),
 ]  # fmt: skip
 
 

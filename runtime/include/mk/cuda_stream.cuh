@@ -286,14 +286,23 @@ __device__ inline bool raw_activation(const StreamLinear& s) {
 // Thread 0: chunk c's M rows into buf, `s.kc` apart, by bulk copies that complete on `bar`
 // (nothing past the last chunk). The fences order, for the copies (the async proxy), the
 // activation's generic writes by producer tasks (which the dispatcher's acquire made visible
-// here) before their reads, and the generic reads of buf by an earlier chunk's products
-// (published by a __syncthreads()) before their writes.
+// here) before their reads, and where buf held chunk c - 2, the generic reads of it by that
+// chunk's products (published by a __syncthreads()) before their writes.
+#if defined(MK_RAW_FENCE_CHUNK)
+constexpr bool kRawFenceChunk = true;
+#else
+constexpr bool kRawFenceChunk = false;
+#endif
+
 template <int M>
 __device__ inline void copy_raw_chunk(const StreamLinear& s, uint16_t* buf, int64_t c, uint64_t* bar) {
   if (c >= s.k) return;
   const uint32_t bytes = 2 * static_cast<uint32_t>(s.k - c < s.kc ? s.k - c : s.kc);
   const uint16_t* x = static_cast<const uint16_t*>(s.x) + c;
-  asm volatile("fence.proxy.async.global;" ::: "memory");
+  // The producers' writes were ordered before every copy of the task once, at its first
+  // (MK_CUDA_RAW_FENCE=chunk: before each).
+  if (kRawFenceChunk || c == 0) asm volatile("fence.proxy.async.global;" ::: "memory");
+  if (c >= 2 * s.kc) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   expect_bytes(smem_address(bar), M * bytes);
 #pragma unroll
   for (int m = 0; m < M; ++m) bulk_copy(buf + m * s.kc, x + m * s.x_ld, bytes, smem_address(bar));
@@ -327,10 +336,7 @@ __device__ bool mma_raw_ring(const StreamLinear& s, int rows, uint16_t* const (&
   };
   const auto leave = [&](int i) {
     __syncthreads();  // every warp's reads of chunk i's buffer are done
-    if (threadIdx.x == 0) {
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // before the copy's writes
-      copy_raw_chunk<M>(s, buf[i & 1], all.column(i + 2), &bars[i & 1]);
-    }
+    if (threadIdx.x == 0) copy_raw_chunk<M>(s, buf[i & 1], all.column(i + 2), &bars[i & 1]);
   };
   mma_ring_walk<M, Ring, BF16>(s, all, static_cast<int>(s.kc), rows, mine, act, leave);
   return !__syncthreads_or(!landed);
