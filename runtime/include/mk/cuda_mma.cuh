@@ -306,17 +306,18 @@ __device__ inline const uint16_t* mma_unit_row(const StreamLinear& s, int unit, 
 }
 
 // The chunks of K a ring walks: chunk i is columns [c0 + i·kc, ...) up to k_end, cut into
-// (block, column slice) units by mma_slices as mma_chunk cuts them.
+// (block, column slice) units by mma_slices as mma_chunk cuts them. Every chunk but the last has
+// the same steps and slices, settled once here: the walk asks for them at every stage and unit,
+// and a 64-bit division or mma_slices' loop each time costs instructions on every warp's path.
 struct RingChunks {
-  int64_t c0, k_end;
-  int kc, blocks;
-  __device__ int count() const { return static_cast<int>((k_end - c0 + kc - 1) / kc); }
+  int64_t c0;
+  int kc, blocks, n;
+  int full_steps, last_steps, full_slices, last_slices;
+  __device__ RingChunks(int64_t c0_, int64_t k_end, int kc_, int blocks_);
+  __device__ int count() const { return n; }
   __device__ int64_t column(int i) const { return c0 + static_cast<int64_t>(i) * kc; }
-  __device__ int steps(int i) const {
-    const int64_t left = k_end - column(i);
-    return static_cast<int>(left < kc ? left : kc) / 32;
-  }
-  __device__ int slices(int i) const;
+  __device__ int steps(int i) const { return i + 1 < n ? full_steps : last_steps; }
+  __device__ int slices(int i) const { return i + 1 < n ? full_slices : last_slices; }
 };
 
 // A warp's fill cursor: its next stage is columns [k, k + 256) (none at or past k1) of unit u
@@ -495,8 +496,14 @@ __host__ __device__ inline int mma_slices(int blocks, int warps, int steps, int 
   return best;
 }
 
-__device__ inline int RingChunks::slices(int i) const {
-  return mma_slices(blocks, kCudaThreads / 32, steps(i), kRingCols / 32, kMmaSliceRule);
+__device__ inline RingChunks::RingChunks(int64_t c0_, int64_t k_end, int kc_, int blocks_)
+    : c0(c0_), kc(kc_), blocks(blocks_) {
+  n = static_cast<int>((k_end - c0 + kc - 1) / kc);
+  full_steps = kc / 32;
+  last_steps = static_cast<int>(k_end - column(n - 1)) / 32;
+  constexpr int warps = kCudaThreads / 32, u = kRingCols / 32;
+  full_slices = mma_slices(blocks, warps, full_steps, u, kMmaSliceRule);
+  last_slices = last_steps == full_steps ? full_slices : mma_slices(blocks, warps, last_steps, u, kMmaSliceRule);
 }
 
 // All warps on tensor cores over one staged chunk: (block of G 8-row groups, column slice)
@@ -512,7 +519,7 @@ __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride,
   const int blocks = ((rows + 7) / 8 + G - 1) / G, steps = kc / 32;
   const bool bf16 = s.w_dtype == DTYPE_BF16;
   if constexpr (D > 0) {
-    const RingChunks one{c, c + kc, kc, blocks};
+    const RingChunks one(c, c + kc, kc, blocks);
     const auto act = [&](int) { return xs; };
     const auto leave = [](int) {};
     uint16_t* mine = ring + warp * D * (kRingStageBytes / 2);

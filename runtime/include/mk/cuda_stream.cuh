@@ -324,7 +324,7 @@ __device__ bool mma_raw_ring(const StreamLinear& s, int rows, uint16_t* const (&
                              uint16_t* ring, uint64_t (&bars)[2]) {
   const int warp = static_cast<int>(threadIdx.x >> 5);
   uint16_t* const mine = ring + warp * Ring * (kRingStageBytes / 2);
-  const RingChunks all{0, s.k, static_cast<int>(s.kc), (rows + 7) / 8};
+  const RingChunks all(0, s.k, static_cast<int>(s.kc), (rows + 7) / 8);
   bool landed = true;
   const auto act = [&](int i) {
     landed = landed && barrier_wait(smem_address(&bars[i & 1]), (i >> 1) & 1);
