@@ -405,7 +405,7 @@ class Launch {
   bool step(SmState& s, ExecContext& ctx, std::mt19937_64& rng);
   void check_watchdog(const std::vector<SmState*>& mine, Clock::time_point now);
   const SmState* oldest_blocked() const;
-  void fail(const RunStatus& status, std::exception_ptr error);
+  void fail(const RunStatus& status, std::string message);
   void delay(std::mt19937_64& rng, int one_in);
 
   const Tables& t_;
@@ -420,7 +420,9 @@ class Launch {
   std::atomic<bool> stop_{false};
   std::mutex error_mutex_;
   RunStatus status_{};
-  std::exception_ptr error_;
+  // A failed task's message, copied out of its exception in the worker that caught it: no
+  // exception object outlives the worker's handler.
+  std::string message_;
 };
 
 void Launch::delay(std::mt19937_64& rng, int one_in) {
@@ -459,9 +461,11 @@ bool Launch::step(SmState& s, ExecContext& ctx, std::mt19937_64& rng) {
   ctx.iteration = iteration;
   try {
     kinds_[d.kind](d, ctx);
+  } catch (const std::exception& e) {
+    fail(RunStatus{RUN_KERNEL_FAILED, s.sm, task, -1, iteration, 0, 0, 0}, e.what());
+    return false;
   } catch (...) {
-    RunStatus st{RUN_KERNEL_FAILED, s.sm, task, -1, iteration, 0, 0, 0};
-    fail(st, std::current_exception());
+    fail(RunStatus{RUN_KERNEL_FAILED, s.sm, task, -1, iteration, 0, 0, 0}, "a non-standard exception");
     return false;
   }
   delay(rng, 4);
@@ -483,11 +487,11 @@ bool Launch::step(SmState& s, ExecContext& ctx, std::mt19937_64& rng) {
   return true;
 }
 
-void Launch::fail(const RunStatus& status, std::exception_ptr error) {
+void Launch::fail(const RunStatus& status, std::string message) {
   std::lock_guard<std::mutex> lock(error_mutex_);
   if (status_.error == RUN_OK) {
     status_ = status;
-    error_ = std::move(error);
+    message_ = std::move(message);
   }
   stop_.store(true, std::memory_order_release);
 }
@@ -499,7 +503,7 @@ void Launch::check_watchdog(const std::vector<SmState*>& mine, Clock::time_point
     if (s->done || !s->blocked || now - s->blocked_since <= limit) continue;
     // Which SM is reported is settled after join (the oldest wait), so only the kind matters.
     const TailRun next = next_task(t_, *s);
-    fail(RunStatus{RUN_TIMEOUT, s->sm, next.task, s->blocked_counter, next.iteration, 0, 0, 0}, nullptr);
+    fail(RunStatus{RUN_TIMEOUT, s->sm, next.task, s->blocked_counter, next.iteration, 0, 0, 0}, {});
     return;
   }
 }
@@ -565,15 +569,7 @@ void Launch::finish() {
   const TaskDesc& d = t_.tasks[st.task];
   const std::string where = cat("task ", st.task, " (kind ", d.kind, ", grid ", d.grid, ", coord ",
                                 coord_text(d), ") on SM ", st.sm, " in iteration ", st.iteration);
-  if (error_) {
-    try {
-      std::rethrow_exception(error_);
-    } catch (const std::exception& e) {
-      throw std::runtime_error(cat(where, " failed: ", e.what()));
-    } catch (...) {
-      throw std::runtime_error(cat(where, " failed with a non-standard exception"));
-    }
-  }
+  if (st.error == RUN_KERNEL_FAILED) throw std::runtime_error(cat(where, " failed: ", message_));
   throw DeadlockError(cat("watchdog: ", where, " waited ", st.wait_ms, " ms on event counter ",
                           st.counter, ": value ", st.value, ", threshold ", st.threshold,
                           " (a missing signal, a wait cycle or a queue order against the waits)"),
