@@ -152,7 +152,7 @@ class StreamPlan:
         stages = self.ring_stages(k)
         if stages:
             room = self.x_bytes - ring_bytes(stages)
-            if 2 * self.rows * k <= room and os.environ.get("MK_CUDA_RING_ONE_BUFFER", "1") == "1":
+            if 2 * self.rows * k <= room:
                 return k  # one buffer holds it all: nothing to double-buffer
             return min(k, room // self._packed_buffers() // 2 // self.rows // 256 * 256)
         return self._float_chunk(k)
