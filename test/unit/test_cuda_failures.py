@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 from unittest import mock
@@ -85,3 +87,37 @@ def test_embedding_names_the_index_of_the_id_out_of_range() -> None:
 def test_a_body_without_a_failing_op_has_no_words() -> None:
     prog = _cuda(ROOT / "examples/rmsnorm_linear.mlir")
     assert all(kernel_failure(g, 0) is None for g in prog.graph.index().grids)  # type: ignore[attr-defined]
+
+
+_FAILING_CPU_RUN = """
+import numpy as np
+import mk
+from test_decode_loop import ROWS
+cache = np.ones((3, 4, 5), np.float32)
+new = np.ones((3, 2, 5), np.float32)
+try:
+    mk.compile(ROWS, target="cpu")(cache, new, np.array([0, 0, 3], np.int32))
+except RuntimeError as e:
+    print(str(e))
+"""
+
+
+@pytest.mark.gpu
+def test_cpu_executor_failure_raises_on_the_gpu_machine() -> None:
+    """A failed task on the CPU executor raises its located error in the GPU machine's image too
+    (there it once ended the process with a segmentation fault: bench/RESULTS.md, session 40).
+    In a child process, so that a crash fails this test instead of the session."""
+    here = str(Path(__file__).resolve().parent)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _FAILING_CPU_RUN],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert "index 3 writes positions [3, 5) outside [0, 4) of dim 1" in done.stdout, done.stdout
