@@ -320,7 +320,7 @@ struct RingChunks {
   __device__ int slices(int i) const { return i + 1 < n ? full_slices : last_slices; }
 };
 
-// A warp's fill cursor: its next stage is columns [k, k + 256) (none at or past k1) of unit u
+// A warp's fill cursor: its next stage is columns [k, k + kRingCols) (none at or past k1) of unit u
 // of chunk i; lane l < 8 holds the unit's row l (`mine`). It runs ahead of the products across
 // unit and chunk boundaries, so the ring never drains inside a task.
 struct RingFill {
