@@ -40,19 +40,31 @@ def arena_smem(front: int) -> tuple[int, int]:
     return offset, max(0, min(cap, room)) // 16 * 16
 
 
-def ring_layout(front: int, staged: int) -> tuple[int, int] | None:
+def ring_layout(front: int, staged: int, tasks: int = 2) -> tuple[int, int] | None:
     """(offset, bytes) of the ring that weights are staged in, behind `front` bytes of the
-    streamed bodies, when the largest task stages `staged` bytes: room for two such tasks (one
-    runs while the next one's copies land) where the arena keeps ARENA_KEEP, else what is left;
-    None when one task's weights do not fit."""
+    streamed bodies, when the largest task stages `staged` bytes: room for `tasks` such tasks
+    (two when one runs while the next one's copies land; one for heads copied at their own
+    task's wait) where the arena keeps ARENA_KEEP, else what is left; None when one task's
+    weights do not fit."""
     offset = -(-front // 128) * 128
     if staged == 0:
         return offset, 0
     room = DYNAMIC_SMEM - offset
-    ring = min(2 * (-(-staged // 128) * 128), room - ARENA_KEEP) // 128 * 128
+    ring = min(tasks * (-(-staged // 128) * 128), room - ARENA_KEEP) // 128 * 128
     if ring < staged:
         ring = room // 128 * 128
     return (offset, ring) if ring >= staged else None
+
+
+# The least room worth a staged head (MK_CUDA_STAGE=head).
+HEAD_MIN_ROOM = 16 << 10
+
+
+def head_room(front: int, budget: int) -> int:
+    """Bytes a task's staged head may take behind `front` bytes of the bodies, at most `budget`,
+    where the arena keeps ARENA_KEEP; 0 below HEAD_MIN_ROOM."""
+    room = min(budget, DYNAMIC_SMEM - -(-front // 128) * 128 - ARENA_KEEP) // 128 * 128
+    return room if room >= HEAD_MIN_ROOM else 0
 
 
 def runs_ahead(fn: SharedFunction, mode: str) -> bool:
@@ -78,10 +90,13 @@ def dispatch_struct(
     at_wait: bool = False,
     batch_waits: bool = False,
     pipe_polls: bool = False,
+    stage_at_wait: bool = False,
 ) -> str:
     """`front`: the streamed bodies' shared memory; `staged`: per function, the bytes its
     weights take in the staging ring (padded rows included); `at_wait`, `batch_waits` and
-    `pipe_polls`: MK_CUDA_PREFETCH_AT=wait, MK_CUDA_WAIT_BATCH=1 and MK_CUDA_POLL_PIPE=1."""
+    `pipe_polls`: MK_CUDA_PREFETCH_AT=wait, MK_CUDA_WAIT_BATCH=1 and MK_CUDA_POLL_PIPE=1;
+    `stage_at_wait`: what the ring holds are heads copied at their task's wait
+    (MK_CUDA_STAGE=head)."""
     cases = "\n".join(
         f"      case {KIND_FIRST_LOWERED + i}: "
         f"return {fn.name}(t, bp, arena, iteration, mk::gpu::kAheadNone);"
@@ -104,7 +119,7 @@ def dispatch_struct(
         for i, (_, fn, _) in enumerate(shared.calls)
         if staged.get(fn.name)
     )
-    layout = ring_layout(front, max(staged.values(), default=0))
+    layout = ring_layout(front, max(staged.values(), default=0), 1 if stage_at_wait else 2)
     assert layout is not None, "the emitter stages only what the ring holds"
     ring_offset, ring = layout
     offset, arena = arena_smem(ring_offset + ring if ring else front)
@@ -121,6 +136,7 @@ struct Dispatch {{
   static constexpr bool kPrefetchAtWait = {"true" if at_wait else "false"};  // MK_CUDA_PREFETCH_AT
   static constexpr bool kBatchWaits = {"true" if batch_waits else "false"};  // MK_CUDA_WAIT_BATCH
   static constexpr bool kPipePolls = {"true" if pipe_polls else "false"};  // MK_CUDA_POLL_PIPE
+  static constexpr bool kStageAtWait = {"true" if stage_at_wait else "false"};  // MK_CUDA_STAGE=head
   __device__ static int32_t run(int32_t kind, const mk::TaskDesc* t, void* const* bp,
                                 mk::gpu::Arena& arena, int32_t iteration) {{
     switch (kind) {{

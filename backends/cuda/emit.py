@@ -35,6 +35,7 @@ from mk.backends.cuda.dispatch import (
     body_slots,
     device_function,
     dispatch_struct,
+    head_room,
     ring_layout,
     slot_rows,
 )
@@ -49,6 +50,7 @@ from mk.backends.cuda.split_merge import MergedX, MergePlan, merge_lines, plan_m
 from mk.backends.cuda.stream import (
     STAGE_X_BYTES,
     StreamPlan,
+    head_budget,
     plan_stream,
     staging,
 )
@@ -122,6 +124,7 @@ class DeviceGraphDefEmitter(StreamLinearEmitter):
         operands: Sequence[BufferRef],
         results: dict[int, list[BufferRef]],
         stage: bool = False,
+        head: int = 0,
     ) -> None:
         super().__init__(op, operands, results)
         stream = plan_stream(op)
@@ -135,6 +138,7 @@ class DeviceGraphDefEmitter(StreamLinearEmitter):
             stream or plan_attention(op) or (None if switches.merge_tiles() else plan_merge(op))
         )
         self.stage_weights_ahead = stage
+        self.head_budget = head
         self.rows_add = plan_rows_add(op)
         # Accumulators the streamed loop writes whole (StreamLinear::assign): not zeroed first.
         self.assigned: set[SSAValue] = set()
@@ -522,10 +526,14 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
         _PRELUDE.format(name=g.sym_name.data, defines=switches.defines(profile, op_marks.warm()))
     ]
     # A tail task runs at its producer's signal, not at a queue position: nothing stages it ahead.
-    bodies = [_grid_body(grid, refs, staging() and tail_edge(grid) is None) for grid in grids]
+    mode = staging()
+    bodies = [_grid_body(grid, refs, mode == "1" and tail_edge(grid) is None) for grid in grids]
     front = max((need.smem for _, need in bodies), default=0)
     if ring_layout(front, max((need.staged for _, need in bodies), default=0)) is None:
         bodies = [_grid_body(grid, refs, False) for grid in grids]  # no room: nothing staged
+    at_wait = mode == "head" and (room := head_room(front, head_budget())) > 0
+    if at_wait:  # heads fill the room the bodies leave
+        bodies = [_grid_body(grid, refs, False, room * (tail_edge(grid) is None)) for grid in grids]
     shared = SharedBodies(slot_format="bp[{k}]")
     staged: dict[str, int] = {}  # per function, its weights' bytes in the staging ring
     for gi, (grid, (lines, need)) in enumerate(zip(grids, bodies, strict=True)):
@@ -550,6 +558,7 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
             switches.prefetch_at_wait(),
             batch,
             pipe,
+            at_wait,
         )  # fmt: skip
     )
     out.append("}  // namespace\n")
@@ -574,12 +583,14 @@ class _Need:
     staged: int = 0
 
 
-def _grid_body(grid: GridOp, refs: dict[str, BufferRef], stage: bool) -> tuple[list[str], _Need]:
+def _grid_body(
+    grid: GridOp, refs: dict[str, BufferRef], stage: bool, head: int = 0
+) -> tuple[list[str], _Need]:
     gk = grid_kernel(grid, refs, "CUDA")
     kernel = gk.kernel
     smem = staged = 0
     if isinstance(kernel, GraphDefOp):
-        emitter = DeviceGraphDefEmitter(kernel, gk.operands, gk.result_buffers(), stage)
+        emitter = DeviceGraphDefEmitter(kernel, gk.operands, gk.result_buffers(), stage, head)
         body = emitter.emit()
         sizes = {n: _numel(v) for v, n in emitter.names.items()}
         smem, staged = 4 * emitter.smem_floats, emitter.staged_bytes

@@ -15,6 +15,7 @@ from mk.backends.cuda.split_merge import MergedX, merged_x_lines
 from mk.backends.cuda.stream import (
     STAGE_LOST,
     StreamPlan,
+    head_columns,
     prefetch_spans,
     stage_offsets,
     staged_ld,
@@ -33,6 +34,7 @@ class StreamLinearEmitter(GraphDefEmitter):
 
     assigned: set[SSAValue]  # accumulators stream_linear writes whole (StreamLinear::assign)
     stage_weights_ahead: bool
+    head_budget: int  # bytes a task may stage as its head at its wait (MK_CUDA_STAGE=head)
     smem_floats: int
     staged_bytes: int
     prefetch: list[str]  # what one thread runs before the task's turn: the L2 prefetch
@@ -115,6 +117,11 @@ class StreamLinearEmitter(GraphDefEmitter):
             )
         if staged is not None:
             self.stage_weights(rows, k, firsts, lds, staged, staged_ld(k, mma))
+        head = 0
+        if staged is None and self.head_budget and not mma and chunk == k:
+            head = head_columns(sum(rows), k, lds, self.head_budget)
+        if head:
+            self.stage_head(rows, head, firsts, lds)
         # Tensor cores take rows in 8-row groups across warps: only a whole slab is fetched.
         most = switches.prefetch_budget()
         budget = most if not mma or 2 * k * sum(rows) <= most else 0
@@ -132,22 +139,37 @@ class StreamLinearEmitter(GraphDefEmitter):
             f"{plan.loads_per_thread(k)}, {_bool(mma)}"
         )
         groups = plan.mma_groups() if mma else 1
-        # The template's trailing arguments (Staged, G, Ring), defaults left off.
+        # The template's trailing arguments (Staged, G, Ring, Head), defaults left off.
         tail = [
             _bool(staged is not None),
             str(groups),
             str(plan.ring_stages(k) if staged is None else 0),
+            _bool(head > 0),
         ]
-        while tail and tail[-1] == ("false", "1", "0")[len(tail) - 1]:
+        while tail and tail[-1] == ("false", "1", "0", "false")[len(tail) - 1]:
             tail.pop()
         call += "".join(f", {a}" for a in tail)
-        if staged is None and not mma:
+        if staged is None and not mma and not head:
             emit(f"{call}>(sl);")
         else:  # weights staged ahead, or a raw activation's bulk copies on tensor cores
             emit(f"if (!{call}>(sl)) return {STAGE_LOST};")
         emit("}")
         for op in plan.invariant:
             self.load(op, "0")
+
+    def stage_head(self, rows: list[int], head: int, firsts: list[str], lds: list[int]) -> None:
+        """Columns [0, head) of every weight row, staged at the task's wait (one bulk copy per
+        row, rows `head` apart in the ring), and where the products find them."""
+        emit = self.lines.append
+        emit(f"sl.head = {head};")
+        offsets = [2 * head * sum(rows[:i]) for i in range(len(rows))]
+        for i, off in enumerate(offsets):
+            emit(f"sl.head_w[{i}] = reinterpret_cast<const uint16_t*>(arena.stage_base + {off});")
+        self.stage = [f"mk::gpu::stage_expect(arena, {2 * head * sum(rows)});"] + [
+            f"mk::gpu::stage_rows(arena, {off}, {first}, {n}, {src_ld}, {head}, {head});"
+            for off, first, n, src_ld in zip(offsets, firsts, rows, lds, strict=True)
+        ]
+        self.staged_bytes = 2 * head * sum(rows)
 
     def stage_weights(
         self,

@@ -199,10 +199,36 @@ def staged_ld(k: int, mma: bool) -> int:
     return k + 8 if mma and (k // 8) % 2 == 0 else k
 
 
-def staging() -> bool:
-    """MK_CUDA_STAGE=1: linear tasks' weights are copied into shared memory ahead of their turn
-    (mk/cuda_stage.cuh), while the task before them waits and runs."""
-    return switches.flag("MK_CUDA_STAGE")
+def staging() -> str:
+    """MK_CUDA_STAGE: `0` (default) stages no weights in shared memory (mk/cuda_stage.cuh); `1`
+    copies a linear task's weights there ahead of its turn, while the task before it waits and
+    runs, where they fit STAGE_MAX; `head` copies the first columns of every row of a CUDA-core
+    linear task at the task's own wait (head_columns), so that HBM streams them while the SM
+    would idle."""
+    return switches.choice("MK_CUDA_STAGE", ("0", "1", "head"))
+
+
+def head_budget() -> int:
+    """MK_CUDA_STAGE_HEAD_KB: the most a task's staged head takes (KiB, default 96), where the
+    shared memory beside the bodies and the arena leaves that much."""
+    return switches.count("MK_CUDA_STAGE_HEAD_KB", 96, 1, 200, "KiB") << 10
+
+
+# The fewest columns a staged head takes: each row's head is one bulk copy, and shorter ones
+# cost more to issue than they bring.
+HEAD_MIN_COLUMNS = 64
+
+
+def head_columns(rows: int, k: int, lds: Sequence[int], budget: int) -> int:
+    """Columns [0, n) of each of a task's `rows` weight rows (k columns, `lds` apart) that fit
+    `budget` bytes as a staged head: whole 256-column steps of a lane where they fit, else whole
+    16-byte units, and never all of K; 0 below HEAD_MIN_COLUMNS or where a row is not a whole
+    number of 16-byte units."""
+    if rows < 1 or k % 8 or any(ld % 8 for ld in lds):
+        return 0
+    most = min(budget // (2 * rows), k - 8)
+    n = most // 256 * 256 if most >= 256 else most // 8 * 8
+    return n if n >= HEAD_MIN_COLUMNS else 0
 
 
 def stage_offsets(rows: Sequence[int], k: int, lds: Sequence[int], mma: bool) -> list[int] | None:

@@ -151,6 +151,67 @@ def test_weights_are_staged_in_shared_memory_when_they_fit(
     assert "kAheadStage) {" not in off.cuda_source  # type: ignore[attr-defined]
 
 
+@pytest.mark.usefixtures("no_nvcc")
+def test_heads_are_staged_at_the_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With MK_CUDA_STAGE=head a CUDA-core linear task copies the first columns of each of its
+    rows into the ring at its own wait (the dispatcher defers every stage to it), one task's room;
+    the products stream the rest from global memory and then read the heads there."""
+    text = linear_program(1, 512, 4096, norm=True)
+    monkeypatch.setenv("MK_CUDA_STAGE", "head")
+    src = cuda_source(text, tmp_path, num_sms=8)
+    rows, head = 512 // 8, 96 * 1024 // (2 * 64) // 256 * 256
+    assert f"sl.head = {head};" in src and head == 768
+    assert "sl.head_w[0] = reinterpret_cast<const uint16_t*>(arena.stage_base + 0);" in src
+    assert f"mk::gpu::stage_expect(arena, {2 * head * rows});" in src
+    assert re.search(rf"stage_rows\(arena, 0, .*?, {rows}, 4096, {head}, {head}\);", src)
+    assert ", 1, 0, true>(sl)) return 2147483646;" in src
+    assert "kStageAtWait = true;" in src
+    assert f"kRingBytes = {2 * head * rows};" in src  # one task: copied at its own wait
+    monkeypatch.setenv("MK_CUDA_STAGE_HEAD_KB", "16")
+    assert "sl.head = 128;" in cuda_source(text, tmp_path, num_sms=8)
+    monkeypatch.setenv("MK_CUDA_STAGE", "0")
+    off = cuda_source(text, tmp_path, num_sms=8)
+    assert "sl.head" not in off and "kStageAtWait = false;" in off
+    monkeypatch.setenv("MK_CUDA_STAGE", "tail")
+    with pytest.raises(mk.MkError, match="MK_CUDA_STAGE must be one of 0, 1, head"):
+        cuda_source(text, tmp_path, num_sms=8)
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_tensor_core_linears_stage_no_head(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A head is for CUDA-core products: a batch-8 linear (tensor cores) stages none."""
+    monkeypatch.setenv("MK_CUDA_STAGE", "head")
+    src = cuda_source(linear_program(8, 512, 4096, norm=True), tmp_path, num_sms=8)
+    assert "sl.head" not in src and "kRingBytes = 0;" in src
+
+
+@pytest.mark.parametrize(
+    ("rows", "k", "lds", "budget", "head"),
+    [
+        (64, 4096, [4096], 96 << 10, 768),  # whole 256-column steps
+        (25, 776, [776], 96 << 10, 768),  # never all of K
+        (4, 200, [200], 96 << 10, 192),  # K - 8, in 16-byte units
+        (500, 4096, [4096], 96 << 10, 96),  # 98 columns fit: whole 16-byte units
+        (1000, 4096, [4096], 96 << 10, 0),  # under HEAD_MIN_COLUMNS
+        (64, 4096, [4100], 96 << 10, 0),  # rows not 16-byte aligned
+        (64, 60, [60], 96 << 10, 0),  # K not whole 16-byte units
+    ],
+)
+def test_head_columns(rows: int, k: int, lds: list[int], budget: int, head: int) -> None:
+    from mk.backends.cuda.stream import head_columns
+
+    assert head_columns(rows, k, lds, budget) == head
+
+
+def test_a_head_takes_the_room_the_bodies_leave() -> None:
+    from mk.backends.cuda.dispatch import ARENA_KEEP, DYNAMIC_SMEM, HEAD_MIN_ROOM, head_room
+
+    assert head_room(16 << 10, 96 << 10) == 96 << 10
+    left = head_room(100 << 10, 96 << 10)
+    assert left % 128 == 0 and left == DYNAMIC_SMEM - (100 << 10) - ARENA_KEEP
+    assert head_room(DYNAMIC_SMEM - ARENA_KEEP - HEAD_MIN_ROOM + 128, 96 << 10) == 0
+
+
 @pytest.mark.parametrize("k", [64, 256, 776, 1024, 2048, 3072, 4096, 14336])
 def test_staged_rows_of_a_tensor_core_step_use_distinct_banks(k: int) -> None:
     """Lane (g, t) of a tensor-core step reads row g at 16-byte unit t: the eight rows must start
@@ -194,7 +255,7 @@ SHAPES = [
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("stage", ["0", "1"], ids=["global", "staged"])
+@pytest.mark.parametrize("stage", ["0", "1", "head"], ids=["global", "staged", "head"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_streamed_linears_match_the_reference(
     shape: tuple[int, int, int, bool, int],

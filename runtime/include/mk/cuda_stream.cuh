@@ -393,6 +393,18 @@ __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
   return landed;
 }
 
+// One warp, the task's only chunk (kc columns) with a staged head (StreamLinear::head): its rows'
+// columns [head, kc) from global memory, their sums written, then columns [0, head) from the
+// staging ring once the copies the dispatcher issued at the task's wait have landed, added. The
+// global stream goes first so that it does not wait for them; false if they never landed.
+template <int M, int RG, int S>
+__device__ bool stream_head(const StreamLinear& s, const float* xs, int kc, int begin, int end) {
+  stream_rows<M, RG, S, true, false>(s, xs + s.head, s.kc, kc - s.head, s.head, begin, end, s.assign);
+  if (!stage_wait(*s.arena)) return false;
+  stream_rows<M, RG, S, true, true, true>(s, xs, s.kc, s.head, 0, begin, end, false);
+  return true;
+}
+
 // All threads of the CTA: out[m][row] += Σ_k xside[m][k] · w[row][k] for every weight row of
 // the task, and sum_sq[m] += Σ_k x[m][k]². With Mma (batches of 2..16 rows) the products run on
 // tensor cores, the activation rounded to the weights' 16-bit type. With Staged the weights
@@ -404,12 +416,15 @@ __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
 // activation columns at once (the emitter sizes it to the chunk: unrolled code the task does not
 // need costs instruction fetches). With Ring > 0 (tensor cores, weights from global memory)
 // each warp copies its weights through a Ring-stage cp.async ring behind the packed chunk
-// (mma_ring_walk). Ends with __syncthreads(); false if staged weights never landed.
+// (mma_ring_walk). With Head (CUDA cores, one chunk) the columns past s.head stream from global
+// memory first, then the products of the heads the dispatcher staged at the task's wait
+// (stream_head). Ends with __syncthreads(); false if staged weights never landed.
 template <int M, int RG, int S, int XB, bool Mma = false, bool Staged = false, int G = 1,
-          int Ring = 0>
+          int Ring = 0, bool Head = false>
 __device__ bool stream_linear(const StreamLinear& s) {
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
   static_assert(Ring == 0 || (Mma && !Staged && G == 1), "the ring: tensor cores, one group, unstaged");
+  static_assert(!Head || (!Mma && !Staged), "a staged head: CUDA cores, the rest from global memory");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
   bool vec = true;
   #pragma unroll
@@ -461,13 +476,17 @@ __device__ bool stream_linear(const StreamLinear& s) {
       uint16_t* ring = reinterpret_cast<uint16_t*>(mk_dynamic_smem + ((M * s.kc * 2 + 127) & ~127));
       mma_chunk<M, Staged, G, S, Ring>(s, reinterpret_cast<const uint16_t*>(xs), s.kc, kc, c, rows, ring);
     } else if (vec && !Mma) {
-      stream_rows<M, RG, S, true, Staged>(s, xs, s.kc, kc, c, begin, end);
+      if constexpr (Head) {
+        if (!stream_head<M, RG, S>(s, xs, kc, begin, end)) return false;
+      } else {
+        stream_rows<M, RG, S, true, Staged>(s, xs, s.kc, kc, c, begin, end, s.assign && c == 0);
+      }
     } else {
       // Weights not 16-byte aligned (the emitter plans tensor cores only for aligned chunks):
       // rare, so this loop is not unrolled. Every unrolled variant adds kilobytes of code to
       // each body that streams, and a decode step runs each body once per layer, from a cold
       // instruction cache.
-      stream_rows<M, 1, 1, false, Staged>(s, xs, s.kc, kc, c, begin, end);
+      stream_rows<M, 1, 1, false, Staged>(s, xs, s.kc, kc, c, begin, end, s.assign && c == 0);
     }
   }
   MK_MARK(*s.arena);
