@@ -10,8 +10,9 @@
 #include <memory>
 #include <mutex>
 #include <random>
-#include <sstream>
+#include <string>
 #include <thread>
+#include <type_traits>
 
 #include "mk/version.h"
 
@@ -27,11 +28,22 @@ namespace {
 
 // ------------------------------------------------------------------ errors and formatting
 
+// Messages are put together without iostreams: a runtime linked with a static libstdc++ (as on
+// the GPU machine's image) may not have initialised the stream locale, and formatting a number
+// through it there ended the process with a segmentation fault on the first failed run.
+inline void append(std::string& out, const std::string& part) { out += part; }
+inline void append(std::string& out, const char* part) { out += part; }
+inline void append(std::string& out, char part) { out += part; }
+template <class T, std::enable_if_t<std::is_arithmetic_v<T>, int> = 0>
+void append(std::string& out, T part) {
+  out += std::to_string(part);
+}
+
 template <class... Parts>
 std::string cat(const Parts&... parts) {
-  std::ostringstream out;
-  (out << ... << parts);
-  return out.str();
+  std::string out;
+  (append(out, parts), ...);
+  return out;
 }
 
 [[noreturn]] void table_error(const std::string& table, int64_t index, const std::string& what) {

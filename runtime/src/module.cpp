@@ -4,7 +4,6 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
-#include <exception>
 #include <memory>
 #include <string>
 #include <thread>
@@ -156,19 +155,10 @@ py::object run(const mk::CpuExecutor& exec, const py::object& buffers, const py:
   opt.max_delay_us = max_delay_us;
   opt.seed = seed;
   mk::RunResult result;
-  // The error leaves the unlocked scope as a value and is thrown again with the GIL held: on the
-  // GPU machine's image (Python 3.12, g++ 13.3) an exception unwinding out of that scope ended the
-  // process with a segmentation fault, where one thrown with the GIL held did not.
-  std::exception_ptr failure;
   {
     py::gil_scoped_release unlocked;
-    try {
-      result = exec.run(addresses, opt);
-    } catch (...) {
-      failure = std::current_exception();
-    }
+    result = exec.run(addresses, opt);
   }
-  if (failure) std::rethrow_exception(failure);
   if (result.trace.empty()) return py::none();
   const py::ssize_t n = static_cast<py::ssize_t>(exec.tables().tasks.size());
   py::array_t<int64_t> trace({static_cast<py::ssize_t>(result.iterations), n, py::ssize_t{2}});

@@ -464,3 +464,16 @@ def test_tsan_sees_races_once_the_events_are_relaxed(tsan_binaries: tuple[Path, 
         [tsan_binaries[1], "6"], capture_output=True, text=True, env=_tsan_env(), timeout=120
     )
     assert "WARNING: ThreadSanitizer: data race" in run.stderr and run.returncode != 0
+
+
+def test_the_runtime_formats_without_iostreams() -> None:
+    """The CPU runtime builds its messages without iostreams: where it links a static libstdc++
+    (the GPU machine's image) the stream locale may be uninitialised, and the first failed run
+    that formatted a number through it ended the process (bench/RESULTS.md, session 41)."""
+    root = Path(__file__).resolve().parents[2] / "runtime"
+    sources = [*root.glob("src/*.cpp"), *root.glob("src/*.h"), *root.glob("include/mk/cpu_*.h")]
+    assert sources
+    for path in sources:
+        text = path.read_text()
+        for header in ("<sstream>", "<iostream>", "<ostream>", "<fstream>"):
+            assert f"#include {header}" not in text, f"{path.name} includes {header}"
