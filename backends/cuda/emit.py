@@ -125,10 +125,11 @@ class DeviceGraphDefEmitter(StreamLinearEmitter):
         results: dict[int, list[BufferRef]],
         stage: bool = False,
         head: int = 0,
+        squeeze: bool = False,
     ) -> None:
         super().__init__(op, operands, results)
         stream = plan_stream(op)
-        if stream is not None and stage:  # the chunk leaves the ring its room
+        if stream is not None and (stage or squeeze):  # the chunk leaves the ring its room
             stream = dataclasses.replace(stream, x_bytes=STAGE_X_BYTES, ring_ok=False)
         if stream is not None and isinstance(stream.x, MergedX):
             k = op.forloop_range() * shape_of(stream.x.tile)[1]
@@ -531,9 +532,9 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
     front = max((need.smem for _, need in bodies), default=0)
     if ring_layout(front, max((need.staged for _, need in bodies), default=0)) is None:
         bodies = [_grid_body(grid, refs, False) for grid in grids]  # no room: nothing staged
-    at_wait = mode == "head" and (room := head_room(front, head_budget())) > 0
-    if at_wait:  # heads fill the room the bodies leave
-        bodies = [_grid_body(grid, refs, False, room * (tail_edge(grid) is None)) for grid in grids]
+    at_wait = False
+    if mode == "head":
+        bodies, at_wait = _head_bodies(grids, refs, bodies)
     shared = SharedBodies(slot_format="bp[{k}]")
     staged: dict[str, int] = {}  # per function, its weights' bytes in the staging ring
     for gi, (grid, (lines, need)) in enumerate(zip(grids, bodies, strict=True)):
@@ -583,14 +584,33 @@ class _Need:
     staged: int = 0
 
 
+def _head_bodies(
+    grids: list[GridOp], refs: dict[str, BufferRef], bodies: list[tuple[list[str], _Need]]
+) -> tuple[list[tuple[list[str], _Need]], bool]:
+    """MK_CUDA_STAGE=head: the bodies again, with heads in the room they leave (the smaller
+    chunk of weights staged ahead where the budget needs it), and whether any room was left."""
+    budget, squeeze = head_budget(), False
+    room = head_room(max(need.smem for _, need in bodies), budget)
+    if room < budget:
+        small = [_grid_body(grid, refs, False, 0, True) for grid in grids]
+        if (more := head_room(max(need.smem for _, need in small), budget)) > room:
+            room, squeeze = more, True
+    if not room:
+        return bodies, False
+    heads = [room * (tail_edge(grid) is None) for grid in grids]  # no tail is staged
+    return [_grid_body(g, refs, False, h, squeeze) for g, h in zip(grids, heads, strict=True)], True
+
+
 def _grid_body(
-    grid: GridOp, refs: dict[str, BufferRef], stage: bool, head: int = 0
+    grid: GridOp, refs: dict[str, BufferRef], stage: bool, head: int = 0, squeeze: bool = False
 ) -> tuple[list[str], _Need]:
     gk = grid_kernel(grid, refs, "CUDA")
     kernel = gk.kernel
     smem = staged = 0
     if isinstance(kernel, GraphDefOp):
-        emitter = DeviceGraphDefEmitter(kernel, gk.operands, gk.result_buffers(), stage, head)
+        emitter = DeviceGraphDefEmitter(
+            kernel, gk.operands, gk.result_buffers(), stage, head, squeeze
+        )
         body = emitter.emit()
         sizes = {n: _numel(v) for v, n in emitter.names.items()}
         smem, staged = 4 * emitter.smem_floats, emitter.staged_bytes

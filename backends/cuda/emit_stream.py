@@ -15,7 +15,7 @@ from mk.backends.cuda.split_merge import MergedX, merged_x_lines
 from mk.backends.cuda.stream import (
     STAGE_LOST,
     StreamPlan,
-    head_columns,
+    head_rows,
     prefetch_spans,
     stage_offsets,
     staged_ld,
@@ -119,9 +119,9 @@ class StreamLinearEmitter(GraphDefEmitter):
             self.stage_weights(rows, k, firsts, lds, staged, staged_ld(k, mma))
         head = 0
         if staged is None and self.head_budget and not mma and chunk == k:
-            head = head_columns(sum(rows), k, lds, self.head_budget)
+            head = head_rows(rows, k, lds, self.head_budget)
         if head:
-            self.stage_head(rows, head, firsts, lds)
+            self.stage_head(head, k, firsts[0], lds[0])
         # Tensor cores take rows in 8-row groups across warps: only a whole slab is fetched.
         most = switches.prefetch_budget()
         budget = most if not mma or 2 * k * sum(rows) <= most else 0
@@ -157,19 +157,16 @@ class StreamLinearEmitter(GraphDefEmitter):
         for op in plan.invariant:
             self.load(op, "0")
 
-    def stage_head(self, rows: list[int], head: int, firsts: list[str], lds: list[int]) -> None:
-        """Columns [0, head) of every weight row, staged at the task's wait (one bulk copy per
-        row, rows `head` apart in the ring), and where the products find them."""
-        emit = self.lines.append
-        emit(f"sl.head = {head};")
-        offsets = [2 * head * sum(rows[:i]) for i in range(len(rows))]
-        for i, off in enumerate(offsets):
-            emit(f"sl.head_w[{i}] = reinterpret_cast<const uint16_t*>(arena.stage_base + {off});")
-        self.stage = [f"mk::gpu::stage_expect(arena, {2 * head * sum(rows)});"] + [
-            f"mk::gpu::stage_rows(arena, {off}, {first}, {n}, {src_ld}, {head}, {head});"
-            for off, first, n, src_ld in zip(offsets, firsts, rows, lds, strict=True)
+    def stage_head(self, rows: int, k: int, first: str, ld: int) -> None:
+        """The first `rows` rows of the first weight, staged whole at the task's wait (one bulk
+        copy where they are one slab), and where the products find them."""
+        self.lines.append(f"sl.head_rows = {rows};")
+        self.lines.append("sl.head_w = reinterpret_cast<const uint16_t*>(arena.stage_base);")
+        self.stage = [
+            f"mk::gpu::stage_expect(arena, {2 * k * rows});",
+            f"mk::gpu::stage_rows(arena, 0, {first}, {rows}, {ld}, {k}, {k});",
         ]
-        self.staged_bytes = 2 * head * sum(rows)
+        self.staged_bytes = 2 * k * rows
 
     def stage_weights(
         self,

@@ -202,9 +202,8 @@ def staged_ld(k: int, mma: bool) -> int:
 def staging() -> str:
     """MK_CUDA_STAGE: `0` (default) stages no weights in shared memory (mk/cuda_stage.cuh); `1`
     copies a linear task's weights there ahead of its turn, while the task before it waits and
-    runs, where they fit STAGE_MAX; `head` copies the first columns of every row of a CUDA-core
-    linear task at the task's own wait (head_columns), so that HBM streams them while the SM
-    would idle."""
+    runs, where they fit STAGE_MAX; `head` copies the first rows of a CUDA-core linear task
+    (head_rows) at the task's own wait, so that HBM streams them while the SM would idle."""
     return switches.choice("MK_CUDA_STAGE", ("0", "1", "head"))
 
 
@@ -214,21 +213,14 @@ def head_budget() -> int:
     return switches.count("MK_CUDA_STAGE_HEAD_KB", 96, 1, 200, "KiB") << 10
 
 
-# The fewest columns a staged head takes: each row's head is one bulk copy, and shorter ones
-# cost more to issue than they bring.
-HEAD_MIN_COLUMNS = 64
-
-
-def head_columns(rows: int, k: int, lds: Sequence[int], budget: int) -> int:
-    """Columns [0, n) of each of a task's `rows` weight rows (k columns, `lds` apart) that fit
-    `budget` bytes as a staged head: whole 256-column steps of a lane where they fit, else whole
-    16-byte units, and never all of K; 0 below HEAD_MIN_COLUMNS or where a row is not a whole
-    number of 16-byte units."""
-    if rows < 1 or k % 8 or any(ld % 8 for ld in lds):
+def head_rows(rows: Sequence[int], k: int, lds: Sequence[int], budget: int) -> int:
+    """Rows of a task's first weight (of `rows` per weight, k columns, `lds` apart) staged whole
+    as its head within `budget` bytes: a multiple of WARPS, so that every warp's share of the
+    streamed rows is a row shorter per WARPS; 0 where not even WARPS fit or the rows are not whole
+    16-byte units."""
+    if not rows or k % 8 or lds[0] % 8:
         return 0
-    most = min(budget // (2 * rows), k - 8)
-    n = most // 256 * 256 if most >= 256 else most // 8 * 8
-    return n if n >= HEAD_MIN_COLUMNS else 0
+    return min(rows[0], budget // (2 * k)) // WARPS * WARPS
 
 
 def stage_offsets(rows: Sequence[int], k: int, lds: Sequence[int], mma: bool) -> list[int] | None:

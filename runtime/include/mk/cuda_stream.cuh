@@ -393,15 +393,21 @@ __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
   return landed;
 }
 
-// One warp, the task's only chunk (kc columns) with a staged head (StreamLinear::head): its rows'
-// columns [head, kc) from global memory, their sums written, then columns [0, head) from the
-// staging ring once the copies the dispatcher issued at the task's wait have landed, added. The
-// global stream goes first so that it does not wait for them; false if they never landed.
+// All threads, the task's only chunk (kc columns) with a staged head (StreamLinear::head_rows):
+// the warps share the other rows, streamed from global memory, then the head's rows, read from
+// the staging ring once the copy the dispatcher issued at the task's wait has landed. A head of
+// one row per warp takes a row off every warp's stream; it goes last so that the stream does
+// not wait for it. False if it never landed.
 template <int M, int RG, int S>
-__device__ bool stream_head(const StreamLinear& s, const float* xs, int kc, int begin, int end) {
-  stream_rows<M, RG, S, true, false>(s, xs + s.head, s.kc, kc - s.head, s.head, begin, end, s.assign);
+__device__ bool stream_head(const StreamLinear& s, const float* xs, int kc, int rows) {
+  const int warps = static_cast<int>(blockDim.x >> 5), warp = static_cast<int>(threadIdx.x >> 5);
+  const int rest = rows - s.head_rows, per = (rest + warps - 1) / warps;
+  const int begin = s.head_rows + warp * per, end = begin + per < rows ? begin + per : rows;
+  stream_rows<M, RG, S, true, false>(s, xs, s.kc, kc, 0, begin, end, s.assign);
   if (!stage_wait(*s.arena)) return false;
-  stream_rows<M, RG, S, true, true, true>(s, xs, s.kc, s.head, 0, begin, end, false);
+  const int mine = (s.head_rows + warps - 1) / warps, first = warp * mine;
+  const int last = first + mine < s.head_rows ? first + mine : s.head_rows;
+  stream_rows<M, RG, S, true, true, true>(s, xs, s.kc, kc, 0, first, last, s.assign);
   return true;
 }
 
@@ -416,9 +422,8 @@ __device__ bool stream_head(const StreamLinear& s, const float* xs, int kc, int 
 // activation columns at once (the emitter sizes it to the chunk: unrolled code the task does not
 // need costs instruction fetches). With Ring > 0 (tensor cores, weights from global memory)
 // each warp copies its weights through a Ring-stage cp.async ring behind the packed chunk
-// (mma_ring_walk). With Head (CUDA cores, one chunk) the columns past s.head stream from global
-// memory first, then the products of the heads the dispatcher staged at the task's wait
-// (stream_head). Ends with __syncthreads(); false if staged weights never landed.
+// (mma_ring_walk). With Head (CUDA cores, one chunk) the first rows were staged at the task's
+// wait (stream_head). Ends with __syncthreads(); false if staged weights never landed.
 template <int M, int RG, int S, int XB, bool Mma = false, bool Staged = false, int G = 1,
           int Ring = 0, bool Head = false>
 __device__ bool stream_linear(const StreamLinear& s) {
@@ -477,7 +482,7 @@ __device__ bool stream_linear(const StreamLinear& s) {
       mma_chunk<M, Staged, G, S, Ring>(s, reinterpret_cast<const uint16_t*>(xs), s.kc, kc, c, rows, ring);
     } else if (vec && !Mma) {
       if constexpr (Head) {
-        if (!stream_head<M, RG, S>(s, xs, kc, begin, end)) return false;
+        if (!stream_head<M, RG, S>(s, xs, kc, rows)) return false;
       } else {
         stream_rows<M, RG, S, true, Staged>(s, xs, s.kc, kc, c, begin, end, s.assign && c == 0);
       }
@@ -487,6 +492,9 @@ __device__ bool stream_linear(const StreamLinear& s) {
       // each body that streams, and a decode step runs each body once per layer, from a cold
       // instruction cache.
       stream_rows<M, 1, 1, false, Staged>(s, xs, s.kc, kc, c, begin, end, s.assign && c == 0);
+      if constexpr (Head) {  // the head was copied all the same: its phase must complete
+        if (!stage_wait(*s.arena)) return false;
+      }
     }
   }
   MK_MARK(*s.arena);

@@ -42,10 +42,10 @@ struct StreamLinear {
   // sums are stored, later chunks add; Σx² is written at the last chunk's staging barrier.
   // CUDA-core products only (tensor cores add with atomics).
   bool assign;
-  // The head (MK_CUDA_STAGE=head): columns [0, head) of every row, copied into the staging ring
-  // at the task's wait, weight i's rows `head` apart from head_w[i]. The rest stream from w.
-  int32_t head;
-  const uint16_t* head_w[kStreamMaxWeights];
+  // The head (MK_CUDA_STAGE=head): the first head_rows rows of the first weight, copied whole
+  // into the staging ring at the task's wait (k apart from head_w). The rest stream from w.
+  int32_t head_rows;
+  const uint16_t* head_w;
 };
 
 __device__ inline const void* elem_at(const void* base, int32_t dtype, int64_t i) {
@@ -187,7 +187,7 @@ __device__ inline const uint16_t* weight_row(const StreamLinear& s, int row, int
     if (i < s.nw) {
       const int32_t n = s.w[i].rows;
       const bool here = row >= 0 && row < n;
-      const uint16_t* w = Head ? s.head_w[i] + row * s.head + c : s.w[i].w + row * s.w[i].ld + c;
+      const uint16_t* w = !Head ? s.w[i].w + row * s.w[i].ld + c : i == 0 ? s.head_w + row * s.k + c : nullptr;
       at = here ? w : at;
       sums = here ? s.w[i].out + row : sums;
       n_of = here ? n : n_of;
