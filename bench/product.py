@@ -68,7 +68,7 @@ run_{mode}(const uint16_t* w, float* sums, long long* clocks) {{
     sl.w[0] = mk::gpu::StreamWeight{{slab, {k}, {rows}, sums + blockIdx.x * {rows}}};
     __syncthreads();
     const long long t0 = mk::gpu::mark_clock();  // ns: cycles run slow under load
-    mk::gpu::stream_rows<1, {rg}, {s}, true, {shared}>(sl, xs, {k}, {k}, 0, begin, end);
+    mk::gpu::stream_rows<1, {rg}, {s}, true, {shared}>(sl, xs, {k}, {k}, 0, begin, end, sl.assign);
     __syncthreads();
     const long long t1 = mk::gpu::mark_clock();
     if (threadIdx.x == 0) clocks[blockIdx.x * {REPS} + rep] = t1 - t0;

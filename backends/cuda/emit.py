@@ -40,8 +40,8 @@ from mk.backends.cuda.dispatch import (
     slot_rows,
 )
 from mk.backends.cuda.elementwise import box_runs, element_offset, flat_offset
+from mk.backends.cuda.emit_attention import StreamAttentionEmitter, plain
 from mk.backends.cuda.emit_library import DeviceLibraryEmitter
-from mk.backends.cuda.emit_stream import StreamLinearEmitter
 from mk.backends.cuda.fuse_loops import fuse_element_loops
 from mk.backends.cuda.load_groups import group_loads
 from mk.backends.cuda.row_ops import static_row_op
@@ -56,9 +56,7 @@ from mk.backends.cuda.stream import (
 )
 from mk.backends.cuda.stream_attention import (
     AttentionPlan,
-    HeadRow,
     plan_attention,
-    score_lambda,
 )
 from mk.backends.shared_bodies import SharedBodies
 from mk.diagnostics import MkError, op_location
@@ -113,7 +111,7 @@ def _numel(value: SSAValue) -> int:
     return math.prod(ty.get_shape()) if isinstance(ty, TensorType) else 1
 
 
-class DeviceGraphDefEmitter(StreamLinearEmitter):
+class DeviceGraphDefEmitter(StreamAttentionEmitter):
     """The CPU emitter with thread_map's element loop spread over the CTA's threads, and the
     loop of a decode-shaped linear (stream.py) or of decode attention (stream_attention.py)
     streamed."""
@@ -209,79 +207,6 @@ class DeviceGraphDefEmitter(StreamLinearEmitter):
             # puts their loads in one round trip instead of one behind each step's barrier.
             loads = [op for op in loop if isinstance(op, InputOp)]
             super().emit_loop([*loads, *(op for op in loop if not isinstance(op, InputOp))])
-
-    def stream_attention(self, plan: AttentionPlan) -> None:
-        """The call, after the loop-invariant ops it reads (their loads first, in one round
-        trip) and its scalars."""
-        emit = self.lines.append
-        loads = [op for op in plan.prologue if isinstance(op, InputOp)] + plan.scalars()
-        for op in [*loads, *(op for op in plan.prologue if not isinstance(op, InputOp))]:
-            self.step(op, "0")
-        k, v = (
-            plain(self.operands[op.source_index()], self.op, "as keys") for op in (plan.k, plan.v)
-        )
-        key_dim = len(k.shape) - 2
-        self.smem_floats = plan.smem_floats()
-        emit("{")
-        emit("mk::gpu::StreamAttention sa{};")
-        q_row = None if isinstance(plan.q, InputOp) else plan.head_row(plan.q)
-        if isinstance(plan.q, InputOp):
-            self.row_source("sa.q", plan.q)
-        elif q_row is not None:
-            self.row_source("sa.q", q_row.x)
-            self.row_ops("sa.q_ops", q_row)
-        else:
-            emit(f"sa.q = {self.var(plan.q)}.data();")
-            emit("sa.q_dtype = mk::DTYPE_F32;")
-        for name, new in (("k", plan.k_new), ("v", plan.v_new)):
-            if new is None:
-                continue
-            if (row := plan.head_row(new.new)) is not None:
-                self.row_source(f"sa.{name}_new", row.x)
-                if name == "k":
-                    self.row_ops("sa.k_ops", row)
-            else:
-                emit(f"sa.{name}_new = {self.var(new.new)}.data();")
-                emit(f"sa.{name}_new_dtype = mk::DTYPE_F32;")
-        if (at := plan.new_at()) is not None:
-            emit(f"sa.new_key = static_cast<int64_t>({self.var(at.tile)}[0]);")
-        for name, ref, op in (("k", k, plan.k), ("v", v, plan.v)):
-            emit(
-                f"sa.{name} = static_cast<const uint16_t*>(buffers[{ref.index}]) + "
-                f"{self.flat_start(op)};"
-            )
-        emit(f"sa.kv_dtype = {k.dtype};")
-        emit(f"sa.ld = {k.shape[-1]};")
-        emit(f"sa.keys = {self.forloop * plan.k.tile_shape()[key_dim]};")
-        emit(f"sa.key0 = {self.input_starts(plan.k, '0')[key_dim]};")
-        for name, value in (("o", plan.acc.o), ("m", plan.acc.m), ("l", plan.acc.l)):
-            emit(f"sa.{name} = {self.var(value)}.data();")
-        self.lines += score_lambda(plan, lambda op: f"{self.var(op.tile)}[0]", self.fresh)
-        emit(f"mk::gpu::stream_attention<{plan.rows}, {plan.head_dim}>(sa, score);")
-        emit("}")
-
-    def row_pointer(self, op: InputOp) -> str:
-        """A pointer to the first element of an input's tile, in place."""
-        ref = plain(self.operands[op.source_index()], self.op, "in place")
-        return f"mk::gpu::elem_at(buffers[{ref.index}], {ref.dtype}, {self.flat_start(op)})"
-
-    def row_source(self, field: str, op: InputOp) -> None:
-        """`field` (a pointer) and its `_dtype` for the rows an input's tile covers, in place."""
-        self.lines.append(f"{field} = {self.row_pointer(op)};")
-        self.lines.append(f"{field}_dtype = {self.operands[op.source_index()].dtype};")
-
-    def row_ops(self, field: str, row: HeadRow) -> None:
-        """The mk::gpu::RowOps `field` for a head row's norm and RoPE."""
-        emit = self.lines.append
-        if row.norm is not None and row.g is not None:
-            self.row_source(f"{field}.g", row.g)
-            emit(f"{field}.eps = {float_literal(float(row.norm.epsilon.value.data))};")
-        if row.tables is not None:
-            cos, sin = row.tables
-            emit(f"{field}.cos = {self.row_pointer(cos)};")
-            emit(f"{field}.sin = {self.row_pointer(sin)};")
-            emit(f"{field}.t_dtype = {self.operands[cos.source_index()].dtype};")
-        emit(f"{field}.out_dtype = {dtype_code(row.out.type)};")
 
     def split_merge(self, plan: MergePlan, loop: Sequence[Operation]) -> None:
         """The merge call (forloop 1, so no loop around it), then the loop's other ops."""
@@ -489,18 +414,6 @@ class DeviceGraphDefEmitter(StreamLinearEmitter):
             f"static_cast<const uint16_t*>(buffers[{w.index}]) + ({n0}) * {w.shape[1]} + {k0}, "
             f"{w.shape[1]}, {d}.data());  // the product, its weight streamed"
         )
-
-
-def plain(ref: BufferRef, kernel: Operation, how: str) -> BufferRef:
-    """`ref`, which this access reads plainly: a flagged buffer here is a compiler bug (the
-    flagging in mugraph-to-task promised only accesses that wait on the flags)."""
-    if ref.flagged:
-        raise MkError(
-            f"a flagged buffer (buffers[{ref.index}]) is read {how}, which cannot wait on its "
-            "flags: compile without flag-values",
-            op_location(kernel),
-        )
-    return ref
 
 
 def _temporaries(kernel: GraphDefOp | KernelOp, tiles: int) -> int:
