@@ -231,6 +231,17 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
     }
     return rc == 0;
   };
+  // Before the CTA leaves early (a failure here or elsewhere): thread 0 waits, at most
+  // kStageTimeoutNs each, for the copies of every set's last stage, so that none still writes
+  // the CTA's shared memory when it exits.
+  auto leave = [&]() {
+    if (threadIdx.x == 0) {
+      for (int i = 0; i < 3; ++i) {
+        if (stage_phases[i]) gpu::barrier_wait(gpu::smem_address(&stage_bars[i]), (stage_phases[i] - 1) & 1);
+      }
+    }
+    return false;
+  };
   // The queue position after q (wrapping into the next iteration), or -1 past the last.
   auto after_q = [&](int32_t q, int32_t t) { return q + 1 < end ? q + 1 : t + 1 < p.iterations ? begin : -1; };
   for (; t < p.iterations; ++t) {
@@ -286,11 +297,11 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
         }
       }
       __syncthreads();
-      if (!go) return false;
+      if (!go) return leave();
       arena.stage_base = ring + staged[cur].at;
       arena.stage_bar = &stage_bars[cur];
       arena.stage_parity = staged[cur].parity;
-      if (!run_task(entry[cur], slots[cur])) return false;
+      if (!run_task(entry[cur], slots[cur])) return leave();
       if (!has_tails(entry[cur].near)) continue;
       // Tails: the tasks whose element this task's signals completed, run here and now (their
       // own signals may complete more). Set (cur + 2) % 3 is free until thread 32 fills it at
@@ -304,7 +315,7 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
           go = wait_task<Dispatch::kBatchWaits, Dispatch::kPipePolls>(p, entry[ts].near, entry[ts].id, sm, t, base, known, [] {});
         }
         __syncthreads();
-        if (!go || !run_task(entry[ts], slots[ts])) return false;
+        if (!go || !run_task(entry[ts], slots[ts])) return leave();
         __syncthreads();  // thread 0's pushes
       }
     }
