@@ -60,8 +60,9 @@ __device__ inline void bulk_copy(void* dst, const void* src, uint32_t bytes, uin
 // byte `offset` of the task's place in the ring, `dst_ld` elements apart. Addresses the bulk copy
 // cannot take (not 16-byte aligned) are copied here element by element; the dispatcher's
 // __syncthreads() before the task's turn publishes them, and the barrier is told they arrived.
-__device__ inline void stage_rows(const Arena& a, uint32_t offset, const uint16_t* src, int rows,
-                                  int64_t ld, int64_t cols, int64_t dst_ld) {
+// Not inlined: one thread runs it once a task, and a copy in every staging body cost ~3 KB each.
+__device__ inline __noinline__ void stage_rows(const Arena& a, uint32_t offset, const uint16_t* src,
+                                               int rows, int64_t ld, int64_t cols, int64_t dst_ld) {
   uint16_t* dst = reinterpret_cast<uint16_t*>(a.stage_base + offset);
   const uint32_t bar = smem_address(a.stage_bar);
   const uint32_t bytes = static_cast<uint32_t>(2 * cols);

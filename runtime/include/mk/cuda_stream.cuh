@@ -407,7 +407,9 @@ __device__ bool stream_head(const StreamLinear& s, const float* xs, int kc, int 
   if (!stage_wait(*s.arena)) return false;
   const int mine = (s.head_rows + warps - 1) / warps, first = warp * mine;
   const int last = first + mine < s.head_rows ? first + mine : s.head_rows;
-  stream_rows<M, RG, S, true, true, true>(s, xs, s.kc, kc, 0, first, last, s.assign);
+  // One row and one step at a time: the rows are in shared memory, and an unrolled copy of the
+  // stream's loop for them doubled the body (an instruction cache a layer's bodies outgrow).
+  stream_rows<M, 1, 1, true, true, true>(s, xs, s.kc, kc, 0, first, last, s.assign);
   return true;
 }
 
