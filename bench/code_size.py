@@ -44,6 +44,13 @@ def function_sizes(cubin: Path) -> list[tuple[int, str]]:
     return sorted(((size, name) for _, size, name in functions(cubin)), reverse=True)
 
 
+def layer_bytes(sizes: list[tuple[int, str]]) -> int:
+    """The SASS bytes of a decoder layer's bodies: every layer runs the first layer's (their
+    names carry `_l0_`), and an SM keeps 128-160 KB of code (bench/icache.py), so a layer whose
+    bodies execute more than that fetches some of its code from L2 in every layer."""
+    return sum(size for size, name in sizes if "_l0_" in name)
+
+
 def spills(ptxas_log: str) -> dict[str, tuple[int, int, int]]:
     """(stack frame, spill store, spill load bytes) per function from `ptxas -v`'s report; names
     shortened as in function_sizes."""
@@ -136,6 +143,7 @@ def main() -> int:
         f"{args.model} L{args.layers} B{args.batch}: {kernel / 1024:.0f} KB of SASS in the kernel, "
         f"{kernel_registers(log)} registers per thread, {frame} B kernel stack frame"
     )
+    print(f"a layer's bodies: {layer_bytes(sizes) / 1024:.0f} KB (an SM keeps 128-160 KB of code)")
     print(f"  {'SASS':>10}  {'spill st/ld B':>14}  body")
     for size, name in [r for r in sizes if "megakernel" not in r[1]][: args.top]:
         _, st, ld = spilled.get(name, (0, 0, 0))

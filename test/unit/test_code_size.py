@@ -64,3 +64,9 @@ def test_pass_options_reach_the_build(
     with pytest.raises(mk.MkError):
         code_size.main()
     assert build.nvcc() is not None  # neither failure left nvcc hidden from later tests
+
+
+def test_a_layer_is_the_first_layers_bodies() -> None:
+    code_size = load("code_size")
+    sizes = [(4096, "task_8_k8_l0_q"), (2048, "task_9_k9_l0_m"), (8192, "task_16_k16_logits")]
+    assert code_size.layer_bytes([*sizes, (99999, "megakernel")]) == 6144
