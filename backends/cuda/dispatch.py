@@ -40,13 +40,18 @@ def arena_smem(front: int) -> tuple[int, int]:
     return offset, max(0, min(cap, room)) // 16 * 16
 
 
+def _ring_offset(front: int) -> int:
+    """Where the staging ring starts: behind `front` bytes of the bodies, 128-byte aligned."""
+    return -(-front // 128) * 128
+
+
 def ring_layout(front: int, staged: int, tasks: int = 2) -> tuple[int, int] | None:
     """(offset, bytes) of the ring that weights are staged in, behind `front` bytes of the
     streamed bodies, when the largest task stages `staged` bytes: room for `tasks` such tasks
     (two when one runs while the next one's copies land; one for heads copied at their own
     task's wait) where the arena keeps ARENA_KEEP, else what is left; None when one task's
     weights do not fit."""
-    offset = -(-front // 128) * 128
+    offset = _ring_offset(front)
     if staged == 0:
         return offset, 0
     room = DYNAMIC_SMEM - offset
@@ -63,7 +68,7 @@ HEAD_MIN_ROOM = 16 << 10
 def head_room(front: int, budget: int) -> int:
     """Bytes a task's staged head may take behind `front` bytes of the bodies, at most `budget`,
     where the arena keeps ARENA_KEEP; 0 below HEAD_MIN_ROOM."""
-    room = min(budget, DYNAMIC_SMEM - -(-front // 128) * 128 - ARENA_KEEP) // 128 * 128
+    room = min(budget, DYNAMIC_SMEM - _ring_offset(front) - ARENA_KEEP) // 128 * 128
     return room if room >= HEAD_MIN_ROOM else 0
 
 

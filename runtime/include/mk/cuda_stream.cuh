@@ -393,6 +393,16 @@ __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
   return landed;
 }
 
+// This warp's share [begin, end) of rows [first, last), the warps taking equal runs in order.
+struct WarpRows {
+  int begin, end;
+};
+__device__ inline WarpRows warp_rows(int first, int last) {
+  const int warps = static_cast<int>(blockDim.x >> 5), warp = static_cast<int>(threadIdx.x >> 5);
+  const int per = (last - first + warps - 1) / warps, begin = first + warp * per;
+  return WarpRows{begin, begin + per < last ? begin + per : last};
+}
+
 // All threads, the task's only chunk (kc columns) with a staged head (StreamLinear::head_rows):
 // the warps share the other rows, streamed from global memory, then the head's rows, read from
 // the staging ring once the copy the dispatcher issued at the task's wait has landed. A head of
@@ -400,16 +410,12 @@ __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
 // not wait for it. False if it never landed.
 template <int M, int RG, int S>
 __device__ bool stream_head(const StreamLinear& s, const float* xs, int kc, int rows) {
-  const int warps = static_cast<int>(blockDim.x >> 5), warp = static_cast<int>(threadIdx.x >> 5);
-  const int rest = rows - s.head_rows, per = (rest + warps - 1) / warps;
-  const int begin = s.head_rows + warp * per, end = begin + per < rows ? begin + per : rows;
-  stream_rows<M, RG, S, true, false>(s, xs, s.kc, kc, 0, begin, end, s.assign);
+  const WarpRows streamed = warp_rows(s.head_rows, rows), head = warp_rows(0, s.head_rows);
+  stream_rows<M, RG, S, true, false>(s, xs, s.kc, kc, 0, streamed.begin, streamed.end, s.assign);
   if (!stage_wait(*s.arena)) return false;
-  const int mine = (s.head_rows + warps - 1) / warps, first = warp * mine;
-  const int last = first + mine < s.head_rows ? first + mine : s.head_rows;
   // One row and one step at a time: the rows are in shared memory, and an unrolled copy of the
   // stream's loop for them doubled the body (an instruction cache a layer's bodies outgrow).
-  stream_rows<M, 1, 1, true, true, true>(s, xs, s.kc, kc, 0, first, last, s.assign);
+  stream_rows<M, 1, 1, true, true, true>(s, xs, s.kc, kc, 0, head.begin, head.end, s.assign);
   return true;
 }
 
@@ -444,9 +450,8 @@ __device__ bool stream_linear(const StreamLinear& s) {
   for (int i = 0; i < kStreamMaxWeights; ++i) {
     if (i < s.nw) rows += s.w[i].rows;
   }
-  const int warps = static_cast<int>(blockDim.x >> 5), warp = static_cast<int>(threadIdx.x >> 5);
-  const int per_warp = (rows + warps - 1) / warps;
-  const int begin = warp * per_warp, end = begin + per_warp < rows ? begin + per_warp : rows;
+  const WarpRows share = warp_rows(0, rows);
+  const int begin = share.begin, end = share.end;
   float ss[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) ss[m] = 0.0f;
