@@ -2,12 +2,14 @@
 
 Usage (on the GPU machine): python bench/timeline.py [--only NAME] [--out DIR] [--ops]
                             python bench/timeline.py --model PRESET [--layers N] [--batch B] [--ops]
+                                                     [--grids]
 For each task.grid: its tasks, the span from its first start to its last end (µs, from the
 launch's first task start) and the mean task time. Also writes a Chrome trace per workload.
 With --model, one decode step of a model preset (positions at the end of a 1,024-slot cache),
 summed per kind of grid over the layers (`k12_l3_q` counts as `q`), and how long each kind's
 tasks starve, take to start once they could, and run (bench/hops.py), and the critical path per
-kind (bench/critical_path.py). With --ops, a profile build
+kind (bench/critical_path.py); with --grids also grid by grid, so that layer 0 (whose
+code comes from a cold instruction cache) shows against the rest. With --ops, a profile build
 (op marks, backends/cuda/op_marks.py) also says how long each statement of a task body takes.
 """
 
@@ -65,6 +67,13 @@ def grid_bytes(prog: object) -> dict[str, int]:
     return out
 
 
+def print_grids(rows: list[tuple[str, int, float, float, float]]) -> None:
+    """Each grid's tasks, start, end and mean task time (µs), in order of start."""
+    print(f"  {'grid':<14}{'tasks':>6}{'start us':>10}{'end us':>10}{'mean task us':>14}")
+    for grid, n, start, end, mean in sorted(rows, key=lambda r: r[2]):
+        print(f"  {grid:<14}{n:>6}{start:>10.2f}{end:>10.2f}{mean:>14.2f}")
+
+
 def model_summary(prog: object) -> None:
     """Per kind of grid: grids, tasks, summed span, mean task time and the DRAM bandwidth its
     bytes (cost model) over its span make, largest first."""
@@ -116,6 +125,9 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=None)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument(
+        "--grids", action="store_true", help="a model's grids one by one (layer 0 against the rest)"
+    )
+    parser.add_argument(
         "--ops", action="store_true", help="op marks: where each kind of task spends its time"
     )
     args = parser.parse_args()
@@ -135,6 +147,8 @@ def main() -> int:
         print(f"megakernel: {prog.cuda_resources}")  # type: ignore[attr-defined]
         print(wait_summary(prog))
         model_summary(prog)
+        if args.grids:
+            print_grids(total)
         run = Run(prog, prog.last_timeline[-1])  # type: ignore[attr-defined]
         print("per kind, mean µs per task (bench/hops.py):")
         print_hops(hops_of(run))
@@ -157,9 +171,7 @@ def main() -> int:
             prog(*inputs)
         torch.cuda.synchronize()
         print(f"{name}: {len(prog.tables.tasks)} tasks")
-        print(f"  {'grid':<14}{'tasks':>6}{'start us':>10}{'end us':>10}{'mean task us':>14}")
-        for grid, n, start, end, mean in grid_rows(prog):
-            print(f"  {grid:<14}{n:>6}{start:>10.2f}{end:>10.2f}{mean:>14.2f}")
+        print_grids(grid_rows(prog))
         if args.ops:
             print_op_segments(prog)
         if args.out is not None:
