@@ -51,6 +51,7 @@ from mk.backends.cuda.stream import (
     STAGE_X_BYTES,
     StreamPlan,
     head_budget,
+    layer_loads,
     plan_stream,
     staging,
 )
@@ -124,9 +125,12 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         stage: bool = False,
         head: int = 0,
         squeeze: bool = False,
+        repeated: bool = False,
     ) -> None:
         super().__init__(op, operands, results)
         stream = plan_stream(op)
+        if stream is not None and repeated:
+            stream = dataclasses.replace(stream, repeated=True)
         if stream is not None and (stage or squeeze):  # the chunk leaves the ring its room
             stream = dataclasses.replace(stream, x_bytes=STAGE_X_BYTES, ring_ok=False)
         if stream is not None and isinstance(stream.x, MergedX):
@@ -439,15 +443,7 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
     out = [
         _PRELUDE.format(name=g.sym_name.data, defines=switches.defines(profile, op_marks.warm()))
     ]
-    # A tail task runs at its producer's signal, not at a queue position: nothing stages it ahead.
-    mode = staging()
-    bodies = [_grid_body(grid, refs, mode == "1" and tail_edge(grid) is None) for grid in grids]
-    front = max((need.smem for _, need in bodies), default=0)
-    if ring_layout(front, max((need.staged for _, need in bodies), default=0)) is None:
-        bodies = [_grid_body(grid, refs, False) for grid in grids]  # no room: nothing staged
-    at_wait = False
-    if mode == "head":
-        bodies, at_wait = _head_bodies(grids, refs, bodies)
+    bodies, at_wait = _bodies(grids, refs)
     shared = SharedBodies(slot_format="bp[{k}]")
     staged: dict[str, int] = {}  # per function, its weights' bytes in the staging ring
     for gi, (grid, (lines, need)) in enumerate(zip(grids, bodies, strict=True)):
@@ -497,32 +493,70 @@ class _Need:
     staged: int = 0
 
 
-def _head_bodies(
-    grids: list[GridOp], refs: dict[str, BufferRef], bodies: list[tuple[list[str], _Need]]
-) -> tuple[list[tuple[list[str], _Need]], bool]:
-    """MK_CUDA_STAGE=head: the bodies again, with heads in the room they leave (the smaller
-    chunk of weights staged ahead where the budget needs it), and whether any room was left."""
+_Bodies = list[tuple[list[str], _Need]]
+
+
+def _bodies(grids: list[GridOp], refs: dict[str, BufferRef]) -> tuple[_Bodies, bool]:
+    """Every grid's body, and whether heads are staged at the waits. Bodies that several grids
+    share (a model's layers) are emitted again as repeated where MK_CUDA_LAYER_LOADS asks."""
+    mode = staging()
+    repeated = [False] * len(grids)
+
+    def emit(stage: bool, heads: Sequence[int] | None = None, squeeze: bool = False) -> _Bodies:
+        # A tail task runs at its producer's signal, not at a queue position: nothing stages it
+        # ahead.
+        return [
+            _grid_body(g, refs, stage and tail_edge(g) is None, h, squeeze, r)
+            for g, h, r in zip(grids, heads or [0] * len(grids), repeated, strict=True)
+        ]
+
+    bodies = emit(mode == "1")
+    if layer_loads():
+        repeated = _shared(grids, bodies)
+        if any(repeated):
+            bodies = emit(mode == "1")
+    front = max((need.smem for _, need in bodies), default=0)
+    if ring_layout(front, max((need.staged for _, need in bodies), default=0)) is None:
+        bodies = emit(False)  # no room: nothing staged
+    if mode != "head":
+        return bodies, False
+    # Heads in the room the bodies leave (the smaller chunk of weights staged ahead where the
+    # budget needs it).
     budget, squeeze = head_budget(), False
     room = head_room(max(need.smem for _, need in bodies), budget)
     if room < budget:
-        small = [_grid_body(grid, refs, False, 0, True) for grid in grids]
+        small = emit(False, None, True)
         if (more := head_room(max(need.smem for _, need in small), budget)) > room:
             room, squeeze = more, True
     if not room:
         return bodies, False
-    heads = [room * (tail_edge(grid) is None) for grid in grids]  # no tail is staged
-    return [_grid_body(g, refs, False, h, squeeze) for g, h in zip(grids, heads, strict=True)], True
+    return emit(False, [room * (tail_edge(g) is None) for g in grids], squeeze), True
+
+
+def _shared(grids: list[GridOp], bodies: _Bodies) -> list[bool]:
+    """Per grid, whether its body is the same function as another grid's."""
+    shared = SharedBodies()
+    fns = [
+        shared.add(g.sym_name.data, g.sym_name.data, b)
+        for g, (b, _) in zip(grids, bodies, strict=True)
+    ]
+    return [len(fn.grids) > 1 for fn in fns]
 
 
 def _grid_body(
-    grid: GridOp, refs: dict[str, BufferRef], stage: bool, head: int = 0, squeeze: bool = False
+    grid: GridOp,
+    refs: dict[str, BufferRef],
+    stage: bool,
+    head: int = 0,
+    squeeze: bool = False,
+    repeated: bool = False,
 ) -> tuple[list[str], _Need]:
     gk = grid_kernel(grid, refs, "CUDA")
     kernel = gk.kernel
     smem = staged = 0
     if isinstance(kernel, GraphDefOp):
         emitter = DeviceGraphDefEmitter(
-            kernel, gk.operands, gk.result_buffers(), stage, head, squeeze
+            kernel, gk.operands, gk.result_buffers(), stage, head, squeeze, repeated
         )
         body = emitter.emit()
         sizes = {n: _numel(v) for v, n in emitter.names.items()}

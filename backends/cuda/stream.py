@@ -40,12 +40,22 @@ _FLOAT_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16", "mk::DTYPE_F32")
 SUM_SQ_KINDS = ("sum_sq_last", "mean_sq_last")
 
 
-def loads_in_flight(rows: int) -> int:
+def loads_in_flight(rows: int, repeated: bool = False) -> int:
     """16-byte weight loads a lane keeps in flight: about 24 for one or two activation rows,
     fewer as the sums take registers; MK_CUDA_LOADS (1-64) sets it for every batch (what one SM
-    keeps in flight bounds a streamed task: 24 loads × 256 threads is 96 KB)."""
+    keeps in flight bounds a streamed task: 24 loads × 256 threads is 96 KB). A repeated body
+    takes layer_loads' instead where that is set."""
     default = 24 if rows <= 2 else 16 if rows <= 8 else 8
-    return switches.count("MK_CUDA_LOADS", default, 1, 64, "loads")
+    loads = switches.count("MK_CUDA_LOADS", default, 1, 64, "loads")
+    return layer_loads() or loads if repeated else loads
+
+
+def layer_loads() -> int:
+    """MK_CUDA_LAYER_LOADS: the 16-byte loads a lane keeps in flight in a body that several grids
+    run (a model's layers), 0 (unset) for the same as every body. Each such body runs once per
+    layer from an instruction cache that a layer's bodies share (an SM keeps 128-160 KB of code,
+    bench/icache.py), and fewer loads in flight are less unrolled code."""
+    return switches.count("MK_CUDA_LAYER_LOADS", 0, 1, 64, "loads")
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,7 @@ class StreamPlan:
     invariant: tuple[InputOp, ...]  # loop-invariant tiles only the epilogue reads
     x_bytes: int = SMEM_BYTES  # most the staged activation chunk takes (and the mma ring)
     ring_ok: bool = True  # tensor cores may stream through the cp.async ring (not staged ahead)
+    repeated: bool = False  # the body runs for several grids (loads_in_flight)
 
     @property
     def rows(self) -> int:
@@ -89,7 +100,7 @@ class StreamPlan:
         loads_in_flight(rows) 16-byte loads per lane; no more steps than a chunk has, split
         evenly over the rounds (every unrolled step costs instructions even when its columns
         are past the end)."""
-        most = max(1, loads_in_flight(self.rows) // self.rows_per_round())
+        most = max(1, loads_in_flight(self.rows, self.repeated) // self.rows_per_round())
         steps = -(-self.chunk(k) // 256)
         rounds = -(-steps // most)
         return -(-steps // rounds)
@@ -136,6 +147,8 @@ class StreamPlan:
         groups. More made the gated MLP at batch 8 slower on the H200 (24: 0.160, 32: 0.164
         against 0.157 ms), and with four accumulators a batch-1 task at 24 spills."""
         loads = switches.count("MK_CUDA_LOADS", MMA_LOADS, 1, 64, "loads")
+        if self.repeated:
+            loads = layer_loads() or loads
         return max(1, loads // self.mma_groups())
 
     def mma_groups(self) -> int:

@@ -396,6 +396,53 @@ def test_loads_in_flight_is_a_build_option(tmp_path: Path, monkeypatch: pytest.M
         cuda_source(text, tmp_path, 16)
 
 
+def layers_program(layers: int, k: int) -> str:
+    """`layers` norm + linear layers of [k, k] (the same body on other buffers), then a linear
+    of [2k, k] that runs once."""
+    x, w, g = f"tensor<1x{k}xbf16>", f"tensor<{k}x{k}xbf16>", f"tensor<{k}xbf16>"
+    args = ["%x0: " + x] + [f"%g{i}: {g}, %w{i}: {w}" for i in range(layers)]
+    args.append(f"%head: tensor<{2 * k}x{k}xbf16>")
+    body = []
+    for i in range(layers):
+        body.append(
+            f"%h{i} = nn.rms_norm %x{i}, %g{i} {{epsilon = 1.0e-05 : f32}} : ({x}, {g}) -> {x}"
+        )
+        body.append(f"%x{i + 1} = nn.linear %h{i}, %w{i} : ({x}, {w}) -> {x}")
+    out = f"tensor<1x{2 * k}xbf16>"
+    body.append(f"%y = nn.linear %x{layers}, %head : ({x}, tensor<{2 * k}x{k}xbf16>) -> {out}")
+    lines = "\n  ".join(body)
+    return (
+        f"func.func @layers({', '.join(args)}) -> {out} {{\n  {lines}\n  func.return %y : {out}\n}}"
+    )
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_repeated_bodies_take_the_layer_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_LAYER_LOADS sets the loads in flight of the bodies that several grids share (a
+    model's layers) and leaves the others' alone: with 8, a layer's 1,024-column rows stream
+    one 256-column step at a time, the last linear's still two."""
+    text = layers_program(3, 1024)
+    default = cuda_source(text, tmp_path, 16)
+    assert set(re.findall(r"mk::gpu::stream_linear<[^>]*>", default)) == {
+        "mk::gpu::stream_linear<1, 8, 2, 1, false>"
+    }
+    monkeypatch.setenv("MK_CUDA_LAYER_LOADS", "8")
+    source = cuda_source(text, tmp_path, 16)
+    bodies = re.split(r"\n(?=// task.grid)", source)
+    layer = [b for b in bodies if "and 2 more grid(s)" in b]
+    once = [b for b in bodies if b.startswith("// task.grid") and "more grid(s)" not in b]
+    assert len(layer) == 1 and "stream_linear<1, 8, 1, 1, false>" in layer[0]
+    assert "stream_linear<1, 8, 2" not in layer[0]
+    assert any("stream_linear<1, 8, 2, 1, false>" in b for b in once)
+    monkeypatch.setenv("MK_CUDA_LAYER_LOADS", "65")
+    with pytest.raises(
+        mk.MkError, match="MK_CUDA_LAYER_LOADS must be a number of loads from 1 to 64"
+    ):
+        cuda_source(text, tmp_path, 16)
+
+
 @pytest.mark.usefixtures("no_nvcc")
 def test_prefetch_budget_is_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The L2 prefetch is off unless MK_CUDA_PREFETCH gives it a byte budget."""
