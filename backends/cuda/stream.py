@@ -44,7 +44,7 @@ def loads_in_flight(rows: int, repeated: bool = False) -> int:
     """16-byte weight loads a lane keeps in flight: about 24 for one or two activation rows,
     fewer as the sums take registers; MK_CUDA_LOADS (1-64) sets it for every batch (what one SM
     keeps in flight bounds a streamed task: 24 loads × 256 threads is 96 KB). A repeated body
-    takes layer_loads' instead where that is set."""
+    takes layer_loads' instead, where that is not 0."""
     default = 24 if rows <= 2 else 16 if rows <= 8 else 8
     loads = switches.count("MK_CUDA_LOADS", default, 1, 64, "loads")
     return layer_loads() or loads if repeated else loads
@@ -52,10 +52,13 @@ def loads_in_flight(rows: int, repeated: bool = False) -> int:
 
 def layer_loads() -> int:
     """MK_CUDA_LAYER_LOADS: the 16-byte loads a lane keeps in flight in a body that several grids
-    run (a model's layers), 0 (unset) for the same as every body. Each such body runs once per
-    layer from an instruction cache that a layer's bodies share (an SM keeps 128-160 KB of code,
-    bench/icache.py), and fewer loads in flight are less unrolled code."""
-    return switches.count("MK_CUDA_LAYER_LOADS", 0, 1, 64, "loads")
+    run (a model's layers); 8 unless set, 0 for MK_CUDA_LOADS' count. Each such body runs once
+    per layer from an instruction cache that a layer's bodies share (an SM keeps 128-160 KB of
+    code, bench/icache.py), and fewer loads in flight are less unrolled code. On the H200 with 8
+    against 24 (batch 1) or 16 (batch 8): qwen3-8b 5.24 -> 5.19 ms/token at batch 1 and 8.18 ->
+    7.32 at batch 8, qwen3-0.6b 1.104 -> 1.085, llama-3.2-1b 1.168 -> 1.143; 4 made qwen3-8b's
+    batch 1 slower (5.50)."""
+    return switches.count("MK_CUDA_LAYER_LOADS", 8, 0, 64, "loads")
 
 
 @dataclass(frozen=True)

@@ -338,11 +338,32 @@ def test_raw_activations_take_several_chunks(
     assert f"mk::gpu::stream_linear<{shape[0]}, " in src and ", true>(sl)) return" in src  # Mma
 
 
+@pytest.mark.usefixtures("no_nvcc")
+def test_a_raw_activation_leaves_the_packed_path_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_RAW_ONLY=1: a tensor-core linear whose activation is raw but for its alignment
+    takes stream_linear's RawOnly; one whose activation is normed first does not."""
+    monkeypatch.setenv("MK_CUDA_RAW_ONLY", "1")
+    raw = cuda_source(linear_program(8, 512, 1024, False), tmp_path)
+    assert re.search(r"stream_linear<8, [^>]*, true, false, 1, \d+, false, true>\(sl\)", raw)
+    normed = cuda_source(linear_program(8, 512, 1024, True), tmp_path)
+    assert "stream_linear<8, " in normed and ", false, true>(sl)" not in normed
+    monkeypatch.setenv("MK_CUDA_RAW_ONLY", "0")
+    assert ", false, true>(sl)" not in cuda_source(linear_program(8, 512, 1024, False), tmp_path)
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("raw_only", ["0", "1"])
 @pytest.mark.parametrize(("shape", "kc"), RAW_CHUNKS, ids=[f"{s[0]}x{s[2]}" for s, _ in RAW_CHUNKS])
 def test_raw_activation_chunks_match_the_reference(
-    shape: tuple[int, int, int, bool, int], kc: int, tmp_path: Path
+    shape: tuple[int, int, int, bool, int],
+    kc: int,
+    raw_only: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("MK_CUDA_RAW_ONLY", raw_only)
     text = linear_program(*shape)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     agrees_with_the_reference(prog, text, (shape, kc))
@@ -420,25 +441,23 @@ def layers_program(layers: int, k: int) -> str:
 def test_repeated_bodies_take_the_layer_loads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MK_CUDA_LAYER_LOADS sets the loads in flight of the bodies that several grids share (a
-    model's layers) and leaves the others' alone: with 8, a layer's 1,024-column rows stream
-    one 256-column step at a time, the last linear's still two."""
+    """The bodies that several grids share (a model's layers) keep MK_CUDA_LAYER_LOADS' loads in
+    flight (8 by default) and the others MK_CUDA_LOADS': a layer's 1,024-column rows stream one
+    256-column step at a time, the last linear's two; with 0 the layers take two as well."""
     text = layers_program(3, 1024)
-    default = cuda_source(text, tmp_path, 16)
-    assert set(re.findall(r"mk::gpu::stream_linear<[^>]*>", default)) == {
-        "mk::gpu::stream_linear<1, 8, 2, 1, false>"
-    }
-    monkeypatch.setenv("MK_CUDA_LAYER_LOADS", "8")
-    source = cuda_source(text, tmp_path, 16)
-    bodies = re.split(r"\n(?=// task.grid)", source)
+    bodies = re.split(r"\n(?=// task.grid)", cuda_source(text, tmp_path, 16))
     layer = [b for b in bodies if "and 2 more grid(s)" in b]
     once = [b for b in bodies if b.startswith("// task.grid") and "more grid(s)" not in b]
     assert len(layer) == 1 and "stream_linear<1, 8, 1, 1, false>" in layer[0]
     assert "stream_linear<1, 8, 2" not in layer[0]
     assert any("stream_linear<1, 8, 2, 1, false>" in b for b in once)
+    monkeypatch.setenv("MK_CUDA_LAYER_LOADS", "0")
+    assert set(re.findall(r"mk::gpu::stream_linear<[^>]*>", cuda_source(text, tmp_path, 16))) == {
+        "mk::gpu::stream_linear<1, 8, 2, 1, false>"
+    }
     monkeypatch.setenv("MK_CUDA_LAYER_LOADS", "65")
     with pytest.raises(
-        mk.MkError, match="MK_CUDA_LAYER_LOADS must be a number of loads from 1 to 64"
+        mk.MkError, match="MK_CUDA_LAYER_LOADS must be a number of loads from 0 to 64"
     ):
         cuda_source(text, tmp_path, 16)
 
