@@ -56,8 +56,8 @@ def layer_loads() -> int:
     per layer from an instruction cache that a layer's bodies share (an SM keeps 128-160 KB of
     code, bench/icache.py), and fewer loads in flight are less unrolled code. On the H200 with 8
     against 24 (batch 1) or 16 (batch 8): qwen3-8b 5.24 -> 5.19 ms/token at batch 1 and 8.18 ->
-    7.32 at batch 8, qwen3-0.6b 1.104 -> 1.085, llama-3.2-1b 1.168 -> 1.143; 4 made qwen3-8b's
-    batch 1 slower (5.50)."""
+    7.32 at batch 8, qwen3-0.6b 1.104 -> 1.085 (1.940 -> 1.909 at batch 8), llama-3.2-1b 1.168
+    -> 1.143; 4 (qwen3-8b 5.50 at batch 1) and 12 (7.50 at batch 8) were slower."""
     return switches.count("MK_CUDA_LAYER_LOADS", 8, 0, 64, "loads")
 
 
