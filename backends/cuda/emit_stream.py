@@ -68,8 +68,6 @@ class StreamLinearEmitter(GraphDefEmitter):
         emit("{")
         emit("mk::gpu::StreamLinear sl{};")
         emit("sl.arena = &arena;")
-        raw = False  # the activation is raw_activation's but for its alignment
-        w_dtype = dtype_code(plan.products[0][0].tile.type)
         if isinstance(plan.x, MergedX):
             self.merged_x(plan.x)
         else:
@@ -83,7 +81,6 @@ class StreamLinearEmitter(GraphDefEmitter):
             emit(f"sl.x_ld = {x.shape[1]};")
             if x.flagged:
                 emit("sl.x_flag = arena.flag;")
-            raw = not x.flagged and x.dtype == w_dtype and x.shape[1] % 8 == 0
         g_at = ""  # the norm weight's first element
         if plan.g is not None:
             g = self.operands[plan.g.source_index()]
@@ -91,7 +88,7 @@ class StreamLinearEmitter(GraphDefEmitter):
             g_at = f"mk::gpu::elem_at(buffers[{g.index}], {g.dtype}, {g0})"
             emit(f"sl.g = {g_at};")
             emit(f"sl.g_dtype = {g.dtype};")
-        emit(f"sl.w_dtype = {w_dtype};")
+        emit(f"sl.w_dtype = {dtype_code(plan.products[0][0].tile.type)};")
         if self.assigned:
             emit("sl.assign = true;")
         emit(f"sl.k = {k};")
@@ -142,17 +139,14 @@ class StreamLinearEmitter(GraphDefEmitter):
             f"{plan.loads_per_thread(k)}, {_bool(mma)}"
         )
         groups = plan.mma_groups() if mma else 1
-        raw = raw and mma and staged is None and switches.raw_only()
-        raw = raw and plan.g is None and plan.sum_sq is None and k % 32 == 0 and chunk % 32 == 0
-        # The template's trailing arguments (Staged, G, Ring, Head, RawOnly), defaults left off.
+        # The template's trailing arguments (Staged, G, Ring, Head), defaults left off.
         tail = [
             _bool(staged is not None),
             str(groups),
             str(plan.ring_stages(k) if staged is None else 0),
             _bool(head > 0),
-            _bool(raw),
         ]
-        while tail and tail[-1] == ("false", "1", "0", "false", "false")[len(tail) - 1]:
+        while tail and tail[-1] == ("false", "1", "0", "false")[len(tail) - 1]:
             tail.pop()
         call += "".join(f", {a}" for a in tail)
         if staged is None and not mma and not head:

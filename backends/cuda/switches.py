@@ -89,15 +89,6 @@ def raw_fence_per_chunk() -> bool:
     return choice("MK_CUDA_RAW_FENCE", ("task", "chunk")) == "chunk"
 
 
-def raw_only() -> bool:
-    """MK_CUDA_RAW_ONLY: 1 leaves the packed-chunk path out of a tensor-core body whose
-    activation the emitter knows to be raw but for its alignment (mk::gpu::stream_linear's
-    RawOnly; an unaligned one takes the rolled CUDA-core loop): qwen3-8b's down projection at
-    batch 8 is 83 KB of SASS without it, 49 with. Not faster on the H200 (qwen3-8b at batch 8:
-    7.387 against 7.336 ms/token): code a body never executes is not fetched."""
-    return flag("MK_CUDA_RAW_ONLY")
-
-
 def mma_ring(warp_bytes: int, columns: int) -> int:
     """MK_CUDA_MMA_RING: stages of each warp's cp.async ring for a tensor-core task whose warps
     stream `warp_bytes` of weights each in rows of `columns`; 0 for none. `auto` (default):

@@ -176,7 +176,6 @@ SWITCHES = [
     {"MK_CUDA_ROWS_DOT_PIPE": "1"},
     {"MK_CUDA_MMA_RING": "2", "MK_CUDA_RING_COLS": "512", "MK_CUDA_STREAM_KB": "192"},
     {"MK_CUDA_RAW_FENCE": "chunk"},
-    {"MK_CUDA_RAW_ONLY": "1"},
 ]
 
 
@@ -206,7 +205,7 @@ SWITCH_BUILDS = [
     ("gated_mlp", {"MK_CUDA_MMA_RING": "4", "MK_CUDA_MMA_L1": "1", "MK_CUDA_MMA_SLICES": "balance",
                    "MK_CUDA_RING_WALK": "0"}),
     ("gated_mlp", {"MK_CUDA_MMA_RING": "2", "MK_CUDA_RING_COLS": "512", "MK_CUDA_STREAM_KB": "192",
-                   "MK_CUDA_RAW_FENCE": "chunk", "MK_CUDA_RAW_ONLY": "1"}),
+                   "MK_CUDA_RAW_FENCE": "chunk"}),
 ]  # fmt: skip
 
 

@@ -338,32 +338,11 @@ def test_raw_activations_take_several_chunks(
     assert f"mk::gpu::stream_linear<{shape[0]}, " in src and ", true>(sl)) return" in src  # Mma
 
 
-@pytest.mark.usefixtures("no_nvcc")
-def test_a_raw_activation_leaves_the_packed_path_out(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """MK_CUDA_RAW_ONLY=1: a tensor-core linear whose activation is raw but for its alignment
-    takes stream_linear's RawOnly; one whose activation is normed first does not."""
-    monkeypatch.setenv("MK_CUDA_RAW_ONLY", "1")
-    raw = cuda_source(linear_program(8, 512, 1024, False), tmp_path)
-    assert re.search(r"stream_linear<8, [^>]*, true, false, 1, \d+, false, true>\(sl\)", raw)
-    normed = cuda_source(linear_program(8, 512, 1024, True), tmp_path)
-    assert "stream_linear<8, " in normed and ", false, true>(sl)" not in normed
-    monkeypatch.setenv("MK_CUDA_RAW_ONLY", "0")
-    assert ", false, true>(sl)" not in cuda_source(linear_program(8, 512, 1024, False), tmp_path)
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize("raw_only", ["0", "1"])
 @pytest.mark.parametrize(("shape", "kc"), RAW_CHUNKS, ids=[f"{s[0]}x{s[2]}" for s, _ in RAW_CHUNKS])
 def test_raw_activation_chunks_match_the_reference(
-    shape: tuple[int, int, int, bool, int],
-    kc: int,
-    raw_only: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    shape: tuple[int, int, int, bool, int], kc: int, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("MK_CUDA_RAW_ONLY", raw_only)
     text = linear_program(*shape)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     agrees_with_the_reference(prog, text, (shape, kc))

@@ -431,17 +431,13 @@ __device__ bool stream_head(const StreamLinear& s, const float* xs, int kc, int 
 // need costs instruction fetches). With Ring > 0 (tensor cores, weights from global memory)
 // each warp copies its weights through a Ring-stage cp.async ring behind the packed chunk
 // (mma_ring_walk). With Head (CUDA cores, one chunk) the first rows were staged at the task's
-// wait (stream_head). With RawOnly (tensor cores) the emitter expects a raw activation
-// (raw_activation: all it cannot know is the pointer's alignment), so the packed-chunk path is
-// left out of the body; an activation that is not raw after all takes the rolled CUDA-core loop.
-// Ends with __syncthreads(); false if staged weights never landed.
+// wait (stream_head). Ends with __syncthreads(); false if staged weights never landed.
 template <int M, int RG, int S, int XB, bool Mma = false, bool Staged = false, int G = 1,
-          int Ring = 0, bool Head = false, bool RawOnly = false>
+          int Ring = 0, bool Head = false>
 __device__ bool stream_linear(const StreamLinear& s) {
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
   static_assert(Ring == 0 || (Mma && !Staged && G == 1), "the ring: tensor cores, one group, unstaged");
   static_assert(!Head || (!Mma && !Staged), "a staged head: CUDA cores, the rest from global memory");
-  static_assert(!RawOnly || (Mma && !Staged), "a raw activation: tensor cores, weights from global memory");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
   bool vec = true;
   #pragma unroll
@@ -471,7 +467,7 @@ __device__ bool stream_linear(const StreamLinear& s) {
   for (int64_t c = 0; c < s.k; c += s.kc) {
     const int kc = static_cast<int>(s.k - c < s.kc ? s.k - c : s.kc);
     // Tensor cores take the activation in the weights' 16-bit type: staged that way, once.
-    const Packing pack{Mma && !RawOnly && vec && kc % 32 == 0 && s.kc % 8 == 0, s.w_dtype == DTYPE_BF16};
+    const Packing pack{Mma && vec && kc % 32 == 0 && s.kc % 8 == 0, s.w_dtype == DTYPE_BF16};
     __syncthreads();
     if (!s.x_ready) stage_chunk<M, XB>(s, xs, s.kc, kc, c, pack, ss);
     // With assign the last chunk's staging barrier also publishes the warps' Σx² parts, so the
