@@ -45,31 +45,19 @@ def _ring_offset(front: int) -> int:
     return -(-front // 128) * 128
 
 
-def ring_layout(front: int, staged: int, tasks: int = 2) -> tuple[int, int] | None:
+def ring_layout(front: int, staged: int) -> tuple[int, int] | None:
     """(offset, bytes) of the ring that weights are staged in, behind `front` bytes of the
-    streamed bodies, when the largest task stages `staged` bytes: room for `tasks` such tasks
-    (two when one runs while the next one's copies land; one for heads copied at their own
-    task's wait) where the arena keeps ARENA_KEEP, else what is left; None when one task's
-    weights do not fit."""
+    streamed bodies, when the largest task stages `staged` bytes: room for two such tasks (one
+    runs while the next one's copies land) where the arena keeps ARENA_KEEP, else what is left;
+    None when one task's weights do not fit."""
     offset = _ring_offset(front)
     if staged == 0:
         return offset, 0
     room = DYNAMIC_SMEM - offset
-    ring = min(tasks * (-(-staged // 128) * 128), room - ARENA_KEEP) // 128 * 128
+    ring = min(2 * (-(-staged // 128) * 128), room - ARENA_KEEP) // 128 * 128
     if ring < staged:
         ring = room // 128 * 128
     return (offset, ring) if ring >= staged else None
-
-
-# The least room worth a staged head (MK_CUDA_STAGE=head).
-HEAD_MIN_ROOM = 16 << 10
-
-
-def head_room(front: int, budget: int) -> int:
-    """Bytes a task's staged head may take behind `front` bytes of the bodies, at most `budget`,
-    where the arena keeps ARENA_KEEP; 0 below HEAD_MIN_ROOM."""
-    room = min(budget, DYNAMIC_SMEM - _ring_offset(front) - ARENA_KEEP) // 128 * 128
-    return room if room >= HEAD_MIN_ROOM else 0
 
 
 def runs_ahead(fn: SharedFunction, mode: str) -> bool:
@@ -95,13 +83,10 @@ def dispatch_struct(
     at_wait: bool = False,
     batch_waits: bool = False,
     pipe_polls: bool = False,
-    stage_at_wait: bool = False,
 ) -> str:
     """`front`: the streamed bodies' shared memory; `staged`: per function, the bytes its
     weights take in the staging ring (padded rows included); `at_wait`, `batch_waits` and
-    `pipe_polls`: MK_CUDA_PREFETCH_AT=wait, MK_CUDA_WAIT_BATCH=1 and MK_CUDA_POLL_PIPE=1;
-    `stage_at_wait`: what the ring holds are heads copied at their task's wait
-    (MK_CUDA_STAGE=head)."""
+    `pipe_polls`: MK_CUDA_PREFETCH_AT=wait, MK_CUDA_WAIT_BATCH=1 and MK_CUDA_POLL_PIPE=1."""
     cases = "\n".join(
         f"      case {KIND_FIRST_LOWERED + i}: "
         f"return {fn.name}(t, bp, arena, iteration, mk::gpu::kAheadNone);"
@@ -124,7 +109,7 @@ def dispatch_struct(
         for i, (_, fn, _) in enumerate(shared.calls)
         if staged.get(fn.name)
     )
-    layout = ring_layout(front, max(staged.values(), default=0), 1 if stage_at_wait else 2)
+    layout = ring_layout(front, max(staged.values(), default=0))
     assert layout is not None, "the emitter stages only what the ring holds"
     ring_offset, ring = layout
     offset, arena = arena_smem(ring_offset + ring if ring else front)
@@ -141,7 +126,6 @@ struct Dispatch {{
   static constexpr bool kPrefetchAtWait = {"true" if at_wait else "false"};  // MK_CUDA_PREFETCH_AT
   static constexpr bool kBatchWaits = {"true" if batch_waits else "false"};  // MK_CUDA_WAIT_BATCH
   static constexpr bool kPipePolls = {"true" if pipe_polls else "false"};  // MK_CUDA_POLL_PIPE
-  static constexpr bool kStageAtWait = {"true" if stage_at_wait else "false"};  // MK_CUDA_STAGE=head
   __device__ static int32_t run(int32_t kind, const mk::TaskDesc* t, void* const* bp,
                                 mk::gpu::Arena& arena, int32_t iteration) {{
     switch (kind) {{

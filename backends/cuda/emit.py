@@ -35,7 +35,6 @@ from mk.backends.cuda.dispatch import (
     body_slots,
     device_function,
     dispatch_struct,
-    head_room,
     ring_layout,
     slot_rows,
 )
@@ -50,7 +49,6 @@ from mk.backends.cuda.split_merge import MergedX, MergePlan, merge_lines, plan_m
 from mk.backends.cuda.stream import (
     STAGE_X_BYTES,
     StreamPlan,
-    head_budget,
     layer_loads,
     plan_stream,
     staging,
@@ -123,15 +121,13 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         operands: Sequence[BufferRef],
         results: dict[int, list[BufferRef]],
         stage: bool = False,
-        head: int = 0,
-        squeeze: bool = False,
         repeated: bool = False,
     ) -> None:
         super().__init__(op, operands, results)
         stream = plan_stream(op)
         if stream is not None and repeated:
             stream = dataclasses.replace(stream, repeated=True)
-        if stream is not None and (stage or squeeze):  # the chunk leaves the ring its room
+        if stream is not None and stage:  # the chunk leaves the ring its room
             stream = dataclasses.replace(stream, x_bytes=STAGE_X_BYTES, ring_ok=False)
         if stream is not None and isinstance(stream.x, MergedX):
             k = op.forloop_range() * shape_of(stream.x.tile)[1]
@@ -141,7 +137,6 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
             stream or plan_attention(op) or (None if switches.merge_tiles() else plan_merge(op))
         )
         self.stage_weights_ahead = stage
-        self.head_budget = head
         self.rows_add = plan_rows_add(op)
         # Accumulators the streamed loop writes whole (StreamLinear::assign): not zeroed first.
         self.assigned: set[SSAValue] = set()
@@ -443,7 +438,7 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
     out = [
         _PRELUDE.format(name=g.sym_name.data, defines=switches.defines(profile, op_marks.warm()))
     ]
-    bodies, at_wait = _bodies(grids, refs)
+    bodies = _bodies(grids, refs)
     shared = SharedBodies(slot_format="bp[{k}]")
     staged: dict[str, int] = {}  # per function, its weights' bytes in the staging ring
     for gi, (grid, (lines, need)) in enumerate(zip(grids, bodies, strict=True)):
@@ -468,7 +463,6 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
             switches.prefetch_at_wait(),
             batch,
             pipe,
-            at_wait,
         )  # fmt: skip
     )
     out.append("}  // namespace\n")
@@ -496,41 +490,29 @@ class _Need:
 _Bodies = list[tuple[list[str], _Need]]
 
 
-def _bodies(grids: list[GridOp], refs: dict[str, BufferRef]) -> tuple[_Bodies, bool]:
-    """Every grid's body, and whether heads are staged at the waits. Bodies that several grids
-    share (a model's layers) are emitted again as repeated where MK_CUDA_LAYER_LOADS asks."""
-    mode = staging()
+def _bodies(grids: list[GridOp], refs: dict[str, BufferRef]) -> _Bodies:
+    """Every grid's body. Bodies that several grids share (a model's layers) are emitted again
+    as repeated (MK_CUDA_LAYER_LOADS); with MK_CUDA_STAGE=1 the weights are staged ahead where
+    the ring holds them."""
     repeated = [False] * len(grids)
 
-    def emit(stage: bool, heads: Sequence[int] | None = None, squeeze: bool = False) -> _Bodies:
+    def emit(stage: bool) -> _Bodies:
         # A tail task runs at its producer's signal, not at a queue position: nothing stages it
         # ahead.
         return [
-            _grid_body(g, refs, stage and tail_edge(g) is None, h, squeeze, r)
-            for g, h, r in zip(grids, heads or [0] * len(grids), repeated, strict=True)
+            _grid_body(g, refs, stage and tail_edge(g) is None, r)
+            for g, r in zip(grids, repeated, strict=True)
         ]
 
-    bodies = emit(mode == "1")
+    bodies = emit(staging())
     if layer_loads():
         repeated = _shared(grids, bodies)
         if any(repeated):
-            bodies = emit(mode == "1")
+            bodies = emit(staging())
     front = max((need.smem for _, need in bodies), default=0)
     if ring_layout(front, max((need.staged for _, need in bodies), default=0)) is None:
         bodies = emit(False)  # no room: nothing staged
-    if mode != "head":
-        return bodies, False
-    # Heads in the room the bodies leave (the smaller chunk of weights staged ahead where the
-    # budget needs it).
-    budget, squeeze = head_budget(), False
-    room = head_room(max(need.smem for _, need in bodies), budget)
-    if room < budget:
-        small = emit(False, None, True)
-        if (more := head_room(max(need.smem for _, need in small), budget)) > room:
-            room, squeeze = more, True
-    if not room:
-        return bodies, False
-    return emit(False, [room * (tail_edge(g) is None) for g in grids], squeeze), True
+    return bodies
 
 
 def _shared(grids: list[GridOp], bodies: _Bodies) -> list[bool]:
@@ -547,17 +529,13 @@ def _grid_body(
     grid: GridOp,
     refs: dict[str, BufferRef],
     stage: bool,
-    head: int = 0,
-    squeeze: bool = False,
     repeated: bool = False,
 ) -> tuple[list[str], _Need]:
     gk = grid_kernel(grid, refs, "CUDA")
     kernel = gk.kernel
     smem = staged = 0
     if isinstance(kernel, GraphDefOp):
-        emitter = DeviceGraphDefEmitter(
-            kernel, gk.operands, gk.result_buffers(), stage, head, squeeze, repeated
-        )
+        emitter = DeviceGraphDefEmitter(kernel, gk.operands, gk.result_buffers(), stage, repeated)
         body = emitter.emit()
         sizes = {n: _numel(v) for v, n in emitter.names.items()}
         smem, staged = 4 * emitter.smem_floats, emitter.staged_bytes

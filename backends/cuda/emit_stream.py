@@ -15,7 +15,6 @@ from mk.backends.cuda.split_merge import MergedX, merged_x_lines
 from mk.backends.cuda.stream import (
     STAGE_LOST,
     StreamPlan,
-    head_rows,
     prefetch_spans,
     stage_offsets,
     staged_ld,
@@ -34,7 +33,6 @@ class StreamLinearEmitter(GraphDefEmitter):
 
     assigned: set[SSAValue]  # accumulators stream_linear writes whole (StreamLinear::assign)
     stage_weights_ahead: bool
-    head_budget: int  # bytes a task may stage as its head at its wait (MK_CUDA_STAGE=head)
     smem_floats: int
     staged_bytes: int
     prefetch: list[str]  # what one thread runs before the task's turn: the L2 prefetch
@@ -117,11 +115,6 @@ class StreamLinearEmitter(GraphDefEmitter):
             )
         if staged is not None:
             self.stage_weights(rows, k, firsts, lds, staged, staged_ld(k, mma))
-        head = 0
-        if staged is None and self.head_budget and not mma and chunk == k:
-            head = head_rows(rows, k, lds, self.head_budget)
-        if head:
-            self.stage_head(head, k, firsts[0], lds[0])
         # Tensor cores take rows in 8-row groups across warps: only a whole slab is fetched.
         most = switches.prefetch_budget()
         budget = most if not mma or 2 * k * sum(rows) <= most else 0
@@ -139,34 +132,22 @@ class StreamLinearEmitter(GraphDefEmitter):
             f"{plan.loads_per_thread(k)}, {_bool(mma)}"
         )
         groups = plan.mma_groups() if mma else 1
-        # The template's trailing arguments (Staged, G, Ring, Head), defaults left off.
+        # The template's trailing arguments (Staged, G, Ring), defaults left off.
         tail = [
             _bool(staged is not None),
             str(groups),
             str(plan.ring_stages(k) if staged is None else 0),
-            _bool(head > 0),
         ]
-        while tail and tail[-1] == ("false", "1", "0", "false")[len(tail) - 1]:
+        while tail and tail[-1] == ("false", "1", "0")[len(tail) - 1]:
             tail.pop()
         call += "".join(f", {a}" for a in tail)
-        if staged is None and not mma and not head:
+        if staged is None and not mma:
             emit(f"{call}>(sl);")
         else:  # weights staged ahead, or a raw activation's bulk copies on tensor cores
             emit(f"if (!{call}>(sl)) return {STAGE_LOST};")
         emit("}")
         for op in plan.invariant:
             self.load(op, "0")
-
-    def stage_head(self, rows: int, k: int, first: str, ld: int) -> None:
-        """The first `rows` rows of the first weight, staged whole at the task's wait (one bulk
-        copy where they are one slab), and where the products find them."""
-        self.lines.append(f"sl.head_rows = {rows};")
-        self.lines.append("sl.head_w = reinterpret_cast<const uint16_t*>(arena.stage_base);")
-        self.stage = [
-            f"mk::gpu::stage_expect(arena, {2 * k * rows});",
-            f"mk::gpu::stage_rows(arena, 0, {first}, {rows}, {ld}, {k}, {k});",
-        ]
-        self.staged_bytes = 2 * k * rows
 
     def stage_weights(
         self,

@@ -215,28 +215,10 @@ def staged_ld(k: int, mma: bool) -> int:
     return k + 8 if mma and (k // 8) % 2 == 0 else k
 
 
-def staging() -> str:
-    """MK_CUDA_STAGE: `0` (default) stages no weights in shared memory (mk/cuda_stage.cuh); `1`
-    copies a linear task's weights there ahead of its turn, while the task before it waits and
-    runs, where they fit STAGE_MAX; `head` copies the first rows of a CUDA-core linear task
-    (head_rows) at the task's own wait, so that HBM streams them while the SM would idle."""
-    return switches.choice("MK_CUDA_STAGE", ("0", "1", "head"))
-
-
-def head_budget() -> int:
-    """MK_CUDA_STAGE_HEAD_KB: the most a task's staged head takes (KiB, default 96), where the
-    shared memory beside the bodies and the arena leaves that much."""
-    return switches.count("MK_CUDA_STAGE_HEAD_KB", 96, 1, 200, "KiB") << 10
-
-
-def head_rows(rows: Sequence[int], k: int, lds: Sequence[int], budget: int) -> int:
-    """Rows of a task's first weight (of `rows` per weight, k columns, `lds` apart) staged whole
-    as its head within `budget` bytes: a multiple of WARPS, so that every warp's share of the
-    streamed rows is a row shorter per WARPS; 0 where not even WARPS fit or the rows are not whole
-    16-byte units."""
-    if not rows or k % 8 or lds[0] % 8:
-        return 0
-    return min(rows[0], budget // (2 * k)) // WARPS * WARPS
+def staging() -> bool:
+    """MK_CUDA_STAGE=1: linear tasks' weights are copied into shared memory ahead of their turn
+    (mk/cuda_stage.cuh), while the task before them waits and runs."""
+    return switches.flag("MK_CUDA_STAGE")
 
 
 def stage_offsets(rows: Sequence[int], k: int, lds: Sequence[int], mma: bool) -> list[int] | None:

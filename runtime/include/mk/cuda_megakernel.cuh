@@ -273,11 +273,7 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
           }
           const uint32_t bytes = Dispatch::stage_bytes(ahead.kind);
           staged[after] = gpu::StagePlace{0, bytes, 0, 0};
-          if (bytes && Dispatch::kStageAtWait) {
-            // Heads (MK_CUDA_STAGE=head) are copied at their task's own wait, at the front of
-            // the ring: HBM streams them while the SM would idle, not beside this task's stream.
-            staged[after].deferred = 1;
-          } else if (bytes) {
+          if (bytes) {
             const int32_t at = gpu::ring_place(staged[cur].at, staged[cur].bytes, bytes, Dispatch::kRingBytes);
             if (at < 0) {
               staged[after].deferred = 1;

@@ -403,22 +403,6 @@ __device__ inline WarpRows warp_rows(int first, int last) {
   return WarpRows{begin, begin + per < last ? begin + per : last};
 }
 
-// All threads, the task's only chunk (kc columns) with a staged head (StreamLinear::head_rows):
-// the warps share the other rows, streamed from global memory, then the head's rows, read from
-// the staging ring once the copy the dispatcher issued at the task's wait has landed. A head of
-// one row per warp takes a row off every warp's stream; it goes last so that the stream does
-// not wait for it. False if it never landed.
-template <int M, int RG, int S>
-__device__ bool stream_head(const StreamLinear& s, const float* xs, int kc, int rows) {
-  const WarpRows streamed = warp_rows(s.head_rows, rows), head = warp_rows(0, s.head_rows);
-  stream_rows<M, RG, S, true, false>(s, xs, s.kc, kc, 0, streamed.begin, streamed.end, s.assign);
-  if (!stage_wait(*s.arena)) return false;
-  // One row and one step at a time: the rows are in shared memory, and an unrolled copy of the
-  // stream's loop for them doubled the body (an instruction cache a layer's bodies outgrow).
-  stream_rows<M, 1, 1, true, true, true>(s, xs, s.kc, kc, 0, head.begin, head.end, s.assign);
-  return true;
-}
-
 // All threads of the CTA: out[m][row] += Σ_k xside[m][k] · w[row][k] for every weight row of
 // the task, and sum_sq[m] += Σ_k x[m][k]². With Mma (batches of 2..16 rows) the products run on
 // tensor cores, the activation rounded to the weights' 16-bit type. With Staged the weights
@@ -430,14 +414,12 @@ __device__ bool stream_head(const StreamLinear& s, const float* xs, int kc, int 
 // activation columns at once (the emitter sizes it to the chunk: unrolled code the task does not
 // need costs instruction fetches). With Ring > 0 (tensor cores, weights from global memory)
 // each warp copies its weights through a Ring-stage cp.async ring behind the packed chunk
-// (mma_ring_walk). With Head (CUDA cores, one chunk) the first rows were staged at the task's
-// wait (stream_head). Ends with __syncthreads(); false if staged weights never landed.
+// (mma_ring_walk). Ends with __syncthreads(); false if staged weights never landed.
 template <int M, int RG, int S, int XB, bool Mma = false, bool Staged = false, int G = 1,
-          int Ring = 0, bool Head = false>
+          int Ring = 0>
 __device__ bool stream_linear(const StreamLinear& s) {
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
   static_assert(Ring == 0 || (Mma && !Staged && G == 1), "the ring: tensor cores, one group, unstaged");
-  static_assert(!Head || (!Mma && !Staged), "a staged head: CUDA cores, the rest from global memory");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
   bool vec = true;
   #pragma unroll
@@ -488,20 +470,13 @@ __device__ bool stream_linear(const StreamLinear& s) {
       uint16_t* ring = reinterpret_cast<uint16_t*>(mk_dynamic_smem + ((M * s.kc * 2 + 127) & ~127));
       mma_chunk<M, Staged, G, S, Ring>(s, reinterpret_cast<const uint16_t*>(xs), s.kc, kc, c, rows, ring);
     } else if (vec && !Mma) {
-      if constexpr (Head) {
-        if (!stream_head<M, RG, S>(s, xs, kc, rows)) return false;
-      } else {
-        stream_rows<M, RG, S, true, Staged>(s, xs, s.kc, kc, c, begin, end, s.assign && c == 0);
-      }
+      stream_rows<M, RG, S, true, Staged>(s, xs, s.kc, kc, c, begin, end, s.assign && c == 0);
     } else {
       // Weights not 16-byte aligned (the emitter plans tensor cores only for aligned chunks):
       // rare, so this loop is not unrolled. Every unrolled variant adds kilobytes of code to
       // each body that streams, and a decode step runs each body once per layer, from a cold
       // instruction cache.
       stream_rows<M, 1, 1, false, Staged>(s, xs, s.kc, kc, c, begin, end, s.assign && c == 0);
-      if constexpr (Head) {  // the head was copied all the same: its phase must complete
-        if (!stage_wait(*s.arena)) return false;
-      }
     }
   }
   MK_MARK(*s.arena);

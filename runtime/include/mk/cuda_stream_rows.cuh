@@ -42,10 +42,6 @@ struct StreamLinear {
   // sums are stored, later chunks add; Σx² is written at the last chunk's staging barrier.
   // CUDA-core products only (tensor cores add with atomics).
   bool assign;
-  // The head (MK_CUDA_STAGE=head): the first head_rows rows of the first weight, copied whole
-  // into the staging ring at the task's wait (k apart from head_w). The rest stream from w.
-  int32_t head_rows;
-  const uint16_t* head_w;
 };
 
 __device__ inline const void* elem_at(const void* base, int32_t dtype, int64_t i) {
@@ -175,8 +171,6 @@ __device__ inline void fma_rows(float (&acc)[RG][M], const uint4 (&v)[RG], const
 // read at a constant index and the choice is made on the values: a choice between field
 // addresses (an early exit per weight) made the compiler keep the whole descriptor in local
 // memory, ~40 stores per thread before every task of a multi-weight linear.
-// With Head, the row's staged head (StreamLinear::head_w) instead.
-template <bool Head = false>
 __device__ inline const uint16_t* weight_row(const StreamLinear& s, int row, int64_t c, float** out,
                                              int32_t* rows) {
   const uint16_t* at = nullptr;
@@ -187,8 +181,7 @@ __device__ inline const uint16_t* weight_row(const StreamLinear& s, int row, int
     if (i < s.nw) {
       const int32_t n = s.w[i].rows;
       const bool here = row >= 0 && row < n;
-      const uint16_t* w = !Head ? s.w[i].w + row * s.w[i].ld + c : i == 0 ? s.head_w + row * s.k + c : nullptr;
-      at = here ? w : at;
+      at = here ? s.w[i].w + row * s.w[i].ld + c : at;
       sums = here ? s.w[i].out + row : sums;
       n_of = here ? n : n_of;
       row -= n;
@@ -201,13 +194,11 @@ __device__ inline const uint16_t* weight_row(const StreamLinear& s, int row, int
 
 // Weight rows r0.. r0 + RG of the concatenated weights at chunk column c (null past `end`),
 // their output sums and the row count of the weight each belongs to.
-template <int RG, bool Head = false>
+template <int RG>
 __device__ inline void round_rows(const StreamLinear& s, int64_t c, int r0, int end,
                                   const uint16_t* (&wp)[RG], float* (&op)[RG], int32_t (&os)[RG]) {
 #pragma unroll
-  for (int j = 0; j < RG; ++j) {
-    wp[j] = weight_row<Head>(s, r0 + j < end ? r0 + j : -1, c, &op[j], &os[j]);
-  }
+  for (int j = 0; j < RG; ++j) wp[j] = weight_row(s, r0 + j < end ? r0 + j : -1, c, &op[j], &os[j]);
 }
 
 // cp.async of 16 bytes into shared memory, zero-filled when !in (nothing is read then).
@@ -224,12 +215,11 @@ __device__ inline void cp_async_wait() {
 
 // One warp: weight rows r0.. r0 + RG (before `end`) against the staged chunk `xs` ([M][stride]
 // floats, columns [0, kc)); `store` writes the sums (StreamLinear::assign at the first pass over
-// a row), else they are added. Shared: the weights are in shared memory, with Head the rows'
-// staged heads. Each lane issues the loads of S 256-column steps of all RG rows
+// a row), else they are added. Shared: the weights are in shared memory. Each lane issues the loads of S 256-column steps of all RG rows
 // before it multiplies any: a decode task is short, so what bounds it is how many round trips to
 // HBM it waits for, and S·RG loads per lane in flight make a task of up to S·256 columns one
 // round trip (and keep ~64 KB in flight per SM).
-template <int M, int RG, int S, bool Vec, bool Shared, bool Head = false>
+template <int M, int RG, int S, bool Vec, bool Shared>
 __device__ __forceinline__ void stream_group(const StreamLinear& s, const float* xs, int stride,
                                              int kc, int64_t c, int r0, int end, bool store) {
   const int lane = threadIdx.x & 31;
@@ -237,7 +227,7 @@ __device__ __forceinline__ void stream_group(const StreamLinear& s, const float*
   const uint16_t* wp[RG];
   float* op[RG];
   int32_t os[RG];
-  round_rows<RG, Head>(s, c, r0, end, wp, op, os);
+  round_rows<RG>(s, c, r0, end, wp, op, os);
   float acc[RG][M];
 #pragma unroll
   for (int j = 0; j < RG; ++j)
@@ -263,11 +253,11 @@ __device__ __forceinline__ void stream_group(const StreamLinear& s, const float*
 
 // One warp: rows [begin, end) of the concatenated weights against the staged chunk, RG rows at
 // a time (stream_group).
-template <int M, int RG, int S, bool Vec, bool Shared, bool Head = false>
+template <int M, int RG, int S, bool Vec, bool Shared>
 __device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, int kc, int64_t c,
                             int begin, int end, bool store) {
   for (int r0 = begin; r0 < end; r0 += RG) {
-    stream_group<M, RG, S, Vec, Shared, Head>(s, xs, stride, kc, c, r0, end, store);
+    stream_group<M, RG, S, Vec, Shared>(s, xs, stride, kc, c, r0, end, store);
   }
 }
 
