@@ -33,6 +33,15 @@ def parametrize_buffers(
     return [_BUFFER.sub(slot, line) for line in body], list(slots)
 
 
+def rebind(body: Sequence[str], like: Sequence[str], own: Sequence[str]) -> list[str]:
+    """`body`, emitted anew for the grid whose first body was `like`, on the buffers of a grid
+    whose first body `own` is `like` on other buffers."""
+    _, theirs = parametrize_buffers(like)
+    _, mine = parametrize_buffers(own)
+    to = dict(zip(theirs, mine, strict=True))
+    return [_BUFFER.sub(lambda m: f"buffers[{to[int(m.group(1))]}]", line) for line in body]
+
+
 @dataclass
 class SharedFunction:
     """One emitted function and the grids (by name) that run it."""

@@ -341,6 +341,45 @@ def test_repeated_bodies_take_the_layer_loads(
         cuda_source(text, tmp_path, 16)
 
 
+def test_a_repeated_body_is_rebound_to_each_grids_buffers() -> None:
+    """The first grid of a shared body is emitted again as repeated; the others take its new text
+    on their own buffers, slot by slot."""
+    from mk.backends.shared_bodies import rebind
+
+    like = ["x(buffers[3]);", "y(buffers[5], buffers[3]);"]
+    own = ["x(buffers[7]);", "y(buffers[9], buffers[7]);"]
+    body = ["z(buffers[5]); x(buffers[3]);", "y(buffers[5], buffers[3]);"]
+    assert rebind(body, like, own) == [
+        "z(buffers[9]); x(buffers[7]);",
+        "y(buffers[9], buffers[7]);",
+    ]
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_rebound_layers_match_layers_emitted_anew(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Layers rebound from the first one's repeated body give the program (source and each
+    body's buffer-table rows) that emitting each layer anew gives."""
+    from mk.backends.cuda import emit
+
+    graph = mk.compile(layers_program(3, 1024), target="cuda", num_sms=16, cache_dir=tmp_path).graph  # type: ignore[attr-defined]
+    rebound = emit.emit_cuda(graph)
+    as_repeated = emit._as_repeated
+
+    def anew(grids, refs, bodies, stage):  # type: ignore[no-untyped-def]
+        repeated = as_repeated(grids, refs, bodies, stage)[1]
+        again = [
+            emit._grid_body(g, refs, False, True) if r else b
+            for g, r, b in zip(grids, repeated, bodies, strict=True)
+        ]
+        return again, repeated
+
+    monkeypatch.setattr(emit, "_as_repeated", anew)
+    assert emit.emit_cuda(graph) == rebound
+    assert len(set(rebound.slot_rows)) == len(rebound.slot_rows)  # every grid its own buffers
+
+
 @pytest.mark.usefixtures("no_nvcc")
 def test_prefetch_budget_is_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The L2 prefetch is off unless MK_CUDA_PREFETCH gives it a byte budget."""
