@@ -407,7 +407,9 @@ def test_run_releases_the_gil() -> None:
 
 
 def _compile(out: Path, *flags: str) -> subprocess.Popen[bytes]:
-    sources = [ROOT / "runtime/tests/tsan_stress.cpp", ROOT / "runtime/src/cpu_executor.cpp"]
+    sources = [ROOT / "runtime/tests/tsan_stress.cpp"] + [
+        ROOT / "runtime/src" / name for name in ("cpu_executor.cpp", "cpu_tables.cpp")
+    ]
     cmd = ["g++", "-std=c++17", "-fsanitize=thread", "-O1", "-g", "-pthread", *flags]
     cmd += [
         f"-I{ROOT / 'runtime/include'}",
