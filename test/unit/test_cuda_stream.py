@@ -356,12 +356,16 @@ def test_a_repeated_body_is_rebound_to_each_grids_buffers() -> None:
 
 
 @pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize("stage", ["0", "1"])
 def test_rebound_layers_match_layers_emitted_anew(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    stage: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Layers rebound from the first one's repeated body give the program (source and each
-    body's buffer-table rows) that emitting each layer anew gives."""
+    body's buffer-table rows) that emitting each layer anew gives, weights staged or not."""
     from mk.backends.cuda import emit
+    from mk.dialects.task_index import tail_edge
+
+    monkeypatch.setenv("MK_CUDA_STAGE", stage)
 
     graph = mk.compile(layers_program(3, 1024), target="cuda", num_sms=16, cache_dir=tmp_path).graph  # type: ignore[attr-defined]
     rebound = emit.emit_cuda(graph)
@@ -370,7 +374,7 @@ def test_rebound_layers_match_layers_emitted_anew(
     def anew(grids, refs, bodies, stage):  # type: ignore[no-untyped-def]
         repeated = as_repeated(grids, refs, bodies, stage)[1]
         again = [
-            emit._grid_body(g, refs, False, True) if r else b
+            emit._grid_body(g, refs, stage and tail_edge(g) is None, True) if r else b
             for g, r, b in zip(grids, repeated, bodies, strict=True)
         ]
         return again, repeated
@@ -378,6 +382,7 @@ def test_rebound_layers_match_layers_emitted_anew(
     monkeypatch.setattr(emit, "_as_repeated", anew)
     assert emit.emit_cuda(graph) == rebound
     assert len(set(rebound.slot_rows)) == len(rebound.slot_rows)  # every grid its own buffers
+    assert ("if (ahead == mk::gpu::kAheadStage) {" in rebound.text) == (stage == "1")
 
 
 @pytest.mark.usefixtures("no_nvcc")
