@@ -33,11 +33,9 @@ def parametrize_buffers(
     return [_BUFFER.sub(slot, line) for line in body], list(slots)
 
 
-def rebind(body: Sequence[str], like: Sequence[str], own: Sequence[str]) -> list[str]:
-    """`body`, emitted anew for the grid whose first body was `like`, on the buffers of a grid
-    whose first body `own` is `like` on other buffers."""
-    _, theirs = parametrize_buffers(like)
-    _, mine = parametrize_buffers(own)
+def rebind(body: Sequence[str], theirs: Sequence[int], mine: Sequence[int]) -> list[str]:
+    """`body`, emitted for a grid whose buffers by slot are `theirs`, on the buffers `mine` of a
+    grid that shares its function."""
     to = dict(zip(theirs, mine, strict=True))
     return [_BUFFER.sub(lambda m: f"buffers[{to[int(m.group(1))]}]", line) for line in body]
 
@@ -78,6 +76,11 @@ class SharedBodies:
         self.calls.append((grid, fn, len(self.table)))
         self.table += indices or [0]
         return fn
+
+    def buffers(self, call: int) -> list[int]:
+        """The buffer indices, by slot, of the `call`-th grid added."""
+        _, fn, offset = self.calls[call]
+        return self.table[offset : offset + fn.slots]
 
     def table_decl(self, qualifier: str) -> str:
         """The buffer-index table as a C array definition (`qualifier` e.g. `static const`)."""

@@ -41,9 +41,8 @@ def environment(base: dict[str, str], switches: dict[str, str]) -> dict[str, str
     return env
 
 
-def prepare(model: str, batch: int) -> tuple[Any, str, list[Any]]:
-    """The preset's config, mk-generate's program text and its device inputs, the prompt
-    prefilled into the caches."""
+def prepare(model: str, batch: int) -> tuple[str, list[Any]]:
+    """mk-generate's program text and its device inputs, the prompt prefilled into the caches."""
     from mk.models.build import decode_program
     from mk.models.config import preset
     from mk.models.weights import program_inputs, random_prompt
@@ -55,7 +54,7 @@ def prepare(model: str, batch: int) -> tuple[Any, str, list[Any]]:
     inputs = program_inputs(config, weights, batch, CONTEXT, prompt, prefill=False)
     inputs = gen._device_inputs(inputs)
     gen._prefill_on_gpu(config, weights, prompt, CONTEXT, inputs)
-    return config, decode_program(config, batch, CONTEXT, STEPS), inputs
+    return decode_program(config, batch, CONTEXT, STEPS), inputs
 
 
 def first_tokens(outs: Any) -> list[int]:
@@ -79,7 +78,7 @@ def main() -> int:
     import mk
     from mk.models.torch_reference import capture_graph, event_ms
 
-    _, text, inputs = prepare(args.model, args.batch)
+    text, inputs = prepare(args.model, args.batch)
     base = dict(os.environ)
     progs: dict[str, Any] = {}
     for v, switches in variants.items():

@@ -504,9 +504,10 @@ def _bodies(grids: list[GridOp], refs: dict[str, BufferRef]) -> _Bodies:
             for g, r in zip(grids, repeated, strict=True)
         ]
 
-    bodies = emit(staging())
+    stage = staging()
+    bodies = emit(stage)
     if layer_loads():
-        bodies, repeated = _as_repeated(grids, refs, bodies, staging())
+        bodies, repeated = _as_repeated(grids, refs, bodies, stage)
     front = max((need.smem for _, need in bodies), default=0)
     if ring_layout(front, max((need.staged for _, need in bodies), default=0)) is None:
         bodies = emit(False)  # no room: nothing staged
@@ -534,7 +535,7 @@ def _as_repeated(
             out[i] = _grid_body(grid, refs, stage and tail_edge(grid) is None, True)
         else:
             j = first[fn.name]
-            out[i] = (rebind(out[j][0], bodies[j][0], bodies[i][0]), out[j][1])
+            out[i] = (rebind(out[j][0], shared.buffers(j), shared.buffers(i)), out[j][1])
     return out, [len(fn.grids) > 1 for fn in fns]
 
 

@@ -45,9 +45,14 @@ def loads_in_flight(rows: int, repeated: bool = False) -> int:
     fewer as the sums take registers; MK_CUDA_LOADS (1-64) sets it for every batch (what one SM
     keeps in flight bounds a streamed task: 24 loads × 256 threads is 96 KB). A repeated body
     takes layer_loads' instead, where that is not 0."""
-    default = 24 if rows <= 2 else 16 if rows <= 8 else 8
+    return _loads(24 if rows <= 2 else 16 if rows <= 8 else 8, repeated)
+
+
+def _loads(default: int, repeated: bool) -> int:
+    """MK_CUDA_LOADS' count (`default` unless set), or for a repeated body layer_loads' where
+    that is not 0."""
     loads = switches.count("MK_CUDA_LOADS", default, 1, 64, "loads")
-    return layer_loads() or loads if repeated else loads
+    return (layer_loads() or loads) if repeated else loads
 
 
 def layer_loads() -> int:
@@ -149,10 +154,7 @@ class StreamPlan:
         (mk::gpu::mma_chunk's U): MMA_LOADS 16-byte loads (MK_CUDA_LOADS sets them) over the G
         groups. More made the gated MLP at batch 8 slower on the H200 (24: 0.160, 32: 0.164
         against 0.157 ms), and with four accumulators a batch-1 task at 24 spills."""
-        loads = switches.count("MK_CUDA_LOADS", MMA_LOADS, 1, 64, "loads")
-        if self.repeated:
-            loads = layer_loads() or loads
-        return max(1, loads // self.mma_groups())
+        return max(1, _loads(MMA_LOADS, self.repeated) // self.mma_groups())
 
     def mma_groups(self) -> int:
         """8-row groups a warp takes at once on tensor cores (mk::gpu::mma_chunk's G): 4 for a

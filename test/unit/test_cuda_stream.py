@@ -346,10 +346,8 @@ def test_a_repeated_body_is_rebound_to_each_grids_buffers() -> None:
     on their own buffers, slot by slot."""
     from mk.backends.shared_bodies import rebind
 
-    like = ["x(buffers[3]);", "y(buffers[5], buffers[3]);"]
-    own = ["x(buffers[7]);", "y(buffers[9], buffers[7]);"]
     body = ["z(buffers[5]); x(buffers[3]);", "y(buffers[5], buffers[3]);"]
-    assert rebind(body, like, own) == [
+    assert rebind(body, [3, 5], [7, 9]) == [
         "z(buffers[9]); x(buffers[7]);",
         "y(buffers[9], buffers[7]);",
     ]
