@@ -43,6 +43,7 @@ from mk.backends.cuda.emit_attention import StreamAttentionEmitter, plain
 from mk.backends.cuda.emit_library import DeviceLibraryEmitter
 from mk.backends.cuda.fuse_loops import fuse_element_loops
 from mk.backends.cuda.load_groups import group_loads
+from mk.backends.cuda.mma_tile import mma_tile
 from mk.backends.cuda.row_ops import static_row_op
 from mk.backends.cuda.rows_add import RowsAdd, plan_rows_add
 from mk.backends.cuda.split_merge import MergedX, MergePlan, merge_lines, plan_merge
@@ -82,6 +83,7 @@ _PRELUDE = """\
 
 #include "mk/cuda_attention.cuh"
 #include "mk/cuda_megakernel.cuh"
+#include "mk/cuda_mma_tile.cuh"
 #include "mk/cuda_rows_add.cuh"
 #include "mk/cuda_stream.cuh"
 #include "mk/version.h"
@@ -248,7 +250,7 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         self.element_loop(n, list(zip(op.args, offsets, strict=True)), op.res, body)
 
     def tile_op(self, op: Operation, it: str) -> None:
-        line = static_row_op(op, self.var, self.f)
+        line = static_row_op(op, self.var, self.f) or mma_tile(op, self.var)
         if line is None:
             super().tile_op(op, it)
         else:
