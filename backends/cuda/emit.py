@@ -43,7 +43,7 @@ from mk.backends.cuda.emit_attention import StreamAttentionEmitter, plain
 from mk.backends.cuda.emit_library import DeviceLibraryEmitter
 from mk.backends.cuda.fuse_loops import fuse_element_loops
 from mk.backends.cuda.load_groups import group_loads
-from mk.backends.cuda.mma_tile import mma_tile
+from mk.backends.cuda.mma_tile import GemmPlan, gemm_call, mma_tile, plan_gemm
 from mk.backends.cuda.row_ops import static_row_op
 from mk.backends.cuda.rows_add import RowsAdd, plan_rows_add
 from mk.backends.cuda.split_merge import MergedX, MergePlan, merge_lines, plan_merge
@@ -135,8 +135,11 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
             k = op.forloop_range() * shape_of(stream.x.tile)[1]
             if stream.chunk(k) < k:
                 stream = None  # the merge writes the whole activation: it must be one chunk
-        self.plan: StreamPlan | AttentionPlan | MergePlan | None = (
-            stream or plan_attention(op) or (None if switches.merge_tiles() else plan_merge(op))
+        self.plan: StreamPlan | AttentionPlan | MergePlan | GemmPlan | None = (
+            stream
+            or plan_attention(op)
+            or (None if switches.merge_tiles() else plan_merge(op))
+            or plan_gemm(op)
         )
         self.stage_weights_ahead = stage
         self.rows_add = plan_rows_add(op)
@@ -203,11 +206,22 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
             self.stream_attention(self.plan)
         elif isinstance(self.plan, MergePlan):
             self.split_merge(self.plan, loop)
+        elif isinstance(self.plan, GemmPlan):
+            self.gemm(self.plan)
         else:
             # An iteration's inputs read only the kernel's operands: loading them all first
             # puts their loads in one round trip instead of one behind each step's barrier.
             loads = [op for op in loop if isinstance(op, InputOp)]
             super().emit_loop([*loads, *(op for op in loop if not isinstance(op, InputOp))])
+
+    def gemm(self, plan: GemmPlan) -> None:
+        def first(op: InputOp) -> tuple[str, str, int]:
+            ref = self.operands[op.source_index()]
+            return str(ref.index), flat_offset(ref.shape, self.input_starts(op, "0")), ref.shape[1]
+
+        self.smem_floats = -(-plan.smem_bytes() // 4)
+        k = self.forloop * plan.x.tile_shape()[1]
+        self.lines.append(gemm_call(plan, first, k, self.var(plan.acc.res)))
 
     def split_merge(self, plan: MergePlan, loop: Sequence[Operation]) -> None:
         """The merge call (forloop 1, so no loop around it), then the loop's other ops."""

@@ -1,5 +1,6 @@
-"""Generic bodies' 2-D matmuls of 16-bit floats on tensor cores (mk::gpu::mma_tile): more
-activation rows than the streamed decode products take (prefill-shaped linears)."""
+"""Generic bodies' products of 16-bit floats on tensor cores: more activation rows than the
+streamed decode products take (prefill-shaped linears). A loop that only multiplies x and w
+rows becomes mk::gpu::gemm_tile, any other 2-D matmul of such tiles mk::gpu::mma_tile."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from linear_programs import agrees_with_the_reference, cuda_source
+from linear_programs import agrees_with_the_reference, cuda_source, linear_program
 
 import mk
 from mk.backends.cuda import build as cuda_build
@@ -32,20 +33,27 @@ def matmul(m: int, n: int, k: int) -> str:
 
 
 def products(src: str) -> list[str]:
-    return re.findall(r"mk::gpu::(mma_tile<\w+>|matmul_tile)\(", src)
+    return re.findall(r"mk::gpu::(mma_tile<\w+>|gemm_tile<\w+|matmul_tile\b)", src)
 
 
 @pytest.mark.usefixtures("no_nvcc")
 @pytest.mark.parametrize(
-    ("dtype", "call"), [("bf16", "mma_tile<true>"), ("f16", "mma_tile<false>")]
+    ("dtype", "call"), [("bf16", "gemm_tile<true"), ("f16", "gemm_tile<false")]
 )
-def test_many_rows_of_16_bit_floats_run_on_tensor_cores(
+def test_a_linear_of_many_rows_runs_its_k_loop_on_tensor_cores(
     dtype: str, call: str, tmp_path: Path
 ) -> None:
     src = cuda_source(linear(256, 1024, 512, dtype), tmp_path, num_sms=132)
     assert products(src) == [call]
-    assert '#include "mk/cuda_mma_tile.cuh"' in src
+    assert "load_runs" not in src  # x and w reach shared memory inside gemm_tile only
     assert src == cuda_source(linear(256, 1024, 512, dtype), tmp_path / "again", num_sms=132)
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_linears_sharing_x_keep_their_loop_with_tensor_core_products(tmp_path: Path) -> None:
+    src = cuda_source(linear_program(64, 256, 512, False, 2), tmp_path, num_sms=132)
+    assert products(src) == ["mma_tile<true>", "mma_tile<true>"]
+    assert '#include "mk/cuda_mma_tile.cuh"' in src
 
 
 @pytest.mark.usefixtures("no_nvcc")
@@ -62,8 +70,11 @@ def test_an_untransposed_matmul_passes_its_layout(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-def test_the_tensor_core_tile_builds_without_spills(tmp_path: Path) -> None:
-    prog = mk.compile(linear(256, 1024, 512), target="cuda", cache_dir=tmp_path)
+@pytest.mark.parametrize("which", ["gemm", "mma"])
+def test_the_tensor_core_bodies_build_without_spills(which: str, tmp_path: Path) -> None:
+    text = linear(256, 1024, 512) if which == "gemm" else linear_program(64, 256, 512, False, 2)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    assert any(c.startswith(which) for c in products(prog.cuda_source))  # type: ignore[attr-defined]
     used = prog.cuda_resources  # type: ignore[attr-defined]
     assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
 
@@ -84,7 +95,18 @@ def test_tensor_core_tiles_match_the_reference(
 ) -> None:
     text = linear(*shape)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
-    assert any(c.startswith("mma_tile") for c in products(prog.cuda_source))  # type: ignore[attr-defined]
+    assert any(c.startswith("gemm_tile") for c in products(prog.cuda_source))  # type: ignore[attr-defined]
+    agrees_with_the_reference(prog, text, shape)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(64, 256, 512, False, 2), (40, 48, 72, False, 3)], ids=str)
+def test_mma_tiles_match_the_reference(
+    shape: tuple[int, int, int, bool, int], tmp_path: Path
+) -> None:
+    text = linear_program(*shape)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    assert "mma_tile<true>" in products(prog.cuda_source)  # type: ignore[attr-defined]
     agrees_with_the_reference(prog, text, shape)
 
 

@@ -1,6 +1,7 @@
-// The tensor-core form of a generic body's 2-D matmul tile (more activation rows than the
-// streamed decode products take): operands held as float tiles whose values are 16-bit floats,
-// products on m16n8k16 mma with f32 sums.
+// The tensor-core forms of a generic body's products (more activation rows than the streamed
+// decode products take): a 2-D matmul of float tiles whose values are 16-bit floats, and a whole
+// linear's K loop (gemm_tile) over bf16/f16 operands staged through shared memory. Both run
+// m16n8k16 mma with f32 sums.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,6 +10,8 @@
 
 #include "mk/cuda_arena.h"
 #include "mk/cuda_mma.cuh"
+#include "mk/cuda_stage.cuh"
+#include "mk/cuda_stream_rows.cuh"
 
 namespace mk {
 namespace gpu {
@@ -59,6 +62,101 @@ MK_COOPERATIVE void mma_tile(Tile<float>& out, int m, int n, int k, const Tile<f
       if (row >= m) continue;
       if (col < n) out.p[row * n + col] = d[2 * h];
       if (col + 1 < n) out.p[row * n + col + 1] = d[2 * h + 1];
+    }
+  }
+  __syncthreads();
+}
+
+
+// gemm_tile stages K in chunks of kGemmKc columns, kGemmStages of them in flight; a staged row
+// is padded to kGemmLd elements so that the eight rows one mma fragment reads start in
+// different banks.
+constexpr int kGemmKc = 64, kGemmLd = kGemmKc + 8, kGemmStages = 3;
+
+__host__ __device__ constexpr int gemm_rows(int rows, int unit) { return (rows + unit - 1) / unit * unit; }
+
+// Shared-memory bytes gemm_tile<TM, TN> stages in (at the front of the dynamic shared memory).
+__host__ __device__ constexpr int gemm_smem_bytes(int tm, int tn) {
+  return kGemmStages * (gemm_rows(tm, 16) + gemm_rows(tn, 8)) * kGemmLd * 2;
+}
+
+// Columns [k0, k0 + kGemmKc) of ROWS rows of `src` into `stage`, zeros past row `valid` and past
+// column k. 16-byte copies when every row starts 16-byte aligned, else element by element.
+template <int ROWS>
+__device__ inline void gemm_stage(uint16_t* stage, const uint16_t* src, int64_t ld, int valid,
+                                  int k0, int k, bool aligned) {
+  constexpr int kPieces = ROWS * (kGemmKc / 8);
+  for (int i = threadIdx.x; i < kPieces; i += blockDim.x) {
+    const int r = i / (kGemmKc / 8), c = (i % (kGemmKc / 8)) * 8;
+    const bool in = r < valid && k0 + c < k;
+    uint16_t* to = stage + r * kGemmLd + c;
+    if (aligned) {
+      cp_async16(smem_address(to), in ? src + r * ld + k0 + c : src, in);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) to[j] = in && k0 + c + j < k ? src[r * ld + k0 + c + j] : uint16_t{0};
+    }
+  }
+}
+
+// acc[TM, TN] (f32, row-major) += x[TM, k] · w[TN, k]ᵀ, x and w rows of 16-bit floats (BF16:
+// bf16, else f16) `x_ld` and `w_ld` elements apart. Each warp keeps the sums of its 16×8 blocks
+// of the output in registers over the whole of k.
+template <bool BF16, int TM, int TN>
+__device__ void gemm_tile(float* acc, const uint16_t* x, int64_t x_ld, const uint16_t* w,
+                          int64_t w_ld, int k) {
+  constexpr int M16 = gemm_rows(TM, 16), N8 = gemm_rows(TN, 8);
+  constexpr int kRowBlocks = M16 / 16, kBlocks = kRowBlocks * (N8 / 8);
+  constexpr int kWarps = kCudaThreads / 32, kPerWarp = (kBlocks + kWarps - 1) / kWarps;
+  uint16_t* const sa = reinterpret_cast<uint16_t*>(mk_dynamic_smem);
+  uint16_t* const sb = sa + kGemmStages * M16 * kGemmLd;
+  const bool aligned = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) & 15) == 0 &&
+                       (x_ld & 7) == 0 && (w_ld & 7) == 0;
+  const int chunks = (k + kGemmKc - 1) / kGemmKc;
+  auto stage = [&](int c) {
+    if (c < chunks) {
+      const int s = c % kGemmStages;
+      gemm_stage<M16>(sa + s * M16 * kGemmLd, x, x_ld, TM, c * kGemmKc, k, aligned);
+      gemm_stage<N8>(sb + s * N8 * kGemmLd, w, w_ld, TN, c * kGemmKc, k, aligned);
+    }
+    cp_async_commit();  // empty past the last chunk: the wait below counts every group
+  };
+#pragma unroll
+  for (int c = 0; c < kGemmStages - 1; ++c) stage(c);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;
+  float d[kPerWarp][4] = {};
+  for (int c = 0; c < chunks; ++c) {
+    cp_async_wait<kGemmStages - 2>();
+    __syncthreads();  // chunk c has landed, and chunk c - 1's stage is free again
+    stage(c + kGemmStages - 1);
+    const int s = c % kGemmStages;
+    const uint16_t* a = sa + s * M16 * kGemmLd;
+    const uint16_t* b = sb + s * N8 * kGemmLd;
+#pragma unroll
+    for (int j = 0; j < kPerWarp; ++j) {
+      const int blk = warp + j * kWarps;
+      if (blk >= kBlocks) break;
+      const int r0 = (blk % kRowBlocks) * 16, c0 = (blk / kRowBlocks) * 8;
+      const uint32_t* a0 = reinterpret_cast<const uint32_t*>(a + (r0 + g) * kGemmLd + t2);
+      const uint32_t* a8 = reinterpret_cast<const uint32_t*>(a + (r0 + g + 8) * kGemmLd + t2);
+      const uint32_t* b0 = reinterpret_cast<const uint32_t*>(b + (c0 + g) * kGemmLd + t2);
+#pragma unroll
+      for (int kk = 0; kk < kGemmKc / 2; kk += 8) {  // 16 columns: 8 words of a row
+        mma16816<BF16>(d[j], a0[kk], a8[kk], a0[kk + 4], a8[kk + 4], b0[kk], b0[kk + 4]);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kPerWarp; ++j) {
+    const int blk = warp + j * kWarps;
+    if (blk >= kBlocks) break;
+    const int r0 = (blk % kRowBlocks) * 16, col = (blk / kRowBlocks) * 8 + t2;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = r0 + g + 8 * h;
+      if (row >= TM) continue;
+      if (col < TN) acc[row * TN + col] += d[j][2 * h];
+      if (col + 1 < TN) acc[row * TN + col + 1] += d[j][2 * h + 1];
     }
   }
   __syncthreads();
