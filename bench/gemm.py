@@ -5,8 +5,9 @@ Usage (on the GPU machine): python bench/gemm.py [--runs 50] [--shapes 256x2048x
 Each shape MxNxK is y = x · wᵀ in bf16 (x [M, K], w [N, K]). Prints the median device time (CUDA
 events, graph replays queued behind a GPU sleep) of mk's megakernel and of PyTorch's matmul in
 a CUDA graph, their TFLOP/s, and mk's largest error against PyTorch. With --generic mk's body
-keeps the generic float product (mk::gpu::matmul_tile) instead of the tensor-core tile
-(mk::gpu::mma_tile): what the tensor cores gained.
+keeps the generic float loop and product (mk::gpu::matmul_tile) instead of the tensor-core K
+loop (mk::gpu::gemm_tile): what the tensor cores gained. MK_PASS_OPTIONS
+("tile_m=128+tile_n=64") sets the tiles, as for bench.py.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from mk.models.torch_reference import capture_graph
 from mk.source import entry_function, load_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import max_error, median_ms, to_torch  # noqa: E402
+from bench import max_error, median_ms, pass_options, to_torch  # noqa: E402
 
 
 def linear(m: int, n: int, k: int) -> str:
@@ -45,7 +46,7 @@ def shapes(text: str) -> list[tuple[int, int, int]]:
 
 
 def time_mk(text: str, inputs: list[torch.Tensor], runs: int, cache: str) -> tuple[float, object]:
-    prog = mk.compile(text, target="cuda", cache_dir=cache)
+    prog = mk.compile(text, target="cuda", cache_dir=cache, **pass_options())
     outs = prog(*inputs)  # type: ignore[operator]
     ms = median_ms(capture_graph(lambda: prog.launch(*inputs, out=outs)), runs, queued=True)  # type: ignore[attr-defined]
     prog.check()  # type: ignore[attr-defined]
@@ -61,6 +62,7 @@ def main() -> int:
     assert args.runs >= 50, "the method asks for at least 50 timed runs"
     if args.generic:
         emit.mma_tile = lambda op, var: None  # type: ignore[assignment]
+        emit.plan_gemm = lambda op: None  # type: ignore[assignment]
     print(
         "| M x N x K | mk ms | mk TFLOP/s | PyTorch + CUDA graph ms | PyTorch TFLOP/s | mk error |"
     )
