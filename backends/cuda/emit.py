@@ -43,7 +43,7 @@ from mk.backends.cuda.emit_attention import StreamAttentionEmitter, plain
 from mk.backends.cuda.emit_library import DeviceLibraryEmitter
 from mk.backends.cuda.fuse_loops import fuse_element_loops
 from mk.backends.cuda.load_groups import group_loads
-from mk.backends.cuda.mma_tile import GemmPlan, gemm_call, mma_tile, plan_gemm
+from mk.backends.cuda.mma_tile import GemmPlan, gemm_lines, mma_tile, plan_gemm
 from mk.backends.cuda.row_ops import static_row_op
 from mk.backends.cuda.rows_add import RowsAdd, plan_rows_add
 from mk.backends.cuda.split_merge import MergedX, MergePlan, merge_lines, plan_merge
@@ -217,11 +217,11 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
     def gemm(self, plan: GemmPlan) -> None:
         def first(op: InputOp) -> tuple[str, str, int]:
             ref = self.operands[op.source_index()]
-            return str(ref.index), flat_offset(ref.shape, self.input_starts(op, "0")), ref.shape[1]
+            return str(ref.index), flat_offset(ref.shape, self.input_starts(op, "0")), ref.shape[-1]
 
         self.smem_floats = -(-plan.smem_bytes() // 4)
         k = self.forloop * plan.x.tile_shape()[1]
-        self.lines.append(gemm_call(plan, first, k, self.var(plan.acc.res)))
+        self.lines += gemm_lines(plan, first, k, self.var)
 
     def split_merge(self, plan: MergePlan, loop: Sequence[Operation]) -> None:
         """The merge call (forloop 1, so no loop around it), then the loop's other ops."""

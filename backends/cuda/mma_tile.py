@@ -12,7 +12,7 @@ from xdsl.ir import Operation, SSAValue
 from mk.backends.cpu.emit_scalar import dtype_code
 from mk.dialects.mugraph import GraphDefOp, InputOp
 from mk.dialects.mugraph_base import shape_of
-from mk.dialects.mugraph_tiles import AccumOp, MatmulOp
+from mk.dialects.mugraph_tiles import AccumOp, BinaryOp, MatmulOp
 
 _PAIRS = {"mk::DTYPE_BF16": "true", "mk::DTYPE_F16": "false"}  # the device calls' BF16 parameter
 # gemm_tile's staging (runtime/include/mk/cuda_mma_tile.cuh): chunks of 64 columns, rows padded
@@ -45,66 +45,137 @@ def _round_up(n: int, unit: int) -> int:
     return -(-n // unit) * unit
 
 
+GEMM_MAX_WEIGHTS = 4  # kGemmMaxWeights
+SUM_SQ = "sum_sq_last", "mean_sq_last"  # Σx² of x's rows (the mean divided after the loop)
+
+
 @dataclass(frozen=True)
 class GemmPlan:
-    """A loop of exactly: load x [TM, tile_k], load w [TN, tile_k], x·wᵀ in f32, sum it."""
+    """A loop of exactly: load x [TM, tile_k] (times a norm weight g, in f32), load each weight
+    [TN_i, tile_k], multiply (x or x·g)·w_iᵀ in f32 and sum it; and optionally Σx² of x."""
 
     x: InputOp
-    w: InputOp
-    matmul: MatmulOp
-    acc: AccumOp
+    g: InputOp | None
+    scaled: BinaryOp | None
+    products: tuple[tuple[InputOp, MatmulOp, AccumOp], ...]
+    sum_sq: AccumOp | None
 
     def streamed(self) -> set[SSAValue]:
         """The values gemm_tile never holds as float tiles."""
-        return {self.x.tile, self.w.tile, self.matmul.res}
+        values: set[SSAValue] = {self.x.tile}
+        if self.g is not None and self.scaled is not None:
+            values |= {self.g.tile, self.scaled.res}
+        for w, mm, _ in self.products:
+            values |= {w.tile, mm.res}
+        return values
 
     def kind(self) -> str:
         return _PAIRS[dtype_code(self.x.tile.type)]
 
+    def weight_rows(self) -> int:
+        """NT: the weights' rows, each rounded up to 8."""
+        return sum(_round_up(w.tile_shape()[0], 8) for w, _, _ in self.products)
+
     def smem_bytes(self) -> int:
-        rows = _round_up(self.x.tile_shape()[0], 16) + _round_up(self.w.tile_shape()[0], 8)
+        rows = _round_up(self.x.tile_shape()[0], 16) + self.weight_rows()
         return GEMM_STAGES * rows * GEMM_LD * 2
 
 
-def _rows_operand(op: object, kind: str) -> InputOp | None:
-    """`op` when it loads 2-D rows of a 16-bit float buffer as they are, the loop walking K."""
-    if not isinstance(op, InputOp) or len(op.tile_shape()) != 2 or len(shape_of(op.source)) != 2:
+def _rows_operand(op: object, kind: str, dims: int = 2) -> InputOp | None:
+    """`op` when it loads rows of a 16-bit float buffer as they are, the loop walking K."""
+    if not isinstance(op, InputOp) or len(op.tile_shape()) != dims:
         return None
-    if op.fmap_dim() != 1 or dtype_code(op.tile.type) != kind:
+    if len(shape_of(op.source)) != dims or op.fmap_dim() != dims - 1:
         return None
-    return op if dtype_code(op.source.type) == kind else None
+    if dtype_code(op.tile.type) != kind or dtype_code(op.source.type) != kind:
+        return None
+    return op
+
+
+def _users(value: SSAValue) -> set[Operation]:
+    return {u.operation for u in value.uses}
+
+
+def _left_side(lhs: SSAValue, kind: str) -> tuple[InputOp, InputOp | None, BinaryOp | None] | None:
+    """(x, g, x·g) when the products' left side is x's tile or x's tile times a norm weight g."""
+    owner = lhs.owner
+    if not isinstance(owner, BinaryOp):
+        x = _rows_operand(owner, kind)
+        return None if x is None else (x, None, None)
+    if owner.kind.data != "mul" or dtype_code(owner.res.type) != "mk::DTYPE_F32":
+        return None
+    a, b = owner.a.owner, owner.b.owner
+    x, g = _rows_operand(a, kind), _rows_operand(b, kind, 1)
+    if x is None or g is None:
+        x, g = _rows_operand(b, kind), _rows_operand(a, kind, 1)
+    if x is None or g is None or _users(g.tile) != {owner}:
+        return None
+    if g.tile_shape()[0] != x.tile_shape()[1]:
+        return None
+    return x, g, owner
 
 
 def plan_gemm(op: GraphDefOp) -> GemmPlan | None:
     """The gemm_tile form of `op`'s loop, or None when the loop does anything else."""
     loop = op.loop_ops()
     matmuls = [o for o in loop if isinstance(o, MatmulOp)]
-    accs = [o for o in loop if isinstance(o, AccumOp)]
-    if len(loop) != 4 or len(matmuls) != 1 or len(accs) != 1:
+    if not 1 <= len(matmuls) <= GEMM_MAX_WEIGHTS:
         return None
-    mm, acc = matmuls[0], accs[0]
-    kind = dtype_code(mm.a.type)
-    if mm.transpose_b is None or kind not in _PAIRS or dtype_code(mm.res.type) != "mk::DTYPE_F32":
+    lhs = matmuls[0].a
+    kind = dtype_code(lhs.owner.a.type if isinstance(lhs.owner, BinaryOp) else lhs.type)
+    if kind not in _PAIRS or any(m.a != lhs for m in matmuls):
         return None
-    if acc.kind.data != "sum" or acc.x != mm.res or len(list(mm.res.uses)) != 1:
+    side = _left_side(lhs, kind)
+    if side is None:
         return None
-    x, w = _rows_operand(mm.a.owner, kind), _rows_operand(mm.b.owner, kind)
-    if x is None or w is None or x is w or x.tile_shape()[1] != w.tile_shape()[1]:
+    x, g, scaled = side
+    products = []
+    for mm in matmuls:
+        w, acc = _rows_operand(mm.b.owner, kind), _users(mm.res)
+        if mm.transpose_b is None or dtype_code(mm.res.type) != "mk::DTYPE_F32" or w is None:
+            return None
+        if len(acc) != 1 or _users(w.tile) != {mm} or w.tile_shape()[1] != x.tile_shape()[1]:
+            return None
+        (a,) = acc
+        if not isinstance(a, AccumOp) or a.kind.data != "sum":
+            return None
+        products.append((w, mm, a))
+    handled: set[Operation] = {x, *(o for p in products for o in p)}
+    handled |= {o for o in (g, scaled) if o is not None}
+    rest = [o for o in loop if o not in handled]
+    sum_sq = rest[0] if len(rest) == 1 else None
+    if len(rest) > 1 or (rest and not _is_sum_sq(rest[0], x)) or g is None and rest:
         return None
-    if len(list(x.tile.uses)) != 1 or len(list(w.tile.uses)) != 1:
+    if _users(x.tile) - handled - set(rest):
         return None
-    return GemmPlan(x, w, mm, acc)
+    assert sum_sq is None or isinstance(sum_sq, AccumOp)
+    return GemmPlan(x, g, scaled, tuple(products), sum_sq)
 
 
-def gemm_call(
-    plan: GemmPlan, first: Callable[[InputOp], tuple[str, str, int]], k: int, acc: str
-) -> str:
-    """The gemm_tile statement; `first(input)` gives the buffer-table row, the element offset
+def _is_sum_sq(op: Operation, x: InputOp) -> bool:
+    return isinstance(op, AccumOp) and op.kind.data in SUM_SQ and op.x == x.tile
+
+
+def gemm_lines(
+    plan: GemmPlan,
+    first: Callable[[InputOp], tuple[str, str, int]],
+    k: int,
+    var: Callable[[SSAValue], str],
+) -> list[str]:
+    """The gemm_tile statements; `first(input)` gives the buffer-table row, the element offset
     of the operand's first element and its row stride."""
-    (xb, xo, xld), (wb, wo, wld) = first(plan.x), first(plan.w)
-    tm, tn = plan.x.tile_shape()[0], plan.w.tile_shape()[0]
-    x = f"static_cast<const uint16_t*>(buffers[{xb}]) + {xo}"
-    w = f"static_cast<const uint16_t*>(buffers[{wb}]) + {wo}"
-    return (
-        f"mk::gpu::gemm_tile<{plan.kind()}, {tm}, {tn}>({acc}.data(), {x}, {xld}, {w}, {wld}, {k});"
-    )
+
+    def pointer(op: InputOp) -> tuple[str, int]:
+        index, offset, ld = first(op)
+        return f"static_cast<const uint16_t*>(buffers[{index}]) + {offset}", ld
+
+    lines = ["{", "mk::gpu::GemmWeights gw;"]
+    for w, _, acc in plan.products:
+        at, ld = pointer(w)
+        lines.append(f"gw.add({at}, {ld}, {w.tile_shape()[0]}, {var(acc.res)}.data());")
+    x, x_ld = pointer(plan.x)
+    g = pointer(plan.g)[0] if plan.g is not None else "nullptr"
+    ss = f"{var(plan.sum_sq.res)}.data()" if plan.sum_sq is not None else "nullptr"
+    tm, nt = plan.x.tile_shape()[0], plan.weight_rows()
+    lines.append(f"mk::gpu::gemm_tile<{plan.kind()}, {tm}, {nt}>({x}, {x_ld}, {g}, {ss}, gw, {k});")
+    return [*lines, "}"]

@@ -50,9 +50,17 @@ def test_a_linear_of_many_rows_runs_its_k_loop_on_tensor_cores(
 
 
 @pytest.mark.usefixtures("no_nvcc")
-def test_linears_sharing_x_keep_their_loop_with_tensor_core_products(tmp_path: Path) -> None:
-    src = cuda_source(linear_program(64, 256, 512, False, 2), tmp_path, num_sms=132)
-    assert products(src) == ["mma_tile<true>", "mma_tile<true>"]
+@pytest.mark.parametrize("norm", [False, True], ids=["plain", "norm"])
+def test_linears_sharing_x_and_a_fused_norm_run_in_one_gemm_tile(
+    norm: bool, tmp_path: Path
+) -> None:
+    """Each weight adds its rows (gw.add) and the norm weight scales x in shared memory; Σx²
+    goes to the norm's accumulator."""
+    src = cuda_source(linear_program(64, 256, 512, norm, 3), tmp_path, num_sms=132)
+    assert products(src) == ["gemm_tile<true"]
+    assert src.count("gw.add(") == 3
+    (call,) = re.findall(r"mk::gpu::gemm_tile<.*>\((.*)\);", src)
+    assert ("nullptr" in call) != norm, call
     assert '#include "mk/cuda_mma_tile.cuh"' in src
 
 
@@ -72,7 +80,7 @@ def test_an_untransposed_matmul_passes_its_layout(tmp_path: Path) -> None:
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
 @pytest.mark.parametrize("which", ["gemm", "mma"])
 def test_the_tensor_core_bodies_build_without_spills(which: str, tmp_path: Path) -> None:
-    text = linear(256, 1024, 512) if which == "gemm" else linear_program(64, 256, 512, False, 2)
+    text = linear_program(40, 48, 72, True, 3) if which == "gemm" else matmul(96, 40, 200)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     assert any(c.startswith(which) for c in products(prog.cuda_source))  # type: ignore[attr-defined]
     used = prog.cuda_resources  # type: ignore[attr-defined]
@@ -99,18 +107,26 @@ def test_tensor_core_tiles_match_the_reference(
     agrees_with_the_reference(prog, text, shape)
 
 
+# linear_program's (batch, n, k, norm, weights): linears sharing x, with and without a fused
+# RMSNorm, one of them with rows that are not 16-byte aligned (k = 100).
+PROGRAMS = [(64, 256, 512, True, 1), (64, 256, 512, False, 2), (40, 48, 72, True, 3),
+            (48, 40, 100, True, 2)]  # fmt: skip
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape", [(64, 256, 512, False, 2), (40, 48, 72, False, 3)], ids=str)
-def test_mma_tiles_match_the_reference(
+@pytest.mark.parametrize("shape", PROGRAMS, ids=lambda s: "x".join(map(str, s)))
+def test_gemm_tiles_with_norms_and_several_weights_match_the_reference(
     shape: tuple[int, int, int, bool, int], tmp_path: Path
 ) -> None:
     text = linear_program(*shape)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
-    assert "mma_tile<true>" in products(prog.cuda_source)  # type: ignore[attr-defined]
+    assert products(prog.cuda_source) == ["gemm_tile<true"]  # type: ignore[attr-defined]
     agrees_with_the_reference(prog, text, shape)
 
 
 @pytest.mark.gpu
 def test_untransposed_tensor_core_tiles_match_the_reference(tmp_path: Path) -> None:
     text = matmul(96, 40, 200)
-    agrees_with_the_reference(mk.compile(text, target="cuda", cache_dir=tmp_path), text, "mm")
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    assert "mma_tile<true>" in products(prog.cuda_source)  # type: ignore[attr-defined]
+    agrees_with_the_reference(prog, text, "mm")

@@ -71,24 +71,36 @@ MK_COOPERATIVE void mma_tile(Tile<float>& out, int m, int n, int k, const Tile<f
 // gemm_tile stages K in chunks of kGemmKc columns, kGemmStages of them in flight; a staged row
 // is padded to kGemmLd elements so that the eight rows one mma fragment reads start in
 // different banks.
-constexpr int kGemmKc = 64, kGemmLd = kGemmKc + 8, kGemmStages = 3;
+constexpr int kGemmKc = 64, kGemmLd = kGemmKc + 8, kGemmStages = 3, kGemmMaxWeights = 4;
 
 __host__ __device__ constexpr int gemm_rows(int rows, int unit) { return (rows + unit - 1) / unit * unit; }
 
-// Shared-memory bytes gemm_tile<TM, TN> stages in (at the front of the dynamic shared memory).
-__host__ __device__ constexpr int gemm_smem_bytes(int tm, int tn) {
-  return kGemmStages * (gemm_rows(tm, 16) + gemm_rows(tn, 8)) * kGemmLd * 2;
-}
+// The weights of one gemm_tile, each `rows` rows of 16-bit floats `ld` elements apart, its sums
+// added to `acc` ([TM, rows] f32, row-major). They stage one after another, each from row
+// `start` (its rows rounded up to 8 before the next).
+struct GemmWeights {
+  int n = 0;
+  const uint16_t* w[kGemmMaxWeights];
+  int64_t ld[kGemmMaxWeights];
+  int rows[kGemmMaxWeights];
+  int start[kGemmMaxWeights];
+  float* acc[kGemmMaxWeights];
+  __device__ void add(const uint16_t* p, int64_t l, int r, float* a) {
+    w[n] = p;
+    ld[n] = l;
+    rows[n] = r;
+    start[n] = n ? gemm_rows(start[n - 1] + rows[n - 1], 8) : 0;
+    acc[n++] = a;
+  }
+};
 
-// Columns [k0, k0 + kGemmKc) of ROWS rows of `src` into `stage`, zeros past row `valid` and past
-// column k. 16-byte copies when every row starts 16-byte aligned, else element by element.
-template <int ROWS>
-__device__ inline void gemm_stage(uint16_t* stage, const uint16_t* src, int64_t ld, int valid,
-                                  int k0, int k, bool aligned) {
-  constexpr int kPieces = ROWS * (kGemmKc / 8);
-  for (int i = threadIdx.x; i < kPieces; i += blockDim.x) {
+// Columns [k0, k0 + kGemmKc) of `rows` rows of `src` into `stage`, `pad` rows in all (zeros
+// past `rows` and past column k). 16-byte copies when `aligned`, else element by element.
+__device__ inline void gemm_stage(uint16_t* stage, const uint16_t* src, int64_t ld, int rows,
+                                  int pad, int k0, int k, bool aligned) {
+  for (int i = threadIdx.x; i < pad * (kGemmKc / 8); i += blockDim.x) {
     const int r = i / (kGemmKc / 8), c = (i % (kGemmKc / 8)) * 8;
-    const bool in = r < valid && k0 + c < k;
+    const bool in = r < rows && k0 + c < k;
     uint16_t* to = stage + r * kGemmLd + c;
     if (aligned) {
       cp_async16(smem_address(to), in ? src + r * ld + k0 + c : src, in);
@@ -99,64 +111,128 @@ __device__ inline void gemm_stage(uint16_t* stage, const uint16_t* src, int64_t 
   }
 }
 
-// acc[TM, TN] (f32, row-major) += x[TM, k] · w[TN, k]ᵀ, x and w rows of 16-bit floats (BF16:
-// bf16, else f16) `x_ld` and `w_ld` elements apart. Each warp keeps the sums of its 16×8 blocks
-// of the output in registers over the whole of k.
-template <bool BF16, int TM, int TN>
-__device__ void gemm_tile(float* acc, const uint16_t* x, int64_t x_ld, const uint16_t* w,
-                          int64_t w_ld, int k) {
-  constexpr int M16 = gemm_rows(TM, 16), N8 = gemm_rows(TN, 8);
-  constexpr int kRowBlocks = M16 / 16, kBlocks = kRowBlocks * (N8 / 8);
+template <bool BF16>
+__device__ inline float gemm_float(uint16_t v) {
+  if constexpr (BF16) return __uint_as_float(static_cast<uint32_t>(v) << 16);
+  else return __half2float(__ushort_as_half(v));
+}
+template <bool BF16>
+__device__ inline uint16_t gemm_bits(float v) {
+  if constexpr (BF16) return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  else return __half_as_ushort(__float2half_rn(v));
+}
+
+// A fused RMSNorm's part of one staged chunk of x (M16 rows): Σx² of each row's elements into
+// the thread's partials (eight threads a row, the same rows every chunk), and x·g rounded to
+// the 16-bit type in place.
+template <bool BF16, int M16>
+__device__ inline void gemm_norm_chunk(uint16_t* xs, const uint16_t* g, int k0, int k,
+                                       float (&ss)[(M16 * 8 + kCudaThreads - 1) / kCudaThreads]) {
+#pragma unroll
+  for (int p = 0; p < (M16 * 8 + kCudaThreads - 1) / kCudaThreads; ++p) {
+    const int i = threadIdx.x + p * kCudaThreads;
+    if (i >= M16 * 8) break;
+    uint16_t* at = xs + (i / 8) * kGemmLd + (i % 8) * 8;
+    const int c = k0 + (i % 8) * 8;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float x = gemm_float<BF16>(at[j]);
+      ss[p] += x * x;
+      at[j] = gemm_bits<BF16>(c + j < k ? x * gemm_float<BF16>(g[c + j]) : 0.0f);
+    }
+  }
+}
+
+// Shared-memory bytes gemm_tile stages in (at the front of the dynamic shared memory) for TM
+// rows of x and NT weight rows (each weight's rounded up to 8).
+__host__ __device__ constexpr int gemm_smem_bytes(int tm, int nt) {
+  return kGemmStages * (gemm_rows(tm, 16) + nt) * kGemmLd * 2;
+}
+
+// For every weight i: ws.acc[i] += x[TM, k] · ws.w[i][rows, k]ᵀ; x rows of 16-bit floats (BF16:
+// bf16, else f16) `x_ld` apart, NT the weights' rows rounded up to 8 and summed. With a norm
+// weight g (x's type), x·g is the product's left side and sum_sq[r] += Σ x[r]². Each warp keeps
+// the sums of its 16×8 output blocks in registers over the whole of k.
+template <bool BF16, int TM, int NT>
+__device__ void gemm_tile(const uint16_t* x, int64_t x_ld, const uint16_t* g, float* sum_sq,
+                          const GemmWeights& ws, int k) {
+  constexpr int M16 = gemm_rows(TM, 16), kRowBlocks = M16 / 16, kBlocks = kRowBlocks * (NT / 8);
   constexpr int kWarps = kCudaThreads / 32, kPerWarp = (kBlocks + kWarps - 1) / kWarps;
   uint16_t* const sa = reinterpret_cast<uint16_t*>(mk_dynamic_smem);
   uint16_t* const sb = sa + kGemmStages * M16 * kGemmLd;
-  const bool aligned = ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(w)) & 15) == 0 &&
-                       (x_ld & 7) == 0 && (w_ld & 7) == 0;
+  bool aligned = (reinterpret_cast<uintptr_t>(x) & 15) == 0 && (x_ld & 7) == 0;
+  for (int i = 0; i < ws.n; ++i) {
+    aligned = aligned && (reinterpret_cast<uintptr_t>(ws.w[i]) & 15) == 0 && (ws.ld[i] & 7) == 0;
+  }
   const int chunks = (k + kGemmKc - 1) / kGemmKc;
   auto stage = [&](int c) {
     if (c < chunks) {
       const int s = c % kGemmStages;
-      gemm_stage<M16>(sa + s * M16 * kGemmLd, x, x_ld, TM, c * kGemmKc, k, aligned);
-      gemm_stage<N8>(sb + s * N8 * kGemmLd, w, w_ld, TN, c * kGemmKc, k, aligned);
+      gemm_stage(sa + s * M16 * kGemmLd, x, x_ld, TM, M16, c * kGemmKc, k, aligned);
+      for (int i = 0; i < ws.n; ++i) {
+        const int pad = (i + 1 < ws.n ? ws.start[i + 1] : NT) - ws.start[i];
+        gemm_stage(sb + (s * NT + ws.start[i]) * kGemmLd, ws.w[i], ws.ld[i], ws.rows[i], pad,
+                   c * kGemmKc, k, aligned);
+      }
     }
     cp_async_commit();  // empty past the last chunk: the wait below counts every group
   };
 #pragma unroll
   for (int c = 0; c < kGemmStages - 1; ++c) stage(c);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t2 = (lane & 3) * 2;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, t2 = (lane & 3) * 2;
   float d[kPerWarp][4] = {};
+  float ss[(M16 * 8 + kCudaThreads - 1) / kCudaThreads] = {};
   for (int c = 0; c < chunks; ++c) {
     cp_async_wait<kGemmStages - 2>();
     __syncthreads();  // chunk c has landed, and chunk c - 1's stage is free again
     stage(c + kGemmStages - 1);
     const int s = c % kGemmStages;
-    const uint16_t* a = sa + s * M16 * kGemmLd;
-    const uint16_t* b = sb + s * N8 * kGemmLd;
+    uint16_t* const a = sa + s * M16 * kGemmLd;
+    const uint16_t* b = sb + s * NT * kGemmLd;
+    if (g != nullptr) {
+      gemm_norm_chunk<BF16, M16>(a, g, c * kGemmKc, k, ss);
+      __syncthreads();
+    }
 #pragma unroll
     for (int j = 0; j < kPerWarp; ++j) {
       const int blk = warp + j * kWarps;
       if (blk >= kBlocks) break;
       const int r0 = (blk % kRowBlocks) * 16, c0 = (blk / kRowBlocks) * 8;
-      const uint32_t* a0 = reinterpret_cast<const uint32_t*>(a + (r0 + g) * kGemmLd + t2);
-      const uint32_t* a8 = reinterpret_cast<const uint32_t*>(a + (r0 + g + 8) * kGemmLd + t2);
-      const uint32_t* b0 = reinterpret_cast<const uint32_t*>(b + (c0 + g) * kGemmLd + t2);
+      const uint32_t* a0 = reinterpret_cast<const uint32_t*>(a + (r0 + gr) * kGemmLd + t2);
+      const uint32_t* a8 = reinterpret_cast<const uint32_t*>(a + (r0 + gr + 8) * kGemmLd + t2);
+      const uint32_t* b0 = reinterpret_cast<const uint32_t*>(b + (c0 + gr) * kGemmLd + t2);
 #pragma unroll
       for (int kk = 0; kk < kGemmKc / 2; kk += 8) {  // 16 columns: 8 words of a row
         mma16816<BF16>(d[j], a0[kk], a8[kk], a0[kk + 4], a8[kk + 4], b0[kk], b0[kk + 4]);
       }
     }
   }
+  if (g != nullptr && sum_sq != nullptr) {
+#pragma unroll
+    for (int p = 0; p < (M16 * 8 + kCudaThreads - 1) / kCudaThreads; ++p) {
+      float v = ss[p];
+      v += __shfl_xor_sync(0xffffffffu, v, 1);
+      v += __shfl_xor_sync(0xffffffffu, v, 2);
+      v += __shfl_xor_sync(0xffffffffu, v, 4);
+      const int i = threadIdx.x + p * kCudaThreads, row = i / 8;
+      if (i % 8 == 0 && i < M16 * 8 && row < TM) sum_sq[row] += v;
+    }
+  }
 #pragma unroll
   for (int j = 0; j < kPerWarp; ++j) {
     const int blk = warp + j * kWarps;
     if (blk >= kBlocks) break;
-    const int r0 = (blk % kRowBlocks) * 16, col = (blk / kRowBlocks) * 8 + t2;
+    const int r0 = (blk % kRowBlocks) * 16, c0 = (blk / kRowBlocks) * 8;
+    int i = 0;
+    while (i + 1 < ws.n && ws.start[i + 1] <= c0) ++i;
+    const int col = c0 - ws.start[i] + t2, rows = ws.rows[i];
+    float* const acc = ws.acc[i];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int row = r0 + g + 8 * h;
+      const int row = r0 + gr + 8 * h;
       if (row >= TM) continue;
-      if (col < TN) acc[row * TN + col] += d[j][2 * h];
-      if (col + 1 < TN) acc[row * TN + col + 1] += d[j][2 * h + 1];
+      if (col < rows) acc[row * rows + col] += d[j][2 * h];
+      if (col + 1 < rows) acc[row * rows + col + 1] += d[j][2 * h + 1];
     }
   }
   __syncthreads();
