@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from xdsl.ir import Operation, SSAValue
 
@@ -247,6 +247,8 @@ def _column_blocks(widths: Sequence[int], t: Tiling, row_blocks: int, row_bytes:
 
 
 MIN_AUTO_TILE = 8
+DECODE_ROWS = 16  # rows a block of a decode-shaped linear has at most (the streamed products)
+MANY_ROWS_TILE_N = 64  # tile_n 0: the columns of a block of more rows than that
 # One SM's share of HBM bandwidth while a decode linear streams its weights on the H200: the
 # op-mark profile's weight segments ran at 21-31 KB/us per SM (bench/RESULTS.md).
 SM_BYTES_PER_US = 25_000
@@ -337,6 +339,10 @@ def layout(group: LinearGroup, t: Tiling) -> Layout:
     widths = [shape_of(h.results[0])[-1] for h in group.heads]
     k = xs[-1]
     weight = tensor_type(group.heads[0].operands[1])
+    if t.tile_n == 0 and len(xs) >= 2 and xs[-2] // rows > DECODE_ROWS:
+        # Many rows a block: the product is bound by its arithmetic, not by one pass over the
+        # weights, and square-ish tiles keep its operands' traffic down.
+        t = replace(t, tile_n=MANY_ROWS_TILE_N)
     cols = _column_blocks(widths, t, rows, k * element_bytes(weight.element_type))
     chunk = group.k_chunk if group.k_chunk and k % group.k_chunk == 0 else chunk_size(k, t.tile_k)
     return Layout((cols, rows, 1), k // chunk, out)

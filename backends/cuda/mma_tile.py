@@ -46,6 +46,8 @@ def _round_up(n: int, unit: int) -> int:
 
 
 GEMM_MAX_WEIGHTS = 4  # kGemmMaxWeights
+GEMM_MAX_BLOCKS = 128  # 16x8 output blocks a tile may have: 16 a warp, 64 registers of sums
+GEMM_MAX_SMEM = 144 * 1024  # bytes its staging may take of the dynamic shared memory
 SUM_SQ = "sum_sq_last", "mean_sq_last"  # Σx² of x's rows (the mean divided after the loop)
 
 
@@ -149,7 +151,9 @@ def plan_gemm(op: GraphDefOp) -> GemmPlan | None:
     if _users(x.tile) - handled - set(rest):
         return None
     assert sum_sq is None or isinstance(sum_sq, AccumOp)
-    return GemmPlan(x, g, scaled, tuple(products), sum_sq)
+    plan = GemmPlan(x, g, scaled, tuple(products), sum_sq)
+    blocks = _round_up(x.tile_shape()[0], 16) // 16 * plan.weight_rows() // 8
+    return plan if blocks <= GEMM_MAX_BLOCKS and plan.smem_bytes() <= GEMM_MAX_SMEM else None
 
 
 def _is_sum_sq(op: Operation, x: InputOp) -> bool:

@@ -130,3 +130,18 @@ def test_untransposed_tensor_core_tiles_match_the_reference(tmp_path: Path) -> N
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     assert "mma_tile<true>" in products(prog.cuda_source)  # type: ignore[attr-defined]
     agrees_with_the_reference(prog, text, "mm")
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_blocks_of_many_rows_keep_at_most_64_columns(tmp_path: Path) -> None:
+    """tile_n 0 sizes decode tiles by waves over the weights; a block of many rows is bound by
+    its arithmetic instead (4096 x 4096 took 2048 columns a block before)."""
+    src = cuda_source(linear(4096, 4096, 4096), tmp_path, num_sms=132)
+    ((tm, nt),) = re.findall(r"gemm_tile<true, (\d+), (\d+)>", src)
+    assert (int(tm), int(nt)) == (64, 64)
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_a_tile_past_the_sums_registers_keeps_the_generic_loop(tmp_path: Path) -> None:
+    prog = mk.compile(linear(64, 4096, 512), target="cuda", tile_n=4096, cache_dir=tmp_path)
+    assert products(prog.cuda_source) == ["mma_tile<true>"]  # type: ignore[attr-defined]
