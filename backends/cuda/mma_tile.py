@@ -10,20 +10,14 @@ from dataclasses import dataclass
 from xdsl.ir import Operation, SSAValue
 
 from mk.backends.cpu.emit_scalar import dtype_code
-from mk.backends.cuda import switches
 from mk.dialects.mugraph import GraphDefOp, InputOp
 from mk.dialects.mugraph_base import shape_of
 from mk.dialects.mugraph_tiles import AccumOp, BinaryOp, MatmulOp
 
 _PAIRS = {"mk::DTYPE_BF16": "true", "mk::DTYPE_F16": "false"}  # the device calls' BF16 parameter
 # gemm_tile's staging (runtime/include/mk/cuda_mma_tile.cuh): chunks of 64 columns, rows padded
-# to 72 elements, a ring of gemm_stages() chunks.
-GEMM_KC, GEMM_LD = 64, 72
-
-
-def gemm_stages() -> int:
-    """MK_CUDA_GEMM_STAGES: the chunks in gemm_tile's ring (one fewer in flight); 3 unless set."""
-    return switches.count("MK_CUDA_GEMM_STAGES", 3, 2, 8, "stages")
+# to 72 elements, three chunks in flight.
+GEMM_KC, GEMM_LD, GEMM_STAGES = 64, 72, 3
 
 
 def mma_tile(op: Operation, var: Callable[[SSAValue], str]) -> str | None:
@@ -86,7 +80,7 @@ class GemmPlan:
 
     def smem_bytes(self) -> int:
         rows = _round_up(self.x.tile_shape()[0], 16) + self.weight_rows()
-        return gemm_stages() * rows * GEMM_LD * 2
+        return GEMM_STAGES * rows * GEMM_LD * 2
 
 
 def _rows_operand(op: object, kind: str, dims: int = 2) -> InputOp | None:
@@ -187,8 +181,5 @@ def gemm_lines(
     g = pointer(plan.g)[0] if plan.g is not None else "nullptr"
     ss = f"{var(plan.sum_sq.res)}.data()" if plan.sum_sq is not None else "nullptr"
     tm, nt = plan.x.tile_shape()[0], plan.weight_rows()
-    stages = gemm_stages()
-    lines.append(
-        f"mk::gpu::gemm_tile<{plan.kind()}, {tm}, {nt}, {stages}>({x}, {x_ld}, {g}, {ss}, gw, {k});"
-    )
+    lines.append(f"mk::gpu::gemm_tile<{plan.kind()}, {tm}, {nt}>({x}, {x_ld}, {g}, {ss}, gw, {k});")
     return [*lines, "}"]

@@ -137,7 +137,7 @@ def test_blocks_of_many_rows_keep_at_most_64_columns(tmp_path: Path) -> None:
     """tile_n 0 sizes decode tiles by waves over the weights; a block of many rows is bound by
     its arithmetic instead (4096 x 4096 took 2048 columns a block before)."""
     src = cuda_source(linear(4096, 4096, 4096), tmp_path, num_sms=132)
-    ((tm, nt),) = re.findall(r"gemm_tile<true, (\d+), (\d+), \d+>", src)
+    ((tm, nt),) = re.findall(r"gemm_tile<true, (\d+), (\d+)>", src)
     assert (int(tm), int(nt)) == (64, 64)
 
 
@@ -145,15 +145,3 @@ def test_blocks_of_many_rows_keep_at_most_64_columns(tmp_path: Path) -> None:
 def test_a_tile_past_the_sums_registers_keeps_the_generic_loop(tmp_path: Path) -> None:
     prog = mk.compile(linear(64, 4096, 512), target="cuda", tile_n=4096, cache_dir=tmp_path)
     assert products(prog.cuda_source) == ["mma_tile<true>"]  # type: ignore[attr-defined]
-
-
-@pytest.mark.usefixtures("no_nvcc")
-def test_gemm_stages_is_a_ring_of_2_to_8_chunks(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("MK_CUDA_GEMM_STAGES", "5")
-    src = cuda_source(linear(256, 1024, 512), tmp_path, num_sms=132)
-    assert re.search(r"gemm_tile<true, \d+, \d+, 5>", src)
-    monkeypatch.setenv("MK_CUDA_GEMM_STAGES", "1")
-    with pytest.raises(mk.MkError, match="MK_CUDA_GEMM_STAGES must be a number of stages from 2"):
-        cuda_source(linear(256, 1024, 512), tmp_path / "bad", num_sms=132)

@@ -68,10 +68,10 @@ MK_COOPERATIVE void mma_tile(Tile<float>& out, int m, int n, int k, const Tile<f
 }
 
 
-// gemm_tile stages K in chunks of kGemmKc columns, STAGES of them in the ring (STAGES - 1 in
-// flight); a staged row is padded to kGemmLd elements so that the eight rows one mma fragment
-// reads start in different banks.
-constexpr int kGemmKc = 64, kGemmLd = kGemmKc + 8, kGemmMaxWeights = 4;
+// gemm_tile stages K in chunks of kGemmKc columns, kGemmStages of them in flight; a staged row
+// is padded to kGemmLd elements so that the eight rows one mma fragment reads start in
+// different banks.
+constexpr int kGemmKc = 64, kGemmLd = kGemmKc + 8, kGemmStages = 3, kGemmMaxWeights = 4;
 
 __host__ __device__ constexpr int gemm_rows(int rows, int unit) { return (rows + unit - 1) / unit * unit; }
 
@@ -143,18 +143,23 @@ __device__ inline void gemm_norm_chunk(uint16_t* xs, const uint16_t* g, int k0, 
   }
 }
 
+// Shared-memory bytes gemm_tile stages in (at the front of the dynamic shared memory) for TM
+// rows of x and NT weight rows (each weight's rounded up to 8).
+__host__ __device__ constexpr int gemm_smem_bytes(int tm, int nt) {
+  return kGemmStages * (gemm_rows(tm, 16) + nt) * kGemmLd * 2;
+}
 
 // For every weight i: ws.acc[i] += x[TM, k] · ws.w[i][rows, k]ᵀ; x rows of 16-bit floats (BF16:
 // bf16, else f16) `x_ld` apart, NT the weights' rows rounded up to 8 and summed. With a norm
 // weight g (x's type), x·g is the product's left side and sum_sq[r] += Σ x[r]². Each warp keeps
 // the sums of its 16×8 output blocks in registers over the whole of k.
-template <bool BF16, int TM, int NT, int STAGES>
+template <bool BF16, int TM, int NT>
 __device__ void gemm_tile(const uint16_t* x, int64_t x_ld, const uint16_t* g, float* sum_sq,
                           const GemmWeights& ws, int k) {
   constexpr int M16 = gemm_rows(TM, 16), kRowBlocks = M16 / 16, kBlocks = kRowBlocks * (NT / 8);
   constexpr int kWarps = kCudaThreads / 32, kPerWarp = (kBlocks + kWarps - 1) / kWarps;
   uint16_t* const sa = reinterpret_cast<uint16_t*>(mk_dynamic_smem);
-  uint16_t* const sb = sa + STAGES * M16 * kGemmLd;
+  uint16_t* const sb = sa + kGemmStages * M16 * kGemmLd;
   bool aligned = (reinterpret_cast<uintptr_t>(x) & 15) == 0 && (x_ld & 7) == 0;
   for (int i = 0; i < ws.n; ++i) {
     aligned = aligned && (reinterpret_cast<uintptr_t>(ws.w[i]) & 15) == 0 && (ws.ld[i] & 7) == 0;
@@ -162,7 +167,7 @@ __device__ void gemm_tile(const uint16_t* x, int64_t x_ld, const uint16_t* g, fl
   const int chunks = (k + kGemmKc - 1) / kGemmKc;
   auto stage = [&](int c) {
     if (c < chunks) {
-      const int s = c % STAGES;
+      const int s = c % kGemmStages;
       gemm_stage(sa + s * M16 * kGemmLd, x, x_ld, TM, M16, c * kGemmKc, k, aligned);
       for (int i = 0; i < ws.n; ++i) {
         const int pad = (i + 1 < ws.n ? ws.start[i + 1] : NT) - ws.start[i];
@@ -173,38 +178,32 @@ __device__ void gemm_tile(const uint16_t* x, int64_t x_ld, const uint16_t* g, fl
     cp_async_commit();  // empty past the last chunk: the wait below counts every group
   };
 #pragma unroll
-  for (int c = 0; c < STAGES - 1; ++c) stage(c);
+  for (int c = 0; c < kGemmStages - 1; ++c) stage(c);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, t2 = (lane & 3) * 2;
   float d[kPerWarp][4] = {};
   float ss[(M16 * 8 + kCudaThreads - 1) / kCudaThreads] = {};
   for (int c = 0; c < chunks; ++c) {
-    cp_async_wait<STAGES - 2>();
+    cp_async_wait<kGemmStages - 2>();
     __syncthreads();  // chunk c has landed, and chunk c - 1's stage is free again
-    stage(c + STAGES - 1);
-    const int s = c % STAGES;
-    uint16_t* const x_at = sa + s * M16 * kGemmLd;
+    stage(c + kGemmStages - 1);
+    const int s = c % kGemmStages;
+    uint16_t* const a = sa + s * M16 * kGemmLd;
     const uint16_t* b = sb + s * NT * kGemmLd;
     if (g != nullptr) {
-      gemm_norm_chunk<BF16, M16>(x_at, g, c * kGemmKc, k, ss);
+      gemm_norm_chunk<BF16, M16>(a, g, c * kGemmKc, k, ss);
       __syncthreads();
     }
 #pragma unroll
-    for (int kk = 0; kk < kGemmKc / 2; kk += 8) {  // 16 columns: 8 words of a row
-      int held = -1;  // the row block whose A fragments are in a[]
-      uint32_t a[4] = {0, 0, 0, 0};
+    for (int j = 0; j < kPerWarp; ++j) {
+      const int blk = warp + j * kWarps;
+      if (blk >= kBlocks) break;
+      const int r0 = (blk % kRowBlocks) * 16, c0 = (blk / kRowBlocks) * 8;
+      const uint32_t* a0 = reinterpret_cast<const uint32_t*>(a + (r0 + gr) * kGemmLd + t2);
+      const uint32_t* a8 = reinterpret_cast<const uint32_t*>(a + (r0 + gr + 8) * kGemmLd + t2);
+      const uint32_t* b0 = reinterpret_cast<const uint32_t*>(b + (c0 + gr) * kGemmLd + t2);
 #pragma unroll
-      for (int j = 0; j < kPerWarp; ++j) {
-        const int blk = warp + j * kWarps;
-        if (blk >= kBlocks) break;
-        const int r0 = (blk % kRowBlocks) * 16, c0 = (blk / kRowBlocks) * 8;
-        if (r0 != held) {
-          const uint32_t* a0 = reinterpret_cast<const uint32_t*>(x_at + (r0 + gr) * kGemmLd + t2) + kk;
-          const uint32_t* a8 = a0 + 4 * kGemmLd;  // row + 8: 8 rows of kGemmLd / 2 words
-          a[0] = a0[0], a[1] = a8[0], a[2] = a0[4], a[3] = a8[4];
-          held = r0;
-        }
-        const uint32_t* b0 = reinterpret_cast<const uint32_t*>(b + (c0 + gr) * kGemmLd + t2) + kk;
-        mma16816<BF16>(d[j], a[0], a[1], a[2], a[3], b0[0], b0[4]);
+      for (int kk = 0; kk < kGemmKc / 2; kk += 8) {  // 16 columns: 8 words of a row
+        mma16816<BF16>(d[j], a0[kk], a8[kk], a0[kk + 4], a8[kk + 4], b0[kk], b0[kk + 4]);
       }
     }
   }
