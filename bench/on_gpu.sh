@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the project root with the wheels carried in .whl/:
-#   bash bench/on_gpu.sh [prebuild] [tests] [sanitize] [bench] [timeline] [generate] [search] [profile] [ncu] [product] [mma] [chain] [ab]
+#   bash bench/on_gpu.sh [prebuild] [tests] [sanitize] [bench] [gemm] [timeline] [generate] [search] [profile] [ncu] [product] [mma] [chain] [ab]
 #   (default: tests sanitize bench timeline generate)
 # Installs mk, runs the gpu-marked tests, compute-sanitizer on the examples, the benchmark
 # table, the per-grid timelines (TIMELINE_ARGS, e.g. "--model qwen3-0.6b --layers 4") and
@@ -51,6 +51,9 @@ for step in $steps; do
       done ;;
     bench)
       MK_COMMIT=${MK_COMMIT:-} python3 "$ROOT/bench/bench.py" --runs 100 --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -14 ;;
+    gemm)
+      # Prefill-shaped linears on tensor cores against PyTorch (GEMM_ARGS, e.g. --shapes 256x2048x2048).
+      python3 "$ROOT/bench/gemm.py" --runs 50 ${GEMM_ARGS:-} 2>&1 | tee "$OUT/gemm.log" | tail -6 ;;
     search)
       python3 "$ROOT/bench/search_bench.py" --runs 100 --out "$OUT" ${SEARCH_ARGS:-} 2>&1 | tee "$OUT/search.log" | tail -10 ;;
     profile)
