@@ -145,3 +145,25 @@ def test_blocks_of_many_rows_keep_at_most_64_columns(tmp_path: Path) -> None:
 def test_a_tile_past_the_sums_registers_keeps_the_generic_loop(tmp_path: Path) -> None:
     prog = mk.compile(linear(64, 4096, 512), target="cuda", tile_n=4096, cache_dir=tmp_path)
     assert products(prog.cuda_source) == ["mma_tile<true>"]  # type: ignore[attr-defined]
+
+
+def prefill_attention(s: int, heads: int = 4, d: int = 64) -> str:
+    t = f"tensor<1x{heads}x{s}x{d}xbf16>"
+    return (
+        f"func.func @pa(%q: {t}, %k: {t}, %v: {t}) -> {t} {{\n"
+        f"  %o = nn.attention %q, %k, %v {{scale = 0.125 : f32, causal = true}} : "
+        f"({t}, {t}, {t}) -> {t}\n  func.return %o : {t}\n}}"
+    )
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_prefill_attention_scores_run_on_tensor_cores(tmp_path: Path) -> None:
+    """q·kᵀ of a block of queries is a 2-D product of bf16 tiles; p·v (f32 weights) is not."""
+    assert "mma_tile<true>" in products(cuda_source(prefill_attention(128), tmp_path))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("s", [128, 72])
+def test_prefill_attention_matches_the_reference(s: int, tmp_path: Path) -> None:
+    text = prefill_attention(s)
+    agrees_with_the_reference(mk.compile(text, target="cuda", cache_dir=tmp_path), text, s)
