@@ -15,9 +15,12 @@ from mk.dialects.mugraph_base import shape_of
 from mk.dialects.mugraph_tiles import AccumOp, BinaryOp, MatmulOp
 
 _PAIRS = {"mk::DTYPE_BF16": "true", "mk::DTYPE_F16": "false"}  # the device calls' BF16 parameter
-# gemm_tile's staging (runtime/include/mk/cuda_mma_tile.cuh): chunks of 64 columns, rows padded
-# to 72 elements, three chunks in flight.
-GEMM_KC, GEMM_LD, GEMM_STAGES = 64, 72, 3
+# gemm_tile (runtime/include/mk/cuda_mma_tile.cuh): a ring of three chunks whose rows are padded
+# to 72 elements, at most four weights.
+GEMM_LD, GEMM_STAGES, GEMM_MAX_WEIGHTS = 72, 3, 4
+GEMM_MAX_BLOCKS = 128  # 16x8 output blocks a tile may have: 16 a warp, 64 registers of sums
+GEMM_MAX_SMEM = 144 * 1024  # bytes its staging may take of the dynamic shared memory
+SUM_SQ = "sum_sq_last", "mean_sq_last"  # Σx² of x's rows (the mean divided after the loop)
 
 
 def mma_tile(op: Operation, var: Callable[[SSAValue], str]) -> str | None:
@@ -43,12 +46,6 @@ def mma_tile(op: Operation, var: Callable[[SSAValue], str]) -> str | None:
 
 def _round_up(n: int, unit: int) -> int:
     return -(-n // unit) * unit
-
-
-GEMM_MAX_WEIGHTS = 4  # kGemmMaxWeights
-GEMM_MAX_BLOCKS = 128  # 16x8 output blocks a tile may have: 16 a warp, 64 registers of sums
-GEMM_MAX_SMEM = 144 * 1024  # bytes its staging may take of the dynamic shared memory
-SUM_SQ = "sum_sq_last", "mean_sq_last"  # Σx² of x's rows (the mean divided after the loop)
 
 
 @dataclass(frozen=True)
@@ -81,6 +78,11 @@ class GemmPlan:
     def smem_bytes(self) -> int:
         rows = _round_up(self.x.tile_shape()[0], 16) + self.weight_rows()
         return GEMM_STAGES * rows * GEMM_LD * 2
+
+    def fits(self) -> bool:
+        """Whether the sums fit the registers and the ring the shared memory."""
+        blocks = _round_up(self.x.tile_shape()[0], 16) // 16 * self.weight_rows() // 8
+        return blocks <= GEMM_MAX_BLOCKS and self.smem_bytes() <= GEMM_MAX_SMEM
 
 
 def _rows_operand(op: object, kind: str, dims: int = 2) -> InputOp | None:
@@ -144,19 +146,17 @@ def plan_gemm(op: GraphDefOp) -> GemmPlan | None:
         products.append((w, mm, a))
     handled: set[Operation] = {x, *(o for p in products for o in p)}
     handled |= {o for o in (g, scaled) if o is not None}
-    rest = [o for o in loop if o not in handled]
+    rest = [o for o in loop if o not in handled]  # at most Σx² of x, beside a norm
     sum_sq = rest[0] if len(rest) == 1 else None
-    if len(rest) > 1 or (rest and not _is_sum_sq(rest[0], x)) or g is None and rest:
+    if len(rest) > 1 or (rest and (g is None or not _is_sum_sq(sum_sq, x))):
         return None
     if _users(x.tile) - handled - set(rest):
         return None
-    assert sum_sq is None or isinstance(sum_sq, AccumOp)
-    plan = GemmPlan(x, g, scaled, tuple(products), sum_sq)
-    blocks = _round_up(x.tile_shape()[0], 16) // 16 * plan.weight_rows() // 8
-    return plan if blocks <= GEMM_MAX_BLOCKS and plan.smem_bytes() <= GEMM_MAX_SMEM else None
+    plan = GemmPlan(x, g, scaled, tuple(products), sum_sq if isinstance(sum_sq, AccumOp) else None)
+    return plan if plan.fits() else None
 
 
-def _is_sum_sq(op: Operation, x: InputOp) -> bool:
+def _is_sum_sq(op: Operation | None, x: InputOp) -> bool:
     return isinstance(op, AccumOp) and op.kind.data in SUM_SQ and op.x == x.tile
 
 

@@ -67,10 +67,9 @@ MK_COOPERATIVE void mma_tile(Tile<float>& out, int m, int n, int k, const Tile<f
   __syncthreads();
 }
 
-
-// gemm_tile stages K in chunks of kGemmKc columns, kGemmStages of them in flight; a staged row
-// is padded to kGemmLd elements so that the eight rows one mma fragment reads start in
-// different banks.
+// gemm_tile stages K in chunks of kGemmKc columns in a ring of kGemmStages (one fewer in
+// flight); a staged row is padded to kGemmLd elements so that the eight rows one mma fragment
+// reads start in different banks.
 constexpr int kGemmKc = 64, kGemmLd = kGemmKc + 8, kGemmStages = 3, kGemmMaxWeights = 4;
 
 __host__ __device__ constexpr int gemm_rows(int rows, int unit) { return (rows + unit - 1) / unit * unit; }
@@ -141,12 +140,6 @@ __device__ inline void gemm_norm_chunk(uint16_t* xs, const uint16_t* g, int k0, 
       at[j] = gemm_bits<BF16>(c + j < k ? x * gemm_float<BF16>(g[c + j]) : 0.0f);
     }
   }
-}
-
-// Shared-memory bytes gemm_tile stages in (at the front of the dynamic shared memory) for TM
-// rows of x and NT weight rows (each weight's rounded up to 8).
-__host__ __device__ constexpr int gemm_smem_bytes(int tm, int nt) {
-  return kGemmStages * (gemm_rows(tm, 16) + nt) * kGemmLd * 2;
 }
 
 // For every weight i: ws.acc[i] += x[TM, k] · ws.w[i][rows, k]ᵀ; x rows of 16-bit floats (BF16:
