@@ -1,13 +1,15 @@
 """Compute-bound linears (prefill-shaped: many activation rows) on the GPU: mk against PyTorch.
 
 Usage (on the GPU machine): python bench/gemm.py [--runs 50] [--shapes 256x2048x2048,...]
-                                                  [--generic]
+                                                  [--generic] [--cache DIR [--build-only]]
 Each shape MxNxK is y = x · wᵀ in bf16 (x [M, K], w [N, K]). Prints the median device time (CUDA
 events, graph replays queued behind a GPU sleep) of mk's megakernel and of PyTorch's matmul in
 a CUDA graph, their TFLOP/s, and mk's largest error against PyTorch. With --generic mk's body
 keeps the generic float loop and product (mk::gpu::matmul_tile) instead of the tensor-core K
 loop (mk::gpu::gemm_tile): what the tensor cores gained. MK_PASS_OPTIONS
-("tile_m=128+tile_n=64") sets the tiles, as for bench.py.
+("tile_m=128+tile_n=64") sets the tiles, as for bench.py, and MK_CUDA_GEMM the instruction
+(wgmma or mma). --build-only fills --cache with the builds (no GPU needed), so that several
+variants can be built side by side before any is timed.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--shapes", default="256x2048x2048,1024x4096x4096")
     parser.add_argument("--generic", action="store_true")
+    parser.add_argument("--cache", help="build cache (default: a temporary directory)")
+    parser.add_argument("--build-only", action="store_true")
     args = parser.parse_args()
     assert args.runs >= 50, "the method asks for at least 50 timed runs"
     if args.generic:
@@ -67,9 +71,13 @@ def main() -> int:
         "| M x N x K | mk ms | mk TFLOP/s | PyTorch + CUDA graph ms | PyTorch TFLOP/s | mk error |"
     )
     print("|---|---:|---:|---:|---:|---:|")
-    with tempfile.TemporaryDirectory() as cache:
+    with tempfile.TemporaryDirectory() as temporary:
+        cache = args.cache or temporary
         for m, n, k in shapes(args.shapes):
             text = linear(m, n, k)
+            if args.build_only:
+                mk.compile(text, target="cuda", cache_dir=cache, **pass_options())
+                continue
             fn = entry_function(load_module(text))
             inputs = [to_torch(a) for a in random_inputs(fn, seed=0)]
             x, w = inputs

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -14,6 +15,7 @@ from functools import cache
 from pathlib import Path
 
 from mk.backends.cpu.build import include_dir
+from mk.backends.cuda.mma_tile import WGMMA_HEADER
 from mk.diagnostics import MkError
 
 NVCC_FLAGS = (
@@ -88,6 +90,25 @@ def nvcc_version(path: str) -> str:
     return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "unknown"
 
 
+def cute_include_dir() -> Path | None:
+    """CuTe's headers for the wgmma gemm tile: $CUTLASS_INCLUDE_DIR, else those the
+    nvidia-cutlass package ships, else None (the tile then builds as mma.sync)."""
+    candidates = [Path(d)] if (d := os.environ.get("CUTLASS_INCLUDE_DIR")) else []
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec is not None and spec.origin is not None:
+        candidates.append(Path(spec.origin).parent / "source" / "include")
+    return next((c for c in candidates if (c / "cute" / "tensor.hpp").is_file()), None)
+
+
+def _cute_version(source: str) -> str:
+    """What of CuTe a build of `source` depends on: its version header, where it is used."""
+    if WGMMA_HEADER not in source:
+        return ""
+    found = cute_include_dir()
+    version = found / "cutlass" / "version.h" if found is not None else None
+    return version.read_text() if version is not None and version.is_file() else "no CuTe"
+
+
 def headers_digest() -> str:
     digest = hashlib.sha256()
     for path in sorted((include_dir() / "mk").glob("*")):
@@ -96,9 +117,11 @@ def headers_digest() -> str:
 
 
 def library_key(source: str, compiler: str) -> str:
-    """sha256 of the source, the runtime headers, the compiler's version and the flags."""
+    """sha256 of the source, the runtime headers, the compiler's version, the flags and (where
+    the source uses it) CuTe's version."""
     digest = hashlib.sha256()
-    for part in (source, headers_digest(), nvcc_version(compiler), " ".join(NVCC_FLAGS)):
+    parts = (source, headers_digest(), nvcc_version(compiler), " ".join(NVCC_FLAGS))
+    for part in (*parts, _cute_version(source)):
         digest.update(part.encode() + b"\0")
     return digest.hexdigest()
 
@@ -118,7 +141,9 @@ def build_cuda(source: str, root: Path) -> tuple[Path, bool]:
     with tempfile.TemporaryDirectory(prefix="mk-nvcc-") as build:
         src, out = Path(build) / "megakernel.cu", Path(build) / "megakernel.so"
         src.write_text(source)
-        cmd = [compiler, *NVCC_FLAGS, f"-I{include_dir()}", str(src), "-o", str(out)]
+        cute = cute_include_dir() if WGMMA_HEADER in source else None
+        includes = [f"-I{include_dir()}", *([f"-I{cute}"] if cute is not None else [])]
+        cmd = [compiler, *NVCC_FLAGS, *includes, str(src), "-o", str(out)]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             errors = [line for line in done.stderr.splitlines() if "error" in line]

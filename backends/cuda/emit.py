@@ -43,7 +43,7 @@ from mk.backends.cuda.emit_attention import StreamAttentionEmitter, plain
 from mk.backends.cuda.emit_library import DeviceLibraryEmitter
 from mk.backends.cuda.fuse_loops import fuse_element_loops
 from mk.backends.cuda.load_groups import group_loads
-from mk.backends.cuda.mma_tile import GemmPlan, gemm_lines, mma_tile, plan_gemm
+from mk.backends.cuda.mma_tile import WGMMA_HEADER, GemmPlan, gemm_lines, mma_tile, plan_gemm
 from mk.backends.cuda.row_ops import static_row_op
 from mk.backends.cuda.rows_add import RowsAdd, plan_rows_add
 from mk.backends.cuda.split_merge import MergedX, MergePlan, merge_lines, plan_merge
@@ -87,7 +87,7 @@ _PRELUDE = """\
 #include "mk/cuda_rows_add.cuh"
 #include "mk/cuda_stream.cuh"
 #include "mk/version.h"
-
+{extra}
 namespace {{
 """
 
@@ -451,10 +451,10 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
         for i, b in enumerate(buffers)
     }
     profile = op_marks.enabled()
-    out = [
-        _PRELUDE.format(name=g.sym_name.data, defines=switches.defines(profile, op_marks.warm()))
-    ]
     bodies = _bodies(grids, refs)
+    extra = WGMMA_HEADER + "\n" if any(need.wgmma for _, need in bodies) else ""
+    defines = switches.defines(profile, op_marks.warm())
+    out = [_PRELUDE.format(name=g.sym_name.data, defines=defines, extra=extra)]
     shared = SharedBodies(slot_format="bp[{k}]")
     staged: dict[str, int] = {}  # per function, its weights' bytes in the staging ring
     for gi, (grid, (lines, need)) in enumerate(zip(grids, bodies, strict=True)):
@@ -501,6 +501,7 @@ class _Need:
     scratch: int
     smem: int
     staged: int = 0
+    wgmma: bool = False  # runs wgmma_gemm_tile (mk/cuda_wgmma_tile.cuh, with CuTe)
 
 
 _Bodies = list[tuple[list[str], _Need]]
@@ -564,11 +565,13 @@ def _grid_body(
     gk = grid_kernel(grid, refs, "CUDA")
     kernel = gk.kernel
     smem = staged = 0
+    wgmma = False
     if isinstance(kernel, GraphDefOp):
         emitter = DeviceGraphDefEmitter(kernel, gk.operands, gk.result_buffers(), stage, repeated)
         body = emitter.emit()
         sizes = {n: _numel(v) for v, n in emitter.names.items()}
         smem, staged = 4 * emitter.smem_floats, emitter.staged_bytes
+        wgmma = isinstance(emitter.plan, GemmPlan) and emitter.plan.wgmma
     else:
         results = gk.library_results(grid)
         for ref in [*gk.operands, *(r for r, _ in results)]:
@@ -577,4 +580,4 @@ def _grid_body(
         sizes = {f"a{i}": _numel(v) for i, v in enumerate(kernel.operands)}
         sizes["r"] = _numel(kernel.res[0])
     lines, tiles = device_lines(body, sizes)
-    return lines, _Need(tiles + _temporaries(kernel, tiles), smem, staged)
+    return lines, _Need(tiles + _temporaries(kernel, tiles), smem, staged, wgmma)

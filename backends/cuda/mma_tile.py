@@ -1,6 +1,7 @@
 """Tensor-core forms of generic bodies' products: a 2-D matmul of float tiles holding 16-bit
 floats (mk::gpu::mma_tile), and a linear whose loop only multiplies rows of bf16/f16 x and w
-(mk::gpu::gemm_tile: the whole K loop staged through shared memory, the sums in registers)."""
+(the whole K loop staged through shared memory, the sums in registers: wgmma through CuTe,
+mk::gpu::wgmma_gemm_tile, or mma.sync, mk::gpu::gemm_tile, with MK_CUDA_GEMM=mma)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from xdsl.ir import Operation, SSAValue
 
 from mk.backends.cpu.emit_scalar import dtype_code
+from mk.backends.cuda import switches
 from mk.dialects.mugraph import GraphDefOp, InputOp
 from mk.dialects.mugraph_base import shape_of
 from mk.dialects.mugraph_tiles import AccumOp, BinaryOp, MatmulOp
@@ -20,6 +22,10 @@ _PAIRS = {"mk::DTYPE_BF16": "true", "mk::DTYPE_F16": "false"}  # the device call
 GEMM_LD, GEMM_STAGES, GEMM_MAX_WEIGHTS = 72, 3, 4
 GEMM_MAX_BLOCKS = 128  # 16x8 output blocks a tile may have: 16 a warp, 64 registers of sums
 GEMM_MAX_SMEM = 144 * 1024  # bytes its staging may take of the dynamic shared memory
+# wgmma_gemm_tile (runtime/include/mk/cuda_wgmma_tile.cuh): stages of 64 columns, 128 bytes a
+# row (swizzled, unpadded), behind 1 KiB of alignment; x's rows padded to 64 a warpgroup.
+WGMMA_KC_BYTES, WGMMA_ALIGN, WGMMA_MAX_STAGES = 128, 1024, 4
+WGMMA_HEADER = '#include "mk/cuda_wgmma_tile.cuh"'
 SUM_SQ = "sum_sq_last", "mean_sq_last"  # Σx² of x's rows (the mean divided after the loop)
 
 
@@ -58,6 +64,7 @@ class GemmPlan:
     scaled: BinaryOp | None
     products: tuple[tuple[InputOp, MatmulOp, AccumOp], ...]
     sum_sq: AccumOp | None
+    wgmma: bool = True
 
     def streamed(self) -> set[SSAValue]:
         """The values gemm_tile never holds as float tiles."""
@@ -75,14 +82,37 @@ class GemmPlan:
         """NT: the weights' rows, each rounded up to 8."""
         return sum(_round_up(w.tile_shape()[0], 8) for w, _, _ in self.products)
 
-    def smem_bytes(self) -> int:
+    def wgmma_rows(self) -> int:
+        """x's rows padded for wgmma: 64, or a multiple of 128 (one warpgroup each 64)."""
+        tm = self.x.tile_shape()[0]
+        return 64 if tm <= 64 else _round_up(tm, 128)
+
+    def wgmma_stages(self) -> int:
+        """The most stages (up to 4) that fit the shared memory; fewer than 2 do not run."""
+        stage = (self.wgmma_rows() + self.weight_rows()) * WGMMA_KC_BYTES
+        return min(WGMMA_MAX_STAGES, (GEMM_MAX_SMEM - WGMMA_ALIGN) // stage)
+
+    def mma_smem_bytes(self) -> int:
         rows = _round_up(self.x.tile_shape()[0], 16) + self.weight_rows()
         return GEMM_STAGES * rows * GEMM_LD * 2
 
+    def smem_bytes(self) -> int:
+        """The mma.sync tile's, or with wgmma the larger of both (a build without CuTe's
+        headers runs the mma.sync tile in the wgmma call's place)."""
+        if not self.wgmma:
+            return self.mma_smem_bytes()
+        stage = (self.wgmma_rows() + self.weight_rows()) * WGMMA_KC_BYTES
+        return max(WGMMA_ALIGN + self.wgmma_stages() * stage, self.mma_smem_bytes())
+
     def fits(self) -> bool:
-        """Whether the sums fit the registers and the ring the shared memory."""
+        """Whether the sums fit the registers and the ring the shared memory (with wgmma, the
+        mma.sync tile's too)."""
         blocks = _round_up(self.x.tile_shape()[0], 16) // 16 * self.weight_rows() // 8
-        return blocks <= GEMM_MAX_BLOCKS and self.smem_bytes() <= GEMM_MAX_SMEM
+        mma = blocks <= GEMM_MAX_BLOCKS and self.mma_smem_bytes() <= GEMM_MAX_SMEM
+        if not self.wgmma:
+            return mma
+        wgmma_blocks = self.wgmma_rows() * self.weight_rows() // 128
+        return mma and wgmma_blocks <= GEMM_MAX_BLOCKS and self.wgmma_stages() >= 2
 
 
 def _rows_operand(op: object, kind: str, dims: int = 2) -> InputOp | None:
@@ -152,7 +182,8 @@ def plan_gemm(op: GraphDefOp) -> GemmPlan | None:
         return None
     if _users(x.tile) - handled - set(rest):
         return None
-    plan = GemmPlan(x, g, scaled, tuple(products), sum_sq if isinstance(sum_sq, AccumOp) else None)
+    ss = sum_sq if isinstance(sum_sq, AccumOp) else None
+    plan = GemmPlan(x, g, scaled, tuple(products), ss, switches.gemm() == "wgmma")
     return plan if plan.fits() else None
 
 
@@ -181,5 +212,9 @@ def gemm_lines(
     g = pointer(plan.g)[0] if plan.g is not None else "nullptr"
     ss = f"{var(plan.sum_sq.res)}.data()" if plan.sum_sq is not None else "nullptr"
     tm, nt = plan.x.tile_shape()[0], plan.weight_rows()
-    lines.append(f"mk::gpu::gemm_tile<{plan.kind()}, {tm}, {nt}>({x}, {x_ld}, {g}, {ss}, gw, {k});")
+    if plan.wgmma:
+        call = f"wgmma_gemm_tile<{plan.kind()}, {tm}, {nt}, {plan.wgmma_stages()}>"
+    else:
+        call = f"gemm_tile<{plan.kind()}, {tm}, {nt}>"
+    lines.append(f"mk::gpu::{call}({x}, {x_ld}, {g}, {ss}, gw, {k});")
     return [*lines, "}"]

@@ -205,6 +205,12 @@ def flag_poll_all() -> bool:
     return choice("MK_CUDA_FLAG_POLL", ("watch", "all")) == "all"
 
 
+def gemm() -> str:
+    """MK_CUDA_GEMM: the tensor-core instruction of a many-row linear's gemm tile, `wgmma`
+    (default; through CuTe, mk/cuda_wgmma_tile.cuh) or `mma` (mma.sync, mk/cuda_mma_tile.cuh)."""
+    return choice("MK_CUDA_GEMM", ("wgmma", "mma"))
+
+
 def defines(profile: bool, warm: bool) -> str:
     """The header switches of one build (mk/cuda_arena.h, mk/cuda_stream.cuh) as #define lines;
     `profile` for op marks, `warm` to run each body once untimed before its timed run."""

@@ -1,6 +1,7 @@
 """Generic bodies' products of 16-bit floats on tensor cores: more activation rows than the
 streamed decode products take (prefill-shaped linears). A loop that only multiplies x and w
-rows becomes mk::gpu::gemm_tile, any other 2-D matmul of such tiles mk::gpu::mma_tile."""
+rows becomes mk::gpu::wgmma_gemm_tile (or, with MK_CUDA_GEMM=mma, mk::gpu::gemm_tile), any other
+2-D matmul of such tiles mk::gpu::mma_tile."""
 
 from __future__ import annotations
 
@@ -33,7 +34,14 @@ def matmul(m: int, n: int, k: int) -> str:
 
 
 def products(src: str) -> list[str]:
-    return re.findall(r"mk::gpu::(mma_tile<\w+>|gemm_tile<\w+|matmul_tile\b)", src)
+    return re.findall(r"mk::gpu::(mma_tile<\w+>|(?:wgmma_)?gemm_tile<\w+|matmul_tile\b)", src)
+
+
+@pytest.fixture(params=["wgmma", "mma"])
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both gemm tiles: wgmma through CuTe (the default) and mma.sync; the call's prefix."""
+    monkeypatch.setenv("MK_CUDA_GEMM", request.param)
+    return "wgmma_" if request.param == "wgmma" else ""
 
 
 @pytest.mark.usefixtures("no_nvcc")
@@ -41,12 +49,14 @@ def products(src: str) -> list[str]:
     ("dtype", "call"), [("bf16", "gemm_tile<true"), ("f16", "gemm_tile<false")]
 )
 def test_a_linear_of_many_rows_runs_its_k_loop_on_tensor_cores(
-    dtype: str, call: str, tmp_path: Path
+    dtype: str, call: str, engine: str, tmp_path: Path
 ) -> None:
     src = cuda_source(linear(256, 1024, 512, dtype), tmp_path, num_sms=132)
-    assert products(src) == [call]
+    assert products(src) == [engine + call]
     assert "load_runs" not in src  # x and w reach shared memory inside gemm_tile only
     assert src == cuda_source(linear(256, 1024, 512, dtype), tmp_path / "again", num_sms=132)
+    # CuTe's headers (a long compile) come in only with the wgmma tile.
+    assert ('#include "mk/cuda_wgmma_tile.cuh"' in src) == (engine == "wgmma_")
 
 
 @pytest.mark.usefixtures("no_nvcc")
@@ -57,9 +67,9 @@ def test_linears_sharing_x_and_a_fused_norm_run_in_one_gemm_tile(
     """Each weight adds its rows (gw.add) and the norm weight scales x in shared memory; Σx²
     goes to the norm's accumulator."""
     src = cuda_source(linear_program(64, 256, 512, norm, 3), tmp_path, num_sms=132)
-    assert products(src) == ["gemm_tile<true"]
+    assert products(src) == ["wgmma_gemm_tile<true"]
     assert src.count("gw.add(") == 3
-    (call,) = re.findall(r"mk::gpu::gemm_tile<.*>\((.*)\);", src)
+    (call,) = re.findall(r"mk::gpu::wgmma_gemm_tile<.*>\((.*)\);", src)
     assert ("nullptr" in call) != norm, call
     assert '#include "mk/cuda_mma_tile.cuh"' in src
 
@@ -78,9 +88,11 @@ def test_an_untransposed_matmul_passes_its_layout(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-@pytest.mark.parametrize("which", ["gemm", "mma"])
+@pytest.mark.parametrize("which", ["wgmma_gemm", "mma"])
 def test_the_tensor_core_bodies_build_without_spills(which: str, tmp_path: Path) -> None:
-    text = linear_program(40, 48, 72, True, 3) if which == "gemm" else matmul(96, 40, 200)
+    """With CuTe's headers (the nvidia-cutlass package) the wgmma tile, else its mma.sync
+    stand-in; both within the registers."""
+    text = linear_program(40, 48, 72, True, 3) if which == "wgmma_gemm" else matmul(96, 40, 200)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     assert any(c.startswith(which) for c in products(prog.cuda_source))  # type: ignore[attr-defined]
     used = prog.cuda_resources  # type: ignore[attr-defined]
@@ -99,11 +111,11 @@ SHAPES = [
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_tensor_core_tiles_match_the_reference(
-    shape: tuple[int, int, int, str], tmp_path: Path
+    shape: tuple[int, int, int, str], engine: str, tmp_path: Path
 ) -> None:
     text = linear(*shape)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
-    assert any(c.startswith("gemm_tile") for c in products(prog.cuda_source))  # type: ignore[attr-defined]
+    assert any(c.startswith(engine + "gemm_tile") for c in products(prog.cuda_source))  # type: ignore[attr-defined]
     agrees_with_the_reference(prog, text, shape)
 
 
@@ -116,11 +128,11 @@ PROGRAMS = [(64, 256, 512, True, 1), (64, 256, 512, False, 2), (40, 48, 72, True
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", PROGRAMS, ids=lambda s: "x".join(map(str, s)))
 def test_gemm_tiles_with_norms_and_several_weights_match_the_reference(
-    shape: tuple[int, int, int, bool, int], tmp_path: Path
+    shape: tuple[int, int, int, bool, int], engine: str, tmp_path: Path
 ) -> None:
     text = linear_program(*shape)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
-    assert products(prog.cuda_source) == ["gemm_tile<true"]  # type: ignore[attr-defined]
+    assert products(prog.cuda_source) == [engine + "gemm_tile<true"]  # type: ignore[attr-defined]
     agrees_with_the_reference(prog, text, shape)
 
 
@@ -137,7 +149,7 @@ def test_blocks_of_many_rows_keep_at_most_64_columns(tmp_path: Path) -> None:
     """tile_n 0 sizes decode tiles by waves over the weights; a block of many rows is bound by
     its arithmetic instead (4096 x 4096 took 2048 columns a block before)."""
     src = cuda_source(linear(4096, 4096, 4096), tmp_path, num_sms=132)
-    ((tm, nt),) = re.findall(r"gemm_tile<true, (\d+), (\d+)>", src)
+    ((tm, nt),) = re.findall(r"gemm_tile<true, (\d+), (\d+)", src)
     assert (int(tm), int(nt)) == (64, 64)
 
 

@@ -1,0 +1,182 @@
+// gemm_tile on Hopper's warpgroup MMA (wgmma), through CuTe: the same contract as the mma.sync
+// gemm_tile (cuda_mma_tile.cuh), with x's and the weights' 64-column chunks staged by cp.async
+// into 128-byte-swizzled K-major shared memory, which the two warpgroups' wgmma read directly.
+// Where the build finds no CuTe headers (the nvidia-cutlass package, or $CUTLASS_INCLUDE_DIR),
+// the same call runs the mma.sync gemm_tile, whose shared memory the emitter reserves too.
+#pragma once
+
+#include "mk/cuda_mma_tile.cuh"
+
+#if __has_include(<cute/tensor.hpp>)
+#define MK_WITH_CUTE 1
+#include <cute/tensor.hpp>
+#include <cute/arch/mma_sm90.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+
+#include <type_traits>
+#endif
+
+namespace mk {
+namespace gpu {
+
+#if defined(MK_WITH_CUTE)
+
+// The shapes of one wgmma gemm tile of TM x rows and NT weight rows: MP rows padded for the
+// warpgroups, the two warpgroups split along M where there are 128 rows or more, else along N
+// (or one warpgroup alone when NT does not halve into multiples of 8).
+template <bool BF16, int TM, int NT, int Stages>
+struct WgmmaGemm {
+  using T = std::conditional_t<BF16, cute::bfloat16_t, cute::half_t>;
+  static constexpr int kWgM = TM > 64 ? 2 : 1;
+  static constexpr int kWgN = kWgM == 1 && NT % 16 == 0 ? 2 : 1;
+  static constexpr int kRows = gemm_rows(TM, 64 * kWgM);
+  using Atom = decltype(cute::SM90::GMMA::ss_op_selector<T, T, float,
+                                                         cute::Shape<cute::_64, cute::Int<NT / kWgN>, cute::_16>>());
+  using Mma = decltype(cute::make_tiled_mma(
+      Atom{}, cute::Layout<cute::Shape<cute::Int<kWgM>, cute::Int<kWgN>, cute::_1>>{}));
+  using SmemA = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<T>{},
+                                             cute::Shape<cute::Int<kRows>, cute::Int<kGemmKc>, cute::Int<Stages>>{}));
+  using SmemB = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<T>{},
+                                             cute::Shape<cute::Int<NT>, cute::Int<kGemmKc>, cute::Int<Stages>>{}));
+  static constexpr int kThreads = cute::size(Mma{});
+  // Bytes of shared memory from the dynamic area's start: 1 KiB of alignment (the swizzle's
+  // atom) and the stages.
+  static constexpr int kSmemBytes = 1024 + Stages * (kRows + NT) * kGemmKc * 2;
+};
+
+// Columns [k0, k0 + kGemmKc) of `rows` rows of `src` into stage `s` of the swizzled `dst`,
+// `pad` rows in all from row `first` (zeros past `rows` and past column k). A 16-byte unit of a
+// swizzled row stays contiguous, so the aligned case copies whole units.
+template <class Smem>
+__device__ inline void wgmma_stage(Smem& dst, int first, const uint16_t* src, int64_t ld, int rows,
+                                   int pad, int s, int k0, int k, bool aligned) {
+  for (int i = threadIdx.x; i < pad * (kGemmKc / 8); i += blockDim.x) {
+    const int r = i / (kGemmKc / 8), c = (i % (kGemmKc / 8)) * 8;
+    const bool in = r < rows && k0 + c < k;
+    uint16_t* to = reinterpret_cast<uint16_t*>(&dst(first + r, c, s));
+    if (aligned) {
+      cp_async16(smem_address(to), in ? src + r * ld + k0 + c : src, in);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) to[j] = in && k0 + c + j < k ? src[r * ld + k0 + c + j] : uint16_t{0};
+    }
+  }
+}
+
+// Shared-memory writes of the generic proxy (cp.async, stores) made visible to wgmma's reads.
+__device__ inline void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// gemm_tile's contract (cuda_mma_tile.cuh) with wgmma: every weight's sums added to its acc, x
+// scaled by g in place per chunk with Σx² into sum_sq when g is given.
+template <bool BF16, int TM, int NT, int Stages>
+__device__ void wgmma_gemm_tile(const uint16_t* x, int64_t x_ld, const uint16_t* g, float* sum_sq,
+                                const GemmWeights& ws, int k) {
+  using namespace cute;
+  using G = WgmmaGemm<BF16, TM, NT, Stages>;
+  using T = typename G::T;
+  constexpr int MP = G::kRows;
+  const uint32_t at = smem_address(mk_dynamic_smem);
+  uint8_t* const base = mk_dynamic_smem + ((1024 - (at & 1023)) & 1023);
+  T* const pa = reinterpret_cast<T*>(base);
+  T* const pb = pa + cosize(typename G::SmemA{});
+  Tensor sA = make_tensor(make_smem_ptr(pa), typename G::SmemA{});  // (MP, 64, Stages)
+  Tensor sB = make_tensor(make_smem_ptr(pb), typename G::SmemB{});  // (NT, 64, Stages)
+  bool aligned = (reinterpret_cast<uintptr_t>(x) & 15) == 0 && (x_ld & 7) == 0;
+  for (int i = 0; i < ws.n; ++i) {
+    aligned = aligned && (reinterpret_cast<uintptr_t>(ws.w[i]) & 15) == 0 && (ws.ld[i] & 7) == 0;
+  }
+  const int chunks = (k + kGemmKc - 1) / kGemmKc;
+  auto stage = [&](int c) {
+    if (c < chunks) {
+      const int s = c % Stages;
+      wgmma_stage(sA, 0, x, x_ld, TM, MP, s, c * kGemmKc, k, aligned);
+      for (int i = 0; i < ws.n; ++i) {
+        const int pad = (i + 1 < ws.n ? ws.start[i + 1] : NT) - ws.start[i];
+        wgmma_stage(sB, ws.start[i], ws.w[i], ws.ld[i], ws.rows[i], pad, s, c * kGemmKc, k, aligned);
+      }
+    }
+    cp_async_commit();  // empty past the last chunk: the wait below counts every group
+  };
+#pragma unroll
+  for (int c = 0; c < Stages - 1; ++c) stage(c);
+  typename G::Mma mma;
+  const bool mma_thread = threadIdx.x < G::kThreads;
+  auto thr = mma.get_thread_slice(threadIdx.x % G::kThreads);
+  Tensor tCsA = thr.partition_A(sA);  // (MMA, MMA_M, MMA_K, Stages)
+  Tensor tCsB = thr.partition_B(sB);
+  Tensor tCrA = thr.make_fragment_A(tCsA);  // wgmma descriptors
+  Tensor tCrB = thr.make_fragment_B(tCsB);
+  Tensor acc = partition_fragment_C(mma, Shape<Int<MP>, Int<NT>>{});
+  clear(acc);
+  constexpr int kNormSlots = (MP * 8 + kCudaThreads - 1) / kCudaThreads;
+  float ss[kNormSlots] = {};
+  for (int c = 0; c < chunks; ++c) {
+    cp_async_wait<Stages - 2>();
+    fence_async_shared();
+    __syncthreads();  // chunk c has landed, and chunk c - 1's stage is free again
+    stage(c + Stages - 1);
+    const int s = c % Stages;
+    if (g != nullptr) {
+#pragma unroll
+      for (int p = 0; p < kNormSlots; ++p) {
+        const int i = threadIdx.x + p * kCudaThreads;
+        if (i >= MP * 8) break;
+        const int r = i / 8, c0 = (i % 8) * 8, kc = c * kGemmKc + c0;
+        uint16_t* v = reinterpret_cast<uint16_t*>(&sA(r, c0, s));
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float xv = gemm_float<BF16>(v[j]);
+          ss[p] += xv * xv;
+          v[j] = gemm_bits<BF16>(kc + j < k ? xv * gemm_float<BF16>(g[kc + j]) : 0.0f);
+        }
+      }
+      fence_async_shared();
+      __syncthreads();
+    }
+    if (mma_thread) {
+      warpgroup_fence_operand(acc);
+      warpgroup_arrive();
+      cute::gemm(mma, tCrA(_, _, _, s), tCrB(_, _, _, s), acc);
+      warpgroup_commit_batch();
+      warpgroup_wait<0>();  // the stage is overwritten two chunks on
+      warpgroup_fence_operand(acc);
+    }
+  }
+  if (g != nullptr && sum_sq != nullptr) {
+#pragma unroll
+    for (int p = 0; p < kNormSlots; ++p) {
+      float v = ss[p];
+      v += __shfl_xor_sync(0xffffffffu, v, 1);
+      v += __shfl_xor_sync(0xffffffffu, v, 2);
+      v += __shfl_xor_sync(0xffffffffu, v, 4);
+      const int i = threadIdx.x + p * kCudaThreads, row = i / 8;
+      if (i % 8 == 0 && i < MP * 8 && row < TM) sum_sq[row] += v;
+    }
+  }
+  if (mma_thread) {
+    Tensor coords = thr.partition_C(make_identity_tensor(Shape<Int<MP>, Int<NT>>{}));
+#pragma unroll
+    for (int e = 0; e < size(acc); ++e) {
+      const int row = get<0>(coords(e)), c0 = get<1>(coords(e));
+      if (row >= TM) continue;
+      int i = 0;
+      while (i + 1 < ws.n && ws.start[i + 1] <= c0) ++i;
+      const int col = c0 - ws.start[i];
+      if (col < ws.rows[i]) ws.acc[i][row * ws.rows[i] + col] += acc(e);
+    }
+  }
+  __syncthreads();
+}
+
+#else  // no CuTe: the mma.sync tile
+
+template <bool BF16, int TM, int NT, int Stages>
+__device__ void wgmma_gemm_tile(const uint16_t* x, int64_t x_ld, const uint16_t* g, float* sum_sq,
+                                const GemmWeights& ws, int k) {
+  gemm_tile<BF16, TM, NT>(x, x_ld, g, sum_sq, ws, k);
+}
+
+#endif
+
+}  // namespace gpu
+}  // namespace mk
