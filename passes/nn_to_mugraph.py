@@ -371,14 +371,15 @@ def lower_block(block: Block, t: Tiling) -> None:
 
 @dataclass(frozen=True)
 class NnToMugraphPass(ModulePass):
-    """`nn-to-mugraph{num-sms=132 tile-n=64 tile-k=64 kv-chunk=64 kv-splits=0 k-splits=1
-    attention-fold=0 task-us=3}`."""
+    """`nn-to-mugraph{num-sms=132 tile-n=64 tile-k=64 tile-m=64 kv-chunk=64 kv-splits=0
+    k-splits=1 attention-fold=0 task-us=3}`."""
 
     name = "nn-to-mugraph"
 
     num_sms: int = 132
     tile_n: int = 64  # output columns per block for the linear family; 0 fits the SMs' waves
     tile_k: int = 64  # K elements per for-loop iteration
+    tile_m: int = 64  # rows per block of ops over rows (linears of many rows: prefill)
     kv_chunk: int = 64  # keys per for-loop iteration in attention
     kv_splits: int = 0  # splits of the KV length; 0 chooses blocks ≈ num_sms
     # splits of a linear's K (at most 16); 0 chooses blocks ≈ num_sms, 1 never splits. The default
@@ -398,7 +399,7 @@ class NnToMugraphPass(ModulePass):
     task_us: int = 3
 
     def tiling(self) -> Tiling:
-        for option in ("num_sms", "tile_k", "kv_chunk"):
+        for option in ("num_sms", "tile_k", "tile_m", "kv_chunk"):
             if getattr(self, option) < 1:
                 raise MkError(f"nn-to-mugraph: {option.replace('_', '-')} must be >= 1")
         for option in ("tile_n", "kv_splits", "k_splits", "task_us"):
@@ -408,7 +409,8 @@ class NnToMugraphPass(ModulePass):
             raise MkError("nn-to-mugraph: attention-fold must be 0, 1, 2 or 3")
         return Tiling(
             self.num_sms, self.tile_n, self.tile_k, self.kv_chunk, self.kv_splits,
-            k_splits=self.k_splits, attention_fold=self.attention_fold, task_us=self.task_us,
+            tile_m=self.tile_m, k_splits=self.k_splits, attention_fold=self.attention_fold,
+            task_us=self.task_us,
         )  # fmt: skip
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:

@@ -24,7 +24,7 @@ GEMM_MAX_BLOCKS = 128  # 16x8 output blocks a tile may have: 16 a warp, 64 regis
 GEMM_MAX_SMEM = 144 * 1024  # bytes its staging may take of the dynamic shared memory
 # wgmma_gemm_tile (runtime/include/mk/cuda_wgmma_tile.cuh): stages of 64 columns, 128 bytes a
 # row (swizzled, unpadded), behind 1 KiB of alignment; x's rows padded to 64 a warpgroup.
-WGMMA_KC_BYTES, WGMMA_ALIGN, WGMMA_MAX_STAGES = 128, 1024, 4
+WGMMA_KC_BYTES, WGMMA_ALIGN = 128, 1024
 WGMMA_HEADER = '#include "mk/cuda_wgmma_tile.cuh"'
 SUM_SQ = "sum_sq_last", "mean_sq_last"  # Σx² of x's rows (the mean divided after the loop)
 
@@ -88,9 +88,10 @@ class GemmPlan:
         return 64 if tm <= 64 else _round_up(tm, 128)
 
     def wgmma_stages(self) -> int:
-        """The most stages (up to 4) that fit the shared memory; fewer than 2 do not run."""
+        """The most stages (MK_CUDA_GEMM_STAGES, 4) that fit the shared memory; fewer than 2
+        do not run."""
         stage = (self.wgmma_rows() + self.weight_rows()) * WGMMA_KC_BYTES
-        return min(WGMMA_MAX_STAGES, (GEMM_MAX_SMEM - WGMMA_ALIGN) // stage)
+        return min(switches.gemm_stages(), (GEMM_MAX_SMEM - WGMMA_ALIGN) // stage)
 
     def mma_smem_bytes(self) -> int:
         rows = _round_up(self.x.tile_shape()[0], 16) + self.weight_rows()

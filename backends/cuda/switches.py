@@ -211,6 +211,12 @@ def gemm() -> str:
     return choice("MK_CUDA_GEMM", ("wgmma", "mma"))
 
 
+def gemm_stages() -> int:
+    """MK_CUDA_GEMM_STAGES: the wgmma gemm tile's most stages (2 to 8, default 4), fewer where
+    the shared memory does not take them."""
+    return count("MK_CUDA_GEMM_STAGES", 4, 2, 8, "stages")
+
+
 def defines(profile: bool, warm: bool) -> str:
     """The header switches of one build (mk/cuda_arena.h, mk/cuda_stream.cuh) as #define lines;
     `profile` for op marks, `warm` to run each body once untimed before its timed run."""

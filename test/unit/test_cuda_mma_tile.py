@@ -154,6 +154,16 @@ def test_blocks_of_many_rows_keep_at_most_64_columns(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(("tile_m", "tile_n"), [(128, 64), (64, 128), (128, 128)])
+def test_tile_m_and_tile_n_set_a_gemm_tiles_shape(tile_m: int, tile_n: int, tmp_path: Path) -> None:
+    prog = mk.compile(
+        linear(512, 512, 256), target="cuda", tile_m=tile_m, tile_n=tile_n, cache_dir=tmp_path
+    )
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    assert re.findall(r"gemm_tile<true, (\d+), (\d+)", src) == [(str(tile_m), str(tile_n))]
+
+
+@pytest.mark.usefixtures("no_nvcc")
 def test_a_tile_past_the_sums_registers_keeps_the_generic_loop(tmp_path: Path) -> None:
     prog = mk.compile(linear(64, 4096, 512), target="cuda", tile_n=4096, cache_dir=tmp_path)
     assert products(prog.cuda_source) == ["mma_tile<true>"]  # type: ignore[attr-defined]
