@@ -371,7 +371,7 @@ def lower_block(block: Block, t: Tiling) -> None:
 
 @dataclass(frozen=True)
 class NnToMugraphPass(ModulePass):
-    """`nn-to-mugraph{num-sms=132 tile-n=64 tile-k=64 tile-m=64 kv-chunk=64 kv-splits=0
+    """`nn-to-mugraph{num-sms=132 tile-n=64 tile-k=64 tile-m=0 kv-chunk=64 kv-splits=0
     k-splits=1 attention-fold=0 task-us=3}`."""
 
     name = "nn-to-mugraph"
@@ -379,7 +379,9 @@ class NnToMugraphPass(ModulePass):
     num_sms: int = 132
     tile_n: int = 64  # output columns per block for the linear family; 0 fits the SMs' waves
     tile_k: int = 64  # K elements per for-loop iteration
-    tile_m: int = 64  # rows per block of ops over rows (linears of many rows: prefill)
+    # rows per block of ops over rows; 0: 64, and with tile-n=0 a linear of many rows takes
+    # 128 x 128 blocks where they still give every SM one (prefill-shaped products)
+    tile_m: int = 0
     kv_chunk: int = 64  # keys per for-loop iteration in attention
     kv_splits: int = 0  # splits of the KV length; 0 chooses blocks ≈ num_sms
     # splits of a linear's K (at most 16); 0 chooses blocks ≈ num_sms, 1 never splits. The default
@@ -399,10 +401,10 @@ class NnToMugraphPass(ModulePass):
     task_us: int = 3
 
     def tiling(self) -> Tiling:
-        for option in ("num_sms", "tile_k", "tile_m", "kv_chunk"):
+        for option in ("num_sms", "tile_k", "kv_chunk"):
             if getattr(self, option) < 1:
                 raise MkError(f"nn-to-mugraph: {option.replace('_', '-')} must be >= 1")
-        for option in ("tile_n", "kv_splits", "k_splits", "task_us"):
+        for option in ("tile_n", "tile_m", "kv_splits", "k_splits", "task_us"):
             if getattr(self, option) < 0:
                 raise MkError(f"nn-to-mugraph: {option.replace('_', '-')} must be >= 0")
         if self.attention_fold not in (0, 1, 2, 3):

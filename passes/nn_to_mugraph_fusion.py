@@ -307,7 +307,7 @@ def elementwise_kernel(group: ElementwiseGroup, t: Tiling, lookup: ValueMap) -> 
     shape = shape_of(group.ops[0].results[0])
     r = len(shape)
     cols = shape[-1] // chunk_size(shape[-1], t.tile_n or DEFAULT_TILE_N)
-    rows = shape[-2] // chunk_size(shape[-2], t.tile_m) if r >= 2 else 1
+    rows = shape[-2] // chunk_size(shape[-2], t.row_tile()) if r >= 2 else 1
     lay = Layout((cols, rows, 1), 1, shape)
     names = [v.name_hint or "y" for v in outputs]
     b = new_builder([lookup(v) for v in leaves], [v.type for v in outputs], lay.grid, 128, 1, names)

@@ -249,6 +249,10 @@ def _column_blocks(widths: Sequence[int], t: Tiling, row_blocks: int, row_bytes:
 MIN_AUTO_TILE = 8
 DECODE_ROWS = 16  # rows a block of a decode-shaped linear has at most (the streamed products)
 MANY_ROWS_TILE_N = 64  # tile_n 0: the columns of a block of more rows than that
+# tile_m and tile_n 0: a linear's blocks of WIDE_TILE rows and columns where that many blocks
+# still give every SM one (fewer operand bytes per product; on the H200, 4096³ in bf16 ran
+# 1.97 -> 1.12 ms with 128 x 128 blocks against 64 x 64 on wgmma, bench/RESULTS.md), else 64.
+WIDE_TILE = 128
 # One SM's share of HBM bandwidth while a decode linear streams its weights on the H200: the
 # op-mark profile's weight segments ran at 21-31 KB/us per SM (bench/RESULTS.md).
 SM_BYTES_PER_US = 25_000
@@ -330,19 +334,28 @@ class Layout:
         return tuple(lead)
 
 
+def _wide(xs: list[int], widths: list[int], t: Tiling) -> bool:
+    """Whether a linear takes WIDE_TILE x WIDE_TILE blocks (tile_m and tile_n both 0)."""
+    if t.tile_m or t.tile_n or len(xs) < 2:
+        return False
+    return (xs[-2] // WIDE_TILE) * (sum(widths) // WIDE_TILE) >= t.num_sms
+
+
 def layout(group: LinearGroup, t: Tiling) -> Layout:
     xs: list[int] = list(shape_of(group.x))
     out = shape_of(group.heads[0].results[0])
-    rows = 1
-    if len(xs) >= 2 and len(out) == len(xs) and xs[-2] > t.tile_m:
-        rows = xs[-2] // chunk_size(xs[-2], t.tile_m)
     widths = [shape_of(h.results[0])[-1] for h in group.heads]
+    wide = _wide(xs, widths, t)
+    row_tile = WIDE_TILE if wide else t.row_tile()
+    rows = 1
+    if len(xs) >= 2 and len(out) == len(xs) and xs[-2] > row_tile:
+        rows = xs[-2] // chunk_size(xs[-2], row_tile)
     k = xs[-1]
     weight = tensor_type(group.heads[0].operands[1])
     if t.tile_n == 0 and len(xs) >= 2 and xs[-2] // rows > DECODE_ROWS:
         # Many rows a block: the product is bound by its arithmetic, not by one pass over the
         # weights, and square-ish tiles keep its operands' traffic down.
-        t = replace(t, tile_n=MANY_ROWS_TILE_N)
+        t = replace(t, tile_n=WIDE_TILE if wide else MANY_ROWS_TILE_N)
     cols = _column_blocks(widths, t, rows, k * element_bytes(weight.element_type))
     chunk = group.k_chunk if group.k_chunk and k % group.k_chunk == 0 else chunk_size(k, t.tile_k)
     return Layout((cols, rows, 1), k // chunk, out)

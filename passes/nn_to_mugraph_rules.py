@@ -34,6 +34,7 @@ Emitted = tuple[list[Operation], dict[SSAValue, SSAValue]]
 
 
 DEFAULT_TILE_N = 64
+DEFAULT_TILE_M = 64
 
 
 @dataclass(frozen=True)
@@ -45,11 +46,16 @@ class Tiling:
     tile_k: int = 64
     kv_chunk: int = 64
     kv_splits: int = 0
-    tile_m: int = 64  # rows per block before the linear family also splits rows
+    tile_m: int = 0  # rows per block before ops over rows split them; 0: row_tile()
     k_splits: int = 1  # linear family: splits of K; 0 chooses blocks ≈ num_sms, 1 never splits
     # decode attention folds q chain + new K/V rows (1), rows only (2), rows as made (3)
     attention_fold: int = 0
     task_us: int = 3  # tile_n 0: a linear task's fixed cost in the wave model (0: fill only)
+
+    def row_tile(self) -> int:
+        """Rows per block (tile_m, else DEFAULT_TILE_M); a linear of many rows may take more
+        (nn_to_mugraph_groups.WIDE_TILE)."""
+        return self.tile_m or DEFAULT_TILE_M
 
 
 def chunk_size(extent: int, want: int) -> int:

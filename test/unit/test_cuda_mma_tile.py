@@ -145,12 +145,18 @@ def test_untransposed_tensor_core_tiles_match_the_reference(tmp_path: Path) -> N
 
 
 @pytest.mark.usefixtures("no_nvcc")
-def test_blocks_of_many_rows_keep_at_most_64_columns(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("m", "n", "tile"), [(4096, 4096, (128, 128)), (1024, 4096, (128, 128)), (256, 2048, (64, 64))]
+)
+def test_blocks_of_many_rows_are_square(
+    m: int, n: int, tile: tuple[int, int], tmp_path: Path
+) -> None:
     """tile_n 0 sizes decode tiles by waves over the weights; a block of many rows is bound by
-    its arithmetic instead (4096 x 4096 took 2048 columns a block before)."""
-    src = cuda_source(linear(4096, 4096, 4096), tmp_path, num_sms=132)
+    its arithmetic instead (4096 x 4096 took 2048 columns a block before): 128 x 128 where
+    that still gives every SM a block, else 64 x 64."""
+    src = cuda_source(linear(m, n, 512), tmp_path, num_sms=132)
     ((tm, nt),) = re.findall(r"gemm_tile<true, (\d+), (\d+)", src)
-    assert (int(tm), int(nt)) == (64, 64)
+    assert (int(tm), int(nt)) == tile
 
 
 @pytest.mark.usefixtures("no_nvcc")

@@ -273,11 +273,11 @@ def test_op_without_a_rule_is_a_located_error() -> None:
         NnToMugraphPass().apply(make_context(), module)
 
 
-@pytest.mark.parametrize("option", ["tile_k", "tile_m"])
-def test_bad_option_is_a_located_error(option: str) -> None:
+@pytest.mark.parametrize(("option", "low"), [("tile_k", 0), ("tile_m", -1)])
+def test_bad_option_is_a_located_error(option: str, low: int) -> None:
     name = option.replace("_", "-")
-    with pytest.raises(MkError, match=f"{name} must be >= 1"):
-        lower(load_module(EXAMPLES / "rmsnorm_linear.mlir"), **{option: 0})
+    with pytest.raises(MkError, match=f"{name} must be >= {low + 1}"):
+        lower(load_module(EXAMPLES / "rmsnorm_linear.mlir"), **{option: low})
 
 
 # ------------------------------------------------------------------------------------------------

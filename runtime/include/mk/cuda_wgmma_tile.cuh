@@ -111,6 +111,9 @@ __device__ void wgmma_gemm_tile(const uint16_t* x, int64_t x_ld, const uint16_t*
   constexpr int kNormSlots = (MP * 8 + kCudaThreads - 1) / kCudaThreads;
   float ss[kNormSlots] = {};
   for (int c = 0; c < chunks; ++c) {
+    // Chunk c - 1's products finish before the barrier, behind which chunk c + Stages - 1's
+    // copies overwrite their stage; chunk c's run on while the next chunk lands.
+    if (mma_thread) warpgroup_wait<0>();
     cp_async_wait<Stages - 2>();
     fence_async_shared();
     __syncthreads();  // chunk c has landed, and chunk c - 1's stage is free again
@@ -138,9 +141,12 @@ __device__ void wgmma_gemm_tile(const uint16_t* x, int64_t x_ld, const uint16_t*
       warpgroup_arrive();
       cute::gemm(mma, tCrA(_, _, _, s), tCrB(_, _, _, s), acc);
       warpgroup_commit_batch();
-      warpgroup_wait<0>();  // the stage is overwritten two chunks on
       warpgroup_fence_operand(acc);
     }
+  }
+  if (mma_thread) {
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc);
   }
   if (g != nullptr && sum_sq != nullptr) {
 #pragma unroll
