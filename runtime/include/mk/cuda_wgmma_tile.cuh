@@ -26,6 +26,7 @@ namespace gpu {
 // (or one warpgroup alone when NT does not halve into multiples of 8).
 template <bool BF16, int TM, int NT, int Stages>
 struct WgmmaGemm {
+  static_assert(Stages >= 2, "the ring needs a stage to fill while one is read");
   using T = std::conditional_t<BF16, cute::bfloat16_t, cute::half_t>;
   static constexpr int kWgM = TM > 64 ? 2 : 1;
   static constexpr int kWgN = kWgM == 1 && NT % 16 == 0 ? 2 : 1;
@@ -63,6 +64,54 @@ __device__ inline void wgmma_stage(Smem& dst, int first, const uint16_t* src, in
   }
 }
 
+// One thread's 16-byte units of x's or the weights' staged chunks. Thread t copies rows t / 8 +
+// 32 j at columns (t % 8) * 8 of every chunk, so each unit's source row and swizzled place are
+// worked out once per tile and a chunk's copy is a pointer step per unit.
+template <int Units>
+struct WgmmaUnits {
+  const uint16_t* src[Units];  // the unit's row at the thread's column, or null: zeros
+  uint32_t dst[Units];         // its place in stage 0
+  bool used[Units];            // the row is in the tile
+  uint32_t stage_bytes;
+
+  __device__ void copy(int s, int k0, int k, const void* any) const {
+    const bool in_k = k0 + (threadIdx.x & 7) * 8 < k;
+#pragma unroll
+    for (int j = 0; j < Units; ++j) {
+      if (used[j]) cp_async16(dst[j] + s * stage_bytes, src[j] ? src[j] + k0 : any, src[j] && in_k);
+    }
+  }
+};
+
+// x's units: rows past TM are zeros.
+template <int Units, class Smem>
+__device__ inline void x_units(WgmmaUnits<Units>& u, Smem& sa, const uint16_t* x, int64_t x_ld, int tm, int mp) {
+  const int col = (threadIdx.x & 7) * 8;
+#pragma unroll
+  for (int j = 0; j < Units; ++j) {
+    const int r = threadIdx.x / 8 + 32 * j;
+    u.used[j] = r < mp;
+    u.src[j] = r < tm ? x + r * x_ld + col : nullptr;
+    u.dst[j] = smem_address(&sa(r < mp ? r : 0, col, 0));
+  }
+}
+
+// The weights' units: each weight's rows from ws.start, zeros up to the next one's.
+template <int Units, class Smem>
+__device__ inline void weight_units(WgmmaUnits<Units>& u, Smem& sb, const GemmWeights& ws, int nt) {
+  const int col = (threadIdx.x & 7) * 8;
+#pragma unroll
+  for (int j = 0; j < Units; ++j) {
+    const int r = threadIdx.x / 8 + 32 * j;
+    int i = 0;
+    while (i + 1 < ws.n && ws.start[i + 1] <= r) ++i;
+    const int local = r - ws.start[i];
+    u.used[j] = r < nt;
+    u.src[j] = local < ws.rows[i] ? ws.w[i] + local * ws.ld[i] + col : nullptr;
+    u.dst[j] = smem_address(&sb(r < nt ? r : 0, col, 0));
+  }
+}
+
 // Shared-memory writes of the generic proxy (cp.async, stores) made visible to wgmma's reads.
 __device__ inline void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
@@ -81,18 +130,31 @@ __device__ void wgmma_gemm_tile(const uint16_t* x, int64_t x_ld, const uint16_t*
   T* const pb = pa + cosize(typename G::SmemA{});
   Tensor sA = make_tensor(make_smem_ptr(pa), typename G::SmemA{});  // (MP, 64, Stages)
   Tensor sB = make_tensor(make_smem_ptr(pb), typename G::SmemB{});  // (NT, 64, Stages)
-  bool aligned = (reinterpret_cast<uintptr_t>(x) & 15) == 0 && (x_ld & 7) == 0;
+  bool aligned = (reinterpret_cast<uintptr_t>(x) & 15) == 0 && (x_ld & 7) == 0 && (k & 7) == 0;
   for (int i = 0; i < ws.n; ++i) {
     aligned = aligned && (reinterpret_cast<uintptr_t>(ws.w[i]) & 15) == 0 && (ws.ld[i] & 7) == 0;
   }
   const int chunks = (k + kGemmKc - 1) / kGemmKc;
+  WgmmaUnits<MP / 32> xu;
+  WgmmaUnits<(NT + 31) / 32> wu;
+  if (aligned) {
+    x_units(xu, sA, x, x_ld, TM, MP);
+    weight_units(wu, sB, ws, NT);
+    xu.stage_bytes = smem_address(&sA(0, 0, 1)) - smem_address(&sA(0, 0, 0));
+    wu.stage_bytes = smem_address(&sB(0, 0, 1)) - smem_address(&sB(0, 0, 0));
+  }
   auto stage = [&](int c) {
     if (c < chunks) {
       const int s = c % Stages;
-      wgmma_stage(sA, 0, x, x_ld, TM, MP, s, c * kGemmKc, k, aligned);
-      for (int i = 0; i < ws.n; ++i) {
-        const int pad = (i + 1 < ws.n ? ws.start[i + 1] : NT) - ws.start[i];
-        wgmma_stage(sB, ws.start[i], ws.w[i], ws.ld[i], ws.rows[i], pad, s, c * kGemmKc, k, aligned);
+      if (aligned) {
+        xu.copy(s, c * kGemmKc, k, x);
+        wu.copy(s, c * kGemmKc, k, x);
+      } else {
+        wgmma_stage(sA, 0, x, x_ld, TM, MP, s, c * kGemmKc, k, false);
+        for (int i = 0; i < ws.n; ++i) {
+          const int pad = (i + 1 < ws.n ? ws.start[i + 1] : NT) - ws.start[i];
+          wgmma_stage(sB, ws.start[i], ws.w[i], ws.ld[i], ws.rows[i], pad, s, c * kGemmKc, k, false);
+        }
       }
     }
     cp_async_commit();  // empty past the last chunk: the wait below counts every group
