@@ -162,7 +162,9 @@ __device__ void wgmma_gemm_tile(const uint16_t* x, int64_t x_ld, const uint16_t*
 #pragma unroll
   for (int c = 0; c < Stages - 1; ++c) stage(c);
   typename G::Mma mma;
-  const bool mma_thread = threadIdx.x < G::kThreads;
+  // Known at compile time where both warpgroups multiply: ptxas keeps wgmma pipelined only when
+  // it can see every issue waited for.
+  const bool mma_thread = G::kThreads == kCudaThreads || threadIdx.x < G::kThreads;
   auto thr = mma.get_thread_slice(threadIdx.x % G::kThreads);
   Tensor tCsA = thr.partition_A(sA);  // (MMA, MMA_M, MMA_K, Stages)
   Tensor tCsB = thr.partition_B(sB);
