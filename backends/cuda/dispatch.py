@@ -30,11 +30,11 @@ def device_function(fn: SharedFunction) -> str:
     return "\n".join([*head, *_indent(uses_iteration(fn.body), 1), "  return 0;", "}"]) + "\n"
 
 
-def arena_smem(front: int) -> tuple[int, int]:
+def arena_smem(front: int, want: int = 0) -> tuple[int, int]:
     """(offset, bytes) of the arena's shared-memory part behind `front` bytes (the streamed
-    bodies' and the staging ring); MK_CUDA_ARENA_SMEM (bytes) lowers the cap, 0 keeps every tile
-    in global scratch."""
-    cap = switches.byte_count("MK_CUDA_ARENA_SMEM", ARENA_SMEM)
+    bodies' and the staging ring): ARENA_SMEM, or `want` where a body asks for more;
+    MK_CUDA_ARENA_SMEM (bytes) sets the cap, 0 keeps every tile in global scratch."""
+    cap = switches.byte_count("MK_CUDA_ARENA_SMEM", max(ARENA_SMEM, want))
     offset = -(-front // 16) * 16
     room = DYNAMIC_SMEM - offset
     return offset, max(0, min(cap, room)) // 16 * 16
@@ -83,10 +83,12 @@ def dispatch_struct(
     at_wait: bool = False,
     batch_waits: bool = False,
     pipe_polls: bool = False,
+    arena_want: int = 0,
 ) -> str:
     """`front`: the streamed bodies' shared memory; `staged`: per function, the bytes its
     weights take in the staging ring (padded rows included); `at_wait`, `batch_waits` and
-    `pipe_polls`: MK_CUDA_PREFETCH_AT=wait, MK_CUDA_WAIT_BATCH=1 and MK_CUDA_POLL_PIPE=1."""
+    `pipe_polls`: MK_CUDA_PREFETCH_AT=wait, MK_CUDA_WAIT_BATCH=1 and MK_CUDA_POLL_PIPE=1;
+    `arena_want`: the arena's shared-memory part a body asks for beyond the usual."""
     cases = "\n".join(
         f"      case {KIND_FIRST_LOWERED + i}: "
         f"return {fn.name}(t, bp, arena, iteration, mk::gpu::kAheadNone);"
@@ -112,7 +114,7 @@ def dispatch_struct(
     layout = ring_layout(front, max(staged.values(), default=0))
     assert layout is not None, "the emitter stages only what the ring holds"
     ring_offset, ring = layout
-    offset, arena = arena_smem(ring_offset + ring if ring else front)
+    offset, arena = arena_smem(ring_offset + ring if ring else front, arena_want)
     slots = body_slots(shared)
     return f"""\
 struct Dispatch {{

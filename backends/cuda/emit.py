@@ -479,6 +479,7 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
             switches.prefetch_at_wait(),
             batch,
             pipe,
+            max((need.arena for _, need in bodies), default=0),
         )  # fmt: skip
     )
     out.append("}  // namespace\n")
@@ -502,6 +503,7 @@ class _Need:
     smem: int
     staged: int = 0
     wgmma: bool = False  # runs wgmma_gemm_tile (mk/cuda_wgmma_tile.cuh, with CuTe)
+    arena: int = 0  # bytes of tiles wanted in the arena's shared-memory part (a gemm's sums)
 
 
 _Bodies = list[tuple[list[str], _Need]]
@@ -565,13 +567,15 @@ def _grid_body(
     gk = grid_kernel(grid, refs, "CUDA")
     kernel = gk.kernel
     smem = staged = 0
-    wgmma = False
+    wgmma = gemm = False
     if isinstance(kernel, GraphDefOp):
         emitter = DeviceGraphDefEmitter(kernel, gk.operands, gk.result_buffers(), stage, repeated)
         body = emitter.emit()
         sizes = {n: _numel(v) for v, n in emitter.names.items()}
         smem, staged = 4 * emitter.smem_floats, emitter.staged_bytes
-        wgmma = isinstance(emitter.plan, GemmPlan) and emitter.plan.wgmma
+        plan = emitter.plan
+        gemm = isinstance(plan, GemmPlan)
+        wgmma = isinstance(plan, GemmPlan) and plan.wgmma
     else:
         results = gk.library_results(grid)
         for ref in [*gk.operands, *(r for r, _ in results)]:
@@ -580,4 +584,8 @@ def _grid_body(
         sizes = {f"a{i}": _numel(v) for i, v in enumerate(kernel.operands)}
         sizes["r"] = _numel(kernel.res[0])
     lines, tiles = device_lines(body, sizes)
-    return lines, _Need(tiles + _temporaries(kernel, tiles), smem, staged, wgmma)
+    # A gemm tile's f32 sums (up to 64 KB) outgrow the arena's usual shared-memory part: in
+    # global scratch, their init and the epilogue's reads cost the wgmma tile at 4096³ 0.66
+    # against 0.48 ms on the H200 (bench/RESULTS.md).
+    arena = tiles if gemm else 0
+    return lines, _Need(tiles + _temporaries(kernel, tiles), smem, staged, wgmma, arena)

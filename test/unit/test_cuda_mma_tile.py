@@ -170,6 +170,17 @@ def test_tile_m_and_tile_n_set_a_gemm_tiles_shape(tile_m: int, tile_n: int, tmp_
 
 
 @pytest.mark.usefixtures("no_nvcc")
+def test_a_gemm_tiles_sums_get_the_arenas_shared_memory(engine: str, tmp_path: Path) -> None:
+    """A 128 x 128 tile's f32 sums (64 KB) outgrow the arena's usual 48 KB of shared memory;
+    decode programs keep those 48 KB."""
+    src = cuda_source(linear(4096, 4096, 512), tmp_path, num_sms=132)
+    (arena,) = re.findall(r"kArenaBytes = (\d+)", src)
+    assert int(arena) >= 128 * 128 * 4
+    decode = cuda_source(linear(8, 4096, 512), tmp_path / "decode", num_sms=132)
+    assert re.findall(r"kArenaBytes = (\d+)", decode) == [str(48 << 10)]
+
+
+@pytest.mark.usefixtures("no_nvcc")
 def test_a_tile_past_the_sums_registers_keeps_the_generic_loop(tmp_path: Path) -> None:
     prog = mk.compile(linear(64, 4096, 512), target="cuda", tile_n=4096, cache_dir=tmp_path)
     assert products(prog.cuda_source) == ["mma_tile<true>"]  # type: ignore[attr-defined]
