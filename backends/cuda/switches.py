@@ -258,4 +258,8 @@ def defines(profile: bool, warm: bool) -> str:
         lines.append(f"#define MK_RING_COLS {cols}")
     if raw_fence_per_chunk():
         lines.append("#define MK_RAW_FENCE_CHUNK 1")
+    # ptxas serializes every wgmma of a function that makes any call (C7510): with the bodies
+    # inlined, the arena's overflow messages are the calls left.
+    if flag("MK_CUDA_INLINE_BODIES"):
+        lines.append("#define MK_NO_DEVICE_PRINTF 1")
     return "".join(line + "\n" for line in lines)

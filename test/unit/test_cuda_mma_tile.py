@@ -88,10 +88,15 @@ def test_an_untransposed_matmul_passes_its_layout(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-@pytest.mark.parametrize("which", ["wgmma_gemm", "mma"])
-def test_the_tensor_core_bodies_build_without_spills(which: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("which", ["wgmma_gemm", "mma", "inlined"])
+def test_the_tensor_core_bodies_build_without_spills(
+    which: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With CuTe's headers (the nvidia-cutlass package) the wgmma tile, else its mma.sync
-    stand-in; both within the registers."""
+    stand-in; both within the registers, inlined into the dispatcher too."""
+    if which == "inlined":
+        monkeypatch.setenv("MK_CUDA_INLINE_BODIES", "1")
+        which = "wgmma_gemm"
     text = linear_program(40, 48, 72, True, 3) if which == "wgmma_gemm" else matmul(96, 40, 200)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     assert any(c.startswith(which) for c in products(prog.cuda_source))  # type: ignore[attr-defined]
@@ -178,6 +183,18 @@ def test_a_gemm_tiles_sums_get_the_arenas_shared_memory(engine: str, tmp_path: P
     assert int(arena) >= 128 * 128 * 4
     decode = cuda_source(linear(8, 4096, 512), tmp_path / "decode", num_sms=132)
     assert re.findall(r"kArenaBytes = (\d+)", decode) == [str(48 << 10)]
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_inlined_bodies_leave_the_megakernel_without_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ptxas serializes the wgmma of a function that makes any call: MK_CUDA_INLINE_BODIES=1
+    inlines the bodies and drops the arena's device printf."""
+    monkeypatch.setenv("MK_CUDA_INLINE_BODIES", "1")
+    src = cuda_source(linear(256, 1024, 512), tmp_path, num_sms=132)
+    assert "#define MK_NO_DEVICE_PRINTF 1" in src
+    assert "__noinline__ int32_t task_" not in src and "__forceinline__ int32_t task_" in src
 
 
 @pytest.mark.usefixtures("no_nvcc")

@@ -58,8 +58,10 @@ struct Arena {
     }
     const uint64_t at = (top + 15) & ~uint64_t{15};
     if (at + bytes > cap) {
+#if !defined(MK_NO_DEVICE_PRINTF)
       if (threadIdx.x == 0) printf("mk: CTA %d scratch overflow (%llu > %llu bytes)\n", blockIdx.x,
                                    (unsigned long long)(at + bytes), (unsigned long long)cap);
+#endif
       __trap();
     }
     top = at + bytes;
@@ -106,7 +108,9 @@ struct Tile {
   __device__ Tile(T* storage, int64_t capacity) : p(storage), n(0), cap(capacity) {}
   __device__ void resize(int64_t m) {
     if (m > cap) {
+#if !defined(MK_NO_DEVICE_PRINTF)
       if (threadIdx.x == 0) printf("mk: tile of %lld elements resized to %lld\n", (long long)cap, (long long)m);
+#endif
       __trap();
     }
     n = m;
