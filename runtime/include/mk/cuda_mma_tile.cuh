@@ -93,14 +93,16 @@ struct GemmWeights {
   }
 };
 
-// Columns [k0, k0 + kGemmKc) of `rows` rows of `src` into `stage`, `pad` rows in all (zeros
-// past `rows` and past column k). 16-byte copies when `aligned`, else element by element.
-__device__ inline void gemm_stage(uint16_t* stage, const uint16_t* src, int64_t ld, int rows,
-                                  int pad, int k0, int k, bool aligned) {
+// Columns [k0, k0 + kGemmKc) of `rows` rows of `src` into a stage, row r's column c at
+// `at(r, c)` (8 consecutive elements from a multiple of 8), `pad` rows in all (zeros past `rows`
+// and past column k). 16-byte copies when `aligned`, else element by element.
+template <class At>
+__device__ inline void gemm_stage(At at, const uint16_t* src, int64_t ld, int rows, int pad,
+                                  int k0, int k, bool aligned) {
   for (int i = threadIdx.x; i < pad * (kGemmKc / 8); i += blockDim.x) {
     const int r = i / (kGemmKc / 8), c = (i % (kGemmKc / 8)) * 8;
     const bool in = r < rows && k0 + c < k;
-    uint16_t* to = stage + r * kGemmLd + c;
+    uint16_t* to = at(r, c);
     if (aligned) {
       cp_async16(smem_address(to), in ? src + r * ld + k0 + c : src, in);
     } else {
@@ -121,24 +123,43 @@ __device__ inline uint16_t gemm_bits(float v) {
   else return __half_as_ushort(__float2half_rn(v));
 }
 
-// A fused RMSNorm's part of one staged chunk of x (M16 rows): Σx² of each row's elements into
-// the thread's partials (eight threads a row, the same rows every chunk), and x·g rounded to
-// the 16-bit type in place.
-template <bool BF16, int M16>
-__device__ inline void gemm_norm_chunk(uint16_t* xs, const uint16_t* g, int k0, int k,
-                                       float (&ss)[(M16 * 8 + kCudaThreads - 1) / kCudaThreads]) {
+// Norm partials a thread keeps for a staged x of `Rows` rows: eight threads a row, the same
+// rows every chunk.
+template <int Rows>
+constexpr int kNormSlots = (Rows * 8 + kCudaThreads - 1) / kCudaThreads;
+
+// A fused RMSNorm's part of one staged chunk of x (Rows rows, row r's column c at `at(r, c)`,
+// 8 consecutive elements from a multiple of 8): Σx² of each row's elements into the thread's
+// partials, and x·g rounded to the 16-bit type in place.
+template <bool BF16, int Rows, class At>
+__device__ inline void gemm_norm_chunk(At at, const uint16_t* g, int k0, int k,
+                                       float (&ss)[kNormSlots<Rows>]) {
 #pragma unroll
-  for (int p = 0; p < (M16 * 8 + kCudaThreads - 1) / kCudaThreads; ++p) {
+  for (int p = 0; p < kNormSlots<Rows>; ++p) {
     const int i = threadIdx.x + p * kCudaThreads;
-    if (i >= M16 * 8) break;
-    uint16_t* at = xs + (i / 8) * kGemmLd + (i % 8) * 8;
+    if (i >= Rows * 8) break;
+    uint16_t* v = at(i / 8, (i % 8) * 8);
     const int c = k0 + (i % 8) * 8;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const float x = gemm_float<BF16>(at[j]);
+      const float x = gemm_float<BF16>(v[j]);
       ss[p] += x * x;
-      at[j] = gemm_bits<BF16>(c + j < k ? x * gemm_float<BF16>(g[c + j]) : 0.0f);
+      v[j] = gemm_bits<BF16>(c + j < k ? x * gemm_float<BF16>(g[c + j]) : 0.0f);
     }
+  }
+}
+
+// The partials' row sums added to sum_sq's first `tm` rows.
+template <int Rows>
+__device__ inline void add_row_sums(const float (&ss)[kNormSlots<Rows>], float* sum_sq, int tm) {
+#pragma unroll
+  for (int p = 0; p < kNormSlots<Rows>; ++p) {
+    float v = ss[p];
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    v += __shfl_xor_sync(0xffffffffu, v, 4);
+    const int i = threadIdx.x + p * kCudaThreads, row = i / 8;
+    if (i % 8 == 0 && i < Rows * 8 && row < tm) sum_sq[row] += v;
   }
 }
 
@@ -161,11 +182,14 @@ __device__ void gemm_tile(const uint16_t* x, int64_t x_ld, const uint16_t* g, fl
   auto stage = [&](int c) {
     if (c < chunks) {
       const int s = c % kGemmStages;
-      gemm_stage(sa + s * M16 * kGemmLd, x, x_ld, TM, M16, c * kGemmKc, k, aligned);
+      uint16_t* const a = sa + s * M16 * kGemmLd;
+      gemm_stage([=](int r, int col) { return a + r * kGemmLd + col; }, x, x_ld, TM, M16,
+                 c * kGemmKc, k, aligned);
       for (int i = 0; i < ws.n; ++i) {
         const int pad = (i + 1 < ws.n ? ws.start[i + 1] : NT) - ws.start[i];
-        gemm_stage(sb + (s * NT + ws.start[i]) * kGemmLd, ws.w[i], ws.ld[i], ws.rows[i], pad,
-                   c * kGemmKc, k, aligned);
+        uint16_t* const b = sb + (s * NT + ws.start[i]) * kGemmLd;
+        gemm_stage([=](int r, int col) { return b + r * kGemmLd + col; }, ws.w[i], ws.ld[i],
+                   ws.rows[i], pad, c * kGemmKc, k, aligned);
       }
     }
     cp_async_commit();  // empty past the last chunk: the wait below counts every group
@@ -174,7 +198,7 @@ __device__ void gemm_tile(const uint16_t* x, int64_t x_ld, const uint16_t* g, fl
   for (int c = 0; c < kGemmStages - 1; ++c) stage(c);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, t2 = (lane & 3) * 2;
   float d[kPerWarp][4] = {};
-  float ss[(M16 * 8 + kCudaThreads - 1) / kCudaThreads] = {};
+  float ss[kNormSlots<M16>] = {};
   for (int c = 0; c < chunks; ++c) {
     cp_async_wait<kGemmStages - 2>();
     __syncthreads();  // chunk c has landed, and chunk c - 1's stage is free again
@@ -183,7 +207,8 @@ __device__ void gemm_tile(const uint16_t* x, int64_t x_ld, const uint16_t* g, fl
     uint16_t* const a = sa + s * M16 * kGemmLd;
     const uint16_t* b = sb + s * NT * kGemmLd;
     if (g != nullptr) {
-      gemm_norm_chunk<BF16, M16>(a, g, c * kGemmKc, k, ss);
+      gemm_norm_chunk<BF16, M16>([=](int r, int col) { return a + r * kGemmLd + col; }, g,
+                                 c * kGemmKc, k, ss);
       __syncthreads();
     }
 #pragma unroll
@@ -200,17 +225,7 @@ __device__ void gemm_tile(const uint16_t* x, int64_t x_ld, const uint16_t* g, fl
       }
     }
   }
-  if (g != nullptr && sum_sq != nullptr) {
-#pragma unroll
-    for (int p = 0; p < (M16 * 8 + kCudaThreads - 1) / kCudaThreads; ++p) {
-      float v = ss[p];
-      v += __shfl_xor_sync(0xffffffffu, v, 1);
-      v += __shfl_xor_sync(0xffffffffu, v, 2);
-      v += __shfl_xor_sync(0xffffffffu, v, 4);
-      const int i = threadIdx.x + p * kCudaThreads, row = i / 8;
-      if (i % 8 == 0 && i < M16 * 8 && row < TM) sum_sq[row] += v;
-    }
-  }
+  if (g != nullptr && sum_sq != nullptr) add_row_sums<M16>(ss, sum_sq, TM);
 #pragma unroll
   for (int j = 0; j < kPerWarp; ++j) {
     const int blk = warp + j * kWarps;

@@ -45,25 +45,6 @@ struct WgmmaGemm {
   static constexpr int kSmemBytes = 1024 + Stages * (kRows + NT) * kGemmKc * 2;
 };
 
-// Columns [k0, k0 + kGemmKc) of `rows` rows of `src` into stage `s` of the swizzled `dst`,
-// `pad` rows in all from row `first` (zeros past `rows` and past column k). A 16-byte unit of a
-// swizzled row stays contiguous, so the aligned case copies whole units.
-template <class Smem>
-__device__ inline void wgmma_stage(Smem& dst, int first, const uint16_t* src, int64_t ld, int rows,
-                                   int pad, int s, int k0, int k, bool aligned) {
-  for (int i = threadIdx.x; i < pad * (kGemmKc / 8); i += blockDim.x) {
-    const int r = i / (kGemmKc / 8), c = (i % (kGemmKc / 8)) * 8;
-    const bool in = r < rows && k0 + c < k;
-    uint16_t* to = reinterpret_cast<uint16_t*>(&dst(first + r, c, s));
-    if (aligned) {
-      cp_async16(smem_address(to), in ? src + r * ld + k0 + c : src, in);
-    } else {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) to[j] = in && k0 + c + j < k ? src[r * ld + k0 + c + j] : uint16_t{0};
-    }
-  }
-}
-
 // One thread's 16-byte units of x's or the weights' staged chunks. Thread t copies rows t / 8 +
 // 32 j at columns (t % 8) * 8 of every chunk, so each unit's source row and swizzled place are
 // worked out once per tile and a chunk's copy is a pointer step per unit.
@@ -149,11 +130,13 @@ __device__ void wgmma_gemm_tile(const uint16_t* x, int64_t x_ld, const uint16_t*
       if (aligned) {
         xu.copy(s, c * kGemmKc, k, x);
         wu.copy(s, c * kGemmKc, k, x);
-      } else {
-        wgmma_stage(sA, 0, x, x_ld, TM, MP, s, c * kGemmKc, k, false);
+      } else {  // element by element into the swizzled places (a 16-byte unit stays whole)
+        auto at_a = [&](int r, int col) { return reinterpret_cast<uint16_t*>(&sA(r, col, s)); };
+        gemm_stage(at_a, x, x_ld, TM, MP, c * kGemmKc, k, false);
         for (int i = 0; i < ws.n; ++i) {
-          const int pad = (i + 1 < ws.n ? ws.start[i + 1] : NT) - ws.start[i];
-          wgmma_stage(sB, ws.start[i], ws.w[i], ws.ld[i], ws.rows[i], pad, s, c * kGemmKc, k, false);
+          const int pad = (i + 1 < ws.n ? ws.start[i + 1] : NT) - ws.start[i], first = ws.start[i];
+          auto at_b = [&](int r, int col) { return reinterpret_cast<uint16_t*>(&sB(first + r, col, s)); };
+          gemm_stage(at_b, ws.w[i], ws.ld[i], ws.rows[i], pad, c * kGemmKc, k, false);
         }
       }
     }
@@ -172,8 +155,7 @@ __device__ void wgmma_gemm_tile(const uint16_t* x, int64_t x_ld, const uint16_t*
   Tensor tCrB = thr.make_fragment_B(tCsB);
   Tensor acc = partition_fragment_C(mma, Shape<Int<MP>, Int<NT>>{});
   clear(acc);
-  constexpr int kNormSlots = (MP * 8 + kCudaThreads - 1) / kCudaThreads;
-  float ss[kNormSlots] = {};
+  float ss[kNormSlots<MP>] = {};
   for (int c = 0; c < chunks; ++c) {
     // Chunk c - 1's products finish before the barrier, behind which chunk c + Stages - 1's
     // copies overwrite their stage; chunk c's run on while the next chunk lands.
@@ -184,19 +166,8 @@ __device__ void wgmma_gemm_tile(const uint16_t* x, int64_t x_ld, const uint16_t*
     stage(c + Stages - 1);
     const int s = c % Stages;
     if (g != nullptr) {
-#pragma unroll
-      for (int p = 0; p < kNormSlots; ++p) {
-        const int i = threadIdx.x + p * kCudaThreads;
-        if (i >= MP * 8) break;
-        const int r = i / 8, c0 = (i % 8) * 8, kc = c * kGemmKc + c0;
-        uint16_t* v = reinterpret_cast<uint16_t*>(&sA(r, c0, s));
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          const float xv = gemm_float<BF16>(v[j]);
-          ss[p] += xv * xv;
-          v[j] = gemm_bits<BF16>(kc + j < k ? xv * gemm_float<BF16>(g[kc + j]) : 0.0f);
-        }
-      }
+      auto at_a = [&](int r, int col) { return reinterpret_cast<uint16_t*>(&sA(r, col, s)); };
+      gemm_norm_chunk<BF16, MP>(at_a, g, c * kGemmKc, k, ss);
       fence_async_shared();
       __syncthreads();
     }
@@ -212,17 +183,7 @@ __device__ void wgmma_gemm_tile(const uint16_t* x, int64_t x_ld, const uint16_t*
     warpgroup_wait<0>();
     warpgroup_fence_operand(acc);
   }
-  if (g != nullptr && sum_sq != nullptr) {
-#pragma unroll
-    for (int p = 0; p < kNormSlots; ++p) {
-      float v = ss[p];
-      v += __shfl_xor_sync(0xffffffffu, v, 1);
-      v += __shfl_xor_sync(0xffffffffu, v, 2);
-      v += __shfl_xor_sync(0xffffffffu, v, 4);
-      const int i = threadIdx.x + p * kCudaThreads, row = i / 8;
-      if (i % 8 == 0 && i < MP * 8 && row < TM) sum_sq[row] += v;
-    }
-  }
+  if (g != nullptr && sum_sq != nullptr) add_row_sums<MP>(ss, sum_sq, TM);
   if (mma_thread) {
     Tensor coords = thr.partition_C(make_identity_tensor(Shape<Int<MP>, Int<NT>>{}));
 #pragma unroll
