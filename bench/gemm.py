@@ -2,9 +2,10 @@
 
 Usage (on the GPU machine): python bench/gemm.py [--runs 50] [--shapes 256x2048x2048,...]
                                                   [--generic] [--cache DIR [--build-only]]
-Each shape MxNxK is y = x · wᵀ in bf16 (x [M, K], w [N, K]). Prints the median device time (CUDA
-events, graph replays queued behind a GPU sleep) of mk's megakernel and of PyTorch's matmul in
-a CUDA graph, their TFLOP/s, and mk's largest error against PyTorch. With --generic mk's body
+Each shape MxNxK is y = x · wᵀ in bf16 (x [M, K], w [N, K]). Prints the tile call mk's build
+took, the median device time (CUDA events, graph replays queued behind a GPU sleep) of mk's
+megakernel and of PyTorch's matmul in a CUDA graph, their TFLOP/s, and mk's largest error
+against PyTorch. With --generic mk's body
 keeps the generic float loop and product (mk::gpu::matmul_tile) instead of the tensor-core K
 loop (mk::gpu::gemm_tile): what the tensor cores gained. MK_PASS_OPTIONS
 ("tile_m=128+tile_n=64") sets the tiles, as for bench.py, and MK_CUDA_GEMM the instruction
@@ -15,6 +16,7 @@ variants can be built side by side before any is timed.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -47,12 +49,20 @@ def shapes(text: str) -> list[tuple[int, int, int]]:
     return out
 
 
-def time_mk(text: str, inputs: list[torch.Tensor], runs: int, cache: str) -> tuple[float, object]:
+def tile_call(source: str) -> str:
+    """The product's device call in the emitted source (which tile, of what shape)."""
+    found = re.search(r"mk::gpu::(\w*(?:gemm|mma|matmul)_tile(?:<[^>]*>)?)", source)
+    return found.group(1) if found else "?"
+
+
+def time_mk(
+    text: str, inputs: list[torch.Tensor], runs: int, cache: str
+) -> tuple[float, object, str]:
     prog = mk.compile(text, target="cuda", cache_dir=cache, **pass_options())
     outs = prog(*inputs)  # type: ignore[operator]
     ms = median_ms(capture_graph(lambda: prog.launch(*inputs, out=outs)), runs, queued=True)  # type: ignore[attr-defined]
     prog.check()  # type: ignore[attr-defined]
-    return ms, prog(*inputs)  # type: ignore[operator]
+    return ms, prog(*inputs), tile_call(prog.cuda_source)  # type: ignore[operator,attr-defined]
 
 
 def main() -> int:
@@ -68,9 +78,10 @@ def main() -> int:
         emit.mma_tile = lambda op, var: None  # type: ignore[assignment]
         emit.plan_gemm = lambda op: None  # type: ignore[assignment]
     print(
-        "| M x N x K | mk ms | mk TFLOP/s | PyTorch + CUDA graph ms | PyTorch TFLOP/s | mk error |"
+        "| M x N x K | mk tile | mk ms | mk TFLOP/s | PyTorch + CUDA graph ms | PyTorch TFLOP/s "
+        "| mk error |"
     )
-    print("|---|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as temporary:
         cache = args.cache or temporary
         for m, n, k in shapes(args.shapes):
@@ -83,11 +94,11 @@ def main() -> int:
             x, w = inputs
             ref = x @ w.T
             torch_ms = median_ms(capture_graph(lambda x=x, w=w: x @ w.T), args.runs, queued=True)
-            mk_ms, outs = time_mk(text, inputs, args.runs, cache)
+            mk_ms, outs, tile = time_mk(text, inputs, args.runs, cache)
             flop = 2 * m * n * k
             error = max_error(tuple(outs) if isinstance(outs, tuple) else (outs,), (ref,))  # type: ignore[arg-type]
             print(
-                f"| {m}x{n}x{k} | {mk_ms:.4f} | {flop / mk_ms / 1e9:.1f} | {torch_ms:.4f} | "
+                f"| {m}x{n}x{k} | `{tile}` | {mk_ms:.4f} | {flop / mk_ms / 1e9:.1f} | {torch_ms:.4f} | "
                 f"{flop / torch_ms / 1e9:.1f} | {error:.1e} |",
                 flush=True,
             )

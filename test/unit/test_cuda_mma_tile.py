@@ -223,3 +223,52 @@ def test_prefill_attention_scores_run_on_tensor_cores(tmp_path: Path) -> None:
 def test_prefill_attention_matches_the_reference(s: int, tmp_path: Path) -> None:
     text = prefill_attention(s)
     agrees_with_the_reference(mk.compile(text, target="cuda", cache_dir=tmp_path), text, s)
+
+
+def test_cute_headers_come_from_the_environment_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$CUTLASS_INCLUDE_DIR wins where it holds CuTe; a directory without it is passed over."""
+    (tmp_path / "cute").mkdir()
+    (tmp_path / "cute" / "tensor.hpp").write_text("// stand-in\n")
+    monkeypatch.setenv("CUTLASS_INCLUDE_DIR", str(tmp_path))
+    assert cuda_build.cute_include_dir() == tmp_path
+    monkeypatch.setenv("CUTLASS_INCLUDE_DIR", str(tmp_path / "cute"))
+    assert cuda_build.cute_include_dir() != tmp_path / "cute"
+
+
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+def test_without_cute_the_wgmma_call_builds_as_mma_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No CuTe headers found: the same source builds (the mma.sync tile in the call's place),
+    under another cache key than a build with CuTe."""
+    text = linear(64, 64, 128)
+    with_cute = cuda_build.cute_include_dir()
+    monkeypatch.setattr(cuda_build, "cute_include_dir", lambda: None)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    assert products(src) == ["wgmma_gemm_tile<true"]
+    assert prog.cuda_resources is not None  # type: ignore[attr-defined]
+    if with_cute is not None:
+        key = cuda_build.library_key(src, NVCC)  # type: ignore[arg-type]
+        monkeypatch.setattr(cuda_build, "cute_include_dir", lambda: with_cute)
+        assert cuda_build.library_key(src, NVCC) != key  # type: ignore[arg-type]
+
+
+@pytest.mark.gpu
+def test_the_gemm_bench_names_its_tile_and_matches_pytorch() -> None:
+    """bench/gemm.py's row for one small shape: the tile the build took, and mk's error."""
+    import subprocess
+    import sys
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "gemm.py"
+    done = subprocess.run(
+        [sys.executable, str(bench), "--runs", "50", "--shapes", "256x256x512"],
+        capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    (row,) = [line for line in done.stdout.splitlines() if line.startswith("| 256x256x512")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "`wgmma_gemm_tile<true, 64, 64, 4>`", row
+    assert float(cells[-1]) <= 2e-2, row
