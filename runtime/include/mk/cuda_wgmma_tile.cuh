@@ -21,9 +21,10 @@ namespace gpu {
 
 #if defined(MK_WITH_CUTE)
 
-// The shapes of one wgmma gemm tile of TM x rows and NT weight rows: MP rows padded for the
-// warpgroups, the two warpgroups split along M where there are 128 rows or more, else along N
-// (or one warpgroup alone when NT does not halve into multiples of 8).
+// The shapes of one wgmma gemm tile of TM x rows and NT weight rows: x's rows padded to 64 a
+// warpgroup (kRows; backends/cuda/mma_tile.py's wgmma_rows), the two warpgroups split along M
+// past 64 rows, else along N (or one warpgroup alone when NT does not halve into multiples of
+// 8). The stages take 1 KiB of alignment (the swizzle's atom) and (kRows + NT) x 128 bytes each.
 template <bool BF16, int TM, int NT, int Stages>
 struct WgmmaGemm {
   static_assert(Stages >= 2, "the ring needs a stage to fill while one is read");
@@ -40,9 +41,6 @@ struct WgmmaGemm {
   using SmemB = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<T>{},
                                              cute::Shape<cute::Int<NT>, cute::Int<kGemmKc>, cute::Int<Stages>>{}));
   static constexpr int kThreads = cute::size(Mma{});
-  // Bytes of shared memory from the dynamic area's start: 1 KiB of alignment (the swizzle's
-  // atom) and the stages.
-  static constexpr int kSmemBytes = 1024 + Stages * (kRows + NT) * kGemmKc * 2;
 };
 
 // One thread's 16-byte units of x's or the weights' staged chunks. Thread t copies rows t / 8 +
