@@ -37,11 +37,13 @@ def products(src: str) -> list[str]:
     return re.findall(r"mk::gpu::(mma_tile<\w+>|(?:wgmma_)?gemm_tile<\w+|matmul_tile\b)", src)
 
 
-@pytest.fixture(params=["wgmma", "mma"])
+@pytest.fixture(params=["wgmma", "mma", "inlined"])
 def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both gemm tiles: wgmma through CuTe (the default) and mma.sync; the call's prefix."""
-    monkeypatch.setenv("MK_CUDA_GEMM", request.param)
-    return "wgmma_" if request.param == "wgmma" else ""
+    """The gemm tiles: wgmma through CuTe (the default), mma.sync, and wgmma in a megakernel
+    whose bodies are inlined (MK_CUDA_INLINE_BODIES=1); the call's prefix."""
+    monkeypatch.setenv("MK_CUDA_GEMM", "mma" if request.param == "mma" else "wgmma")
+    monkeypatch.setenv("MK_CUDA_INLINE_BODIES", "1" if request.param == "inlined" else "0")
+    return "" if request.param == "mma" else "wgmma_"
 
 
 @pytest.mark.usefixtures("no_nvcc")
