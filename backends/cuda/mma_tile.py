@@ -87,11 +87,15 @@ class GemmPlan:
         tm = self.x.tile_shape()[0]
         return 64 if tm <= 64 else _round_up(tm, 128)
 
+    def wgmma_stage_bytes(self) -> int:
+        return (self.wgmma_rows() + self.weight_rows()) * WGMMA_KC_BYTES
+
     def wgmma_stages(self) -> int:
         """The most stages (MK_CUDA_GEMM_STAGES, 4) that fit the shared memory; fewer than 2
         do not run."""
-        stage = (self.wgmma_rows() + self.weight_rows()) * WGMMA_KC_BYTES
-        return min(switches.gemm_stages(), (GEMM_MAX_SMEM - WGMMA_ALIGN) // stage)
+        return min(
+            switches.gemm_stages(), (GEMM_MAX_SMEM - WGMMA_ALIGN) // self.wgmma_stage_bytes()
+        )
 
     def mma_smem_bytes(self) -> int:
         rows = _round_up(self.x.tile_shape()[0], 16) + self.weight_rows()
@@ -102,8 +106,8 @@ class GemmPlan:
         headers runs the mma.sync tile in the wgmma call's place)."""
         if not self.wgmma:
             return self.mma_smem_bytes()
-        stage = (self.wgmma_rows() + self.weight_rows()) * WGMMA_KC_BYTES
-        return max(WGMMA_ALIGN + self.wgmma_stages() * stage, self.mma_smem_bytes())
+        wgmma = WGMMA_ALIGN + self.wgmma_stages() * self.wgmma_stage_bytes()
+        return max(wgmma, self.mma_smem_bytes())
 
     def fits(self) -> bool:
         """Whether the sums fit the registers and the ring the shared memory (with wgmma, the
