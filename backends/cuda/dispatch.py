@@ -19,13 +19,12 @@ DYNAMIC_SMEM = SMEM_PER_CTA - STATIC_SMEM_MARGIN
 ARENA_KEEP = ARENA_SMEM
 
 
-def device_function(fn: SharedFunction) -> str:
-    """A shared body as a device function: a call of its own (MK_CUDA_INLINE_BODIES=1
-    inlines it into the dispatcher, the megakernel then making no calls at all)."""
-    inline = "__forceinline__" if switches.flag("MK_CUDA_INLINE_BODIES") else "__noinline__"
+def device_function(fn: SharedFunction, inline: bool) -> str:
+    """A shared body as a device function: a call of its own, or inlined into the dispatcher
+    (switches.inline_bodies), the megakernel then making no calls at all."""
     head = [
         fn.comment(),
-        f"__device__ {inline} int32_t {fn.name}(const mk::TaskDesc* t, void* const* bp, "
+        f"__device__ {'__forceinline__' if inline else '__noinline__'} int32_t {fn.name}(const mk::TaskDesc* t, void* const* bp, "
         "mk::gpu::Arena& arena, int32_t iteration, int32_t ahead) {",
     ]
     if not runs_ahead(fn, "kAheadL2") and not runs_ahead(fn, "kAheadStage"):

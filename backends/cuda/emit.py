@@ -452,8 +452,10 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
     }
     profile = op_marks.enabled()
     bodies = _bodies(grids, refs)
-    extra = WGMMA_HEADER + "\n" if any(need.wgmma for _, need in bodies) else ""
-    defines = switches.defines(profile, op_marks.warm())
+    wgmma = any(need.wgmma for _, need in bodies)
+    extra = WGMMA_HEADER + "\n" if wgmma else ""
+    inline = switches.inline_bodies(wgmma)
+    defines = switches.defines(profile, op_marks.warm(), inline)
     out = [_PRELUDE.format(name=g.sym_name.data, defines=defines, extra=extra)]
     shared = SharedBodies(slot_format="bp[{k}]")
     staged: dict[str, int] = {}  # per function, its weights' bytes in the staging ring
@@ -468,7 +470,7 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
         for fn in shared.functions:
             fn.body = marked[fn.name][0]
         labels = {grid: tuple(marked[fn.name][1]) for grid, fn, _ in shared.calls}
-    out += [device_function(fn) for fn in shared.functions]
+    out += [device_function(fn, inline) for fn in shared.functions]
     batch, pipe = switches.flag("MK_CUDA_WAIT_BATCH"), switches.flag("MK_CUDA_POLL_PIPE")
     out.append(
         dispatch_struct(

@@ -217,9 +217,21 @@ def gemm_stages() -> int:
     return count("MK_CUDA_GEMM_STAGES", 4, 2, 8, "stages")
 
 
-def defines(profile: bool, warm: bool) -> str:
+def inline_bodies(wgmma: bool) -> bool:
+    """MK_CUDA_INLINE_BODIES: whether the task bodies are inlined into the dispatcher, which then
+    makes no calls. ptxas serializes every wgmma of a function that makes any call (C7510), so
+    `auto` (default) inlines where a body runs a wgmma tile: on the H200 (bench/RESULTS.md,
+    session 45) 4096^3 0.480 -> 0.403 ms, 1024x4096^2 0.124 -> 0.106. 0 or 1 force it."""
+    text = os.environ.get("MK_CUDA_INLINE_BODIES", "") or "auto"
+    if text == "auto":
+        return wgmma
+    return flag("MK_CUDA_INLINE_BODIES")
+
+
+def defines(profile: bool, warm: bool, inline: bool = False) -> str:
     """The header switches of one build (mk/cuda_arena.h, mk/cuda_stream.cuh) as #define lines;
-    `profile` for op marks, `warm` to run each body once untimed before its timed run."""
+    `profile` for op marks, `warm` to run each body once untimed before its timed run, `inline`
+    where the bodies are inlined (the arena's overflow messages, calls, are left out)."""
     lines = ["#define MK_OP_MARKS 1"] if profile else []
     if profile and warm:
         lines.append("#define MK_OP_MARKS_WARM 1")
@@ -258,8 +270,8 @@ def defines(profile: bool, warm: bool) -> str:
         lines.append(f"#define MK_RING_COLS {cols}")
     if raw_fence_per_chunk():
         lines.append("#define MK_RAW_FENCE_CHUNK 1")
-    # ptxas serializes every wgmma of a function that makes any call (C7510): with the bodies
-    # inlined, the arena's overflow messages are the calls left.
-    if flag("MK_CUDA_INLINE_BODIES"):
+    # With the bodies inlined, the arena's overflow messages (printf) are the calls left; the
+    # overflow still traps.
+    if inline:
         lines.append("#define MK_NO_DEVICE_PRINTF 1")
     return "".join(line + "\n" for line in lines)

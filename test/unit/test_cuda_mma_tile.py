@@ -37,12 +37,13 @@ def products(src: str) -> list[str]:
     return re.findall(r"mk::gpu::(mma_tile<\w+>|(?:wgmma_)?gemm_tile<\w+|matmul_tile\b)", src)
 
 
-@pytest.fixture(params=["wgmma", "mma", "inlined"])
+@pytest.fixture(params=["wgmma", "mma", "called"])
 def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The gemm tiles: wgmma through CuTe (the default), mma.sync, and wgmma in a megakernel
-    whose bodies are inlined (MK_CUDA_INLINE_BODIES=1); the call's prefix."""
+    """The gemm tiles: wgmma through CuTe in a megakernel whose bodies are inlined (the
+    default), mma.sync, and wgmma in bodies called (MK_CUDA_INLINE_BODIES=0); the call's
+    prefix."""
     monkeypatch.setenv("MK_CUDA_GEMM", "mma" if request.param == "mma" else "wgmma")
-    monkeypatch.setenv("MK_CUDA_INLINE_BODIES", "1" if request.param == "inlined" else "0")
+    monkeypatch.setenv("MK_CUDA_INLINE_BODIES", "0" if request.param == "called" else "")
     return "" if request.param == "mma" else "wgmma_"
 
 
@@ -90,14 +91,14 @@ def test_an_untransposed_matmul_passes_its_layout(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-@pytest.mark.parametrize("which", ["wgmma_gemm", "mma", "inlined"])
+@pytest.mark.parametrize("which", ["wgmma_gemm", "mma", "called"])
 def test_the_tensor_core_bodies_build_without_spills(
     which: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With CuTe's headers (the nvidia-cutlass package) the wgmma tile, else its mma.sync
-    stand-in; both within the registers, inlined into the dispatcher too."""
-    if which == "inlined":
-        monkeypatch.setenv("MK_CUDA_INLINE_BODIES", "1")
+    stand-in; both within the registers, inlined into the dispatcher or called."""
+    if which == "called":
+        monkeypatch.setenv("MK_CUDA_INLINE_BODIES", "0")
         which = "wgmma_gemm"
     text = linear_program(40, 48, 72, True, 3) if which == "wgmma_gemm" else matmul(96, 40, 200)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
@@ -188,15 +189,29 @@ def test_a_gemm_tiles_sums_get_the_arenas_shared_memory(engine: str, tmp_path: P
 
 
 @pytest.mark.usefixtures("no_nvcc")
-def test_inlined_bodies_leave_the_megakernel_without_calls(
+def test_wgmma_bodies_are_inlined_leaving_the_megakernel_without_calls(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """ptxas serializes the wgmma of a function that makes any call: MK_CUDA_INLINE_BODIES=1
-    inlines the bodies and drops the arena's device printf."""
+    """ptxas serializes the wgmma of a function that makes any call: a program with a wgmma
+    tile inlines its bodies and drops the arena's device printf; MK_CUDA_INLINE_BODIES sets it."""
+
+    def inlined(text: str, where: str) -> bool:
+        src = cuda_source(text, tmp_path / where, num_sms=132)
+        called = "__noinline__ int32_t task_" in src
+        assert called != ("__forceinline__ int32_t task_" in src)
+        assert called != ("#define MK_NO_DEVICE_PRINTF 1" in src)
+        return not called
+
+    monkeypatch.setenv("MK_CUDA_GEMM", "wgmma")
+    gemm, decode = linear(256, 1024, 512), linear(8, 4096, 512)
+    assert inlined(gemm, "gemm") and not inlined(decode, "decode")
+    monkeypatch.setenv("MK_CUDA_INLINE_BODIES", "0")
+    assert not inlined(gemm, "gemm0")
     monkeypatch.setenv("MK_CUDA_INLINE_BODIES", "1")
-    src = cuda_source(linear(256, 1024, 512), tmp_path, num_sms=132)
-    assert "#define MK_NO_DEVICE_PRINTF 1" in src
-    assert "__noinline__ int32_t task_" not in src and "__forceinline__ int32_t task_" in src
+    assert inlined(decode, "decode1")
+    monkeypatch.setenv("MK_CUDA_GEMM", "mma")
+    monkeypatch.setenv("MK_CUDA_INLINE_BODIES", "")
+    assert not inlined(gemm, "mma")
 
 
 @pytest.mark.usefixtures("no_nvcc")
