@@ -2,7 +2,8 @@
 
 Usage (on the GPU machine): python bench/variants.py --model PRESET [--batch B] [--runs N]
                             [--rounds R] VARIANT...
-A VARIANT is "" (the defaults) or NAME=VALUE[,NAME=VALUE...] of MK_CUDA_* build switches. The
+A VARIANT is "" (the defaults) or NAME=VALUE[,NAME=VALUE...] of MK_CUDA_* build switches and
+MK_PASS_OPTIONS (pass options as bench.py takes them: MK_PASS_OPTIONS=accumulate_columns=128). The
 weights, a 1,000-token prompt and its prefill (PyTorch) are made once; each variant's decode
 launch (8 steps, context 1,024: mk-generate's program) is compiled under its switches and timed
 in turn, R rounds of N CUDA-graph replays each (CUDA events), so that the variants see one GPU
@@ -28,15 +29,16 @@ def parse_variant(text: str) -> dict[str, str]:
     switches: dict[str, str] = {}
     for item in filter(None, text.split(",")):
         name, eq, value = item.partition("=")
-        if not eq or not name.startswith("MK_CUDA_"):
-            raise ValueError(f"variants: {item!r} is not MK_CUDA_NAME=VALUE")
+        if not eq or not (name.startswith("MK_CUDA_") or name == "MK_PASS_OPTIONS"):
+            raise ValueError(f"variants: {item!r} is not MK_CUDA_NAME=VALUE or MK_PASS_OPTIONS=...")
         switches[name] = value
     return switches
 
 
 def environment(base: dict[str, str], switches: dict[str, str]) -> dict[str, str]:
-    """`base` without its MK_CUDA_* switches, then `switches`: one variant's environment."""
-    env = {k: v for k, v in base.items() if not k.startswith("MK_CUDA_")}
+    """`base` without its MK_CUDA_* switches and pass options, then `switches`: one variant's
+    environment."""
+    env = {k: v for k, v in base.items() if not k.startswith(("MK_CUDA_", "MK_PASS_OPTIONS"))}
     env.update(switches)
     return env
 
@@ -78,6 +80,8 @@ def main() -> int:
     import mk
     from mk.models.torch_reference import capture_graph, event_ms
 
+    from bench import pass_options
+
     text, inputs = prepare(args.model, args.batch)
     base = dict(os.environ)
     progs: dict[str, Any] = {}
@@ -85,7 +89,7 @@ def main() -> int:
         os.environ.clear()
         os.environ.update(environment(base, switches))
         start = time.perf_counter()
-        progs[v] = mk.compile(text, target="cuda")
+        progs[v] = mk.compile(text, target="cuda", **pass_options())
         print(f"{v or 'default'}: compiled in {time.perf_counter() - start:.1f} s", flush=True)
     os.environ.clear()
     os.environ.update(base)

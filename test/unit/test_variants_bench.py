@@ -20,6 +20,9 @@ def test_a_variant_is_its_switches(variants: Any) -> None:
         "MK_CUDA_LAYER_LOADS": "8",
         "MK_CUDA_ATTN_KEYS": "2",
     }
+    assert variants.parse_variant("MK_PASS_OPTIONS=accumulate_columns=128+task_us=2") == {
+        "MK_PASS_OPTIONS": "accumulate_columns=128+task_us=2"
+    }
 
 
 @pytest.mark.parametrize("text", ["LOADS=8", "MK_CUDA_LOADS", "MK_CUDA_LOADS=8,X=1"])
@@ -29,7 +32,7 @@ def test_a_malformed_variant_is_refused(variants: Any, text: str) -> None:
 
 
 def test_each_variant_starts_from_no_switches(variants: Any) -> None:
-    base = {"PATH": "/bin", "MK_CUDA_LOADS": "12", "MK_CACHE_DIR": "c"}
+    base = {"PATH": "/bin", "MK_CUDA_LOADS": "12", "MK_CACHE_DIR": "c", "MK_PASS_OPTIONS": "k=1"}
     env = variants.environment(base, {"MK_CUDA_LAYER_LOADS": "0"})
     assert env == {"PATH": "/bin", "MK_CACHE_DIR": "c", "MK_CUDA_LAYER_LOADS": "0"}
 
