@@ -78,9 +78,8 @@ def main() -> int:
         print(e, file=sys.stderr)
         return 2
     import mk
-    from mk.models.torch_reference import capture_graph, event_ms
-
     from bench import pass_options
+    from mk.models.torch_reference import capture_graph, event_ms
 
     text, inputs = prepare(args.model, args.batch)
     base = dict(os.environ)

@@ -59,12 +59,13 @@ def device_lines(lines: Sequence[str], sizes: dict[str, int]) -> tuple[list[str]
         decl = _DECL.match(line)
         if decl:
             ctype, name = decl.groups()
-            scratch += 16 + _tile_bytes(ctype, sizes[name])
-            if block is None:
+            if block is None:  # each tile aligned on its own
+                scratch += 16 + _tile_bytes(ctype, sizes[name])
                 out.append(f"mk::gpu::Tile<{ctype}> {name}(arena, {sizes[name]});")
                 continue
             offsets, total = block
             if offsets[name] == 0:
+                scratch += 16 + total
                 out.append(f"uint8_t* const tiles = static_cast<uint8_t*>(arena.alloc({total}));")
             storage = f"reinterpret_cast<{ctype}*>(tiles + {offsets[name]})"
             out.append(f"mk::gpu::Tile<{ctype}> {name}({storage}, {sizes[name]});")

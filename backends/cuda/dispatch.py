@@ -86,11 +86,13 @@ def dispatch_struct(
     batch_waits: bool = False,
     pipe_polls: bool = False,
     arena_want: int = 0,
+    wide_front: int = 0,
 ) -> str:
     """`front`: the streamed bodies' shared memory; `staged`: per function, the bytes its
     weights take in the staging ring (padded rows included); `at_wait`, `batch_waits` and
     `pipe_polls`: MK_CUDA_PREFETCH_AT=wait, MK_CUDA_WAIT_BATCH=1 and MK_CUDA_POLL_PIPE=1;
-    `arena_want`: the arena's shared-memory part a body asks for beyond the usual."""
+    `arena_want`: the arena's shared-memory part a body asks for beyond the usual; `wide_front`:
+    the most shared memory a body whose room reaches into the arena's part takes."""
     cases = "\n".join(
         f"      case {KIND_FIRST_LOWERED + i}: "
         f"return {fn.name}(t, bp, arena, iteration, mk::gpu::kAheadNone);"
@@ -116,7 +118,9 @@ def dispatch_struct(
     layout = ring_layout(front, max(staged.values(), default=0))
     assert layout is not None, "the emitter stages only what the ring holds"
     ring_offset, ring = layout
-    offset, arena = arena_smem(ring_offset + ring if ring else front, arena_want)
+    # A wide body's tiles go behind its room: the arena's part takes all that is left.
+    want = max(arena_want, DYNAMIC_SMEM if wide_front else 0)
+    offset, arena = arena_smem(ring_offset + ring if ring else front, want)
     slots = body_slots(shared)
     return f"""\
 struct Dispatch {{
@@ -124,7 +128,7 @@ struct Dispatch {{
   static constexpr unsigned kRingBytes = {ring};
   static constexpr unsigned kArenaOffset = {offset};
   static constexpr unsigned kArenaBytes = {arena};
-  static constexpr unsigned kSmemBytes = {offset + arena};
+  static constexpr unsigned kSmemBytes = {max(offset + arena, wide_front)};
   static constexpr int kSlots = {slots};  // most buffers one body reads
   static constexpr int kBuffers = {buffers};  // rows of the buffer table
   static constexpr bool kPrefetchAtWait = {"true" if at_wait else "false"};  // MK_CUDA_PREFETCH_AT

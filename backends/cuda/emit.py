@@ -17,6 +17,7 @@ from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation, SSAValue
 
 from mk.backends.cpu.emit import (
+    GridKernel,
     _graph_of,
     _ident,
     grid_kernel,
@@ -32,6 +33,7 @@ from mk.backends.cuda import op_marks, switches
 from mk.backends.cuda.barriers import PLACEHOLDER, Loop, every_loop, place_barriers
 from mk.backends.cuda.device_lines import device_lines
 from mk.backends.cuda.dispatch import (
+    DYNAMIC_SMEM,
     body_slots,
     device_function,
     dispatch_struct,
@@ -49,6 +51,7 @@ from mk.backends.cuda.rows_add import RowsAdd, plan_rows_add
 from mk.backends.cuda.split_merge import MergedX, MergePlan, merge_lines, plan_merge
 from mk.backends.cuda.stream import (
     STAGE_X_BYTES,
+    WIDE_ROOM,
     StreamPlan,
     layer_loads,
     plan_stream,
@@ -124,11 +127,15 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         results: dict[int, list[BufferRef]],
         stage: bool = False,
         repeated: bool = False,
+        room: int = 0,
     ) -> None:
         super().__init__(op, operands, results)
         stream = plan_stream(op)
+        self.stream_chunks = 0  # chunks a streamed linear walks its activation in
         if stream is not None and repeated:
             stream = dataclasses.replace(stream, repeated=True)
+        if stream is not None and room:
+            stream = dataclasses.replace(stream, x_bytes=room)
         if stream is not None and stage:  # the chunk leaves the ring its room
             stream = dataclasses.replace(stream, x_bytes=STAGE_X_BYTES, ring_ok=False)
         if stream is not None and isinstance(stream.x, MergedX):
@@ -463,7 +470,8 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
         fn = shared.add(f"task_{gi}_{_ident(grid.sym_name.data)}", grid.sym_name.data, lines)
         staged[fn.name] = need.staged
     scratch = max((need.scratch for _, need in bodies), default=0)
-    front = max((need.smem for _, need in bodies), default=0)
+    front = max((need.smem for _, need in bodies if not need.wide), default=0)
+    wide_front = max((need.smem for _, need in bodies if need.wide), default=0)
     labels: dict[str, tuple[str, ...]] | None = None
     if profile:
         marked = {fn.name: op_marks.mark_statements(fn.body) for fn in shared.functions}
@@ -482,6 +490,7 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
             batch,
             pipe,
             max((need.arena for _, need in bodies), default=0),
+            wide_front,
         )  # fmt: skip
     )
     out.append("}  // namespace\n")
@@ -506,6 +515,7 @@ class _Need:
     staged: int = 0
     wgmma: bool = False  # runs wgmma_gemm_tile (mk/cuda_wgmma_tile.cuh, with CuTe)
     arena: int = 0  # bytes of tiles wanted in the arena's shared-memory part (a gemm's sums)
+    wide: bool = False  # its front reaches into the arena's shared-memory part (WIDE_ROOM)
 
 
 _Bodies = list[tuple[list[str], _Need]]
@@ -565,14 +575,18 @@ def _grid_body(
     refs: dict[str, BufferRef],
     stage: bool,
     repeated: bool = False,
+    widen: bool = True,
 ) -> tuple[list[str], _Need]:
     gk = grid_kernel(grid, refs, "CUDA")
     kernel = gk.kernel
     smem = staged = 0
     wgmma = gemm = False
+    wide = None
     if isinstance(kernel, GraphDefOp):
         emitter = DeviceGraphDefEmitter(kernel, gk.operands, gk.result_buffers(), stage, repeated)
         body = emitter.emit()
+        if widen and (wide := _widened(emitter, gk, stage, repeated)) is not None:
+            emitter, body = wide
         sizes = {n: _numel(v) for v, n in emitter.names.items()}
         smem, staged = 4 * emitter.smem_floats, emitter.staged_bytes
         plan = emitter.plan
@@ -590,4 +604,24 @@ def _grid_body(
     # global scratch, their init and the epilogue's reads cost the wgmma tile at 4096³ 0.66
     # against 0.48 ms on the H200 (bench/RESULTS.md).
     arena = tiles if gemm else 0
-    return lines, _Need(tiles + _temporaries(kernel, tiles), smem, staged, wgmma, arena)
+    scratch = tiles + _temporaries(kernel, tiles)
+    # The tiles would leave the arena's part (`tiles` counts 16 bytes of alignment a 16-byte
+    # aligned front does not need).
+    if wide is not None and smem + tiles - 16 > DYNAMIC_SMEM:
+        return _grid_body(grid, refs, stage, repeated, widen=False)
+    if wide is not None:
+        lines = [f"arena.clear_front({smem});  // the stream's room reaches into the arena", *lines]
+    return lines, _Need(scratch, smem, staged, wgmma, arena, wide is not None)
+
+
+def _widened(
+    emitter: DeviceGraphDefEmitter, gk: GridKernel, stage: bool, repeated: bool
+) -> tuple[DeviceGraphDefEmitter, list[str]] | None:
+    """The body again with WIDE_ROOM for its streamed activation where that takes fewer chunks
+    (switches.wide_room), else None."""
+    if stage or emitter.stream_chunks < 2 or not switches.wide_room():
+        return None
+    op = emitter.op
+    wide = DeviceGraphDefEmitter(op, gk.operands, gk.result_buffers(), stage, repeated, WIDE_ROOM)
+    body = wide.emit()
+    return (wide, body) if 0 < wide.stream_chunks < emitter.stream_chunks else None

@@ -63,6 +63,7 @@ class StreamLinearEmitter(GraphDefEmitter):
         k = self.forloop * shape_of(plan.x.tile)[1]
         chunk = plan.chunk(k)
         self.smem_floats = -(-plan.smem_bytes(k) // 4)
+        self.stream_chunks = -(-k // chunk)
         emit("{")
         emit("mk::gpu::StreamLinear sl{};")
         emit("sl.arena = &arena;")

@@ -29,6 +29,9 @@ SMEM_BYTES = 160 << 10  # mk::gpu::kStreamSmemBytes: most the activation chunk t
 # With weights staged ahead, the chunk's room, so that the ring they land in is large, and the
 # most one task stages.
 STAGE_X_BYTES = 32 << 10
+# The room a streamed body with tiny tiles may take where it then walks its activation in fewer
+# chunks (switches.wide_room): the arena's shared-memory part behind it keeps what is left.
+WIDE_ROOM = 208 << 10
 MMA_LOADS = 16  # 16-byte weight loads a lane of a tensor-core warp keeps in flight
 STAGE_MAX = 128 << 10
 # What a body returns (the run status's detail is one less) when its staged weights never landed.

@@ -14,7 +14,8 @@ from linear_programs import agrees_with_the_reference, cuda_source, graph_defs, 
 
 import mk
 from mk.backends.cuda import build as cuda_build
-from mk.backends.cuda.stream import MMA_LOADS, SMEM_BYTES, plan_stream, ring_bytes
+from mk.backends.cuda.dispatch import DYNAMIC_SMEM
+from mk.backends.cuda.stream import MMA_LOADS, SMEM_BYTES, WIDE_ROOM, plan_stream, ring_bytes
 from mk.diagnostics import MkError
 
 NVCC = cuda_build.nvcc()  # before any test patches it out
@@ -451,3 +452,60 @@ def test_whole_lines_match_the_reference(
     prog = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path)
     assert "#define MK_MMA_LINES 1" in prog.cuda_source  # type: ignore[attr-defined]
     agrees_with_the_reference(prog, text, (rows, k, pipe))
+
+
+def _wide_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wide: str, k: int = 14336) -> str:
+    """A batch-8 raw linear streaming through the ring (a down projection's shape), with
+    MK_CUDA_WIDE_ROOM=`wide`."""
+    monkeypatch.setenv("MK_CUDA_MMA_RING", "3")
+    monkeypatch.setenv("MK_CUDA_WIDE_ROOM", wide)
+    return cuda_source(linear_program(8, 256, k, False), tmp_path / f"{wide}_{k}", num_sms=8)
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_a_stream_with_tiny_tiles_takes_the_wide_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where WIDE_ROOM walks the activation in fewer chunks (14,336 columns: 7 of 2,048 -> 4 of
+    3,584), the body takes it, reaching into the arena's shared-memory part, and clears its tiles
+    of it; the arena's part then takes what is left of the shared memory."""
+    wide = _wide_source(tmp_path, monkeypatch, "1")
+    assert f"arena.clear_front({WIDE_ROOM});" in wide and "sl.kc = 3584;" in wide
+    assert re.findall(r"kSmemBytes = (\d+)", wide) == [str(DYNAMIC_SMEM)]
+    usual = _wide_source(tmp_path, monkeypatch, "0")
+    assert "clear_front" not in usual and "sl.kc = 2048;" in usual
+    assert re.findall(r"kSmemBytes = (\d+)", usual) == [str(SMEM_BYTES + (48 << 10))]
+    # One chunk either way (4,096 columns fit one buffer): the usual room.
+    assert "clear_front" not in _wide_source(tmp_path, monkeypatch, "1", k=4096)
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_a_norm_body_keeps_the_usual_room(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A normed activation of 1,024 columns is one chunk in the usual room: nothing to gain."""
+    monkeypatch.setenv("MK_CUDA_MMA_RING", "3")
+    text = linear_program(8, 256, 1024, True)
+    assert "clear_front" not in cuda_source(text, tmp_path, num_sms=8)
+
+
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+def test_the_wide_room_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MK_CUDA_MMA_RING", "3")
+    prog = mk.compile(linear_program(8, 256, 14336, False), target="cuda", cache_dir=tmp_path)
+    assert "arena.clear_front(" in prog.cuda_source  # type: ignore[attr-defined]
+    used = prog.cuda_resources  # type: ignore[attr-defined]
+    assert used is not None and used.spilling == 0, used
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("k", "wide"), [(14336, "1"), (14336, "0"), (8992, "1")])
+def test_the_wide_room_matches_the_reference(
+    k: int, wide: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the GPU, a raw batch-8 activation walked in chunks of the wide room (the last ragged
+    at 8,992 = 2 · 3,584 + 1,824) and of the usual one; the body's tiles behind its room."""
+    monkeypatch.setenv("MK_CUDA_MMA_RING", "3")
+    monkeypatch.setenv("MK_CUDA_WIDE_ROOM", wide)
+    text = linear_program(8, 256, k, False)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    assert ("arena.clear_front(" in prog.cuda_source) == (wide == "1")  # type: ignore[attr-defined]
+    agrees_with_the_reference(prog, text, (k, wide))

@@ -67,6 +67,12 @@ struct Arena {
     top = at + bytes;
     return base + at;
   }
+  // A body whose shared memory at the front takes `front` bytes, reaching into the fast part,
+  // keeps its tiles behind them (in global scratch where the fast part has no room left).
+  __device__ void clear_front(uint64_t front) {
+    const uint64_t at = static_cast<uint64_t>(fast - mk_dynamic_smem);
+    if (front > at + fast_top) fast_top = front - at;
+  }
   __device__ ArenaMark mark() const { return ArenaMark{top, fast_top}; }
   __device__ void reset(ArenaMark m) {
     top = m.top;
