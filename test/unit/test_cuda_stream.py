@@ -233,6 +233,7 @@ def test_raw_activations_take_several_chunks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("MK_CUDA_MMA_RING", "0")  # the chunk as large as shared memory allows
+    monkeypatch.setenv("MK_CUDA_WIDE_ROOM", "0")  # in the usual room
     src = cuda_source(linear_program(*shape), tmp_path)
     assert f"sl.k = {shape[2]};" in src and f"sl.kc = {kc};" in src
     assert f"mk::gpu::stream_linear<{shape[0]}, " in src and ", true>(sl)) return" in src  # Mma
