@@ -46,6 +46,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--prompt-len", type=int, default=1, help="random prompt tokens (default 1)")
     p.add_argument(
+        "--prefill",
+        choices=("reference", "mk"),
+        default="reference",
+        help="who fills the K/V caches with the prompt: the reference model (NumPy on the CPU, "
+        "PyTorch on the GPU; the default) or mk's prefill program, one call for the whole prompt",
+    )
+    p.add_argument(
         "--host-loop",
         action="store_true",
         help="compile one step and launch it once per token (logits of every step are checked)",
@@ -200,6 +207,34 @@ def _prefill_on_gpu(
     print(f"prefill of the prompt (PyTorch): {time.perf_counter() - start:.2f} s")
 
 
+def _prefill_with_mk(
+    args: argparse.Namespace,
+    config: Any,
+    prompt: np.ndarray,
+    inputs: list[Any],
+    options: dict[str, Any],
+) -> None:
+    """Fills the K/V caches in `inputs` with the prompt's first P-1 positions by mk's prefill
+    program (mk.models.build.prefill_program), compiled for the same target and options."""
+    import mk
+    from mk.models.build import prefill_program
+    from mk.models.weights import prefill_inputs
+
+    start = time.perf_counter()
+    text = prefill_program(config, args.batch, args.prompt_len - 1, args.context)
+    prog = mk.compile(text, target=args.target, **options)
+    compiled = time.perf_counter() - start
+    values = prefill_inputs(config, inputs, prompt, args.context)
+    if args.target == "cuda":
+        values = [_device_inputs([v])[0] if isinstance(v, np.ndarray) else v for v in values]
+    start = time.perf_counter()
+    prog(*values)
+    if args.target == "cuda":
+        _torch().cuda.synchronize()
+    ran = time.perf_counter() - start
+    print(f"prefill of the prompt (mk): compile {compiled:.2f} s, run {ran:.3f} s")
+
+
 # --------------------------------------------------------------------------- reporting
 
 
@@ -343,9 +378,10 @@ def _generate(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     weights = _load_weights(args, config)
     prompt = random_prompt(config, args.batch, args.prompt_len, args.seed)
-    gpu_prefill = args.target == "cuda" and args.prompt_len > 1
+    mk_prefill = args.prefill == "mk" and args.prompt_len > 1
+    gpu_prefill = args.target == "cuda" and args.prompt_len > 1 and not mk_prefill
     inputs: list[Any] = program_inputs(
-        config, weights, args.batch, args.context, prompt, prefill=not gpu_prefill
+        config, weights, args.batch, args.context, prompt, prefill=not (gpu_prefill or mk_prefill)
     )
     prepared = time.perf_counter() - start
     per_call = 1 if args.host_loop else args.steps
@@ -370,6 +406,8 @@ def _generate(args: argparse.Namespace) -> int:
         inputs = _device_inputs(inputs)
         if gpu_prefill:
             _prefill_on_gpu(config, weights, prompt, args.context, inputs)
+    if mk_prefill:
+        _prefill_with_mk(args, config, prompt, inputs, options)
     pos = args.prompt_len - 1
     runner = _run_host_loop if args.host_loop else _run_in_kernel
     run = runner(prog, inputs, pos, args.steps)

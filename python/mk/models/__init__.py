@@ -1,6 +1,7 @@
-"""mk.models: Llama-3 / Qwen3 decoder configs, weights, the decode nn program and references."""
+"""mk.models: Llama-3 / Qwen3 decoder configs, weights, the decode and prefill nn programs and
+references."""
 
-from mk.models.build import decode_program
+from mk.models.build import decode_program, prefill_program
 from mk.models.config import PRESETS, ModelConfig, RopeScaling, preset
 from mk.models.reference import Generation, NumpyDecoder, compare, reference_generate
 from mk.models.weights import (
@@ -8,6 +9,7 @@ from mk.models.weights import (
     check_weights,
     generated_tokens,
     load_safetensors,
+    prefill_inputs,
     program_inputs,
     random_prompt,
     random_weights,
@@ -26,6 +28,8 @@ __all__ = [
     "decode_program",
     "generated_tokens",
     "load_safetensors",
+    "prefill_inputs",
+    "prefill_program",
     "preset",
     "program_inputs",
     "random_prompt",

@@ -1,4 +1,5 @@
-"""The decode-step nn program of a decoder model, as deterministic, readable MLIR text."""
+"""The decode-step and prompt-prefill nn programs of a decoder model, as deterministic, readable
+MLIR text."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ LOGITS = "bf16"
 ROPE_TABLE = "bf16"
 INDEX = "i32"
 ENTRY = "decode"
+PREFILL_ENTRY = "prefill"
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,9 @@ class Arg:
     name: str  # SSA name, without '%'
     shape: tuple[int, ...]
     dtype: str  # "bf16" | "i32" (MLIR spelling)
-    role: str  # "tokens" | "pos" | "cos" | "sin" | "weight" | "k_cache" | "v_cache"
+    # "tokens" | "pos" | "cos" | "sin" | "weight" | "k_cache" | "v_cache", and for the prefill
+    # program "prompt" | "positions"
+    role: str
     weight: str | None = None  # the Hugging Face parameter name of a weight
     donated: bool = False
     layer: int | None = None
@@ -73,6 +77,17 @@ def arguments(config: ModelConfig, batch: int, context: int) -> list[Arg]:
         args.append(Arg(f"l{layer}_k_cache", cache, ACT, "k_cache", donated=True, layer=layer))
         args.append(Arg(f"l{layer}_v_cache", cache, ACT, "v_cache", donated=True, layer=layer))
     return args
+
+
+def prefill_arguments(config: ModelConfig, batch: int, length: int, context: int) -> list[Arg]:
+    """The prefill program's arguments: the `length` prompt tokens of each sequence and their
+    positions, then the decode program's weights, RoPE tables and K/V caches."""
+    decode = arguments(config, batch, context)
+    return [
+        Arg("prompt", (batch, length), INDEX, "prompt"),
+        Arg("positions", (length,), INDEX, "positions"),
+        *(a for a in decode if a.role not in ("tokens", "pos")),
+    ]
 
 
 def tensor(shape: Sequence[int], dtype: str) -> str:
@@ -205,4 +220,98 @@ def decode_program(config: ModelConfig, batch: int, context: int, steps: int = 1
         f"func.func @{ENTRY}({params}) -> ({', '.join(results)}){attributes} {{"
     )
     ret = f"  func.return %{tokens2}, %{logits} : {', '.join(results)}"
+    return "\n".join([head_line, *f.lines, ret, "}"]) + "\n"
+
+
+def prefill_program(config: ModelConfig, batch: int, length: int, context: int) -> str:
+    """The K/V caches of `length` prompt tokens a sequence, at `positions` (consecutive: the
+    first is where the writes start, the caches holding the positions before it): every layer
+    runs on all of them at once, its attention causal over the caches. Returns the final norm of
+    the last position's hidden state [batch, hidden]; the caches are written in place."""
+    if batch <= 0 or length <= 0 or length >= context:
+        raise ValueError(
+            f"batch and length must be positive and length below the context, "
+            f"got batch {batch}, length {length}, context {context}"
+        )
+    c, b, s, d = config, batch, length, config.head_dim
+    hq, hkv, h = c.heads, c.kv_heads, c.hidden
+    args = prefill_arguments(c, b, s, context)
+    f = _Body(args)
+    eps = {"epsilon": float_attr(c.rms_eps)}
+    first = f.op(
+        "first", "slice", ["positions"], [1], INDEX, offsets="array<i64: 0>", sizes="array<i64: 1>"
+    )
+    last = f.op(
+        "last",
+        "slice",
+        ["positions"],
+        [1],
+        INDEX,
+        offsets=f"array<i64: {s - 1}>",
+        sizes="array<i64: 1>",
+    )
+    kv_len = f.op("kv_len", "step", [last], [b], INDEX, offset=int_attr(1))
+    x = f.op("x_embed", "embedding", ["embed", "prompt"], [b, s, h])
+    x = f.op("x", "reshape", [x], [b * s, h])
+    cos = f.op("cos_t", "embedding", ["cos", "positions"], [s, d // 2], ROPE_TABLE)
+    sin = f.op("sin_t", "embedding", ["sin", "positions"], [s, d // 2], ROPE_TABLE)
+    cache = (b, hkv, context, d)
+
+    def heads(name: str, value: str, n: int) -> str:
+        """[b·s, n·d] rows as [b, n, s, d] heads."""
+        value = f.op(name + "4", "reshape", [value], [b, s, n, d])
+        return f.op(name + "t", "transpose", [value], [b, n, s, d], perm="array<i64: 0, 2, 1, 3>")
+
+    for layer in range(c.layers):
+        n = f"l{layer}_"
+        hn = f.op(n + "h", "rms_norm", [x, n + "attn_norm"], [b * s, h], **eps)
+        q = heads(n + "q", f.op(n + "q", "linear", [hn, n + "wq"], [b * s, hq * d]), hq)
+        k = heads(n + "k", f.op(n + "k", "linear", [hn, n + "wk"], [b * s, hkv * d]), hkv)
+        val = heads(n + "v", f.op(n + "v", "linear", [hn, n + "wv"], [b * s, hkv * d]), hkv)
+        if c.qk_norm:
+            q = f.op(n + "qn", "rms_norm", [q, n + "q_norm"], [b, hq, s, d], **eps)
+            k = f.op(n + "kn", "rms_norm", [k, n + "k_norm"], [b, hkv, s, d], **eps)
+        q = f.op(n + "qr", "rope", [q, cos, sin], [b, hq, s, d])
+        k = f.op(n + "kr", "rope", [k, cos, sin], [b, hkv, s, d])
+        kc = f.op(n + "kc", "cache_write", [n + "k_cache", k, first], cache, dim=int_attr(2))
+        vc = f.op(n + "vc", "cache_write", [n + "v_cache", val, first], cache, dim=int_attr(2))
+        a = f.op(
+            n + "att",
+            "attention",
+            [q, kc, vc, kv_len],
+            [b, hq, s, d],
+            scale=float_attr(1.0 / math.sqrt(d)),
+            causal="true",
+        )
+        a = f.op(n + "att_t", "transpose", [a], [b, s, hq, d], perm="array<i64: 0, 2, 1, 3>")
+        a = f.op(n + "att2", "reshape", [a], [b * s, hq * d])
+        o = f.op(n + "o", "linear", [a, n + "wo"], [b * s, h])
+        x = f.op(n + "r", "add", [x, o], [b * s, h])
+        h2 = f.op(n + "h2", "rms_norm", [x, n + "mlp_norm"], [b * s, h], **eps)
+        g = f.op(n + "g", "linear", [h2, n + "w_gate"], [b * s, c.intermediate])
+        u = f.op(n + "u", "linear", [h2, n + "w_up"], [b * s, c.intermediate])
+        g = f.op(n + "gs", "silu", [g], [b * s, c.intermediate])
+        m = f.op(n + "m", "mul", [g, u], [b * s, c.intermediate])
+        dn = f.op(n + "d", "linear", [m, n + "w_down"], [b * s, h])
+        x = f.op(n + "y", "add", [x, dn], [b * s, h])
+
+    x = f.op("x_rows", "reshape", [x], [b, s, h])
+    x = f.op(
+        "x_last",
+        "slice",
+        [x],
+        [b, 1, h],
+        offsets=f"array<i64: 0, {s - 1}, 0>",
+        sizes=f"array<i64: {b}, 1, {h}>",
+    )
+    x = f.op("x_last2", "reshape", [x], [b, h])
+    xn = f.op("xn", "rms_norm", [x, "final_norm"], [b, h], **eps)
+    params = ", ".join(
+        f"%{a.name}: {tensor(a.shape, a.dtype)}{' {nn.donated}' if a.donated else ''}" for a in args
+    )
+    head_line = (
+        f"// {c.name}: prefill of {s} prompt tokens, batch {b}, context {context}.\n"
+        f"func.func @{PREFILL_ENTRY}({params}) -> {f.types[xn]} {{"
+    )
+    ret = f"  func.return %{xn} : {f.types[xn]}"
     return "\n".join([head_line, *f.lines, ret, "}"]) + "\n"

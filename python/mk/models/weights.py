@@ -9,11 +9,12 @@ import struct
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import ml_dtypes
 import numpy as np
 
-from mk.models.build import ROPE_TABLE, Arg, arguments
+from mk.models.build import ROPE_TABLE, Arg, arguments, prefill_arguments
 from mk.models.config import ModelConfig
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -312,6 +313,24 @@ def program_inputs(
         else:
             values.append(v_caches[arg.layer or 0])
     return values
+
+
+def prefill_inputs(
+    config: ModelConfig, decode_inputs: Sequence[Any], prompt: np.ndarray, context: int
+) -> list[Any]:
+    """The prefill program's arguments for the decode program's `decode_inputs` (NumPy arrays
+    or device tensors, shared: the prefill writes their caches in place) and `prompt` [batch,
+    P]: its first P-1 tokens at positions 0..P-2, which the decode program's first step, at
+    position P-1, then continues. Prompt and positions are NumPy arrays (the caller moves
+    them to the device with the rest)."""
+    batch, length = prompt.shape[0], prompt.shape[1] - 1
+    by_name = {
+        a.name: value
+        for a, value in zip(arguments(config, batch, context), decode_inputs, strict=True)
+    }
+    by_name["prompt"] = np.ascontiguousarray(prompt[:, :length], dtype=np.int32)
+    by_name["positions"] = np.arange(length, dtype=np.int32)
+    return [by_name[a.name] for a in prefill_arguments(config, batch, length, context)]
 
 
 def _args(config: ModelConfig, batch: int, context: int, role: str) -> list[Arg]:

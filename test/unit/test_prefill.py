@@ -1,0 +1,129 @@
+"""mk's prefill program (mk.models.prefill_program): the prompt's K/V caches in one call, against
+the NumPy reference's step-by-step prefill, in chunks, from mk-generate, and on the GPU."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mk
+from mk.backends.cuda import build as cuda_build
+from mk.models import (
+    prefill_inputs,
+    prefill_program,
+    preset,
+    program_inputs,
+    random_prompt,
+    random_weights,
+)
+from mk.models.build import arguments, prefill_arguments
+from mk.source import entry_function, load_module
+
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
+NVCC = cuda_build.nvcc()
+BATCH, PROMPT, CONTEXT = 2, 9, 24
+
+
+def _caches(name: str, values: list[np.ndarray], batch: int = BATCH) -> list[np.ndarray]:
+    """The K/V caches among a decode program's inputs, as float64."""
+    config = preset(name)
+    roles = [a.role for a in arguments(config, batch, CONTEXT)]
+    return [
+        np.asarray(v, np.float64)
+        for r, v in zip(roles, values, strict=True)
+        if r in ("k_cache", "v_cache")
+    ]
+
+
+def _assert_close(got: list[np.ndarray], want: list[np.ndarray], filled: int) -> None:
+    """The first `filled` positions within bf16 rounding of the reference, the rest untouched."""
+    for g, w in zip(got, want, strict=True):
+        scale = np.abs(w[:, :, :filled]).max()
+        assert scale > 0 and np.abs(g - w).max() <= 2e-2 * scale, np.abs(g - w).max() / scale
+        assert np.abs(g[:, :, filled:]).max() == 0
+
+
+def test_the_prefill_program_text_and_arguments() -> None:
+    config = preset("tiny-qwen3")
+    text = prefill_program(config, BATCH, PROMPT - 1, CONTEXT)
+    assert text == prefill_program(config, BATCH, PROMPT - 1, CONTEXT)  # deterministic
+    assert "func.func @prefill(%prompt: tensor<2x8xi32>, %positions: tensor<8xi32>" in text
+    assert text.count("causal = true") == config.layers
+    assert text.count("{nn.donated}") == 2 * config.layers
+    names = [a.name for a in prefill_arguments(config, BATCH, PROMPT - 1, CONTEXT)]
+    assert names[:2] == ["prompt", "positions"] and "tokens" not in names and "pos" not in names
+    with pytest.raises(ValueError, match="below the context"):
+        prefill_program(config, BATCH, CONTEXT, CONTEXT)
+    entry_function(load_module(text))  # a well-formed nn program
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", ["tiny", "tiny-qwen3"])
+def test_prefill_caches_match_the_reference(name: str, tmp_path: Path) -> None:
+    """On the CPU executor: the caches the NumPy reference fills step by step (positions
+    0..P-2), and nothing past them."""
+    config = preset(name)
+    weights = random_weights(config, seed=3)
+    prompt = random_prompt(config, BATCH, PROMPT, seed=4)
+    want = program_inputs(config, weights, BATCH, CONTEXT, prompt)
+    got = program_inputs(config, weights, BATCH, CONTEXT, prompt, prefill=False)
+    prog = mk.compile(prefill_program(config, BATCH, PROMPT - 1, CONTEXT), cache_dir=tmp_path)
+    (hidden,) = prog(*prefill_inputs(config, got, prompt, CONTEXT))
+    assert hidden.shape == (BATCH, config.hidden) and np.isfinite(hidden.astype(np.float32)).all()
+    _assert_close(_caches(name, got), _caches(name, want), PROMPT - 1)
+
+
+@needs_gxx
+def test_prefill_in_two_chunks_matches_one_call(tmp_path: Path) -> None:
+    """Positions 0..3, then 4..7 against the caches the first chunk left: the same caches as
+    one call for 0..7 (the second chunk's attention is causal at an offset)."""
+    name, config = "tiny-qwen3", preset("tiny-qwen3")
+    weights = random_weights(config, seed=5)
+    prompt = random_prompt(config, BATCH, PROMPT, seed=6)
+    whole = program_inputs(config, weights, BATCH, CONTEXT, prompt, prefill=False)
+    prog = mk.compile(prefill_program(config, BATCH, PROMPT - 1, CONTEXT), cache_dir=tmp_path)
+    prog(*prefill_inputs(config, whole, prompt, CONTEXT))
+    chunks = program_inputs(config, weights, BATCH, CONTEXT, prompt, prefill=False)
+    half = (PROMPT - 1) // 2
+    chunk = mk.compile(prefill_program(config, BATCH, half, CONTEXT), cache_dir=tmp_path)
+    for start in (0, half):
+        values = prefill_inputs(config, chunks, prompt[:, start : start + half + 1], CONTEXT)
+        values[1] = values[1] + np.int32(start)  # the chunk's positions
+        chunk(*values)
+    _assert_close(_caches(name, chunks), _caches(name, whole), PROMPT - 1)
+
+
+@needs_gxx
+def test_mk_generate_prefills_with_mk(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--prefill mk: the caches from mk's prefill, then the same tokens the reference makes."""
+    from mk.tools.mk_generate import main
+
+    argv = ["--model", "tiny-qwen3", "--batch", "2", "--prompt-len", "12", "--steps", "4"]
+    assert main([*argv, "--prefill", "mk", "--check", "--cache-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "prefill of the prompt (mk)" in out and "check: ok" in out
+    assert "tokens: 8 of 8 are the reference's argmax" in out
+
+
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+def test_the_prefill_program_builds_for_cuda(tmp_path: Path) -> None:
+    text = prefill_program(preset("tiny-qwen3"), BATCH, 40, 64)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    assert re.search(r"mk::gpu::\w*(mma|gemm)_tile", prog.cuda_source)  # type: ignore[attr-defined]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("name", "prompt_len"), [("tiny", 9), ("tiny-qwen3", 40)])
+def test_mk_generate_prefills_on_the_gpu(
+    name: str, prompt_len: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On the megakernel: mk's prefill, then decoding, against the PyTorch decoder."""
+    from mk.tools.mk_generate import main
+
+    argv = ["--model", name, "--batch", "2", "--prompt-len", str(prompt_len), "--steps", "6"]
+    assert main([*argv, "--target", "cuda", "--prefill", "mk", "--check"]) == 0
+    assert "check: ok" in capsys.readouterr().out
