@@ -226,12 +226,15 @@ def match_elementwise_group(
 # ------------------------------------------------------------------------------------------------
 
 
-def _column_blocks(widths: Sequence[int], t: Tiling, row_blocks: int, row_bytes: int) -> int:
-    """Blocks along the output columns: each head's width split evenly, tiles <= tile_n; with
-    tile_n 0, the fewest blocks that fill the SMs' waves best (tiles of >= 8 columns), or with
-    task_us the blocks of least modelled time (_wave_time)."""
+def _column_blocks(
+    widths: Sequence[int], t: Tiling, row_blocks: int, row_bytes: int, total: bool = False
+) -> int:
+    """Blocks along the output columns: each head's width split evenly, tiles <= tile_n (with
+    `total`, the heads' tiles together); with tile_n 0, the fewest blocks that fill the SMs'
+    waves best (tiles of >= 8 columns), or with task_us the blocks of least modelled time
+    (_wave_time)."""
     common = math.gcd(*widths)
-    widest = max(widths)
+    widest = sum(widths) if total else max(widths)
     if t.tile_n == 0:
         if t.task_us > 0:
             return _timed_blocks(common, widest, sum(widths), row_blocks, row_bytes, t)
@@ -356,7 +359,9 @@ def layout(group: LinearGroup, t: Tiling) -> Layout:
         # Many rows a block: the product is bound by its arithmetic, not by one pass over the
         # weights, and square-ish tiles keep its operands' traffic down.
         t = replace(t, tile_n=WIDE_TILE if wide else MANY_ROWS_TILE_N)
-    cols = _column_blocks(widths, t, rows, k * element_bytes(weight.element_type))
+    # A wide block's heads share its WIDE_TILE columns: their sums together are what a gemm
+    # tile keeps (a prefill's q/k/v blocks of 64 + 32 + 32 rather than 128 + 64 + 64 columns).
+    cols = _column_blocks(widths, t, rows, k * element_bytes(weight.element_type), total=wide)
     chunk = group.k_chunk if group.k_chunk and k % group.k_chunk == 0 else chunk_size(k, t.tile_k)
     return Layout((cols, rows, 1), k // chunk, out)
 

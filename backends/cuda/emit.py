@@ -229,6 +229,8 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         self.smem_floats = -(-plan.smem_bytes() // 4)
         k = self.forloop * plan.x.tile_shape()[1]
         self.lines += gemm_lines(plan, first, k, self.var)
+        for op in plan.invariant:
+            self.load(op, "0")
 
     def split_merge(self, plan: MergePlan, loop: Sequence[Operation]) -> None:
         """The merge call (forloop 1, so no loop around it), then the loop's other ops."""

@@ -5,7 +5,7 @@ mk::gpu::wgmma_gemm_tile, or mma.sync, mk::gpu::gemm_tile, with MK_CUDA_GEMM=mma
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from xdsl.ir import Operation, SSAValue
@@ -65,6 +65,7 @@ class GemmPlan:
     products: tuple[tuple[InputOp, MatmulOp, AccumOp], ...]
     sum_sq: AccumOp | None
     wgmma: bool = True
+    invariant: tuple[InputOp, ...] = ()  # loop-invariant tiles only the epilogue reads
 
     def streamed(self) -> set[SSAValue]:
         """The values gemm_tile never holds as float tiles."""
@@ -181,15 +182,23 @@ def plan_gemm(op: GraphDefOp) -> GemmPlan | None:
         products.append((w, mm, a))
     handled: set[Operation] = {x, *(o for p in products for o in p)}
     handled |= {o for o in (g, scaled) if o is not None}
-    rest = [o for o in loop if o not in handled]  # at most Σx² of x, beside a norm
+    # Loop-invariant inputs only the epilogue reads (a residual): loaded after the tile.
+    invariant = [o for o in loop if isinstance(o, InputOp) and _epilogue_input(o, loop)]
+    rest = [o for o in loop if o not in handled and o not in invariant]  # Σx², beside a norm
     sum_sq = rest[0] if len(rest) == 1 else None
     if len(rest) > 1 or (rest and (g is None or not _is_sum_sq(sum_sq, x))):
         return None
     if _users(x.tile) - handled - set(rest):
         return None
     ss = sum_sq if isinstance(sum_sq, AccumOp) else None
-    plan = GemmPlan(x, g, scaled, tuple(products), ss, switches.gemm() == "wgmma")
+    plan = GemmPlan(x, g, scaled, tuple(products), ss, switches.gemm() == "wgmma", tuple(invariant))
     return plan if plan.fits() else None
+
+
+def _epilogue_input(op: InputOp, loop: Sequence[Operation]) -> bool:
+    """Whether `op` loads a tile that does not walk K and only ops after the loop read."""
+    inside = set(loop)
+    return op.fmap_dim() < 0 and all(u.operation not in inside for u in op.tile.uses)
 
 
 def _is_sum_sq(op: Operation | None, x: InputOp) -> bool:

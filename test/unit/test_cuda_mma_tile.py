@@ -144,6 +144,46 @@ def test_gemm_tiles_with_norms_and_several_weights_match_the_reference(
     agrees_with_the_reference(prog, text, shape)
 
 
+def residual_linear(m: int, n: int, k: int) -> str:
+    """y = r + x·wᵀ, r made by a kernel of its own (a transformer layer's o-projection)."""
+    x, w, y = f"tensor<{m}x{k}xbf16>", f"tensor<{n}x{k}xbf16>", f"tensor<{m}x{n}xbf16>"
+    return (
+        f"func.func @res(%x: {x}, %w: {w}, %a: {y}, %b: {y}) -> {y} {{\n"
+        f"  %r = nn.mul %a, %b : ({y}, {y}) -> {y}\n"
+        f"  %o = nn.linear %x, %w : ({x}, {w}) -> {y}\n"
+        f"  %y = nn.add %r, %o : ({y}, {y}) -> {y}\n  func.return %y : {y}\n}}"
+    )
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_a_residual_is_loaded_after_the_gemm_tile(engine: str, tmp_path: Path) -> None:
+    """The residual's tile does not walk K: the tile runs the loop, the residual loads after."""
+    src = cuda_source(residual_linear(111, 256, 512), tmp_path, num_sms=132)
+    assert products(src) == [engine + "gemm_tile<true"]
+    body = src[src.index("gemm_tile<") :]
+    assert "load_runs<" in body[: body.index("return 0;")]
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_a_wide_block_shares_its_columns_among_the_heads(tmp_path: Path) -> None:
+    """Three heads of many rows (a prefill's q/k/v): at most 128 columns a block in all, here
+    32 of each head, which one gemm tile's sums hold, rather than 128 columns of each."""
+    src = cuda_source(linear_program(999, 1024, 1024, True, 3), tmp_path, num_sms=132)
+    assert re.findall(r"gemm_tile<true, (\d+), (\d+)", src) == [("111", "96")]
+    assert len(re.findall(r"gw\.add\([^;]*, 32, ", src)) == 3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(111, 256, 512), (40, 24, 72)], ids=["111x256", "40x24"])
+def test_residual_gemm_tiles_match_the_reference(
+    shape: tuple[int, int, int], engine: str, tmp_path: Path
+) -> None:
+    text = residual_linear(*shape)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    assert products(prog.cuda_source) == [engine + "gemm_tile<true"]  # type: ignore[attr-defined]
+    agrees_with_the_reference(prog, text, shape)
+
+
 @pytest.mark.gpu
 def test_untransposed_tensor_core_tiles_match_the_reference(tmp_path: Path) -> None:
     text = matmul(96, 40, 200)
