@@ -136,6 +136,58 @@ class _Body:
         return name
 
 
+def _attend(
+    f: _Body,
+    c: ModelConfig,
+    n: str,
+    qkv: tuple[str, str, str],
+    rope: tuple[str, str],
+    at: tuple[str, str],
+    context: int,
+    causal: bool,
+) -> str:
+    """Layer `n`'s attention on its [b, heads, s, d] q, k and v: QK-norm (Qwen3), RoPE with the
+    (cos, sin) rows, the K/V rows written into the caches at `at`'s position, and GQA attention
+    over the caches' first `at`'s kv_len positions."""
+    q, k, val = qkv
+    b, _, s, d = _shape(f.types[q])
+    eps = {"epsilon": float_attr(c.rms_eps)}
+    if c.qk_norm:
+        q = f.op(n + "qn", "rms_norm", [q, n + "q_norm"], [b, c.heads, s, d], **eps)
+        k = f.op(n + "kn", "rms_norm", [k, n + "k_norm"], [b, c.kv_heads, s, d], **eps)
+    q = f.op(n + "qr", "rope", [q, *rope], [b, c.heads, s, d])
+    k = f.op(n + "kr", "rope", [k, *rope], [b, c.kv_heads, s, d])
+    cache = (b, c.kv_heads, context, d)
+    kc = f.op(n + "kc", "cache_write", [n + "k_cache", k, at[0]], cache, dim=int_attr(2))
+    vc = f.op(n + "vc", "cache_write", [n + "v_cache", val, at[0]], cache, dim=int_attr(2))
+    return f.op(
+        n + "att",
+        "attention",
+        [q, kc, vc, at[1]],
+        [b, c.heads, s, d],
+        scale=float_attr(1.0 / math.sqrt(d)),
+        causal="true" if causal else "false",
+    )
+
+
+def _mlp(f: _Body, c: ModelConfig, n: str, x: str, rows: int) -> str:
+    """x + layer `n`'s gated SiLU MLP of rms_norm(x), on `rows` rows."""
+    eps = {"epsilon": float_attr(c.rms_eps)}
+    h, i = c.hidden, c.intermediate
+    h2 = f.op(n + "h2", "rms_norm", [x, n + "mlp_norm"], [rows, h], **eps)
+    g = f.op(n + "g", "linear", [h2, n + "w_gate"], [rows, i])
+    u = f.op(n + "u", "linear", [h2, n + "w_up"], [rows, i])
+    g = f.op(n + "gs", "silu", [g], [rows, i])
+    m = f.op(n + "m", "mul", [g, u], [rows, i])
+    dn = f.op(n + "d", "linear", [m, n + "w_down"], [rows, h])
+    return f.op(n + "y", "add", [x, dn], [rows, h])
+
+
+def _shape(type_text: str) -> list[int]:
+    """The dims of a `tensor<AxBx..xT>` type."""
+    return [int(v) for v in type_text[len("tensor<") :].split("x")[:-1]]
+
+
 def decode_program(config: ModelConfig, batch: int, context: int, steps: int = 1) -> str:
     """One greedy decode step of `config`, run `steps` times per call (nn.steps) when steps > 1.
 
@@ -174,32 +226,10 @@ def decode_program(config: ModelConfig, batch: int, context: int, steps: int = 1
         q = f.op(n + "q4", "reshape", [q], [b, hq, 1, d])
         k = f.op(n + "k4", "reshape", [k], [b, hkv, 1, d])
         val = f.op(n + "v4", "reshape", [val], [b, hkv, 1, d])
-        if c.qk_norm:
-            q = f.op(n + "qn", "rms_norm", [q, n + "q_norm"], [b, hq, 1, d], **eps)
-            k = f.op(n + "kn", "rms_norm", [k, n + "k_norm"], [b, hkv, 1, d], **eps)
-        q = f.op(n + "qr", "rope", [q, cos, sin], [b, hq, 1, d])
-        k = f.op(n + "kr", "rope", [k, cos, sin], [b, hkv, 1, d])
-        cache = (b, hkv, context, d)
-        kc = f.op(n + "kc", "cache_write", [n + "k_cache", k, p], cache, dim=int_attr(2))
-        vc = f.op(n + "vc", "cache_write", [n + "v_cache", val, p], cache, dim=int_attr(2))
-        a = f.op(
-            n + "att",
-            "attention",
-            [q, kc, vc, kv_len],
-            [b, hq, 1, d],
-            scale=float_attr(1.0 / math.sqrt(d)),
-            causal="false",
-        )
+        a = _attend(f, c, n, (q, k, val), (cos, sin), (p, kv_len), context, causal=False)
         a = f.op(n + "att2", "reshape", [a], [b, hq * d])
         o = f.op(n + "o", "linear", [a, n + "wo"], [b, h])
-        x = f.op(n + "r", "add", [x, o], [b, h])
-        h2 = f.op(n + "h2", "rms_norm", [x, n + "mlp_norm"], [b, h], **eps)
-        g = f.op(n + "g", "linear", [h2, n + "w_gate"], [b, c.intermediate])
-        u = f.op(n + "u", "linear", [h2, n + "w_up"], [b, c.intermediate])
-        g = f.op(n + "gs", "silu", [g], [b, c.intermediate])
-        m = f.op(n + "m", "mul", [g, u], [b, c.intermediate])
-        dn = f.op(n + "d", "linear", [m, n + "w_down"], [b, h])
-        x = f.op(n + "y", "add", [x, dn], [b, h])
+        x = _mlp(f, c, n, f.op(n + "r", "add", [x, o], [b, h]), b)
 
     xn = f.op("xn", "rms_norm", [x, "final_norm"], [b, h], **eps)
     head = "embed" if c.tied_embeddings else "lm_head"
@@ -255,7 +285,6 @@ def prefill_program(config: ModelConfig, batch: int, length: int, context: int) 
     x = f.op("x", "reshape", [x], [b * s, h])
     cos = f.op("cos_t", "embedding", ["cos", "positions"], [s, d // 2], ROPE_TABLE)
     sin = f.op("sin_t", "embedding", ["sin", "positions"], [s, d // 2], ROPE_TABLE)
-    cache = (b, hkv, context, d)
 
     def heads(name: str, value: str, n: int) -> str:
         """[b·s, n·d] rows as [b, n, s, d] heads."""
@@ -268,32 +297,11 @@ def prefill_program(config: ModelConfig, batch: int, length: int, context: int) 
         q = heads(n + "q", f.op(n + "q", "linear", [hn, n + "wq"], [b * s, hq * d]), hq)
         k = heads(n + "k", f.op(n + "k", "linear", [hn, n + "wk"], [b * s, hkv * d]), hkv)
         val = heads(n + "v", f.op(n + "v", "linear", [hn, n + "wv"], [b * s, hkv * d]), hkv)
-        if c.qk_norm:
-            q = f.op(n + "qn", "rms_norm", [q, n + "q_norm"], [b, hq, s, d], **eps)
-            k = f.op(n + "kn", "rms_norm", [k, n + "k_norm"], [b, hkv, s, d], **eps)
-        q = f.op(n + "qr", "rope", [q, cos, sin], [b, hq, s, d])
-        k = f.op(n + "kr", "rope", [k, cos, sin], [b, hkv, s, d])
-        kc = f.op(n + "kc", "cache_write", [n + "k_cache", k, first], cache, dim=int_attr(2))
-        vc = f.op(n + "vc", "cache_write", [n + "v_cache", val, first], cache, dim=int_attr(2))
-        a = f.op(
-            n + "att",
-            "attention",
-            [q, kc, vc, kv_len],
-            [b, hq, s, d],
-            scale=float_attr(1.0 / math.sqrt(d)),
-            causal="true",
-        )
+        a = _attend(f, c, n, (q, k, val), (cos, sin), (first, kv_len), context, causal=True)
         a = f.op(n + "att_t", "transpose", [a], [b, s, hq, d], perm="array<i64: 0, 2, 1, 3>")
         a = f.op(n + "att2", "reshape", [a], [b * s, hq * d])
         o = f.op(n + "o", "linear", [a, n + "wo"], [b * s, h])
-        x = f.op(n + "r", "add", [x, o], [b * s, h])
-        h2 = f.op(n + "h2", "rms_norm", [x, n + "mlp_norm"], [b * s, h], **eps)
-        g = f.op(n + "g", "linear", [h2, n + "w_gate"], [b * s, c.intermediate])
-        u = f.op(n + "u", "linear", [h2, n + "w_up"], [b * s, c.intermediate])
-        g = f.op(n + "gs", "silu", [g], [b * s, c.intermediate])
-        m = f.op(n + "m", "mul", [g, u], [b * s, c.intermediate])
-        dn = f.op(n + "d", "linear", [m, n + "w_down"], [b * s, h])
-        x = f.op(n + "y", "add", [x, dn], [b * s, h])
+        x = _mlp(f, c, n, f.op(n + "r", "add", [x, o], [b * s, h]), b * s)
 
     x = f.op("x_rows", "reshape", [x], [b, s, h])
     x = f.op(
