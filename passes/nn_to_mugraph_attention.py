@@ -47,6 +47,11 @@ from mk.passes.nn_to_mugraph_rules import (
 # A block of the split kernel is (KV head, split, batch row): how a [B, H, ...] operand's heads
 # and rows follow the grid.
 _HEAD_MAP = (1, -1, 0)
+# With many queries (a prefill) a block is (KV head, query block, batch row) instead, its loop
+# walking all the keys: q's and the result's query dim follow the grid's y.
+_QUERY_MAP = (1, 2, 0)
+# Queries a block takes at most where there are many of them.
+Q_BLOCK = 64
 
 
 @dataclass(frozen=True)
@@ -166,14 +171,23 @@ class _AttnShape:
     d: int
     kv_heads: int
     seq: int
+    q_rows: int = 0  # queries a block takes (all of sq unless the grid splits them)
 
     @property
     def group(self) -> int:
         return self.q_heads // self.kv_heads
 
     @property
+    def block_sq(self) -> int:
+        return self.q_rows or self.sq
+
+    @property
     def rows(self) -> int:
-        return self.group * self.sq
+        return self.group * self.block_sq
+
+    @property
+    def q_blocked(self) -> bool:
+        return self.block_sq < self.sq
 
 
 class _Block:
@@ -206,8 +220,9 @@ def attention_kernels(
 ) -> tuple[list[Operation], dict[SSAValue, SSAValue]]:
     op = plan.op
     (bsz, hq, sq, d), (_, hkv, seq, _) = shape_of(op.q), shape_of(op.k)
-    sh = _AttnShape(bsz, hq, sq, d, hkv, seq)
-    splits = kv_splits(bsz, hq, hkv, seq, d, t)
+    q_rows = query_rows(plan, sq)
+    sh = _AttnShape(bsz, hq, sq, d, hkv, seq, q_rows)
+    splits = 1 if sh.q_blocked else kv_splits(bsz, hq, hkv, seq, d, t)
     span = seq // splits
     forloop = span // chunk_size(span, t.kv_chunk)
     sources = plan.sources()
@@ -215,7 +230,8 @@ def attention_kernels(
     result = plan.result()
     name = result.name_hint or "att"
     if splits == 1:
-        b = new_builder(operands, [result.type], (hkv, 1, bsz), 128, forloop, [name])
+        grid = (hkv, sq // sh.block_sq, bsz)
+        b = new_builder(operands, [result.type], grid, 128, forloop, [name])
         out, peak, total = _split_block(_Block(b, sources), plan, sh)
         fin = _normalise(b, out, total, peak, tensor_type(result).element_type, "fin")
         _write_result(b, plan, sh, fin)
@@ -235,6 +251,17 @@ def attention_kernels(
     return [split, merge], {result: merge.results[0]}
 
 
+def query_rows(plan: AttentionPlan, sq: int) -> int:
+    """Queries one block takes: all of them, or with more than 2·Q_BLOCK (a prefill) a divisor
+    of at most Q_BLOCK, the grid walking the rest (the keys then not split). Only where no
+    view, per-head chain or new cache row is folded in, and the result is not a merged-head
+    view."""
+    folded = plan.q_folded() or plan.k_row is not None or plan.v_row is not None
+    if sq <= 2 * Q_BLOCK or folded or plan.out_view is not None:
+        return sq
+    return chunk_size(sq, Q_BLOCK)
+
+
 def _resolve(value: SSAValue, views: dict[SSAValue, SSAValue], lookup: ValueMap) -> SSAValue:
     """The kernel operand for an nn value: its replacement, or the replacement of the head view
     of it that its producer wrote instead (a [B, H, 1, D] tile reads the same heads)."""
@@ -248,12 +275,13 @@ def _split_block(blk: _Block, plan: AttentionPlan, sh: _AttnShape) -> tuple[SSAV
     """Scores of one KV chunk, masked and scaled, into the online-softmax accumulator."""
     b, op = blk.b, plan.op
     q_source = plan.sources()[0]
-    qt = blk.input(q_source, _HEAD_MAP, -1, "qt")
+    qt = blk.input(q_source, _QUERY_MAP if sh.q_blocked else _HEAD_MAP, -1, "qt")
     if plan.q_chain is not None:
         qt = _apply_chain(blk, plan.q_chain, qt, (1, sh.group, 1, sh.d), "q")
     q2 = reshape(b, qt, (sh.rows, sh.d), "q2")
-    kt = blk.input(plan.sources()[1], (1, 2, 0), 2, "kt")
-    vt = blk.input(plan.sources()[2], (1, 2, 0), 2, "vt")
+    kv_map = _HEAD_MAP if sh.q_blocked else (1, 2, 0)  # all keys, or the block's split
+    kt = blk.input(plan.sources()[1], kv_map, 2, "kt")
+    vt = blk.input(plan.sources()[2], kv_map, 2, "vt")
     ks = _with_new_row(blk, plan.k_row, kt, sh, "k")
     vs = _with_new_row(blk, plan.v_row, vt, sh, "v")
     chunk = shape_of(kt)[2]
@@ -379,8 +407,8 @@ def _write_result(b: BlockGraphBuilder, plan: AttentionPlan, sh: _AttnShape, fin
     if plan.out_view is not None:
         tile = reshape(b, fin, (1, sh.group * sh.d), "fin2")
     else:
-        tile = reshape(b, fin, (1, sh.group, sh.sq, sh.d), "fin4")
-    b.output(tile, 0, (1, -1, 0))
+        tile = reshape(b, fin, (1, sh.group, sh.block_sq, sh.d), "fin4")
+    b.output(tile, 0, _QUERY_MAP if sh.q_blocked else _HEAD_MAP)
 
 
 def _merge_kernel(

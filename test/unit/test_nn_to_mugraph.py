@@ -202,6 +202,29 @@ def test_fully_masked_causal_rows_are_zero() -> None:
     assert rel_error(out, reference) <= 1e-5
 
 
+PREFILL_ATTENTION = """
+func.func @f(%q: tensor<2x4x300x8xf32>, %k: tensor<2x2x320x8xf32>, %v: tensor<2x2x320x8xf32>, %n: tensor<2xi32>) -> tensor<2x4x300x8xf32> {
+  %o = nn.attention %q, %k, %v, %n {scale = 0.35 : f32, causal = true} : (tensor<2x4x300x8xf32>, tensor<2x2x320x8xf32>, tensor<2x2x320x8xf32>, tensor<2xi32>) -> tensor<2x4x300x8xf32>
+  func.return %o : tensor<2x4x300x8xf32>
+}"""
+
+
+@pytest.mark.parametrize("lengths", [(300, 300), (310, 305)])
+def test_many_queries_take_query_blocks(lengths: tuple[int, int]) -> None:
+    """A prefill's attention (300 queries, causal over a cache of 320 with kv_len): blocks of
+    (KV head, 60 queries, batch row) walk all the keys, with no split and no merge, and agree
+    with the reference, the queries sitting at the end of each row's kv_len."""
+    module = load_module(PREFILL_ATTENTION)
+    lowered = lower(load_module(PREFILL_ATTENTION), kv_chunk=32)
+    (kernel,) = kernels(lowered)
+    assert isinstance(kernel, mg.GraphDefOp) and kernel.grid_shape() == (2, 5, 2)
+    assert kernel.forloop_range() == 10
+    q, k, v, _ = random_inputs(entry_function(module), 4)
+    n = np.array(lengths, dtype=np.int32)
+    reference = run_reference(module, q, k, v, n)[0]
+    assert rel_error(run_mugraph(lowered, q, k, v, n)[0], reference) <= 1e-5
+
+
 def test_lowering_is_deterministic_and_keeps_the_signature() -> None:
     text = (EXAMPLES / "decoder_block.mlir").read_text()
     first, second = (lower(load_module(text)) for _ in range(2))

@@ -28,10 +28,10 @@ NVCC = cuda_build.nvcc()
 BATCH, PROMPT, CONTEXT = 2, 9, 24
 
 
-def _caches(name: str, values: list[np.ndarray], batch: int = BATCH) -> list[np.ndarray]:
+def _caches(name: str, values: list[np.ndarray], context: int = CONTEXT) -> list[np.ndarray]:
     """The K/V caches among a decode program's inputs, as float64."""
     config = preset(name)
-    roles = [a.role for a in arguments(config, batch, CONTEXT)]
+    roles = [a.role for a in arguments(config, BATCH, context)]
     return [
         np.asarray(v, np.float64)
         for r, v in zip(roles, values, strict=True)
@@ -62,19 +62,28 @@ def test_the_prefill_program_text_and_arguments() -> None:
 
 
 @needs_gxx
-@pytest.mark.parametrize("name", ["tiny", "tiny-qwen3"])
-def test_prefill_caches_match_the_reference(name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("name", "length", "context"),
+    [
+        ("tiny", PROMPT, CONTEXT),
+        ("tiny-qwen3", PROMPT, CONTEXT),
+        ("tiny-qwen3", 151, 160),
+    ],  # fmt: skip
+)
+def test_prefill_caches_match_the_reference(
+    name: str, length: int, context: int, tmp_path: Path
+) -> None:
     """On the CPU executor: the caches the NumPy reference fills step by step (positions
-    0..P-2), and nothing past them."""
+    0..P-2), and nothing past them; 150 positions take the attention's query blocks."""
     config = preset(name)
     weights = random_weights(config, seed=3)
-    prompt = random_prompt(config, BATCH, PROMPT, seed=4)
-    want = program_inputs(config, weights, BATCH, CONTEXT, prompt)
-    got = program_inputs(config, weights, BATCH, CONTEXT, prompt, prefill=False)
-    prog = mk.compile(prefill_program(config, BATCH, PROMPT - 1, CONTEXT), cache_dir=tmp_path)
-    (hidden,) = prog(*prefill_inputs(config, got, prompt, CONTEXT))
+    prompt = random_prompt(config, BATCH, length, seed=4)
+    want = program_inputs(config, weights, BATCH, context, prompt)
+    got = program_inputs(config, weights, BATCH, context, prompt, prefill=False)
+    prog = mk.compile(prefill_program(config, BATCH, length - 1, context), cache_dir=tmp_path)
+    (hidden,) = prog(*prefill_inputs(config, got, prompt, context))
     assert hidden.shape == (BATCH, config.hidden) and np.isfinite(hidden.astype(np.float32)).all()
-    _assert_close(_caches(name, got), _caches(name, want), PROMPT - 1)
+    _assert_close(_caches(name, got, context), _caches(name, want, context), length - 1)
 
 
 @needs_gxx

@@ -139,6 +139,24 @@ func.func @attention_decode(%q: tensor<2x8x1x64xbf16>, %k: tensor<2x2x256x64xbf1
 
 // -----
 
+// Prefill attention (300 queries, causal over a cache of 320 keys with kv_len): grid x = KV
+// heads, y = blocks of 60 queries, z = batch; the loop walks all the keys in kv-chunk steps, so
+// there is no split and no merge; q and the result follow the query blocks.
+func.func @attention_prefill(%q: tensor<1x4x300x64xbf16>, %k: tensor<1x2x320x64xbf16>, %v: tensor<1x2x320x64xbf16>, %kv_len: tensor<1xi32>) -> tensor<1x4x300x64xbf16> {
+  %o = nn.attention %q, %k, %v, %kv_len {scale = 0.125 : f32, causal = true} : (tensor<1x4x300x64xbf16>, tensor<1x2x320x64xbf16>, tensor<1x2x320x64xbf16>, tensor<1xi32>) -> tensor<1x4x300x64xbf16>
+  func.return %o : tensor<1x4x300x64xbf16>
+}
+// CHECK-LABEL: func.func @attention_prefill
+// CHECK-NEXT:    %o = mugraph.graph_def grid [2, 5, 1] threads 128 forloop 5 (%q, %k, %v, %kv_len)
+// CHECK:           %qt = mugraph.input %q_a imap [1, 2, 0] fmap -1 : tensor<1x4x300x64xbf16> -> tensor<1x2x60x64xbf16>
+// CHECK:           %kt = mugraph.input %k_a imap [1, -1, 0] fmap 2 : tensor<1x2x320x64xbf16> -> tensor<1x1x64x64xbf16>
+// CHECK:           %qpi = mugraph.position %qt dim 2
+// CHECK:           mugraph.output %fin4 to %o_r omap [1, 2, 0] : tensor<1x2x60x64xbf16> -> tensor<1x4x300x64xbf16>
+// CHECK-NOT:     mugraph.graph_def
+// CHECK:         func.return %o : tensor<1x4x300x64xbf16>
+
+// -----
+
 // Argmax over the vocabulary as partial + reduce; the embedding is a library gather kernel.
 func.func @lm_head_argmax(%ids: tensor<4xi32>, %embed: tensor<1000x128xbf16>, %logits: tensor<4x32768xbf16>) -> (tensor<4x128xbf16>, tensor<4xi32>) {
   %h = nn.embedding %embed, %ids : (tensor<1000x128xbf16>, tensor<4xi32>) -> tensor<4x128xbf16>
