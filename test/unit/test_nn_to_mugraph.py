@@ -225,6 +225,20 @@ def test_many_queries_take_query_blocks(lengths: tuple[int, int]) -> None:
     assert rel_error(run_mugraph(lowered, q, k, v, n)[0], reference) <= 1e-5
 
 
+def test_a_long_row_chain_takes_blocks_of_rows() -> None:
+    """A prefill's QK-norm + RoPE over 200 positions of 4 heads: blocks of 50 rows of a head,
+    each with its own rows of the RoPE tables."""
+    text = """
+    func.func @f(%x: tensor<1x4x200x16xf32>, %g: tensor<16xf32>, %c: tensor<200x8xf32>, %s: tensor<200x8xf32>) -> tensor<1x4x200x16xf32> {
+      %n = nn.rms_norm %x, %g {epsilon = 1.0e-06 : f32} : (tensor<1x4x200x16xf32>, tensor<16xf32>) -> tensor<1x4x200x16xf32>
+      %r = nn.rope %n, %c, %s : (tensor<1x4x200x16xf32>, tensor<200x8xf32>, tensor<200x8xf32>) -> tensor<1x4x200x16xf32>
+      func.return %r : tensor<1x4x200x16xf32>
+    }"""
+    lowered = check_agrees(load_module(text))
+    (kernel,) = kernels(lowered)
+    assert isinstance(kernel, mg.GraphDefOp) and kernel.grid_shape() == (4, 4, 1)
+
+
 def test_lowering_is_deterministic_and_keeps_the_signature() -> None:
     text = (EXAMPLES / "decoder_block.mlir").read_text()
     first, second = (lower(load_module(text)) for _ in range(2))
