@@ -61,7 +61,10 @@ from mk.passes.nn_to_mugraph_rules import (
     Tiling,
     ValueMap,
     argmax_kernels,
+    head_transpose_kernel,
+    head_transpose_views,
     head_view_source,
+    is_head_transpose,
     library_kernel,
     nn_attributes,
     row_chain_kernel,
@@ -227,6 +230,9 @@ def plan_units(ops: list[Operation], t: Tiling) -> list[_Unit]:
         if view is not None:
             claim(_Unit([view, op], lambda lookup, o=op, v=view: _cache_write_emit(o, v, lookup)))
     for op in ops:
+        if op not in claimed and is_head_transpose(op):
+            claim(_transpose_unit(op, claimed))
+    for op in ops:
         if op in claimed:
             continue
         chain = match_elementwise_group(op, claimed, order)
@@ -294,6 +300,20 @@ def _row_chain_unit(chain: RowChain) -> _Unit:
         return kernels, {chain.last().results[0]: kernels[-1].results[0]}
 
     return _Unit(chain.ops(), emit)
+
+
+def _transpose_unit(op: Operation, claimed: set[Operation]) -> _Unit:
+    """A head transpose with the reshapes it reads or writes through (head_transpose_views)."""
+    user = _sole_user(op.results[0])
+    after = user if user is not None and user not in claimed else None
+    source, result = head_transpose_views(op, _sole_unclaimed(op.operands[0], op, claimed), after)
+    last = result or op
+
+    def emit(lookup: ValueMap) -> tuple[list[Operation], dict[SSAValue, SSAValue]]:
+        kernels = head_transpose_kernel(op, lookup, source, result)
+        return kernels, {last.results[0]: kernels[0].results[0]}
+
+    return _Unit([o for o in (source, op, result) if o is not None], emit)
 
 
 def _argmax_emit(

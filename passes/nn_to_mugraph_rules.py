@@ -389,3 +389,67 @@ def maps_broadcast(*shapes: Sequence[int]) -> tuple[int, ...]:
     shape = broadcast_shapes(*shapes)
     assert shape is not None
     return shape
+
+
+# ------------------------------------------------------------------------------------------------
+# Head transposes: [B, A, C, D] <-> [B, C, A, D] (a prefill's heads into and out of attention)
+# ------------------------------------------------------------------------------------------------
+
+
+def is_head_transpose(op: Operation) -> bool:
+    """A 4-D nn.transpose that swaps dims 1 and 2."""
+    if not isinstance(op, nn.TransposeOp) or len(shape_of(op.operands[0])) != 4:
+        return False
+    return tuple(nn.attribute_values(op)["perm"]) == (0, 2, 1, 3)  # type: ignore[arg-type]
+
+
+def head_transpose_views(
+    op: Operation, source: Operation | None, result: Operation | None
+) -> tuple[Operation | None, Operation | None]:
+    """The reshapes around a head transpose its kernel reads or writes through, at batch 1:
+    [S, H·D] -> [1, S, H, D] before one that takes heads out of rows, [1, S, H, D] -> [S, H·D]
+    after one that puts them back."""
+    bsz, a, c, d = shape_of(op.operands[0])
+    if bsz != 1:
+        return None, None
+    if not (
+        isinstance(source, nn.ReshapeOp) and a >= c and shape_of(source.operands[0]) == (a, c * d)
+    ):
+        source = None
+    if not (
+        isinstance(result, nn.ReshapeOp) and a < c and shape_of(result.results[0]) == (c, a * d)
+    ):
+        result = None
+    return source, result
+
+
+def head_transpose_kernel(
+    op: Operation,
+    lookup: ValueMap,
+    source: Operation | None = None,
+    result: Operation | None = None,
+) -> list[Operation]:
+    """Blocks of one index of the shorter swapped dim, up to CHAIN_MANY_ROWS of the longer one
+    and one batch row: a block's tile keeps its element order (the dim of extent 1 moves), so the
+    copy is a tile reshape, and the grid spreads it over the SMs (a library kernel is one task).
+    `source` / `result` (head_transpose_views) are read or written through as [rows, D] tiles."""
+    bsz, a, c, d = shape_of(op.operands[0])
+    res = (result or op).results[0]
+    name = res.name_hint or "t"
+    read = source.operands[0] if source is not None else op.operands[0]
+    if a >= c:  # x: C, y: chunks of A
+        rows = chunk_size(a, CHAIN_MANY_ROWS)
+        grid, imap, omap = (c, a // rows, bsz), (2, 1, 0), (1, 2, 0)
+        out_tile: tuple[int, ...] = (1, 1, rows, d)
+        if source is not None:
+            imap = (1, 0, -1)
+    else:  # x: A, y: chunks of C
+        rows = chunk_size(c, CHAIN_MANY_ROWS)
+        grid, imap, omap = (a, c // rows, bsz), (1, 2, 0), (2, 1, 0)
+        out_tile = (1, rows, 1, d)
+        if result is not None:
+            omap, out_tile = (1, 0, -1), (rows, d)
+    b = new_builder([lookup(read)], [res.type], grid, 128, 1, [name])
+    tile = reshape(b, b.input(0, imap, -1, f"{name}_x"), out_tile, f"{name}_y")
+    b.output(tile, 0, omap)
+    return [finish(b, [name])]

@@ -239,6 +239,38 @@ def test_a_long_row_chain_takes_blocks_of_rows() -> None:
     assert isinstance(kernel, mg.GraphDefOp) and kernel.grid_shape() == (4, 4, 1)
 
 
+def _head_transposes(batch: int) -> str:
+    """Heads out of rows and back, as a prefill moves q into and out of attention."""
+    b, s, h, d = batch, 150, 4, 8
+    rows, four, heads = (
+        f"tensor<{b * s}x{h * d}xf32>",
+        f"tensor<{b}x{s}x{h}x{d}xf32>",
+        f"tensor<{b}x{h}x{s}x{d}xf32>",
+    )
+    return f"""
+    func.func @f(%x: {rows}) -> {rows} {{
+      %x4 = nn.reshape %x : ({rows}) -> {four}
+      %t = nn.transpose %x4 {{perm = array<i64: 0, 2, 1, 3>}} : ({four}) -> {heads}
+      %e = nn.exp %t : ({heads}) -> {heads}
+      %u = nn.transpose %e {{perm = array<i64: 0, 2, 1, 3>}} : ({heads}) -> {four}
+      %y = nn.reshape %u : ({four}) -> {rows}
+      func.return %y : {rows}
+    }}"""
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_head_transposes_take_blocks_of_rows(batch: int) -> None:
+    """[B, S, H, D] <-> [B, H, S, D] as graph_defs of (head, 50 rows, batch row) blocks; at
+    batch 1 they read and write the [S, H·D] rows through the reshapes (no copy kernels)."""
+    lowered = check_agrees(load_module(_head_transposes(batch)))
+    grids = [k.grid_shape() for k in kernels(lowered) if isinstance(k, mg.GraphDefOp)]
+    assert grids.count((4, 3, batch)) == 2
+    copies = [
+        k for k in kernels(lowered) if isinstance(k, mg.KernelOp) and k.kind.data == "reshape"
+    ]
+    assert len(copies) == (0 if batch == 1 else 2)
+
+
 def test_lowering_is_deterministic_and_keeps_the_signature() -> None:
     text = (EXAMPLES / "decoder_block.mlir").read_text()
     first, second = (lower(load_module(text)) for _ in range(2))
