@@ -136,3 +136,25 @@ def test_mk_generate_prefills_on_the_gpu(
     argv = ["--model", name, "--batch", "2", "--prompt-len", str(prompt_len), "--steps", "6"]
     assert main([*argv, "--target", "cuda", "--prefill", "mk", "--check"]) == 0
     assert "check: ok" in capsys.readouterr().out
+
+
+def test_the_prefill_bench_counts_the_linears_flops() -> None:
+    from bench_scripts import load
+
+    config = preset("tiny")
+    per_layer = config.hidden * (config.q_dim + 2 * config.kv_dim) + config.q_dim * config.hidden
+    per_layer += 3 * config.hidden * config.intermediate
+    assert load("prefill").linear_flops(config, 10) == 2.0 * 10 * config.layers * per_layer
+
+
+@pytest.mark.gpu
+def test_the_prefill_bench_runs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """bench/prefill.py on tiny-qwen3: mk's caches within rounding of PyTorch's."""
+    from bench_scripts import load
+
+    argv = ["prefill.py", "--model", "tiny-qwen3", "--prompt-len", "150", "--runs", "3"]
+    monkeypatch.setattr("sys.argv", argv)
+    assert load("prefill").main() == 0
+    assert "prefill of 149 positions: mk " in capsys.readouterr().out
