@@ -461,16 +461,16 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
     }
     profile = op_marks.enabled()
     bodies = _bodies(grids, refs)
-    wgmma = any(need.wgmma for _, need in bodies)
-    extra = WGMMA_HEADER + "\n" if wgmma else ""
-    inline = switches.inline_bodies(wgmma)
-    defines = switches.defines(profile, op_marks.warm(), inline)
-    out = [_PRELUDE.format(name=g.sym_name.data, defines=defines, extra=extra)]
     shared = SharedBodies(slot_format="bp[{k}]")
     staged: dict[str, int] = {}  # per function, its weights' bytes in the staging ring
     for gi, (grid, (lines, need)) in enumerate(zip(grids, bodies, strict=True)):
         fn = shared.add(f"task_{gi}_{_ident(grid.sym_name.data)}", grid.sym_name.data, lines)
         staged[fn.name] = need.staged
+    wgmma = any(need.wgmma for _, need in bodies)
+    extra = WGMMA_HEADER + "\n" if wgmma else ""
+    inline = switches.inline_bodies(wgmma, len(shared.functions))
+    defines = switches.defines(profile, op_marks.warm(), inline)
+    out = [_PRELUDE.format(name=g.sym_name.data, defines=defines, extra=extra)]
     scratch = max((need.scratch for _, need in bodies), default=0)
     front = max((need.smem for _, need in bodies if not need.wide), default=0)
     wide_front = max((need.smem for _, need in bodies if need.wide), default=0)

@@ -226,14 +226,21 @@ def wide_room() -> bool:
     return flag("MK_CUDA_WIDE_ROOM", default=True)
 
 
-def inline_bodies(wgmma: bool) -> bool:
+# Most task bodies `auto` inlines into one dispatcher: ptxas takes minutes over one function
+# holding many bodies (qwen3-0.6b's prefill of 999 positions, three of its bodies wgmma tiles:
+# not done in 15 minutes, against 32 s with the bodies called).
+INLINE_MOST_BODIES = 4
+
+
+def inline_bodies(wgmma: bool, functions: int = 1) -> bool:
     """MK_CUDA_INLINE_BODIES: whether the task bodies are inlined into the dispatcher, which then
     makes no calls. ptxas serializes every wgmma of a function that makes any call (C7510), so
-    `auto` (default) inlines where a body runs a wgmma tile: on the H200 (bench/RESULTS.md,
-    session 45) 4096^3 0.480 -> 0.403 ms, 1024x4096^2 0.124 -> 0.106. 0 or 1 force it."""
+    `auto` (default) inlines where a body runs a wgmma tile and there are at most
+    INLINE_MOST_BODIES of them (`functions`): on the H200 (bench/RESULTS.md, session 45) 4096^3
+    0.480 -> 0.403 ms, 1024x4096^2 0.124 -> 0.106. 0 or 1 force it."""
     text = os.environ.get("MK_CUDA_INLINE_BODIES", "") or "auto"
     if text == "auto":
-        return wgmma
+        return wgmma and functions <= INLINE_MOST_BODIES
     return flag("MK_CUDA_INLINE_BODIES")
 
 

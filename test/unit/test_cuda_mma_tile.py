@@ -13,6 +13,7 @@ from linear_programs import agrees_with_the_reference, cuda_source, linear_progr
 
 import mk
 from mk.backends.cuda import build as cuda_build
+from mk.models import prefill_program, preset
 
 NVCC = cuda_build.nvcc()
 
@@ -252,6 +253,11 @@ def test_wgmma_bodies_are_inlined_leaving_the_megakernel_without_calls(
     monkeypatch.setenv("MK_CUDA_GEMM", "mma")
     monkeypatch.setenv("MK_CUDA_INLINE_BODIES", "")
     assert not inlined(gemm, "mma")
+    # Many bodies stay calls (ptxas takes minutes over one function holding them all).
+    monkeypatch.setenv("MK_CUDA_GEMM", "wgmma")
+    prefill = prefill_program(preset("tiny-qwen3"), 1, 150, 160)
+    assert "wgmma_gemm_tile<" in cuda_source(prefill, tmp_path / "prefill", num_sms=132)
+    assert not inlined(prefill, "prefill")
 
 
 @pytest.mark.usefixtures("no_nvcc")
