@@ -577,19 +577,19 @@ def _grid_body(
     refs: dict[str, BufferRef],
     stage: bool,
     repeated: bool = False,
-    widen: bool = True,
 ) -> tuple[list[str], _Need]:
     gk = grid_kernel(grid, refs, "CUDA")
     kernel = gk.kernel
     smem = staged = 0
-    wgmma = gemm = False
-    wide = None
+    wgmma = gemm = wide = False
     if isinstance(kernel, GraphDefOp):
         emitter = DeviceGraphDefEmitter(kernel, gk.operands, gk.result_buffers(), stage, repeated)
         body = emitter.emit()
-        if widen and (wide := _widened(emitter, gk, stage, repeated)) is not None:
-            emitter, body = wide
         sizes = {n: _numel(v) for v, n in emitter.names.items()}
+        lines, tiles = device_lines(body, sizes)
+        if (widened := _widened(emitter, gk, stage, repeated, tiles)) is not None:
+            emitter, body = widened
+            lines, wide = device_lines(body, sizes)[0], True
         smem, staged = 4 * emitter.smem_floats, emitter.staged_bytes
         plan = emitter.plan
         gemm = isinstance(plan, GemmPlan)
@@ -601,27 +601,25 @@ def _grid_body(
         body = DeviceLibraryEmitter(kernel, gk.operands, results).emit()
         sizes = {f"a{i}": _numel(v) for i, v in enumerate(kernel.operands)}
         sizes["r"] = _numel(kernel.res[0])
-    lines, tiles = device_lines(body, sizes)
+        lines, tiles = device_lines(body, sizes)
     # A gemm tile's f32 sums (up to 64 KB) outgrow the arena's usual shared-memory part: in
     # global scratch, their init and the epilogue's reads cost the wgmma tile at 4096³ 0.66
     # against 0.48 ms on the H200 (bench/RESULTS.md).
     arena = tiles if gemm else 0
-    scratch = tiles + _temporaries(kernel, tiles)
-    # The tiles would leave the arena's part (`tiles` counts 16 bytes of alignment a 16-byte
-    # aligned front does not need).
-    if wide is not None and smem + tiles - 16 > DYNAMIC_SMEM:
-        return _grid_body(grid, refs, stage, repeated, widen=False)
-    if wide is not None:
+    if wide:
         lines = [f"arena.clear_front({smem});  // the stream's room reaches into the arena", *lines]
-    return lines, _Need(scratch, smem, staged, wgmma, arena, wide is not None)
+    need = _Need(tiles + _temporaries(kernel, tiles), smem, staged, wgmma, arena, wide)
+    return lines, need
 
 
 def _widened(
-    emitter: DeviceGraphDefEmitter, gk: GridKernel, stage: bool, repeated: bool
+    emitter: DeviceGraphDefEmitter, gk: GridKernel, stage: bool, repeated: bool, tiles: int
 ) -> tuple[DeviceGraphDefEmitter, list[str]] | None:
     """The body again with WIDE_ROOM for its streamed activation where that takes fewer chunks
-    (switches.wide_room), else None."""
-    if stage or emitter.stream_chunks < 2 or not switches.wide_room():
+    and its `tiles` still fit the shared memory behind the room (switches.wide_room), else None.
+    (`tiles` counts 16 bytes of alignment that a 16-byte aligned room does not need.)"""
+    fits = WIDE_ROOM + tiles - 16 <= DYNAMIC_SMEM
+    if stage or emitter.stream_chunks < 2 or not fits or not switches.wide_room():
         return None
     op = emitter.op
     wide = DeviceGraphDefEmitter(op, gk.operands, gk.result_buffers(), stage, repeated, WIDE_ROOM)

@@ -5,13 +5,14 @@ mk::gpu::wgmma_gemm_tile, or mma.sync, mk::gpu::gemm_tile, with MK_CUDA_GEMM=mma
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from xdsl.ir import Operation, SSAValue
 
 from mk.backends.cpu.emit_scalar import dtype_code
 from mk.backends.cuda import switches
+from mk.backends.cuda.stream import epilogue_input
 from mk.dialects.mugraph import GraphDefOp, InputOp
 from mk.dialects.mugraph_base import shape_of
 from mk.dialects.mugraph_tiles import AccumOp, BinaryOp, MatmulOp
@@ -183,7 +184,8 @@ def plan_gemm(op: GraphDefOp) -> GemmPlan | None:
     handled: set[Operation] = {x, *(o for p in products for o in p)}
     handled |= {o for o in (g, scaled) if o is not None}
     # Loop-invariant inputs only the epilogue reads (a residual): loaded after the tile.
-    invariant = [o for o in loop if isinstance(o, InputOp) and _epilogue_input(o, loop)]
+    inside = set(loop)
+    invariant = [o for o in loop if epilogue_input(o, inside)]
     rest = [o for o in loop if o not in handled and o not in invariant]  # Σx², beside a norm
     sum_sq = rest[0] if len(rest) == 1 else None
     if len(rest) > 1 or (rest and (g is None or not _is_sum_sq(sum_sq, x))):
@@ -193,12 +195,6 @@ def plan_gemm(op: GraphDefOp) -> GemmPlan | None:
     ss = sum_sq if isinstance(sum_sq, AccumOp) else None
     plan = GemmPlan(x, g, scaled, tuple(products), ss, switches.gemm() == "wgmma", tuple(invariant))
     return plan if plan.fits() else None
-
-
-def _epilogue_input(op: InputOp, loop: Sequence[Operation]) -> bool:
-    """Whether `op` loads a tile that does not walk K and only ops after the loop read."""
-    inside = set(loop)
-    return op.fmap_dim() < 0 and all(u.operation not in inside for u in op.tile.uses)
 
 
 def _is_sum_sq(op: Operation | None, x: InputOp) -> bool:

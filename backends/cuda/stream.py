@@ -12,6 +12,7 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from xdsl.ir import Operation, SSAValue
 
@@ -307,7 +308,7 @@ def plan_stream(op: GraphDefOp) -> StreamPlan | None:
             if sum_sq is not None:
                 return None
             sum_sq = o
-        elif isinstance(o, InputOp) and o.fmap_dim() < 0 and _only_after(o, in_loop):
+        elif epilogue_input(o, in_loop):
             invariant.append(o)
         else:
             return None
@@ -326,8 +327,14 @@ def sole_user(value: SSAValue) -> Operation | None:
     return users.pop() if len(users) == 1 else None
 
 
-def _only_after(op: InputOp, in_loop: set[Operation]) -> bool:
-    return all(u.operation not in in_loop for u in op.tile.uses)
+def epilogue_input(op: Operation, in_loop: set[Operation]) -> TypeGuard[InputOp]:
+    """Whether `op` loads a loop-invariant tile (not walking K) that only ops after the loop
+    read: the streamed and gemm-tile forms load it once, after their loop."""
+    return (
+        isinstance(op, InputOp)
+        and op.fmap_dim() < 0
+        and all(u.operation not in in_loop for u in op.tile.uses)
+    )
 
 
 def _activation_side(lhs: SSAValue) -> tuple[InputOp, InputOp | None, BinaryOp | None] | None:
