@@ -50,8 +50,9 @@ _HEAD_MAP = (1, -1, 0)
 # With many queries (a prefill) a block is (KV head, query block, batch row) instead, its loop
 # walking all the keys: q's and the result's query dim follow the grid's y.
 _QUERY_MAP = (1, 2, 0)
-# Queries a block takes at most where there are many of them.
-Q_BLOCK = 64
+# Rows (query heads of a KV head x queries) a block takes at most where there are many queries:
+# the CUDA backend's block_attention holds 16 rows a warp, 128 a CTA.
+Q_ROWS = 128
 
 
 @dataclass(frozen=True)
@@ -220,7 +221,7 @@ def attention_kernels(
 ) -> tuple[list[Operation], dict[SSAValue, SSAValue]]:
     op = plan.op
     (bsz, hq, sq, d), (_, hkv, seq, _) = shape_of(op.q), shape_of(op.k)
-    q_rows = query_rows(plan, sq)
+    q_rows = query_rows(plan, sq, hq // hkv)
     sh = _AttnShape(bsz, hq, sq, d, hkv, seq, q_rows)
     splits = 1 if sh.q_blocked else kv_splits(bsz, hq, hkv, seq, d, t)
     span = seq // splits
@@ -251,15 +252,15 @@ def attention_kernels(
     return [split, merge], {result: merge.results[0]}
 
 
-def query_rows(plan: AttentionPlan, sq: int) -> int:
-    """Queries one block takes: all of them, or with more than 2·Q_BLOCK (a prefill) a divisor
-    of at most Q_BLOCK, the grid walking the rest (the keys then not split). Only where no
-    view, per-head chain or new cache row is folded in, and the result is not a merged-head
-    view."""
+def query_rows(plan: AttentionPlan, sq: int, group: int) -> int:
+    """Queries one block takes: all of them, or where the group's rows for all of them are
+    more than Q_ROWS (a prefill) the largest divisor of sq that keeps them within it, the grid
+    walking the rest (the keys then not split). Only where no view, per-head chain or new cache
+    row is folded in, and the result is not a merged-head view."""
     folded = plan.q_folded() or plan.k_row is not None or plan.v_row is not None
-    if sq <= 2 * Q_BLOCK or folded or plan.out_view is not None:
+    if sq * group <= Q_ROWS or folded or plan.out_view is not None:
         return sq
-    return chunk_size(sq, Q_BLOCK)
+    return parts_at_most(sq, max(1, Q_ROWS // group))
 
 
 def _resolve(value: SSAValue, views: dict[SSAValue, SSAValue], lookup: ValueMap) -> SSAValue:

@@ -9,7 +9,7 @@ from xdsl.ir import Operation
 from mk.backends.cpu.emit_ops import BufferRef
 from mk.backends.cpu.emit_scalar import dtype_code, float_literal
 from mk.backends.cuda.emit_stream import StreamLinearEmitter
-from mk.backends.cuda.stream_attention import AttentionPlan, HeadRow, score_lambda
+from mk.backends.cuda.stream_attention import AttentionPlan, HeadRow, query_runs, score_lambda
 from mk.diagnostics import MkError, op_location
 from mk.dialects.mugraph import InputOp
 
@@ -39,8 +39,10 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         k, v = (
             plain(self.operands[op.source_index()], self.op, "as keys") for op in (plan.k, plan.v)
         )
-        key_dim = len(k.shape) - 2
         self.smem_floats = plan.smem_floats()
+        if plan.block:
+            self.block_attention(plan)
+            return
         emit("{")
         emit("mk::gpu::StreamAttention sa{};")
         q_row = None if isinstance(plan.q, InputOp) else plan.head_row(plan.q)
@@ -64,20 +66,49 @@ class StreamAttentionEmitter(StreamLinearEmitter):
                 emit(f"sa.{name}_new_dtype = mk::DTYPE_F32;")
         if (at := plan.new_at()) is not None:
             emit(f"sa.new_key = static_cast<int64_t>({self.var(at.tile)}[0]);")
-        for name, ref, op in (("k", k, plan.k), ("v", v, plan.v)):
-            emit(
-                f"sa.{name} = static_cast<const uint16_t*>(buffers[{ref.index}]) + "
-                f"{self.flat_start(op)};"
-            )
-        emit(f"sa.kv_dtype = {k.dtype};")
-        emit(f"sa.ld = {k.shape[-1]};")
-        emit(f"sa.keys = {self.forloop * plan.k.tile_shape()[key_dim]};")
-        emit(f"sa.key0 = {self.input_starts(plan.k, '0')[key_dim]};")
-        for name, value in (("o", plan.acc.o), ("m", plan.acc.m), ("l", plan.acc.l)):
-            emit(f"sa.{name} = {self.var(value)}.data();")
+        self.key_fields("sa", plan, with_dtype=True)
         self.lines += score_lambda(plan, lambda op: f"{self.var(op.tile)}[0]", self.fresh)
         emit(f"mk::gpu::stream_attention<{plan.rows}, {plan.head_dim}>(sa, score);")
         emit("}")
+
+    def block_attention(self, plan: AttentionPlan) -> None:
+        """mk::gpu::block_attention: many query rows (a prefill's) against all the keys."""
+        assert isinstance(plan.q, InputOp)
+        emit = self.lines.append
+        emit("{")
+        emit("mk::gpu::BlockAttention ba{};")
+        run_rows, run_ld = query_runs(plan.q)
+        q = plain(self.operands[plan.q.source_index()], self.op, "in place")
+        emit(
+            f"ba.q = static_cast<const uint16_t*>(buffers[{q.index}]) + {self.flat_start(plan.q)};"
+        )
+        emit(f"ba.q_run_rows = {run_rows};")
+        emit(f"ba.q_run_ld = {run_ld};")
+        emit(f"ba.query0 = {self.input_starts(plan.q, '0')[-2]};")
+        self.key_fields("ba", plan)
+        self.lines += score_lambda(plan, lambda op: f"{self.var(op.tile)}[0]", self.fresh)
+        bf16 = "true" if q.dtype == "mk::DTYPE_BF16" else "false"
+        emit(f"mk::gpu::block_attention<{plan.rows}, {plan.head_dim}, {bf16}>(ba, score);")
+        emit("}")
+
+    def key_fields(self, name: str, plan: AttentionPlan, with_dtype: bool = False) -> None:
+        """The K and V pointers (and their dtype), the keys and their first position, and o, m
+        and l."""
+        emit = self.lines.append
+        k, v = (self.operands[op.source_index()] for op in (plan.k, plan.v))
+        key_dim = len(k.shape) - 2
+        for field, ref, op in (("k", k, plan.k), ("v", v, plan.v)):
+            emit(
+                f"{name}.{field} = static_cast<const uint16_t*>(buffers[{ref.index}]) + "
+                f"{self.flat_start(op)};"
+            )
+        if with_dtype:
+            emit(f"{name}.kv_dtype = {k.dtype};")
+        emit(f"{name}.ld = {k.shape[-1]};")
+        emit(f"{name}.keys = {self.forloop * plan.k.tile_shape()[key_dim]};")
+        emit(f"{name}.key0 = {self.input_starts(plan.k, '0')[key_dim]};")
+        for field, value in (("o", plan.acc.o), ("m", plan.acc.m), ("l", plan.acc.l)):
+            emit(f"{name}.{field} = {self.var(value)}.data();")
 
     def row_pointer(self, op: InputOp) -> str:
         """A pointer to the first element of an input's tile, in place."""

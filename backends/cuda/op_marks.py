@@ -57,6 +57,8 @@ def _label(statement: Sequence[str]) -> str:
         return statement[0][6:].strip()
     if "stream_attention<" in text:
         return "stream_attention"
+    if "block_attention<" in text:
+        return "block_attention"
     if "stream_linear<" in text:
         return "stream_linear: sum_sq, sync"
     if "MK_FOR_EACH" in text:  # an element loop: its note (load, store, init, mul, ...)

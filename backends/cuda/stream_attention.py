@@ -33,6 +33,8 @@ from mk.dialects.mugraph_tiles import (
 
 MAX_ROWS = 8  # mk::gpu::kAttentionMaxRows
 HEAD_DIMS = (8, 16, 32, 64, 128, 256)  # D / 8 lanes per key must divide a warp
+BLOCK_MAX_ROWS = 128  # mk::gpu::kBlockAttentionMaxRows: more rows go to block_attention
+BLOCK_KEYS = 64  # mk::gpu::kBlockAttentionKeys
 THREADS = 256  # mk::kCudaThreads
 _KV_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16")
 _Q_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16", "mk::DTYPE_F32")
@@ -89,6 +91,12 @@ class AttentionPlan:
         return shape_of(self.acc.o)[0]
 
     @property
+    def block(self) -> bool:
+        """Whether the rows are many (a prefill's): mk::gpu::block_attention on tensor cores,
+        q read in runs, the score given each row's query position."""
+        return self.rows > MAX_ROWS
+
+    @property
     def head_dim(self) -> int:
         return shape_of(self.acc.o)[1]
 
@@ -110,6 +118,8 @@ class AttentionPlan:
         return {r for op in self.handled for r in op.results}
 
     def smem_floats(self) -> int:
+        if self.block:  # mk::gpu::block_attention_smem_bytes: two stages of K and V chunks
+            return 2 * 2 * BLOCK_KEYS * (self.head_dim + 8) * 2 // 4
         slots = THREADS // (self.head_dim // 8)
         return slots * self.rows * (self.head_dim + 2)
 
@@ -122,8 +132,9 @@ def plan_attention(op: GraphDefOp) -> AttentionPlan | None:
         return None
     acc = accs[0]
     o_shape = shape_of(acc.o)
-    if len(o_shape) != 2 or not 1 <= o_shape[0] <= MAX_ROWS or o_shape[1] not in HEAD_DIMS:
+    if len(o_shape) != 2 or not _rows_fit(o_shape[0], o_shape[1]):
         return None
+    block = o_shape[0] > MAX_ROWS
     varying = _varying(loop)
     v, v_view, v_new = _key_side(acc.v, o_shape[1], varying)
     found = _transform(acc.scores)
@@ -140,12 +151,15 @@ def plan_attention(op: GraphDefOp) -> AttentionPlan | None:
     ):
         return None
     k, k_view, k_new = _key_side(matmul.b, o_shape[1], varying)
-    q, q_view = _query_side(matmul.a, o_shape, varying)
+    q, q_view = _query_side(matmul.a, o_shape, varying, block)
     if k is None or q is None or not _same_walk(k, v) or shape_of(matmul.a) != o_shape:
         return None
-    if k_new and v_new and (k_new.at.source, k_new.at.imap) != (v_new.at.source, v_new.at.imap):
+    queries = [p for p in chain if isinstance(p, PositionOp) and p.x != k.tile]
+    if block and (k_new or v_new or not isinstance(q, InputOp) or _dtype(q) != _dtype(k)):
         return None
-    if any(isinstance(p, PositionOp) and p.x != k.tile for p in chain):
+    if any(not (block and isinstance(q, InputOp) and p.x == q.tile) for p in queries):
+        return None
+    if k_new and v_new and (k_new.at.source, k_new.at.imap) != (v_new.at.source, v_new.at.imap):
         return None
     handled: set[Operation] = {acc, matmul, k, v, *chain}
     handled |= {x for x in (q_view, k_view, v_view, transform) if x is not None}
@@ -173,6 +187,24 @@ def plan_attention(op: GraphDefOp) -> AttentionPlan | None:
         q, k, v, acc, transform, args, frozenset(handled - {acc}), k_new, v_new, tuple(prologue),
         tuple(head_rows),
     )  # fmt: skip
+
+
+def _rows_fit(rows: int, d: int) -> bool:
+    """Whether stream_attention (a few rows) or block_attention (many) takes [rows, d]."""
+    if rows <= MAX_ROWS:
+        return rows >= 1 and d in HEAD_DIMS
+    return rows <= BLOCK_MAX_ROWS and d % 16 == 0 and d <= 128  # registers hold 16 rows of o
+
+
+def _dtype(op: InputOp) -> str:
+    return dtype_code(op.tile.type)
+
+
+def query_runs(op: InputOp) -> tuple[int, int]:
+    """(rows a run, elements between runs) of a block plan's q: its tile's rows, runs of the
+    second-last dim's rows, one run per index of the dim before it."""
+    tile, src = op.tile_shape(), shape_of(op.source)
+    return tile[-2], src[-2] * src[-1]
 
 
 def _head_row(value: SSAValue, rows: int, d: int) -> HeadRow | None:
@@ -305,17 +337,30 @@ def _is_row_select(body: Sequence[Operation], args: Sequence[SSAValue]) -> bool:
 
 
 def _query_side(
-    value: SSAValue, o_shape: Sequence[int], varying: set[Operation]
+    value: SSAValue, o_shape: Sequence[int], varying: set[Operation], block: bool
 ) -> tuple[InputOp | SSAValue | None, ReshapeOp | None]:
     """The loop-invariant query rows behind the [R, D] tile: an input read as one contiguous
-    run, or a tile the body computes before the loop."""
+    run (for a block plan: in runs, query_runs), or a tile the body computes before the loop."""
     base, view = _strip_reshape(value)
     op = base.owner
     if not isinstance(op, InputOp):
         computed = _invariant(base, varying) and math.prod(shape_of(base)) == math.prod(o_shape)
         return (base, view) if computed else (None, None)
-    ok = op.fmap_dim() < 0 and _contiguous_rows(op, math.prod(o_shape))
-    return (op, view) if ok else (None, None)
+    rows = _query_in_runs(op, o_shape) if block else _contiguous_rows(op, math.prod(o_shape))
+    return (op, view) if op.fmap_dim() < 0 and rows else (None, None)
+
+
+def _query_in_runs(op: InputOp, o_shape: Sequence[int]) -> bool:
+    """A loop-invariant 16-bit input tile [1.., A, B, D] of whole rows: A runs of B rows."""
+    tile, src = op.tile_shape(), shape_of(op.source)
+    return (
+        len(tile) >= 2
+        and tile[-1] == src[-1] == o_shape[1]
+        and math.prod(tile) == math.prod(o_shape)
+        and all(t == 1 for t in tile[:-3])
+        and _dtype(op) == dtype_code(op.source.type)
+        and _dtype(op) in _KV_DTYPES
+    )
 
 
 def _contiguous_rows(op: InputOp, n: int) -> bool:
@@ -360,10 +405,14 @@ def _transform(scores: SSAValue) -> Transform | None:
     chain: list[Operation] = []
     for a in owner.args[1:]:
         key = _key_positions(a)
+        query = _query_positions(a)
         src = a.owner
         if key is not None:
             args.append("key")
             chain += key
+        elif query is not None:
+            args.append("query")
+            chain += query
         elif isinstance(src, InputOp) and src.fmap_dim() < 0 and math.prod(shape_of(a)) == 1:
             args.append(src)
         else:
@@ -393,6 +442,27 @@ def _key_positions(value: SSAValue) -> list[Operation] | None:
     return [o for o in (pos, conv, red, view) if o is not None]
 
 
+def _query_positions(value: SSAValue) -> list[Operation] | None:
+    """The ops of position(q) along its rows' dim -> sitofp -> max over the head dim ->
+    reshape to [R, 1]: each query row's position as a float; None for any other value."""
+    base, view = _strip_reshape(value)
+    red = base.owner
+    if not isinstance(red, ReduceOp) or red.kind.data != "max":
+        return None
+    conv = red.x.owner
+    if not isinstance(conv, ThreadMapOp) or len(conv.args) != 1 or not _is_sitofp(conv):
+        return None
+    pos = conv.args[0].owner
+    if not isinstance(pos, PositionOp) or not isinstance(pos.x.owner, InputOp):
+        return None
+    n = len(pos.input_op().tile_shape())
+    if pos.input_op().fmap_dim() >= 0 or pos.dim.value.data != n - 2 or red.dim.value.data != n - 1:
+        return None
+    if shape_of(value)[-1] != 1:
+        return None
+    return [o for o in (pos, conv, red, view) if o is not None]
+
+
 def _is_sitofp(op: ThreadMapOp) -> bool:
     body = list(op.body.block.ops)
     return len(body) == 2 and body[0].name == "arith.sitofp" and is_float(op.res[0].type)
@@ -406,29 +476,34 @@ def used_only_by(ops: set[Operation], within: set[Operation]) -> bool:
 def score_lambda(
     plan: AttentionPlan, scalar: Callable[[InputOp], str], fresh: Callable[[], str]
 ) -> list[str]:
-    """A device lambda `score(float s, int64_t key) -> float` computing the transform."""
-    head = "const auto score = [&](float s, int64_t key) -> float {"
+    """A device lambda `score(float s, int64_t key) -> float` computing the transform; a block
+    plan's takes the query row's position as well: `score(s, key, query)`."""
+    query = ", int64_t query" if plan.block else ""
+    head = f"const auto score = [&](float s, int64_t key{query}) -> float {{"
+    unused = ["(void)key;"] + (["(void)query;"] if plan.block else [])
     t = plan.transform
     if t is None:
-        return [head, "(void)key;", "return s;", "};"]
+        return [head, *unused, "return s;", "};"]
     if isinstance(t, UnaryOp):
         factor = float(t.factor.value.data) if t.factor is not None else 1.0
-        return [head, "(void)key;", f"return s * {float_literal(factor)};", "};"]
+        return [head, *unused, f"return s * {float_literal(factor)};", "};"]
     inputs = []
     for a, block_arg in zip(plan.args, t.body.block.args, strict=True):
         ctype = "float" if is_float(block_arg.type) else "int64_t"
         if a == "s":
             inputs.append(f"static_cast<{ctype}>(s)")
-        elif a == "key":
-            inputs.append(f"static_cast<{ctype}>(static_cast<float>(key))")
+        elif a in ("key", "query"):
+            inputs.append(f"static_cast<{ctype}>(static_cast<float>({a}))")
         else:
             assert isinstance(a, InputOp)
             inputs.append(f"static_cast<{ctype}>({scalar(a)})")
     lines, (y,) = scalar_body(t.body.block, inputs, fresh)
-    uses_key = "key" in plan.args
+    unused = [f"(void){a};" for a in ("key", "query") if a not in plan.args]
+    if not plan.block:
+        unused = [u for u in unused if u != "(void)query;"]
     return [
         head,
-        *([] if uses_key else ["(void)key;"]),
+        *unused,
         *lines,
         f"return static_cast<float>({y});",
         "};",

@@ -97,7 +97,8 @@ def test_split_kernels_of_the_examples_stream(
 @pytest.mark.parametrize(
     ("shape", "why"),
     [((1, 4, 1, 64, 64, {"causal": True, "sq": 2}), "query positions in the mask"),
-     ((1, 16, 1, 64, 64, {}), "16 query rows per block"),
+     ((1, 16, 1, 64, 40, {}), "16 query rows of head dim 40"),
+     ((1, 16, 1, 64, 64, {"dtype": "f32"}), "16 query rows of f32"),
      ((1, 2, 1, 64, 96, {}), "head dim 96"),
      ((1, 2, 1, 64, 64, {"dtype": "f32"}), "f32 keys")],
 )  # fmt: skip
@@ -142,6 +143,39 @@ def test_the_streamed_attention_state_is_not_initialised_first(
         assert f"{tile}.resize(" in lean and f"{tile}.assign(" not in lean
     monkeypatch.setenv("MK_CUDA_LEAN", "0")
     assert all(f"{tile}.assign(" in attention_body() for tile in state)
+
+
+# --------------------------------------------------------------------------- many query rows
+
+BLOCK_SHAPES = [
+    ((1, 4, 2, 320, 64), {"causal": True, "sq": 300}),  # 2 heads x 60 queries a block
+    ((2, 2, 2, 72, 128), {"causal": True, "sq": 72, "kv_len": False}),
+    ((1, 8, 2, 200, 128), {"dtype": "f16", "sq": 150}),
+    ((1, 16, 1, 100, 64), {}),  # 16 heads of one query against one KV head
+    ((1, 4, 4, 100, 32), {"causal": True, "sq": 100}),
+    ((1, 16, 8, 520, 128), {"causal": True, "sq": 500}),  # qwen3's heads
+]
+
+
+@pytest.mark.parametrize(("dims", "extra"), BLOCK_SHAPES[:4])
+def test_many_query_rows_plan_the_block_call(
+    dims: tuple[int, ...], extra: dict[str, object]
+) -> None:
+    plans = _plans(_attention(*dims, **extra))  # type: ignore[arg-type]
+    assert plans and all(plans.values())
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_emitted_block_call_and_score_function(tmp_path: Path) -> None:
+    """A causal prefill's attention: one call over all keys, the score given each row's query
+    position, and room for two stages of 64 K and V rows of 64 + 8 elements."""
+    text = _attention(1, 4, 2, 320, 64, causal=True, sq=300)
+    src = mk.compile(text, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    assert src.count("mk::gpu::block_attention<120, 64, true>(ba, score);") == 1
+    assert "const auto score = [&](float s, int64_t key, int64_t query) -> float {" in src
+    assert "ba.q_run_rows = 60;" in src and "ba.q_run_ld = 19200;" in src
+    assert "accum_softmax_update" not in src and "mma_tile<" not in src
+    assert int(src.split("kSmemBytes = ")[1].split(";")[0]) >= 2 * 2 * 64 * 72 * 2
 
 
 def _merges(text: str, **options: int) -> dict[str, GraphDefOp]:
@@ -268,6 +302,28 @@ def test_streamed_attention_matches_the_reference(
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("dims", "extra"),
+    BLOCK_SHAPES,
+    ids=lambda s: "x".join(map(str, s)) if isinstance(s, tuple) else "",
+)
+def test_block_attention_matches_the_reference(
+    dims: tuple[int, ...], extra: dict[str, object], tmp_path: Path
+) -> None:
+    """Many query rows on tensor cores: causal or not, ragged last chunks of keys, f16, rows
+    that are not a multiple of 16, fully masked rows (kv_len at random)."""
+    text = _attention(*dims, **extra)  # type: ignore[arg-type]
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    assert "block_attention<" in prog.cuda_source  # type: ignore[attr-defined]
+    for seed in (0, 1):
+        inputs = random_inputs(prog.func, seed=seed)
+        (out,) = prog(*inputs)
+        (ref,) = mk.reference(text, *inputs)
+        error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
+        assert error <= bound, (dims, seed, error)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("splits", [2, 32, 40])
 def test_merged_splits_match_the_reference(splits: int, tmp_path: Path) -> None:
     """The merge call on both sides of the splits it holds in registers."""
@@ -356,3 +412,14 @@ def test_merge_folded_into_the_oproj_matches_the_reference(
         (ref,) = mk.reference(text, *inputs)
         error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
         assert error <= bound, (dims, seed, error)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_block_attention_builds_without_spills(tmp_path: Path) -> None:
+    """qwen3's heads (128 rows of 128 elements a task): Q, o and the scores in registers."""
+    prog = mk.compile(
+        _attention(1, 16, 8, 520, 128, causal=True, sq=500), target="cuda", cache_dir=tmp_path
+    )
+    assert "mk::gpu::block_attention<" in prog.cuda_source  # type: ignore[attr-defined]
+    used = prog.cuda_resources  # type: ignore[attr-defined]
+    assert used is not None and used.spill_stores == 0, used

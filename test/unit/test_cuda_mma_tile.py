@@ -276,9 +276,10 @@ def prefill_attention(s: int, heads: int = 4, d: int = 64) -> str:
 
 
 @pytest.mark.usefixtures("no_nvcc")
-def test_prefill_attention_scores_run_on_tensor_cores(tmp_path: Path) -> None:
-    """q·kᵀ of a block of queries is a 2-D product of bf16 tiles; p·v (f32 weights) is not."""
-    assert "mma_tile<true>" in products(cuda_source(prefill_attention(128), tmp_path))
+def test_prefill_attention_runs_on_tensor_cores(tmp_path: Path) -> None:
+    """A block of queries against all keys is one block_attention call, not tile products."""
+    src = cuda_source(prefill_attention(128), tmp_path)
+    assert "mk::gpu::block_attention<" in src and not products(src)
 
 
 @pytest.mark.gpu
