@@ -3,6 +3,7 @@ writes into its results (the maps in `mugraph_maps`; the dialect in `mugraph`)."
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -165,9 +166,10 @@ class OutputOp(BlockGraphOp):
 
     Writes the block's tile into a kernel result (rounded to its element type) after the loop.
     An in-place output (`... at %p dim 2 over %cache : tile, tensor<1xi32> -> dest`) writes its
-    tile at run-time position %p (a one-element integer tile) along `dim`, which no grid axis
-    splits; every other element of the result is that of kernel operand %cache (a KV-cache
-    append: the result takes the operand's buffer when it is a donated argument).
+    tile at run-time position %p (a one-element integer tile) along `dim`, plus the block's
+    offset where a grid axis splits that dim (the blocks' tiles side by side from %p); every
+    other element of the result is that of kernel operand %cache (a KV-cache append: the result
+    takes the operand's buffer when it is a donated argument).
 
     An accumulating output (`... omap [-1, -1, -1] accumulate over %acc : tile -> dest`) adds
     its tile into the result instead: the result is f32 operand %acc plus every block's tile, so
@@ -249,10 +251,13 @@ class OutputOp(BlockGraphOp):
         return dest.index - len(self.parent_graph().args)
 
     def placed_shape(self) -> tuple[int, ...]:
-        """The result's shape as the omap sees it: an in-place output's dim is the tile's."""
+        """The result's shape as the omap sees it: an in-place output's dim is its blocks'
+        tiles side by side."""
         shape = list(shape_of(self.dest))
         if (at := self.position()) is not None:
-            shape[at[1]] = shape_of(self.tile)[at[1]]
+            grid = self.parent_graph().grid_shape()
+            split = math.prod(g for g, d in zip(grid, self.omap_dims(), strict=True) if d == at[1])
+            shape[at[1]] = shape_of(self.tile)[at[1]] * split
         return tuple(shape)
 
     def tile_slices(self, block: Sequence[int], pos: int = 0) -> tuple[slice, ...]:
@@ -265,7 +270,7 @@ class OutputOp(BlockGraphOp):
         )
         if (at := self.position()) is not None:
             d = at[1]
-            where[d] = slice(pos, pos + where[d].stop)
+            where[d] = slice(pos + where[d].start, pos + where[d].stop)
         return tuple(where)
 
     def verify_block_op(self, parent: GraphDefOp) -> None:
@@ -349,11 +354,10 @@ class OutputOp(BlockGraphOp):
         require(
             over.type == self.dest.type, "the operand written in place must have the result's type"
         )
+        placed, extent = self.placed_shape()[d], shape_of(self.dest)[d]
         require(
-            d not in self.omap_dims(),
-            lambda: (
-                f"no grid axis may split dim {d}: the tile lands at a run-time position along it"
-            ),
+            placed <= extent,
+            lambda: f"the blocks' tiles take {placed} positions of dim {d}, which has {extent}",
         )
         require(
             shape_of(self.tile)[d] <= shape_of(self.dest)[d],

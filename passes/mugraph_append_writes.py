@@ -1,4 +1,4 @@
-"""mugraph-append-writes: a one-position cache write becomes an in-place output of the kernel
+"""mugraph-append-writes: a cache write at one index becomes an in-place output of the kernel
 that made its rows.
 
 A `mugraph.kernel "cache_write"` (cache, new, index) into a donated argument costs a task and a
@@ -9,8 +9,8 @@ reads, the graph_def writes those rows into the cache itself: its output becomes
 argument's own buffer), and the write kernel goes.
 
 Conditions, each checked: the cache is a donated argument of the function and the index one
-element; the graph_def's output of `new` is a plain one, splitting no grid axis along D, and
-`new` is the cache's shape but for D; the write is `new`'s only user; nothing else uses the cache
+element; the graph_def's output of `new` is a plain one (its blocks may split D: a prefill's
+rows land side by side from the index), and `new` is the cache's shape but for D; the write is `new`'s only user; nothing else uses the cache
 after the graph_def (the write moves up to it).
 """
 
@@ -71,7 +71,7 @@ def match_append(write: KernelOp) -> Append | None:
         return None
     k = producer.res.index(new)
     outs = [o for o in producer.output_ops() if o.result_index() == k]
-    if len(outs) != 1 or outs[0].position() is not None or dim in outs[0].omap_dims():
+    if len(outs) != 1 or outs[0].over() is not None:
         return None
     want = list(shape_of(cache))
     if len(want) != len(shape_of(new)) or not 0 <= dim < len(want):

@@ -126,7 +126,10 @@ def _read_partition(
 
 def _write_partition(kernel: GraphDefOp, index: int, shape: tuple[int, ...]) -> Partition:
     out: OutputOp = next(o for o in kernel.output_ops() if o.result_index() == index)
-    return _partition(shape, kernel.grid_shape(), out.omap_dims())
+    omap = out.omap_dims()
+    if (at := out.position()) is not None:  # lands at a run-time position: all of that dim
+        omap = tuple(-1 if d == at[1] else d for d in omap)
+    return _partition(shape, kernel.grid_shape(), omap)
 
 
 def _accumulator_start(kernel: Kernel, value: SSAValue) -> SSAValue | None:

@@ -172,7 +172,8 @@ class GraphDefEmitter:
         ]
         if (at := op.position()) is not None:
             pos, d, _ = at
-            starts[d] = f"static_cast<int64_t>({self.var(pos)}[0])"
+            offset = "" if starts[d] == "0" else f" + {starts[d]}"  # the block's, if split
+            starts[d] = f"static_cast<int64_t>({self.var(pos)}[0]){offset}"
             self.position_check(op, starts[d], tile[d], shape_of(op.dest)[d], d)
         for ref in self.results.get(op.result_index(), []):
             if op.accumulate is not None:

@@ -348,3 +348,62 @@ def test_a_read_of_a_donated_cache_before_its_write_sees_the_old_bytes() -> None
     written = cache.copy()
     written[:, :, 1] = k[:, :, 0]
     np.testing.assert_allclose(got, written + want, rtol=1e-6)
+
+
+# A prefill's K rows: 96 positions through RoPE in blocks of rows, each block writing its rows
+# into the donated cache at %p plus its offset; the add reads the cache whole (it waits for
+# every block).
+APPEND_ROWS = """
+func.func @rows(%k: tensor<1x2x96x16xf32>, %cos: tensor<96x8xf32>, %sin: tensor<96x8xf32>, %p: tensor<1xi32>, %cache: tensor<1x2x128x16xf32> {nn.donated}) -> tensor<1x2x128x16xf32> {
+  %kr = nn.rope %k, %cos, %sin : (tensor<1x2x96x16xf32>, tensor<96x8xf32>, tensor<96x8xf32>) -> tensor<1x2x96x16xf32>
+  %kc = nn.cache_write %cache, %kr, %p {dim = 2 : i64} : (tensor<1x2x128x16xf32>, tensor<1x2x96x16xf32>, tensor<1xi32>) -> tensor<1x2x128x16xf32>
+  %s = nn.add %kc, %kc : (tensor<1x2x128x16xf32>, tensor<1x2x128x16xf32>) -> tensor<1x2x128x16xf32>
+  func.return %s : tensor<1x2x128x16xf32>
+}
+"""
+
+
+def append_rows_inputs(pos: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(pos)
+    shapes = [(1, 2, 96, 16), (96, 8), (96, 8)]
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    cache = rng.standard_normal((1, 2, 128, 16)).astype(np.float32)
+    return [*arrays, np.array([pos], np.int32), cache]
+
+
+@needs_gxx
+@pytest.mark.parametrize("target", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_blocks_of_rows_append_side_by_side(target: str, tmp_path: Path) -> None:
+    prog = mk.compile(APPEND_ROWS, target=target, cache_dir=tmp_path)
+    ir = prog.ir("mugraph")
+    assert 'kernel "cache_write"' not in ir and "omap [1, 2, -1] at %" in ir
+    inputs, ref_inputs = append_rows_inputs(20), append_rows_inputs(20)
+    before = inputs[-1].copy()
+    (got,) = prog(*inputs)
+    (want,) = mk.reference(APPEND_ROWS, *ref_inputs)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(inputs[-1], ref_inputs[-1], rtol=1e-5, atol=1e-6)  # in place
+    changed = np.argwhere(inputs[-1] != before)
+    assert set(changed[:, 2].tolist()) == set(range(20, 116))
+
+
+def test_the_interpreter_appends_blocks_of_rows_side_by_side() -> None:
+    module = load_module(APPEND_ROWS)
+    inputs, ref_inputs = append_rows_inputs(7), append_rows_inputs(7)
+    want = mk.reference(APPEND_ROWS, *ref_inputs)
+    spec = "nn-to-mugraph,mugraph-append-writes"
+    PassPipeline.parse_spec(get_all_passes(), spec).apply(make_context(), module)
+    assert " at %" in str(module)
+    got = run_mugraph(module, *inputs)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(inputs[-1], ref_inputs[-1], rtol=1e-5, atol=1e-6)
+
+
+@needs_gxx
+def test_a_block_of_rows_past_the_cache_end_is_reported_at_the_op() -> None:
+    prog = mk.compile(APPEND_ROWS, target="cpu")
+    with pytest.raises(
+        Exception,
+        match=r"<source>:\d+:\d+: .*writes positions \[88, 136\) outside \[0, 128\) of dim 2",
+    ):
+        prog(*append_rows_inputs(40))

@@ -58,3 +58,19 @@ func.func @kept(%k: tensor<1x32xbf16>, %cos: tensor<1x8xbf16>, %sin: tensor<1x8x
 // CHECK:         %w2 = mugraph.kernel "cache_write" (%b, %r2, %p)
 // CHECK:         %old = mugraph.kernel "mul" (%c, %c)
 // CHECK:         %w3 = mugraph.kernel "cache_write" (%c, %r3, %p)
+
+// -----
+
+// A prefill's K rows: the RoPE's blocks of 48 rows split the cache's dim, each block writing
+// its rows at %p plus its offset (omap [1, 2, -1] with the position).
+func.func @prefill_rows(%k: tensor<1x2x96x16xbf16>, %cos: tensor<96x8xbf16>, %sin: tensor<96x8xbf16>, %p: tensor<1xi32>, %k_cache: tensor<1x2x128x16xbf16> {nn.donated}) -> tensor<1x2x128x16xbf16> {
+  %kr = nn.rope %k, %cos, %sin : (tensor<1x2x96x16xbf16>, tensor<96x8xbf16>, tensor<96x8xbf16>) -> tensor<1x2x96x16xbf16>
+  %kc = nn.cache_write %k_cache, %kr, %p {dim = 2 : i64} : (tensor<1x2x128x16xbf16>, tensor<1x2x96x16xbf16>, tensor<1xi32>) -> tensor<1x2x128x16xbf16>
+  func.return %kc : tensor<1x2x128x16xbf16>
+}
+// CHECK-LABEL: func.func @prefill_rows
+// CHECK:         %kc = mugraph.graph_def grid [2, 2, 1] threads 128 forloop 1 (%k, %cos, %sin, %k_cache, %p) attributes {mk.fused = "graph+cache_write"}
+// CHECK:           mugraph.output %kr_rot to %kr_r omap [1, 2, -1] at %kc_at dim 2 over %k_cache_a : tensor<1x1x48x16xf32>, tensor<1xi32> -> tensor<1x2x128x16xbf16>
+// CHECK-NOT:     "cache_write"
+// OFF-LABEL: func.func @prefill_rows
+// OFF:         %kc = mugraph.kernel "cache_write" (%k_cache, %kr, %p)

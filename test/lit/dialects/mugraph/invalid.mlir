@@ -551,13 +551,13 @@ func.func @rope_table_mismatch(%q: tensor<1x4x1x64xbf16>, %c: tensor<1x16xf32>) 
 
 // -----
 
-func.func @append_split_dim(%k: tensor<1x2x2x16xbf16>, %cache: tensor<1x2x8x16xbf16>, %p: tensor<1xi32>) -> tensor<1x2x8x16xbf16> {
-  %c = mugraph.graph_def grid [2, 1, 1] threads 128 forloop 1 (%k, %cache, %p) : (tensor<1x2x2x16xbf16>, tensor<1x2x8x16xbf16>, tensor<1xi32>) -> tensor<1x2x8x16xbf16> {
-  ^bb0(%ka: tensor<1x2x2x16xbf16>, %cachea: tensor<1x2x8x16xbf16>, %pa: tensor<1xi32>, %ca: tensor<1x2x8x16xbf16>):
-    %kt = mugraph.input %ka imap [2, -1, -1] fmap -1 : tensor<1x2x2x16xbf16> -> tensor<1x2x1x16xbf16>
+func.func @append_split_dim(%k: tensor<1x2x10x16xbf16>, %cache: tensor<1x2x8x16xbf16>, %p: tensor<1xi32>) -> tensor<1x2x8x16xbf16> {
+  %c = mugraph.graph_def grid [2, 1, 1] threads 128 forloop 1 (%k, %cache, %p) : (tensor<1x2x10x16xbf16>, tensor<1x2x8x16xbf16>, tensor<1xi32>) -> tensor<1x2x8x16xbf16> {
+  ^bb0(%ka: tensor<1x2x10x16xbf16>, %cachea: tensor<1x2x8x16xbf16>, %pa: tensor<1xi32>, %ca: tensor<1x2x8x16xbf16>):
+    %kt = mugraph.input %ka imap [2, -1, -1] fmap -1 : tensor<1x2x10x16xbf16> -> tensor<1x2x5x16xbf16>
     %pt = mugraph.input %pa imap [-1, -1, -1] fmap -1 : tensor<1xi32> -> tensor<1xi32>
-// CHECK: invalid.mlir:[[# @LINE + 1]]:{{[0-9]+}}: error: 'mugraph.output' no grid axis may split dim 2: the tile lands at a run-time position along it
-    mugraph.output %kt to %ca omap [2, -1, -1] at %pt dim 2 over %cachea : tensor<1x2x1x16xbf16>, tensor<1xi32> -> tensor<1x2x8x16xbf16>
+// CHECK: invalid.mlir:[[# @LINE + 1]]:{{[0-9]+}}: error: 'mugraph.output' the blocks' tiles take 10 positions of dim 2, which has 8
+    mugraph.output %kt to %ca omap [2, -1, -1] at %pt dim 2 over %cachea : tensor<1x2x5x16xbf16>, tensor<1xi32> -> tensor<1x2x8x16xbf16>
   }
   func.return %c : tensor<1x2x8x16xbf16>
 }

@@ -279,6 +279,22 @@ func.func @append_rows(%k: tensor<1x2x1x16xbf16>, %cache: tensor<1x2x8x16xbf16>,
 
 // -----
 
+// An in-place output whose grid splits its dim (a prefill's rows): block (x, y) writes its two
+// rows at %pt + 2y, the blocks' tiles side by side from %pt.
+func.func @append_split_rows(%k: tensor<1x2x6x16xbf16>, %cache: tensor<1x2x8x16xbf16>, %p: tensor<1xi32>) -> tensor<1x2x8x16xbf16> {
+  %c = mugraph.graph_def grid [2, 3, 1] threads 128 forloop 1 (%k, %cache, %p) : (tensor<1x2x6x16xbf16>, tensor<1x2x8x16xbf16>, tensor<1xi32>) -> tensor<1x2x8x16xbf16> {
+  ^bb0(%ka: tensor<1x2x6x16xbf16>, %cachea: tensor<1x2x8x16xbf16>, %pa: tensor<1xi32>, %ca: tensor<1x2x8x16xbf16>):
+    %kt = mugraph.input %ka imap [1, 2, -1] fmap -1 : tensor<1x2x6x16xbf16> -> tensor<1x1x2x16xbf16>
+    %pt = mugraph.input %pa imap [-1, -1, -1] fmap -1 : tensor<1xi32> -> tensor<1xi32>
+    mugraph.output %kt to %ca omap [1, 2, -1] at %pt dim 2 over %cachea : tensor<1x1x2x16xbf16>, tensor<1xi32> -> tensor<1x2x8x16xbf16>
+  }
+  func.return %c : tensor<1x2x8x16xbf16>
+}
+// CHECK-LABEL: func.func @append_split_rows
+// CHECK:        mugraph.output %kt to %ca omap [1, 2, -1] at %pt dim 2 over %cachea : tensor<1x1x2x16xbf16>, tensor<1xi32> -> tensor<1x2x8x16xbf16>
+
+// -----
+
 // Split-K without a partial buffer: each of 8 blocks multiplies its 8 columns of x with the
 // matching columns of w and adds the product into the result, which starts as %acc.
 func.func @accumulate(%x: tensor<4x64xbf16>, %w: tensor<32x64xbf16>, %acc: tensor<4x32xf32>) -> tensor<4x32xf32> {
