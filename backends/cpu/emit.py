@@ -252,7 +252,7 @@ def _int(attr: Attribute) -> int:
     return int(attr.value.data)
 
 
-def _ints(attr: Attribute) -> list[int]:
+def int_list(attr: Attribute) -> list[int]:
     assert isinstance(attr, DenseArrayBase)
     return [int(v) for v in attr.get_values()]
 
@@ -340,11 +340,13 @@ class LibraryEmitter:
         if kind == "reshape":
             emit("r = a0;")
         elif kind == "transpose":
-            emit(f"mk::cpu::lib_transpose(r, a0, {dims(s[0])}, {dims(_ints(self.attrs['perm']))});")
+            emit(
+                f"mk::cpu::lib_transpose(r, a0, {dims(s[0])}, {dims(int_list(self.attrs['perm']))});"
+            )
         elif kind == "slice":
             emit(
-                f"mk::cpu::lib_slice(r, a0, {dims(s[0])}, {dims(_ints(self.attrs['offsets']))}, "
-                f"{dims(_ints(self.attrs['sizes']))});"
+                f"mk::cpu::lib_slice(r, a0, {dims(s[0])}, {dims(int_list(self.attrs['offsets']))}, "
+                f"{dims(int_list(self.attrs['sizes']))});"
             )
         elif kind == "concat":
             d = self.dim("dim", len(s[0]))

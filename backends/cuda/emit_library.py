@@ -1,11 +1,12 @@
 """The CUDA form of a library kernel's body: the CPU library emitter with byte copies for
-concat and reshape, binary kernels as one element loop, and failures returned as task codes."""
+concat, reshape and slice, binary kernels as one element loop, and failures returned as task
+codes."""
 
 from __future__ import annotations
 
 import math
 
-from mk.backends.cpu.emit import LibraryEmitter
+from mk.backends.cpu.emit import LibraryEmitter, int_list
 from mk.backends.cpu.emit_ops import BINARY_ENUM, BufferRef
 from mk.backends.cpu.emit_scalar import dtype_code, is_float
 from mk.backends.cuda.elementwise import element_offset
@@ -18,6 +19,8 @@ class DeviceLibraryEmitter(LibraryEmitter):
     vectors where aligned) instead of going through float tiles."""
 
     def emit(self) -> list[str]:
+        if self.slice_copy():
+            return self.lines
         runs = self.copy_runs()
         if runs is None:
             return super().emit()
@@ -31,18 +34,43 @@ class DeviceLibraryEmitter(LibraryEmitter):
             )
         return self.lines
 
+    def slice_copy(self) -> bool:
+        """A slice into whole result buffers of its source's dtype: each element copied from
+        where it is (a prefill's last row of 2 MB had gone through a tile of all of it)."""
+        if self.op.kind.data != "slice" or not self._whole_results():
+            return False
+        source = self.operands[0]
+        if source.dtype != dtype_code(self.op.res[0].type):
+            return False
+        size = numpy_dtype(tensor_type(self.op.res[0]).get_element_type()).itemsize
+        full, start, box = (
+            f"mk::gpu::Dims{{{', '.join(map(str, v))}}}"
+            for v in (source.shape, int_list(self.attrs["offsets"]), int_list(self.attrs["sizes"]))
+        )
+        self.lines.append("(void)t;  // a library kernel runs whole: no tile coordinates")
+        for ref, _ in self.results:
+            self.lines.append(
+                f"mk::gpu::slice_copy(buffers[{ref.index}], buffers[{source.index}], {size}, "
+                f"{full}, {start}, {box});"
+            )
+        return True
+
+    def _whole_results(self) -> bool:
+        """Whether every result buffer is written whole, in the kernel's own shape."""
+        return bool(self.results) and not any(
+            any(sl.start != 0 or sl.stop != n for sl, n in zip(where, ref.shape, strict=True))
+            or math.prod(ref.shape) != math.prod(self.out_shape)
+            for ref, where in self.results
+        )
+
     def copy_runs(self) -> tuple[int, list[tuple[BufferRef, int]]] | None:
         """(outer rows, [(source, bytes per row)]) when the kernel is a byte copy into whole
         result buffers of its own dtype, else None."""
         kind = self.op.kind.data
         out_dtype = dtype_code(self.op.res[0].type)
-        if kind not in ("concat", "reshape") or not self.results:
+        if kind not in ("concat", "reshape") or not self._whole_results():
             return None
-        if any(r.dtype != out_dtype for r in self.operands) or any(
-            any(sl.start != 0 or sl.stop != n for sl, n in zip(where, ref.shape, strict=True))
-            or math.prod(ref.shape) != math.prod(self.out_shape)
-            for ref, where in self.results
-        ):
+        if any(r.dtype != out_dtype for r in self.operands):
             return None
         size = numpy_dtype(tensor_type(self.op.res[0]).get_element_type()).itemsize
         if kind == "reshape":

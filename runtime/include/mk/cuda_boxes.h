@@ -22,6 +22,27 @@ __device__ inline int64_t box_offset(int64_t e, const Dims& full, const Dims& st
   return off;
 }
 
+// A box of `src` (shape `full`, elements of `esize` bytes) into the whole buffer `out`, each
+// element read where the box has it: a slice without a tile of all of its source in between.
+__device__ inline void slice_copy(void* out, const void* src, int64_t esize, const Dims& full,
+                                  const Dims& start, const Dims& box) {
+  int64_t n = 1;
+  for (int d = 0; d < box.n; ++d) n *= box.v[d];
+  MK_FOR_EACH(e, n) {
+    const int64_t at = box_offset(e, full, start, box);
+    if (esize == 2) {
+      static_cast<uint16_t*>(out)[e] = static_cast<const uint16_t*>(src)[at];
+    } else if (esize == 4) {
+      static_cast<uint32_t*>(out)[e] = static_cast<const uint32_t*>(src)[at];
+    } else if (esize == 8) {
+      static_cast<uint64_t*>(out)[e] = static_cast<const uint64_t*>(src)[at];
+    } else {
+      static_cast<uint8_t*>(out)[e] = static_cast<const uint8_t*>(src)[at];
+    }
+  }
+  __syncthreads();
+}
+
 // Whether a box's elements are one contiguous run of `full` (every dim inside its outermost
 // partial dim spans the whole extent, every dim outside it is 1), and where the run starts.
 __device__ inline bool box_run(const Dims& full, const Dims& start, const Dims& box, int64_t* first) {
