@@ -2,14 +2,15 @@
 
 Usage (on the GPU machine): python bench/timeline.py [--only NAME] [--out DIR] [--ops]
                             python bench/timeline.py --model PRESET [--layers N] [--batch B] [--ops]
-                                                     [--grids]
+                                                     [--grids] [--prefill P]
 For each task.grid: its tasks, the span from its first start to its last end (µs, from the
 launch's first task start) and the mean task time. Also writes a Chrome trace per workload.
 With --model, one decode step of a model preset (positions at the end of a 1,024-slot cache),
 summed per kind of grid over the layers (`k12_l3_q` counts as `q`), and how long each kind's
 tasks starve, take to start once they could, and run (bench/hops.py), and the critical path per
 kind (bench/critical_path.py); with --grids also grid by grid, so that layer 0 (whose
-code comes from a cold instruction cache) shows against the rest. With --ops, a profile build
+code comes from a cold instruction cache) shows against the rest. With --prefill P, the
+model's prefill program of P positions (mk.models.prefill_program) instead of a decode step. With --ops, a profile build
 (op marks, backends/cuda/op_marks.py) also says how long each statement of a task body takes.
 """
 
@@ -19,6 +20,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -109,12 +111,43 @@ def print_op_segments(prog: object, top: int = 12) -> None:
 
 
 def model_workload(name: str, layers: int | None, batch: int) -> tuple[str, str]:
-    from mk.models import decode_program, preset
+    from mk.models import decode_program
+
+    config = model_config(name, layers)
+    return f"{name} L{config.layers} B{batch}", decode_program(config, batch, 1024, 1)
+
+
+def model_config(name: str, layers: int | None) -> Any:
+    from mk.models import preset
 
     config = preset(name)
-    if layers is not None:
-        config = config.with_(layers=layers)
-    return f"{name} L{config.layers} B{batch}", decode_program(config, batch, 1024, 1)
+    return config if layers is None else config.with_(layers=layers)
+
+
+def prefill_workload(
+    name: str, layers: int | None, batch: int, length: int
+) -> tuple[str, str, list[Any]]:
+    """(name, text, inputs) of the model's prefill of `length` positions, random weights."""
+    from mk.models import (
+        prefill_inputs,
+        prefill_program,
+        program_inputs,
+        random_prompt,
+        random_weights,
+    )
+
+    config = model_config(name, layers)
+    context = length + 8
+    prompt = random_prompt(config, batch, length + 1, seed=0)
+    host = program_inputs(
+        config, random_weights(config, seed=0), batch, context, prompt, prefill=False
+    )
+    inputs = [
+        to_torch(v) if isinstance(v, np.ndarray) else v
+        for v in prefill_inputs(config, host, prompt, context)
+    ]
+    text = prefill_program(config, batch, length, context)
+    return f"{name} L{config.layers} B{batch} prefill {length}", text, inputs
 
 
 def main() -> int:
@@ -127,16 +160,20 @@ def main() -> int:
     parser.add_argument(
         "--grids", action="store_true", help="a model's grids one by one (layer 0 against the rest)"
     )
+    parser.add_argument("--prefill", type=int, default=0, help="the model's prefill of P positions")
     parser.add_argument(
         "--ops", action="store_true", help="op marks: where each kind of task spends its time"
     )
     args = parser.parse_args()
     if args.ops and os.environ.get("MK_CUDA_OP_MARKS", "") in ("", "0"):
         os.environ["MK_CUDA_OP_MARKS"] = "1"  # MK_CUDA_OP_MARKS=warm stays
-    if args.model:
+    if args.model and args.prefill:
+        name, text, inputs = prefill_workload(args.model, args.layers, args.batch, args.prefill)
+    elif args.model:
         name, text = model_workload(args.model, args.layers, args.batch)
         func = entry_function(load_module(text))
         inputs = [to_torch(a) for a in at_full_context(func, random_inputs(func, seed=0))]
+    if args.model:
         prog = mk.compile(text, target="cuda", **pass_options())
         prog.record_timeline = True  # type: ignore[attr-defined]
         for _ in range(3):
