@@ -147,11 +147,20 @@ def test_the_prefill_bench_counts_the_linears_flops() -> None:
     assert load("prefill").linear_flops(config, 10) == 2.0 * 10 * config.layers * per_layer
 
 
+def test_the_prefill_bench_bounds_mk_by_pytorchs_own_drift() -> None:
+    """Both against the model in f32: mk may drift at most twice as far as PyTorch bf16."""
+    from bench_scripts import load
+
+    within = load("prefill").within_rounding
+    assert within(0.035, 0.03) and within(0.0005, 0.0)
+    assert not within(0.1, 0.03) and not within(0.01, 0.0)
+
+
 @pytest.mark.gpu
 def test_the_prefill_bench_runs(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """bench/prefill.py on tiny-qwen3: mk's caches within rounding of PyTorch's."""
+    """bench/prefill.py on tiny-qwen3: mk's caches as close to the f32 model as PyTorch's."""
     from bench_scripts import load
 
     argv = ["prefill.py", "--model", "tiny-qwen3", "--prompt-len", "150", "--runs", "3"]
