@@ -281,8 +281,10 @@ def prefill_program(config: ModelConfig, batch: int, length: int, context: int) 
         sizes="array<i64: 1>",
     )
     kv_len = f.op("kv_len", "step", [last], [b], INDEX, offset=int_attr(1))
-    x = f.op("x_embed", "embedding", ["embed", "prompt"], [b, s, h])
-    x = f.op("x", "reshape", [x], [b * s, h])
+    # The prompt's ids as one row, so that the embedding's rows are the layers' [b·s, h] as they
+    # are (reshaping the rows instead costs a copy of them on the GPU).
+    ids = f.op("ids", "reshape", ["prompt"], [b * s], INDEX)
+    x = f.op("x_embed", "embedding", ["embed", ids], [b * s, h])
     cos = f.op("cos_t", "embedding", ["cos", "positions"], [s, d // 2], ROPE_TABLE)
     sin = f.op("sin_t", "embedding", ["sin", "positions"], [s, d // 2], ROPE_TABLE)
 
@@ -303,16 +305,26 @@ def prefill_program(config: ModelConfig, batch: int, length: int, context: int) 
         o = f.op(n + "o", "linear", [a, n + "wo"], [b * s, h])
         x = _mlp(f, c, n, f.op(n + "r", "add", [x, o], [b * s, h]), b * s)
 
-    x = f.op("x_rows", "reshape", [x], [b, s, h])
-    x = f.op(
-        "x_last",
-        "slice",
-        [x],
-        [b, 1, h],
-        offsets=f"array<i64: 0, {s - 1}, 0>",
-        sizes=f"array<i64: {b}, 1, {h}>",
-    )
-    x = f.op("x_last2", "reshape", [x], [b, h])
+    if b == 1:  # the last row as it is
+        x = f.op(
+            "x_last",
+            "slice",
+            [x],
+            [1, h],
+            offsets=f"array<i64: {s - 1}, 0>",
+            sizes=f"array<i64: 1, {h}>",
+        )
+    else:
+        x = f.op("x_rows", "reshape", [x], [b, s, h])
+        x = f.op(
+            "x_last",
+            "slice",
+            [x],
+            [b, 1, h],
+            offsets=f"array<i64: 0, {s - 1}, 0>",
+            sizes=f"array<i64: {b}, 1, {h}>",
+        )
+        x = f.op("x_last2", "reshape", [x], [b, h])
     xn = f.op("xn", "rms_norm", [x, "final_norm"], [b, h], **eps)
     params = ", ".join(
         f"%{a.name}: {tensor(a.shape, a.dtype)}{' {nn.donated}' if a.donated else ''}" for a in args
