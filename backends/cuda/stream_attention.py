@@ -420,9 +420,10 @@ def _transform(scores: SSAValue) -> Transform | None:
     return owner, tuple(args), chain
 
 
-def _key_positions(value: SSAValue) -> list[Operation] | None:
-    """The ops of position(k) -> sitofp -> max over the head dim -> reshape to [1, C]: each
-    key's position as a float; None for any other value."""
+def _positions(
+    value: SSAValue,
+) -> tuple[PositionOp, ThreadMapOp, ReduceOp, ReshapeOp | None] | None:
+    """position(an input tile) -> sitofp -> max over a dim -> optional reshape, else None."""
     base, view = _strip_reshape(value)
     red = base.owner
     if not isinstance(red, ReduceOp) or red.kind.data != "max":
@@ -433,34 +434,38 @@ def _key_positions(value: SSAValue) -> list[Operation] | None:
     pos = conv.args[0].owner
     if not isinstance(pos, PositionOp) or not isinstance(pos.x.owner, InputOp):
         return None
+    return pos, conv, red, view
+
+
+def _key_positions(value: SSAValue) -> list[Operation] | None:
+    """The ops of position(k) -> sitofp -> max over the head dim -> reshape to [1, C]: each
+    key's position as a float; None for any other value."""
+    found = _positions(value)
+    if found is None:
+        return None
+    pos, _, red, _ = found
     src = pos.input_op()
     n = len(src.tile_shape())
     if pos.dim.value.data != src.fmap_dim() or red.dim.value.data == pos.dim.value.data:
         return None
     if red.dim.value.data != n - 1 or math.prod(shape_of(value)) != src.tile_shape()[n - 2]:
         return None
-    return [o for o in (pos, conv, red, view) if o is not None]
+    return [o for o in found if o is not None]
 
 
 def _query_positions(value: SSAValue) -> list[Operation] | None:
     """The ops of position(q) along its rows' dim -> sitofp -> max over the head dim ->
     reshape to [R, 1]: each query row's position as a float; None for any other value."""
-    base, view = _strip_reshape(value)
-    red = base.owner
-    if not isinstance(red, ReduceOp) or red.kind.data != "max":
+    found = _positions(value)
+    if found is None:
         return None
-    conv = red.x.owner
-    if not isinstance(conv, ThreadMapOp) or len(conv.args) != 1 or not _is_sitofp(conv):
-        return None
-    pos = conv.args[0].owner
-    if not isinstance(pos, PositionOp) or not isinstance(pos.x.owner, InputOp):
-        return None
+    pos, _, red, _ = found
     n = len(pos.input_op().tile_shape())
     if pos.input_op().fmap_dim() >= 0 or pos.dim.value.data != n - 2 or red.dim.value.data != n - 1:
         return None
     if shape_of(value)[-1] != 1:
         return None
-    return [o for o in (pos, conv, red, view) if o is not None]
+    return [o for o in found if o is not None]
 
 
 def _is_sitofp(op: ThreadMapOp) -> bool:

@@ -240,6 +240,17 @@ def test_more_splits_than_registers_hold_merge_in_two_passes(tmp_path: Path) -> 
 
 # --------------------------------------------------------------------------- on the GPU
 
+
+def _matches_the_reference(prog: object, text: str, label: object) -> None:
+    """prog's output within the tolerance of mk.reference's, on two fresh random inputs."""
+    for seed in (0, 1):
+        inputs = random_inputs(prog.func, seed=seed)  # type: ignore[attr-defined]
+        (out,) = prog(*inputs)  # type: ignore[operator]
+        (ref,) = mk.reference(text, *inputs)
+        error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
+        assert error <= bound, (label, seed, error)
+
+
 SHAPES = [
     ((2, 8, 2, 256, 64), {}),
     ((1, 32, 8, 1024, 128), {}),
@@ -315,12 +326,7 @@ def test_block_attention_matches_the_reference(
     text = _attention(*dims, **extra)  # type: ignore[arg-type]
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     assert "block_attention<" in prog.cuda_source  # type: ignore[attr-defined]
-    for seed in (0, 1):
-        inputs = random_inputs(prog.func, seed=seed)
-        (out,) = prog(*inputs)
-        (ref,) = mk.reference(text, *inputs)
-        error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
-        assert error <= bound, (dims, seed, error)
+    _matches_the_reference(prog, text, dims)
 
 
 @pytest.mark.gpu
@@ -406,12 +412,7 @@ def test_merge_folded_into_the_oproj_matches_the_reference(
     text = _attention_oproj(*dims)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=splits)
     assert "merge_rows<" in prog.cuda_source  # type: ignore[attr-defined]
-    for seed in (0, 1):
-        inputs = random_inputs(prog.func, seed=seed)
-        (out,) = prog(*inputs)
-        (ref,) = mk.reference(text, *inputs)
-        error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
-        assert error <= bound, (dims, seed, error)
+    _matches_the_reference(prog, text, dims)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")

@@ -292,12 +292,17 @@ func.func @append(%k: tensor<1x32xf32>, %kw: tensor<16xf32>, %cos: tensor<1x8xf3
 """
 
 
-def append_inputs(pos: int) -> list[np.ndarray]:
+def _write_args(
+    pos: int, shapes: list[tuple[int, ...]], cache: tuple[int, ...]
+) -> list[np.ndarray]:
+    """Random f32 operands of `shapes`, the position, then a random cache (seeded by pos)."""
     rng = np.random.default_rng(pos)
-    shapes = [(1, 32), (16,), (1, 8), (1, 8)]
     arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
-    cache = rng.standard_normal((1, 2, 6, 16)).astype(np.float32)
-    return [*arrays, np.array([pos], np.int32), cache]
+    return [*arrays, np.array([pos], np.int32), rng.standard_normal(cache).astype(np.float32)]
+
+
+def append_inputs(pos: int) -> list[np.ndarray]:
+    return _write_args(pos, [(1, 32), (16,), (1, 8), (1, 8)], (1, 2, 6, 16))
 
 
 @needs_gxx
@@ -364,11 +369,7 @@ func.func @rows(%k: tensor<1x2x96x16xf32>, %cos: tensor<96x8xf32>, %sin: tensor<
 
 
 def append_rows_inputs(pos: int) -> list[np.ndarray]:
-    rng = np.random.default_rng(pos)
-    shapes = [(1, 2, 96, 16), (96, 8), (96, 8)]
-    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
-    cache = rng.standard_normal((1, 2, 128, 16)).astype(np.float32)
-    return [*arrays, np.array([pos], np.int32), cache]
+    return _write_args(pos, [(1, 2, 96, 16), (96, 8), (96, 8)], (1, 2, 128, 16))
 
 
 @needs_gxx
