@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the project root with the wheels carried in .whl/:
-#   bash bench/on_gpu.sh [prebuild] [tests] [sanitize] [bench] [gemm] [timeline] [generate] [search] [profile] [ncu] [product] [mma] [chain] [ab]
+#   bash bench/on_gpu.sh [prebuild] [tests] [sanitize] [bench] [gemm] [prefill] [timeline] [generate] [search] [profile] [ncu] [product] [mma] [chain] [ab]
 #   (default: tests sanitize bench timeline generate)
 # Installs mk, runs the gpu-marked tests, compute-sanitizer on the examples, the benchmark
 # table, the per-grid timelines (TIMELINE_ARGS, e.g. "--model qwen3-0.6b --layers 4") and
 # mk-generate on the model presets (MODELS, BATCHES, GENERATE_ARGS e.g. --option kv_splits=8; the
 # check is --accuracy: two bf16 implementations of a 28-layer model drift past --logit-tol), and the superoptimizer's kernels against the
 # rules (bench/search_bench.py, SEARCH_ARGS), and an op-mark profile of one model step with its trace drawn as
-# SVG (PROFILE_ARGS, default "--model qwen3-0.6b --layers 4"); `ab` runs the benchmark and the model step's
+# SVG (PROFILE_ARGS, default "--model qwen3-0.6b --layers 4"; add "--prefill P" for a prefill of P
+# positions); `prefill` times mk's prefill against PyTorch's (PREFILL_MODELS, PREFILL_LEN); `ab` runs the benchmark and the model step's
 # per-kind times for other checkouts (AB_TREES) and this one side by side (AB_MODELS: whole models
 # too). Set MK_COMMIT to the local checkout's commit: the copy here may
 # carry stale git metadata;
@@ -51,6 +52,12 @@ for step in $steps; do
       done ;;
     bench)
       MK_COMMIT=${MK_COMMIT:-} python3 "$ROOT/bench/bench.py" --runs 100 --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -14 ;;
+    prefill)
+      # mk's prefill program against PyTorch's causal pass, caches checked against the f32 model.
+      for m in ${PREFILL_MODELS:-qwen3-0.6b llama-3.2-1b}; do
+        python3 "$ROOT/bench/prefill.py" --model "$m" --prompt-len "${PREFILL_LEN:-1000}" 2>&1 \
+          | tee -a "$OUT/prefill.log" | tail -2
+      done ;;
     gemm)
       # Prefill-shaped linears on tensor cores against PyTorch (GEMM_ARGS, e.g. --shapes 256x2048x2048).
       python3 "$ROOT/bench/gemm.py" --runs 50 ${GEMM_ARGS:-} 2>&1 | tee "$OUT/gemm.log" | tail -6 ;;
