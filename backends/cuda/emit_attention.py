@@ -8,6 +8,7 @@ from xdsl.ir import Operation
 
 from mk.backends.cpu.emit_ops import BufferRef
 from mk.backends.cpu.emit_scalar import dtype_code, float_literal
+from mk.backends.cuda import switches
 from mk.backends.cuda.emit_stream import StreamLinearEmitter
 from mk.backends.cuda.stream_attention import AttentionPlan, HeadRow, query_runs, score_lambda
 from mk.diagnostics import MkError, op_location
@@ -86,10 +87,28 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         emit(f"ba.q_run_ld = {run_ld};")
         emit(f"ba.query0 = {self.input_starts(plan.q, '0')[-2]};")
         self.key_fields("ba", plan)
+        if plan.causal is not None and switches.flag("MK_CUDA_CAUSAL_SKIP"):
+            self.causal_keys(plan, min(plan.rows, run_rows) - 1)
         self.lines += score_lambda(plan, lambda op: f"{self.var(op.tile)}[0]", self.fresh)
         bf16 = "true" if q.dtype == "mk::DTYPE_BF16" else "false"
         emit(f"mk::gpu::block_attention<{plan.rows}, {plan.head_dim}, {bf16}>(ba, score);")
         emit("}")
+
+    def causal_keys(self, plan: AttentionPlan, last_row: int) -> None:
+        """ba.keys cut to the keys a row of the block can see (backends/cuda/causal.py), where
+        every row sees the first key; `last_row`: the last query's offset from ba.query0."""
+        assert plan.causal is not None
+        length, span = self.var(plan.causal.length.tile), plan.causal.span
+        self.lines += [
+            "{  // a causal mask: the keys past the block's last query are masked for every row",
+            f"const int64_t len = static_cast<int64_t>({length}[0]);",
+            f"const int64_t first = len - {span} + ba.query0, last = first + {last_row};",
+            "if (ba.key0 < len && ba.key0 <= first) {",
+            "ba.keys = static_cast<int32_t>(mk::gpu::imin(static_cast<int64_t>(ba.keys), "
+            "mk::gpu::imin(len, last + 1) - ba.key0));",
+            "}",
+            "}",
+        ]
 
     def key_fields(self, name: str, plan: AttentionPlan, with_dtype: bool = False) -> None:
         """The K and V pointers (and their dtype), the keys and their first position, and o, m

@@ -13,7 +13,7 @@ import mk
 from mk import compiler
 from mk.backends.cuda.split_merge import MergedX, plan_merge
 from mk.backends.cuda.stream import plan_stream
-from mk.backends.cuda.stream_attention import plan_attention
+from mk.backends.cuda.stream_attention import AttentionPlan, plan_attention
 from mk.dialects import make_context
 from mk.dialects.mugraph import GraphDefOp, InputOp
 from mk.inputs import random_inputs
@@ -163,6 +163,36 @@ def test_many_query_rows_plan_the_block_call(
 ) -> None:
     plans = _plans(_attention(*dims, **extra))  # type: ignore[arg-type]
     assert plans and all(plans.values())
+
+
+def _block_plans(text: str) -> list[AttentionPlan]:
+    module = load_module(text)
+    NnToMugraphPass().apply(make_context(), module)
+    found = [plan_attention(op) for op in module.walk() if isinstance(op, GraphDefOp)]
+    return [p for p in found if p is not None and p.block]
+
+
+def test_a_causal_block_knows_its_mask() -> None:
+    """The causal prefill's mask gives the key bound's operands (kv_len, the queries' span);
+    a mask of kv_len alone gives none."""
+    (plan,) = _block_plans(_attention(1, 4, 2, 320, 64, causal=True, sq=300))
+    assert plan.causal is not None and plan.causal.span == 300
+    assert plan.causal.length.source_index() == 3  # %kv_len
+    (plan,) = _block_plans(_attention(1, 8, 2, 200, 128, dtype="f16", sq=150))
+    assert plan.causal is None
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize("skip", ["0", "1"])
+def test_causal_keys_are_cut_only_when_asked(
+    skip: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MK_CUDA_CAUSAL_SKIP", skip)
+    text = _attention(1, 4, 2, 320, 64, causal=True, sq=300)
+    src = mk.compile(text, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    assert ("const int64_t first = len - 300 + ba.query0, last = first + 59;" in src) == (
+        skip == "1"
+    )
 
 
 @pytest.mark.usefixtures("no_nvcc")
@@ -318,11 +348,18 @@ def test_streamed_attention_matches_the_reference(
     BLOCK_SHAPES,
     ids=lambda s: "x".join(map(str, s)) if isinstance(s, tuple) else "",
 )
+@pytest.mark.parametrize("skip", ["0", "1"], ids=["all-keys", "causal-skip"])
 def test_block_attention_matches_the_reference(
-    dims: tuple[int, ...], extra: dict[str, object], tmp_path: Path
+    dims: tuple[int, ...],
+    extra: dict[str, object],
+    skip: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Many query rows on tensor cores: causal or not, ragged last chunks of keys, f16, rows
-    that are not a multiple of 16, fully masked rows (kv_len at random)."""
+    that are not a multiple of 16, fully masked rows (kv_len at random); with
+    MK_CUDA_CAUSAL_SKIP=1 a causal block walks only the keys its rows can see."""
+    monkeypatch.setenv("MK_CUDA_CAUSAL_SKIP", skip)
     text = _attention(*dims, **extra)  # type: ignore[arg-type]
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     assert "block_attention<" in prog.cuda_source  # type: ignore[attr-defined]
@@ -416,8 +453,12 @@ def test_merge_folded_into_the_oproj_matches_the_reference(
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-def test_block_attention_builds_without_spills(tmp_path: Path) -> None:
-    """qwen3's heads (128 rows of 128 elements a task): Q, o and the scores in registers."""
+def test_block_attention_builds_without_spills(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """qwen3's heads (128 rows of 128 elements a task): Q, o and the scores in registers; the
+    causal cut of the keys builds too."""
+    monkeypatch.setenv("MK_CUDA_CAUSAL_SKIP", "1")
     prog = mk.compile(
         _attention(1, 16, 8, 520, 128, causal=True, sq=500), target="cuda", cache_dir=tmp_path
     )
