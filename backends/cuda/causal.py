@@ -41,7 +41,7 @@ def causal_bound(
     ("s", "key", "query" or a scalar input); None for any other transform."""
     if not isinstance(transform, ThreadMapOp):
         return None
-    role = dict(zip(transform.body.block.args, args, strict=True))
+    role: dict[SSAValue, str | InputOp] = dict(zip(transform.body.block.args, args, strict=True))
     (result,) = list(transform.body.block.ops)[-1].operands
     select = result.owner
     masked = _constant(select.rhs) if isinstance(select, arith.SelectOp) else None
