@@ -35,13 +35,16 @@ _ERROR_LINES = 12
 class KernelResources:
     """What ptxas reported for the megakernel entry: one CTA per SM of 256 threads may use 255
     registers a thread, and every body shares them, so a body that needs more spills to local
-    memory in every task the dispatcher runs (`spilling` counts the functions that spill)."""
+    memory in every task the dispatcher runs (`spilling` counts the functions that spill).
+    `wgmma_serialized`: ptxas serialized the wgmma of some function, whose pipeline a call
+    crosses (its note C7510; switches.inline_bodies)."""
 
     registers: int
     stack_bytes: int
     spill_stores: int
     spill_loads: int
     spilling: int
+    wgmma_serialized: bool = False
 
 
 _PROPERTIES = re.compile(
@@ -61,7 +64,8 @@ def kernel_resources(ptxas: str) -> KernelResources | None:
         return None
     stack, stores, loads = frames[entry.group(1)]
     spilling = sum(1 for frame in frames.values() if frame[1] > 0)
-    return KernelResources(int(entry.group(2)), stack, stores, loads, spilling)
+    serialized = "(C7510)" in ptxas
+    return KernelResources(int(entry.group(2)), stack, stores, loads, spilling, serialized)
 
 
 def resources_path(library: Path) -> Path:

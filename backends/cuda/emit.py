@@ -494,6 +494,7 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
             pipe,
             max((need.arena for _, need in bodies), default=0),
             wide_front,
+            switches.inline_walk(),
         )  # fmt: skip
     )
     out.append("}  // namespace\n")

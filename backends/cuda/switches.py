@@ -226,9 +226,10 @@ def wide_room() -> bool:
     return flag("MK_CUDA_WIDE_ROOM", default=True)
 
 
-# Most task bodies `auto` inlines into one dispatcher: ptxas takes minutes over one function
-# holding many bodies (qwen3-0.6b's prefill of 999 positions, three of its bodies wgmma tiles:
-# not done in 15 minutes, against 32 s with the bodies called).
+# Most task bodies `auto` inlines into one dispatcher: ptxas took minutes over one function
+# holding many bodies (qwen3-0.6b's prefill of 999 positions with the generic attention loop:
+# not done in 15 minutes, against 32 s with the bodies called; with block_attention, 2 layers
+# built in 25 s here).
 INLINE_MOST_BODIES = 4
 
 
@@ -237,11 +238,20 @@ def inline_bodies(wgmma: bool, functions: int = 1) -> bool:
     makes no calls. ptxas serializes every wgmma of a function that makes any call (C7510), so
     `auto` (default) inlines where a body runs a wgmma tile and there are at most
     INLINE_MOST_BODIES of them (`functions`): on the H200 (bench/RESULTS.md, session 45) 4096^3
-    0.480 -> 0.403 ms, 1024x4096^2 0.124 -> 0.106. 0 or 1 force it."""
+    0.480 -> 0.403 ms, 1024x4096^2 0.124 -> 0.106. 0 or 1 force it; `walk` (inline_walk) too."""
     text = os.environ.get("MK_CUDA_INLINE_BODIES", "") or "auto"
     if text == "auto":
         return wgmma and functions <= INLINE_MOST_BODIES
-    return flag("MK_CUDA_INLINE_BODIES")
+    return text == "walk" or flag("MK_CUDA_INLINE_BODIES")
+
+
+def inline_walk() -> bool:
+    """MK_CUDA_INLINE_BODIES=walk (opt-in, not yet timed): besides the bodies, the dispatcher's
+    `run`, the queue walk's task runner and the wgmma tiles are forced inline, so that the
+    megakernel makes no call at all. With many bodies the compiler keeps those as functions of
+    their own (a tile that two bodies share, the runner that the walk calls from two places),
+    and ptxas then serializes the wgmma anyway (C7510): a prefill's linears."""
+    return os.environ.get("MK_CUDA_INLINE_BODIES", "") == "walk"
 
 
 def defines(profile: bool, warm: bool, inline: bool = False) -> str:
@@ -290,4 +300,6 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
     # overflow still traps.
     if inline:
         lines.append("#define MK_NO_DEVICE_PRINTF 1")
+    if inline_walk():
+        lines.append("#define MK_INLINE_WALK 1")
     return "".join(line + "\n" for line in lines)

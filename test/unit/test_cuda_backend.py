@@ -145,6 +145,9 @@ def test_ptxas_reports_the_megakernels_registers_and_spills() -> None:
     found = cuda_build.kernel_resources(PTXAS)
     assert found == cuda_build.KernelResources(255, 752, 504, 868, 2)
     assert cuda_build.kernel_resources("ptxas info    : 0 bytes gmem") is None
+    note = "ptxas info    : (C7510) Potential Performance Loss: wgmma.mma_async instructions are "
+    serialized = cuda_build.kernel_resources(PTXAS + note + "serialized due to ...\n")
+    assert serialized == cuda_build.KernelResources(255, 752, 504, 868, 2, wgmma_serialized=True)
 
 
 # Build switches that change the emitted CUDA beyond the default (bench/RESULTS.md measures them).

@@ -266,6 +266,25 @@ def test_a_tile_past_the_sums_registers_keeps_the_generic_loop(tmp_path: Path) -
     assert products(prog.cuda_source) == ["mma_tile<true>"]  # type: ignore[attr-defined]
 
 
+@pytest.mark.skipif(NVCC is None or cuda_build.cute_include_dir() is None, reason="needs CuTe")
+@pytest.mark.parametrize("inline", ["", "walk"])
+def test_a_walk_inlined_whole_keeps_the_wgmma_pipelined(
+    inline: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prefill's many bodies stay calls by default, and ptxas serializes their wgmma (C7510);
+    MK_CUDA_INLINE_BODIES=walk inlines the bodies, the tiles, `run` and the task runner, and
+    the megakernel makes no call at all."""
+    monkeypatch.setenv("MK_CUDA_INLINE_BODIES", inline)
+    prog = mk.compile(
+        prefill_program(preset("tiny-qwen3"), 1, 150, 160), target="cuda", cache_dir=tmp_path
+    )
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    assert ("#define MK_INLINE_WALK 1" in src) == (inline == "walk")
+    assert ("__forceinline__ int32_t run(" in src) == (inline == "walk")
+    used = prog.cuda_resources  # type: ignore[attr-defined]
+    assert used is not None and used.wgmma_serialized == (inline != "walk"), used
+
+
 def prefill_attention(s: int, heads: int = 4, d: int = 64) -> str:
     t = f"tensor<1x{heads}x{s}x{d}xbf16>"
     return (

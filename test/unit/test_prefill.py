@@ -157,11 +157,15 @@ def test_the_prefill_bench_bounds_mk_by_pytorchs_own_drift() -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("inline", ["", "walk"])
 def test_the_prefill_bench_runs(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    inline: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """bench/prefill.py on tiny-qwen3: mk's caches as close to the f32 model as PyTorch's."""
+    """bench/prefill.py on tiny-qwen3: mk's caches as close to the f32 model as PyTorch's, with
+    the bodies called and with the whole walk inlined (MK_CUDA_INLINE_BODIES=walk)."""
     from bench_scripts import load
+
+    monkeypatch.setenv("MK_CUDA_INLINE_BODIES", inline)
 
     argv = ["prefill.py", "--model", "tiny-qwen3", "--prompt-len", "150", "--runs", "3"]
     monkeypatch.setattr("sys.argv", argv)

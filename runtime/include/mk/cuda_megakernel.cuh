@@ -112,6 +112,15 @@ __device__ inline void prefetch_entry(const LaunchParams& p, int32_t q) {
 }
 
 
+// MK_INLINE_WALK (MK_CUDA_INLINE_BODIES=walk): the walk runs a task inline at both of its places,
+// so that with the bodies inlined the megakernel makes no call that a body's wgmma pipeline
+// would cross (ptxas C7510).
+#if defined(MK_INLINE_WALK)
+#define MK_INLINED_TASK __attribute__((always_inline))
+#else
+#define MK_INLINED_TASK
+#endif
+
 // The CTA's walk of its queue in every iteration; false if the launch stopped (a failure here
 // or elsewhere, or one an earlier launch left unreset).
 template <class Dispatch>
@@ -197,7 +206,7 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
   // All threads: one task's body in iteration t, then thread 0's signals (and timeline); false
   // if the launch must stop.
   int32_t t = 0;
-  auto run_task = [&](const Entry& e, void* const* task_slots) {
+  auto run_task = [&](const Entry& e, void* const* task_slots) MK_INLINED_TASK {
     const TaskDesc* task = &e.near.desc;
     arena.flag = base + static_cast<uint32_t>(t) + 1;
     arena.task = e.id;

@@ -95,9 +95,16 @@ __device__ inline void weight_units(WgmmaUnits<Units>& u, Smem& sb, const GemmWe
 __device__ inline void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
 // gemm_tile's contract (cuda_mma_tile.cuh) with wgmma: every weight's sums added to its acc, x
-// scaled by g in place per chunk with Σx² into sum_sq when g is given.
+// scaled by g in place per chunk with Σx² into sum_sq when g is given. MK_INLINE_WALK inlines it
+// into every body that calls it: a tile that several bodies share stays a function of its own,
+// and its caller's call of it makes ptxas serialize the wgmma (C7510).
+#if defined(MK_INLINE_WALK)
+#define MK_WGMMA_TILE_INLINE __forceinline__
+#else
+#define MK_WGMMA_TILE_INLINE
+#endif
 template <bool BF16, int TM, int NT, int Stages>
-__device__ void wgmma_gemm_tile(const uint16_t* x, int64_t x_ld, const uint16_t* g, float* sum_sq,
+__device__ MK_WGMMA_TILE_INLINE void wgmma_gemm_tile(const uint16_t* x, int64_t x_ld, const uint16_t* g, float* sum_sq,
                                 const GemmWeights& ws, int k) {
   using namespace cute;
   using G = WgmmaGemm<BF16, TM, NT, Stages>;
