@@ -14,7 +14,7 @@ from xdsl.ir import Block, SSAValue
 import mk
 from mk.backends.cuda.row_ops import rms_norm_rows, rope_rows
 from mk.dialects.mugraph_tiles import RMSNormOp, RopeOp
-from mk.models import decode_program, preset
+from mk.models import decode_program, prefill_program, preset
 
 
 def _args(*shapes: tuple[int, ...]) -> Block:
@@ -32,7 +32,8 @@ def _namer(block: Block) -> Callable[[SSAValue], str]:
     [
         ((1, 1, 1, 128), (128,), True),  # one head of QK-norm
         ((8, 64), (64,), True),  # a row per warp
-        ((9, 64), (64,), False),  # more rows than warps
+        ((9, 64), (64,), True),  # more rows than warps: the warps walk them
+        ((1, 1, 37, 128), (128,), True),  # a prefill's block of QK-norm rows
         ((2, 48), (48,), False),  # not a multiple of 32
         ((1, 32), (32,), True),  # one element per lane
         ((1, 16), (16,), False),
@@ -47,7 +48,8 @@ def test_rms_norm_rows_takes_short_row_sets(
     assert (line is not None) == sized
     if line is not None:
         rows = math.prod(x[:-1])
-        assert line == f"mk::gpu::rms_norm_rows<{x[-1]}>(r, a0, a1, {rows}, 1e-05f);"
+        many = ", true" if rows > 8 else ""
+        assert line == f"mk::gpu::rms_norm_rows<{x[-1]}{many}>(r, a0, a1, {rows}, 1e-05f);"
 
 
 @pytest.mark.parametrize(
@@ -55,11 +57,14 @@ def test_rms_norm_rows_takes_short_row_sets(
     [
         ((1, 1, 1, 128), (1, 64), True),  # one position for every head
         ((4, 128), (64,), True),
-        ((4, 128), (4, 64), False),  # a position per row: the broadcast walk
+        ((4, 128), (4, 64), True),  # a position per row
+        ((1, 2, 37, 128), (37, 64), True),  # a prefill's block: two heads of 37 positions
+        ((4, 128), (2, 64), False),  # positions that are not x's rows: the broadcast walk
+        ((2, 4, 128), (2, 4, 64), False),  # a table per head too
         ((1, 7), (1, 3), False),  # odd width
     ],
 )
-def test_rope_rows_takes_one_shared_position(
+def test_rope_rows_takes_shared_or_per_position_tables(
     x: tuple[int, ...], cos: tuple[int, ...], sized: bool
 ) -> None:
     b = _args(x, cos, cos)
@@ -68,7 +73,11 @@ def test_rope_rows_takes_one_shared_position(
     assert (line is not None) == sized
     if line is not None:
         rows = math.prod(x[:-1])
-        assert line == f"mk::gpu::rope_rows<{x[-1]}>(r, a0, a1, a2, {rows});"
+        if math.prod(cos) == x[-1] // 2:
+            assert line == f"mk::gpu::rope_rows<{x[-1]}>(r, a0, a1, a2, {rows});"
+        else:
+            want = f"mk::gpu::rope_rows<{x[-1]}, true>(r, a0, a1, a2, {rows}, {x[-2]});"
+            assert line == want
 
 
 @pytest.mark.usefixtures("no_nvcc")
@@ -78,3 +87,14 @@ def test_qk_norm_and_rope_are_sized_calls(tmp_path: Path) -> None:
     text = mk.compile(program, target="cuda", cache_dir=tmp_path).cuda_source or ""
     assert "mk::gpu::rms_norm_rows<" in text and "mk::gpu::rope_rows<" in text
     assert "mk::gpu::rms_norm_tile(" not in text and "mk::gpu::lib_rope(" not in text
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_a_prefills_qk_norm_and_rope_are_sized_calls(tmp_path: Path) -> None:
+    """A Qwen3 prefill's blocks of rows: the warps walk the norm's rows, the RoPE reads a table
+    row per position."""
+    program = prefill_program(preset("tiny-qwen3"), 1, 150, 160)
+    text = mk.compile(program, target="cuda", cache_dir=tmp_path).cuda_source or ""
+    assert "true>(" in text.split("mk::gpu::rms_norm_rows<", 1)[1].split(";", 1)[0]
+    assert "true>(" in text.split("mk::gpu::rope_rows<", 1)[1].split(";", 1)[0]
+    assert "mk::gpu::lib_rope(" not in text  # (the final norm, a library kernel, stays generic)

@@ -375,17 +375,18 @@ MK_COOPERATIVE void rms_norm_tile(Tile<float>& out, const Dims& oshape, const Ti
   arena.reset(mark);
 }
 
-// rms_norm_tile for rows of H elements (a multiple of 32) and a norm weight of H, at most one
-// row per warp: the arithmetic of its warp-per-row path (squares summed in double), with the
-// sizes known to the compiler, so a per-head norm (QK-norm) is a few hundred bytes of code
-// instead of the generic shape walk and broadcast multiply.
-template <int H>
+// rms_norm_tile for rows of H elements (a multiple of 32) and a norm weight of H, a row per
+// warp (kManyRows: the warps walk any number of rows, a prefill's): the arithmetic of its
+// warp-per-row path (squares summed in double), with the sizes known to the compiler, so a
+// per-head norm (QK-norm) is a few hundred bytes of code instead of the generic shape walk and
+// broadcast multiply.
+template <int H, bool kManyRows = false>
 MK_COOPERATIVE void rms_norm_rows(Tile<float>& out, const Tile<float>& x, const Tile<float>& g,
                                   int rows, float eps) {
   static_assert(H % 32 == 0, "rms_norm_rows: rows of a multiple of 32");
   out.resize(x.n);
-  const int r = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
-  if (r < rows) {
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  auto row = [&](int r) {
     double s = 0;
 #pragma unroll
     for (int c = lane; c < H; c += 32) {
@@ -396,6 +397,11 @@ MK_COOPERATIVE void rms_norm_rows(Tile<float>& out, const Tile<float>& x, const 
     const float root = sqrtf(static_cast<float>(s) / static_cast<float>(H) + eps);
 #pragma unroll
     for (int c = lane; c < H; c += 32) out.p[r * H + c] = x.p[r * H + c] / root * g.p[c];
+  };
+  if constexpr (kManyRows) {
+    for (int r = warp; r < rows; r += kCudaThreads / 32) row(r);
+  } else if (warp < rows) {
+    row(warp);
   }
   __syncthreads();
 }

@@ -49,17 +49,19 @@ __device__ inline void lib_rope(Tile<float>& out, const Tile<float>& x, const Di
   __syncthreads();
 }
 
-// lib_rope for rows of D elements whose cos and sin are one row of D/2 shared by all rows:
-// the same arithmetic, without the broadcast walk.
-template <int D>
+// lib_rope for rows of D elements whose cos and sin are one row of D/2 shared by all rows (or,
+// kRowTables, a row of each for every `positions` rows, row r taking row r % positions: a
+// prefill's): the same arithmetic, without the broadcast walk.
+template <int D, bool kRowTables = false>
 __device__ inline void rope_rows(Tile<float>& out, const Tile<float>& x, const Tile<float>& c,
-                                 const Tile<float>& s, int rows) {
+                                 const Tile<float>& s, int rows, int positions = 1) {
   constexpr int half = D / 2;
   out.resize(x.n);
   MK_FOR_EACH(e, rows * half) {
     const int r = static_cast<int>(e) / half, j = static_cast<int>(e) % half;
     const float x1 = x.p[r * D + j], x2 = x.p[r * D + half + j];
-    const float cv = c.p[j], sv = s.p[j];
+    const int t = kRowTables ? (r % positions) * half + j : j;
+    const float cv = c.p[t], sv = s.p[t];
     out.p[r * D + j] = x1 * cv - x2 * sv;
     out.p[r * D + half + j] = x2 * cv + x1 * sv;
   }
