@@ -163,13 +163,17 @@ class GraphDefEmitter:
         if dtype_code(op.tile.type) != ref.dtype:
             self.round(op.tile)
 
-    def store(self, op: OutputOp) -> None:
-        tile = shape_of(op.tile)
-        omap = op.omap_dims()
-        starts = [
+    def output_starts(self, op: OutputOp) -> list[str]:
+        """Per dimension of the result, where this block's tile starts (the omap's part)."""
+        tile, omap = shape_of(op.tile), op.omap_dims()
+        return [
             _affine([(tile[d], ("bx", "by", "bz")[a]) for a in range(3) if omap[a] == d])
             for d in range(len(tile))
         ]
+
+    def store(self, op: OutputOp) -> None:
+        tile = shape_of(op.tile)
+        starts = self.output_starts(op)
         if (at := op.position()) is not None:
             pos, d, _ = at
             offset = "" if starts[d] == "0" else f" + {starts[d]}"  # the block's, if split

@@ -4,6 +4,8 @@
 
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "mk/cuda_kernels.h"
 
 namespace mk {
@@ -41,6 +43,43 @@ __device__ inline void slice_copy(void* out, const void* src, int64_t esize, con
     }
   }
   __syncthreads();
+}
+
+// n elements of `Bytes` each from runs of `src` (s_cols elements every s_ld from s_first) into
+// runs of `dst`, element e to element e: 16 bytes at a time, four of a thread in flight, where
+// both sides' runs and starts keep the units whole and aligned; else element by element. A
+// graph_def that only copies (backends/cuda/copy_runs.py); the megakernel's barrier follows.
+template <int Bytes>
+__device__ inline void copy_runs(void* dst, int64_t d_first, int64_t d_cols, int64_t d_ld,
+                                 const void* src, int64_t s_first, int64_t s_cols, int64_t s_ld,
+                                 int64_t n) {
+  constexpr int V = 16 / Bytes, U = 4;
+  const auto d_at = [&](int64_t e) { return d_first + (e / d_cols) * d_ld + e % d_cols; };
+  const auto s_at = [&](int64_t e) { return s_first + (e / s_cols) * s_ld + e % s_cols; };
+  const bool vec = n % V == 0 && d_cols % V == 0 && s_cols % V == 0 && d_ld % V == 0 &&
+                   s_ld % V == 0 && d_first % V == 0 && s_first % V == 0 &&
+                   ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0;
+  if (vec) {
+    const int64_t units = n / V, step = blockDim.x;
+    for (int64_t u0 = threadIdx.x; u0 < units; u0 += U * step) {
+      uint4 r[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (u0 + u * step < units) r[u] = static_cast<const uint4*>(src)[s_at((u0 + u * step) * V) / V];
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (u0 + u * step < units) static_cast<uint4*>(dst)[d_at((u0 + u * step) * V) / V] = r[u];
+      }
+    }
+    return;
+  }
+  using Elem = typename std::conditional<
+      Bytes == 1, uint8_t,
+      typename std::conditional<Bytes == 2, uint16_t,
+                                typename std::conditional<Bytes == 4, uint32_t, uint64_t>::type>::type>::type;
+  static_assert(sizeof(Elem) == Bytes, "copy_runs: elements of 1, 2, 4 or 8 bytes");
+  MK_FOR_EACH(e, n) static_cast<Elem*>(dst)[d_at(e)] = static_cast<const Elem*>(src)[s_at(e)];
 }
 
 // Whether a box's elements are one contiguous run of `full` (every dim inside its outermost
