@@ -1,18 +1,21 @@
 """mk's prefill program against the PyTorch decoder's one-pass prefill, on the GPU.
 
 Usage (on the GPU machine): python bench/prefill.py --model PRESET [--prompt-len P] [--batch B]
-                            [--layers N] [--runs N]
+                            [--layers N] [--runs N] [VARIANT...]
 Random weights and prompt. mk's prefill (mk.models.prefill_program: the prompt's first P-1
 positions in one launch) is replayed in a CUDA graph and timed with CUDA events as device time;
 PyTorch's is TorchDecoder.reset, one causal pass over the same positions, timed with CUDA
 events as the host drives it. The K/V caches both leave are compared, and each against the same
 model run in f32: mk's distance from it must be within twice PyTorch bf16's (exit 1 otherwise).
-Prints one line: both times, mk's TFLOP/s on the linears and the caches' differences.
+Each VARIANT (bench/variants.py's form; none: the defaults) is built under its switches and
+timed in turn beside the one PyTorch pass. Prints PyTorch's line, then one per variant: its
+time, its TFLOP/s on the linears and its caches' differences.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Any
@@ -44,20 +47,19 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--layers", type=int, default=None)
     parser.add_argument("--runs", type=int, default=20)
-    args = parser.parse_args()
-
-    import mk
-    from mk.models import (
-        prefill_inputs,
-        prefill_program,
-        preset,
-        program_inputs,
-        random_prompt,
-        random_weights,
+    parser.add_argument(
+        "variants",
+        nargs="*",
+        help='builds of mk\'s prefill to time: "" (the defaults) or NAME=VALUE[,...] of MK_CUDA_* '
+        "switches and MK_PASS_OPTIONS, as bench/variants.py takes them",
     )
-    from mk.models.build import arguments
-    from mk.models.torch_reference import TorchDecoder, capture_graph, event_ms, to_torch
+    args = parser.parse_args()
+    from variants import environment, parse_variant
 
+    from mk.models import preset, program_inputs, random_prompt, random_weights
+    from mk.models.torch_reference import TorchDecoder, event_ms
+
+    variants = [(text, parse_variant(text)) for text in args.variants or [""]]
     config = preset(args.model)
     if args.layers is not None:
         config = config.with_(layers=args.layers)
@@ -66,9 +68,56 @@ def main() -> int:
     weights = random_weights(config, seed=0)
     prompt = random_prompt(config, batch, args.prompt_len, seed=0)
     host = program_inputs(config, weights, batch, context, prompt, prefill=False)
+    model = TorchDecoder(config, weights, batch, context)
+    torch_ms = event_ms(lambda: model.reset(prompt), args.runs, warmup=2)
+    reference = [c for i in range(config.layers) for c in (model.k_cache[i], model.v_cache[i])]
+    exact = TorchDecoder(config, weights, batch, context, dtype="float32")
+    exact.reset(prompt)
+    yardstick = [c for i in range(config.layers) for c in (exact.k_cache[i], exact.v_cache[i])]
+    torch_drift = cache_error(reference, yardstick, length)
+    print(
+        f"{config.name} B{batch} prefill of {length} positions: PyTorch one causal pass "
+        f"{torch_ms:.3f} ms, its caches {torch_drift:.1e} from the model in f32"
+    )
+    base, ok = dict(os.environ), True
+    try:
+        for text, switches in variants:
+            os.environ.clear()
+            os.environ.update(environment(base, switches))
+            mk_ms, built, caches = time_mk(
+                config, host, prompt, (batch, length, context), args.runs
+            )
+            error = cache_error(caches, reference, length)
+            mk_drift = cache_error(caches, yardstick, length)
+            ok = ok and within_rounding(mk_drift, torch_drift)
+            tflops = linear_flops(config, batch * length) / (mk_ms * 1e-3) / 1e12
+            print(
+                f"  mk {text or '(defaults)'}: {mk_ms:.3f} ms ({tflops:.1f} TFLOP/s on the "
+                f"linears; built in {built:.1f} s), caches {error:.1e} from PyTorch's, "
+                f"{mk_drift:.1e} from the model in f32"
+            )
+    finally:
+        os.environ.clear()
+        os.environ.update(base)
+    return 0 if ok else 1
+
+
+def time_mk(
+    config: Any, host: list[Any], prompt: Any, sizes: tuple[int, int, int], runs: int
+) -> tuple[float, float, list[Any]]:
+    """(ms of mk's prefill replayed in a CUDA graph, seconds to build it, the K/V caches it
+    filled) under the current environment's switches, on fresh copies of the inputs."""
+    import mk
+    from bench import pass_options
+    from mk.models import prefill_inputs, prefill_program
+    from mk.models.build import arguments
+    from mk.models.torch_reference import capture_graph, event_ms, to_torch
+
+    batch, length, context = sizes
     inputs = [to_torch(a, "cuda") for a in host]
     start = time.perf_counter()
-    prog: Any = mk.compile(prefill_program(config, batch, length, context), target="cuda")
+    text = prefill_program(config, batch, length, context)
+    prog: Any = mk.compile(text, target="cuda", **pass_options())
     built = time.perf_counter() - start
     values = [
         to_torch(v, "cuda") if isinstance(v, np.ndarray) else v
@@ -76,31 +125,14 @@ def main() -> int:
     ]
     outs = prog(*values)
     launch = capture_graph(lambda: prog.launch(*values, out=outs))
-    mk_ms = event_ms(launch, args.runs, warmup=3, queued=True)
+    mk_ms = event_ms(launch, runs, warmup=3, queued=True)
     prog.check()
     roles = [a.role for a in arguments(config, batch, context)]
-    caches = [v for r, v in zip(roles, inputs, strict=True) if r in ("k_cache", "v_cache")]
-    model = TorchDecoder(config, weights, batch, context)
-    torch_ms = event_ms(lambda: model.reset(prompt), args.runs, warmup=2)
-    reference = [
-        c for layer in range(config.layers) for c in (model.k_cache[layer], model.v_cache[layer])
-    ]
-    error = cache_error(caches, reference, length)
-    exact = TorchDecoder(config, weights, batch, context, dtype="float32")
-    exact.reset(prompt)
-    yardstick = [
-        c for layer in range(config.layers) for c in (exact.k_cache[layer], exact.v_cache[layer])
-    ]
-    mk_drift = cache_error(caches, yardstick, length)
-    torch_drift = cache_error(reference, yardstick, length)
-    tflops = linear_flops(config, batch * length) / (mk_ms * 1e-3) / 1e12
-    print(
-        f"{config.name} B{batch} prefill of {length} positions: mk {mk_ms:.3f} ms "
-        f"({tflops:.1f} TFLOP/s on the linears; built in {built:.1f} s), PyTorch one causal pass "
-        f"{torch_ms:.3f} ms, caches' largest difference {error:.1e}; against the model in f32: "
-        f"mk {mk_drift:.1e}, PyTorch bf16 {torch_drift:.1e}"
+    return (
+        mk_ms,
+        built,
+        [v for r, v in zip(roles, inputs, strict=True) if r in ("k_cache", "v_cache")],
     )
-    return 0 if within_rounding(mk_drift, torch_drift) else 1
 
 
 def within_rounding(mk_drift: float, torch_drift: float) -> bool:

@@ -157,17 +157,17 @@ def test_the_prefill_bench_bounds_mk_by_pytorchs_own_drift() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("inline", ["", "walk"])
+@pytest.mark.parametrize("variant", ["", "MK_CUDA_INLINE_BODIES=walk"])
 def test_the_prefill_bench_runs(
-    inline: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    variant: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """bench/prefill.py on tiny-qwen3: mk's caches as close to the f32 model as PyTorch's, with
     the bodies called and with the whole walk inlined (MK_CUDA_INLINE_BODIES=walk)."""
     from bench_scripts import load
 
-    monkeypatch.setenv("MK_CUDA_INLINE_BODIES", inline)
-
-    argv = ["prefill.py", "--model", "tiny-qwen3", "--prompt-len", "150", "--runs", "3"]
+    argv = ["prefill.py", "--model", "tiny-qwen3", "--prompt-len", "150", "--runs", "3", variant]
     monkeypatch.setattr("sys.argv", argv)
     assert load("prefill").main() == 0
-    assert "prefill of 149 positions: mk " in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "prefill of 149 positions: PyTorch one causal pass" in out
+    assert f"  mk {variant or '(defaults)'}: " in out
