@@ -62,6 +62,13 @@ def _affine(terms: Sequence[tuple[int, str]]) -> str:
     return " + ".join(parts) if parts else "0"
 
 
+# The task's block coordinates, which the maps' start expressions use.
+BLOCK_COORDS = (
+    "const int64_t bx = t->coord[0], by = t->coord[1], bz = t->coord[2];",
+    "(void)bx; (void)by; (void)bz;",
+)
+
+
 class GraphDefEmitter:
     """Emits the statements of one task of a graph_def; `lines` holds them after `emit()`."""
 
@@ -91,8 +98,7 @@ class GraphDefEmitter:
 
     def emit(self) -> list[str]:
         out = self.lines
-        out.append("const int64_t bx = t->coord[0], by = t->coord[1], bz = t->coord[2];")
-        out.append("(void)bx; (void)by; (void)bz;")
+        out += BLOCK_COORDS
         body = self.op.body.block
         for op in body.ops:
             for r in op.results:

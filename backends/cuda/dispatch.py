@@ -87,13 +87,13 @@ def dispatch_struct(
     pipe_polls: bool = False,
     arena_want: int = 0,
     wide_front: int = 0,
-    inline: bool = False,
+    inline_run: bool = False,
 ) -> str:
     """`front`: the streamed bodies' shared memory; `staged`: per function, the bytes its
     weights take in the staging ring (padded rows included); `at_wait`, `batch_waits` and
     `pipe_polls`: MK_CUDA_PREFETCH_AT=wait, MK_CUDA_WAIT_BATCH=1 and MK_CUDA_POLL_PIPE=1;
     `arena_want`: the arena's shared-memory part a body asks for beyond the usual; `wide_front`:
-    the most shared memory a body whose room reaches into the arena's part takes; `inline`:
+    the most shared memory a body whose room reaches into the arena's part takes; `inline_run`:
     `run` is forced inline too (switches.inline_walk)."""
     cases = "\n".join(
         f"      case {KIND_FIRST_LOWERED + i}: "
@@ -136,7 +136,7 @@ struct Dispatch {{
   static constexpr bool kPrefetchAtWait = {"true" if at_wait else "false"};  // MK_CUDA_PREFETCH_AT
   static constexpr bool kBatchWaits = {"true" if batch_waits else "false"};  // MK_CUDA_WAIT_BATCH
   static constexpr bool kPipePolls = {"true" if pipe_polls else "false"};  // MK_CUDA_POLL_PIPE
-  __device__ static {"__forceinline__ " if inline else ""}int32_t run(int32_t kind, const mk::TaskDesc* t, void* const* bp,
+  __device__ static {"__forceinline__ " if inline_run else ""}int32_t run(int32_t kind, const mk::TaskDesc* t, void* const* bp,
                                 mk::gpu::Arena& arena, int32_t iteration) {{
     switch (kind) {{
 {cases}

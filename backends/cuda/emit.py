@@ -24,6 +24,7 @@ from mk.backends.cpu.emit import (
 )
 from mk.backends.cpu.emit_ops import (
     BINARY_ENUM,
+    BLOCK_COORDS,
     REDUCE_ENUM,
     UNARY_ENUM,
     BufferRef,
@@ -209,11 +210,7 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         calls = copy_calls(plan, src, refs, s_first, d_firsts)
         if calls is None:
             return None
-        self.lines += [
-            "const int64_t bx = t->coord[0], by = t->coord[1], bz = t->coord[2];",
-            "(void)bx; (void)by; (void)bz;",
-            *calls,
-        ]
+        self.lines += [*BLOCK_COORDS, *calls]
         return self.lines
 
     def layout_op(self, op: Operation, it: str) -> None:

@@ -50,7 +50,7 @@ class DeviceLibraryEmitter(LibraryEmitter):
         self.lines.append("(void)t;  // a library kernel runs whole: no tile coordinates")
         for ref, _ in self.results:
             self.lines.append(
-                f"mk::gpu::slice_copy(buffers[{ref.index}], buffers[{source.index}], {size}, "
+                f"mk::gpu::slice_copy<{size}>(buffers[{ref.index}], buffers[{source.index}], "
                 f"{full}, {start}, {box});"
             )
         return True

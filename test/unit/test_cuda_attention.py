@@ -41,14 +41,19 @@ def _attention(
     )
 
 
-def _plans(text: str, **options: int) -> dict[str, bool]:
+def _lowered_plans(text: str, **options: int) -> dict[str, AttentionPlan | None]:
+    """Each graph_def's attention plan, by its first result's name."""
     module = load_module(text)
     NnToMugraphPass(**options).apply(make_context(), module)
     return {
-        op.results[0].name_hint or "": plan_attention(op) is not None
+        op.results[0].name_hint or "": plan_attention(op)
         for op in module.walk()
         if isinstance(op, GraphDefOp)
     }
+
+
+def _plans(text: str, **options: int) -> dict[str, bool]:
+    return {name: p is not None for name, p in _lowered_plans(text, **options).items()}
 
 
 # --------------------------------------------------------------------------- no GPU needed
@@ -166,10 +171,7 @@ def test_many_query_rows_plan_the_block_call(
 
 
 def _block_plans(text: str) -> list[AttentionPlan]:
-    module = load_module(text)
-    NnToMugraphPass().apply(make_context(), module)
-    found = [plan_attention(op) for op in module.walk() if isinstance(op, GraphDefOp)]
-    return [p for p in found if p is not None and p.block]
+    return [p for p in _lowered_plans(text).values() if p is not None and p.block]
 
 
 def test_a_causal_block_knows_its_mask() -> None:

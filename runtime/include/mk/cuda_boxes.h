@@ -24,61 +24,67 @@ __device__ inline int64_t box_offset(int64_t e, const Dims& full, const Dims& st
   return off;
 }
 
-// A box of `src` (shape `full`, elements of `esize` bytes) into the whole buffer `out`, each
+// The unsigned integer of `Bytes` bytes: an element copied as it is.
+template <int Bytes>
+using ElemBits = typename std::conditional<
+    Bytes == 1, uint8_t,
+    typename std::conditional<Bytes == 2, uint16_t,
+                              typename std::conditional<Bytes == 4, uint32_t, uint64_t>::type>::type>::type;
+
+// `units` 16-byte units, unit v from src_at(v) to dst_at(v), by every thread of the CTA with U
+// loads of a thread in flight before its stores: one at a time, a copy waits a round trip per
+// unit (a prefill's 2 MB embedding gather took 277 us on one SM of the H200, session 46).
+template <int U = 4, class SrcAt, class DstAt>
+__device__ inline void copy_units(int64_t units, SrcAt src_at, DstAt dst_at) {
+  const int64_t step = blockDim.x;
+  for (int64_t v0 = threadIdx.x; v0 < units; v0 += U * step) {
+    uint4 r[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (v0 + u * step < units) r[u] = *src_at(v0 + u * step);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (v0 + u * step < units) *dst_at(v0 + u * step) = r[u];
+    }
+  }
+}
+
+// A box of `src` (shape `full`, elements of `Bytes` bytes) into the whole buffer `out`, each
 // element read where the box has it: a slice without a tile of all of its source in between.
-__device__ inline void slice_copy(void* out, const void* src, int64_t esize, const Dims& full,
-                                  const Dims& start, const Dims& box) {
+template <int Bytes>
+__device__ inline void slice_copy(void* out, const void* src, const Dims& full, const Dims& start,
+                                  const Dims& box) {
+  using Elem = ElemBits<Bytes>;
   int64_t n = 1;
   for (int d = 0; d < box.n; ++d) n *= box.v[d];
   MK_FOR_EACH(e, n) {
-    const int64_t at = box_offset(e, full, start, box);
-    if (esize == 2) {
-      static_cast<uint16_t*>(out)[e] = static_cast<const uint16_t*>(src)[at];
-    } else if (esize == 4) {
-      static_cast<uint32_t*>(out)[e] = static_cast<const uint32_t*>(src)[at];
-    } else if (esize == 8) {
-      static_cast<uint64_t*>(out)[e] = static_cast<const uint64_t*>(src)[at];
-    } else {
-      static_cast<uint8_t*>(out)[e] = static_cast<const uint8_t*>(src)[at];
-    }
+    static_cast<Elem*>(out)[e] = static_cast<const Elem*>(src)[box_offset(e, full, start, box)];
   }
   __syncthreads();
 }
 
 // n elements of `Bytes` each from runs of `src` (s_cols elements every s_ld from s_first) into
-// runs of `dst`, element e to element e: 16 bytes at a time, four of a thread in flight, where
-// both sides' runs and starts keep the units whole and aligned; else element by element. A
-// graph_def that only copies (backends/cuda/copy_runs.py); the megakernel's barrier follows.
+// runs of `dst`, element e to element e: 16-byte units (copy_units) where both sides' runs and
+// starts keep them whole and aligned; else element by element. A graph_def that only copies
+// (backends/cuda/copy_runs.py); the megakernel's barrier follows.
 template <int Bytes>
 __device__ inline void copy_runs(void* dst, int64_t d_first, int64_t d_cols, int64_t d_ld,
                                  const void* src, int64_t s_first, int64_t s_cols, int64_t s_ld,
                                  int64_t n) {
-  constexpr int V = 16 / Bytes, U = 4;
+  constexpr int V = 16 / Bytes;
   const auto d_at = [&](int64_t e) { return d_first + (e / d_cols) * d_ld + e % d_cols; };
   const auto s_at = [&](int64_t e) { return s_first + (e / s_cols) * s_ld + e % s_cols; };
   const bool vec = n % V == 0 && d_cols % V == 0 && s_cols % V == 0 && d_ld % V == 0 &&
                    s_ld % V == 0 && d_first % V == 0 && s_first % V == 0 &&
                    ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0;
   if (vec) {
-    const int64_t units = n / V, step = blockDim.x;
-    for (int64_t u0 = threadIdx.x; u0 < units; u0 += U * step) {
-      uint4 r[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (u0 + u * step < units) r[u] = static_cast<const uint4*>(src)[s_at((u0 + u * step) * V) / V];
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (u0 + u * step < units) static_cast<uint4*>(dst)[d_at((u0 + u * step) * V) / V] = r[u];
-      }
-    }
+    copy_units(
+        n / V, [&](int64_t v) { return static_cast<const uint4*>(src) + s_at(v * V) / V; },
+        [&](int64_t v) { return static_cast<uint4*>(dst) + d_at(v * V) / V; });
     return;
   }
-  using Elem = typename std::conditional<
-      Bytes == 1, uint8_t,
-      typename std::conditional<Bytes == 2, uint16_t,
-                                typename std::conditional<Bytes == 4, uint32_t, uint64_t>::type>::type>::type;
-  static_assert(sizeof(Elem) == Bytes, "copy_runs: elements of 1, 2, 4 or 8 bytes");
+  using Elem = ElemBits<Bytes>;
   MK_FOR_EACH(e, n) static_cast<Elem*>(dst)[d_at(e)] = static_cast<const Elem*>(src)[s_at(e)];
 }
 

@@ -78,25 +78,14 @@ __device__ inline int64_t gather_rows(void* out, const void* table, const Tile<i
   char* to = static_cast<char*>(out);
   if (row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
       reinterpret_cast<uintptr_t>(table) % 16 == 0) {
-    // U loads of a thread in flight before its stores: one at a time, a prefill's 2 MB of rows
-    // took 277 us on one SM of the H200 (bench/RESULTS.md, session 46).
-    constexpr int U = 8;
-    const int64_t per_row = row_bytes / 16, n = ids.n * per_row, step = blockDim.x;
-    for (int64_t v0 = threadIdx.x; v0 < n; v0 += U * step) {
-      uint4 r[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t v = v0 + u * step;
-        if (v < n) {
+    const int64_t per_row = row_bytes / 16;
+    copy_units<8>(
+        ids.n * per_row,
+        [&](int64_t v) {
           const int64_t i = u32(v) / u32(per_row), k = u32(v) % u32(per_row);
-          r[u] = reinterpret_cast<const uint4*>(from + ids.p[i] * row_bytes)[k];
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (v0 + u * step < n) reinterpret_cast<uint4*>(to)[v0 + u * step] = r[u];
-      }
-    }
+          return reinterpret_cast<const uint4*>(from + ids.p[i] * row_bytes) + k;
+        },
+        [&](int64_t v) { return reinterpret_cast<uint4*>(to) + v; });
   } else {
     MK_FOR_EACH(b, ids.n * row_bytes) {
       const int64_t i = u32(b) / u32(row_bytes), k = u32(b) % u32(row_bytes);
