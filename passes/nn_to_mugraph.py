@@ -222,7 +222,7 @@ def plan_units(ops: list[Operation], t: Tiling) -> list[_Unit]:
         for op in ops:
             chain = _match_row_chain(op, claimed) if isinstance(op, kind) else None
             if chain is not None:
-                claim(_row_chain_unit(chain))
+                claim(_row_chain_unit(chain, t))
     for op in ops:
         if not isinstance(op, nn.CacheWriteOp):
             continue
@@ -294,9 +294,9 @@ def _match_row_chain(op: Operation, claimed: set[Operation]) -> RowChain | None:
     return RowChain(view, norm, rope)
 
 
-def _row_chain_unit(chain: RowChain) -> _Unit:
+def _row_chain_unit(chain: RowChain, t: Tiling) -> _Unit:
     def emit(lookup: ValueMap) -> tuple[list[Operation], dict[SSAValue, SSAValue]]:
-        kernels = row_chain_kernel(chain, lookup)
+        kernels = row_chain_kernel(chain, t, lookup)
         return kernels, {chain.last().results[0]: kernels[-1].results[0]}
 
     return _Unit(chain.ops(), emit)
@@ -392,7 +392,7 @@ def lower_block(block: Block, t: Tiling) -> None:
 @dataclass(frozen=True)
 class NnToMugraphPass(ModulePass):
     """`nn-to-mugraph{num-sms=132 tile-n=64 tile-k=64 tile-m=0 kv-chunk=64 kv-splits=0
-    k-splits=1 attention-fold=0 task-us=3}`."""
+    k-splits=1 attention-fold=0 task-us=3 norm-rows=16}`."""
 
     name = "nn-to-mugraph"
 
@@ -419,12 +419,17 @@ class NnToMugraphPass(ModulePass):
     # fixed cost, ~3 µs on the H200, at every one of them). 0 keeps the fill rule. qwen3-0.6b's
     # lm_head went from 1,187 tasks to 128 and 1.275 -> 1.258 ms/token on the H200.
     task_us: int = 3
+    # An RMSNorm fuses into the linears that read it only when it normalises at most this many
+    # rows (0: at any count). Fused, each K chunk of x is scaled by g in the tile before the
+    # product; a tensor-core tile of a prefill's rows ran 3-4 us a chunk so on the H200 against
+    # ~0.6-0.8 without (bench/RESULTS.md, session 47), so many rows are normalised once instead.
+    norm_rows: int = 16
 
     def tiling(self) -> Tiling:
         for option in ("num_sms", "tile_k", "kv_chunk"):
             if getattr(self, option) < 1:
                 raise MkError(f"nn-to-mugraph: {option.replace('_', '-')} must be >= 1")
-        for option in ("tile_n", "tile_m", "kv_splits", "k_splits", "task_us"):
+        for option in ("tile_n", "tile_m", "kv_splits", "k_splits", "task_us", "norm_rows"):
             if getattr(self, option) < 0:
                 raise MkError(f"nn-to-mugraph: {option.replace('_', '-')} must be >= 0")
         if self.attention_fold not in (0, 1, 2, 3):
@@ -432,7 +437,7 @@ class NnToMugraphPass(ModulePass):
         return Tiling(
             self.num_sms, self.tile_n, self.tile_k, self.kv_chunk, self.kv_splits,
             tile_m=self.tile_m, k_splits=self.k_splits, attention_fold=self.attention_fold,
-            task_us=self.task_us,
+            task_us=self.task_us, norm_rows=self.norm_rows,
         )  # fmt: skip
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:

@@ -104,6 +104,8 @@ def match_linear_group(
     users = sorted({u.operation for u in x.uses}, key=lambda o: order.get(o, len(order)))
     if norm is not None and not all(_is_head_of(u, x) and u not in claimed for u in users):
         norm = None
+    if norm is not None and 0 < t.norm_rows < math.prod(shape_of(x)[:-1]):
+        norm = None  # many rows: normalised once by their own kernel
     candidates = [u for u in users if _is_head_of(u, x) and u not in claimed]
     heads: list[Operation] = []
     for op in candidates:
@@ -252,9 +254,12 @@ def _column_blocks(
 MIN_AUTO_TILE = 8
 DECODE_ROWS = 16  # rows a block of a decode-shaped linear has at most (the streamed products)
 MANY_ROWS_TILE_N = 64  # tile_n 0: the columns of a block of more rows than that
-# tile_m and tile_n 0: a linear's blocks of WIDE_TILE rows and columns where that many blocks
-# still give every SM one (fewer operand bytes per product; on the H200, 4096³ in bf16 ran
-# 1.97 -> 1.12 ms with 128 x 128 blocks against 64 x 64 on wgmma, bench/RESULTS.md), else 64.
+# tile_m and tile_n 0: a linear of at least WIDE_TILE rows takes blocks of WIDE_TILE rows and
+# columns where that many blocks still give every SM one (fewer operand bytes per product; on
+# the H200, 4096³ in bf16 ran 1.97 -> 1.12 ms with 128 x 128 blocks against 64 x 64 on wgmma),
+# else of WIDE_TILE rows and MANY_ROWS_TILE_N columns where those do (qwen3-0.6b's prefill of
+# 999 positions: its o/down projections in 144 blocks of 111 x 64 instead of 432 of 37 x 64,
+# 29.06 -> 27.60 ms), else 64 x 64 (bench/RESULTS.md).
 WIDE_TILE = 128
 # One SM's share of HBM bandwidth while a decode linear streams its weights on the H200: the
 # op-mark profile's weight segments ran at 21-31 KB/us per SM (bench/RESULTS.md).
@@ -337,19 +342,27 @@ class Layout:
         return tuple(lead)
 
 
-def _wide(xs: list[int], widths: list[int], t: Tiling) -> bool:
-    """Whether a linear takes WIDE_TILE x WIDE_TILE blocks (tile_m and tile_n both 0)."""
-    if t.tile_m or t.tile_n or len(xs) < 2:
-        return False
-    return (xs[-2] // WIDE_TILE) * (sum(widths) // WIDE_TILE) >= t.num_sms
+def _tall_columns(xs: list[int], widths: list[int], t: Tiling) -> int:
+    """The columns of a linear's blocks of WIDE_TILE rows, or 0 where it takes the usual blocks
+    (tile_m or tile_n set, fewer rows, or too few blocks). WIDE_TILE columns count whole blocks
+    of WIDE_TILE rows, as measured (llama-3.2-1b's o/down projections, 7 x 16 of them, stay
+    narrow: as cut, 9 x 16 = 144 blocks would leave 12 for a second wave); MANY_ROWS_TILE_N
+    columns count the row blocks as chunk_size cuts them (999 rows: 9 of 111)."""
+    if t.tile_m or t.tile_n or len(xs) < 2 or xs[-2] < WIDE_TILE:
+        return 0
+    if (xs[-2] // WIDE_TILE) * (sum(widths) // WIDE_TILE) >= t.num_sms:
+        return WIDE_TILE
+    if (xs[-2] // chunk_size(xs[-2], WIDE_TILE)) * (sum(widths) // MANY_ROWS_TILE_N) >= t.num_sms:
+        return MANY_ROWS_TILE_N
+    return 0
 
 
 def layout(group: LinearGroup, t: Tiling) -> Layout:
     xs: list[int] = list(shape_of(group.x))
     out = shape_of(group.heads[0].results[0])
     widths = [shape_of(h.results[0])[-1] for h in group.heads]
-    wide = _wide(xs, widths, t)
-    row_tile = WIDE_TILE if wide else t.row_tile()
+    tall = _tall_columns(xs, widths, t)
+    row_tile = WIDE_TILE if tall else t.row_tile()
     rows = 1
     if len(xs) >= 2 and len(out) == len(xs) and xs[-2] > row_tile:
         rows = xs[-2] // chunk_size(xs[-2], row_tile)
@@ -358,10 +371,10 @@ def layout(group: LinearGroup, t: Tiling) -> Layout:
     if t.tile_n == 0 and len(xs) >= 2 and xs[-2] // rows > DECODE_ROWS:
         # Many rows a block: the product is bound by its arithmetic, not by one pass over the
         # weights, and square-ish tiles keep its operands' traffic down.
-        t = replace(t, tile_n=WIDE_TILE if wide else MANY_ROWS_TILE_N)
-    # A wide block's heads share its WIDE_TILE columns: their sums together are what a gemm
-    # tile keeps (a prefill's q/k/v blocks of 64 + 32 + 32 rather than 128 + 64 + 64 columns).
-    cols = _column_blocks(widths, t, rows, k * element_bytes(weight.element_type), total=wide)
+        t = replace(t, tile_n=tall or MANY_ROWS_TILE_N)
+    # A tall block's heads share its columns: their sums together are what a gemm tile keeps
+    # (a prefill's q/k/v blocks of 64 + 32 + 32 rather than 128 + 64 + 64 columns).
+    cols = _column_blocks(widths, t, rows, k * element_bytes(weight.element_type), total=tall > 0)
     chunk = group.k_chunk if group.k_chunk and k % group.k_chunk == 0 else chunk_size(k, t.tile_k)
     return Layout((cols, rows, 1), k // chunk, out)
 

@@ -51,6 +51,7 @@ class Tiling:
     # decode attention folds q chain + new K/V rows (1), rows only (2), rows as made (3)
     attention_fold: int = 0
     task_us: int = 3  # tile_n 0: a linear task's fixed cost in the wave model (0: fill only)
+    norm_rows: int = 16  # an RMSNorm fuses into its linears up to this many rows (0: any count)
 
     def row_tile(self) -> int:
         """Rows per block (tile_m, else DEFAULT_TILE_M); a linear of many rows may take more
@@ -288,9 +289,18 @@ CHAIN_BLOCK_ROWS = 8
 CHAIN_MANY_ROWS = 64
 
 
-def chain_block(extent: int) -> int:
-    """Elements of a row chain's grid dim of `extent` one block takes."""
-    return chunk_size(extent, CHAIN_MANY_ROWS) if extent > CHAIN_MANY_ROWS else 1
+def chain_block(extent: int, alone: bool = False, num_sms: int = 0) -> int:
+    """Elements of a row chain's grid dim of `extent` one block takes. A dim that is the grid's
+    only one (`alone`: a prefill's hidden rows, no heads beside them) takes the fewest rows that
+    keep its blocks within one wave of `num_sms`, so that a block's rows stay few (999 rows:
+    111 blocks of 9, whose f32 tiles fit in shared memory, rather than 27 of 37)."""
+    if extent <= CHAIN_MANY_ROWS:
+        return 1
+    if alone and num_sms > 0:
+        fits = [d for d in range(-(-extent // num_sms), CHAIN_MANY_ROWS + 1) if extent % d == 0]
+        if fits:
+            return fits[0]
+    return chunk_size(extent, CHAIN_MANY_ROWS)
 
 
 def chain_dims(chain: RowChain, shape: Sequence[int]) -> list[int]:
@@ -348,13 +358,15 @@ def table_map(table: Sequence[int], shape: Sequence[int], omap: Sequence[int]) -
     return tuple(d - shift if d >= shift and table[d - shift] > 1 else -1 for d in omap)
 
 
-def row_chain_kernel(chain: RowChain, lookup: ValueMap) -> list[Operation]:
+def row_chain_kernel(chain: RowChain, t: Tiling, lookup: ValueMap) -> list[Operation]:
     """Each block reads its rows (through a head-splitting reshape, as a tile reshape), then
     normalises them and/or rotates them; nothing is rounded between the fused ops."""
     res = chain.last().results[0]
     shape = shape_of(res)
     dims = chain_dims(chain, shape)
-    grid = tuple(shape[d] // chain_block(shape[d]) for d in dims) + (1,) * (3 - len(dims))
+    alone = len(dims) == 1
+    blocks = tuple(shape[d] // chain_block(shape[d], alone, t.num_sms) for d in dims)
+    grid = blocks + (1,) * (3 - len(dims))
     omap = tuple(dims) + (-1,) * (3 - len(dims))
     read = chain.source()
     lead = len(shape_of(read)) - 1

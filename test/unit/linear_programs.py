@@ -54,9 +54,10 @@ def linear_program(b: int, n: int, k: int, norm: bool, heads: int = 1) -> str:
     )
 
 
-def cuda_source(text: str, cache: Path, num_sms: int = 8) -> str:
-    """The emitted megakernel of `text` under the current build switches."""
-    return mk.compile(text, target="cuda", num_sms=num_sms, cache_dir=cache).cuda_source  # type: ignore[attr-defined]
+def cuda_source(text: str, cache: Path, num_sms: int = 8, **options: int) -> str:
+    """The emitted megakernel of `text` under the current build switches and pass options."""
+    prog = mk.compile(text, target="cuda", num_sms=num_sms, cache_dir=cache, **options)
+    return prog.cuda_source  # type: ignore[attr-defined]
 
 
 def agrees_with_the_reference(prog: Any, text: str, label: object) -> None:

@@ -69,8 +69,8 @@ def test_linears_sharing_x_and_a_fused_norm_run_in_one_gemm_tile(
     norm: bool, tmp_path: Path
 ) -> None:
     """Each weight adds its rows (gw.add) and the norm weight scales x in shared memory; Σx²
-    goes to the norm's accumulator."""
-    src = cuda_source(linear_program(64, 256, 512, norm, 3), tmp_path, num_sms=132)
+    goes to the norm's accumulator (norm-rows=0: fused at any row count)."""
+    src = cuda_source(linear_program(64, 256, 512, norm, 3), tmp_path, num_sms=132, norm_rows=0)
     assert products(src) == ["wgmma_gemm_tile<true"]
     assert src.count("gw.add(") == 3
     (call,) = re.findall(r"mk::gpu::wgmma_gemm_tile<.*>\((.*)\);", src)
@@ -102,15 +102,17 @@ def test_the_tensor_core_bodies_build_without_spills(
         monkeypatch.setenv("MK_CUDA_INLINE_BODIES", "0")
         which = "wgmma_gemm"
     text = linear_program(40, 48, 72, True, 3) if which == "wgmma_gemm" else matmul(96, 40, 200)
-    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path, norm_rows=0)  # the norm fused
     assert any(c.startswith(which) for c in products(prog.cuda_source))  # type: ignore[attr-defined]
     used = prog.cuda_resources  # type: ignore[attr-defined]
     assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
 
 
-# (m, n, k, dtype): whole 16 x 8 x 16 steps, and ragged edges in every dimension.
+# (m, n, k, dtype): whole 16 x 8 x 16 steps, and ragged edges in every dimension; 999 rows
+# take blocks of 111 x 64 on 132 SMs.
 SHAPES = [
     (256, 1024, 512, "bf16"),
+    (999, 1024, 256, "bf16"),
     (40, 24, 72, "bf16"),
     (100, 200, 300, "f16"),
     (64, 33, 17, "bf16"),
@@ -135,12 +137,15 @@ PROGRAMS = [(64, 256, 512, True, 1), (64, 256, 512, False, 2), (40, 48, 72, True
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("norm_rows", [0, 16], ids=["fused", "unfused"])
 @pytest.mark.parametrize("shape", PROGRAMS, ids=lambda s: "x".join(map(str, s)))
 def test_gemm_tiles_with_norms_and_several_weights_match_the_reference(
-    shape: tuple[int, int, int, bool, int], engine: str, tmp_path: Path
+    shape: tuple[int, int, int, bool, int], norm_rows: int, engine: str, tmp_path: Path
 ) -> None:
+    """norm-rows=0 fuses the norm into the tile (x·g per chunk); 16, the default, gives these
+    rows a norm kernel of their own before it."""
     text = linear_program(*shape)
-    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path, norm_rows=norm_rows)
     assert products(prog.cuda_source) == [engine + "gemm_tile<true"]  # type: ignore[attr-defined]
     agrees_with_the_reference(prog, text, shape)
 
@@ -195,14 +200,18 @@ def test_untransposed_tensor_core_tiles_match_the_reference(tmp_path: Path) -> N
 
 @pytest.mark.usefixtures("no_nvcc")
 @pytest.mark.parametrize(
-    ("m", "n", "tile"), [(4096, 4096, (128, 128)), (1024, 4096, (128, 128)), (256, 2048, (64, 64))]
-)
+    ("m", "n", "tile"),
+    [(4096, 4096, (128, 128)), (1024, 4096, (128, 128)), (256, 2048, (64, 64)),
+     (999, 1024, (111, 64)), (999, 2048, (111, 64)), (999, 4096, (111, 128)),
+     (200, 1024, (50, 64))],
+)  # fmt: skip
 def test_blocks_of_many_rows_are_square(
     m: int, n: int, tile: tuple[int, int], tmp_path: Path
 ) -> None:
     """tile_n 0 sizes decode tiles by waves over the weights; a block of many rows is bound by
     its arithmetic instead (4096 x 4096 took 2048 columns a block before): 128 x 128 where
-    that still gives every SM a block, else 64 x 64."""
+    that still gives every SM a block, else 128 rows x 64 columns where those do (a prefill's
+    o/down projections: 9 x 16 or 9 x 32 blocks of 111 rows), else 64 x 64."""
     src = cuda_source(linear(m, n, 512), tmp_path, num_sms=132)
     ((tm, nt),) = re.findall(r"gemm_tile<true, (\d+), (\d+)", src)
     assert (int(tm), int(nt)) == tile

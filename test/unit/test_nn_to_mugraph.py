@@ -239,6 +239,39 @@ def test_a_long_row_chain_takes_blocks_of_rows() -> None:
     assert isinstance(kernel, mg.GraphDefOp) and kernel.grid_shape() == (4, 4, 1)
 
 
+def norm_linear(rows: int) -> str:
+    x = f"tensor<{rows}x64xf32>"
+    return f"""
+    func.func @f(%x: {x}, %g: tensor<64xf32>, %w: tensor<32x64xf32>) -> tensor<{rows}x32xf32> {{
+      %h = nn.rms_norm %x, %g {{epsilon = 1.0e-06 : f32}} : ({x}, tensor<64xf32>) -> {x}
+      %y = nn.linear %h, %w : ({x}, tensor<32x64xf32>) -> tensor<{rows}x32xf32>
+      func.return %y : tensor<{rows}x32xf32>
+    }}"""
+
+
+@pytest.mark.parametrize(
+    ("rows", "norm_rows", "fused"),
+    [(16, 16, True), (17, 16, False), (999, 0, True), (40, 64, True)],
+)
+def test_norm_rows_bounds_the_rows_a_fused_norm_takes(
+    rows: int, norm_rows: int, fused: bool
+) -> None:
+    """Past norm-rows rows (a prefill's) the norm is a kernel of its own before the linear."""
+    lowered = check_agrees(load_module(norm_linear(rows)), norm_rows=norm_rows, k_splits=1)
+    labels = [k.attributes["mk.fused"].data for k in kernels(lowered) if "mk.fused" in k.attributes]  # type: ignore[attr-defined]
+    assert len(kernels(lowered)) == (1 if fused else 2), labels
+    assert any(label.startswith("rms_norm+linear") for label in labels) == fused, labels
+
+
+def test_a_standalone_norm_of_many_rows_fills_one_wave() -> None:
+    """999 hidden rows alone: the fewest rows a block (9) that keep the blocks within one wave
+    of 132 SMs. On 16 SMs no divisor up to 64 rows keeps one wave: blocks of 37 as before."""
+    (norm, _) = kernels(check_agrees(load_module(norm_linear(999)), k_splits=1))
+    assert isinstance(norm, mg.GraphDefOp) and norm.grid_shape() == (111, 1, 1)
+    (norm, _) = kernels(lower(load_module(norm_linear(999)), k_splits=1, num_sms=16))
+    assert isinstance(norm, mg.GraphDefOp) and norm.grid_shape() == (27, 1, 1)
+
+
 def _head_transposes(batch: int) -> str:
     """Heads out of rows and back, as a prefill moves q into and out of attention."""
     b, s, h, d = batch, 150, 4, 8
@@ -342,7 +375,7 @@ def test_op_without_a_rule_is_a_located_error() -> None:
         NnToMugraphPass().apply(make_context(), module)
 
 
-@pytest.mark.parametrize(("option", "low"), [("tile_k", 0), ("tile_m", -1)])
+@pytest.mark.parametrize(("option", "low"), [("tile_k", 0), ("tile_m", -1), ("norm_rows", -1)])
 def test_bad_option_is_a_located_error(option: str, low: int) -> None:
     name = option.replace("_", "-")
     with pytest.raises(MkError, match=f"{name} must be >= {low + 1}"):

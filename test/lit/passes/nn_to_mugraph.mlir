@@ -5,6 +5,7 @@
 // RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{k-splits=1}' --print-op-generic | mk-opt --split-input-file -p 'nn-to-mugraph{k-splits=1}' | filecheck %s --check-prefix=ROUND
 // RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{k-splits=0}' | filecheck %s --check-prefix=SPLITK
 // RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{attention-fold=1 kv-splits=2}' | filecheck %s --check-prefix=FOLD
+// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{k-splits=1 norm-rows=4}' | filecheck %s --check-prefix=NORM
 
 // RMSNorm + Linear: one graph_def. Grid x over the 1024 output columns (64 per block), the
 // for-loop over K = 512 in chunks of tile-k; x·g feeds the matmul while Σx² accumulates in the
@@ -14,7 +15,13 @@ func.func @rmsnorm_linear(%x: tensor<8x512xbf16>, %g: tensor<512xbf16>, %w: tens
   %y = nn.linear %h, %w : (tensor<8x512xbf16>, tensor<1024x512xbf16>) -> tensor<8x1024xbf16>
   func.return %y : tensor<8x1024xbf16>
 }
+// With more rows than norm-rows the norm is a kernel of its own (a block per row) and the
+// linear reads its output.
 // CHECK-LABEL: func.func @rmsnorm_linear
+// NORM-LABEL:  func.func @rmsnorm_linear
+// NORM-NEXT:     %h = mugraph.graph_def grid [8, 1, 1] threads 128 forloop 1 (%x, %g)
+// NORM:            mugraph.rms_norm %h_x, %h_w
+// NORM:          %y = mugraph.graph_def grid [16, 1, 1] threads 128 forloop 8 (%h, %w) :
 // CHECK-NEXT:    %y = mugraph.graph_def grid [16, 1, 1] threads 128 forloop 8 (%x, %g, %w) attributes {mk.fused = "rms_norm+linear"} : (tensor<8x512xbf16>, tensor<512xbf16>, tensor<1024x512xbf16>) -> tensor<8x1024xbf16> {
 // CHECK-NEXT:    ^bb0(%x_a: tensor<8x512xbf16>, %g_a: tensor<512xbf16>, %w_a: tensor<1024x512xbf16>, %y_r: tensor<8x1024xbf16>):
 // CHECK-NEXT:      %xt = mugraph.input %x_a imap [-1, -1, -1] fmap 1 : tensor<8x512xbf16> -> tensor<8x64xbf16>
