@@ -32,7 +32,6 @@ from mk.backends.cpu.emit_ops import (
 from mk.backends.cpu.emit_scalar import dtype_code, float_literal, is_float
 from mk.backends.cuda import op_marks, switches
 from mk.backends.cuda.barriers import PLACEHOLDER, Loop, every_loop, place_barriers
-from mk.backends.cuda.copy_runs import copy_calls, plan_copy
 from mk.backends.cuda.device_lines import device_lines
 from mk.backends.cuda.dispatch import (
     DYNAMIC_SMEM,
@@ -63,6 +62,7 @@ from mk.backends.cuda.stream_attention import (
     AttentionPlan,
     plan_attention,
 )
+from mk.backends.cuda.whole_calls import whole_calls
 from mk.backends.shared_bodies import SharedBodies, rebind
 from mk.diagnostics import MkError, op_location
 from mk.dialects import mugraph_maps as maps
@@ -181,8 +181,9 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         runs before the task's turn: the L2 prefetch (ahead = kAheadL2, while the task before
         it waits and runs) and the copy into shared memory (ahead = kAheadStage, while it
         waits)."""
-        if (copy := self.copy_body()) is not None:
-            return copy
+        if (calls := whole_calls(self)) is not None:
+            self.lines += [*BLOCK_COORDS, *calls]
+            return self.lines
         # The megakernel's __syncthreads() after every task covers the body's last loops.
         body, loops = super().emit(), self.loops
         if switches.fuse_loops() and not every_loop():
@@ -197,21 +198,6 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
                 2, f"if (ahead == mk::gpu::kAheadL2) {{ {' '.join(self.prefetch)} return 0; }}"
             )
         return lines
-
-    def copy_body(self) -> list[str] | None:
-        """A graph_def that only copies its tile: its copy calls (copy_runs.py), or None."""
-        plan = plan_copy(self.op)
-        if plan is None:
-            return None
-        src = self.operands[plan.src.source_index()]
-        refs = self.results.get(plan.out.result_index(), [])
-        s_first = flat_offset(src.shape, self.input_starts(plan.src, "0"))
-        d_firsts = [flat_offset(ref.shape, self.output_starts(plan.out)) for ref in refs]
-        calls = copy_calls(plan, src, refs, s_first, d_firsts)
-        if calls is None:
-            return None
-        self.lines += [*BLOCK_COORDS, *calls]
-        return self.lines
 
     def layout_op(self, op: Operation, it: str) -> None:
         """A reshape keeping the dtype is a view: its tile shares the source's storage (a

@@ -88,6 +88,87 @@ __device__ inline void copy_runs(void* dst, int64_t d_first, int64_t d_cols, int
   MK_FOR_EACH(e, n) static_cast<Elem*>(dst)[d_at(e)] = static_cast<const Elem*>(src)[s_at(e)];
 }
 
+// The 16-bit float type's bits as f32 and back (BF16: bf16, else f16), rounding to nearest.
+template <bool BF16>
+__device__ inline float half_bits_float(uint16_t v) {
+  return BF16 ? bf16_to_f32(v) : f16_to_f32(v);
+}
+template <bool BF16>
+__device__ inline uint16_t float_half_bits(float v) {
+  return BF16 ? f32_to_bf16(v) : f32_to_f16(v);
+}
+
+// A graph_def that only normalises rows (backends/cuda/norm_runs.py): `rows` rows of H 16-bit
+// floats, row r at src[s_first + r * s_ld], into dst[d_first + r * d_ld], each x / root · g
+// rounded to the type, root = sqrt(mean(x²) + eps) with the squares summed in double: the
+// arithmetic of rms_norm_rows, without its f32 tiles. A warp a row: where H is a multiple of 256
+// (up to 4,096) and every row and g are 16-byte aligned, a lane holds its H / 256 units of the
+// row in registers (one round trip in, one out); else it walks the row twice. (Through tiles, a
+// prefill's norm of 9 rows of 1,024 took ~20 us a task on the H200, session 47.)
+template <int H, bool BF16>
+__device__ inline void rms_norm_runs(void* dst, int64_t d_first, int64_t d_ld, const void* src,
+                                     int64_t s_first, int64_t s_ld, const void* g, int rows,
+                                     float eps) {
+  static_assert(H % 32 == 0, "rms_norm_runs: rows of a multiple of 32");
+  constexpr int U = H % 256 == 0 && H <= 4096 ? H / 256 : 0;
+  const uint16_t* const x = static_cast<const uint16_t*>(src);
+  uint16_t* const y = static_cast<uint16_t*>(dst);
+  const uint16_t* const w = static_cast<const uint16_t*>(g);
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const bool vec = U > 0 && (s_first | s_ld | d_first | d_ld) % 8 == 0 &&
+                   ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(y) |
+                     reinterpret_cast<uintptr_t>(w)) & 15) == 0;
+  auto root_of = [&](double s) {
+    for (int k = 16; k > 0; k >>= 1) s += __shfl_xor_sync(0xffffffffu, s, k);
+    return sqrtf(static_cast<float>(s) / static_cast<float>(H) + eps);
+  };
+  for (int r = static_cast<int>(threadIdx.x >> 5); r < rows; r += static_cast<int>(blockDim.x >> 5)) {
+    const uint16_t* const in = x + s_first + r * s_ld;
+    uint16_t* const out = y + d_first + r * d_ld;
+    if constexpr (U > 0) {
+      if (vec) {
+        uint4 v[U];
+#pragma unroll
+        for (int j = 0; j < U; ++j) v[j] = reinterpret_cast<const uint4*>(in)[j * 32 + lane];
+        double s = 0;
+#pragma unroll
+        for (int j = 0; j < U; ++j) {
+          const uint16_t* h = reinterpret_cast<const uint16_t*>(&v[j]);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            const float f = half_bits_float<BF16>(h[e]);
+            const float sq = f * f;
+            s += sq;
+          }
+        }
+        const float root = root_of(s);
+#pragma unroll
+        for (int j = 0; j < U; ++j) {
+          const uint4 gv = reinterpret_cast<const uint4*>(w)[j * 32 + lane];
+          const uint16_t* gh = reinterpret_cast<const uint16_t*>(&gv);
+          uint16_t* h = reinterpret_cast<uint16_t*>(&v[j]);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            h[e] = float_half_bits<BF16>(half_bits_float<BF16>(h[e]) / root * half_bits_float<BF16>(gh[e]));
+          }
+          reinterpret_cast<uint4*>(out)[j * 32 + lane] = v[j];
+        }
+        continue;
+      }
+    }
+    double s = 0;
+    for (int c = lane; c < H; c += 32) {
+      const float f = half_bits_float<BF16>(in[c]);
+      const float sq = f * f;
+      s += sq;
+    }
+    const float root = root_of(s);
+    for (int c = lane; c < H; c += 32) {
+      out[c] = float_half_bits<BF16>(half_bits_float<BF16>(in[c]) / root * half_bits_float<BF16>(w[c]));
+    }
+  }
+}
+
 // Whether a box's elements are one contiguous run of `full` (every dim inside its outermost
 // partial dim spans the whole extent, every dim outside it is 1), and where the run starts.
 __device__ inline bool box_run(const Dims& full, const Dims& start, const Dims& box, int64_t* first) {
