@@ -189,7 +189,8 @@ def main() -> int:
         help="time graph replays on an idle GPU, the host's submission included",
     )
     args = parser.parse_args()
-    assert args.runs >= 50, "the method asks for at least 50 timed runs"
+    if args.runs < 50:
+        parser.error("--runs: the method asks for at least 50 timed runs")
     commit = os.environ.get("MK_COMMIT") or (
         subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT

@@ -73,7 +73,8 @@ def main() -> int:
     parser.add_argument("--cache", help="build cache (default: a temporary directory)")
     parser.add_argument("--build-only", action="store_true")
     args = parser.parse_args()
-    assert args.runs >= 50, "the method asks for at least 50 timed runs"
+    if args.runs < 50:
+        parser.error("--runs: the method asks for at least 50 timed runs")
     if args.generic:
         emit.mma_tile = lambda op, var: None  # type: ignore[assignment]
         emit.plan_gemm = lambda op: None  # type: ignore[assignment]

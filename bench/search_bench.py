@@ -132,7 +132,8 @@ def main() -> int:
     parser.add_argument("--only", default="")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    assert args.runs >= 50, "the method asks for at least 50 timed runs"
+    if args.runs < 50:
+        parser.error("--runs: the method asks for at least 50 timed runs")
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     rows = [
         bench_one(n, t, args.runs, args.budget_s) for n, t in workloads().items() if args.only in n

@@ -43,3 +43,18 @@ def test_search_fuses_each_benchmark_program_at_small_scale(kind: str, tmp_path:
     for out, ref in zip(found(*inputs), mk.reference(text, *inputs), strict=True):
         error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
         assert error <= bound, (kind, error)
+
+
+def test_too_few_runs_is_a_usage_error() -> None:
+    """The method's 50 timed runs at least: an argparse error (exit 2), not a traceback."""
+    import subprocess
+    import sys
+
+    from bench_scripts import ROOT
+
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "bench/search_bench.py"), "--runs", "10"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert run.returncode == 2 and "at least 50 timed runs" in run.stderr
+    assert "Traceback" not in run.stderr
