@@ -246,12 +246,24 @@ def inline_bodies(wgmma: bool, functions: int = 1) -> bool:
 
 
 def inline_walk() -> bool:
-    """MK_CUDA_INLINE_BODIES=walk (opt-in, not yet timed): besides the bodies, the dispatcher's
+    """MK_CUDA_INLINE_BODIES=walk (opt-in): besides the bodies, the dispatcher's
     `run`, the queue walk's task runner and the wgmma tiles are forced inline, so that the
     megakernel makes no call at all. With many bodies the compiler keeps those as functions of
     their own (a tile that two bodies share, the runner that the walk calls from two places),
-    and ptxas then serializes the wgmma anyway (C7510): a prefill's linears."""
+    and ptxas then serializes the wgmma anyway (C7510): a prefill's linears. On the H200
+    (session 47) a 2-layer qwen3-0.6b prefill's step took 2,000 against 2,132 us, its linears'
+    tiles no faster, and the whole model's build passed 2 minutes."""
     return os.environ.get("MK_CUDA_INLINE_BODIES", "") == "walk"
+
+
+def row_runs(decode_shaped: bool) -> bool:
+    """MK_CUDA_ROW_RUNS: whether a body that only normalises (and rotates) rows is one
+    mk::gpu::rms_norm_runs / rms_norm_rope_runs call (backends/cuda/norm_runs.py): `auto` (the
+    default) unless it is `decode_shaped` (a RoPE whose tables are one row for all: a decode
+    step's QK-norm, whose tile form was timed and tuned; the call there is not timed yet),
+    `all` always, `0` never."""
+    mode = choice("MK_CUDA_ROW_RUNS", ("auto", "all", "0"))
+    return mode == "all" or (mode == "auto" and not decode_shaped)
 
 
 def defines(profile: bool, warm: bool, inline: bool = False) -> str:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from mk.backends.cpu.emit_ops import GraphDefEmitter
 from mk.backends.cuda.copy_runs import copy_calls, plan_copy
 from mk.backends.cuda.elementwise import flat_offset
-from mk.backends.cuda.norm_runs import norm_calls, plan_norm
+from mk.backends.cuda.norm_runs import Firsts, norm_calls, plan_norm
+from mk.dialects.mugraph_base import shape_of
 
 
 def copy_body(e: GraphDefEmitter) -> list[str] | None:
@@ -22,18 +23,39 @@ def copy_body(e: GraphDefEmitter) -> list[str] | None:
 
 
 def norm_body(e: GraphDefEmitter) -> list[str] | None:
-    """The norm calls of a graph_def that only normalises rows, or None."""
+    """The norm calls of a graph_def that only normalises (and rotates) rows, after the load of
+    an in-place output's position and its bounds check; or None."""
     plan = plan_norm(e.op)
     if plan is None:
         return None
     x, g = (e.operands[i.source_index()] for i in (plan.x, plan.g))
+    tables = [e.operands[i.source_index()] for i in plan.tables or ()]
+    table_firsts = {
+        flat_offset(ref.shape, e.input_starts(i, "0"))
+        for ref, i in zip(tables, plan.tables or (), strict=True)
+    }
+    if len(table_firsts) > 1:
+        return None  # cos and sin rows from different places
+    starts, lines = e.output_starts(plan.out), []
+    if plan.pos is not None and (at := plan.out.position()) is not None:
+        ref = e.operands[plan.pos.source_index()]
+        where = flat_offset(ref.shape, e.input_starts(plan.pos, "0"))
+        lines.append(
+            f"const int64_t at_pos = mk::gpu::load_elem_i(buffers[{ref.index}], {ref.dtype}, {where});"
+        )
+        d = at[1]
+        starts[d] = "at_pos" if starts[d] == "0" else f"at_pos + {starts[d]}"
+        extent, n = shape_of(plan.out.dest)[d], shape_of(plan.out.tile)[d]
+        lines.append(f"if ({starts[d]} < 0 || {starts[d]} + {n} > {extent}) return 1;")
     refs = e.results.get(plan.out.result_index(), [])
-    firsts = (
+    firsts = Firsts(
         flat_offset(x.shape, e.input_starts(plan.x, "0")),
         flat_offset(g.shape, e.input_starts(plan.g, "0")),
-        [flat_offset(ref.shape, e.output_starts(plan.out)) for ref in refs],
+        [flat_offset(ref.shape, starts) for ref in refs],
+        table_firsts.pop() if table_firsts else None,
     )
-    return norm_calls(plan, x, g, refs, firsts)
+    calls = norm_calls(plan, x, g, tables, refs, firsts)
+    return None if calls is None else [*lines, *calls]
 
 
 def whole_calls(e: GraphDefEmitter) -> list[str] | None:

@@ -169,6 +169,51 @@ __device__ inline void rms_norm_runs(void* dst, int64_t d_first, int64_t d_ld, c
   }
 }
 
+// rms_norm_runs followed by RoPE (cat(n1 cos - n2 sin, n2 cos + n1 sin) over the row's halves,
+// the normalised row unrounded in between, as rms_norm_rows then rope_rows): a QK-norm's rows.
+// cos and sin are 16-bit tables from t_first, one row of D/2 for every row (kRowTables: row r
+// takes table row r % positions, a prefill's positions) or one row for all. A warp a row, a lane
+// the same D/64 elements of each half, so a rotated pair stays in one lane.
+template <int D, bool BF16, bool kRowTables>
+__device__ inline void rms_norm_rope_runs(void* dst, int64_t d_first, int64_t d_ld, const void* src,
+                                          int64_t s_first, int64_t s_ld, const void* g,
+                                          const void* cos, const void* sin, int64_t t_first,
+                                          int rows, int positions, float eps) {
+  static_assert(D % 64 == 0, "rms_norm_rope_runs: halves of a multiple of 32");
+  constexpr int kHalf = D / 2, E = kHalf / 32;
+  const uint16_t* const x = static_cast<const uint16_t*>(src);
+  uint16_t* const y = static_cast<uint16_t*>(dst);
+  const uint16_t* const w = static_cast<const uint16_t*>(g);
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  for (int r = static_cast<int>(threadIdx.x >> 5); r < rows; r += static_cast<int>(blockDim.x >> 5)) {
+    const uint16_t* const in = x + s_first + r * s_ld;
+    float a[E], b[E];  // the lane's elements of the first and the second half
+    double s = 0;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      a[e] = half_bits_float<BF16>(in[lane * E + e]);
+      b[e] = half_bits_float<BF16>(in[kHalf + lane * E + e]);
+      const float sa = a[e] * a[e], sb = b[e] * b[e];
+      s += sa;
+      s += sb;
+    }
+    for (int k = 16; k > 0; k >>= 1) s += __shfl_xor_sync(0xffffffffu, s, k);
+    const float root = sqrtf(static_cast<float>(s) / static_cast<float>(D) + eps);
+    const int64_t t = t_first + (kRowTables ? (r % positions) * kHalf : 0);
+    uint16_t* const out = y + d_first + r * d_ld;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const int j = lane * E + e;
+      const float n1 = a[e] / root * half_bits_float<BF16>(w[j]);
+      const float n2 = b[e] / root * half_bits_float<BF16>(w[kHalf + j]);
+      const float c = half_bits_float<BF16>(static_cast<const uint16_t*>(cos)[t + j]);
+      const float sn = half_bits_float<BF16>(static_cast<const uint16_t*>(sin)[t + j]);
+      out[j] = float_half_bits<BF16>(n1 * c - n2 * sn);
+      out[kHalf + j] = float_half_bits<BF16>(n2 * c + n1 * sn);
+    }
+  }
+}
+
 // Whether a box's elements are one contiguous run of `full` (every dim inside its outermost
 // partial dim spans the whole extent, every dim outside it is 1), and where the run starts.
 __device__ inline bool box_run(const Dims& full, const Dims& start, const Dims& box, int64_t* first) {
