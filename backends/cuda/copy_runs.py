@@ -18,10 +18,12 @@ from mk.inputs import numpy_dtype, tensor_type
 
 @dataclass(frozen=True)
 class CopyPlan:
-    """The input whose tile the output writes, element for element (reshapes keep the order)."""
+    """The input whose tile the output writes, element for element (reshapes keep the order);
+    `pos`, the input holding an in-place output's position (a prefill's V rows into the cache)."""
 
     src: InputOp
     out: OutputOp
+    pos: InputOp | None = None
 
 
 def plan_copy(op: GraphDefOp) -> CopyPlan | None:
@@ -29,13 +31,21 @@ def plan_copy(op: GraphDefOp) -> CopyPlan | None:
     ops = list(op.body.block.ops)
     inputs = [o for o in ops if isinstance(o, InputOp)]
     outputs = op.output_ops()
-    if op.forloop_range() != 1 or len(inputs) != 1 or len(outputs) != 1:
+    if op.forloop_range() != 1 or len(outputs) != 1:
         return None
     if any(not isinstance(o, InputOp | ReshapeOp | OutputOp) for o in ops):
         return None
-    src, out = inputs[0], outputs[0]
-    if out.over() is not None:
+    out = outputs[0]
+    at = out.position()
+    pos = next((i for i in inputs if at is not None and i.tile is at[0]), None)
+    rest = [i for i in inputs if i is not pos]
+    if (
+        len(rest) != 1
+        or (at is None and out.over() is not None)
+        or (at is not None and pos is None)
+    ):
         return None
+    src = rest[0]
     value = out.tile
     while isinstance(value.owner, ReshapeOp):
         value = value.owner.x
@@ -43,7 +53,7 @@ def plan_copy(op: GraphDefOp) -> CopyPlan | None:
     types += [o.res.type for o in ops if isinstance(o, ReshapeOp)]
     if value is not src.tile or len({dtype_code(t) for t in types}) != 1:
         return None
-    return CopyPlan(src, out)
+    return CopyPlan(src, out, pos)
 
 
 def copy_calls(

@@ -155,7 +155,9 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         self.rows_add = plan_rows_add(op)
         # Accumulators the streamed loop writes whole (StreamLinear::assign): not zeroed first.
         self.assigned: set[SSAValue] = set()
-        if isinstance(self.plan, StreamPlan) and switches.lean_linears():
+        if isinstance(self.plan, GemmPlan):  # gemm_lines: gw.assign
+            self.assigned = {acc.res for _, _, acc in self.plan.products}
+        elif isinstance(self.plan, StreamPlan) and switches.lean_linears():
             k = op.forloop_range() * shape_of(self.plan.x.tile)[1]
             if not self.plan.tensor_cores(k):
                 self.assigned = {acc.res for _, acc in self.plan.products}

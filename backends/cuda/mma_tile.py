@@ -214,7 +214,8 @@ def gemm_lines(
         index, offset, ld = first(op)
         return f"static_cast<const uint16_t*>(buffers[{index}]) + {offset}", ld
 
-    lines = ["{", "mk::gpu::GemmWeights gw;"]
+    # The accumulators' zeroing loop is left out (emit.py's `assigned`): the tile writes them.
+    lines = ["{", "mk::gpu::GemmWeights gw;", "gw.assign = true;"]
     for w, _, acc in plan.products:
         at, ld = pointer(w)
         lines.append(f"gw.add({at}, {ld}, {w.tile_shape()[0]}, {var(acc.res)}.data());")

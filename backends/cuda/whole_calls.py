@@ -7,7 +7,28 @@ from mk.backends.cpu.emit_ops import GraphDefEmitter
 from mk.backends.cuda.copy_runs import copy_calls, plan_copy
 from mk.backends.cuda.elementwise import flat_offset
 from mk.backends.cuda.norm_runs import Firsts, norm_calls, plan_norm
+from mk.dialects.mugraph import InputOp, OutputOp
 from mk.dialects.mugraph_base import shape_of
+
+
+def placed_starts(
+    e: GraphDefEmitter, out: OutputOp, pos: InputOp | None
+) -> tuple[list[str], list[str]]:
+    """The output tile's per-dimension starts and the lines before the call: for an in-place
+    output, the load of its position (at_pos) and the bounds check that fails the task, as the
+    tile form's store does."""
+    starts, at = e.output_starts(out), out.position()
+    if pos is None or at is None:
+        return starts, []
+    ref = e.operands[pos.source_index()]
+    where = flat_offset(ref.shape, e.input_starts(pos, "0"))
+    d = at[1]
+    starts[d] = "at_pos" if starts[d] == "0" else f"at_pos + {starts[d]}"
+    extent, n = shape_of(out.dest)[d], shape_of(out.tile)[d]
+    return starts, [
+        f"const int64_t at_pos = mk::gpu::load_elem_i(buffers[{ref.index}], {ref.dtype}, {where});",
+        f"if ({starts[d]} < 0 || {starts[d]} + {n} > {extent}) return 1;",
+    ]
 
 
 def copy_body(e: GraphDefEmitter) -> list[str] | None:
@@ -17,9 +38,11 @@ def copy_body(e: GraphDefEmitter) -> list[str] | None:
         return None
     src = e.operands[plan.src.source_index()]
     refs = e.results.get(plan.out.result_index(), [])
+    starts, lines = placed_starts(e, plan.out, plan.pos)
     s_first = flat_offset(src.shape, e.input_starts(plan.src, "0"))
-    d_firsts = [flat_offset(ref.shape, e.output_starts(plan.out)) for ref in refs]
-    return copy_calls(plan, src, refs, s_first, d_firsts)
+    d_firsts = [flat_offset(ref.shape, starts) for ref in refs]
+    calls = copy_calls(plan, src, refs, s_first, d_firsts)
+    return None if calls is None else [*lines, *calls]
 
 
 def norm_body(e: GraphDefEmitter) -> list[str] | None:
@@ -36,17 +59,7 @@ def norm_body(e: GraphDefEmitter) -> list[str] | None:
     }
     if len(table_firsts) > 1:
         return None  # cos and sin rows from different places
-    starts, lines = e.output_starts(plan.out), []
-    if plan.pos is not None and (at := plan.out.position()) is not None:
-        ref = e.operands[plan.pos.source_index()]
-        where = flat_offset(ref.shape, e.input_starts(plan.pos, "0"))
-        lines.append(
-            f"const int64_t at_pos = mk::gpu::load_elem_i(buffers[{ref.index}], {ref.dtype}, {where});"
-        )
-        d = at[1]
-        starts[d] = "at_pos" if starts[d] == "0" else f"at_pos + {starts[d]}"
-        extent, n = shape_of(plan.out.dest)[d], shape_of(plan.out.tile)[d]
-        lines.append(f"if ({starts[d]} < 0 || {starts[d]} + {n} > {extent}) return 1;")
+    starts, lines = placed_starts(e, plan.out, plan.pos)
     refs = e.results.get(plan.out.result_index(), [])
     firsts = Firsts(
         flat_offset(x.shape, e.input_starts(plan.x, "0")),

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import mk
+from mk import compiler
 from mk.backends.cuda.copy_runs import plan_copy
 from mk.dialects import make_context
 from mk.dialects.mugraph import GraphDefOp
@@ -86,10 +87,50 @@ def test_copies_match_the_reference(batch: int, d: int, dtype: str, tmp_path: Pa
 
 @pytest.mark.usefixtures("no_nvcc")
 def test_a_prefills_head_transposes_are_copies(tmp_path: Path) -> None:
-    """q's and k's heads out of the linears' rows and the attention's back: copy calls (V's
-    rows go into the cache, an in-place output, and keep the element loop)."""
+    """q's and k's heads out of the linears' rows, the attention's back, and V's heads into the
+    cache at the position (an in-place output): copy calls."""
     from mk.models import prefill_program, preset
 
     text = prefill_program(preset("tiny-qwen3"), 1, 150, 160)
     src = mk.compile(text, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
-    assert src.count("// a copy") >= 3
+    assert src.count("// a copy") >= 4
+    assert "const int64_t at_pos" in src
+
+
+# V's heads appended to a cache at a run-time position (a prefill's V rows).
+V_APPEND = """
+func.func @f(%cache: tensor<1x2x256x64xbf16> {nn.donated}, %v: tensor<200x128xbf16>, %p: tensor<1xi32>) -> tensor<1x2x256x64xbf16> {
+  %v4 = nn.reshape %v : (tensor<200x128xbf16>) -> tensor<1x200x2x64xbf16>
+  %vt = nn.transpose %v4 {perm = array<i64: 0, 2, 1, 3>} : (tensor<1x200x2x64xbf16>) -> tensor<1x2x200x64xbf16>
+  %w = nn.cache_write %cache, %vt, %p {dim = 2 : i64} : (tensor<1x2x256x64xbf16>, tensor<1x2x200x64xbf16>, tensor<1xi32>) -> tensor<1x2x256x64xbf16>
+  %y = nn.exp %w : (tensor<1x2x256x64xbf16>) -> tensor<1x2x256x64xbf16>
+  func.return %y : tensor<1x2x256x64xbf16>
+}
+"""
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_an_appending_copy_checks_its_position(tmp_path: Path) -> None:
+    src = mk.compile(V_APPEND, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    assert "const int64_t at_pos = mk::gpu::load_elem_i(" in src
+    assert "if (at_pos + 50 * by < 0 || at_pos + 50 * by + 50 > 256) return 1;" in src
+    (call,) = [line for line in src.splitlines() if "// a copy" in line]
+    assert "(at_pos + 50 * by) * 64" in call
+
+
+@pytest.mark.gpu
+def test_an_appending_copy_matches_the_reference_and_fails_outside(tmp_path: Path) -> None:
+    """Rows 17..216 of the cache from the copy, the rest as they were; at 100 the rows would pass
+    the cache's 256: the task fails."""
+    prog = mk.compile(V_APPEND, target="cuda", cache_dir=tmp_path)
+    assert "// a copy" in prog.cuda_source  # type: ignore[attr-defined]
+    inputs = random_inputs(prog.func, seed=4)
+    inputs[2][...] = 17
+    ref_inputs = [np.array(v, copy=True) for v in inputs]
+    (out,) = prog(*inputs)
+    (ref,) = mk.reference(V_APPEND, *ref_inputs)
+    error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))  # exp of the cache
+    assert error <= bound, error
+    inputs[2][...] = 100
+    with pytest.raises(RuntimeError):
+        prog(*inputs)

@@ -79,6 +79,16 @@ def test_linears_sharing_x_and_a_fused_norm_run_in_one_gemm_tile(
 
 
 @pytest.mark.usefixtures("no_nvcc")
+def test_a_gemm_tile_writes_its_sums_whole(tmp_path: Path) -> None:
+    """Every sum has one owner in the tile (gw.assign): no zeroing loop before it; the fused
+    norm's Σx² (added to by the tile) keeps its own."""
+    plain = cuda_source(linear_program(64, 256, 512, False, 2), tmp_path, num_sms=132)
+    assert "gw.assign = true;" in plain and "// init" not in plain
+    fused = cuda_source(linear_program(64, 256, 512, True, 2), tmp_path, num_sms=132, norm_rows=0)
+    assert fused.count("// init") == 1, fused
+
+
+@pytest.mark.usefixtures("no_nvcc")
 def test_f32_operands_keep_the_exact_product(tmp_path: Path) -> None:
     """mma_tile packs its operands into 16-bit pairs: f32 tiles keep matmul_tile."""
     assert products(cuda_source(linear(64, 256, 128, "f32"), tmp_path)) == ["matmul_tile"]

@@ -75,10 +75,12 @@ constexpr int kGemmKc = 64, kGemmLd = kGemmKc + 8, kGemmStages = 3, kGemmMaxWeig
 __host__ __device__ constexpr int gemm_rows(int rows, int unit) { return (rows + unit - 1) / unit * unit; }
 
 // The weights of one gemm_tile, each `rows` rows of 16-bit floats `ld` elements apart, its sums
-// added to `acc` ([TM, rows] f32, row-major). They stage one after another, each from row
-// `start` (its rows rounded up to 8 before the next).
+// added to `acc` ([TM, rows] f32, row-major), or written there with `assign` (the emitter then
+// leaves out the accumulators' zeroing loop: every element has one owner in the tile). They
+// stage one after another, each from row `start` (its rows rounded up to 8 before the next).
 struct GemmWeights {
   int n = 0;
+  bool assign = false;
   const uint16_t* w[kGemmMaxWeights];
   int64_t ld[kGemmMaxWeights];
   int rows[kGemmMaxWeights];
@@ -258,8 +260,10 @@ __device__ void gemm_tile(const uint16_t* x, int64_t x_ld, const uint16_t* g, fl
     for (int h = 0; h < 2; ++h) {
       const int row = r0 + gr + 8 * h;
       if (row >= TM) continue;
-      if (col < rows) acc[row * rows + col] += d[j][2 * h];
-      if (col + 1 < rows) acc[row * rows + col + 1] += d[j][2 * h + 1];
+      if (col < rows) acc[row * rows + col] = d[j][2 * h] + (ws.assign ? 0.0f : acc[row * rows + col]);
+      if (col + 1 < rows) {
+        acc[row * rows + col + 1] = d[j][2 * h + 1] + (ws.assign ? 0.0f : acc[row * rows + col + 1]);
+      }
     }
   }
   __syncthreads();

@@ -198,7 +198,9 @@ __device__ MK_WGMMA_TILE_INLINE void wgmma_gemm_tile(const uint16_t* x, int64_t 
       int i = 0;
       while (i + 1 < ws.n && ws.start[i + 1] <= c0) ++i;
       const int col = c0 - ws.start[i];
-      if (col < ws.rows[i]) ws.acc[i][row * ws.rows[i] + col] += acc(e);
+      if (col >= ws.rows[i]) continue;
+      float* const to = ws.acc[i] + row * ws.rows[i] + col;
+      *to = acc(e) + (ws.assign ? 0.0f : *to);
     }
   }
   __syncthreads();
