@@ -171,14 +171,14 @@ __device__ inline void rms_norm_runs(void* dst, int64_t d_first, int64_t d_ld, c
 
 // rms_norm_runs followed by RoPE (cat(n1 cos - n2 sin, n2 cos + n1 sin) over the row's halves,
 // the normalised row unrounded in between, as rms_norm_rows then rope_rows): a QK-norm's rows.
-// cos and sin are 16-bit tables from t_first, one row of D/2 for every row (kRowTables: row r
-// takes table row r % positions, a prefill's positions) or one row for all. A warp a row, a lane
-// the same D/64 elements of each half, so a rotated pair stays in one lane.
+// cos_rows and sin_rows are 16-bit tables from t_first, one row of D/2 for every row
+// (kRowTables: row r takes table row r % positions, a prefill's positions) or one row for all.
+// A warp a row, a lane the same D/64 elements of each half, so a rotated pair stays in one lane.
 template <int D, bool BF16, bool kRowTables>
 __device__ inline void rms_norm_rope_runs(void* dst, int64_t d_first, int64_t d_ld, const void* src,
                                           int64_t s_first, int64_t s_ld, const void* g,
-                                          const void* cos, const void* sin, int64_t t_first,
-                                          int rows, int positions, float eps) {
+                                          const void* cos_rows, const void* sin_rows,
+                                          int64_t t_first, int rows, int positions, float eps) {
   static_assert(D % 64 == 0, "rms_norm_rope_runs: halves of a multiple of 32");
   constexpr int kHalf = D / 2, E = kHalf / 32;
   const uint16_t* const x = static_cast<const uint16_t*>(src);
@@ -206,8 +206,8 @@ __device__ inline void rms_norm_rope_runs(void* dst, int64_t d_first, int64_t d_
       const int j = lane * E + e;
       const float n1 = a[e] / root * half_bits_float<BF16>(w[j]);
       const float n2 = b[e] / root * half_bits_float<BF16>(w[kHalf + j]);
-      const float c = half_bits_float<BF16>(static_cast<const uint16_t*>(cos)[t + j]);
-      const float sn = half_bits_float<BF16>(static_cast<const uint16_t*>(sin)[t + j]);
+      const float c = half_bits_float<BF16>(static_cast<const uint16_t*>(cos_rows)[t + j]);
+      const float sn = half_bits_float<BF16>(static_cast<const uint16_t*>(sin_rows)[t + j]);
       out[j] = float_half_bits<BF16>(n1 * c - n2 * sn);
       out[kHalf + j] = float_half_bits<BF16>(n2 * c + n1 * sn);
     }
