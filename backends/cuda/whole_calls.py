@@ -13,14 +13,17 @@ from mk.dialects.mugraph_base import shape_of
 
 def placed_starts(
     e: GraphDefEmitter, out: OutputOp, pos: InputOp | None
-) -> tuple[list[str], list[str]]:
+) -> tuple[list[str], list[str]] | None:
     """The output tile's per-dimension starts and the lines before the call: for an in-place
     output, the load of its position (at_pos) and the bounds check that fails the task, as the
-    tile form's store does."""
+    tile form's store does. None where the position's buffer waits on flags (the tile form then
+    polls them)."""
     starts, at = e.output_starts(out), out.position()
     if pos is None or at is None:
         return starts, []
     ref = e.operands[pos.source_index()]
+    if ref.flagged:
+        return None
     where = flat_offset(ref.shape, e.input_starts(pos, "0"))
     d = at[1]
     starts[d] = "at_pos" if starts[d] == "0" else f"at_pos + {starts[d]}"
@@ -38,7 +41,10 @@ def copy_body(e: GraphDefEmitter) -> list[str] | None:
         return None
     src = e.operands[plan.src.source_index()]
     refs = e.results.get(plan.out.result_index(), [])
-    starts, lines = placed_starts(e, plan.out, plan.pos)
+    placed = placed_starts(e, plan.out, plan.pos)
+    if placed is None:
+        return None
+    starts, lines = placed
     s_first = flat_offset(src.shape, e.input_starts(plan.src, "0"))
     d_firsts = [flat_offset(ref.shape, starts) for ref in refs]
     calls = copy_calls(plan, src, refs, s_first, d_firsts)
@@ -59,7 +65,10 @@ def norm_body(e: GraphDefEmitter) -> list[str] | None:
     }
     if len(table_firsts) > 1:
         return None  # cos and sin rows from different places
-    starts, lines = placed_starts(e, plan.out, plan.pos)
+    placed = placed_starts(e, plan.out, plan.pos)
+    if placed is None:
+        return None
+    starts, lines = placed
     refs = e.results.get(plan.out.result_index(), [])
     firsts = Firsts(
         flat_offset(x.shape, e.input_starts(plan.x, "0")),
