@@ -348,9 +348,11 @@ def _tall_columns(xs: list[int], widths: list[int], t: Tiling) -> int:
     of WIDE_TILE rows, as measured (llama-3.2-1b's o/down projections, 7 x 16 of them, stay
     narrow: as cut, 9 x 16 = 144 blocks would leave 12 for a second wave); MANY_ROWS_TILE_N
     columns count the row blocks as chunk_size cuts them (999 rows: 9 of 111)."""
-    cut = chunk_size(xs[-2], WIDE_TILE) if len(xs) >= 2 else 0
-    if t.tile_m or t.tile_n or len(xs) < 2 or xs[-2] < WIDE_TILE or cut > WIDE_TILE:
-        return 0  # (cut > WIDE_TILE: no divisor of the rows cuts them into blocks this tall)
+    if t.tile_m or t.tile_n or len(xs) < 2 or xs[-2] < WIDE_TILE:
+        return 0
+    cut = chunk_size(xs[-2], WIDE_TILE)
+    if cut > WIDE_TILE:
+        return 0  # no divisor of the rows cuts them into blocks this tall
     if (xs[-2] // WIDE_TILE) * (sum(widths) // WIDE_TILE) >= t.num_sms:
         return WIDE_TILE
     if (xs[-2] // cut) * (sum(widths) // MANY_ROWS_TILE_N) >= t.num_sms:

@@ -56,7 +56,8 @@ __device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t address) {
 
 template <bool BF16>
 __device__ inline uint32_t pack_pair(float lo, float hi) {
-  return static_cast<uint32_t>(gemm_bits<BF16>(lo)) | (static_cast<uint32_t>(gemm_bits<BF16>(hi)) << 16);
+  const uint32_t low = float_half_bits<BF16>(lo), high = float_half_bits<BF16>(hi);
+  return low | (high << 16);
 }
 
 // `n` >= 1 rows of D elements into shared memory rows of D + 8; row i comes from row_at(i),

@@ -88,16 +88,6 @@ __device__ inline void copy_runs(void* dst, int64_t d_first, int64_t d_cols, int
   MK_FOR_EACH(e, n) static_cast<Elem*>(dst)[d_at(e)] = static_cast<const Elem*>(src)[s_at(e)];
 }
 
-// The 16-bit float type's bits as f32 and back (BF16: bf16, else f16), rounding to nearest.
-template <bool BF16>
-__device__ inline float half_bits_float(uint16_t v) {
-  return BF16 ? bf16_to_f32(v) : f16_to_f32(v);
-}
-template <bool BF16>
-__device__ inline uint16_t float_half_bits(float v) {
-  return BF16 ? f32_to_bf16(v) : f32_to_f16(v);
-}
-
 // A graph_def that only normalises rows (backends/cuda/norm_runs.py): `rows` rows of H 16-bit
 // floats, row r at src[s_first + r * s_ld], into dst[d_first + r * d_ld], each x / root · g
 // rounded to the type, root = sqrt(mean(x²) + eps) with the squares summed in double: the

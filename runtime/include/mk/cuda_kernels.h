@@ -110,6 +110,15 @@ __device__ inline uint16_t f32_to_bf16(float f) {
 __device__ inline float bf16_to_f32(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
 __device__ inline uint16_t f32_to_f16(float f) { return __half_as_ushort(__float2half_rn(f)); }
 __device__ inline float f16_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+// The 16-bit float type's bits as f32 and back (BF16: bf16, else f16), rounding to nearest.
+template <bool BF16>
+__device__ inline float half_bits_float(uint16_t v) {
+  return BF16 ? bf16_to_f32(v) : f16_to_f32(v);
+}
+template <bool BF16>
+__device__ inline uint16_t float_half_bits(float v) {
+  return BF16 ? f32_to_bf16(v) : f32_to_f16(v);
+}
 
 // Eight bf16 (or f16) values packed in 16 bytes, as floats.
 __device__ inline void unpack8(float (&f)[8], uint4 u, bool bf16) {

@@ -114,17 +114,6 @@ __device__ inline void gemm_stage(At at, const uint16_t* src, int64_t ld, int ro
   }
 }
 
-template <bool BF16>
-__device__ inline float gemm_float(uint16_t v) {
-  if constexpr (BF16) return __uint_as_float(static_cast<uint32_t>(v) << 16);
-  else return __half2float(__ushort_as_half(v));
-}
-template <bool BF16>
-__device__ inline uint16_t gemm_bits(float v) {
-  if constexpr (BF16) return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-  else return __half_as_ushort(__float2half_rn(v));
-}
-
 // Norm partials a thread keeps for a staged x of `Rows` rows: eight threads a row, the same
 // rows every chunk.
 template <int Rows>
@@ -148,10 +137,10 @@ __device__ inline void gemm_norm_chunk(At at, const uint16_t* g, int k0, int k,
     const uint4 raw = *reinterpret_cast<const uint4*>(g + c);
     const uint16_t* h = reinterpret_cast<const uint16_t*>(&raw);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) gf[j] = gemm_float<BF16>(h[j]);
+    for (int j = 0; j < 8; ++j) gf[j] = half_bits_float<BF16>(h[j]);
   } else {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) gf[j] = c + j < k ? gemm_float<BF16>(g[c + j]) : 0.0f;
+    for (int j = 0; j < 8; ++j) gf[j] = c + j < k ? half_bits_float<BF16>(g[c + j]) : 0.0f;
   }
 #pragma unroll
   for (int p = 0; p < kNormSlots<Rows>; ++p) {
@@ -162,9 +151,9 @@ __device__ inline void gemm_norm_chunk(At at, const uint16_t* g, int k0, int k,
     uint16_t* h = reinterpret_cast<uint16_t*>(&raw);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const float x = gemm_float<BF16>(h[j]);
+      const float x = half_bits_float<BF16>(h[j]);
       ss[p] += x * x;
-      h[j] = gemm_bits<BF16>(c + j < k ? x * gf[j] : 0.0f);
+      h[j] = float_half_bits<BF16>(c + j < k ? x * gf[j] : 0.0f);
     }
     *v = raw;
   }
