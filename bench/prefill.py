@@ -46,7 +46,7 @@ def main() -> int:
     parser.add_argument("--prompt-len", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--layers", type=int, default=None)
-    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--runs", type=int, default=50)
     parser.add_argument(
         "variants",
         nargs="*",
@@ -54,6 +54,8 @@ def main() -> int:
         "switches and MK_PASS_OPTIONS, as bench/variants.py takes them",
     )
     args = parser.parse_args()
+    if args.runs < 50:
+        parser.error("--runs: the method asks for at least 50 timed runs")
     from variants import environment, parse_variant
 
     from mk.models import preset, program_inputs, random_prompt, random_weights

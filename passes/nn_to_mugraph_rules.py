@@ -69,6 +69,13 @@ def chunk_size(extent: int, want: int) -> int:
     return best if best * 2 > want else extent
 
 
+def rows_cut_well(rows: int, tile: int = DEFAULT_TILE_M) -> bool:
+    """Whether blocks of rows (a prefill's positions) find a divisor that cuts them near `tile`:
+    at most one block, or chunk_size cuts them. Otherwise every kernel over them takes all the
+    rows in one block (a prime count: no tensor-core tile, one query row an attention block)."""
+    return rows <= tile or chunk_size(rows, tile) < rows
+
+
 def parts_at_most(extent: int, most: int) -> int:
     """The largest divisor of `extent` that is <= `most` (at least 1)."""
     return max(d for d in range(1, max(1, min(extent, most)) + 1) if extent % d == 0)

@@ -218,13 +218,15 @@ def _prefill_with_mk(
     program (mk.models.build.prefill_program), compiled for the same target and options."""
     import mk
     from mk.models.build import prefill_program
-    from mk.models.weights import prefill_inputs
+    from mk.models.weights import prefill_inputs, prefill_rows
 
     start = time.perf_counter()
-    text = prefill_program(config, args.batch, args.prompt_len - 1, args.context)
+    length = args.prompt_len - 1
+    rows = prefill_rows(length, args.context)
+    text = prefill_program(config, args.batch, rows, args.context)
     prog = mk.compile(text, target=args.target, **options)
     compiled = time.perf_counter() - start
-    values = prefill_inputs(config, inputs, prompt, args.context)
+    values = prefill_inputs(config, inputs, prompt, args.context, rows)
     if args.target == "cuda":
         values = [_device_inputs([v])[0] if isinstance(v, np.ndarray) else v for v in values]
     start = time.perf_counter()
@@ -232,7 +234,11 @@ def _prefill_with_mk(
     if args.target == "cuda":
         _torch().cuda.synchronize()
     ran = time.perf_counter() - start
-    print(f"prefill of the prompt (mk): compile {compiled:.2f} s, run {ran:.3f} s")
+    padded = f" as {rows} (rows the compiler cuts into blocks)" if rows > length else ""
+    print(
+        f"prefill of the prompt (mk): {length} positions{padded}, compile {compiled:.2f} s, "
+        f"run {ran:.3f} s"
+    )
 
 
 # --------------------------------------------------------------------------- reporting

@@ -15,6 +15,7 @@ from mk.backends.cuda import build as cuda_build
 from mk.models import (
     prefill_inputs,
     prefill_program,
+    prefill_rows,
     preset,
     program_inputs,
     random_prompt,
@@ -86,6 +87,45 @@ def test_prefill_caches_match_the_reference(
     _assert_close(_caches(name, got, context), _caches(name, want, context), length - 1)
 
 
+def test_prefill_rows_pad_a_count_no_divisor_cuts() -> None:
+    """997 positions (a prime) run as 999 = 9 x 111; counts cut well as they are; the padding
+    stays below the context, else the count stays."""
+    assert prefill_rows(997, 1024) == 999 and prefill_rows(998, 1024) == 999
+    assert [prefill_rows(n, 1024) for n in (1, 64, 999, 1000, 1023)] == [1, 64, 999, 1000, 1023]
+    assert prefill_rows(67, 80) == 68  # 67 one block of 67 rows; 68 = 2 x 34
+    assert prefill_rows(997, 999) == 997  # 999 would reach the context: none fits
+    config = preset("tiny-qwen3")
+    prompt = random_prompt(config, 1, 10, seed=1)
+    inputs = program_inputs(config, random_weights(config, seed=1), 1, 16, prompt, prefill=False)
+    values = prefill_inputs(config, inputs, prompt, 16, rows=12)
+    assert values[0].tolist() == [[*prompt[0, :9].tolist(), *[int(prompt[0, 9])] * 3]]
+    assert values[1].tolist() == list(range(12))
+    for bad in (8, 16):
+        with pytest.raises(ValueError, match="rows must be at least the prompt's 9 positions"):
+            prefill_inputs(config, inputs, prompt, 16, rows=bad)
+
+
+@needs_gxx
+def test_a_padded_prefill_fills_the_prompts_positions(tmp_path: Path) -> None:
+    """67 positions run as 68 (prefill_rows): the first 67 as the reference fills them, the 68th
+    the prompt's next token at its own position (as the first decode step writes it), and
+    nothing past it."""
+    name, length, context = "tiny-qwen3", 68, 80
+    config = preset(name)
+    weights = random_weights(config, seed=7)
+    prompt = random_prompt(config, BATCH, length, seed=8)
+    want = program_inputs(config, weights, BATCH, context, prompt)
+    got = program_inputs(config, weights, BATCH, context, prompt, prefill=False)
+    rows = prefill_rows(length - 1, context)
+    assert rows == length
+    prog = mk.compile(prefill_program(config, BATCH, rows, context), cache_dir=tmp_path)
+    prog(*prefill_inputs(config, got, prompt, context, rows))
+    for g, w in zip(_caches(name, got, context), _caches(name, want, context), strict=True):
+        scale = np.abs(w[:, :, : length - 1]).max()
+        assert np.abs(g[:, :, : length - 1] - w[:, :, : length - 1]).max() <= 2e-2 * scale
+        assert np.abs(g[:, :, length - 1]).max() > 0 and np.abs(g[:, :, rows:]).max() == 0
+
+
 @needs_gxx
 def test_prefill_in_two_chunks_matches_one_call(tmp_path: Path) -> None:
     """Positions 0..3, then 4..7 against the caches the first chunk left: the same caches as
@@ -116,6 +156,11 @@ def test_mk_generate_prefills_with_mk(tmp_path: Path, capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     assert "prefill of the prompt (mk)" in out and "check: ok" in out
     assert "tokens: 8 of 8 are the reference's argmax" in out
+    padded = ["--model", "tiny-qwen3", "--prompt-len", "68", "--steps", "3", "--context", "80"]
+    assert main([*padded, "--prefill", "mk", "--check", "--cache-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "prefill of the prompt (mk): 67 positions as 68 (rows the compiler cuts" in out
+    assert "check: ok" in out
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
@@ -165,7 +210,7 @@ def test_the_prefill_bench_runs(
     the bodies called and with the whole walk inlined (MK_CUDA_INLINE_BODIES=walk)."""
     from bench_scripts import load
 
-    argv = ["prefill.py", "--model", "tiny-qwen3", "--prompt-len", "150", "--runs", "3", variant]
+    argv = ["prefill.py", "--model", "tiny-qwen3", "--prompt-len", "150", "--runs", "50", variant]
     monkeypatch.setattr("sys.argv", argv)
     assert load("prefill").main() == 0
     out = capsys.readouterr().out

@@ -315,22 +315,51 @@ def program_inputs(
     return values
 
 
+def prefill_rows(length: int, context: int) -> int:
+    """The positions a prefill of `length` prompt positions runs: `length` where the compiler
+    cuts that many rows into blocks well (nn_to_mugraph_rules.rows_cut_well), else the fewest
+    more below `context` that it does (997, a prime, runs as 999 = 9 x 111), else `length`.
+    The extra rows are the prompt's next token repeated at the positions after it; their K/V
+    rows land in cache slots that the decode steps write before any step reads them."""
+    from mk.passes.nn_to_mugraph_rules import rows_cut_well
+
+    for rows in range(length, context):
+        if rows_cut_well(rows):
+            return rows
+    return length
+
+
 def prefill_inputs(
-    config: ModelConfig, decode_inputs: Sequence[Any], prompt: np.ndarray, context: int
+    config: ModelConfig,
+    decode_inputs: Sequence[Any],
+    prompt: np.ndarray,
+    context: int,
+    rows: int | None = None,
 ) -> list[Any]:
     """The prefill program's arguments for the decode program's `decode_inputs` (NumPy arrays
     or device tensors, shared: the prefill writes their caches in place) and `prompt` [batch,
     P]: its first P-1 tokens at positions 0..P-2, which the decode program's first step, at
-    position P-1, then continues. Prompt and positions are NumPy arrays (the caller moves
-    them to the device with the rest)."""
+    position P-1, then continues. With `rows` (at least P-1, below `context`: prefill_rows)
+    the program of that many positions: the rows past P-2 repeat token P-1 at the positions
+    after, whose cache slots the decode steps overwrite before reading. Prompt and positions
+    are NumPy arrays (the caller moves them to the device with the rest)."""
     batch, length = prompt.shape[0], prompt.shape[1] - 1
+    rows = length if rows is None else rows
+    if not length <= rows < context:
+        raise ValueError(
+            f"rows must be at least the prompt's {length} positions and below the context "
+            f"{context}, got {rows}"
+        )
     by_name = {
         a.name: value
         for a, value in zip(arguments(config, batch, context), decode_inputs, strict=True)
     }
-    by_name["prompt"] = np.ascontiguousarray(prompt[:, :length], dtype=np.int32)
-    by_name["positions"] = np.arange(length, dtype=np.int32)
-    return [by_name[a.name] for a in prefill_arguments(config, batch, length, context)]
+    pad = np.repeat(prompt[:, length : length + 1], rows - length, axis=1)
+    by_name["prompt"] = np.ascontiguousarray(
+        np.concatenate([prompt[:, :length], pad], axis=1), dtype=np.int32
+    )
+    by_name["positions"] = np.arange(rows, dtype=np.int32)
+    return [by_name[a.name] for a in prefill_arguments(config, batch, rows, context)]
 
 
 def _args(config: ModelConfig, batch: int, context: int, role: str) -> list[Arg]:
