@@ -3,7 +3,8 @@
 Usage (on the GPU machine): python bench/prefill.py --model PRESET [--prompt-len P] [--batch B]
                             [--layers N] [--runs N] [VARIANT...]
 Random weights and prompt. mk's prefill (mk.models.prefill_program: the prompt's first P-1
-positions in one launch) is replayed in a CUDA graph and timed with CUDA events as device time;
+positions in one launch, padded as mk-generate pads a count no divisor cuts: mk.models.prefill_rows)
+is replayed in a CUDA graph and timed with CUDA events as device time;
 PyTorch's is TorchDecoder.reset, one causal pass over the same positions, timed with CUDA
 events as the host drives it. The K/V caches both leave are compared, and each against the same
 model run in f32: mk's distance from it must be within twice PyTorch bf16's (exit 1 otherwise).
@@ -111,19 +112,20 @@ def time_mk(
     filled) under the current environment's switches, on fresh copies of the inputs."""
     import mk
     from bench import pass_options
-    from mk.models import prefill_inputs, prefill_program
+    from mk.models import prefill_inputs, prefill_program, prefill_rows
     from mk.models.build import arguments
     from mk.models.torch_reference import capture_graph, event_ms, to_torch
 
     batch, length, context = sizes
     inputs = [to_torch(a, "cuda") for a in host]
     start = time.perf_counter()
-    text = prefill_program(config, batch, length, context)
+    rows = prefill_rows(length, context)  # as mk-generate runs it
+    text = prefill_program(config, batch, rows, context)
     prog: Any = mk.compile(text, target="cuda", **pass_options())
     built = time.perf_counter() - start
     values = [
         to_torch(v, "cuda") if isinstance(v, np.ndarray) else v
-        for v in prefill_inputs(config, inputs, prompt, context)
+        for v in prefill_inputs(config, inputs, prompt, context, rows)
     ]
     outs = prog(*values)
     launch = capture_graph(lambda: prog.launch(*values, out=outs))
