@@ -36,6 +36,7 @@ MAX_ROWS = 8  # mk::gpu::kAttentionMaxRows
 HEAD_DIMS = (8, 16, 32, 64, 128, 256)  # D / 8 lanes per key must divide a warp
 BLOCK_MAX_ROWS = 128  # mk::gpu::kBlockAttentionMaxRows: more rows go to block_attention
 BLOCK_KEYS = 64  # mk::gpu::kBlockAttentionKeys
+BLOCK_STAGES = 3  # mk::gpu::kBlockAttentionStages
 THREADS = 256  # mk::kCudaThreads
 _KV_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16")
 _Q_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16", "mk::DTYPE_F32")
@@ -120,8 +121,8 @@ class AttentionPlan:
         return {r for op in self.handled for r in op.results}
 
     def smem_floats(self) -> int:
-        if self.block:  # mk::gpu::block_attention_smem_bytes: two stages of K and V chunks
-            return 2 * 2 * BLOCK_KEYS * (self.head_dim + 8) * 2 // 4
+        if self.block:  # mk::gpu::block_attention_smem_bytes: stages of K and V chunks
+            return BLOCK_STAGES * 2 * BLOCK_KEYS * (self.head_dim + 8) * 2 // 4
         slots = THREADS // (self.head_dim // 8)
         return slots * self.rows * (self.head_dim + 2)
 
@@ -485,9 +486,12 @@ def score_lambda(
     plan: AttentionPlan, scalar: Callable[[InputOp], str], fresh: Callable[[], str]
 ) -> list[str]:
     """A device lambda `score(float s, int64_t key) -> float` computing the transform; a block
-    plan's takes the query row's position as well: `score(s, key, query)`."""
-    query = ", int64_t query" if plan.block else ""
-    head = f"const auto score = [&](float s, int64_t key{query}) -> float {{"
+    plan's takes the query row's position as well, both positions as the floats the transform
+    reads them as (mk::gpu::block_attention converts them once, not per score):
+    `score(s, float key, float query)`."""
+    position = "float" if plan.block else "int64_t"
+    query = ", float query" if plan.block else ""
+    head = f"const auto score = [&](float s, {position} key{query}) -> float {{"
     unused = ["(void)key;"] + (["(void)query;"] if plan.block else [])
     t = plan.transform
     if t is None:
@@ -501,7 +505,7 @@ def score_lambda(
         if a == "s":
             inputs.append(f"static_cast<{ctype}>(s)")
         elif a in ("key", "query"):
-            inputs.append(f"static_cast<{ctype}>(static_cast<float>({a}))")
+            inputs.append(f"static_cast<{ctype}>(static_cast<float>({a}))")  # a no-op on floats
         else:
             assert isinstance(a, InputOp)
             inputs.append(f"static_cast<{ctype}>({scalar(a)})")
