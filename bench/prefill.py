@@ -3,8 +3,8 @@
 Usage (on the GPU machine): python bench/prefill.py --model PRESET [--prompt-len P] [--batch B]
                             [--layers N] [--runs N] [VARIANT...]
 Random weights and prompt. mk's prefill (mk.models.prefill_program: the prompt's first P-1
-positions in one launch, padded as mk-generate pads a count no divisor cuts: mk.models.prefill_rows)
-is replayed in a CUDA graph and timed with CUDA events as device time;
+positions in one launch, in as many rows as mk-generate runs them on the GPU: mk.models.prefill_rows,
+or --rows) is replayed in a CUDA graph and timed with CUDA events as device time;
 PyTorch's is TorchDecoder.reset, one causal pass over the same positions, timed with CUDA
 events as the host drives it. The K/V caches both leave are compared, and each against the same
 model run in f32: mk's distance from it must be within twice PyTorch bf16's (exit 1 otherwise).
@@ -49,6 +49,16 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=None)
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument(
+        "--context", type=int, default=None, help="cache positions (default: prompt + 8)"
+    )
+    parser.add_argument(
+        "--rows",
+        type=int,
+        default=None,
+        help="positions mk's program runs (default: mk.models.prefill_rows' choice, as "
+        "mk-generate makes it on the GPU)",
+    )
+    parser.add_argument(
         "variants",
         nargs="*",
         help='builds of mk\'s prefill to time: "" (the defaults) or NAME=VALUE[,...] of MK_CUDA_* '
@@ -67,7 +77,7 @@ def main() -> int:
     if args.layers is not None:
         config = config.with_(layers=args.layers)
     batch, length = args.batch, args.prompt_len - 1
-    context = args.prompt_len + 8
+    context = args.context or args.prompt_len + 8
     weights = random_weights(config, seed=0)
     prompt = random_prompt(config, batch, args.prompt_len, seed=0)
     host = program_inputs(config, weights, batch, context, prompt, prefill=False)
@@ -87,15 +97,15 @@ def main() -> int:
         for text, switches in variants:
             os.environ.clear()
             os.environ.update(environment(base, switches))
-            mk_ms, built, caches = time_mk(
-                config, host, prompt, (batch, length, context), args.runs
+            mk_ms, built, caches, rows = time_mk(
+                config, host, prompt, (batch, length, context, args.rows), args.runs
             )
             error = cache_error(caches, reference, length)
             mk_drift = cache_error(caches, yardstick, length)
             ok = ok and within_rounding(mk_drift, torch_drift)
             tflops = linear_flops(config, batch * length) / (mk_ms * 1e-3) / 1e12
             print(
-                f"  mk {text or '(defaults)'}: {mk_ms:.3f} ms ({tflops:.1f} TFLOP/s on the "
+                f"  mk {text or '(defaults)'}, {rows} rows: {mk_ms:.3f} ms ({tflops:.1f} TFLOP/s on the "
                 f"linears; built in {built:.1f} s), caches {error:.1e} from PyTorch's, "
                 f"{mk_drift:.1e} from the model in f32"
             )
@@ -106,20 +116,22 @@ def main() -> int:
 
 
 def time_mk(
-    config: Any, host: list[Any], prompt: Any, sizes: tuple[int, int, int], runs: int
-) -> tuple[float, float, list[Any]]:
+    config: Any, host: list[Any], prompt: Any, sizes: tuple[int, int, int, int | None], runs: int
+) -> tuple[float, float, list[Any], int]:
     """(ms of mk's prefill replayed in a CUDA graph, seconds to build it, the K/V caches it
-    filled) under the current environment's switches, on fresh copies of the inputs."""
+    filled, the positions it ran) under the current environment's switches, on fresh copies of
+    the inputs; `sizes`' rows None: prefill_rows' choice for the GPU."""
     import mk
     from bench import pass_options
     from mk.models import prefill_inputs, prefill_program, prefill_rows
     from mk.models.build import arguments
     from mk.models.torch_reference import capture_graph, event_ms, to_torch
 
-    batch, length, context = sizes
+    batch, length, context, rows = sizes
     inputs = [to_torch(a, "cuda") for a in host]
     start = time.perf_counter()
-    rows = prefill_rows(length, context)  # as mk-generate runs it
+    if rows is None:  # as mk-generate runs it
+        rows = prefill_rows(config, batch, length, context, "cuda", **pass_options())
     text = prefill_program(config, batch, rows, context)
     prog: Any = mk.compile(text, target="cuda", **pass_options())
     built = time.perf_counter() - start
@@ -136,6 +148,7 @@ def time_mk(
         mk_ms,
         built,
         [v for r, v in zip(roles, inputs, strict=True) if r in ("k_cache", "v_cache")],
+        rows,
     )
 
 

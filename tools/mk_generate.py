@@ -217,12 +217,18 @@ def _prefill_with_mk(
     """Fills the K/V caches in `inputs` with the prompt's first P-1 positions by mk's prefill
     program (mk.models.build.prefill_program), compiled for the same target and options."""
     import mk
+    from mk.compiler import parse_pass_options
     from mk.models.build import prefill_program
-    from mk.models.weights import prefill_inputs, prefill_rows
+    from mk.models.prefill import prefill_rows
+    from mk.models.weights import prefill_inputs
 
     start = time.perf_counter()
     length = args.prompt_len - 1
-    rows = prefill_rows(length, args.context)
+    # On the GPU the rows that the cost model gives fuller waves (mk.models.prefill_rows).
+    model: dict[str, Any] = {}
+    if args.target == "cuda":
+        model = {"target": "cuda", **parse_pass_options(args.option)}
+    rows = prefill_rows(config, args.batch, length, args.context, **model)
     text = prefill_program(config, args.batch, rows, args.context)
     prog = mk.compile(text, target=args.target, **options)
     compiled = time.perf_counter() - start
@@ -234,7 +240,7 @@ def _prefill_with_mk(
     if args.target == "cuda":
         _torch().cuda.synchronize()
     ran = time.perf_counter() - start
-    padded = f" as {rows} (rows the compiler cuts into blocks)" if rows > length else ""
+    padded = f" as {rows} (mk.models.prefill_rows)" if rows > length else ""
     print(
         f"prefill of the prompt (mk): {length} positions{padded}, compile {compiled:.2f} s, "
         f"run {ran:.3f} s"

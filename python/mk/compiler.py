@@ -299,15 +299,9 @@ def compile(
     _check_options(pass_options, pipeline)
     if search and cache_dir is not None:
         pass_options = {"cache_dir": f'"{cache_root(cache_dir)}"', **pass_options}
-    if num_sms is None:
-        num_sms = DEFAULT_CUDA_NUM_SMS if target == "cuda" else DEFAULT_NUM_SMS
-    if num_sms < 1:
-        raise ValueError(f"mk.compile: num_sms must be >= 1, got {num_sms}")
+    num_sms, pass_options = target_options(target, num_sms, pass_options)
     module = _load(source)
     func = entry_function(module, entry).clone()
-    if target == "cuda":
-        # Linear tiles sized to fill the SMs' waves (the CPU keeps the fixed default).
-        pass_options = {"tile_n": 0, **pass_options}
     keyed = {**pass_options, "search": True} if search else pass_options
     options = Options(target, num_sms, tuple(sorted(keyed.items())))
     texts = run_pipeline(module, {**pass_options, "num_sms": num_sms}, pipeline)
@@ -331,6 +325,33 @@ def compile(
         num_threads=num_threads,
         timeout_ms=timeout_ms,
     )
+
+
+def target_options(
+    target: str, num_sms: int | None, pass_options: Mapping[str, Any]
+) -> tuple[int, dict[str, Any]]:
+    """(queues, pass options) that mk.compile lowers with for `target`: the CUDA target's 132
+    queues and linear tiles sized to fill the SMs' waves (tile_n=0), unless given."""
+    if num_sms is None:
+        num_sms = DEFAULT_CUDA_NUM_SMS if target == "cuda" else DEFAULT_NUM_SMS
+    if num_sms < 1:
+        raise ValueError(f"mk.compile: num_sms must be >= 1, got {num_sms}")
+    return num_sms, {"tile_n": 0, **pass_options} if target == "cuda" else dict(pass_options)
+
+
+def mugraph_estimate(
+    source: Source, target: str = "cpu", num_sms: int | None = None, **pass_options: Any
+) -> float:
+    """Seconds the cost model (passes/cost_model.py) gives `source` lowered to μGraph kernels as
+    mk.compile lowers it for `target`: a caller ranks shapes of one program by it without
+    compiling any."""
+    from mk.passes.cost_model import Target, module_cost
+
+    _check_options(pass_options)
+    num_sms, pass_options = target_options(target, num_sms, pass_options)
+    module = _load(source)
+    run_pipeline(module, {**pass_options, "num_sms": num_sms}, PIPELINE[:2])
+    return module_cost(module, Target(num_sms=num_sms)).est_seconds
 
 
 def _compile_cuda(

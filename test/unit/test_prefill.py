@@ -90,10 +90,39 @@ def test_prefill_caches_match_the_reference(
 def test_prefill_rows_pad_a_count_no_divisor_cuts() -> None:
     """997 positions (a prime) run as 999 = 9 x 111; counts cut well as they are; the padding
     stays below the context, else the count stays."""
-    assert prefill_rows(997, 1024) == 999 and prefill_rows(998, 1024) == 999
-    assert [prefill_rows(n, 1024) for n in (1, 64, 999, 1000, 1023)] == [1, 64, 999, 1000, 1023]
-    assert prefill_rows(67, 80) == 68  # 67 one block of 67 rows; 68 = 2 x 34
-    assert prefill_rows(997, 999) == 997  # 999 would reach the context: none fits
+    config = preset("qwen3-0.6b")
+
+    def rows(n: int, context: int) -> int:
+        return prefill_rows(config, 1, n, context)
+
+    assert rows(997, 1024) == 999 and rows(998, 1024) == 999
+    assert [rows(n, 1024) for n in (1, 64, 999, 1000, 1023)] == [1, 64, 999, 1000, 1023]
+    assert rows(67, 80) == 68  # 67 one block of 67 rows; 68 = 2 x 34
+    assert rows(997, 999) == 997  # 999 would reach the context: none fits
+
+
+def test_prefill_rows_on_the_gpu_fill_waves() -> None:
+    """Modelled for the CUDA target: 999 positions of qwen3-0.6b as 1,008 (q/k/v in 256 gemm
+    tiles rather than 288, two waves of 132 SMs rather than three; the attention in 128 blocks
+    rather than 216), when the context leaves room; the CPU's count as it was; a count that the
+    model finds no better than any more rows stays."""
+    config = preset("qwen3-0.6b")
+    assert prefill_rows(config, 1, 999, 1100, "cuda") == 1008
+    assert prefill_rows(config, 1, 999, 1006, "cuda") == 1000  # 1,008 would pass the context
+    assert prefill_rows(config, 1, 999, 1100) == 999
+    assert prefill_rows(config, 1, 1024, 1200, "cuda") == 1024
+    assert prefill_rows(config, 1, 999, 1100, "cuda", num_sms=144) != 1008  # other waves
+
+
+def test_the_prefill_rows_model_ranks_by_the_cost_model() -> None:
+    """mk.compiler.mugraph_estimate: the lowering mk.compile makes for the target, costed."""
+    from mk.compiler import mugraph_estimate
+
+    one = preset("qwen3-0.6b").with_(layers=1)
+    at = {r: mugraph_estimate(prefill_program(one, 1, r, 1100), "cuda") for r in (999, 1008)}
+    assert at[1008] < at[999]
+    with pytest.raises(TypeError, match="unknown pass option"):
+        mugraph_estimate(prefill_program(one, 1, 999, 1100), "cuda", tile_x=3)
     config = preset("tiny-qwen3")
     prompt = random_prompt(config, 1, 10, seed=1)
     inputs = program_inputs(config, random_weights(config, seed=1), 1, 16, prompt, prefill=False)
@@ -116,7 +145,7 @@ def test_a_padded_prefill_fills_the_prompts_positions(tmp_path: Path) -> None:
     prompt = random_prompt(config, BATCH, length, seed=8)
     want = program_inputs(config, weights, BATCH, context, prompt)
     got = program_inputs(config, weights, BATCH, context, prompt, prefill=False)
-    rows = prefill_rows(length - 1, context)
+    rows = prefill_rows(config, BATCH, length - 1, context)
     assert rows == length
     prog = mk.compile(prefill_program(config, BATCH, rows, context), cache_dir=tmp_path)
     prog(*prefill_inputs(config, got, prompt, context, rows))
@@ -159,7 +188,7 @@ def test_mk_generate_prefills_with_mk(tmp_path: Path, capsys: pytest.CaptureFixt
     padded = ["--model", "tiny-qwen3", "--prompt-len", "68", "--steps", "3", "--context", "80"]
     assert main([*padded, "--prefill", "mk", "--check", "--cache-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "prefill of the prompt (mk): 67 positions as 68 (rows the compiler cuts" in out
+    assert "prefill of the prompt (mk): 67 positions as 68 (mk.models.prefill_rows)" in out
     assert "check: ok" in out
 
 
@@ -215,4 +244,4 @@ def test_the_prefill_bench_runs(
     assert load("prefill").main() == 0
     out = capsys.readouterr().out
     assert "prefill of 149 positions: PyTorch one causal pass" in out
-    assert f"  mk {variant or '(defaults)'}: " in out
+    assert f"  mk {variant or '(defaults)'}, " in out

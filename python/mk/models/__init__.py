@@ -3,6 +3,7 @@ references."""
 
 from mk.models.build import decode_program, prefill_program
 from mk.models.config import PRESETS, ModelConfig, RopeScaling, preset
+from mk.models.prefill import prefill_rows
 from mk.models.reference import Generation, NumpyDecoder, compare, reference_generate
 from mk.models.weights import (
     WeightsError,
@@ -10,7 +11,6 @@ from mk.models.weights import (
     generated_tokens,
     load_safetensors,
     prefill_inputs,
-    prefill_rows,
     program_inputs,
     random_prompt,
     random_weights,

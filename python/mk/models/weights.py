@@ -315,20 +315,6 @@ def program_inputs(
     return values
 
 
-def prefill_rows(length: int, context: int) -> int:
-    """The positions a prefill of `length` prompt positions runs: `length` where the compiler
-    cuts that many rows into blocks well (nn_to_mugraph_rules.rows_cut_well), else the fewest
-    more below `context` that it does (997, a prime, runs as 999 = 9 x 111), else `length`.
-    The extra rows are the prompt's next token repeated at the positions after it; their K/V
-    rows land in cache slots that the decode steps write before any step reads them."""
-    from mk.passes.nn_to_mugraph_rules import rows_cut_well
-
-    for rows in range(length, context):
-        if rows_cut_well(rows):
-            return rows
-    return length
-
-
 def prefill_inputs(
     config: ModelConfig,
     decode_inputs: Sequence[Any],
