@@ -16,6 +16,7 @@ time, its TFLOP/s on the linears and its caches' differences.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 import time
@@ -53,10 +54,9 @@ def main() -> int:
     )
     parser.add_argument(
         "--rows",
-        type=int,
-        default=None,
-        help="positions mk's program runs (default: mk.models.prefill_rows' choice, as "
-        "mk-generate makes it on the GPU)",
+        default="",
+        help="positions mk's program runs, comma-separated counts each timed in turn (default: "
+        "mk.models.prefill_rows' choice, as mk-generate makes it on the GPU)",
     )
     parser.add_argument(
         "variants",
@@ -67,6 +67,12 @@ def main() -> int:
     args = parser.parse_args()
     if args.runs < 50:
         parser.error("--runs: the method asks for at least 50 timed runs")
+    try:
+        row_counts: list[int | None] = (
+            [int(r) for r in args.rows.split(",")] if args.rows else [None]
+        )
+    except ValueError:
+        parser.error(f"--rows: comma-separated counts, got {args.rows!r}")
     from variants import environment, parse_variant
 
     from mk.models import preset, program_inputs, random_prompt, random_weights
@@ -78,6 +84,10 @@ def main() -> int:
         config = config.with_(layers=args.layers)
     batch, length = args.batch, args.prompt_len - 1
     context = args.context or args.prompt_len + 8
+    if any(r is not None and not length <= r < context for r in row_counts):
+        parser.error(
+            f"--rows: counts from the prompt's {length} positions below the context {context}"
+        )
     weights = random_weights(config, seed=0)
     prompt = random_prompt(config, batch, args.prompt_len, seed=0)
     host = program_inputs(config, weights, batch, context, prompt, prefill=False)
@@ -94,11 +104,11 @@ def main() -> int:
     )
     base, ok = dict(os.environ), True
     try:
-        for text, switches in variants:
+        for (text, switches), asked in itertools.product(variants, row_counts):
             os.environ.clear()
             os.environ.update(environment(base, switches))
             mk_ms, built, caches, rows = time_mk(
-                config, host, prompt, (batch, length, context, args.rows), args.runs
+                config, host, prompt, (batch, length, context, asked), args.runs
             )
             error = cache_error(caches, reference, length)
             mk_drift = cache_error(caches, yardstick, length)

@@ -230,6 +230,22 @@ def test_the_prefill_bench_bounds_mk_by_pytorchs_own_drift() -> None:
     assert not within(0.1, 0.03) and not within(0.01, 0.0)
 
 
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [("5", "counts from the prompt's 999 positions below the context 1008"),
+     ("999,x", "comma-separated counts"), ("1008", "below the context 1008")],
+)  # fmt: skip
+def test_the_prefill_bench_refuses_rows_outside_the_prompt_and_context(
+    rows: str, message: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench_scripts import load
+
+    monkeypatch.setattr("sys.argv", ["prefill.py", "--model", "tiny", "--rows", rows])
+    with pytest.raises(SystemExit) as exit_info:
+        load("prefill").main()
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", ["", "MK_CUDA_INLINE_BODIES=walk"])
 def test_the_prefill_bench_runs(
