@@ -499,13 +499,18 @@ def score_lambda(
     if isinstance(t, UnaryOp):
         factor = float(t.factor.value.data) if t.factor is not None else 1.0
         return [head, *unused, f"return s * {float_literal(factor)};", "};"]
-    inputs = []
+    inputs, hoisted = [], []
     for a, block_arg in zip(plan.args, t.body.block.args, strict=True):
         ctype = "float" if is_float(block_arg.type) else "int64_t"
         if a == "s":
             inputs.append(f"static_cast<{ctype}>(s)")
         elif a in ("key", "query"):
             inputs.append(f"static_cast<{ctype}>(static_cast<float>({a}))")  # a no-op on floats
+        elif plan.block:  # read once before the block's scores, not at each of them
+            assert isinstance(a, InputOp)
+            name = fresh()
+            hoisted.append(f"const {ctype} {name} = static_cast<{ctype}>({scalar(a)});")
+            inputs.append(name)
         else:
             assert isinstance(a, InputOp)
             inputs.append(f"static_cast<{ctype}>({scalar(a)})")
@@ -514,6 +519,7 @@ def score_lambda(
     if not plan.block:
         unused = [u for u in unused if u != "(void)query;"]
     return [
+        *hoisted,
         head,
         *unused,
         *lines,
