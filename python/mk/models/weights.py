@@ -330,22 +330,22 @@ def prefill_inputs(
     after, whose cache slots the decode steps overwrite before reading. Prompt and positions
     are NumPy arrays (the caller moves them to the device with the rest)."""
     batch, length = prompt.shape[0], prompt.shape[1] - 1
-    rows = length if rows is None else rows
-    if not length <= rows < context:
+    count: int = length if rows is None else rows
+    if not length <= count < context:
         raise ValueError(
             f"rows must be at least the prompt's {length} positions and below the context "
-            f"{context}, got {rows}"
+            f"{context}, got {count}"
         )
     by_name = {
         a.name: value
         for a, value in zip(arguments(config, batch, context), decode_inputs, strict=True)
     }
-    pad = np.repeat(prompt[:, length : length + 1], rows - length, axis=1)
+    pad = np.repeat(prompt[:, length : length + 1], count - length, axis=1)
     by_name["prompt"] = np.ascontiguousarray(
         np.concatenate([prompt[:, :length], pad], axis=1), dtype=np.int32
     )
-    by_name["positions"] = np.arange(rows, dtype=np.int32)
-    return [by_name[a.name] for a in prefill_arguments(config, batch, rows, context)]
+    by_name["positions"] = np.arange(count, dtype=np.int32)
+    return [by_name[a.name] for a in prefill_arguments(config, batch, count, context)]
 
 
 def _args(config: ModelConfig, batch: int, context: int, role: str) -> list[Arg]:
