@@ -259,7 +259,9 @@ MANY_ROWS_TILE_N = 64  # tile_n 0: the columns of a block of more rows than that
 # the H200, 4096³ in bf16 ran 1.97 -> 1.12 ms with 128 x 128 blocks against 64 x 64 on wgmma),
 # else of WIDE_TILE rows and MANY_ROWS_TILE_N columns where those do (qwen3-0.6b's prefill of
 # 999 positions: its o/down projections in 144 blocks of 111 x 64 instead of 432 of 37 x 64,
-# 29.06 -> 27.60 ms), else 64 x 64 (bench/RESULTS.md).
+# 29.06 -> 27.60 ms), else 64 x 64 (bench/RESULTS.md). "Every SM" is within 5 %: 1,008 rows'
+# o-projection of 1,024 columns in 128 blocks of 126 x 64 on 132 SMs (one wave) rather than 256
+# of 63 x 64 (two).
 WIDE_TILE = 128
 # One SM's share of HBM bandwidth while a decode linear streams its weights on the H200: the
 # op-mark profile's weight segments ran at 21-31 KB/us per SM (bench/RESULTS.md).
@@ -353,11 +355,16 @@ def _tall_columns(xs: list[int], widths: list[int], t: Tiling) -> int:
     cut = chunk_size(xs[-2], WIDE_TILE)
     if cut > WIDE_TILE:
         return 0  # no divisor of the rows cuts them into blocks this tall
-    if (xs[-2] // WIDE_TILE) * (sum(widths) // WIDE_TILE) >= t.num_sms:
+    if _fills_a_wave((xs[-2] // WIDE_TILE) * (sum(widths) // WIDE_TILE), t.num_sms):
         return WIDE_TILE
-    if (xs[-2] // cut) * (sum(widths) // MANY_ROWS_TILE_N) >= t.num_sms:
+    if _fills_a_wave((xs[-2] // cut) * (sum(widths) // MANY_ROWS_TILE_N), t.num_sms):
         return MANY_ROWS_TILE_N
     return 0
+
+
+def _fills_a_wave(blocks: int, num_sms: int) -> bool:
+    """At least 95 % of the SMs get a block (the rest idle a wave, not the whole wave)."""
+    return blocks * 20 >= num_sms * 19
 
 
 def layout(group: LinearGroup, t: Tiling) -> Layout:

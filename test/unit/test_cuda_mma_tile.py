@@ -213,7 +213,8 @@ def test_untransposed_tensor_core_tiles_match_the_reference(tmp_path: Path) -> N
     ("m", "n", "tile"),
     [(4096, 4096, (128, 128)), (1024, 4096, (128, 128)), (256, 2048, (64, 64)),
      (999, 1024, (111, 64)), (999, 2048, (111, 64)), (999, 4096, (111, 128)),
-     (200, 1024, (50, 64)), (1073, 4096, (37, 64))],
+     (200, 1024, (50, 64)), (1073, 4096, (37, 64)), (1008, 1024, (126, 64)),
+     (1024, 1024, (128, 64))],
 )  # fmt: skip
 def test_blocks_of_many_rows_are_square(
     m: int, n: int, tile: tuple[int, int], tmp_path: Path
@@ -221,7 +222,8 @@ def test_blocks_of_many_rows_are_square(
     """tile_n 0 sizes decode tiles by waves over the weights; a block of many rows is bound by
     its arithmetic instead (4096 x 4096 took 2048 columns a block before): 128 x 128 where
     that still gives every SM a block, else 128 rows x 64 columns where those do (a prefill's
-    o/down projections: 9 x 16 or 9 x 32 blocks of 111 rows), else 64 x 64. Rows that no
+    o/down projections: 9 x 16 or 9 x 32 blocks of 111 rows; 128 blocks count as every one of
+    132 SMs, 1,008 rows' 8 x 16 blocks of 126), else 64 x 64. Rows that no
     divisor cuts into blocks of 65-128 (1,073 = 29 x 37) take 64-row blocks, not one block."""
     src = cuda_source(linear(m, n, 512), tmp_path, num_sms=132)
     ((tm, nt),) = re.findall(r"gemm_tile<true, (\d+), (\d+)", src)
