@@ -87,7 +87,7 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         emit(f"ba.q_run_ld = {run_ld};")
         emit(f"ba.query0 = {self.input_starts(plan.q, '0')[-2]};")
         self.key_fields("ba", plan)
-        if plan.causal is not None and switches.flag("MK_CUDA_CAUSAL_SKIP"):
+        if plan.causal is not None and switches.causal_skip():
             self.causal_keys(plan, min(plan.rows, run_rows) - 1)
         self.lines += score_lambda(plan, lambda op: f"{self.var(op.tile)}[0]", self.fresh)
         bf16 = "true" if q.dtype == "mk::DTYPE_BF16" else "false"

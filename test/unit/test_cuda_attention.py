@@ -185,15 +185,16 @@ def test_a_causal_block_knows_its_mask() -> None:
 
 
 @pytest.mark.usefixtures("no_nvcc")
-@pytest.mark.parametrize("skip", ["0", "1"])
-def test_causal_keys_are_cut_only_when_asked(
+@pytest.mark.parametrize("skip", ["0", "1", ""])
+def test_causal_keys_are_cut_unless_turned_off(
     skip: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """MK_CUDA_CAUSAL_SKIP: on by default (unset or empty), 0 walks every key."""
     monkeypatch.setenv("MK_CUDA_CAUSAL_SKIP", skip)
     text = _attention(1, 4, 2, 320, 64, causal=True, sq=300)
     src = mk.compile(text, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
     assert ("const int64_t first = len - 300 + ba.query0, last = first + 59;" in src) == (
-        skip == "1"
+        skip != "0"
     )
 
 
@@ -360,7 +361,7 @@ def test_block_attention_matches_the_reference(
 ) -> None:
     """Many query rows on tensor cores: causal or not, ragged last chunks of keys, f16, rows
     that are not a multiple of 16, fully masked rows (kv_len at random); with
-    MK_CUDA_CAUSAL_SKIP=1 a causal block walks only the keys its rows can see."""
+    MK_CUDA_CAUSAL_SKIP=1 (the default) a causal block walks only the keys its rows can see."""
     monkeypatch.setenv("MK_CUDA_CAUSAL_SKIP", skip)
     text = _attention(*dims, **extra)  # type: ignore[arg-type]
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
