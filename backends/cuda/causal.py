@@ -1,4 +1,4 @@
-"""The keys no query row of a block can see under a causal mask: a block attention's key bound.
+"""The keys no query row of a task can see: a block attention's causal bound, a decode one's length.
 
 nn-to-mugraph masks a prefill's scores as `select(key < len && key <= len - S + query, score,
 MASKED)`. Past min(len, len - S + the block's last query + 1) every row's keys are masked, so
@@ -39,14 +39,10 @@ def causal_bound(
     """The bound of a score transform `select(key < len && key <= len - S + query, v, c)` with
     a constant c <= -1e29 (either order of the two tests), whose operands are fed as `args` says
     ("s", "key", "query" or a scalar input); None for any other transform."""
-    if not isinstance(transform, ThreadMapOp):
+    found = _masked_select(transform, args)
+    if found is None:
         return None
-    role: dict[SSAValue, str | InputOp] = dict(zip(transform.body.block.args, args, strict=True))
-    (result,) = list(transform.body.block.ops)[-1].operands
-    select = result.owner
-    masked = _constant(select.rhs) if isinstance(select, arith.SelectOp) else None
-    if not isinstance(select, arith.SelectOp) or masked is None or masked > _MASKED_AT_MOST:
-        return None
+    select, role = found
     both = select.cond.owner
     if not isinstance(both, arith.AndIOp):
         return None
@@ -66,6 +62,39 @@ def causal_bound(
         return None
     length, span = next(iter(spans))
     return CausalBound(length, span)
+
+
+def length_bound(
+    transform: UnaryOp | ThreadMapOp | None, args: Sequence[str | InputOp]
+) -> InputOp | None:
+    """The kv length of a score transform `select(key < len, v, c)` with a constant c <= -1e29
+    (a decode step's mask), whose operands are fed as `args` says; None for any other. A task
+    of keys at or past it gives every row the state (o 0, m -inf, l 0), which weighs exactly
+    nothing where the splits merge, as the masked keys did (e^(MASKED - max) underflows)."""
+    found = _masked_select(transform, args)
+    if found is None:
+        return None
+    select, role = found
+    test = select.cond.owner
+    if not isinstance(test, arith.CmpfOp) or role.get(test.lhs) != "key":
+        return None
+    return _length(test.rhs, role) if test.predicate.value.data == _OLT else None
+
+
+def _masked_select(
+    transform: UnaryOp | ThreadMapOp | None, args: Sequence[str | InputOp]
+) -> tuple[arith.SelectOp, dict[SSAValue, str | InputOp]] | None:
+    """The transform's result `select(cond, v, c)` with c <= -1e29, and each block argument's
+    role; None for any other transform."""
+    if not isinstance(transform, ThreadMapOp):
+        return None
+    role: dict[SSAValue, str | InputOp] = dict(zip(transform.body.block.args, args, strict=True))
+    (result,) = list(transform.body.block.ops)[-1].operands
+    select = result.owner
+    masked = _constant(select.rhs) if isinstance(select, arith.SelectOp) else None
+    if not isinstance(select, arith.SelectOp) or masked is None or masked > _MASKED_AT_MOST:
+        return None
+    return select, role
 
 
 def _constant(value: SSAValue) -> float | None:

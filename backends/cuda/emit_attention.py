@@ -68,6 +68,8 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         if (at := plan.new_at()) is not None:
             emit(f"sa.new_key = static_cast<int64_t>({self.var(at.tile)}[0]);")
         self.key_fields("sa", plan, with_dtype=True)
+        if plan.length is not None and switches.causal_skip():
+            self.length_keys(plan.length)
         self.lines += score_lambda(plan, lambda op: f"{self.var(op.tile)}[0]", self.fresh)
         emit(f"mk::gpu::stream_attention<{plan.rows}, {plan.head_dim}>(sa, score);")
         emit("}")
@@ -93,6 +95,17 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         bf16 = "true" if q.dtype == "mk::DTYPE_BF16" else "false"
         emit(f"mk::gpu::block_attention<{plan.rows}, {plan.head_dim}, {bf16}>(ba, score);")
         emit("}")
+
+    def length_keys(self, length: InputOp) -> None:
+        """sa.keys cut at the kv length (backends/cuda/causal.py's length_bound): a decode task
+        past it loads no keys (a cache longer than the positions written)."""
+        self.lines += [
+            "{  // the keys at or past the kv length are masked for every row",
+            f"const int64_t len = static_cast<int64_t>({self.var(length.tile)}[0]);",
+            "sa.keys = static_cast<int32_t>(mk::gpu::imax(int64_t{0}, "
+            "mk::gpu::imin(static_cast<int64_t>(sa.keys), len - sa.key0)));",
+            "}",
+        ]
 
     def causal_keys(self, plan: AttentionPlan, last_row: int) -> None:
         """ba.keys cut to the keys a row of the block can see (backends/cuda/causal.py), where

@@ -17,7 +17,7 @@ from xdsl.dialects import arith
 from xdsl.ir import Operation, SSAValue
 
 from mk.backends.cpu.emit_scalar import dtype_code, float_literal, is_float, scalar_body
-from mk.backends.cuda.causal import CausalBound, causal_bound
+from mk.backends.cuda.causal import CausalBound, causal_bound, length_bound
 from mk.dialects.mugraph import GraphDefOp, InputOp, PositionOp
 from mk.dialects.mugraph_base import shape_of
 from mk.dialects.mugraph_tiles import (
@@ -88,6 +88,7 @@ class AttentionPlan:
     prologue: tuple[Operation, ...] = ()
     head_rows: tuple[HeadRow, ...] = ()  # q / new rows the call computes as it loads them
     causal: CausalBound | None = None  # a block plan's causal mask (backends/cuda/causal.py)
+    length: InputOp | None = None  # a decode plan's kv length: keys from it on are masked
 
     @property
     def rows(self) -> int:
@@ -187,9 +188,10 @@ def plan_attention(op: GraphDefOp) -> AttentionPlan | None:
     if not used_only_by(handled - {acc}, handled) or not used_only_by(scalars, handled):
         return None
     causal = causal_bound(transform, args) if block else None
+    length = None if block else length_bound(transform, args)
     return AttentionPlan(
         q, k, v, acc, transform, args, frozenset(handled - {acc}), k_new, v_new, tuple(prologue),
-        tuple(head_rows), causal,
+        tuple(head_rows), causal, length,
     )  # fmt: skip
 
 

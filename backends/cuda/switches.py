@@ -228,10 +228,11 @@ def wide_room() -> bool:
 
 def causal_skip() -> bool:
     """MK_CUDA_CAUSAL_SKIP: 1 (default) cuts a causal block attention's keys to those its rows
-    can see (backends/cuda/causal.py); 0 walks every key of the cache, masking the rest. With
-    a cache as long as the prompt it measured level on the H200 (qwen3-0.6b's prefill of 999
-    positions 26.76 -> 26.60 ms); a longer cache's keys past the prompt, all masked, are walked
-    only without it."""
+    can see, and a decode attention task's at the kv length (backends/cuda/causal.py); 0 walks
+    every key of the cache, masking the rest. With a cache as long as the prompt the block cut
+    measured level on the H200 (qwen3-0.6b's prefill of 999 positions 26.76 -> 26.60 ms); a
+    longer cache's keys past the positions written, all masked, are walked only without it.
+    The decode cut was not timed."""
     return flag("MK_CUDA_CAUSAL_SKIP", default=True)
 
 

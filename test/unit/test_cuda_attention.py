@@ -184,6 +184,30 @@ def test_a_causal_block_knows_its_mask() -> None:
     assert plan.causal is None
 
 
+def test_a_decode_attention_knows_its_length() -> None:
+    """A decode step's mask `key < kv_len` gives the keys' bound; without kv_len there is
+    none, and a block plan keeps its causal bound instead."""
+    plans = [p for p in _lowered_plans(_attention(2, 8, 2, 256, 64)).values() if p is not None]
+    assert plans and all(p.length is not None and p.length.source_index() == 3 for p in plans)
+    plans = [p for p in _lowered_plans(_attention(2, 4, 4, 64, 32, kv_len=False)).values() if p]
+    assert plans and all(p.length is None for p in plans)
+    (block,) = _block_plans(_attention(1, 4, 2, 320, 64, causal=True, sq=300))
+    assert block.length is None and block.causal is not None
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize("skip", ["0", "1", ""])
+def test_decode_keys_stop_at_the_length_unless_turned_off(
+    skip: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task of keys at or past kv_len loads none (a cache longer than the positions written);
+    MK_CUDA_CAUSAL_SKIP=0 walks them all."""
+    monkeypatch.setenv("MK_CUDA_CAUSAL_SKIP", skip)
+    src = mk.compile(_attention(2, 8, 2, 256, 64), target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    cut = "mk::gpu::imin(static_cast<int64_t>(sa.keys), len - sa.key0)"
+    assert (cut in src) == (skip != "0")
+
+
 @pytest.mark.usefixtures("no_nvcc")
 @pytest.mark.parametrize("skip", ["0", "1", ""])
 def test_causal_keys_are_cut_unless_turned_off(
