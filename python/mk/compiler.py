@@ -347,6 +347,8 @@ def mugraph_estimate(
     compiling any."""
     from mk.passes.cost_model import Target, module_cost
 
+    if target not in TARGETS:
+        raise ValueError(f"mk.compiler: unknown target {target!r}; expected one of {TARGETS}")
     _check_options(pass_options)
     num_sms, pass_options = target_options(target, num_sms, pass_options)
     module = _load(source)

@@ -123,6 +123,8 @@ def test_the_prefill_rows_model_ranks_by_the_cost_model() -> None:
     assert at[1008] < at[999]
     with pytest.raises(TypeError, match="unknown pass option"):
         mugraph_estimate(prefill_program(one, 1, 999, 1100), "cuda", tile_x=3)
+    with pytest.raises(ValueError, match="unknown target 'tpu'"):
+        mugraph_estimate(prefill_program(one, 1, 999, 1100), "tpu")
     config = preset("tiny-qwen3")
     prompt = random_prompt(config, 1, 10, seed=1)
     inputs = program_inputs(config, random_weights(config, seed=1), 1, 16, prompt, prefill=False)
