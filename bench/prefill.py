@@ -3,8 +3,9 @@
 Usage (on the GPU machine): python bench/prefill.py --model PRESET [--prompt-len P] [--batch B]
                             [--layers N] [--runs N] [VARIANT...]
 Random weights and prompt. mk's prefill (mk.models.prefill_program: the prompt's first P-1
-positions in one launch, in as many rows as mk-generate runs them on the GPU: mk.models.prefill_rows,
-or --rows) is replayed in a CUDA graph and timed with CUDA events as device time;
+positions in one launch, in as many rows as mk-generate runs them on the GPU:
+mk.models.prefill_rows, or --rows) is replayed in a CUDA graph and timed with CUDA events as
+device time;
 PyTorch's is TorchDecoder.reset, one causal pass over the same positions, timed with CUDA
 events as the host drives it. The K/V caches both leave are compared, and each against the same
 model run in f32: mk's distance from it must be within twice PyTorch bf16's (exit 1 otherwise).
@@ -115,9 +116,9 @@ def main() -> int:
             ok = ok and within_rounding(mk_drift, torch_drift)
             tflops = linear_flops(config, batch * length) / (mk_ms * 1e-3) / 1e12
             print(
-                f"  mk {text or '(defaults)'}, {rows} rows: {mk_ms:.3f} ms ({tflops:.1f} TFLOP/s on the "
-                f"linears; built in {built:.1f} s), caches {error:.1e} from PyTorch's, "
-                f"{mk_drift:.1e} from the model in f32"
+                f"  mk {text or '(defaults)'}, {rows} rows: {mk_ms:.3f} ms ({tflops:.1f} "
+                f"TFLOP/s on the linears; built in {built:.1f} s), caches {error:.1e} from "
+                f"PyTorch's, {mk_drift:.1e} from the model in f32"
             )
     finally:
         os.environ.clear()
@@ -140,10 +141,11 @@ def time_mk(
     batch, length, context, rows = sizes
     inputs = [to_torch(a, "cuda") for a in host]
     start = time.perf_counter()
+    options = pass_options()
     if rows is None:  # as mk-generate runs it
-        rows = prefill_rows(config, batch, length, context, "cuda", **pass_options())
+        rows = prefill_rows(config, batch, length, context, "cuda", **options)
     text = prefill_program(config, batch, rows, context)
-    prog: Any = mk.compile(text, target="cuda", **pass_options())
+    prog: Any = mk.compile(text, target="cuda", **options)
     built = time.perf_counter() - start
     values = [
         to_torch(v, "cuda") if isinstance(v, np.ndarray) else v

@@ -508,14 +508,14 @@ def score_lambda(
             inputs.append(f"static_cast<{ctype}>(s)")
         elif a in ("key", "query"):
             inputs.append(f"static_cast<{ctype}>(static_cast<float>({a}))")  # a no-op on floats
-        elif plan.block:  # read once before the block's scores, not at each of them
-            assert isinstance(a, InputOp)
-            name = fresh()
-            hoisted.append(f"const {ctype} {name} = static_cast<{ctype}>({scalar(a)});")
-            inputs.append(name)
         else:
             assert isinstance(a, InputOp)
-            inputs.append(f"static_cast<{ctype}>({scalar(a)})")
+            value = f"static_cast<{ctype}>({scalar(a)})"
+            if plan.block:  # read once before the block's scores, not at each of them
+                name = fresh()
+                hoisted.append(f"const {ctype} {name} = {value};")
+                value = name
+            inputs.append(value)
     lines, (y,) = scalar_body(t.body.block, inputs, fresh)
     unused = [f"(void){a};" for a in ("key", "query") if a not in plan.args]
     if not plan.block:
