@@ -217,6 +217,15 @@ def gemm_stages() -> int:
     return count("MK_CUDA_GEMM_STAGES", 4, 2, 8, "stages")
 
 
+def gemm_in_flight() -> bool:
+    """MK_CUDA_GEMM_IN_FLIGHT: 1 (default) lets one chunk's wgmma products of the gemm tile run
+    on past the next chunk's barrier (with three stages or more; one chunk less of copies ahead);
+    0 drains the tensor cores before each barrier. On the H200 (bench/RESULTS.md, session 50)
+    bench/gemm.py 999x4096x1024 0.0661 -> 0.0581 ms, 1024x4096x4096 0.1039 -> 0.0877; five
+    stages did not help the prefill (15.28 against 15.11 ms with four)."""
+    return flag("MK_CUDA_GEMM_IN_FLIGHT", default=True)
+
+
 def wide_room() -> bool:
     """MK_CUDA_WIDE_ROOM: 1 (default) lets a streamed linear whose tiles are tiny take
     stream.WIDE_ROOM of shared memory for its activation chunks and ring, reaching into the
@@ -232,7 +241,7 @@ def causal_skip() -> bool:
     every key of the cache, masking the rest. With a cache as long as the prompt the block cut
     measured level on the H200 (qwen3-0.6b's prefill of 999 positions 26.76 -> 26.60 ms); a
     longer cache's keys past the positions written, all masked, are walked only without it.
-    The decode cut was not timed."""
+    The decode cut: qwen3-0.6b, prompt 100, cache 2,048, 1.1846 -> 1.1294 ms/token."""
     return flag("MK_CUDA_CAUSAL_SKIP", default=True)
 
 
@@ -318,6 +327,8 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append(f"#define MK_RING_COLS {cols}")
     if raw_fence_per_chunk():
         lines.append("#define MK_RAW_FENCE_CHUNK 1")
+    if not gemm_in_flight():
+        lines.append("#define MK_WGMMA_DRAIN 1")
     # With the bodies inlined, the arena's overflow messages (printf) are the calls left; the
     # overflow still traps.
     if inline:

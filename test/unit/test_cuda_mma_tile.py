@@ -38,14 +38,25 @@ def products(src: str) -> list[str]:
     return re.findall(r"mk::gpu::(mma_tile<\w+>|(?:wgmma_)?gemm_tile<\w+|matmul_tile\b)", src)
 
 
-@pytest.fixture(params=["wgmma", "mma", "called"])
+@pytest.fixture(params=["wgmma", "mma", "called", "drained"])
 def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The gemm tiles: wgmma through CuTe in a megakernel whose bodies are inlined (the
-    default), mma.sync, and wgmma in bodies called (MK_CUDA_INLINE_BODIES=0); the call's
-    prefix."""
+    default), mma.sync, wgmma in bodies called (MK_CUDA_INLINE_BODIES=0), and wgmma draining
+    the tensor cores at every chunk (MK_CUDA_GEMM_IN_FLIGHT=0); the call's prefix."""
     monkeypatch.setenv("MK_CUDA_GEMM", "mma" if request.param == "mma" else "wgmma")
     monkeypatch.setenv("MK_CUDA_INLINE_BODIES", "0" if request.param == "called" else "")
+    monkeypatch.setenv("MK_CUDA_GEMM_IN_FLIGHT", "0" if request.param == "drained" else "")
     return "" if request.param == "mma" else "wgmma_"
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_the_drained_wgmma_pipeline_is_a_build_switch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = linear(256, 1024, 512, "bf16")
+    assert "MK_WGMMA_DRAIN" not in cuda_source(text, tmp_path / "a", num_sms=132)
+    monkeypatch.setenv("MK_CUDA_GEMM_IN_FLIGHT", "0")
+    assert "#define MK_WGMMA_DRAIN 1" in cuda_source(text, tmp_path / "b", num_sms=132)
 
 
 @pytest.mark.usefixtures("no_nvcc")
@@ -102,14 +113,18 @@ def test_an_untransposed_matmul_passes_its_layout(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-@pytest.mark.parametrize("which", ["wgmma_gemm", "mma", "called"])
+@pytest.mark.parametrize("which", ["wgmma_gemm", "mma", "called", "drained"])
 def test_the_tensor_core_bodies_build_without_spills(
     which: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With CuTe's headers (the nvidia-cutlass package) the wgmma tile, else its mma.sync
-    stand-in; both within the registers, inlined into the dispatcher or called."""
+    stand-in; both within the registers, inlined into the dispatcher or called, the wgmma
+    products kept in flight across a chunk's barrier or drained."""
     if which == "called":
         monkeypatch.setenv("MK_CUDA_INLINE_BODIES", "0")
+    if which == "drained":
+        monkeypatch.setenv("MK_CUDA_GEMM_IN_FLIGHT", "0")
+    if which in ("called", "drained"):
         which = "wgmma_gemm"
     text = linear_program(40, 48, 72, True, 3) if which == "wgmma_gemm" else matmul(96, 40, 200)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path, norm_rows=0)  # the norm fused

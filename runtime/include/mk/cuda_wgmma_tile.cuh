@@ -121,6 +121,14 @@ __device__ MK_WGMMA_TILE_INLINE void wgmma_gemm_tile(const uint16_t* x, int64_t 
     aligned = aligned && (reinterpret_cast<uintptr_t>(ws.w[i]) & 15) == 0 && (ws.ld[i] & 7) == 0;
   }
   const int chunks = (k + kGemmKc - 1) / kGemmKc;
+  // With three stages or more one chunk's products run on past the next chunk's barrier (the
+  // tensor cores need not drain between chunks), at the cost of one chunk of copy lead.
+#ifdef MK_WGMMA_DRAIN
+  constexpr int kInFlight = 0;
+#else
+  constexpr int kInFlight = Stages >= 3 ? 1 : 0;
+#endif
+  constexpr int kAhead = Stages - 1 - kInFlight;
   WgmmaUnits<MP / 32> xu;
   WgmmaUnits<(NT + 31) / 32> wu;
   if (aligned) {
@@ -148,7 +156,7 @@ __device__ MK_WGMMA_TILE_INLINE void wgmma_gemm_tile(const uint16_t* x, int64_t 
     cp_async_commit();  // empty past the last chunk: the wait below counts every group
   };
 #pragma unroll
-  for (int c = 0; c < Stages - 1; ++c) stage(c);
+  for (int c = 0; c < kAhead; ++c) stage(c);
   typename G::Mma mma;
   // Known at compile time where both warpgroups multiply: ptxas keeps wgmma pipelined only when
   // it can see every issue waited for.
@@ -162,13 +170,12 @@ __device__ MK_WGMMA_TILE_INLINE void wgmma_gemm_tile(const uint16_t* x, int64_t 
   clear(acc);
   float ss[kNormSlots<MP>] = {};
   for (int c = 0; c < chunks; ++c) {
-    // Chunk c - 1's products finish before the barrier, behind which chunk c + Stages - 1's
-    // copies overwrite their stage; chunk c's run on while the next chunk lands.
-    if (mma_thread) warpgroup_wait<0>();
-    cp_async_wait<Stages - 2>();
+    cp_async_wait<kAhead - 1>();
     fence_async_shared();
-    __syncthreads();  // chunk c has landed, and chunk c - 1's stage is free again
-    stage(c + Stages - 1);
+    // Chunk c has landed, and every warpgroup has waited for chunk c - 1 - kInFlight's products,
+    // so that chunk's stage takes chunk c + kAhead's copies.
+    __syncthreads();
+    stage(c + kAhead);
     const int s = c % Stages;
     if (g != nullptr) {
       auto at_a = [&](int r, int col) { return reinterpret_cast<uint16_t*>(&sA(r, col, s)); };
@@ -181,6 +188,7 @@ __device__ MK_WGMMA_TILE_INLINE void wgmma_gemm_tile(const uint16_t* x, int64_t 
       warpgroup_arrive();
       cute::gemm(mma, tCrA(_, _, _, s), tCrB(_, _, _, s), acc);
       warpgroup_commit_batch();
+      warpgroup_wait<kInFlight>();
       warpgroup_fence_operand(acc);
     }
   }
