@@ -76,7 +76,8 @@ def build_cubin(source: str, where: Path) -> Path:
     """nvcc -cubin of an emitted megakernel with the backend's flags (a cubin, not a module);
     ptxas's report is left beside it in ptxas.log."""
     from mk.backends.cpu.build import include_dir
-    from mk.backends.cuda.build import NVCC_FLAGS, nvcc
+    from mk.backends.cuda.build import NVCC_FLAGS, cute_include_dir, nvcc
+    from mk.backends.cuda.mma_tile import WGMMA_HEADER
 
     compiler = nvcc()
     if compiler is None:
@@ -84,6 +85,11 @@ def build_cubin(source: str, where: Path) -> Path:
     src, cubin = where / "mk.cu", where / "mk.cubin"
     src.write_text(source)
     flags = [f for f in NVCC_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
+    # As the module's build: CuTe's headers where the wgmma tile is used (without them the tile
+    # builds as its mma.sync stand-in, another cubin than the module's).
+    cute = cute_include_dir() if WGMMA_HEADER in source else None
+    if cute is not None:
+        flags.append(f"-I{cute}")
     done = subprocess.run(
         [
             compiler,

@@ -13,6 +13,7 @@
 #include <cute/arch/mma_sm90.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 
+#include <climits>
 #include <type_traits>
 #endif
 
@@ -43,53 +44,106 @@ struct WgmmaGemm {
   static constexpr int kThreads = cute::size(Mma{});
 };
 
-// One thread's 16-byte units of x's or the weights' staged chunks. Thread t copies rows t / 8 +
-// 32 j at columns (t % 8) * 8 of every chunk, so each unit's source row and swizzled place are
-// worked out once per tile and a chunk's copy is a pointer step per unit.
-template <int Units>
-struct WgmmaUnits {
-  const uint16_t* src[Units];  // the unit's row at the thread's column, or null: zeros
-  uint32_t dst[Units];         // its place in stage 0
-  bool used[Units];            // the row is in the tile
-  uint32_t stage_bytes;
+// ws's slots held in registers: a column's slot found by compares and its fields by selects,
+// never by an index, which would keep them in local memory (reloaded from there in every loop
+// of a body that spills, as a prefill's did on the H200: ncu, bench/RESULTS.md session 50).
+struct GemmSlots {
+  int start[kGemmMaxWeights], rows[kGemmMaxWeights];
+  const uint16_t* w[kGemmMaxWeights];
+  int64_t ld[kGemmMaxWeights];
+  float* acc[kGemmMaxWeights];
 
+  __device__ explicit GemmSlots(const GemmWeights& ws) {
+#pragma unroll
+    for (int i = 0; i < kGemmMaxWeights; ++i) {
+      const bool in = i < ws.n;
+      start[i] = in ? ws.start[i] : INT_MAX;
+      rows[i] = in ? ws.rows[i] : 0;
+      w[i] = in ? ws.w[i] : nullptr;
+      ld[i] = in ? ws.ld[i] : 0;
+      acc[i] = in ? ws.acc[i] : nullptr;
+    }
+  }
+  // The slot of weight row (or sum column) r: the last whose start is at most r.
+  __device__ int slot(int r) const {
+    int i = 0;
+#pragma unroll
+    for (int j = 1; j < kGemmMaxWeights; ++j) i += r >= start[j];
+    return i;
+  }
+  template <class V>
+  __device__ static V pick(int i, const V (&v)[kGemmMaxWeights]) {
+    V out = v[0];
+#pragma unroll
+    for (int j = 1; j < kGemmMaxWeights; ++j) out = i == j ? v[j] : out;
+    return out;
+  }
+};
+
+// A unit is one thread's 16 bytes of a staged chunk: thread t copies rows t / 8 + 32 j at
+// columns (t % 8) * 8 of every chunk. 32 rows of 128 bytes are four whole swizzle atoms of 8
+// rows, so unit j's place is unit 0's plus j * kUnitStep, and a chunk's copy is a pointer step.
+constexpr uint32_t kUnitStep = 32 * kGemmKc * 2;
+
+// x's units: one row pointer and a stride, rows from TM on zeros (every row below the padded
+// MP is in the tile).
+template <int Units>
+struct XUnits {
+  const uint16_t* src;  // unit 0's row at the thread's column
+  int64_t step;         // 32 rows of x
+  int rows;             // units whose row is below TM
+  uint32_t dst, stage_bytes;
+
+  template <class Smem>
+  __device__ XUnits(Smem& sa, const uint16_t* x, int64_t x_ld, int tm) {
+    const int r = threadIdx.x / 8, col = (threadIdx.x & 7) * 8;
+    src = x + r * x_ld + col;
+    step = 32 * x_ld;
+    rows = tm > r ? (tm - r + 31) / 32 : 0;
+    dst = smem_address(&sa(r, col, 0));
+    stage_bytes = smem_address(&sa(0, 0, 1)) - smem_address(&sa(0, 0, 0));
+  }
   __device__ void copy(int s, int k0, int k, const void* any) const {
     const bool in_k = k0 + (threadIdx.x & 7) * 8 < k;
 #pragma unroll
     for (int j = 0; j < Units; ++j) {
-      if (used[j]) cp_async16(dst[j] + s * stage_bytes, src[j] ? src[j] + k0 : any, src[j] && in_k);
+      const bool in = j < rows;
+      cp_async16(dst + j * kUnitStep + s * stage_bytes, in ? src + j * step + k0 : any, in && in_k);
     }
   }
 };
 
-// x's units: rows past TM are zeros.
-template <int Units, class Smem>
-__device__ inline void x_units(WgmmaUnits<Units>& u, Smem& sa, const uint16_t* x, int64_t x_ld, int tm, int mp) {
-  const int col = (threadIdx.x & 7) * 8;
-#pragma unroll
-  for (int j = 0; j < Units; ++j) {
-    const int r = threadIdx.x / 8 + 32 * j;
-    u.used[j] = r < mp;
-    u.src[j] = r < tm ? x + r * x_ld + col : nullptr;
-    u.dst[j] = smem_address(&sa(r < mp ? r : 0, col, 0));
-  }
-}
+// The weights' units: each weight's rows from its slot's start, zeros up to the next one's and
+// past NT.
+template <int Units>
+struct WeightUnits {
+  const uint16_t* src[Units];  // the unit's row at the thread's column, or null: zeros
+  uint32_t dst, used, stage_bytes;  // used: bit j where unit j's row is below NT
 
-// The weights' units: each weight's rows from ws.start, zeros up to the next one's.
-template <int Units, class Smem>
-__device__ inline void weight_units(WgmmaUnits<Units>& u, Smem& sb, const GemmWeights& ws, int nt) {
-  const int col = (threadIdx.x & 7) * 8;
+  template <class Smem>
+  __device__ WeightUnits(Smem& sb, const GemmSlots& slots, int nt) {
+    const int col = (threadIdx.x & 7) * 8;
+    used = 0;
 #pragma unroll
-  for (int j = 0; j < Units; ++j) {
-    const int r = threadIdx.x / 8 + 32 * j;
-    int i = 0;
-    while (i + 1 < ws.n && ws.start[i + 1] <= r) ++i;
-    const int local = r - ws.start[i];
-    u.used[j] = r < nt;
-    u.src[j] = local < ws.rows[i] ? ws.w[i] + local * ws.ld[i] + col : nullptr;
-    u.dst[j] = smem_address(&sb(r < nt ? r : 0, col, 0));
+    for (int j = 0; j < Units; ++j) {
+      const int r = threadIdx.x / 8 + 32 * j;
+      const int i = slots.slot(r);
+      const int local = r - GemmSlots::pick(i, slots.start);
+      const bool in = local < GemmSlots::pick(i, slots.rows);
+      src[j] = in ? GemmSlots::pick(i, slots.w) + local * GemmSlots::pick(i, slots.ld) + col : nullptr;
+      used |= static_cast<uint32_t>(r < nt) << j;
+    }
+    dst = smem_address(&sb(threadIdx.x / 8, col, 0));
+    stage_bytes = smem_address(&sb(0, 0, 1)) - smem_address(&sb(0, 0, 0));
   }
-}
+  __device__ void copy(int s, int k0, int k, const void* any) const {
+    const bool in_k = k0 + (threadIdx.x & 7) * 8 < k;
+#pragma unroll
+    for (int j = 0; j < Units; ++j) {
+      if (used >> j & 1) cp_async16(dst + j * kUnitStep + s * stage_bytes, src[j] ? src[j] + k0 : any, src[j] && in_k);
+    }
+  }
+};
 
 // Shared-memory writes of the generic proxy (cp.async, stores) made visible to wgmma's reads.
 __device__ inline void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
@@ -129,14 +183,9 @@ __device__ MK_WGMMA_TILE_INLINE void wgmma_gemm_tile(const uint16_t* x, int64_t 
   constexpr int kInFlight = Stages >= 3 ? 1 : 0;
 #endif
   constexpr int kAhead = Stages - 1 - kInFlight;
-  WgmmaUnits<MP / 32> xu;
-  WgmmaUnits<(NT + 31) / 32> wu;
-  if (aligned) {
-    x_units(xu, sA, x, x_ld, TM, MP);
-    weight_units(wu, sB, ws, NT);
-    xu.stage_bytes = smem_address(&sA(0, 0, 1)) - smem_address(&sA(0, 0, 0));
-    wu.stage_bytes = smem_address(&sB(0, 0, 1)) - smem_address(&sB(0, 0, 0));
-  }
+  static_assert(MP % 32 == 0, "x's units cover whole 32-row groups");
+  const XUnits<MP / 32> xu(sA, x, x_ld, TM);
+  const WeightUnits<(NT + 31) / 32> wu(sB, GemmSlots(ws), NT);
   auto stage = [&](int c) {
     if (c < chunks) {
       const int s = c % Stages;
@@ -198,17 +247,19 @@ __device__ MK_WGMMA_TILE_INLINE void wgmma_gemm_tile(const uint16_t* x, int64_t 
   }
   if (g != nullptr && sum_sq != nullptr) add_row_sums<MP>(ss, sum_sq, TM);
   if (mma_thread) {
+    // Read from ws again here rather than kept in registers through the K loop.
+    const GemmSlots slots(ws);
+    const bool assign = ws.assign;
     Tensor coords = thr.partition_C(make_identity_tensor(Shape<Int<MP>, Int<NT>>{}));
 #pragma unroll
     for (int e = 0; e < size(acc); ++e) {
       const int row = get<0>(coords(e)), c0 = get<1>(coords(e));
       if (row >= TM) continue;
-      int i = 0;
-      while (i + 1 < ws.n && ws.start[i + 1] <= c0) ++i;
-      const int col = c0 - ws.start[i];
-      if (col >= ws.rows[i]) continue;
-      float* const to = ws.acc[i] + row * ws.rows[i] + col;
-      *to = acc(e) + (ws.assign ? 0.0f : *to);
+      const int i = slots.slot(c0);
+      const int col = c0 - GemmSlots::pick(i, slots.start), rows = GemmSlots::pick(i, slots.rows);
+      if (col >= rows) continue;
+      float* const to = GemmSlots::pick(i, slots.acc) + row * rows + col;
+      *to = acc(e) + (assign ? 0.0f : *to);
     }
   }
   __syncthreads();
