@@ -226,6 +226,15 @@ def gemm_in_flight() -> bool:
     return flag("MK_CUDA_GEMM_IN_FLIGHT", default=True)
 
 
+def gemm_staged_sums() -> bool:
+    """MK_CUDA_GEMM_STAGED_SUMS=1 (opt-in, not yet run on a GPU): the wgmma gemm tile hands its
+    sums to the body's accumulators through the stages' shared memory (each thread's registers
+    at addresses known at compile time, then a rolled loop of 4-column runs) instead of one
+    unrolled slot pick and two bounds checks per register, which took ~30 % of a prefill's `q`
+    body in ncu's samples (bench/RESULTS.md, session 50)."""
+    return flag("MK_CUDA_GEMM_STAGED_SUMS")
+
+
 def wide_room() -> bool:
     """MK_CUDA_WIDE_ROOM: 1 (default) lets a streamed linear whose tiles are tiny take
     stream.WIDE_ROOM of shared memory for its activation chunks and ring, reaching into the
@@ -329,6 +338,8 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_RAW_FENCE_CHUNK 1")
     if not gemm_in_flight():
         lines.append("#define MK_WGMMA_DRAIN 1")
+    if gemm_staged_sums():
+        lines.append("#define MK_WGMMA_STAGED_SUMS 1")
     # With the bodies inlined, the arena's overflow messages (printf) are the calls left; the
     # overflow still traps.
     if inline:

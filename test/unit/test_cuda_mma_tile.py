@@ -38,25 +38,34 @@ def products(src: str) -> list[str]:
     return re.findall(r"mk::gpu::(mma_tile<\w+>|(?:wgmma_)?gemm_tile<\w+|matmul_tile\b)", src)
 
 
-@pytest.fixture(params=["wgmma", "mma", "called", "drained"])
+@pytest.fixture(params=["wgmma", "mma", "called", "drained", "staged"])
 def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The gemm tiles: wgmma through CuTe in a megakernel whose bodies are inlined (the
-    default), mma.sync, wgmma in bodies called (MK_CUDA_INLINE_BODIES=0), and wgmma draining
-    the tensor cores at every chunk (MK_CUDA_GEMM_IN_FLIGHT=0); the call's prefix."""
+    default), mma.sync, wgmma in bodies called (MK_CUDA_INLINE_BODIES=0), wgmma draining the
+    tensor cores at every chunk (MK_CUDA_GEMM_IN_FLIGHT=0), and wgmma handing its sums over through
+    shared memory (MK_CUDA_GEMM_STAGED_SUMS=1); the call's prefix."""
     monkeypatch.setenv("MK_CUDA_GEMM", "mma" if request.param == "mma" else "wgmma")
     monkeypatch.setenv("MK_CUDA_INLINE_BODIES", "0" if request.param == "called" else "")
     monkeypatch.setenv("MK_CUDA_GEMM_IN_FLIGHT", "0" if request.param == "drained" else "")
+    monkeypatch.setenv("MK_CUDA_GEMM_STAGED_SUMS", "1" if request.param == "staged" else "")
     return "" if request.param == "mma" else "wgmma_"
 
 
 @pytest.mark.usefixtures("no_nvcc")
-def test_the_drained_wgmma_pipeline_is_a_build_switch(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("switch", "value", "define"),
+    [
+        ("MK_CUDA_GEMM_IN_FLIGHT", "0", "MK_WGMMA_DRAIN"),
+        ("MK_CUDA_GEMM_STAGED_SUMS", "1", "MK_WGMMA_STAGED_SUMS"),
+    ],
+)
+def test_the_wgmma_tiles_build_switches(
+    switch: str, value: str, define: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     text = linear(256, 1024, 512, "bf16")
-    assert "MK_WGMMA_DRAIN" not in cuda_source(text, tmp_path / "a", num_sms=132)
-    monkeypatch.setenv("MK_CUDA_GEMM_IN_FLIGHT", "0")
-    assert "#define MK_WGMMA_DRAIN 1" in cuda_source(text, tmp_path / "b", num_sms=132)
+    assert define not in cuda_source(text, tmp_path / "a", num_sms=132)
+    monkeypatch.setenv(switch, value)
+    assert f"#define {define} 1" in cuda_source(text, tmp_path / "b", num_sms=132)
 
 
 @pytest.mark.usefixtures("no_nvcc")
@@ -113,7 +122,7 @@ def test_an_untransposed_matmul_passes_its_layout(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-@pytest.mark.parametrize("which", ["wgmma_gemm", "mma", "called", "drained"])
+@pytest.mark.parametrize("which", ["wgmma_gemm", "mma", "called", "drained", "staged"])
 def test_the_tensor_core_bodies_build_without_spills(
     which: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -124,7 +133,9 @@ def test_the_tensor_core_bodies_build_without_spills(
         monkeypatch.setenv("MK_CUDA_INLINE_BODIES", "0")
     if which == "drained":
         monkeypatch.setenv("MK_CUDA_GEMM_IN_FLIGHT", "0")
-    if which in ("called", "drained"):
+    if which == "staged":
+        monkeypatch.setenv("MK_CUDA_GEMM_STAGED_SUMS", "1")
+    if which in ("called", "drained", "staged"):
         which = "wgmma_gemm"
     text = linear_program(40, 48, 72, True, 3) if which == "wgmma_gemm" else matmul(96, 40, 200)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path, norm_rows=0)  # the norm fused

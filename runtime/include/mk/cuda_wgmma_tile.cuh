@@ -42,6 +42,7 @@ struct WgmmaGemm {
   using SmemB = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<T>{},
                                              cute::Shape<cute::Int<NT>, cute::Int<kGemmKc>, cute::Int<Stages>>{}));
   static constexpr int kThreads = cute::size(Mma{});
+  static constexpr int kStageBytes = (kRows + NT) * kGemmKc * 2;
 };
 
 // ws's slots held in registers: a column's slot found by compares and its fields by selects,
@@ -145,6 +146,47 @@ struct WeightUnits {
   }
 };
 
+// The tile's sums into the body's accumulators in two passes over `stage`, the stages' shared
+// memory, free once every warpgroup's products are done: each thread's registers as they lie in
+// a dense MP x kLd matrix (addresses known at compile time but for the thread's base), then a
+// rolled loop of 4-column runs from it into each weight's sums. The per-element form (the
+// default) unrolls a slot pick and two bounds checks per register: ~36 KB of SASS a body.
+template <int TM, int NT, int kLd, class Acc, class Coords>
+__device__ inline void staged_sums(float* stage, bool mma_thread, const Acc& acc, const Coords& coords,
+                                   const GemmWeights& ws) {
+  __syncthreads();  // every warpgroup's products read the stages last
+  if (mma_thread) {
+#pragma unroll
+    for (int e = 0; e < cute::size(acc); ++e) stage[cute::get<0>(coords(e)) * kLd + cute::get<1>(coords(e))] = acc(e);
+  }
+  __syncthreads();
+  const GemmSlots slots(ws);
+  const bool assign = ws.assign;
+  for (int u = threadIdx.x; u < TM * (NT / 4); u += blockDim.x) {
+    const int row = u / (NT / 4), c = (u % (NT / 4)) * 4;
+    const int i = slots.slot(c);
+    const int col = c - GemmSlots::pick(i, slots.start), rows = GemmSlots::pick(i, slots.rows);
+    if (col >= rows) continue;  // the zero rows between two weights (each rounded up to 8)
+    const float4 v = *reinterpret_cast<const float4*>(stage + row * kLd + c);
+    float* const to = GemmSlots::pick(i, slots.acc) + row * rows + col;
+    if (col + 4 <= rows && (reinterpret_cast<uintptr_t>(to) & 15) == 0) {
+      float4 sum = v;
+      if (!assign) {
+        const float4 was = *reinterpret_cast<const float4*>(to);
+        sum = make_float4(v.x + was.x, v.y + was.y, v.z + was.z, v.w + was.w);
+      }
+      *reinterpret_cast<float4*>(to) = sum;
+    } else {
+      const float part[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (col + j < rows) to[j] = part[j] + (assign ? 0.0f : to[j]);
+      }
+    }
+  }
+  __syncthreads();
+}
+
 // Shared-memory writes of the generic proxy (cp.async, stores) made visible to wgmma's reads.
 __device__ inline void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
@@ -246,21 +288,30 @@ __device__ MK_WGMMA_TILE_INLINE void wgmma_gemm_tile(const uint16_t* x, int64_t 
     warpgroup_fence_operand(acc);
   }
   if (g != nullptr && sum_sq != nullptr) add_row_sums<MP>(ss, sum_sq, TM);
+#if defined(MK_WGMMA_STAGED_SUMS)
+  constexpr int kLd = NT + 8;  // a row of the staged sums: 8 banks on from the row above
+  if constexpr (MP * kLd * 4 <= Stages * G::kStageBytes) {
+    staged_sums<TM, NT, kLd>(reinterpret_cast<float*>(base), mma_thread, acc,
+                             thr.partition_C(make_identity_tensor(Shape<Int<MP>, Int<NT>>{})), ws);
+    return;
+  }
+#endif
   if (mma_thread) {
     // Read from ws again here rather than kept in registers through the K loop.
     const GemmSlots slots(ws);
     const bool assign = ws.assign;
     Tensor coords = thr.partition_C(make_identity_tensor(Shape<Int<MP>, Int<NT>>{}));
-#pragma unroll
-    for (int e = 0; e < size(acc); ++e) {
+    auto put = [&](int e) {
       const int row = get<0>(coords(e)), c0 = get<1>(coords(e));
-      if (row >= TM) continue;
+      if (row >= TM) return;
       const int i = slots.slot(c0);
       const int col = c0 - GemmSlots::pick(i, slots.start), rows = GemmSlots::pick(i, slots.rows);
-      if (col >= rows) continue;
+      if (col >= rows) return;
       float* const to = GemmSlots::pick(i, slots.acc) + row * rows + col;
       *to = acc(e) + (assign ? 0.0f : *to);
-    }
+    };
+#pragma unroll
+    for (int e = 0; e < size(acc); ++e) put(e);
   }
   __syncthreads();
 }
