@@ -471,13 +471,17 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
     bodies = _bodies(grids, refs)
     shared = SharedBodies(slot_format="bp[{k}]")
     staged: dict[str, int] = {}  # per function, its weights' bytes in the staging ring
+    gemm_fns: set[str] = set()  # the functions that run a wgmma tile
     for gi, (grid, (lines, need)) in enumerate(zip(grids, bodies, strict=True)):
         fn = shared.add(f"task_{gi}_{_ident(grid.sym_name.data)}", grid.sym_name.data, lines)
         staged[fn.name] = need.staged
-    wgmma = any(need.wgmma for _, need in bodies)
+        if need.wgmma:
+            gemm_fns.add(fn.name)
+    wgmma = bool(gemm_fns)
     extra = WGMMA_HEADER + "\n" if wgmma else ""
     inline = switches.inline_bodies(wgmma, len(shared.functions))
-    defines = switches.defines(profile, op_marks.warm(), inline)
+    gemm_only = switches.inline_gemm()
+    defines = switches.defines(profile, op_marks.warm(), inline or gemm_only)
     out = [_PRELUDE.format(name=g.sym_name.data, defines=defines, extra=extra)]
     scratch = max((need.scratch for _, need in bodies), default=0)
     front = max((need.smem for _, need in bodies if not need.wide), default=0)
@@ -488,7 +492,10 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
         for fn in shared.functions:
             fn.body = marked[fn.name][0]
         labels = {grid: tuple(marked[fn.name][1]) for grid, fn, _ in shared.calls}
-    out += [device_function(fn, inline) for fn in shared.functions]
+    out += [
+        device_function(fn, inline or (gemm_only and fn.name in gemm_fns))
+        for fn in shared.functions
+    ]
     batch, pipe = switches.flag("MK_CUDA_WAIT_BATCH"), switches.flag("MK_CUDA_POLL_PIPE")
     out.append(
         dispatch_struct(

@@ -270,7 +270,20 @@ def inline_bodies(wgmma: bool, functions: int = 1) -> bool:
     text = os.environ.get("MK_CUDA_INLINE_BODIES", "") or "auto"
     if text == "auto":
         return wgmma and functions <= INLINE_MOST_BODIES
+    if text == "gemm":
+        return False  # the wgmma bodies only (inline_gemm)
     return text == "walk" or flag("MK_CUDA_INLINE_BODIES")
+
+
+def inline_gemm() -> bool:
+    """MK_CUDA_INLINE_BODIES=gemm (opt-in, not yet run on a GPU): only the bodies that run a
+    wgmma tile are inlined, with the walk's task runner, `run` and the tiles as for `walk`, the
+    other bodies staying calls. ptxas then keeps the wgmma pipelined: no call crosses it. In a
+    local build of a 2-layer qwen3-0.6b prefill with MK_CUDA_GEMM_STAGED_SUMS=1: 24 s, no C7510
+    (the called bodies' wgmma waited after every instruction: ~15 % of their ncu samples,
+    session 50), the entry spilling 812 B; with the per-element sums the same build took 7.5
+    minutes and spilled 2.1 KB."""
+    return os.environ.get("MK_CUDA_INLINE_BODIES", "") == "gemm"
 
 
 def inline_walk() -> bool:
@@ -280,8 +293,9 @@ def inline_walk() -> bool:
     their own (a tile that two bodies share, the runner that the walk calls from two places),
     and ptxas then serializes the wgmma anyway (C7510): a prefill's linears. On the H200
     (session 47) a 2-layer qwen3-0.6b prefill's step took 2,000 against 2,132 us, its linears'
-    tiles no faster, and the whole model's build passed 2 minutes."""
-    return os.environ.get("MK_CUDA_INLINE_BODIES", "") == "walk"
+    tiles no faster, and the whole model's build passed 2 minutes. inline_gemm does the same
+    around the wgmma bodies alone."""
+    return os.environ.get("MK_CUDA_INLINE_BODIES", "") in ("walk", "gemm")
 
 
 def row_runs(decode_shaped: bool) -> bool:

@@ -315,22 +315,30 @@ def test_a_tile_past_the_sums_registers_keeps_the_generic_loop(tmp_path: Path) -
 
 
 @pytest.mark.skipif(NVCC is None or cuda_build.cute_include_dir() is None, reason="needs CuTe")
-@pytest.mark.parametrize("inline", ["", "walk"])
+@pytest.mark.parametrize("inline", ["", "walk", "gemm"])
 def test_a_walk_inlined_whole_keeps_the_wgmma_pipelined(
     inline: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A prefill's many bodies stay calls by default, and ptxas serializes their wgmma (C7510);
     MK_CUDA_INLINE_BODIES=walk inlines the bodies, the tiles, `run` and the task runner, and
-    the megakernel makes no call at all."""
+    the megakernel makes no call at all; `gemm` inlines the same around the wgmma bodies only,
+    the others staying calls that no wgmma crosses."""
     monkeypatch.setenv("MK_CUDA_INLINE_BODIES", inline)
+    monkeypatch.setenv("MK_CUDA_GEMM_STAGED_SUMS", "1" if inline == "gemm" else "")
     prog = mk.compile(
         prefill_program(preset("tiny-qwen3"), 1, 150, 160), target="cuda", cache_dir=tmp_path
     )
     src = prog.cuda_source  # type: ignore[attr-defined]
-    assert ("#define MK_INLINE_WALK 1" in src) == (inline == "walk")
-    assert ("__forceinline__ int32_t run(" in src) == (inline == "walk")
+    assert ("#define MK_INLINE_WALK 1" in src) == (inline != "")
+    assert ("__forceinline__ int32_t run(" in src) == (inline != "")
+    if inline == "gemm":
+        bodies = re.findall(r"__(force|no)inline__ int32_t (task_\w+)\(", src)
+        assert {how for how, _ in bodies} == {"force", "no"}
+        for how, name in bodies:  # exactly the bodies that run a wgmma tile are inlined
+            body = src[src.index(f"int32_t {name}(") :].split("\n}\n", 1)[0]
+            assert ("wgmma_gemm_tile<" in body) == (how == "force"), name
     used = prog.cuda_resources  # type: ignore[attr-defined]
-    assert used is not None and used.wgmma_serialized == (inline != "walk"), used
+    assert used is not None and used.wgmma_serialized == (inline == ""), used
 
 
 def prefill_attention(s: int, heads: int = 4, d: int = 64) -> str:

@@ -214,6 +214,24 @@ def test_mk_generate_prefills_on_the_gpu(
     assert "check: ok" in capsys.readouterr().out
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "switches",
+    ["MK_CUDA_GEMM_STAGED_SUMS=1", "MK_CUDA_INLINE_BODIES=gemm,MK_CUDA_GEMM_STAGED_SUMS=1"],
+)
+def test_the_gemm_tiles_switches_prefill_on_the_gpu(
+    switches: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The opt-in forms of the wgmma tile's epilogue and inlining, on tiny-qwen3's prefill."""
+    from mk.tools.mk_generate import main
+
+    for item in switches.split(","):
+        monkeypatch.setenv(*item.split("=", 1))
+    argv = ["--model", "tiny-qwen3", "--batch", "2", "--prompt-len", "40", "--steps", "6"]
+    assert main([*argv, "--target", "cuda", "--prefill", "mk", "--check"]) == 0
+    assert "check: ok" in capsys.readouterr().out
+
+
 def test_the_prefill_bench_counts_the_linears_flops() -> None:
     from bench_scripts import load
 
