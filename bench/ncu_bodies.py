@@ -85,6 +85,10 @@ def main() -> int:
     args = parser.parse_args()
     found = bodies(args.report, args.cubin)
     total = sum(b.samples for b in found.values()) or 1.0
+    if len([b for b in found.values() if b.samples]) == 1:
+        # No body holds any sampled address: the cubin of another module in the same library.
+        print(f"{args.cubin}: all samples in one function, not this launch's cubin")
+        return 1
     print(f"{'body':28s} {'samples':>8s} {'instr M':>8s}  top stalls")
     for name, b in sorted(found.items(), key=lambda kv: -kv[1].samples):
         if b.samples == 0:

@@ -86,7 +86,11 @@ for step in $steps; do
       for cubin in "$OUT"/cubin/*.cubin; do
         [ -e "$cubin" ] && python3 "$ROOT/bench/ncu_bodies.py" "$OUT/sass.csv" "$cubin" ${NCU_BODY:+--body $NCU_BODY} \
           2>&1 | tee -a "$OUT/ncu.log"
-      done ;;
+      done
+      # At most 8 files come back from the device tool: the cubins (the kernel's is the one whose
+      # table above is not all `dispatcher`) beside sass.csv, which holds the SASS text too.
+      mv "$OUT"/cubin/*.cubin "$OUT"/ 2>/dev/null
+      rm -rf "$OUT/cubin" "$OUT/step.ncu-rep" "$OUT"/*.sass ;;
     product)
       python3 "$ROOT/bench/product.py" ${PRODUCT_ARGS:-} 2>&1 | tee "$OUT/product.log" ;;
     mma)

@@ -46,3 +46,17 @@ def test_a_report_without_instructions_is_a_clear_error(tmp_path: Path) -> None:
     report.write_text('"ID","Kernel Name"\n"0","megakernel"\n')
     with pytest.raises(SystemExit, match="no per-instruction table"):
         nb.bodies(report, tmp_path / "k.cubin")
+
+
+def test_another_modules_cubin_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A library's second cubin holds none of the launch's bodies: every sample would land on
+    the dispatcher, so the table is refused rather than printed."""
+    nb = _module()
+    report = tmp_path / "sass.csv"
+    report.write_text(REPORT)
+    monkeypatch.setattr(nb, "functions", lambda cubin: [(0x0, 0x2000, "_ZN2mk10megakernel")])
+    monkeypatch.setattr("sys.argv", ["ncu_bodies.py", str(report), str(tmp_path / "k.cubin")])
+    assert nb.main() == 1
+    assert "not this launch's cubin" in capsys.readouterr().out
