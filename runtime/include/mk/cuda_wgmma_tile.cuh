@@ -72,6 +72,13 @@ struct GemmSlots {
     for (int j = 1; j < kGemmMaxWeights; ++j) i += r >= start[j];
     return i;
   }
+  // Where the sum of tile column c in `row` goes, with `room` columns of its weight from there
+  // on; null in the zero rows between two weights (each rounded up to 8).
+  __device__ float* sum_at(int row, int c, int& room) const {
+    const int i = slot(c), col = c - pick(i, start), n = pick(i, rows);
+    room = n - col;
+    return room > 0 ? pick(i, acc) + row * n + col : nullptr;
+  }
   template <class V>
   __device__ static V pick(int i, const V (&v)[kGemmMaxWeights]) {
     V out = v[0];
@@ -164,12 +171,11 @@ __device__ inline void staged_sums(float* stage, bool mma_thread, const Acc& acc
   const bool assign = ws.assign;
   for (int u = threadIdx.x; u < TM * (NT / 4); u += blockDim.x) {
     const int row = u / (NT / 4), c = (u % (NT / 4)) * 4;
-    const int i = slots.slot(c);
-    const int col = c - GemmSlots::pick(i, slots.start), rows = GemmSlots::pick(i, slots.rows);
-    if (col >= rows) continue;  // the zero rows between two weights (each rounded up to 8)
+    int room;
+    float* const to = slots.sum_at(row, c, room);
+    if (to == nullptr) continue;
     const float4 v = *reinterpret_cast<const float4*>(stage + row * kLd + c);
-    float* const to = GemmSlots::pick(i, slots.acc) + row * rows + col;
-    if (col + 4 <= rows && (reinterpret_cast<uintptr_t>(to) & 15) == 0) {
+    if (room >= 4 && (reinterpret_cast<uintptr_t>(to) & 15) == 0) {
       float4 sum = v;
       if (!assign) {
         const float4 was = *reinterpret_cast<const float4*>(to);
@@ -180,7 +186,7 @@ __device__ inline void staged_sums(float* stage, bool mma_thread, const Acc& acc
       const float part[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        if (col + j < rows) to[j] = part[j] + (assign ? 0.0f : to[j]);
+        if (j < room) to[j] = part[j] + (assign ? 0.0f : to[j]);
       }
     }
   }
@@ -288,11 +294,11 @@ __device__ MK_WGMMA_TILE_INLINE void wgmma_gemm_tile(const uint16_t* x, int64_t 
     warpgroup_fence_operand(acc);
   }
   if (g != nullptr && sum_sq != nullptr) add_row_sums<MP>(ss, sum_sq, TM);
+  Tensor coords = thr.partition_C(make_identity_tensor(Shape<Int<MP>, Int<NT>>{}));
 #if defined(MK_WGMMA_STAGED_SUMS)
   constexpr int kLd = NT + 8;  // a row of the staged sums: 8 banks on from the row above
   if constexpr (MP * kLd * 4 <= Stages * G::kStageBytes) {
-    staged_sums<TM, NT, kLd>(reinterpret_cast<float*>(base), mma_thread, acc,
-                             thr.partition_C(make_identity_tensor(Shape<Int<MP>, Int<NT>>{})), ws);
+    staged_sums<TM, NT, kLd>(reinterpret_cast<float*>(base), mma_thread, acc, coords, ws);
     return;
   }
 #endif
@@ -300,18 +306,16 @@ __device__ MK_WGMMA_TILE_INLINE void wgmma_gemm_tile(const uint16_t* x, int64_t 
     // Read from ws again here rather than kept in registers through the K loop.
     const GemmSlots slots(ws);
     const bool assign = ws.assign;
-    Tensor coords = thr.partition_C(make_identity_tensor(Shape<Int<MP>, Int<NT>>{}));
-    auto put = [&](int e) {
+#pragma unroll
+    for (int e = 0; e < size(acc); ++e) {
       const int row = get<0>(coords(e)), c0 = get<1>(coords(e));
-      if (row >= TM) return;
+      if (row >= TM) continue;
       const int i = slots.slot(c0);
       const int col = c0 - GemmSlots::pick(i, slots.start), rows = GemmSlots::pick(i, slots.rows);
-      if (col >= rows) return;
+      if (col >= rows) continue;
       float* const to = GemmSlots::pick(i, slots.acc) + row * rows + col;
       *to = acc(e) + (assign ? 0.0f : *to);
-    };
-#pragma unroll
-    for (int e = 0; e < size(acc); ++e) put(e);
+    }
   }
   __syncthreads();
 }
