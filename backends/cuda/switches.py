@@ -227,12 +227,13 @@ def gemm_in_flight() -> bool:
 
 
 def gemm_staged_sums() -> bool:
-    """MK_CUDA_GEMM_STAGED_SUMS=1 (opt-in, not yet run on a GPU): the wgmma gemm tile hands its
-    sums to the body's accumulators through the stages' shared memory (each thread's registers
-    at addresses known at compile time, then a rolled loop of 4-column runs) instead of one
-    unrolled slot pick and two bounds checks per register, which took ~30 % of a prefill's `q`
-    body in ncu's samples (bench/RESULTS.md, session 50)."""
-    return flag("MK_CUDA_GEMM_STAGED_SUMS")
+    """MK_CUDA_GEMM_STAGED_SUMS: 1 (default) lets the wgmma gemm tile hand its sums to the
+    body's accumulators through the stages' shared memory (each thread's registers at addresses
+    known at compile time, then a rolled loop of 4-column runs); 0 unrolls one slot pick and two
+    bounds checks per register, which took ~30 % of a prefill's `q` body in ncu's samples
+    (session 50). On the H200 (bench/RESULTS.md, session 51) qwen3-0.6b's prefill of 1,008 rows
+    13.077 -> 11.615 ms."""
+    return flag("MK_CUDA_GEMM_STAGED_SUMS", default=True)
 
 
 def wide_room() -> bool:
@@ -276,7 +277,8 @@ def inline_bodies(wgmma: bool, functions: int = 1) -> bool:
 
 
 def inline_gemm() -> bool:
-    """MK_CUDA_INLINE_BODIES=gemm (opt-in, not yet run on a GPU): only the bodies that run a
+    """MK_CUDA_INLINE_BODIES=gemm (opt-in; on the H200 qwen3-0.6b's whole prefill did not
+    build within 4 minutes, session 51): only the bodies that run a
     wgmma tile are inlined, with the walk's task runner, `run` and the tiles as for `walk`, the
     other bodies staying calls. ptxas then keeps the wgmma pipelined: no call crosses it. In a
     local build of a 2-layer qwen3-0.6b prefill with MK_CUDA_GEMM_STAGED_SUMS=1: 24 s, no C7510
@@ -352,8 +354,8 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_RAW_FENCE_CHUNK 1")
     if not gemm_in_flight():
         lines.append("#define MK_WGMMA_DRAIN 1")
-    if gemm_staged_sums():
-        lines.append("#define MK_WGMMA_STAGED_SUMS 1")
+    if not gemm_staged_sums():
+        lines.append("#define MK_WGMMA_SLOT_SUMS 1")
     # With the bodies inlined, the arena's overflow messages (printf) are the calls left; the
     # overflow still traps.
     if inline:

@@ -38,16 +38,17 @@ def products(src: str) -> list[str]:
     return re.findall(r"mk::gpu::(mma_tile<\w+>|(?:wgmma_)?gemm_tile<\w+|matmul_tile\b)", src)
 
 
-@pytest.fixture(params=["wgmma", "mma", "called", "drained", "staged"])
+@pytest.fixture(params=["wgmma", "mma", "called", "drained", "slots"])
 def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The gemm tiles: wgmma through CuTe in a megakernel whose bodies are inlined (the
     default), mma.sync, wgmma in bodies called (MK_CUDA_INLINE_BODIES=0), wgmma draining the
-    tensor cores at every chunk (MK_CUDA_GEMM_IN_FLIGHT=0), and wgmma handing its sums over through
-    shared memory (MK_CUDA_GEMM_STAGED_SUMS=1); the call's prefix."""
+    tensor cores at every chunk (MK_CUDA_GEMM_IN_FLIGHT=0), and wgmma handing its sums over
+    register by register rather than through shared memory (MK_CUDA_GEMM_STAGED_SUMS=0); the
+    call's prefix."""
     monkeypatch.setenv("MK_CUDA_GEMM", "mma" if request.param == "mma" else "wgmma")
     monkeypatch.setenv("MK_CUDA_INLINE_BODIES", "0" if request.param == "called" else "")
     monkeypatch.setenv("MK_CUDA_GEMM_IN_FLIGHT", "0" if request.param == "drained" else "")
-    monkeypatch.setenv("MK_CUDA_GEMM_STAGED_SUMS", "1" if request.param == "staged" else "")
+    monkeypatch.setenv("MK_CUDA_GEMM_STAGED_SUMS", "0" if request.param == "slots" else "")
     return "" if request.param == "mma" else "wgmma_"
 
 
@@ -56,7 +57,7 @@ def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     ("switch", "value", "define"),
     [
         ("MK_CUDA_GEMM_IN_FLIGHT", "0", "MK_WGMMA_DRAIN"),
-        ("MK_CUDA_GEMM_STAGED_SUMS", "1", "MK_WGMMA_STAGED_SUMS"),
+        ("MK_CUDA_GEMM_STAGED_SUMS", "0", "MK_WGMMA_SLOT_SUMS"),
     ],
 )
 def test_the_wgmma_tiles_build_switches(
@@ -122,7 +123,7 @@ def test_an_untransposed_matmul_passes_its_layout(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
-@pytest.mark.parametrize("which", ["wgmma_gemm", "mma", "called", "drained", "staged"])
+@pytest.mark.parametrize("which", ["wgmma_gemm", "mma", "called", "drained", "slots"])
 def test_the_tensor_core_bodies_build_without_spills(
     which: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -133,9 +134,9 @@ def test_the_tensor_core_bodies_build_without_spills(
         monkeypatch.setenv("MK_CUDA_INLINE_BODIES", "0")
     if which == "drained":
         monkeypatch.setenv("MK_CUDA_GEMM_IN_FLIGHT", "0")
-    if which == "staged":
-        monkeypatch.setenv("MK_CUDA_GEMM_STAGED_SUMS", "1")
-    if which in ("called", "drained", "staged"):
+    if which == "slots":
+        monkeypatch.setenv("MK_CUDA_GEMM_STAGED_SUMS", "0")
+    if which in ("called", "drained", "slots"):
         which = "wgmma_gemm"
     text = linear_program(40, 48, 72, True, 3) if which == "wgmma_gemm" else matmul(96, 40, 200)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path, norm_rows=0)  # the norm fused
@@ -324,7 +325,6 @@ def test_a_walk_inlined_whole_keeps_the_wgmma_pipelined(
     the megakernel makes no call at all; `gemm` inlines the same around the wgmma bodies only,
     the others staying calls that no wgmma crosses."""
     monkeypatch.setenv("MK_CUDA_INLINE_BODIES", inline)
-    monkeypatch.setenv("MK_CUDA_GEMM_STAGED_SUMS", "1" if inline == "gemm" else "")
     prog = mk.compile(
         prefill_program(preset("tiny-qwen3"), 1, 150, 160), target="cuda", cache_dir=tmp_path
     )
