@@ -24,7 +24,7 @@ _QUIET = re.compile(
     r"|const int64_t (bx|last) .*"
     r"|\w+\.resize\(\d+\);|if \(ahead == .*)$"
 )
-_ALIAS = re.compile(r"^(\w+)\.alias\((\w+)\);$")
+ALIAS = re.compile(r"^(\w+)\.alias\((\w+)\);$")
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def place_barriers(lines: Sequence[str], loops: Sequence[Loop], trailing: bool =
             dirty.update(dict.fromkeys(loop.writes, loop.n))
             pending = True
             continue
-        alias = _ALIAS.match(line)
+        alias = ALIAS.match(line)
         if alias and alias.group(2) in dirty:
             dirty[alias.group(1)] = dirty[alias.group(2)]
         elif not alias and not _QUIET.match(line) and pending:

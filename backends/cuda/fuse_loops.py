@@ -7,7 +7,11 @@ of earlier loops' tiles are all at its own element `e` (so barriers.py puts no b
 it) can run inside an earlier loop over that n: each thread still computes an element's
 operands before the element, in the same thread. It moves up past the loops in between only
 when it shares no tile with them. Only `MK_FOR_EACH_U32` loops the emitter wrote move; only
-`resize` lines (a tile's logical size) may lie between; anything else ends the run.
+`resize` lines (a tile's logical size) and `alias` lines (a reshape's view) may lie between;
+anything else ends the run. A view is the same elements in the same order, so the loops name
+every tile by the tile it views (for this analysis and for barriers.py's); the view's line moves
+above the loop its reader joins (a prefill attention's normalising loop and its store through
+the output's reshape: one loop, whose output tile local_tiles.py then keeps out of memory).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mk.backends.cuda.barriers import PLACEHOLDER, Loop
+from mk.backends.cuda.barriers import ALIAS, PLACEHOLDER, Loop
 
 _HEADER = re.compile(r"^MK_FOR_EACH_U32\(e, (\d+)\) \{$")
 _RESIZE = re.compile(r"^\w+\.resize\(\d+\);$")
@@ -65,24 +69,35 @@ def _join(target: Loop, later: Loop) -> Loop:
     )
 
 
+def _viewed(loop: Loop, views: dict[str, str]) -> Loop:
+    """`loop` with every tile named by the tile it views."""
+    reads = tuple((views.get(t, t), at) for t, at in loop.reads)
+    return Loop(loop.n, reads, tuple(views.get(t, t) for t in loop.writes), loop.text)
+
+
 def fuse_element_loops(lines: Sequence[str], loops: Sequence[Loop]) -> tuple[list[str], list[Loop]]:
     """`lines` and `loops` (placeholders as for place_barriers) with each movable loop merged
-    into the latest earlier one it may join."""
+    into the latest earlier one it may join, and every loop's tiles named by what they view."""
     out: list[str] = []
     groups: list[_Group] = []
     run: list[int] = []  # groups since the last statement that ends a run, in order
+    views: dict[str, str] = {}  # a view -> the tile it shares storage with
     for line in lines:
         if not line.startswith(PLACEHOLDER):
-            if not _RESIZE.match(line):
+            if alias := ALIAS.match(line):
+                views[alias.group(1)] = views.get(alias.group(2), alias.group(2))
+            elif not _RESIZE.match(line):
                 run = []
             out.append(line)
             continue
-        loop = loops[int(line[len(PLACEHOLDER) :])]
+        original = loops[int(line[len(PLACEHOLDER) :])]
+        loop = _viewed(original, views)
         movable = _element_loop(loop)
         target = _target(groups, run, loop) if movable else None
         if target is not None:
             groups[target].loop = _join(groups[target].loop, loop)
-            _resize_first(out, f"{PLACEHOLDER}{target}", loop.writes)
+            named = {t for t, _ in original.reads} | set(original.writes)
+            _lines_first(out, f"{PLACEHOLDER}{target}", loop.writes, named)
             continue
         run.append(len(groups))
         groups.append(_Group(loop, movable))
@@ -90,14 +105,16 @@ def fuse_element_loops(lines: Sequence[str], loops: Sequence[Loop]) -> tuple[lis
     return out, [g.loop for g in groups]
 
 
-def _resize_first(out: list[str], placeholder: str, tiles: Sequence[str]) -> None:
-    """Moves the `resize` of each tile a joined loop writes above the loop it joined."""
+def _lines_first(out: list[str], placeholder: str, tiles: Sequence[str], named: set[str]) -> None:
+    """Moves the `resize` of each tile a joined loop writes, then the `alias` line of each view
+    it names (in their order), above the loop it joined."""
     at = out.index(placeholder)
-    sizes = [i for i in range(at + 1, len(out)) if out[i].split(".", 1)[0] in tiles]
-    moved = [out[i] for i in sizes if _RESIZE.match(out[i])]
-    for i in reversed(sizes):
-        if _RESIZE.match(out[i]):
-            del out[i]
+    later = range(at + 1, len(out))
+    sizes = [i for i in later if _RESIZE.match(out[i]) and out[i].split(".", 1)[0] in tiles]
+    aliases = [i for i in later if (a := ALIAS.match(out[i])) and a.group(1) in named]
+    moved = [out[i] for i in sizes] + [out[i] for i in aliases]
+    for i in sorted(sizes + aliases, reverse=True):
+        del out[i]
     out[at:at] = moved
 
 

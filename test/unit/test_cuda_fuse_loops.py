@@ -105,3 +105,20 @@ def test_decode_epilogues_become_one_loop_per_extent(
     monkeypatch.setenv("MK_CUDA_BARRIERS", "all")  # one loop per op again, for telling races apart
     strict = mk.compile(path, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
     assert strict.count("MK_FOR_EACH_U32(") == plain.count("MK_FOR_EACH_U32(")
+
+
+def test_a_loop_reading_a_view_joins_the_views_writer() -> None:
+    """A reshape's view names its source's elements in their order: a store through the view
+    joins the loop that wrote the source, and the view's line moves above that loop."""
+    loops = [_loop(8, (), ("a",), "A;"), _loop(8, (("v", "e"),), (), "STORE v;")]
+    lines = [_holders(2)[0], "v.alias(a);", _holders(2)[1]]
+    out = _fused(lines, loops)
+    assert out == ["v.alias(a);", "MK_FOR_EACH_U32(e, 8) {", "A;", "STORE v;", "}"]
+
+
+def test_a_view_read_elsewhere_keeps_its_barrier() -> None:
+    """Named by the tile it views, a read at another element still waits for the writer."""
+    loops = [_loop(8, (), ("a",), "A;"), _loop(8, (("v", "0"),), ("b",), "B;")]
+    lines = [_holders(2)[0], "v.alias(a);", _holders(2)[1]]
+    out = _fused(lines, loops)
+    assert out == ["MK_FOR_EACH_U32(e, 8) {", "A;", "}", "v.alias(a);", BARRIER, *loops[1].text]
