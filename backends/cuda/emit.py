@@ -48,6 +48,7 @@ from mk.backends.cuda.fuse_loops import fuse_element_loops
 from mk.backends.cuda.load_groups import group_loads
 from mk.backends.cuda.local_tiles import localise_tiles
 from mk.backends.cuda.mma_tile import WGMMA_HEADER, GemmPlan, gemm_lines, mma_tile, plan_gemm
+from mk.backends.cuda.pair_loops import pair_loops
 from mk.backends.cuda.row_ops import static_row_op
 from mk.backends.cuda.rows_add import RowsAdd, plan_rows_add
 from mk.backends.cuda.split_merge import MergedX, MergePlan, merge_lines, plan_merge
@@ -193,6 +194,8 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
             body, loops = fuse_element_loops(body, loops)
             if switches.local_tiles():
                 body, loops = localise_tiles(body, loops)
+            if switches.pair_stores():
+                loops = pair_loops(loops)
         lines = group_loads(place_barriers(body, loops, trailing=False))
         if self.stage:
             lines.insert(

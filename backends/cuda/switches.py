@@ -243,6 +243,13 @@ def local_tiles() -> bool:
     return flag("MK_CUDA_LOCAL_TILES", default=True)
 
 
+def pair_stores() -> bool:
+    """MK_CUDA_PAIR_STORES=1 (opt-in, not yet measured): an element loop that only computes
+    values and stores 16-bit runs of even length takes two elements a thread, one 4-byte store
+    for each pair (backends/cuda/pair_loops.py)."""
+    return flag("MK_CUDA_PAIR_STORES")
+
+
 def wide_room() -> bool:
     """MK_CUDA_WIDE_ROOM: 1 (default) lets a streamed linear whose tiles are tiny take
     stream.WIDE_ROOM of shared memory for its activation chunks and ring, reaching into the

@@ -262,6 +262,24 @@ __device__ inline void store_run_elem(void* base, int64_t first, int64_t ld, uin
   store_elem(base, Dtype, first + r * ld + (e - r * Cols), value);
 }
 
+// Elements e and e + 1 (e even) of runs of Cols (even) 16-bit elements, as store_run_elem
+// stores them one by one: one 4-byte store where the pair's address allows (emitted by
+// backends/cuda/pair_loops.py).
+template <int32_t Dtype, uint32_t Cols>
+__device__ inline void store_run_pair(void* base, int64_t first, int64_t ld, uint32_t e, float a, float b) {
+  static_assert(Cols % 2 == 0 && (Dtype == DTYPE_BF16 || Dtype == DTYPE_F16), "pairs of 16-bit runs");
+  const uint32_t r = e / Cols;
+  uint16_t* const at = static_cast<uint16_t*>(base) + first + r * ld + (e - r * Cols);
+  const uint16_t lo = Dtype == DTYPE_BF16 ? f32_to_bf16(a) : f32_to_f16(a);
+  const uint16_t hi = Dtype == DTYPE_BF16 ? f32_to_bf16(b) : f32_to_f16(b);
+  if ((reinterpret_cast<uintptr_t>(at) & 3) == 0) {
+    *reinterpret_cast<uint32_t*>(at) = static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
+  } else {
+    at[0] = lo;
+    at[1] = hi;
+  }
+}
+
 // Element e of an accumulating output's runs added into its f32 result: a `red.global.add.f32`,
 // since the blocks of the output add into the same elements at once.
 template <uint32_t Cols, class T>

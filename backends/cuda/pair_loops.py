@@ -1,0 +1,72 @@
+"""Element loops that only compute and store 16-bit runs take two elements a thread (opt-in).
+
+A prefill body's epilogue stores each element of its f32 sums as one 2-byte store, with its own
+row and column arithmetic: ~16 % of a gemm body's ncu samples (bench/RESULTS.md, session 50).
+Two neighbouring elements a thread make one 4-byte store (`mk::gpu::store_run_pair`) where the
+runs' columns come in pairs. Element e then lives on thread e / 2 mod blockDim, not e mod
+blockDim: only a loop that writes no tile pairs, and its reads are marked so that barriers.py
+waits for any earlier loop that wrote them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from mk.backends.cuda.barriers import Loop
+
+_HEADER = re.compile(r"^MK_FOR_EACH_U32\(e, (\d+)\) \{$")
+_STORE = re.compile(
+    r"^mk::gpu::store_run_elem<(mk::DTYPE_(?:BF16|F16)), (\d+)>\((.*), e, ([^,]*)\);(  // store)?$"
+)
+_VALUE = re.compile(r"^const \w+ \w+ = .*;$")
+PAIRED = "pair"  # the offset barriers.py sees for a paired loop's reads: never its own element
+
+
+def _pairable(loop: Loop) -> bool:
+    header = _HEADER.match(loop.text[0]) if loop.text else None
+    if header is None or int(header.group(1)) % 2 or loop.writes or loop.text[-1] != "}":
+        return False
+    stores = [_STORE.match(line) for line in loop.text[1:-1]]
+    if not any(stores):
+        return False
+    return all(
+        (s is not None and int(s.group(2)) % 2 == 0) or _VALUE.match(line)
+        for s, line in zip(stores, loop.text[1:-1], strict=True)
+    )
+
+
+def _paired(loop: Loop) -> Loop:
+    n = int(_HEADER.match(loop.text[0]).group(1))  # type: ignore[union-attr]
+    body: list[str] = []
+    stores: list[str] = []
+    for line in loop.text[1:-1]:
+        store = _STORE.match(line)
+        if store is None:
+            body.append(line)
+            continue
+        k = len(stores)
+        body.append(f"mk_pair[{k}][j] = {store.group(4)};")
+        stores.append(
+            f"mk::gpu::store_run_pair<{store.group(1)}, {store.group(2)}>({store.group(3)}, e2, "
+            f"mk_pair[{k}][0], mk_pair[{k}][1]);  // store"
+        )
+    text = (
+        f"for (uint32_t e2 = 2 * threadIdx.x; e2 < {n}u; e2 += 2 * blockDim.x) {{",
+        f"float mk_pair[{len(stores)}][2];",
+        "#pragma unroll",
+        "for (uint32_t j = 0; j < 2; ++j) {",
+        "const uint32_t e = e2 + j;",
+        *body,
+        "}",
+        *stores,
+        "}",
+    )
+    reads = tuple((t, PAIRED if at == "e" else at) for t, at in loop.reads)
+    return Loop(loop.n, reads, loop.writes, text)
+
+
+def pair_loops(loops: Sequence[Loop]) -> list[Loop]:
+    """`loops` with every loop that only computes values and stores 16-bit runs of even
+    length taking two elements a thread."""
+    return [_paired(loop) if _pairable(loop) else loop for loop in loops]
