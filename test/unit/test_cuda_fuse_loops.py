@@ -13,6 +13,16 @@ from mk.backends.cuda.fuse_loops import fuse_element_loops
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def block_without(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, switch: str) -> tuple[str, str]:
+    """The Llama block's CUDA with `switch` set to 0, then by default."""
+    path = ROOT / "examples/llama3_8b_block.mlir"
+    monkeypatch.setenv(switch, "0")
+    off = mk.compile(path, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    monkeypatch.delenv(switch)
+    on = mk.compile(path, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    return off, on
+
+
 def _loop(n: int, reads: tuple[tuple[str, str], ...], writes: tuple[str, ...], body: str) -> Loop:
     return Loop(n, reads, writes, (f"MK_FOR_EACH_U32(e, {n}) {{", body, "}"))
 
@@ -94,11 +104,8 @@ def test_decode_epilogues_become_one_loop_per_extent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The Llama block's bodies: fewer element loops by default than with MK_CUDA_FUSE_LOOPS=0."""
+    plain, fused = block_without(tmp_path, monkeypatch, "MK_CUDA_FUSE_LOOPS")
     path = ROOT / "examples/llama3_8b_block.mlir"
-    monkeypatch.setenv("MK_CUDA_FUSE_LOOPS", "0")
-    plain = mk.compile(path, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
-    monkeypatch.delenv("MK_CUDA_FUSE_LOOPS")
-    fused = mk.compile(path, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
     assert fused.count("MK_FOR_EACH_U32(") < plain.count("MK_FOR_EACH_U32(")
     assert fused.count("// store") == plain.count("// store")
     assert fused.count(BARRIER) <= plain.count(BARRIER)

@@ -5,12 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_cuda_fuse_loops import block_without
 
-import mk
 from mk.backends.cuda.barriers import PLACEHOLDER, Loop
 from mk.backends.cuda.local_tiles import localise_tiles
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _loop(reads: tuple[tuple[str, str], ...], writes: tuple[str, ...], *body: str) -> Loop:
@@ -77,11 +75,7 @@ def test_the_llama_blocks_epilogues_keep_no_tile_they_store_at_once(
 ) -> None:
     """Fewer tiles with the pass than with MK_CUDA_LOCAL_TILES=0, the same stores, and every
     body that shares a function across layers still shares it."""
-    path = ROOT / "examples/llama3_8b_block.mlir"
-    monkeypatch.setenv("MK_CUDA_LOCAL_TILES", "0")
-    kept = mk.compile(path, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
-    monkeypatch.delenv("MK_CUDA_LOCAL_TILES")
-    local = mk.compile(path, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    kept, local = block_without(tmp_path, monkeypatch, "MK_CUDA_LOCAL_TILES")
     assert local.count("mk::gpu::Tile<") < kept.count("mk::gpu::Tile<")
     assert local.count("// store") == kept.count("// store")
     assert local.count("// task.grid") == kept.count("// task.grid")
