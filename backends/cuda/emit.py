@@ -194,8 +194,8 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
             body, loops = fuse_element_loops(body, loops)
             if switches.local_tiles():
                 body, loops = localise_tiles(body, loops)
-            if switches.pair_stores():
-                loops = pair_loops(loops)
+            if least := switches.pair_stores():
+                loops = pair_loops(loops, least)
         lines = group_loads(place_barriers(body, loops, trailing=False))
         if self.stage:
             lines.insert(

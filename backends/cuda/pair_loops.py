@@ -1,11 +1,13 @@
-"""Element loops that only compute and store 16-bit runs take two elements a thread (opt-in).
+"""Element loops that only compute and store 16-bit runs take two elements a thread.
 
 A prefill body's epilogue stores each element of its f32 sums as one 2-byte store, with its own
 row and column arithmetic: ~16 % of a gemm body's ncu samples (bench/RESULTS.md, session 50).
 Two neighbouring elements a thread make one 4-byte store (`mk::gpu::store_run_pair`) where the
 runs' columns come in pairs. Element e then lives on thread e / 2 mod blockDim, not e mod
 blockDim: only a loop that writes no tile pairs, and its reads are marked so that barriers.py
-waits for any earlier loop that wrote them.
+waits for any earlier loop that wrote them. On the H200 qwen3-0.6b's prefill took 10.91
+against 11.06 ms without (bench/RESULTS.md, session 51); by default only loops of
+switches.PAIR_MIN elements or more pair, which leaves a decode step's CUDA as it was.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ _VALUE = re.compile(r"^const \w+ \w+ = .*;$")
 PAIRED = "pair"  # the offset barriers.py sees for a paired loop's reads: never its own element
 
 
-def _pairable(loop: Loop) -> bool:
+def _pairable(loop: Loop, least: int) -> bool:
     header = _HEADER.match(loop.text[0]) if loop.text else None
-    if header is None or int(header.group(1)) % 2 or loop.writes or loop.text[-1] != "}":
+    if header is None or loop.writes or loop.text[-1] != "}":
+        return False
+    if int(header.group(1)) % 2 or int(header.group(1)) < least:
         return False
     stores = [_STORE.match(line) for line in loop.text[1:-1]]
     if not any(stores):
@@ -66,7 +70,7 @@ def _paired(loop: Loop) -> Loop:
     return Loop(loop.n, reads, loop.writes, text)
 
 
-def pair_loops(loops: Sequence[Loop]) -> list[Loop]:
-    """`loops` with every loop that only computes values and stores 16-bit runs of even
-    length taking two elements a thread."""
-    return [_paired(loop) if _pairable(loop) else loop for loop in loops]
+def pair_loops(loops: Sequence[Loop], least: int = 2) -> list[Loop]:
+    """`loops` with every loop of at least `least` elements that only computes values and
+    stores 16-bit runs of even length taking two elements a thread."""
+    return [_paired(loop) if _pairable(loop, least) else loop for loop in loops]

@@ -243,12 +243,19 @@ def local_tiles() -> bool:
     return flag("MK_CUDA_LOCAL_TILES", default=True)
 
 
-def pair_stores() -> bool:
-    """MK_CUDA_PAIR_STORES=1 (opt-in): an element loop that only computes values and stores
-    16-bit runs of even length takes two elements a thread, one 4-byte store for each pair
-    (backends/cuda/pair_loops.py). On the H200 (session 51) qwen3-0.6b's prefill 11.061 ->
-    10.913 ms in one call; not yet run on a decode program, whose small loops it pairs too."""
-    return flag("MK_CUDA_PAIR_STORES")
+# The fewest elements of a loop that pair_stores pairs by default: a prefill's epilogues (4,032
+# elements and more), not a decode step's (8 to 128, whose timing was not run with pairs).
+PAIR_MIN = 1024
+
+
+def pair_stores() -> int:
+    """MK_CUDA_PAIR_STORES: an element loop of at least the returned count of elements that
+    only computes values and stores 16-bit runs of even length takes two elements a thread, one
+    4-byte store for each pair (backends/cuda/pair_loops.py). `auto` (default): PAIR_MIN; `all`:
+    any loop; `0`: none. On the H200 (session 51) qwen3-0.6b's prefill 11.061 -> 10.913 ms in one
+    call (every loop of its CUDA has 4,032 elements or more: `auto` and `all` emit the same)."""
+    mode = choice("MK_CUDA_PAIR_STORES", ("auto", "all", "0"))
+    return {"auto": PAIR_MIN, "all": 2}.get(mode, 0)
 
 
 def wide_room() -> bool:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+import mk
 from mk.backends.cuda.barriers import BARRIER, PLACEHOLDER, Loop, place_barriers
 from mk.backends.cuda.pair_loops import PAIRED, pair_loops
 
+ROOT = Path(__file__).resolve().parents[2]
 STORE = (
     "mk::gpu::store_run_elem<mk::DTYPE_BF16, {cols}>(bp[4], 64 * bx, 2048, e, {value});  // store"
 )
@@ -52,3 +56,21 @@ def test_a_paired_loop_waits_for_the_loop_that_wrote_its_tiles() -> None:
     assert out.count(BARRIER) == 1
     plain = place_barriers([f"{PLACEHOLDER}0", f"{PLACEHOLDER}1"], [write, store], trailing=False)
     assert plain.count(BARRIER) == 0
+
+
+def test_a_loop_shorter_than_the_least_stays() -> None:
+    loop = _loop(8, (), STORE.format(cols=64, value="t1_a[e]"))
+    assert pair_loops([loop], least=16) == [loop]
+    assert pair_loops([loop], least=8) != [loop]
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(("mode", "paired"), [("", False), ("all", True), ("0", False)])
+def test_a_decode_blocks_small_loops_pair_only_when_asked(
+    mode: str, paired: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By default only loops of PAIR_MIN elements or more pair: a decode step's stay as timed."""
+    monkeypatch.setenv("MK_CUDA_PAIR_STORES", mode)
+    path = ROOT / "examples/llama3_8b_block.mlir"
+    src = mk.compile(path, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    assert ("mk::gpu::store_run_pair<" in src) == paired

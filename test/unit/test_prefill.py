@@ -217,13 +217,13 @@ def test_mk_generate_prefills_on_the_gpu(
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "switches",
-    ["MK_CUDA_GEMM_STAGED_SUMS=0", "MK_CUDA_INLINE_BODIES=gemm", "MK_CUDA_PAIR_STORES=1"],
+    ["MK_CUDA_GEMM_STAGED_SUMS=0", "MK_CUDA_INLINE_BODIES=gemm", "MK_CUDA_PAIR_STORES=0"],
 )
 def test_the_gemm_tiles_switches_prefill_on_the_gpu(
     switches: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The per-register form of the wgmma tile's epilogue, the opt-in inlining of the wgmma
-    bodies alone and the opt-in paired stores, on tiny-qwen3's prefill."""
+    bodies alone and the stores one element a thread, on tiny-qwen3's prefill."""
     from mk.tools.mk_generate import main
 
     for item in switches.split(","):
