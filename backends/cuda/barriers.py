@@ -25,6 +25,9 @@ _QUIET = re.compile(
     r"|\w+\.resize\(\d+\);|if \(ahead == .*)$"
 )
 ALIAS = re.compile(r"^(\w+)\.alias\((\w+)\);$")
+RESIZE = re.compile(r"^(\w+)\.resize\(\d+\);$")
+# The header of an element loop the emitter wrote: element e on thread e mod blockDim.
+ELEMENT_LOOP = re.compile(r"^MK_FOR_EACH_U32\(e, (\d+)\) \{$")
 
 
 @dataclass(frozen=True)

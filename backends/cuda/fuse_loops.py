@@ -16,14 +16,10 @@ the output's reshape: one loop, whose output tile local_tiles.py then keeps out 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mk.backends.cuda.barriers import ALIAS, PLACEHOLDER, Loop
-
-_HEADER = re.compile(r"^MK_FOR_EACH_U32\(e, (\d+)\) \{$")
-_RESIZE = re.compile(r"^\w+\.resize\(\d+\);$")
+from mk.backends.cuda.barriers import ALIAS, ELEMENT_LOOP, PLACEHOLDER, RESIZE, Loop
 
 
 @dataclass
@@ -39,7 +35,7 @@ def _names(loop: Loop) -> set[str]:
 
 
 def _element_loop(loop: Loop) -> bool:
-    header = _HEADER.match(loop.text[0]) if loop.text else None
+    header = ELEMENT_LOOP.match(loop.text[0]) if loop.text else None
     return header is not None and int(header.group(1)) == loop.n and loop.text[-1] == "}"
 
 
@@ -86,7 +82,7 @@ def fuse_element_loops(lines: Sequence[str], loops: Sequence[Loop]) -> tuple[lis
         if not line.startswith(PLACEHOLDER):
             if alias := ALIAS.match(line):
                 views[alias.group(1)] = views.get(alias.group(2), alias.group(2))
-            elif not _RESIZE.match(line):
+            elif not RESIZE.match(line):
                 run = []
             out.append(line)
             continue
@@ -110,7 +106,7 @@ def _lines_first(out: list[str], placeholder: str, tiles: Sequence[str], named: 
     it names (in their order), above the loop it joined."""
     at = out.index(placeholder)
     later = range(at + 1, len(out))
-    sizes = [i for i in later if _RESIZE.match(out[i]) and out[i].split(".", 1)[0] in tiles]
+    sizes = [i for i in later if RESIZE.match(out[i]) and out[i].split(".", 1)[0] in tiles]
     aliases = [i for i in later if (a := ALIAS.match(out[i])) and a.group(1) in named]
     moved = [out[i] for i in sizes] + [out[i] for i in aliases]
     for i in sorted(sizes + aliases, reverse=True):

@@ -16,10 +16,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from mk.backends.cuda.barriers import ALIAS, PLACEHOLDER, Loop
+from mk.backends.cuda.barriers import ALIAS, ELEMENT_LOOP, PLACEHOLDER, RESIZE, Loop
 
 _DECL = re.compile(r"^(?:mk::gpu::Tile<(\w+)> (\w+)\(|std::vector<(\w+)> (\w+);$)")
-_HEADER = re.compile(r"^MK_FOR_EACH_U32\(e, \d+\) \{$")
 
 
 def _declared(decl: re.Match[str]) -> tuple[str, str]:
@@ -52,7 +51,8 @@ def _bookkeeping(line: str, names: set[str]) -> bool:
         return _declared(decl)[0] in names
     if alias:
         return alias.group(1) in names
-    return bool(re.match(r"^(\w+)\.resize\(\d+\);$", line)) and line.split(".", 1)[0] in names
+    size = RESIZE.match(line)
+    return size is not None and size.group(1) in names
 
 
 def _localised(text: Sequence[str], tile: str, names: set[str], ctype: str) -> list[str] | None:
@@ -90,7 +90,7 @@ def localise_tiles(lines: Sequence[str], loops: Sequence[Loop]) -> tuple[list[st
     loops = list(loops)
     gone: set[str] = set()
     for index, loop in enumerate(loops):
-        if not loop.text or not _HEADER.match(loop.text[0]):
+        if not loop.text or not ELEMENT_LOOP.match(loop.text[0]):
             continue
         for tile in dict.fromkeys(loop.writes):
             names = _family(tile, views)

@@ -15,9 +15,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from mk.backends.cuda.barriers import Loop
+from mk.backends.cuda.barriers import ELEMENT_LOOP, Loop
 
-_HEADER = re.compile(r"^MK_FOR_EACH_U32\(e, (\d+)\) \{$")
 _STORE = re.compile(
     r"^mk::gpu::store_run_elem<(mk::DTYPE_(?:BF16|F16)), (\d+)>\((.*), e, ([^,]*)\);(  // store)?$"
 )
@@ -26,10 +25,10 @@ PAIRED = "pair"  # the offset barriers.py sees for a paired loop's reads: never 
 
 
 def _pairable(loop: Loop, least: int) -> bool:
-    header = _HEADER.match(loop.text[0]) if loop.text else None
-    if header is None or loop.writes or loop.text[-1] != "}":
+    header = ELEMENT_LOOP.match(loop.text[0]) if loop.text else None
+    if header is None or int(header.group(1)) != loop.n or loop.writes or loop.text[-1] != "}":
         return False
-    if int(header.group(1)) % 2 or int(header.group(1)) < least:
+    if loop.n % 2 or loop.n < least:
         return False
     stores = [_STORE.match(line) for line in loop.text[1:-1]]
     if not any(stores):
@@ -41,7 +40,6 @@ def _pairable(loop: Loop, least: int) -> bool:
 
 
 def _paired(loop: Loop) -> Loop:
-    n = int(_HEADER.match(loop.text[0]).group(1))  # type: ignore[union-attr]
     body: list[str] = []
     stores: list[str] = []
     for line in loop.text[1:-1]:
@@ -56,7 +54,7 @@ def _paired(loop: Loop) -> Loop:
             f"mk_pair[{k}][0], mk_pair[{k}][1]);  // store"
         )
     text = (
-        f"for (uint32_t e2 = 2 * threadIdx.x; e2 < {n}u; e2 += 2 * blockDim.x) {{",
+        f"for (uint32_t e2 = 2 * threadIdx.x; e2 < {loop.n}u; e2 += 2 * blockDim.x) {{",
         f"float mk_pair[{len(stores)}][2];",
         "#pragma unroll",
         "for (uint32_t j = 0; j < 2; ++j) {",

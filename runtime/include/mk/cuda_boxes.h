@@ -270,8 +270,8 @@ __device__ inline void store_run_pair(void* base, int64_t first, int64_t ld, uin
   static_assert(Cols % 2 == 0 && (Dtype == DTYPE_BF16 || Dtype == DTYPE_F16), "pairs of 16-bit runs");
   const uint32_t r = e / Cols;
   uint16_t* const at = static_cast<uint16_t*>(base) + first + r * ld + (e - r * Cols);
-  const uint16_t lo = Dtype == DTYPE_BF16 ? f32_to_bf16(a) : f32_to_f16(a);
-  const uint16_t hi = Dtype == DTYPE_BF16 ? f32_to_bf16(b) : f32_to_f16(b);
+  const uint16_t lo = float_half_bits<Dtype == DTYPE_BF16>(a);
+  const uint16_t hi = float_half_bits<Dtype == DTYPE_BF16>(b);
   if ((reinterpret_cast<uintptr_t>(at) & 3) == 0) {
     *reinterpret_cast<uint32_t*>(at) = static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
   } else {
