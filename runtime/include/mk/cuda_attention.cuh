@@ -77,30 +77,33 @@ __device__ inline void load_row_operands(RowOperands& o, const RowOps& ops, int 
 
 // A lane's 8 consecutive elements of a head row (D = 8·L) through the row's ops, computed as
 // rms_norm_tile and lib_rope compute them: x / sqrt(mean(x²) + eps) · g (squares summed in
-// double), then RoPE pairing element j with j + D/2 (held by lane ^ L/2), then rounding.
+// double), then RoPE pairing element j with j + D/2 (held by lane ^ L/2), then rounding. The
+// shuffles run whether or not the row has each op: the groups of one warp may hold rows with
+// different ops (prepare_rows).
 template <int L>
 __device__ inline void row_ops(float (&x)[8], const RowOps& ops, const RowOperands& o, int lane) {
+  double s = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float sq = x[i] * x[i];
+    s += sq;
+  }
+#pragma unroll
+  for (int off = L / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
   if (ops.g != nullptr) {
-    double s = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float sq = x[i] * x[i];
-      s += sq;
-    }
-#pragma unroll
-    for (int off = L / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
     const float root = sqrtf(static_cast<float>(s) / static_cast<float>(8 * L) + ops.eps);
 #pragma unroll
     for (int i = 0; i < 8; ++i) x[i] = x[i] / root * o.g[i];
   }
   if constexpr (L % 2 == 0) {  // RoPE pairs the halves of a row: D >= 16 (the planner's rule)
-    if (ops.cos == nullptr) return round_row(x, ops.out_dtype);
     float y[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) y[i] = __shfl_xor_sync(0xffffffffu, x[i], L / 2);
-    const bool low = lane < L / 2;
+    if (ops.cos != nullptr) {
+      const bool low = lane < L / 2;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) x[i] = low ? x[i] * o.c[i] - y[i] * o.s[i] : x[i] * o.c[i] + y[i] * o.s[i];
+      for (int i = 0; i < 8; ++i) x[i] = low ? x[i] * o.c[i] - y[i] * o.s[i] : x[i] * o.c[i] + y[i] * o.s[i];
+    }
   }
   round_row(x, ops.out_dtype);
 }
@@ -149,36 +152,116 @@ __device__ inline void softmax_round(float (&o)[R][8], float (&m)[R], float (&l)
   }
 }
 
-// Group size L lanes, U keys' loads in flight per lane.
+// Whether the query rows go through ops (q's per-head norm and RoPE folded into the attention).
+__device__ inline bool has_ops(const RowOps& ops) { return ops.g != nullptr || ops.cos != nullptr; }
+
+// x or y field by field: the fields both hold the same (dtypes, in a body) stay constants, which
+// a select of the structs' addresses would turn into loads (and every element load into a switch
+// over dtypes).
+__device__ inline RowOps pick_ops(bool take_x, const RowOps& x, const RowOps& y) {
+  RowOps r;
+  r.g = take_x ? x.g : y.g;
+  r.g_dtype = take_x ? x.g_dtype : y.g_dtype;
+  r.eps = take_x ? x.eps : y.eps;
+  r.cos = take_x ? x.cos : y.cos;
+  r.sin = take_x ? x.sin : y.sin;
+  r.t_dtype = take_x ? x.t_dtype : y.t_dtype;
+  r.out_dtype = take_x ? x.out_dtype : y.out_dtype;
+  return r;
+}
+
+// The rows the folded attention computes before its stream, into shared memory `rows` ([R + 2][D]
+// floats): the R query rows through q_ops and, in the task that holds the new key jn (`owns_new`),
+// the new K row through k_ops (the cache's row where there is no new one) and the new V row.
+// One lane group a row, so a task runs the ops' code once, not once per row in every thread:
+// that code runs once per layer from a cold instruction cache (unrolled over two query rows in
+// every thread, it took ~2.5 µs of a qwen3-0.6b attention task on the H200). A group past the
+// last row repeats it without storing: its warp's shuffles need every lane. Ends with
+// __syncthreads().
+template <int R, int D>
+__device__ void prepare_rows(const StreamAttention& a, bool owns_new, int jn, float* rows) {
+  constexpr int L = D / 8;
+  const int groups = static_cast<int>(blockDim.x) / L, lane = static_cast<int>(threadIdx.x) % L;
+  const bool new_k = owns_new && a.k_new != nullptr;
+  const int jobs = R + (new_k ? 1 : 0), warp_group = static_cast<int>(threadIdx.x & ~31u) / L;
+  for (int j0 = 0; j0 < jobs && j0 + warp_group < jobs; j0 += groups) {
+    const int job = j0 + static_cast<int>(threadIdx.x) / L, row = job < jobs ? job : jobs - 1;
+    const bool k = row == R;
+    const RowOps ops = pick_ops(k, a.k_ops, a.q_ops);
+    float x[8];
+    RowOperands o;
+    load_row8(x, k ? a.k_new : a.q, k ? a.k_new_dtype : a.q_dtype, k ? 0 : row * D, lane);
+    load_row_operands<L>(o, ops, lane);
+    row_ops<L>(x, ops, o, lane);
+    if (job == row) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) rows[row * D + lane * 8 + i] = x[i];
+    }
+  }
+  if (owns_new) {  // rows taken as they are
+    for (int i = static_cast<int>(threadIdx.x); i < D; i += static_cast<int>(blockDim.x)) {
+      if (a.v_new != nullptr) {
+        rows[(R + 1) * D + i] = load_elem_f(a.v_new, a.v_new_dtype, i);
+      } else {
+        rows[(R + 1) * D + i] = load_elem_f(a.v + jn * a.ld, a.kv_dtype, i);
+      }
+      if (a.k_new == nullptr) rows[R * D + i] = load_elem_f(a.k + jn * a.ld, a.kv_dtype, i);
+    }
+  }
+  __syncthreads();
+}
+
+// The new K/V row's key (task key jn, its rows in `rows` after the query rows) into the
+// online-softmax state of slot 0. Every lane computes the score: the group's shuffles need the
+// whole warp.
+template <int R, int D, class Score>
+__device__ inline void add_new_key(const StreamAttention& a, Score& score, const float (&q)[R][8],
+                                   int jn, const float* rows, float (&o)[R][8], float (&m)[R],
+                                   float (&l)[R]) {
+  constexpr int L = D / 8;
+  const int slot = static_cast<int>(threadIdx.x) / L, lane = static_cast<int>(threadIdx.x) % L;
+  const float* kn = rows + R * D + lane * 8;
+  const float* vn = rows + (R + 1) * D + lane * 8;
+  float s[1][R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc = fmaf(q[r][i], kn[i], acc);
+    s[0][r] = acc;
+  }
+#pragma unroll
+  for (int off = L / 2; off > 0; off >>= 1) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) s[0][r] += __shfl_xor_sync(0xffffffffu, s[0][r], off);
+  }
+  if (slot != 0) return;
+#pragma unroll
+  for (int r = 0; r < R; ++r) s[0][r] = score(s[0][r], a.key0 + jn);
+  softmax_round<R, 1>(o, m, l, s);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) o[r][i] = fmaf(s[0][r], vn[i], o[r][i]);
+  }
+}
+
+// Group size L lanes, U keys' loads in flight per lane: keys b..e-1 of the task (slot s takes
+// b + s, b + s + slots, ...) into the state (o, m, l).
 template <int R, int D, int U, bool Vec, class Score>
-__device__ void attention_keys(const StreamAttention& a, Score& score, float (&o)[R][8],
-                               float (&m)[R], float (&l)[R]) {
+__device__ void attention_keys(const StreamAttention& a, Score& score, const float (&q)[R][8], int b,
+                               int e, float (&o)[R][8], float (&m)[R], float (&l)[R]) {
   constexpr int L = D / 8;
   const int slots = static_cast<int>(blockDim.x) / L;
   const int slot = static_cast<int>(threadIdx.x) / L, lane = static_cast<int>(threadIdx.x) % L;
   const bool bf16 = a.kv_dtype == DTYPE_BF16;
-  float q[R][8], kn[8], vn[8];
-  RowOperands qo, ko;
-#pragma unroll
-  for (int r = 0; r < R; ++r) load_row8(q[r], a.q, a.q_dtype, r * D, lane);
-  load_row_operands<L>(qo, a.q_ops, lane);
-  if (a.k_new != nullptr) {
-    load_row8(kn, a.k_new, a.k_new_dtype, 0, lane);
-    load_row_operands<L>(ko, a.k_ops, lane);
-  }
-  // The new V row too, with the other loads: loaded at its key, it was a round trip in the
-  // middle of the loop of the task that holds it, the phase's last to finish.
-  if (a.v_new != nullptr) load_row8(vn, a.v_new, a.v_new_dtype, 0, lane);
-#pragma unroll
-  for (int r = 0; r < R; ++r) row_ops<L>(q[r], a.q_ops, qo, lane);
-  if (a.k_new != nullptr) row_ops<L>(kn, a.k_ops, ko, lane);
   // A round: U keys of every slot, their K and V loads all in flight before the first is used.
   auto load_round = [&](int j0, uint4 (&kr)[U], uint4 (&vr)[U]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int j = j0 + u * slots;
       kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
-      if (j < a.keys) {
+      if (j < e) {
         kr[u] = load8<Vec, false>(a.k + j * a.ld + lane * 8);
         vr[u] = load8<Vec, false>(a.v + j * a.ld + lane * 8);
       }
@@ -190,13 +273,8 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, float (&o
     float s[U][R];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int j = j0 + u * slots;
       float kf[8];
       unpack8(kf, kr[u], bf16);
-      if (a.k_new != nullptr && j < a.keys && a.key0 + j == a.new_key) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) kf[i] = kn[i];
-      }
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         float acc = 0.0f;
@@ -217,18 +295,13 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, float (&o
     for (int u = 0; u < U; ++u) {
       const int j = j0 + u * slots;
 #pragma unroll
-      for (int r = 0; r < R; ++r) s[u][r] = j < a.keys ? score(s[u][r], a.key0 + j) : -INFINITY;
+      for (int r = 0; r < R; ++r) s[u][r] = j < e ? score(s[u][r], a.key0 + j) : -INFINITY;
     }
     softmax_round<R, U>(o, m, l, s);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int j = j0 + u * slots;
       float vf[8];
       unpack8(vf, vr[u], bf16);
-      if (a.v_new != nullptr && j < a.keys && a.key0 + j == a.new_key) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) vf[i] = vn[i];
-      }
 #pragma unroll
       for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -243,8 +316,8 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, float (&o
   // U keys per memory latency.
   if constexpr (kAttnPipe) {
     uint4 kr[U], vr[U];
-    load_round(slot, kr, vr);
-    for (int j0 = slot; j0 - slot < a.keys; j0 += U * slots) {
+    load_round(b + slot, kr, vr);
+    for (int j0 = b + slot; j0 - slot < e; j0 += U * slots) {
       uint4 kr_next[U], vr_next[U];
       load_round(j0 + U * slots, kr_next, vr_next);
       use_round(j0, kr, vr);
@@ -255,7 +328,7 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, float (&o
       }
     }
   } else {
-    for (int j0 = slot; j0 - slot < a.keys; j0 += U * slots) {
+    for (int j0 = b + slot; j0 - slot < e; j0 += U * slots) {
       uint4 kr[U], vr[U];
       load_round(j0, kr, vr);
       use_round(j0, kr, vr);
@@ -286,17 +359,41 @@ __device__ void stream_attention(const StreamAttention& a, Score score) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) o[r][i] = 0.0f;
   }
-  const bool vec = ((reinterpret_cast<uintptr_t>(a.k) | reinterpret_cast<uintptr_t>(a.v)) & 15) == 0 &&
-                   a.ld % 8 == 0;
-  if (vec) {
-    attention_keys<R, D, U, true>(a, score, o, m, l);
-  } else {
-    // Unaligned caches are rare: one key's loads in flight, so the variant costs little code
-    // (each body is fetched from a cold instruction cache once per layer).
-    attention_keys<R, D, 1, false>(a, score, o, m, l);
-  }
   const int slots = static_cast<int>(blockDim.x) / L;
   const int slot = static_cast<int>(threadIdx.x) / L, lane = static_cast<int>(threadIdx.x) % L;
+  // The new K/V row's key among the task's (a.keys when it is not): streamed around, its rows
+  // taken from prepare_rows instead of the cache (whose row the write fills later).
+  const int64_t at = a.new_key - a.key0;
+  const bool has_new = a.k_new != nullptr || a.v_new != nullptr;
+  const int jn = has_new && at >= 0 && at < a.keys ? static_cast<int>(at) : a.keys;
+  const float* rows = reinterpret_cast<const float*>(mk_dynamic_smem);
+  float q[R][8];
+  if (has_ops(a.q_ops) || jn < a.keys) {
+    prepare_rows<R, D>(a, jn < a.keys, jn, reinterpret_cast<float*>(mk_dynamic_smem));
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) q[r][i] = rows[r * D + lane * 8 + i];
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < R; ++r) load_row8(q[r], a.q, a.q_dtype, r * D, lane);
+  }
+  const bool vec = ((reinterpret_cast<uintptr_t>(a.k) | reinterpret_cast<uintptr_t>(a.v)) & 15) == 0 &&
+                   a.ld % 8 == 0;
+  // The keys before the new one, then those after it (none in a decode step: it is the last).
+#pragma unroll 1
+  for (int part = 0; part < (jn + 1 < a.keys ? 2 : 1); ++part) {
+    const int b = part == 0 ? 0 : jn + 1, e = part == 0 ? jn : a.keys;
+    if (vec) {
+      attention_keys<R, D, U, true>(a, score, q, b, e, o, m, l);
+    } else {
+      // Unaligned caches are rare: one key's loads in flight, so the variant costs little code
+      // (each body is fetched from a cold instruction cache once per layer).
+      attention_keys<R, D, 1, false>(a, score, q, b, e, o, m, l);
+    }
+  }
+  if (jn < a.keys) add_new_key<R, D>(a, score, q, jn, rows, o, m, l);
   float* so = reinterpret_cast<float*>(mk_dynamic_smem);  // [slots][R][D]
   float* sm = so + slots * R * D;                          // [slots][R]
   float* sl = sm + slots * R;
