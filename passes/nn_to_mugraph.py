@@ -410,8 +410,10 @@ class NnToMugraphPass(ModulePass):
     # 1: decode attention computes q's per-head norm and RoPE and reads the new K/V row itself,
     # so it waits for neither those kernels nor the cache writes; 2: the new rows only (q's
     # norm and RoPE keep their kernel); 3: the new rows as their kernels made them (it waits
-    # for the K row's norm and RoPE, not for the cache write); 0: it reads their results. Off
-    # by default: on the H200 all three were slower (bench/RESULTS.md).
+    # for the K row's norm and RoPE, not for the cache write); 0: it reads their results. 1 is
+    # faster at batch 1 since its CUDA body runs the row ops once a task (qwen3-0.6b 1.146 ->
+    # 1.110 ms/token on the H200, bench/RESULTS.md session 52) but stays opt-in until
+    # compute-sanitizer, batch 8 and qwen3-8b have run with it.
     attention_fold: int = 0
     # With tile-n=0, > 0: the column blocks of a linear that takes several waves minimise the
     # modelled time, waves × (task-us + the task's weight bytes at one SM's share of HBM), instead

@@ -70,3 +70,21 @@ def test_a_layer_is_the_first_layers_bodies() -> None:
     code_size = load("code_size")
     sizes = [(4096, "task_8_k8_l0_q"), (2048, "task_9_k9_l0_m"), (8192, "task_16_k16_logits")]
     assert code_size.layer_bytes([*sizes, (99999, "megakernel")]) == 6144
+
+
+@pytest.mark.skipif(
+    build.nvcc() is None or shutil.which("readelf") is None, reason="needs nvcc and readelf"
+)
+def test_the_folded_attention_body_spills_nothing(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """qwen3-0.6b's folded decode attention (attention_fold=1): its row ops once a task and the
+    new key outside the key stream keep it within the registers. Testing the new rows key by
+    key inside the unrolled rounds spilled 384 B there, and the kernel's other bodies with it."""
+    code_size = load("code_size")
+    argv = ["code_size.py", "--model", "qwen3-0.6b", "--layers", "1", "--option", "attention_fold=1"]
+    monkeypatch.setattr("sys.argv", argv)
+    assert code_size.main() == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if "task_" in line]
+    assert rows and all(row[2] == "0/0" for row in rows if row[3].endswith("_att2_o")), rows
+    assert any(row[3].endswith("_att2_o") for row in rows)

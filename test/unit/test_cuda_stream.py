@@ -62,7 +62,11 @@ def test_wave_fitted_tiles_agree_with_the_reference(tmp_path: Path) -> None:
 
 @pytest.mark.usefixtures("no_nvcc")
 def test_emitted_source_streams_and_copies(tmp_path: Path) -> None:
-    prog = mk.compile(ROOT / "examples/llama3_8b_block.mlir", target="cuda", cache_dir=tmp_path)
+    # Unfolded (attention_fold=0): K's RoPE blocks write the cache; the folded default is
+    # test_attention_fold.py's.
+    prog = mk.compile(
+        ROOT / "examples/llama3_8b_block.mlir", target="cuda", cache_dir=tmp_path, attention_fold=0
+    )
     src = prog.cuda_source  # type: ignore[attr-defined]
     assert src.count("mk::gpu::stream_linear<1, ") == 4
     # No reshape copy: q's and k's head views are read through by their RoPE blocks, v's by its

@@ -30,7 +30,8 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def block(cache: Path) -> mk.Program:
-    return mk.compile(BLOCK, target="cpu", flag_values=True, cache_dir=cache)
+    # Unfolded (attention_fold=0): q's RoPE kernel reads q's head view (q4) by plain loads.
+    return mk.compile(BLOCK, target="cpu", flag_values=True, cache_dir=cache, attention_fold=0)
 
 
 def _ops(prog: mk.Program, kind: type) -> list:
@@ -104,7 +105,7 @@ def test_the_megakernel_reads_and_writes_flags(
     import mk.backends.cuda as backend
 
     monkeypatch.setattr(backend, "nvcc", lambda: None)
-    prog = mk.compile(BLOCK, target="cuda", flag_values=True, cache_dir=cache)
+    prog = mk.compile(BLOCK, target="cuda", flag_values=True, cache_dir=cache, attention_fold=0)
     src = prog.cuda_source
     assert src.count("store_flag_run_elem") >= 3 and "load_flag_runs" in src
     assert "sl.x_flag = arena.flag;" in src

@@ -1,6 +1,6 @@
-// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph,mugraph-append-writes' | filecheck %s
-// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph,mugraph-append-writes' | mk-opt --split-input-file | filecheck %s
-// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph,mugraph-append-writes{append-writes=0}' | filecheck %s --check-prefix=OFF
+// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{attention-fold=0},mugraph-append-writes' | filecheck %s
+// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{attention-fold=0},mugraph-append-writes' | mk-opt --split-input-file | filecheck %s
+// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{attention-fold=0},mugraph-append-writes{append-writes=0}' | filecheck %s --check-prefix=OFF
 
 // A decode step's K rows: their QK-norm + RoPE kernel (one block per KV head) writes them into
 // the donated cache at %p itself; the cache_write kernel goes, and the attention reads the
