@@ -82,7 +82,15 @@ def test_the_folded_attention_body_spills_nothing(
     new key outside the key stream keep it within the registers. Testing the new rows key by
     key inside the unrolled rounds spilled 384 B there, and the kernel's other bodies with it."""
     code_size = load("code_size")
-    argv = ["code_size.py", "--model", "qwen3-0.6b", "--layers", "1", "--option", "attention_fold=1"]
+    argv = [
+        "code_size.py",
+        "--model",
+        "qwen3-0.6b",
+        "--layers",
+        "1",
+        "--option",
+        "attention_fold=1",
+    ]
     monkeypatch.setattr("sys.argv", argv)
     assert code_size.main() == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if "task_" in line]
