@@ -89,7 +89,8 @@ def mark_statements(body: Sequence[str]) -> tuple[list[str], list[str]]:
         if depth < top:  # the one-iteration loop closed
             top, statement = depth, []
             continue
-        if depth != top or not line.rstrip().endswith((";", "}")):
+        # A statement may end in a note ("...;  // the product"): it ends where its code does.
+        if depth != top or not line.split("//", 1)[0].rstrip().endswith((";", "}")):
             continue
         if len(statement) == 1 and _SILENT.match(line.strip()):
             statement = []
