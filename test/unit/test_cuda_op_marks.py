@@ -43,6 +43,18 @@ def test_marks_follow_statements_not_declarations() -> None:
     ]
 
 
+def test_a_statement_with_a_note_is_marked_where_it_ends() -> None:
+    body = [
+        "mk::gpu::rows_dot_lanes<1, 24, 1024, true>(a, w, 3072, d);  // the product",
+        "mk::gpu::add_tile_v4(y, d, 1024);  // add",
+        "mk::gpu::load_runs_together(mk::gpu::run_load<mk::DTYPE_BF16, 8, 8>(t,",
+        "    p, 0, 8));  // load",
+    ]
+    out, labels = mark_statements(body)
+    assert [out[i + 1] for i in (0, 2, 5)] == [MARK] * 3 and out.count(MARK) == 3
+    assert labels == ["rows_dot_lanes", "add_tile_v4", "load_runs_together"]
+
+
 @pytest.mark.usefixtures("no_nvcc")
 def test_profile_source_only_with_the_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
