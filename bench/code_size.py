@@ -75,8 +75,7 @@ def kernel_registers(ptxas_log: str) -> int:
 def build_cubin(source: str, where: Path) -> Path:
     """nvcc -cubin of an emitted megakernel with the backend's flags (a cubin, not a module);
     ptxas's report is left beside it in ptxas.log."""
-    from mk.backends.cpu.build import include_dir
-    from mk.backends.cuda.build import NVCC_FLAGS, cute_include_dir, nvcc
+    from mk.backends.cuda.build import NVCC_FLAGS, cuda_include_dir, cute_include_dir, nvcc
     from mk.backends.cuda.mma_tile import WGMMA_HEADER
 
     compiler = nvcc()
@@ -94,7 +93,7 @@ def build_cubin(source: str, where: Path) -> Path:
         [
             compiler,
             *flags,
-            f"-I{include_dir()}",
+            f"-I{cuda_include_dir()}",
             "-Xptxas",
             "-v",
             "-cubin",

@@ -113,9 +113,23 @@ def _cute_version(source: str) -> str:
     return version.read_text() if version is not None and version.is_file() else "no CuTe"
 
 
+def cuda_include_dir() -> Path:
+    """The runtime headers a CUDA build compiles against: $MK_CUDA_INCLUDE, another tree's
+    `runtime/include`, or the installed ones. The other tree times a change to the device-side
+    headers against these in one process (bench/variants.py: `MK_CUDA_INCLUDE=DIR` is a
+    variant); the host side stays the installed one, so the tables, launch parameters and
+    entry points must match."""
+    found = os.environ.get("MK_CUDA_INCLUDE", "")
+    if not found:
+        return include_dir()
+    if not (Path(found) / "mk" / "cuda_megakernel.cuh").is_file():
+        raise MkError(f"MK_CUDA_INCLUDE={found}: no mk/cuda_megakernel.cuh there")
+    return Path(found)
+
+
 def headers_digest() -> str:
     digest = hashlib.sha256()
-    for path in sorted((include_dir() / "mk").glob("*")):
+    for path in sorted((cuda_include_dir() / "mk").glob("*")):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
@@ -146,7 +160,7 @@ def build_cuda(source: str, root: Path) -> tuple[Path, bool]:
         src, out = Path(build) / "megakernel.cu", Path(build) / "megakernel.so"
         src.write_text(source)
         cute = cute_include_dir() if WGMMA_HEADER in source else None
-        includes = [f"-I{include_dir()}", *([f"-I{cute}"] if cute is not None else [])]
+        includes = [f"-I{cuda_include_dir()}", *([f"-I{cute}"] if cute is not None else [])]
         cmd = [compiler, *NVCC_FLAGS, *includes, str(src), "-o", str(out)]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -236,6 +237,32 @@ def test_nvcc_builds_the_switches(
 def test_nvcc_errors_are_reported(tmp_path: Path) -> None:
     with pytest.raises(MkError, match="nvcc failed"):
         cuda_build.build_cuda("this is not C++;\n", tmp_path)
+
+
+def test_another_header_tree_builds_its_own_library(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_INCLUDE: the CUDA build compiles against another tree's runtime headers (a
+    device-side change timed against the installed headers in one process), cached apart."""
+    from mk.backends.cpu.build import include_dir
+
+    assert cuda_build.cuda_include_dir() == include_dir()
+    installed = cuda_build.headers_digest()
+    other = tmp_path / "include"
+    shutil.copytree(include_dir(), other)
+    attention = other / "mk" / "cuda_attention.cuh"
+    attention.write_text(attention.read_text() + "\n// another tree\n")
+    monkeypatch.setenv("MK_CUDA_INCLUDE", str(other))
+    assert cuda_build.cuda_include_dir() == other
+    assert cuda_build.headers_digest() != installed
+    if HAS_NVCC:
+        prog = mk.compile(ROOT / "examples/rmsnorm_linear.mlir", target="cuda", cache_dir=tmp_path)
+        monkeypatch.delenv("MK_CUDA_INCLUDE")
+        again = mk.compile(ROOT / "examples/rmsnorm_linear.mlir", target="cuda", cache_dir=tmp_path)
+        assert prog.library_path != again.library_path
+    monkeypatch.setenv("MK_CUDA_INCLUDE", str(tmp_path / "nowhere"))
+    with pytest.raises(MkError, match="MK_CUDA_INCLUDE=.*nowhere: no mk/cuda_megakernel.cuh"):
+        cuda_build.cuda_include_dir()
 
 
 # --------------------------------------------------------------------------- on the GPU
