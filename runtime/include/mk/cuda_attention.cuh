@@ -366,10 +366,11 @@ __device__ void stream_attention(const StreamAttention& a, Score score) {
   const int64_t at = a.new_key - a.key0;
   const bool has_new = a.k_new != nullptr || a.v_new != nullptr;
   const int jn = has_new && at >= 0 && at < a.keys ? static_cast<int>(at) : a.keys;
-  const float* rows = reinterpret_cast<const float*>(mk_dynamic_smem);
+  // prepare_rows' (R + 2)·D floats fit in the attention's shared memory for every R and D.
+  float* rows = reinterpret_cast<float*>(mk_dynamic_smem);
   float q[R][8];
   if (has_ops(a.q_ops) || jn < a.keys) {
-    prepare_rows<R, D>(a, jn < a.keys, jn, reinterpret_cast<float*>(mk_dynamic_smem));
+    prepare_rows<R, D>(a, jn < a.keys, jn, rows);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
