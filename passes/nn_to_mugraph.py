@@ -392,7 +392,7 @@ def lower_block(block: Block, t: Tiling) -> None:
 @dataclass(frozen=True)
 class NnToMugraphPass(ModulePass):
     """`nn-to-mugraph{num-sms=132 tile-n=64 tile-k=64 tile-m=0 kv-chunk=64 kv-splits=0
-    k-splits=1 attention-fold=0 task-us=3 norm-rows=16}`."""
+    k-splits=1 attention-fold=1 task-us=3 norm-rows=16}`."""
 
     name = "nn-to-mugraph"
 
@@ -410,11 +410,10 @@ class NnToMugraphPass(ModulePass):
     # 1: decode attention computes q's per-head norm and RoPE and reads the new K/V row itself,
     # so it waits for neither those kernels nor the cache writes; 2: the new rows only (q's
     # norm and RoPE keep their kernel); 3: the new rows as their kernels made them (it waits
-    # for the K row's norm and RoPE, not for the cache write); 0: it reads their results. 1 is
-    # faster at batch 1 since its CUDA body runs the row ops once a task (qwen3-0.6b 1.146 ->
-    # 1.110 ms/token on the H200, bench/RESULTS.md session 52) but stays opt-in until
-    # compute-sanitizer, batch 8 and qwen3-8b have run with it.
-    attention_fold: int = 0
+    # for the K row's norm and RoPE, not for the cache write); 0: it reads their results. 1 by
+    # default: a layer's phase fewer (qwen3-0.6b 1.146 -> 1.110 ms/token on the H200 once its
+    # CUDA body ran the row ops once a task, bench/RESULTS.md session 52).
+    attention_fold: int = 1
     # With tile-n=0, > 0: the column blocks of a linear that takes several waves minimise the
     # modelled time, waves × (task-us + the task's weight bytes at one SM's share of HBM), instead
     # of only filling the last wave (an lm_head of 1,187 or 5,344 small tasks pays a task's

@@ -49,7 +49,7 @@ class Tiling:
     tile_m: int = 0  # rows per block before ops over rows split them; 0: row_tile()
     k_splits: int = 1  # linear family: splits of K; 0 chooses blocks ≈ num_sms, 1 never splits
     # decode attention folds q chain + new K/V rows (1), rows only (2), rows as made (3)
-    attention_fold: int = 0
+    attention_fold: int = 1
     task_us: int = 3  # tile_n 0: a linear task's fixed cost in the wave model (0: fill only)
     norm_rows: int = 16  # an RMSNorm fuses into its linears up to this many rows (0: any count)
 

@@ -1,5 +1,5 @@
 """Decode attention that computes q's norm and RoPE and reads the new K/V rows itself
-(nn-to-mugraph's attention-fold=1, opt-in), or only the rows (attention-fold=2): structure,
+(nn-to-mugraph's attention-fold=1, the default), or only the rows (attention-fold=2): structure,
 agreement on the CPU, the streamed CUDA call."""
 
 from __future__ import annotations
