@@ -382,28 +382,31 @@ def test_single_split_attention_on_the_gpu(num_sms: int, cache: Path) -> None:
 
 
 # 16 query rows per KV head: more than the streamed attention takes, so the generic tile loop.
-_WIDE_GROUP_ATTENTION = """
-func.func @att(%q: tensor<1x16x1x64xbf16>, %k: tensor<1x1x256x64xbf16>,
-               %v: tensor<1x1x256x64xbf16>, %kv_len: tensor<1xi32>) -> tensor<1x16x1x64xbf16> {
-  %o = nn.attention %q, %k, %v, %kv_len {scale = 0.125 : f32, causal = false} : (tensor<1x16x1x64xbf16>, tensor<1x1x256x64xbf16>, tensor<1x1x256x64xbf16>, tensor<1xi32>) -> tensor<1x16x1x64xbf16>
-  func.return %o : tensor<1x16x1x64xbf16>
-}
+def _wide_group_attention(dtype: str) -> str:
+    """One KV head read by 16 query heads: one kernel walking 256 keys in 4 chunks."""
+    q, kv = f"tensor<1x16x1x64x{dtype}>", f"tensor<1x1x256x64x{dtype}>"
+    return f"""
+func.func @att(%q: {q}, %k: {kv}, %v: {kv}, %kv_len: tensor<1xi32>) -> {q} {{
+  %o = nn.attention %q, %k, %v, %kv_len {{scale = 0.125 : f32, causal = false}} : ({q}, {kv}, {kv}, tensor<1xi32>) -> {q}
+  func.return %o : {q}
+}}
 """
 
 
 @pytest.mark.gpu
-@pytest.mark.xfail(
-    reason="open bug: attention lowered to ONE kernel (a single KV split, so its epilogue "
-    "normalises o/l itself) with forloop >= 2 gave garbage on the GPU through the generic tile "
-    "loop (0 or inf, changing from launch to launch: looks like a read of unwritten scratch); "
-    "forloop 1, split kernels + merge, the streamed loop and the CPU backend are exact",
-    strict=False,
-)
-def test_single_split_attention_generic_loop_on_the_gpu(cache: Path) -> None:
-    inputs = random_inputs(entry_function(load_module(_WIDE_GROUP_ATTENTION)), seed=0)
-    prog = mk.compile(_WIDE_GROUP_ATTENTION, target="cuda", num_sms=1, cache_dir=cache)
-    assert "mk::gpu::stream_attention<" not in prog.cuda_source
-    _assert_close(prog(*inputs), mk.reference(_WIDE_GROUP_ATTENTION, *inputs))
+@pytest.mark.parametrize(("dtype", "body"), [("f32", None), ("bf16", "block_attention<")])
+def test_single_split_attention_on_the_gpu(dtype: str, body: str | None, cache: Path) -> None:
+    # One kernel (a single KV split, so its epilogue normalises o/l itself) with a for-loop of
+    # 4 chunks: f32 through the generic tile loop, bf16 through block_attention. Once gave 0 or
+    # inf that changed from launch to launch, so several launches are checked.
+    text = _wide_group_attention(dtype)
+    prog = mk.compile(text, target="cuda", num_sms=1, cache_dir=cache)
+    source = prog.cuda_source  # type: ignore[attr-defined]
+    assert "mk::gpu::stream_attention<" not in source
+    assert "for (int64_t it = 0; it < 4; ++it)" in source if body is None else body in source
+    for seed in range(4):
+        inputs = random_inputs(entry_function(load_module(text)), seed=seed)
+        _assert_close(prog(*inputs), mk.reference(text, *inputs))
 
 
 @pytest.mark.usefixtures("no_nvcc")
