@@ -89,6 +89,7 @@ _PRELUDE = """\
 {defines}#include <stdint.h>
 
 #include "mk/cuda_attention.cuh"
+#include "mk/cuda_attention_mma.cuh"
 #include "mk/cuda_block_attention.cuh"
 #include "mk/cuda_megakernel.cuh"
 #include "mk/cuda_mma_tile.cuh"

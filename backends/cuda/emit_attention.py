@@ -10,7 +10,13 @@ from mk.backends.cpu.emit_ops import BufferRef
 from mk.backends.cpu.emit_scalar import dtype_code, float_literal
 from mk.backends.cuda import switches
 from mk.backends.cuda.emit_stream import StreamLinearEmitter
-from mk.backends.cuda.stream_attention import AttentionPlan, HeadRow, query_runs, score_lambda
+from mk.backends.cuda.stream_attention import (
+    AttentionPlan,
+    HeadRow,
+    mma_smem_floats,
+    query_runs,
+    score_lambda,
+)
 from mk.diagnostics import MkError, op_location
 from mk.dialects.mugraph import InputOp
 
@@ -71,8 +77,29 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         if plan.length is not None and switches.causal_skip():
             self.length_keys(plan.length)
         self.lines += score_lambda(plan, lambda op: f"{self.var(op.tile)}[0]", self.fresh)
-        emit(f"mk::gpu::stream_attention<{plan.rows}, {plan.head_dim}>(sa, score);")
+        if (kv := self.mma_keys(plan, q_row)) is not None:
+            self.smem_floats = mma_smem_floats(plan.rows, plan.head_dim)
+            bf16 = "true" if kv == "mk::DTYPE_BF16" else "false"
+            emit(f"mk::gpu::stream_attention_mma<{plan.rows}, {plan.head_dim}, {bf16}>(sa, score);")
+        else:
+            emit(f"mk::gpu::stream_attention<{plan.rows}, {plan.head_dim}>(sa, score);")
         emit("}")
+
+    def mma_keys(self, plan: AttentionPlan, q_row: HeadRow | None) -> str | None:
+        """The keys' dtype where the attention runs on tensor cores (MK_CUDA_ATTN_MMA): the
+        query rows that reach the call must be exact in it (rows of that type, or rounded to it
+        by their ops), and the head dim a multiple of 32 up to 128."""
+        d = plan.head_dim
+        if d % 32 or d > 128 or not switches.attention_mma(d):
+            return None
+        kv = self.operands[plan.k.source_index()].dtype
+        if q_row is not None:
+            q = dtype_code(q_row.out.type)
+        elif isinstance(plan.q, InputOp):
+            q = self.operands[plan.q.source_index()].dtype
+        else:
+            return None  # an f32 tile
+        return kv if q == kv else None
 
     def block_attention(self, plan: AttentionPlan) -> None:
         """mk::gpu::block_attention: many query rows (a prefill's) against all the keys."""

@@ -128,6 +128,17 @@ class AttentionPlan:
         return slots * self.rows * (self.head_dim + 2)
 
 
+MMA_KEYS = 64  # mk::gpu::kMmaAttentionKeys
+MMA_STAGES = 3  # mk::gpu::kMmaAttentionStages
+
+
+def mma_smem_floats(rows: int, d: int) -> int:
+    """mk::gpu::mma_attention_smem_bytes(rows, d) in floats: prepare_rows' rows (128-byte
+    aligned), then the stages of K and V chunks of rows padded by 8 elements."""
+    rows_bytes = -(-(rows + 2) * d * 4 // 128) * 128
+    return (rows_bytes + MMA_STAGES * 2 * MMA_KEYS * (d + 8) * 2) // 4
+
+
 def plan_attention(op: GraphDefOp) -> AttentionPlan | None:
     """The streamed form of `op`'s loop, or None when the loop does anything else."""
     loop = op.loop_ops()

@@ -280,14 +280,21 @@ def test_rows_only_call_reads_q_in_place(tmp_path: Path) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fold", [1, 2, 3])
+@pytest.mark.parametrize(
+    ("fold", "mma"),
+    [(1, "0"), (2, "0"), (3, "0"), (1, "1"), (3, "1")],
+    ids=["fold1", "fold2", "fold3", "fold1-mma", "fold3-mma"],
+)
 @pytest.mark.parametrize(
     "form", [{"d": 128, "hq": 16, "hkv": 8, "seq": 1024}, {"d": 64, "b": 2, "per_row": True},
              {"d": 64, "norm": False}, {"d": 64, "rope": False, "norm": False}, {"d": 8}],
 )  # fmt: skip
 def test_folded_attention_matches_the_reference_on_the_gpu(
-    form: dict[str, int], fold: int, tmp_path: Path
+    form: dict[str, int], fold: int, mma: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Each fold, on CUDA cores and (MK_CUDA_ATTN_MMA=1, the new rows put in the staged chunk
+    that holds their key) on tensor cores where the head dim allows."""
+    monkeypatch.setenv("MK_CUDA_ATTN_MMA", mma)
     text = decode_attention(**form)  # type: ignore[arg-type]
     for splits in (0, 3):
         prog = mk.compile(

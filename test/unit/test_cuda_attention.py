@@ -337,26 +337,84 @@ def test_pipelined_key_loop_is_a_build_option(
     assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
 
 
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(
+    ("dims", "extra", "mode", "call"),
+    [
+        ((8, 16, 8, 1024, 128), {}, "1", "stream_attention_mma<2, 128, true>"),
+        ((8, 16, 8, 1024, 128), {}, "auto", "stream_attention<2, 128>"),
+        ((2, 8, 2, 256, 64), {"dtype": "f16"}, "auto", "stream_attention_mma<4, 64, false>"),
+        ((2, 8, 2, 256, 64), {}, "0", "stream_attention<4, 64>"),
+        ((2, 4, 4, 64, 32), {}, "", "stream_attention_mma<1, 32, true>"),
+        ((3, 2, 2, 96, 16), {}, "1", "stream_attention<1, 16>"),  # not a multiple of 32
+        ((1, 8, 1, 520, 256), {}, "1", "stream_attention<8, 256>"),  # o would not fit registers
+    ],
+)
+def test_tensor_core_decode_attention_is_a_build_option(
+    dims: tuple[int, ...],
+    extra: dict[str, object],
+    mode: str,
+    call: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """MK_CUDA_ATTN_MMA=1 calls stream_attention_mma where the head dim and dtypes allow, with
+    the room its stages take; `auto` (or unset) up to head dim 64; 0 never."""
+    monkeypatch.setenv("MK_CUDA_ATTN_MMA", mode)
+    text = _attention(*dims, **extra)  # type: ignore[arg-type]
+    src = mk.compile(text, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    assert f"mk::gpu::{call}(sa, score);" in src
+    if "mma" in call:  # three stages of 64 keys' K and V rows of d + 8 elements, and the rows
+        front = int(src.split("kArenaOffset = ")[1].split(";")[0])
+        assert front >= 3 * 2 * 64 * (dims[4] + 8) * 2
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_tensor_core_switch_names_its_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MK_CUDA_ATTN_MMA", "yes")
+    with pytest.raises(mk.MkError, match="MK_CUDA_ATTN_MMA must be one of auto, 1, 0, got 'yes'"):
+        mk.compile(_attention(2, 4, 4, 64, 32), target="cuda", cache_dir=tmp_path)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_tensor_core_decode_attention_builds_without_spills(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MK_CUDA_ATTN_MMA", "1")
+    text = _attention(8, 16, 8, 1024, 128)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=2)
+    assert "mk::gpu::stream_attention_mma<2, 128, true>(" in prog.cuda_source  # type: ignore[attr-defined]
+    used = prog.cuda_resources  # type: ignore[attr-defined]
+    assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     ("dims", "extra"), SHAPES, ids=lambda s: "x".join(map(str, s)) if isinstance(s, tuple) else ""
 )
 @pytest.mark.parametrize(
-    ("pipe", "keys"), [("0", ""), ("1", ""), ("1", "8")], ids=["rounds", "pipelined", "8-keys"]
+    ("pipe", "keys", "mma"),
+    [("0", "", "0"), ("1", "", "0"), ("1", "8", "0"), ("0", "", "1")],
+    ids=["rounds", "pipelined", "8-keys", "tensor-cores"],
 )
 def test_streamed_attention_matches_the_reference(
     dims: tuple[int, ...],
     extra: dict[str, object],
     pipe: str,
     keys: str,
+    mma: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Both key loops: a round's loads then its keys, and (MK_CUDA_ATTN_PIPE=1) the next
-    round's loads in flight while this round's keys are used, with 4 or 8 keys a round;
-    kv_splits=3 gives tasks of several rounds."""
+    """The key loops: a round's loads then its keys, (MK_CUDA_ATTN_PIPE=1) the next round's
+    loads in flight while this round's keys are used, with 4 or 8 keys a round, and
+    (MK_CUDA_ATTN_MMA=1) staged chunks on tensor cores where the head dim allows; kv_splits=3
+    gives tasks of several rounds or chunks."""
     monkeypatch.setenv("MK_CUDA_ATTN_PIPE", pipe)
     monkeypatch.setenv("MK_CUDA_ATTN_KEYS", keys)
+    monkeypatch.setenv("MK_CUDA_ATTN_MMA", mma)
     text = _attention(*dims, **extra)  # type: ignore[arg-type]
     assert any(_plans(text).values())
     for splits in (0, 3):

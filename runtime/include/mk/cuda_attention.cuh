@@ -336,6 +336,32 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, const flo
   }
 }
 
+// All threads of the CTA: the final state of `slots` partial online-softmax states of R rows
+// (so [slots][R][D], sm/sl [slots][R] in shared memory) into a.o, a.m and a.l. Ends with
+// __syncthreads().
+template <int R, int D>
+__device__ inline void merge_slot_states(const StreamAttention& a, const float* so, const float* sm,
+                                         const float* sl, int slots) {
+  MK_FOR_EACH(e, R * D) {
+    const int r = static_cast<int>(e / D);
+    float peak = -INFINITY;
+    for (int s = 0; s < slots; ++s) peak = nan_max(peak, sm[s * R + r]);
+    const float shift = softmax_shift(peak);
+    float out = 0.0f, total = 0.0f;
+    for (int s = 0; s < slots; ++s) {
+      const float w = __expf(sm[s * R + r] - shift);
+      out = fmaf(w, so[(s * R + r) * D + e % D], out);
+      total = fmaf(w, sl[s * R + r], total);
+    }
+    a.o[e] = out;
+    if (e % D == 0) {
+      a.m[r] = peak;
+      a.l[r] = total;
+    }
+  }
+  __syncthreads();
+}
+
 // All threads of the CTA: the final online-softmax state of R query rows over the task's keys,
 // each score passed through score(dot, key position) first. Ends with __syncthreads().
 // Shared memory: attention_smem_floats(R, D) floats.
@@ -409,24 +435,7 @@ __device__ void stream_attention(const StreamAttention& a, Score score) {
     }
   }
   __syncthreads();
-  MK_FOR_EACH(e, R * D) {
-    const int r = static_cast<int>(e / D);
-    float peak = -INFINITY;
-    for (int s = 0; s < slots; ++s) peak = nan_max(peak, sm[s * R + r]);
-    const float shift = softmax_shift(peak);
-    float out = 0.0f, total = 0.0f;
-    for (int s = 0; s < slots; ++s) {
-      const float w = __expf(sm[s * R + r] - shift);
-      out = fmaf(w, so[(s * R + r) * D + e % D], out);
-      total = fmaf(w, sl[s * R + r], total);
-    }
-    a.o[e] = out;
-    if (e % D == 0) {
-      a.m[r] = peak;
-      a.l[r] = total;
-    }
-  }
-  __syncthreads();
+  merge_slot_states<R, D>(a, so, sm, sl, slots);
 }
 
 // The merge of S split-KV partials of R rows (backends/cuda/split_merge.py): split s's rows are

@@ -1,0 +1,199 @@
+// Decode attention on tensor cores (MK_CUDA_ATTN_MMA=1): stream_attention's contract, with the
+// task's keys staged in chunks of 64 by cp.async and each warp taking 8 keys of every chunk.
+// The query rows (at most 8, padded to mma's 16) stay in registers as A fragments; a warp's
+// scores are one m16n8k16 product per 16 head elements, and its oᵀ += Vᵀ·pᵀ one m16n8k8 per 16. The
+// CUDA-core stream holds its keys' loads in registers and waits out a round trip per round of
+// keys (a batch-8 qwen3-0.6b task of 512 keys: 8 rounds, 21.5 µs on the H200); here the next
+// chunks land while the warps work on this one, and the first ones while q's rows are prepared.
+// The warps' states are merged through shared memory at the end, as the slots' are there.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "mk/cuda_attention.cuh"
+#include "mk/cuda_block_attention.cuh"
+
+namespace mk {
+namespace gpu {
+
+constexpr int kMmaAttentionKeys = 64;   // keys a staged chunk holds: 8 for each of the 8 warps
+constexpr int kMmaAttentionStages = 3;  // chunks in flight
+
+// Shared memory of stream_attention_mma<R, D>: prepare_rows' rows, then the stages of K and V
+// chunks (rows padded by 8 elements, as block_attention's); the warps' merge reuses the front.
+__host__ __device__ constexpr int mma_attention_rows_bytes(int r, int d) {
+  return ((r + 2) * d * 4 + 127) / 128 * 128;
+}
+__host__ __device__ constexpr int mma_attention_smem_bytes(int r, int d) {
+  return mma_attention_rows_bytes(r, d) + kMmaAttentionStages * 2 * kMmaAttentionKeys * (d + 8) * 2;
+}
+
+// D += A·B for one m16n8k8 tile: A 16×8 (two packed pairs per lane), B 8×8 (one), D f32.
+template <bool BF16>
+__device__ inline void mma1688(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+  if constexpr (BF16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(b0));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(b0));
+  }
+}
+
+// Query row g's A fragments (rows g + 8 are padding: R <= 8): pairs of elements 2t, 2t + 1 and
+// 2t + 8, 2t + 9 of every 16, from the prepared rows or from q itself, in the keys' type. Exact
+// where the rows are already of that type (the emitter's condition).
+template <int R, int D, bool BF16>
+__device__ inline void query_fragments(uint32_t (&qf)[D / 16][2], const StreamAttention& a,
+                                       const float* rows, bool prepared, int g, int t) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int c = kk * 16 + h * 8 + 2 * t;
+      float x0 = 0.0f, x1 = 0.0f;
+      if (g < R) {
+        x0 = prepared ? rows[g * D + c] : load_elem_f(a.q, a.q_dtype, g * D + c);
+        x1 = prepared ? rows[g * D + c + 1] : load_elem_f(a.q, a.q_dtype, g * D + c + 1);
+      }
+      qf[kk][h] = pack_pair<BF16>(x0, x1);
+    }
+  }
+}
+
+template <int R, int D, bool BF16, class Score>
+__device__ void stream_attention_mma(const StreamAttention& a, Score score) {
+  static_assert(R >= 1 && R <= kAttentionMaxRows, "stream_attention_mma takes 1..8 query rows");
+  static_assert(D % 32 == 0 && D <= 128, "head dim: 32, 64, 96 or 128");
+  static_assert(kCudaThreads / 32 * 8 == kMmaAttentionKeys, "8 keys of a chunk a warp");
+  constexpr int KC = kMmaAttentionKeys, LD = D + 8, STAGES = kMmaAttentionStages;
+  constexpr int STAGE = 2 * KC * LD;  // elements: a K chunk, then a V chunk
+  float* rows = reinterpret_cast<float*>(mk_dynamic_smem);
+  uint16_t* const ring =
+      reinterpret_cast<uint16_t*>(mk_dynamic_smem + mma_attention_rows_bytes(R, D));
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t at = a.new_key - a.key0;
+  const bool has_new = a.k_new != nullptr || a.v_new != nullptr;
+  const int jn = has_new && at >= 0 && at < a.keys ? static_cast<int>(at) : a.keys;
+  const bool aligned = ((reinterpret_cast<uintptr_t>(a.k) | reinterpret_cast<uintptr_t>(a.v)) & 15) == 0 &&
+                       a.ld % 8 == 0;
+  const int chunks = (a.keys + KC - 1) / KC;
+  // Every call commits a group, empty past the last chunk, so that the waits count alike.
+  auto stage_chunk = [&](int c) {
+    if (c < chunks) {
+      uint16_t* to = ring + (c % STAGES) * STAGE;
+      const int n = min(KC, a.keys - c * KC);
+      const int64_t first = static_cast<int64_t>(c) * KC;
+      block_stage<D>(to, [&](int r) { return a.k + (first + r) * a.ld; }, n, KC, aligned);
+      block_stage<D>(to + KC * LD, [&](int r) { return a.v + (first + r) * a.ld; }, n, KC, aligned);
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int c = 0; c < STAGES - 1; ++c) stage_chunk(c);
+  // The rows' ops run while the first chunks land.
+  const bool prepared = has_ops(a.q_ops) || jn < a.keys;
+  if (prepared) prepare_rows<R, D>(a, jn < a.keys, jn, rows);
+  uint32_t qf[D / 16][2];
+  query_fragments<R, D, BF16>(qf, a, rows, prepared, g, t);
+  // o transposed (oᵀ = Vᵀ·pᵀ: 16 head elements × 8 query rows a tile, so no tile row is padding):
+  // o[dm] holds rows 2t, 2t + 1 of head elements dm·16 + g and dm·16 + g + 8.
+  float o[D / 16][4];
+#pragma unroll
+  for (int dm = 0; dm < D / 16; ++dm) o[dm][0] = o[dm][1] = o[dm][2] = o[dm][3] = 0.0f;
+  float m = -INFINITY, l = 0.0f;  // row g's
+  for (int c = 0; c < chunks; ++c) {
+    stage_chunk(c + STAGES - 1);
+    cp_async_wait<STAGES - 1>();  // chunk c has landed
+    __syncthreads();
+    uint16_t* const ks = ring + (c % STAGES) * STAGE;
+    uint16_t* const vs = ks + KC * LD;
+    if (jn / KC == c && jn < a.keys) {  // the new rows stand for the cache's (not yet written)
+      const int r = jn % KC;
+      for (int i = static_cast<int>(threadIdx.x); i < D; i += static_cast<int>(blockDim.x)) {
+        ks[r * LD + i] = float_half_bits<BF16>(rows[R * D + i]);
+        vs[r * LD + i] = float_half_bits<BF16>(rows[(R + 1) * D + i]);
+      }
+      __syncthreads();
+    }
+    const uint16_t* const kw = ks + warp * 8 * LD;  // this warp's 8 keys
+    const uint16_t* const vw = vs + warp * 8 * LD;
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk += 2) {
+      uint32_t b[4];
+      ldmatrix_x4(b, smem_address(kw + (lane % 8) * LD + kk * 16 + (lane / 8) * 8));
+      mma16816<BF16>(s, qf[kk][0], 0u, qf[kk][1], 0u, b[0], b[1]);
+      mma16816<BF16>(s, qf[kk + 1][0], 0u, qf[kk + 1][1], 0u, b[2], b[3]);
+    }
+    // Row g's scores of keys 2t and 2t + 1 (s[2], s[3] are the padding rows').
+    float peak = -INFINITY;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int key = c * KC + warp * 8 + 2 * t + e;
+      s[e] = g < R && key < a.keys ? score(s[e], a.key0 + key) : -INFINITY;
+      peak = nan_max(peak, s[e]);
+    }
+    peak = nan_max(peak, __shfl_xor_sync(0xffffffffu, peak, 1));
+    peak = nan_max(peak, __shfl_xor_sync(0xffffffffu, peak, 2));
+    const float m_new = nan_max(m, peak);
+    const float shift = softmax_shift(m_new);
+    const float rescale = __expf(m - shift);
+    m = m_new;
+    const float p0 = __expf(s[0] - shift), p1 = __expf(s[1] - shift);
+    l = l * rescale + p0 + p1;
+    // pᵀ's B fragment is row g's pair as it stands; the rescales of rows 2t and 2t + 1.
+    const uint32_t pb = pack_pair<BF16>(p0, p1);
+    const float r0 = __shfl_sync(0xffffffffu, rescale, 8 * t);
+    const float r1 = __shfl_sync(0xffffffffu, rescale, 8 * t + 4);
+#pragma unroll
+    for (int dm = 0; dm < D / 16; dm += 2) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, smem_address(vw + (lane % 8) * LD + dm * 16 + (lane / 8) * 8));
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        o[dm + h][0] *= r0;
+        o[dm + h][1] *= r1;
+        o[dm + h][2] *= r0;
+        o[dm + h][3] *= r1;
+        mma1688<BF16>(o[dm + h], b[2 * h], b[2 * h + 1], pb);
+      }
+    }
+    __syncthreads();  // this stage is free for chunk c + STAGES
+  }
+  cp_async_wait<0>();  // the empty groups past the last chunk
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  float* so = reinterpret_cast<float*>(mk_dynamic_smem);  // [8 warps][R][D]
+  float* sm = so + 8 * R * D;                             // [8][R]
+  float* sl = sm + 8 * R;
+  __syncthreads();
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int r = 2 * t + e;
+    if (r >= R) continue;
+#pragma unroll
+    for (int dm = 0; dm < D / 16; ++dm) {
+      so[(warp * R + r) * D + dm * 16 + g] = o[dm][e];
+      so[(warp * R + r) * D + dm * 16 + g + 8] = o[dm][e + 2];
+    }
+  }
+  if (g < R && t == 0) {
+    sm[warp * R + g] = m;
+    sl[warp * R + g] = l;
+  }
+  __syncthreads();
+  merge_slot_states<R, D>(a, so, sm, sl, kCudaThreads / 32);
+}
+
+}  // namespace gpu
+}  // namespace mk
