@@ -87,16 +87,8 @@ __device__ void stream_attention_mma(const StreamAttention& a, Score score) {
   const bool aligned = ((reinterpret_cast<uintptr_t>(a.k) | reinterpret_cast<uintptr_t>(a.v)) & 15) == 0 &&
                        a.ld % 8 == 0;
   const int chunks = (a.keys + KC - 1) / KC;
-  // Every call commits a group, empty past the last chunk, so that the waits count alike.
   auto stage_chunk = [&](int c) {
-    if (c < chunks) {
-      uint16_t* to = ring + (c % STAGES) * STAGE;
-      const int n = min(KC, a.keys - c * KC);
-      const int64_t first = static_cast<int64_t>(c) * KC;
-      block_stage<D>(to, [&](int r) { return a.k + (first + r) * a.ld; }, n, KC, aligned);
-      block_stage<D>(to + KC * LD, [&](int r) { return a.v + (first + r) * a.ld; }, n, KC, aligned);
-    }
-    cp_async_commit();
+    stage_kv_chunk<D, KC>(ring + (c % STAGES) * STAGE, a.k, a.v, a.ld, a.keys, c, aligned);
   };
 #pragma unroll
   for (int c = 0; c < STAGES - 1; ++c) stage_chunk(c);

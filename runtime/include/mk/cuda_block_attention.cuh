@@ -81,6 +81,21 @@ __device__ inline void block_stage(uint16_t* to, RowAt row_at, int n, int pad, b
   }
 }
 
+// Chunk c of KC keys (the K rows, then the V rows, D + 8 elements apart) into the stage at `to`,
+// zeros past the last key. Every call commits a group, empty past the last chunk, so that the
+// waits count alike.
+template <int D, int KC>
+__device__ inline void stage_kv_chunk(uint16_t* to, const uint16_t* k, const uint16_t* v, int64_t ld,
+                                      int keys, int c, bool aligned) {
+  if (c * KC < keys) {
+    const int n = min(KC, keys - c * KC);
+    const int64_t first = static_cast<int64_t>(c) * KC;
+    block_stage<D>(to, [&](int r) { return k + (first + r) * ld; }, n, KC, aligned);
+    block_stage<D>(to + KC * (D + 8), [&](int r) { return v + (first + r) * ld; }, n, KC, aligned);
+  }
+  cp_async_commit();
+}
+
 // All threads of the CTA; BF16: q, K and V are bf16, else f16. Ends with __syncthreads().
 // Shared memory: block_attention_smem_bytes(D). score(s, key, query) takes the positions as
 // floats (exact below 2^24), the key's as the chunk's first plus the element's offset, not
@@ -100,16 +115,8 @@ __device__ void block_attention(const BlockAttention& a, Score score) {
                          reinterpret_cast<uintptr_t>(a.q)) & 15) == 0 &&
                        a.ld % 8 == 0 && a.q_run_ld % 8 == 0;
   const int chunks = (a.keys + KC - 1) / KC;
-  // Every call commits a group, empty past the last chunk, so that the waits count alike.
   auto stage_chunk = [&](int c) {
-    if (c < chunks) {
-      uint16_t* to = smem + (c % STAGES) * STAGE;
-      const int n = min(KC, a.keys - c * KC);
-      const int64_t first = static_cast<int64_t>(c) * KC;
-      block_stage<D>(to, [&](int r) { return a.k + (first + r) * a.ld; }, n, KC, aligned);
-      block_stage<D>(to + KC * LD, [&](int r) { return a.v + (first + r) * a.ld; }, n, KC, aligned);
-    }
-    cp_async_commit();
+    stage_kv_chunk<D, KC>(smem + (c % STAGES) * STAGE, a.k, a.v, a.ld, a.keys, c, aligned);
   };
   // Q goes through the last stage (its 2·KC rows hold all 128) while the chunks before it land.
   uint16_t* const q_stage = smem + (STAGES - 1) * STAGE;
