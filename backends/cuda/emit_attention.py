@@ -88,9 +88,9 @@ class StreamAttentionEmitter(StreamLinearEmitter):
     def mma_keys(self, plan: AttentionPlan, q_row: HeadRow | None) -> str | None:
         """The keys' dtype where the attention runs on tensor cores (MK_CUDA_ATTN_MMA): the
         query rows that reach the call must be exact in it (rows of that type, or rounded to it
-        by their ops), and the head dim a multiple of 32 up to 128."""
+        by their ops), and the head dim 32, 64 or 128."""
         d = plan.head_dim
-        if d % 32 or d > 128 or not switches.attention_mma(d):
+        if d not in (32, 64, 128) or not switches.attention_mma(d):
             return None
         kv = self.operands[plan.k.source_index()].dtype
         if q_row is not None:

@@ -281,7 +281,7 @@ def attention_mma(head_dim: int) -> bool:
     """MK_CUDA_ATTN_MMA: whether a decode attention whose query rows are exact in the keys'
     16-bit type runs on tensor cores (mk::gpu::stream_attention_mma: K/V chunks staged by
     cp.async, 8 keys a warp) rather than on CUDA cores (mk::gpu::stream_attention). `auto`
-    (default) for head dims up to 64, `1` for any it takes (multiples of 32 up to 128), `0`
+    (default) for head dims up to 64, `1` for any it takes (32, 64 and 128), `0`
     never. On the H200 llama-3.2-1b (head dim 64) took 1.121 against 1.162 ms/token at batch 1,
     and qwen3-0.6b (128, three stages of 35 KB in shared memory) 1.126 against 1.105, 2.110
     against 2.094 at batch 8 (bench/RESULTS.md, session 53)."""

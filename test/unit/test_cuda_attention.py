@@ -346,7 +346,7 @@ def test_pipelined_key_loop_is_a_build_option(
         ((2, 8, 2, 256, 64), {"dtype": "f16"}, "auto", "stream_attention_mma<4, 64, false>"),
         ((2, 8, 2, 256, 64), {}, "0", "stream_attention<4, 64>"),
         ((2, 4, 4, 64, 32), {}, "", "stream_attention_mma<1, 32, true>"),
-        ((3, 2, 2, 96, 16), {}, "1", "stream_attention<1, 16>"),  # not a multiple of 32
+        ((3, 2, 2, 96, 16), {}, "1", "stream_attention<1, 16>"),  # head dim not 32, 64 or 128
         ((1, 8, 1, 520, 256), {}, "1", "stream_attention<8, 256>"),  # o would not fit registers
     ],
 )

@@ -72,7 +72,10 @@ __device__ inline void query_fragments(uint32_t (&qf)[D / 16][2], const StreamAt
 template <int R, int D, bool BF16, class Score>
 __device__ void stream_attention_mma(const StreamAttention& a, Score score) {
   static_assert(R >= 1 && R <= kAttentionMaxRows, "stream_attention_mma takes 1..8 query rows");
-  static_assert(D % 32 == 0 && D <= 128, "head dim: 32, 64, 96 or 128");
+  // Lane groups of D/8 within a warp (prepare_rows), pairs of 16-column steps (ldmatrix x4).
+  static_assert(D % 32 == 0 && D <= 128 && 32 % (D / 8) == 0, "head dim: 32, 64 or 128");
+  static_assert(8 * R * D * 4 + 2 * 8 * R * 4 <= mma_attention_smem_bytes(R, D),
+                "the warps' merge fits the room of the rows and stages");
   static_assert(kCudaThreads / 32 * 8 == kMmaAttentionKeys, "8 keys of a chunk a warp");
   constexpr int KC = kMmaAttentionKeys, LD = D + 8, STAGES = kMmaAttentionStages;
   constexpr int STAGE = 2 * KC * LD;  // elements: a K chunk, then a V chunk
