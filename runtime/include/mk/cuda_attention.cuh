@@ -170,6 +170,14 @@ __device__ inline RowOps pick_ops(bool take_x, const RowOps& x, const RowOps& y)
   return r;
 }
 
+// The new K/V row's key among the task's, a.keys when it is not one of them: its rows come
+// from prepare_rows, not from the cache (whose row the write fills after the attention's reads).
+__device__ inline int new_key_index(const StreamAttention& a) {
+  const int64_t at = a.new_key - a.key0;
+  const bool has_new = a.k_new != nullptr || a.v_new != nullptr;
+  return has_new && at >= 0 && at < a.keys ? static_cast<int>(at) : a.keys;
+}
+
 // The rows the folded attention computes before its stream, into shared memory `rows` ([R + 2][D]
 // floats): the R query rows through q_ops and, in the task that holds the new key jn (`owns_new`),
 // the new K row through k_ops (the cache's row where there is no new one) and the new V row.
@@ -387,11 +395,8 @@ __device__ void stream_attention(const StreamAttention& a, Score score) {
   }
   const int slots = static_cast<int>(blockDim.x) / L;
   const int slot = static_cast<int>(threadIdx.x) / L, lane = static_cast<int>(threadIdx.x) % L;
-  // The new K/V row's key among the task's (a.keys when it is not): streamed around, its rows
-  // taken from prepare_rows instead of the cache (whose row the write fills later).
-  const int64_t at = a.new_key - a.key0;
-  const bool has_new = a.k_new != nullptr || a.v_new != nullptr;
-  const int jn = has_new && at >= 0 && at < a.keys ? static_cast<int>(at) : a.keys;
+  // The new key, streamed around: its rows taken from prepare_rows instead of the cache.
+  const int jn = new_key_index(a);
   // prepare_rows' (R + 2)·D floats fit in the attention's shared memory for every R and D.
   float* rows = reinterpret_cast<float*>(mk_dynamic_smem);
   float q[R][8];

@@ -84,9 +84,7 @@ __device__ void stream_attention_mma(const StreamAttention& a, Score score) {
       reinterpret_cast<uint16_t*>(mk_dynamic_smem + mma_attention_rows_bytes(R, D));
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
-  const int64_t at = a.new_key - a.key0;
-  const bool has_new = a.k_new != nullptr || a.v_new != nullptr;
-  const int jn = has_new && at >= 0 && at < a.keys ? static_cast<int>(at) : a.keys;
+  const int jn = new_key_index(a);
   const bool aligned = ((reinterpret_cast<uintptr_t>(a.k) | reinterpret_cast<uintptr_t>(a.v)) & 15) == 0 &&
                        a.ld % 8 == 0;
   const int chunks = (a.keys + KC - 1) / KC;
