@@ -13,6 +13,7 @@ from mk.backends.cuda.emit_stream import StreamLinearEmitter
 from mk.backends.cuda.stream_attention import (
     AttentionPlan,
     HeadRow,
+    mma_chunks,
     mma_smem_floats,
     query_runs,
     score_lambda,
@@ -78,9 +79,11 @@ class StreamAttentionEmitter(StreamLinearEmitter):
             self.length_keys(plan.length)
         self.lines += score_lambda(plan, lambda op: f"{self.var(op.tile)}[0]", self.fresh)
         if (kv := self.mma_keys(plan, q_row)) is not None:
-            self.smem_floats = mma_smem_floats(plan.rows, plan.head_dim)
+            stages = min(mma_chunks(self.task_keys(plan)), switches.attention_mma_stages())
+            self.smem_floats = mma_smem_floats(plan.rows, plan.head_dim, stages)
             bf16 = "true" if kv == "mk::DTYPE_BF16" else "false"
-            emit(f"mk::gpu::stream_attention_mma<{plan.rows}, {plan.head_dim}, {bf16}>(sa, score);")
+            call = f"stream_attention_mma<{plan.rows}, {plan.head_dim}, {bf16}, {stages}>"
+            emit(f"mk::gpu::{call}(sa, score);")
         else:
             emit(f"mk::gpu::stream_attention<{plan.rows}, {plan.head_dim}>(sa, score);")
         emit("}")
@@ -88,9 +91,9 @@ class StreamAttentionEmitter(StreamLinearEmitter):
     def mma_keys(self, plan: AttentionPlan, q_row: HeadRow | None) -> str | None:
         """The keys' dtype where the attention runs on tensor cores (MK_CUDA_ATTN_MMA): the
         query rows that reach the call must be exact in it (rows of that type, or rounded to it
-        by their ops), and the head dim 32, 64 or 128."""
-        d = plan.head_dim
-        if d not in (32, 64, 128) or not switches.attention_mma(d):
+        by their ops), and the head dim 32, 64 or 128 (switches.attention_mma says when)."""
+        d, chunks = plan.head_dim, mma_chunks(self.task_keys(plan))
+        if d not in (32, 64, 128) or not switches.attention_mma(d, chunks):
             return None
         kv = self.operands[plan.k.source_index()].dtype
         if q_row is not None:
@@ -150,6 +153,11 @@ class StreamAttentionEmitter(StreamLinearEmitter):
             "}",
         ]
 
+    def task_keys(self, plan: AttentionPlan) -> int:
+        """The keys of one task (before the kv length cuts them)."""
+        k = self.operands[plan.k.source_index()]
+        return self.forloop * plan.k.tile_shape()[len(k.shape) - 2]
+
     def key_fields(self, name: str, plan: AttentionPlan, with_dtype: bool = False) -> None:
         """The K and V pointers (and their dtype), the keys and their first position, and o, m
         and l."""
@@ -164,7 +172,7 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         if with_dtype:
             emit(f"{name}.kv_dtype = {k.dtype};")
         emit(f"{name}.ld = {k.shape[-1]};")
-        emit(f"{name}.keys = {self.forloop * plan.k.tile_shape()[key_dim]};")
+        emit(f"{name}.keys = {self.task_keys(plan)};")
         emit(f"{name}.key0 = {self.input_starts(plan.k, '0')[key_dim]};")
         for field, value in (("o", plan.acc.o), ("m", plan.acc.m), ("l", plan.acc.l)):
             emit(f"{name}.{field} = {self.var(value)}.data();")

@@ -129,14 +129,19 @@ class AttentionPlan:
 
 
 MMA_KEYS = 64  # mk::gpu::kMmaAttentionKeys
-MMA_STAGES = 3  # mk::gpu::kMmaAttentionStages
 
 
-def mma_smem_floats(rows: int, d: int) -> int:
-    """mk::gpu::mma_attention_smem_bytes(rows, d) in floats: prepare_rows' rows (128-byte
-    aligned), then the stages of K and V chunks of rows padded by 8 elements."""
+def mma_chunks(keys: int) -> int:
+    """The chunks of 64 keys stream_attention_mma stages for a task of up to `keys` keys (it
+    takes a stage for each, up to MK_CUDA_ATTN_MMA_STAGES)."""
+    return max(1, -(-keys // MMA_KEYS))
+
+
+def mma_smem_floats(rows: int, d: int, stages: int) -> int:
+    """mk::gpu::mma_attention_smem_bytes(rows, d, stages) in floats: prepare_rows' rows
+    (128-byte aligned), then the stages of K and V chunks of rows padded by 8 elements."""
     rows_bytes = -(-(rows + 2) * d * 4 // 128) * 128
-    return (rows_bytes + MMA_STAGES * 2 * MMA_KEYS * (d + 8) * 2) // 4
+    return (rows_bytes + stages * 2 * MMA_KEYS * (d + 8) * 2) // 4
 
 
 def plan_attention(op: GraphDefOp) -> AttentionPlan | None:

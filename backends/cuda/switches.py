@@ -277,16 +277,28 @@ def causal_skip() -> bool:
     return flag("MK_CUDA_CAUSAL_SKIP", default=True)
 
 
-def attention_mma(head_dim: int) -> bool:
+def attention_mma(head_dim: int, chunks: int) -> bool:
     """MK_CUDA_ATTN_MMA: whether a decode attention whose query rows are exact in the keys'
-    16-bit type runs on tensor cores (mk::gpu::stream_attention_mma: K/V chunks staged by
-    cp.async, 8 keys a warp) rather than on CUDA cores (mk::gpu::stream_attention). `auto`
-    (default) for head dims up to 64, `1` for any it takes (32, 64 and 128), `0`
-    never. On the H200 llama-3.2-1b (head dim 64) took 1.121 against 1.162 ms/token at batch 1,
-    and qwen3-0.6b (128, three stages of 35 KB in shared memory) 1.126 against 1.105, 2.110
-    against 2.094 at batch 8 (bench/RESULTS.md, session 53)."""
+    16-bit type runs on tensor cores (mk::gpu::stream_attention_mma: K/V chunks of 64 keys staged
+    by cp.async, 8 keys a warp) rather than on CUDA cores (mk::gpu::stream_attention). `auto`
+    (default) for head dims up to 64 and for tasks of more than one chunk (with one, its staging
+    overlaps nothing, while the CUDA cores' loop keeps keys in flight), `1` for any it takes
+    (head dims 32, 64 and 128), `0` never. On the H200 (bench/RESULTS.md, session 54, two
+    stages) it took llama-3.2-1b (64) 1.122 against 1.159 ms/token at batch 1, qwen3-8b (128,
+    two chunks a task) 5.051 against 5.164, qwen3-0.6b at batch 8 (128, eight) 2.048 against
+    2.103, but qwen3-0.6b at batch 1 (128, one) 1.129 against 1.107."""
     mode = choice("MK_CUDA_ATTN_MMA", ("auto", "1", "0"))
-    return mode == "1" or (mode == "auto" and head_dim <= 64)
+    return mode == "1" or (mode == "auto" and (head_dim <= 64 or chunks > 1))
+
+
+def attention_mma_stages() -> int:
+    """MK_CUDA_ATTN_MMA_STAGES (1-3, default 2): the most chunks of 64 keys stream_attention_mma
+    keeps staged; a task takes no more than it has chunks. Each is 2 · 64 · (head dim + 8) · 2
+    bytes of the kernel's shared memory (35 KB at head dim 128), which the L1 of every body
+    gives up: at batch 8 two stages took qwen3-0.6b 2.048 against 2.078 (one) and 2.140
+    (three) ms/token, llama-3.2-1b 1.756 against 1.826 and 1.768 (bench/RESULTS.md, session
+    54)."""
+    return count("MK_CUDA_ATTN_MMA_STAGES", 2, 1, 3, "stages")
 
 
 # Most task bodies `auto` inlines into one dispatcher: ptxas took minutes over one function

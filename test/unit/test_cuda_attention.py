@@ -116,9 +116,14 @@ def test_other_attention_forms_keep_the_tile_loop(
 
 
 @pytest.mark.usefixtures("no_nvcc")
-def test_emitted_call_and_score_function(tmp_path: Path) -> None:
-    prog = mk.compile(ROOT / "examples/llama3_8b_block.mlir", target="cuda", cache_dir=tmp_path)
-    src = prog.cuda_source  # type: ignore[attr-defined]
+def test_emitted_call_and_score_function(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Llama-3-8B's block (4 query rows a task, head dim 128) on tensor cores by default, on
+    CUDA cores with MK_CUDA_ATTN_MMA=0."""
+    path = ROOT / "examples/llama3_8b_block.mlir"
+    src = mk.compile(path, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    assert src.count("mk::gpu::stream_attention_mma<4, 128, true, 2>(sa, score);") == 1
+    monkeypatch.setenv("MK_CUDA_ATTN_MMA", "0")
+    src = mk.compile(path, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
     assert src.count("mk::gpu::stream_attention<4, 128>(sa, score);") == 1
     assert "const auto score = [&](float s, int64_t key) -> float {" in src
     assert "mk::gpu::accum_softmax_update" not in src  # the split loop no longer runs on tiles
@@ -133,6 +138,7 @@ def test_the_streamed_attention_state_is_not_initialised_first(
 ) -> None:
     """stream_attention writes o, m and l whole: the body only sizes them (three element loops
     and barriers fewer), unless MK_CUDA_LEAN=0."""
+    monkeypatch.setenv("MK_CUDA_ATTN_MMA", "0")
 
     def attention_body() -> str:
         path = ROOT / "examples/llama3_8b_block.mlir"
@@ -324,7 +330,9 @@ def test_pipelined_key_loop_is_a_build_option(
     pipe: str, keys: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """MK_CUDA_ATTN_PIPE=1 defines MK_ATTN_PIPE and MK_CUDA_ATTN_KEYS=8 MK_ATTN_KEYS; a batch-8
-    decode attention of 512 keys a task (qwen3-0.6b's heads) builds without spills each way."""
+    decode attention of 512 keys a task (qwen3-0.6b's heads) on CUDA cores builds without spills
+    each way."""
+    monkeypatch.setenv("MK_CUDA_ATTN_MMA", "0")
     monkeypatch.setenv("MK_CUDA_ATTN_PIPE", pipe)
     monkeypatch.setenv("MK_CUDA_ATTN_KEYS", keys)
     text = _attention(8, 16, 8, 1024, 128)
@@ -341,11 +349,12 @@ def test_pipelined_key_loop_is_a_build_option(
 @pytest.mark.parametrize(
     ("dims", "extra", "mode", "call"),
     [
-        ((8, 16, 8, 1024, 128), {}, "1", "stream_attention_mma<2, 128, true>"),
-        ((8, 16, 8, 1024, 128), {}, "auto", "stream_attention<2, 128>"),
-        ((2, 8, 2, 256, 64), {"dtype": "f16"}, "auto", "stream_attention_mma<4, 64, false>"),
+        ((8, 16, 8, 1024, 128), {}, "1", "stream_attention_mma<2, 128, true, 2>"),
+        ((8, 16, 8, 1024, 128), {}, "auto", "stream_attention_mma<2, 128, true, 2>"),  # 8 chunks
+        ((2, 8, 2, 256, 128), {}, "auto", "stream_attention<4, 128>"),  # one chunk of 64 keys
+        ((2, 8, 2, 256, 64), {"dtype": "f16"}, "auto", "stream_attention_mma<4, 64, false, 1>"),
         ((2, 8, 2, 256, 64), {}, "0", "stream_attention<4, 64>"),
-        ((2, 4, 4, 64, 32), {}, "", "stream_attention_mma<1, 32, true>"),
+        ((2, 4, 4, 64, 32), {}, "", "stream_attention_mma<1, 32, true, 1>"),
         ((3, 2, 2, 96, 16), {}, "1", "stream_attention<1, 16>"),  # head dim not 32, 64 or 128
         ((1, 8, 1, 520, 256), {}, "1", "stream_attention<8, 256>"),  # o would not fit registers
     ],
@@ -359,14 +368,29 @@ def test_tensor_core_decode_attention_is_a_build_option(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """MK_CUDA_ATTN_MMA=1 calls stream_attention_mma where the head dim and dtypes allow, with
-    the room its stages take; `auto` (or unset) up to head dim 64; 0 never."""
+    a stage for each chunk of 64 keys a task has, up to 2, and their room; `auto` (or unset) up
+    to head dim 64 and for tasks of more than one chunk; 0 never."""
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", mode)
     text = _attention(*dims, **extra)  # type: ignore[arg-type]
     src = mk.compile(text, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
     assert f"mk::gpu::{call}(sa, score);" in src
-    if "mma" in call:  # three stages of 64 keys' K and V rows of d + 8 elements, and the rows
+    if "mma" in call:  # a stage a chunk of the task's keys (up to 2) of K and V rows of d + 8
+        stages = int(call.split(", ")[-1].rstrip(">"))
         front = int(src.split("kArenaOffset = ")[1].split(";")[0])
-        assert front >= 3 * 2 * 64 * (dims[4] + 8) * 2
+        assert front >= stages * 2 * 64 * (dims[4] + 8) * 2
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(("most", "stages"), [("", 2), ("3", 3), ("2", 2), ("1", 1)])
+def test_tensor_core_stages_are_a_build_option(
+    most: str, stages: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_ATTN_MMA_STAGES bounds the stages of a task of 8 chunks (512 keys)."""
+    monkeypatch.setenv("MK_CUDA_ATTN_MMA", "1")
+    monkeypatch.setenv("MK_CUDA_ATTN_MMA_STAGES", most)
+    text = _attention(8, 16, 8, 1024, 128)
+    src = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=2).cuda_source  # type: ignore[attr-defined]
+    assert f"mk::gpu::stream_attention_mma<2, 128, true, {stages}>(sa, score);" in src
 
 
 @pytest.mark.usefixtures("no_nvcc")
@@ -385,7 +409,7 @@ def test_tensor_core_decode_attention_builds_without_spills(
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", "1")
     text = _attention(8, 16, 8, 1024, 128)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=2)
-    assert "mk::gpu::stream_attention_mma<2, 128, true>(" in prog.cuda_source  # type: ignore[attr-defined]
+    assert "mk::gpu::stream_attention_mma<2, 128, true, 2>(" in prog.cuda_source  # type: ignore[attr-defined]
     used = prog.cuda_resources  # type: ignore[attr-defined]
     assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
 

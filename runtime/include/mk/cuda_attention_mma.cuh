@@ -18,16 +18,17 @@
 namespace mk {
 namespace gpu {
 
-constexpr int kMmaAttentionKeys = 64;   // keys a staged chunk holds: 8 for each of the 8 warps
-constexpr int kMmaAttentionStages = 3;  // chunks in flight
+constexpr int kMmaAttentionKeys = 64;  // keys a staged chunk holds: 8 for each of the 8 warps
 
-// Shared memory of stream_attention_mma<R, D>: prepare_rows' rows, then the stages of K and V
-// chunks (rows padded by 8 elements, as block_attention's); the warps' merge reuses the front.
+// Shared memory of stream_attention_mma<R, D, BF16, S>: prepare_rows' rows, then S stages of K
+// and V chunks (rows padded by 8 elements, as block_attention's); the warps' merge reuses the
+// front. The emitter gives a task no more stages than it has chunks (up to 3): the room is the
+// kernel's, taken from the L1 of every body.
 __host__ __device__ constexpr int mma_attention_rows_bytes(int r, int d) {
   return ((r + 2) * d * 4 + 127) / 128 * 128;
 }
-__host__ __device__ constexpr int mma_attention_smem_bytes(int r, int d) {
-  return mma_attention_rows_bytes(r, d) + kMmaAttentionStages * 2 * kMmaAttentionKeys * (d + 8) * 2;
+__host__ __device__ constexpr int mma_attention_smem_bytes(int r, int d, int stages) {
+  return mma_attention_rows_bytes(r, d) + stages * 2 * kMmaAttentionKeys * (d + 8) * 2;
 }
 
 // D += A·B for one m16n8k8 tile: A 16×8 (two packed pairs per lane), B 8×8 (one), D f32.
@@ -69,15 +70,16 @@ __device__ inline void query_fragments(uint32_t (&qf)[D / 16][2], const StreamAt
   }
 }
 
-template <int R, int D, bool BF16, class Score>
+template <int R, int D, bool BF16, int STAGES, class Score>
 __device__ void stream_attention_mma(const StreamAttention& a, Score score) {
   static_assert(R >= 1 && R <= kAttentionMaxRows, "stream_attention_mma takes 1..8 query rows");
   // Lane groups of D/8 within a warp (prepare_rows), pairs of 16-column steps (ldmatrix x4).
   static_assert(D % 32 == 0 && D <= 128 && 32 % (D / 8) == 0, "head dim: 32, 64 or 128");
-  static_assert(8 * R * D * 4 + 2 * 8 * R * 4 <= mma_attention_smem_bytes(R, D),
+  static_assert(STAGES >= 1, "at least one stage");
+  static_assert(8 * R * D * 4 + 2 * 8 * R * 4 <= mma_attention_smem_bytes(R, D, STAGES),
                 "the warps' merge fits the room of the rows and stages");
   static_assert(kCudaThreads / 32 * 8 == kMmaAttentionKeys, "8 keys of a chunk a warp");
-  constexpr int KC = kMmaAttentionKeys, LD = D + 8, STAGES = kMmaAttentionStages;
+  constexpr int KC = kMmaAttentionKeys, LD = D + 8;
   constexpr int STAGE = 2 * KC * LD;  // elements: a K chunk, then a V chunk
   float* rows = reinterpret_cast<float*>(mk_dynamic_smem);
   uint16_t* const ring =
@@ -92,7 +94,7 @@ __device__ void stream_attention_mma(const StreamAttention& a, Score score) {
     stage_kv_chunk<D, KC>(ring + (c % STAGES) * STAGE, a.k, a.v, a.ld, a.keys, c, aligned);
   };
 #pragma unroll
-  for (int c = 0; c < STAGES - 1; ++c) stage_chunk(c);
+  for (int c = 0; c < STAGES; ++c) stage_chunk(c);
   // The rows' ops run while the first chunks land.
   const bool prepared = has_ops(a.q_ops) || jn < a.keys;
   if (prepared) prepare_rows<R, D>(a, jn < a.keys, jn, rows);
@@ -105,8 +107,7 @@ __device__ void stream_attention_mma(const StreamAttention& a, Score score) {
   for (int dm = 0; dm < D / 16; ++dm) o[dm][0] = o[dm][1] = o[dm][2] = o[dm][3] = 0.0f;
   float m = -INFINITY, l = 0.0f;  // row g's
   for (int c = 0; c < chunks; ++c) {
-    stage_chunk(c + STAGES - 1);
-    cp_async_wait<STAGES - 1>();  // chunk c has landed
+    cp_async_wait<STAGES - 1>();  // chunk c has landed; the ones after it may still be copying
     __syncthreads();
     uint16_t* const ks = ring + (c % STAGES) * STAGE;
     uint16_t* const vs = ks + KC * LD;
@@ -162,6 +163,7 @@ __device__ void stream_attention_mma(const StreamAttention& a, Score score) {
       }
     }
     __syncthreads();  // this stage is free for chunk c + STAGES
+    stage_chunk(c + STAGES);
   }
   cp_async_wait<0>();  // the empty groups past the last chunk
   l += __shfl_xor_sync(0xffffffffu, l, 1);
