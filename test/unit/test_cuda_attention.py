@@ -402,6 +402,18 @@ def test_tensor_core_switch_names_its_values(
         mk.compile(_attention(2, 4, 4, 64, 32), target="cuda", cache_dir=tmp_path)
 
 
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize("most", ["0", "4", "two"])
+def test_tensor_core_stages_name_their_range(
+    most: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MK_CUDA_ATTN_MMA", "1")
+    monkeypatch.setenv("MK_CUDA_ATTN_MMA_STAGES", most)
+    message = f"MK_CUDA_ATTN_MMA_STAGES must be a number of stages from 1 to 3, got '{most}'"
+    with pytest.raises(mk.MkError, match=message):
+        mk.compile(_attention(8, 16, 8, 1024, 128), target="cuda", cache_dir=tmp_path)
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 def test_tensor_core_decode_attention_builds_without_spills(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
