@@ -69,10 +69,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--accuracy",
-        action="store_true",
-        help="with --check, also run the reference unrounded (f64 NumPy / f32 PyTorch) and "
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="with --check, run the reference unrounded too (f64 NumPy / f32 PyTorch) and "
         "accept logits over --logit-tol when mk is at most 1.25x as far from it as the bf16 "
-        "reference is",
+        "reference is (default: only when the logits exceed --logit-tol; --no-accuracy: never)",
     )
     add_option_flag(p)
     p.add_argument("--threads", type=int, default=None, help="CPU executor threads")
@@ -293,7 +294,7 @@ def _check(
         f"max abs error {result.logit_abs_error:.3e} (tolerance {args.logit_tol:g})"
     )
     logits_ok = result.logits_ok
-    if args.accuracy:
+    if args.accuracy or (args.accuracy is None and not logits_ok):
         logits_ok = _as_accurate(args, config, weights, prompt, run, ref.logits) or logits_ok
     for note in run.notes:
         print(f"  MISMATCH: {note}")

@@ -7,6 +7,7 @@ import json
 import math
 import shutil
 from pathlib import Path
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -362,18 +363,47 @@ def test_mk_generate_check(
 @needs_decode_ops
 @needs_gxx
 def test_mk_generate_accuracy(cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """--accuracy measures mk and the bf16 reference against the unrounded model; with a
-    tolerance no run meets, the logits pass only on that bound, and the tokens still count."""
+    """Logits past --logit-tol pass when mk is about as close to the unrounded model as the
+    bf16 reference is (measured only then, unless --accuracy); --no-accuracy keeps the plain
+    tolerance; the tokens still count."""
     from mk.tools.mk_generate import main
 
     argv = ["--model", "tiny", "--batch", "2", "--steps", "4", "--target", "cpu", "--check"]
-    argv += ["--cache-dir", str(cache_dir), "--logit-tol", "0"]
-    assert main(argv) == 1  # a zero tolerance fails the logits
-    assert "MISMATCH: step" in capsys.readouterr().out
-    assert main([*argv, "--accuracy"]) == 0
+    argv += ["--cache-dir", str(cache_dir)]
+    assert main([*argv, "--logit-tol", "0", "--no-accuracy"]) == 1  # a zero tolerance fails
+    out = capsys.readouterr().out
+    assert "MISMATCH: step" in out and "unrounded" not in out
+    assert main([*argv, "--logit-tol", "0"]) == 0
     out = capsys.readouterr().out
     assert "against the unrounded reference: mk " in out and "check: ok" in out
     assert "(within the accuracy bound) step" in out and "MISMATCH" not in out
+    assert main(argv) == 0  # within the tolerance: the unrounded run only with --accuracy
+    assert "unrounded" not in capsys.readouterr().out
+    assert main([*argv, "--accuracy"]) == 0
+    assert "against the unrounded reference: mk " in capsys.readouterr().out
+
+
+@needs_decode_ops
+@needs_gxx
+def test_mk_generate_check_fails_logits_off_the_model(
+    cache_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Logits 5 % off (a wrong build) fail --check: past the tolerance and the accuracy bound."""
+    import mk.tools.mk_generate as gen
+
+    run_in_kernel = gen._run_in_kernel
+
+    def skewed(*args: Any) -> Any:
+        run = run_in_kernel(*args)
+        run.logits = {t: v * 1.05 for t, v in run.logits.items()}
+        return run
+
+    monkeypatch.setattr(gen, "_run_in_kernel", skewed)
+    argv = ["--model", "tiny", "--steps", "3", "--target", "cpu", "--check"]
+    assert gen.main([*argv, "--cache-dir", str(cache_dir)]) == 1
+    out = capsys.readouterr().out
+    assert "(MISMATCH: at most 1.25x)" in out and "MISMATCH: step 2: logits differ" in out
+    assert "check: FAILED" in out
 
 
 def test_accuracy_bound_rejects_logits_far_from_the_model() -> None:
