@@ -78,8 +78,9 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         if plan.length is not None and switches.causal_skip():
             self.length_keys(plan.length)
         self.lines += score_lambda(plan, lambda op: f"{self.var(op.tile)}[0]", self.fresh)
-        if (kv := self.mma_keys(plan, q_row)) is not None:
-            stages = min(mma_chunks(self.task_keys(plan)), switches.attention_mma_stages())
+        chunks = mma_chunks(self.task_keys(plan))
+        if (kv := self.mma_keys(plan, q_row, chunks)) is not None:
+            stages = min(chunks, switches.attention_mma_stages())
             self.smem_floats = mma_smem_floats(plan.rows, plan.head_dim, stages)
             bf16 = "true" if kv == "mk::DTYPE_BF16" else "false"
             call = f"stream_attention_mma<{plan.rows}, {plan.head_dim}, {bf16}, {stages}>"
@@ -88,11 +89,12 @@ class StreamAttentionEmitter(StreamLinearEmitter):
             emit(f"mk::gpu::stream_attention<{plan.rows}, {plan.head_dim}>(sa, score);")
         emit("}")
 
-    def mma_keys(self, plan: AttentionPlan, q_row: HeadRow | None) -> str | None:
+    def mma_keys(self, plan: AttentionPlan, q_row: HeadRow | None, chunks: int) -> str | None:
         """The keys' dtype where the attention runs on tensor cores (MK_CUDA_ATTN_MMA): the
         query rows that reach the call must be exact in it (rows of that type, or rounded to it
-        by their ops), and the head dim 32, 64 or 128 (switches.attention_mma says when)."""
-        d, chunks = plan.head_dim, mma_chunks(self.task_keys(plan))
+        by their ops), and the head dim 32, 64 or 128 (switches.attention_mma says when, from
+        the task's `chunks` of keys)."""
+        d = plan.head_dim
         if d not in (32, 64, 128) or not switches.attention_mma(d, chunks):
             return None
         kv = self.operands[plan.k.source_index()].dtype
