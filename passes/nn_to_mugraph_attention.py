@@ -144,13 +144,18 @@ def _chain_operands(chain: RowChain | None) -> list[SSAValue]:
 
 def kv_splits(batch: int, q_heads: int, kv_heads: int, seq: int, d: int, t: Tiling) -> int:
     """How many ways to split the keys: blocks ≈ num_sms, each split at least kv_chunk long;
-    at batch 1 no more than lets mugraph-fuse-loop fold the merge into its consumer."""
+    at batch 1 at least two kv_chunks long and no more than lets mugraph-fuse-loop fold the
+    merge into its consumer."""
     if t.kv_splits > 0:
         return parts_at_most(seq, t.kv_splits)
     target = max(1, t.num_sms // max(1, batch * kv_heads))
     splits = parts_at_most(seq, min(target, max(1, seq // max(1, t.kv_chunk))))
     if batch != 1:
         return splits
+    # At least two chunks a split: the folded merge reads half as much, at the cost of half the
+    # blocks (H200, bench/RESULTS.md session 55: qwen3-0.6b 1.100 against 1.110 ms/token with
+    # its 16 splits, llama-3.2-1b 1.112 against 1.123; qwen3-8b already has 8).
+    splits = parts_at_most(seq, min(splits, max(1, seq // max(1, 2 * t.kv_chunk))))
     # A merge that does not fold is a phase of its own, with its hop, on every layer's critical
     # path: qwen3-8b's step took 5.29 ms/token with 8 splits (folded) against 5.44 with 16.
     fitting = splits

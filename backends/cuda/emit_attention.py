@@ -93,9 +93,9 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         """The keys' dtype where the attention runs on tensor cores (MK_CUDA_ATTN_MMA): the
         query rows that reach the call must be exact in it (rows of that type, or rounded to it
         by their ops), and the head dim 32, 64 or 128 (switches.attention_mma says when, from
-        the task's `chunks` of keys)."""
+        the task's `chunks` of keys and its query rows)."""
         d = plan.head_dim
-        if d not in (32, 64, 128) or not switches.attention_mma(d, chunks):
+        if d not in (32, 64, 128) or not switches.attention_mma(d, chunks, plan.rows):
             return None
         kv = self.operands[plan.k.source_index()].dtype
         if q_row is not None:

@@ -277,18 +277,20 @@ def causal_skip() -> bool:
     return flag("MK_CUDA_CAUSAL_SKIP", default=True)
 
 
-def attention_mma(head_dim: int, chunks: int) -> bool:
+def attention_mma(head_dim: int, chunks: int, rows: int) -> bool:
     """MK_CUDA_ATTN_MMA: whether a decode attention whose query rows are exact in the keys'
     16-bit type runs on tensor cores (mk::gpu::stream_attention_mma: K/V chunks of 64 keys staged
     by cp.async, 8 keys a warp) rather than on CUDA cores (mk::gpu::stream_attention). `auto`
-    (default) for head dims up to 64 and for tasks of more than one chunk (with one, its staging
-    overlaps nothing, while the CUDA cores' loop keeps keys in flight), `1` for any it takes
-    (head dims 32, 64 and 128), `0` never. On the H200 (bench/RESULTS.md, session 54, two
-    stages) it took llama-3.2-1b (64) 1.122 against 1.159 ms/token at batch 1, qwen3-8b (128,
-    two chunks a task) 5.051 against 5.164, qwen3-0.6b at batch 8 (128, eight) 2.048 against
-    2.103, but qwen3-0.6b at batch 1 (128, one) 1.129 against 1.107."""
+    (default) for head dims up to 64 and for tasks of 8 query rows times chunks or more (with
+    few, the staging overlaps little and the m16n8k16 tiles are mostly padding, while the CUDA
+    cores' loop keeps keys in flight), `1` for any it takes (head dims 32, 64 and 128), `0`
+    never. On the H200 (bench/RESULTS.md, sessions 54-55, two stages) it took llama-3.2-1b (64)
+    1.122 against 1.159 ms/token at batch 1, qwen3-8b (128, 4 rows, two chunks) 5.051 against
+    5.164, qwen3-0.6b at batch 8 (128, 2 rows, eight chunks) 2.048 against 2.103, but
+    qwen3-0.6b at batch 1 (2 rows) 1.129 against 1.107 with one chunk and 1.112 against 1.098
+    with two."""
     mode = choice("MK_CUDA_ATTN_MMA", ("auto", "1", "0"))
-    return mode == "1" or (mode == "auto" and (head_dim <= 64 or chunks > 1))
+    return mode == "1" or (mode == "auto" and (head_dim <= 64 or rows * chunks >= 8))
 
 
 def attention_mma_stages() -> int:

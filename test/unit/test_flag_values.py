@@ -30,8 +30,11 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def block(cache: Path) -> mk.Program:
-    # Unfolded (attention_fold=0): q's RoPE kernel reads q's head view (q4) by plain loads.
-    return mk.compile(BLOCK, target="cpu", flag_values=True, cache_dir=cache, attention_fold=0)
+    # Unfolded (attention_fold=0): q's RoPE kernel reads q's head view (q4) by plain loads. Two
+    # splits: the merge reads the attention's partials (one split would read its output).
+    return mk.compile(
+        BLOCK, target="cpu", flag_values=True, cache_dir=cache, attention_fold=0, kv_splits=2
+    )
 
 
 def _ops(prog: mk.Program, kind: type) -> list:
