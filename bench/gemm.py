@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 import mk
-from mk.backends.cuda import emit
+from mk.backends.cuda import emit_body
 from mk.inputs import random_inputs
 from mk.models.torch_reference import capture_graph
 from mk.source import entry_function, load_module
@@ -76,8 +76,8 @@ def main() -> int:
     if args.runs < 50:
         parser.error("--runs: the method asks for at least 50 timed runs")
     if args.generic:
-        emit.mma_tile = lambda op, var: None  # type: ignore[assignment]
-        emit.plan_gemm = lambda op: None  # type: ignore[assignment]
+        emit_body.mma_tile = lambda op, var: None  # type: ignore[assignment]
+        emit_body.plan_gemm = lambda op: None  # type: ignore[assignment]
     print(
         "| M x N x K | mk tile | mk ms | mk TFLOP/s | PyTorch + CUDA graph ms | PyTorch TFLOP/s "
         "| mk error |"
