@@ -315,7 +315,9 @@ def inline_bodies(wgmma: bool, functions: int = 1) -> bool:
     makes no calls. ptxas serializes every wgmma of a function that makes any call (C7510), so
     `auto` (default) inlines where a body runs a wgmma tile and there are at most
     INLINE_MOST_BODIES of them (`functions`): on the H200 (bench/RESULTS.md, session 45) 4096^3
-    0.480 -> 0.403 ms, 1024x4096^2 0.124 -> 0.106. 0 or 1 force it; `walk` (inline_walk) too."""
+    0.480 -> 0.403 ms, 1024x4096^2 0.124 -> 0.106. 0 or 1 force it; `walk` (inline_walk) too.
+    Forced on a model's decode (qwen3-0.6b: 19 bodies) the build did not end in 400 s on the
+    GPU machine (bench/RESULTS.md, session 56)."""
     text = os.environ.get("MK_CUDA_INLINE_BODIES", "") or "auto"
     if text == "auto":
         return wgmma and functions <= INLINE_MOST_BODIES
