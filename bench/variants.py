@@ -1,7 +1,7 @@
 """Whole-model ms/token of several builds in one process, side by side.
 
 Usage (on the GPU machine): python bench/variants.py --model PRESET [--batch B] [--runs N]
-                            [--rounds R] VARIANT...
+                            [--rounds R] [--instances I] [--in-order] VARIANT...
 A VARIANT is "" (the defaults) or NAME=VALUE[,NAME=VALUE...] of MK_CUDA_* build switches and
 MK_PASS_OPTIONS (pass options as bench.py takes them: MK_PASS_OPTIONS=accumulate_columns=128). The
 weights, a 1,000-token prompt and its prefill (PyTorch) are made once; each variant's decode
@@ -10,12 +10,22 @@ in turn, R rounds of N CUDA-graph replays each (CUDA events), so that the varian
 state and one call's drift. Each variant's first tokens are printed: builds of one program must
 generate the same ones. Prebuild the variants first (bench/prebuild.py gen:PRESET:B under each
 variant's switches, in parallel): a model's nvcc build takes minutes.
+
+One change timed -0.3 % and then +0.7 % against the default in two calls on the H200
+(bench/RESULTS.md, session 56): what moves a build's time by that much (where its device state
+lands, its turn in a round, where its code lands) is not known. So each variant runs as I
+instances (programs of the same build, each with its own device state: the arena, the event
+counters), each round takes the (variant, instance) pairs in a seeded shuffled order
+(`--in-order`: as given), and a variant's figure is the median over its instances' rounds,
+printed with the spread of its instances' medians.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
+import statistics
 import sys
 import time
 from types import SimpleNamespace
@@ -64,12 +74,38 @@ def first_tokens(outs: Any) -> list[int]:
     return first.cpu().flatten()[:STEPS].tolist()
 
 
+def schedule(
+    variants: list[str], instances: int, rounds: int, shuffled: bool = True
+) -> list[list[tuple[str, int]]]:
+    """Per round, the (variant, instance) pairs in the order they are timed: every pair once a
+    round, shuffled by a seed of the round (the same order on every call) unless `shuffled` is
+    false."""
+    pairs = [(v, i) for v in variants for i in range(instances)]
+    order = []
+    for r in range(rounds):
+        this = list(pairs)
+        if shuffled:
+            random.Random(r).shuffle(this)
+        order.append(this)
+    return order
+
+
+def summary(runs: list[list[float]]) -> tuple[float, float]:
+    """A variant's median over all its instances' rounds, and the spread of its instances'
+    medians (max − min) as a fraction of that median."""
+    median = statistics.median(t for times in runs for t in times)
+    per_instance = [statistics.median(times) for times in runs]
+    return median, (max(per_instance) - min(per_instance)) / median
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", required=True)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--instances", type=int, default=2, help="programs per variant")
+    parser.add_argument("--in-order", action="store_true", help="no shuffling of the rounds")
     parser.add_argument("variants", nargs="+")
     args = parser.parse_args()
     try:
@@ -77,36 +113,47 @@ def main() -> int:
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
+    if args.instances < 1 or args.rounds < 1:
+        print("variants: --instances and --rounds must be at least 1", file=sys.stderr)
+        return 2
     import mk
     from bench import pass_options
     from mk.models.torch_reference import capture_graph, event_ms
 
     text, inputs = prepare(args.model, args.batch)
     base = dict(os.environ)
-    progs: dict[str, Any] = {}
+    progs: dict[tuple[str, int], Any] = {}
     for v, switches in variants.items():
         os.environ.clear()
         os.environ.update(environment(base, switches))
         start = time.perf_counter()
-        progs[v] = mk.compile(text, target="cuda", **pass_options())
+        for i in range(args.instances):  # the build is cached: the later ones only load it
+            progs[v, i] = mk.compile(text, target="cuda", **pass_options())
         print(f"{v or 'default'}: compiled in {time.perf_counter() - start:.1f} s", flush=True)
     os.environ.clear()
     os.environ.update(base)
-    times: dict[str, list[float]] = {v: [] for v in variants}
+    times: dict[tuple[str, int], list[float]] = {key: [] for key in progs}
     tokens: dict[str, list[int]] = {}
-    for _ in range(args.rounds):
-        for v, prog in progs.items():
-            outs = prog(*inputs)
-            tokens[v] = first_tokens(outs)
-            launch = capture_graph(lambda prog=prog, outs=outs: prog.launch(*inputs, out=outs))
-            times[v].append(event_ms(launch, args.runs, warmup=5, queued=True) / STEPS)
+    outs = {key: prog(*inputs) for key, prog in progs.items()}  # each its own device state
+    for key, out in outs.items():
+        tokens[key[0]] = first_tokens(out)
+    for order in schedule(list(variants), args.instances, args.rounds, not args.in_order):
+        for key in order:
+            prog, out = progs[key], outs[key]
+            launch = capture_graph(lambda prog=prog, out=out: prog.launch(*inputs, out=out))
+            times[key].append(event_ms(launch, args.runs, warmup=5, queued=True) / STEPS)
             prog.check()
     print(
-        f"{args.model} batch {args.batch}, ms/token ({args.rounds} rounds of {args.runs} replays):"
+        f"{args.model} batch {args.batch}, ms/token ({args.instances} instances x "
+        f"{args.rounds} rounds of {args.runs} replays; median, spread of the instances):"
     )
     for v in variants:
-        rounds = " ".join(f"{t:.4f}" for t in times[v])
-        print(f"  {v or 'default':<48} {rounds}  tokens {tokens[v]}")
+        median, spread = summary([times[v, i] for i in range(args.instances)])
+        rounds = " | ".join(
+            " ".join(f"{t:.4f}" for t in times[v, i]) for i in range(args.instances)
+        )
+        print(f"  {v or 'default':<44} {median:.4f} ±{100 * spread:.2f} %  [{rounds}]")
+        print(f"  {'':<44} tokens {tokens[v]}")
     return 0
 
 

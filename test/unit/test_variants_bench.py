@@ -43,3 +43,28 @@ def test_the_command_refuses_a_malformed_variant(
     monkeypatch.setattr(sys, "argv", ["variants.py", "--model", "tiny", "", "LOADS=8"])
     assert variants.main() == 2
     assert "'LOADS=8' is not MK_CUDA_NAME=VALUE" in capsys.readouterr().err
+
+
+def test_every_round_times_each_instance_once_in_a_seeded_order(variants: Any) -> None:
+    order = variants.schedule(["", "A=1", "B=2"], 2, 3)
+    pairs = sorted((v, i) for v in ["", "A=1", "B=2"] for i in range(2))
+    assert len(order) == 3 and all(sorted(r) == pairs for r in order)
+    assert order == variants.schedule(["", "A=1", "B=2"], 2, 3)  # the same on every call
+    assert len({tuple(r) for r in order}) > 1  # rounds are shuffled differently
+    plain = variants.schedule(["", "A=1"], 2, 2, shuffled=False)
+    assert plain == [[("", 0), ("", 1), ("A=1", 0), ("A=1", 1)]] * 2
+
+
+def test_a_variant_is_the_median_of_its_instances_with_their_spread(variants: Any) -> None:
+    median, spread = variants.summary([[1.0, 1.2, 1.1], [1.3, 1.3, 1.4]])
+    assert median == pytest.approx(1.25)
+    assert spread == pytest.approx((1.3 - 1.1) / 1.25)
+    assert variants.summary([[2.0, 2.0]]) == (2.0, 0.0)
+
+
+def test_the_command_refuses_no_instances(
+    variants: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["variants.py", "--model", "tiny", "--instances", "0", ""])
+    assert variants.main() == 2
+    assert "--instances and --rounds must be at least 1" in capsys.readouterr().err
