@@ -133,10 +133,8 @@ def main() -> int:
     os.environ.clear()
     os.environ.update(base)
     times: dict[tuple[str, int], list[float]] = {key: [] for key in progs}
-    tokens: dict[str, list[int]] = {}
     outs = {key: prog(*inputs) for key, prog in progs.items()}  # each its own device state
-    for key, out in outs.items():
-        tokens[key[0]] = first_tokens(out)
+    tokens = {v: first_tokens(outs[v, 0]) for v in variants}
     for order in schedule(list(variants), args.instances, args.rounds, not args.in_order):
         for key in order:
             prog, out = progs[key], outs[key]
@@ -152,7 +150,7 @@ def main() -> int:
         rounds = " | ".join(
             " ".join(f"{t:.4f}" for t in times[v, i]) for i in range(args.instances)
         )
-        print(f"  {v or 'default':<44} {median:.4f} ±{100 * spread:.2f} %  [{rounds}]")
+        print(f"  {v or 'default':<44} {median:.4f} (spread {100 * spread:.2f} %)  [{rounds}]")
         print(f"  {'':<44} tokens {tokens[v]}")
     return 0
 
