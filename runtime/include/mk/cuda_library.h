@@ -72,6 +72,10 @@ __device__ inline void rope_rows(Tile<float>& out, const Tile<float>& x, const T
 // returns (to every thread) the index of the first id out of range, or -1 (nothing written).
 // The threads check the ids together (each thread walking all of a prefill's 999 ids had taken
 // most of a 64 us gather of RoPE table rows on the H200); only a bad id costs the serial walk.
+// A unit a thread at a time, not copy_units' loads in flight: with copy_units<8> (or even <2>)
+// here ptxas gave the whole megakernel 255 registers and spills in the bodies that run every
+// layer (q, r, y_acc, the lm_head), and qwen3-0.6b's decode ran 1.91 -> 2.07 ms/token at batch
+// 8 (bench/RESULTS.md, session 57). A decode gathers one row a batch row (a unit a thread).
 __device__ inline int64_t gather_rows(void* out, const void* table, const Tile<int64_t>& ids,
                                       int64_t rows, int64_t row_bytes) {
   int bad = 0;
@@ -85,13 +89,11 @@ __device__ inline int64_t gather_rows(void* out, const void* table, const Tile<i
   if (row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
       reinterpret_cast<uintptr_t>(table) % 16 == 0) {
     const int64_t per_row = row_bytes / 16;
-    copy_units<8>(
-        ids.n * per_row,
-        [&](int64_t v) {
-          const int64_t i = u32(v) / u32(per_row), k = u32(v) % u32(per_row);
-          return reinterpret_cast<const uint4*>(from + ids.p[i] * row_bytes) + k;
-        },
-        [&](int64_t v) { return reinterpret_cast<uint4*>(to) + v; });
+    MK_FOR_EACH(v, ids.n * per_row) {
+      const int64_t i = u32(v) / u32(per_row), k = u32(v) % u32(per_row);
+      reinterpret_cast<uint4*>(to)[v] =
+          reinterpret_cast<const uint4*>(from + ids.p[i] * row_bytes)[k];
+    }
   } else {
     MK_FOR_EACH(b, ids.n * row_bytes) {
       const int64_t i = u32(b) / u32(row_bytes), k = u32(b) % u32(row_bytes);
