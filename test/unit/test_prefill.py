@@ -3,6 +3,7 @@ the NumPy reference's step-by-step prefill, in chunks, from mk-generate, and on 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 from pathlib import Path
@@ -199,6 +200,18 @@ def test_the_prefill_program_builds_for_cuda(tmp_path: Path) -> None:
     text = prefill_program(preset("tiny-qwen3"), BATCH, 40, 64)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     assert re.search(r"mk::gpu::\w*(mma|gemm)_tile", prog.cuda_source)  # type: ignore[attr-defined]
+
+
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+def test_the_prefill_megakernels_bodies_spill_nothing(tmp_path: Path) -> None:
+    """Every body shares the megakernel's registers: four loads in flight a thread in the head
+    transposes' copy spilled the gemm and attention bodies of a prefill of qwen3-0.6b's shapes
+    (4 functions, 116 B), 9 % of its time on the H200 (bench/RESULTS.md, session 57). Only the
+    entry's queue walk may keep words on the stack."""
+    config = dataclasses.replace(preset("qwen3-0.6b"), layers=2, vocab=2048)
+    prog = mk.compile(prefill_program(config, 1, 999, 1024), target="cuda", cache_dir=tmp_path)
+    used = prog.cuda_resources  # type: ignore[attr-defined]
+    assert used is not None and used.spilling <= 1, used
 
 
 @pytest.mark.gpu

@@ -20,7 +20,9 @@ from mk.passes.search.driver import FunctionSearch, SearchOptions, SearchResult
 from mk.passes.search.superoptimize import RESULTS, SuperoptimizePass
 from mk.source import entry_function, load_module
 
-BUDGET = 20.0  # generous: a search stops as soon as it has enumerated everything
+# A ceiling: a search stops once it has enumerated everything (about a second alone), but on a
+# loaded machine (more pytest workers than cores, beside nvcc builds) one ran past 20 s.
+BUDGET = 60.0
 
 
 def search(src: str, **options: object) -> SearchResult:

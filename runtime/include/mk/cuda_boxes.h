@@ -31,25 +31,6 @@ using ElemBits = typename std::conditional<
     typename std::conditional<Bytes == 2, uint16_t,
                               typename std::conditional<Bytes == 4, uint32_t, uint64_t>::type>::type>::type;
 
-// `units` 16-byte units, unit v from src_at(v) to dst_at(v), by every thread of the CTA with U
-// loads of a thread in flight before its stores: one at a time, a copy waits a round trip per
-// unit (a prefill's 2 MB embedding gather took 277 us on one SM of the H200, session 46).
-template <int U = 4, class SrcAt, class DstAt>
-__device__ inline void copy_units(int64_t units, SrcAt src_at, DstAt dst_at) {
-  const int64_t step = blockDim.x;
-  for (int64_t v0 = threadIdx.x; v0 < units; v0 += U * step) {
-    uint4 r[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (v0 + u * step < units) r[u] = *src_at(v0 + u * step);
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (v0 + u * step < units) *dst_at(v0 + u * step) = r[u];
-    }
-  }
-}
-
 // A box of `src` (shape `full`, elements of `Bytes` bytes) into the whole buffer `out`, each
 // element read where the box has it: a slice without a tile of all of its source in between.
 template <int Bytes>
@@ -65,9 +46,12 @@ __device__ inline void slice_copy(void* out, const void* src, const Dims& full, 
 }
 
 // n elements of `Bytes` each from runs of `src` (s_cols elements every s_ld from s_first) into
-// runs of `dst`, element e to element e: 16-byte units (copy_units) where both sides' runs and
-// starts keep them whole and aligned; else element by element. A graph_def that only copies
-// (backends/cuda/copy_runs.py); the megakernel's barrier follows.
+// runs of `dst`, element e to element e: 16-byte units where both sides' runs and starts keep
+// them whole and aligned; else element by element. A graph_def that only copies
+// (backends/cuda/copy_runs.py); the megakernel's barrier follows. A unit a thread at a time:
+// with four loads in flight a thread here, ptxas spilled the prefill's gemm and attention
+// bodies (every body shares the megakernel's registers), and qwen3-0.6b's prefill of 999
+// positions ran 11.62 -> 12.66 ms on the H200 (bench/RESULTS.md, session 57).
 template <int Bytes>
 __device__ inline void copy_runs(void* dst, int64_t d_first, int64_t d_cols, int64_t d_ld,
                                  const void* src, int64_t s_first, int64_t s_cols, int64_t s_ld,
@@ -79,9 +63,9 @@ __device__ inline void copy_runs(void* dst, int64_t d_first, int64_t d_cols, int
                    s_ld % V == 0 && d_first % V == 0 && s_first % V == 0 &&
                    ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0;
   if (vec) {
-    copy_units(
-        n / V, [&](int64_t v) { return static_cast<const uint4*>(src) + s_at(v * V) / V; },
-        [&](int64_t v) { return static_cast<uint4*>(dst) + d_at(v * V) / V; });
+    MK_FOR_EACH(v, n / V) {
+      static_cast<uint4*>(dst)[d_at(v * V) / V] = static_cast<const uint4*>(src)[s_at(v * V) / V];
+    }
     return;
   }
   using Elem = ElemBits<Bytes>;

@@ -72,7 +72,7 @@ __device__ inline void rope_rows(Tile<float>& out, const Tile<float>& x, const T
 // returns (to every thread) the index of the first id out of range, or -1 (nothing written).
 // The threads check the ids together (each thread walking all of a prefill's 999 ids had taken
 // most of a 64 us gather of RoPE table rows on the H200); only a bad id costs the serial walk.
-// A unit a thread at a time, not copy_units' loads in flight: with copy_units<8> (or even <2>)
+// A unit a thread at a time, not several loads in flight a thread: with eight (or even two)
 // here ptxas gave the whole megakernel 255 registers and spills in the bodies that run every
 // layer (q, r, y_acc, the lm_head), and qwen3-0.6b's decode ran 1.91 -> 2.07 ms/token at batch
 // 8 (bench/RESULTS.md, session 57). A decode gathers one row a batch row (a unit a thread).
