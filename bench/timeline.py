@@ -181,7 +181,8 @@ def main() -> int:
         torch.cuda.synchronize()
         total = grid_rows(prog)
         print(f"{name}: {len(prog.tables.tasks)} tasks, step {max(r[3] for r in total):.1f} us")
-        print(f"megakernel: {prog.cuda_resources}")  # type: ignore[attr-defined]
+        used = prog.cuda_resources  # type: ignore[attr-defined]
+        print(f"megakernel: {used.summary() if used else 'no ptxas report'}")
         print(wait_summary(prog))
         model_summary(prog)
         if args.grids:

@@ -415,6 +415,10 @@ def _generate(args: argparse.Namespace) -> int:
     prog = mk.compile(text, target=args.target, **options)
     compiled = time.perf_counter() - start
     print(f"weights and inputs: {prepared:.2f} s; compile: {compiled:.2f} s")
+    resources = getattr(prog, "cuda_resources", None)
+    if resources is not None:
+        # Every body shares the megakernel's registers: a spill shows up in every layer's time.
+        print(f"megakernel: {resources.summary()}")
     if args.target == "cuda":
         inputs = _device_inputs(inputs)
         if gpu_prefill:

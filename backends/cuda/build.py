@@ -37,7 +37,8 @@ class KernelResources:
     registers a thread, and every body shares them, so a body that needs more spills to local
     memory in every task the dispatcher runs (`spilling` counts the functions that spill).
     `wgmma_serialized`: ptxas serialized the wgmma of some function, whose pipeline a call
-    crosses (its note C7510; switches.inline_bodies)."""
+    crosses (its note C7510; switches.inline_bodies). `spilled`: which functions spill
+    ("megakernel" for the entry, a body by its grid, e.g. "k14_l0_y_acc")."""
 
     registers: int
     stack_bytes: int
@@ -45,6 +46,15 @@ class KernelResources:
     spill_loads: int
     spilling: int
     wgmma_serialized: bool = False
+    spilled: tuple[str, ...] = ()
+
+    def summary(self) -> str:
+        """One line for a tool's report: registers, stack and where it spills."""
+        head = f"{self.registers} registers, {self.stack_bytes} B of stack"
+        if not self.spilling:
+            return f"{head}, no spills"
+        names = ", ".join(self.spilled) if self.spilled else f"{self.spilling} functions"
+        return f"{head}, SPILLS ({self.spill_stores} B stored by the entry) in {names}"
 
 
 _PROPERTIES = re.compile(
@@ -63,9 +73,25 @@ def kernel_resources(ptxas: str) -> KernelResources | None:
     if entry is None or entry.group(1) not in frames:
         return None
     stack, stores, loads = frames[entry.group(1)]
-    spilling = sum(1 for frame in frames.values() if frame[1] > 0)
+    spilled = tuple(
+        _function_name(name, entry.group(1)) for name, frame in frames.items() if frame[1] > 0
+    )
     serialized = "(C7510)" in ptxas
-    return KernelResources(int(entry.group(2)), stack, stores, loads, spilling, serialized)
+    return KernelResources(
+        int(entry.group(2)), stack, stores, loads, len(spilled), serialized, spilled
+    )
+
+
+_BODY = re.compile(r"task_\d+_(\w+?)EPKN2mk8TaskDesc")
+
+
+def _function_name(mangled: str, entry: str) -> str:
+    """A spilling function as a report names it: the entry, a task body by its grid, else
+    ptxas's own name."""
+    if mangled == entry:
+        return "megakernel"
+    body = _BODY.search(mangled)
+    return body.group(1) if body else mangled
 
 
 def resources_path(library: Path) -> Path:
@@ -77,7 +103,9 @@ def library_resources(library: Path) -> KernelResources | None:
     path = resources_path(library)
     if not path.is_file():
         return None
-    return KernelResources(**json.loads(path.read_text()))
+    fields = json.loads(path.read_text())
+    fields["spilled"] = tuple(fields.get("spilled", ()))
+    return KernelResources(**fields)
 
 
 def nvcc() -> str | None:

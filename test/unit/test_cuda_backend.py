@@ -144,11 +144,30 @@ ptxas info    : Function properties for _ZN12_GLOBAL__N_19task_0_k0_pEPKN2mk8Tas
 
 def test_ptxas_reports_the_megakernels_registers_and_spills() -> None:
     found = cuda_build.kernel_resources(PTXAS)
-    assert found == cuda_build.KernelResources(255, 752, 504, 868, 2)
+    spilled = ("megakernel", "k5_x")
+    assert found == cuda_build.KernelResources(255, 752, 504, 868, 2, spilled=spilled)
+    assert found.summary() == (
+        "255 registers, 752 B of stack, SPILLS (504 B stored by the entry) in megakernel, k5_x"
+    )
     assert cuda_build.kernel_resources("ptxas info    : 0 bytes gmem") is None
     note = "ptxas info    : (C7510) Potential Performance Loss: wgmma.mma_async instructions are "
     serialized = cuda_build.kernel_resources(PTXAS + note + "serialized due to ...\n")
-    assert serialized == cuda_build.KernelResources(255, 752, 504, 868, 2, wgmma_serialized=True)
+    assert serialized == cuda_build.KernelResources(
+        255, 752, 504, 868, 2, wgmma_serialized=True, spilled=spilled
+    )
+    clean = cuda_build.KernelResources(213, 304, 0, 0, 0)
+    assert clean.summary() == "213 registers, 304 B of stack, no spills"
+
+
+def test_a_libraries_resources_read_back_as_written(tmp_path: Path) -> None:
+    lib = tmp_path / "k.so"
+    found = cuda_build.kernel_resources(PTXAS)
+    assert found is not None
+    cuda_build.resources_path(lib).write_text(json.dumps(dataclasses.asdict(found)))
+    assert cuda_build.library_resources(lib) == found
+    older = {k: v for k, v in dataclasses.asdict(found).items() if k != "spilled"}
+    cuda_build.resources_path(lib).write_text(json.dumps(older))  # written before `spilled`
+    assert cuda_build.library_resources(lib) == dataclasses.replace(found, spilled=())
 
 
 # Build switches that change the emitted CUDA beyond the default (bench/RESULTS.md measures them).

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -489,7 +490,9 @@ def test_tiny_generates_on_gpu(capsys: pytest.CaptureFixture[str]) -> None:
 
     argv = ["--model", "tiny-qwen3", "--batch", "2", "--steps", "8", "--context", "32"]
     assert main([*argv, "--target", "cuda", "--check"]) == 0
-    assert "check: ok" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "check: ok" in out
+    assert re.search(r"megakernel: \d+ registers, \d+ B of stack, no spills", out), out
 
 
 @pytest.mark.gpu
