@@ -542,13 +542,18 @@ def test_mk_generate_host_loop(cache_dir: Path, capsys: pytest.CaptureFixture[st
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize("batch", [1, 8])
-def test_model_decode_megakernel_builds_without_spills(batch: int, cache_dir: Path) -> None:
+@pytest.mark.parametrize(
+    ("name", "batch"), [("qwen3-0.6b", 1), ("qwen3-0.6b", 8), ("llama-3.2-1b", 8), ("qwen3-8b", 1)]
+)
+def test_model_decode_megakernel_builds_without_spills(
+    name: str, batch: int, cache_dir: Path
+) -> None:
     """Every body shares the megakernel's registers: a helper that needs many of them (the
     embedding gather with eight 16-byte loads in flight) spilled q, r, y_acc and the lm_head of
     every layer, and qwen3-0.6b's decode ran 11 % slower at batch 8 (bench/RESULTS.md, session
-    57). Two layers of its shapes and a small vocabulary show the same registers."""
-    config = dataclasses.replace(preset("qwen3-0.6b"), layers=2, vocab=2048)
+    57). Two layers of a preset's shapes and a small vocabulary show the same registers; the
+    presets cover both attention bodies (CUDA and tensor cores) and head dims 64 and 128."""
+    config = dataclasses.replace(preset(name), layers=2, vocab=2048)
     prog = mk.compile(
         decode_program(config, batch, 1024, steps=2), target="cuda", cache_dir=cache_dir
     )
