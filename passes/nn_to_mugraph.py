@@ -392,7 +392,7 @@ def lower_block(block: Block, t: Tiling) -> None:
 @dataclass(frozen=True)
 class NnToMugraphPass(ModulePass):
     """`nn-to-mugraph{num-sms=132 tile-n=64 tile-k=64 tile-m=0 kv-chunk=64 kv-splits=0
-    k-splits=1 attention-fold=1 task-us=3 norm-rows=16}`."""
+    k-splits=1 attention-fold=1 task-us=3 norm-rows=16 merge-rows=1}`."""
 
     name = "nn-to-mugraph"
 
@@ -425,6 +425,11 @@ class NnToMugraphPass(ModulePass):
     # product; a tensor-core tile of a prefill's rows ran 3-4 us a chunk so on the H200 against
     # ~0.6-0.8 without (bench/RESULTS.md, session 47), so many rows are normalised once instead.
     norm_rows: int = 16
+    # A decode attention's split merge is cut into one block per KV head, all batch rows in it, so
+    # that mugraph-fuse-loop folds it into the o-projection, up to this many batch rows (their
+    # partials within the fold's bytes). 1, the default: batch 1 only (at batch 8 the merge is a
+    # phase of its own, a block per KV head and batch row; folded there it is not yet timed).
+    merge_rows: int = 1
 
     def tiling(self) -> Tiling:
         for option in ("num_sms", "tile_k", "kv_chunk"):
@@ -433,12 +438,14 @@ class NnToMugraphPass(ModulePass):
         for option in ("tile_n", "tile_m", "kv_splits", "k_splits", "task_us", "norm_rows"):
             if getattr(self, option) < 0:
                 raise MkError(f"nn-to-mugraph: {option.replace('_', '-')} must be >= 0")
+        if self.merge_rows < 1:
+            raise MkError("nn-to-mugraph: merge-rows must be >= 1")
         if self.attention_fold not in (0, 1, 2, 3):
             raise MkError("nn-to-mugraph: attention-fold must be 0, 1, 2 or 3")
         return Tiling(
             self.num_sms, self.tile_n, self.tile_k, self.kv_chunk, self.kv_splits,
             tile_m=self.tile_m, k_splits=self.k_splits, attention_fold=self.attention_fold,
-            task_us=self.task_us, norm_rows=self.norm_rows,
+            task_us=self.task_us, norm_rows=self.norm_rows, merge_rows=self.merge_rows,
         )  # fmt: skip
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:

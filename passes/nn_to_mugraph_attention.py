@@ -213,10 +213,14 @@ class _Block:
 
 
 def merge_block_width(plan: AttentionPlan, t: Tiling) -> int:
-    """Columns one block of the merge writes of a [1, Hq·D] result (one batch row, split
-    keys), which a one-dim grid covers; 0 otherwise."""
+    """Columns one block of the merge writes of a [B, Hq·D] result (split keys; every batch
+    row, up to t.merge_rows of them whose partials fit the fold), which a one-dim grid over the
+    KV heads covers; 0 otherwise."""
     (bsz, hq, _, d), (_, hkv, seq, _) = shape_of(plan.op.q), shape_of(plan.op.k)
-    if plan.out_view is None or bsz != 1 or hkv < 2 or kv_splits(bsz, hq, hkv, seq, d, t) < 2:
+    if plan.out_view is None or bsz > t.merge_rows or hkv < 2:
+        return 0
+    splits = kv_splits(bsz, hq, hkv, seq, d, t)
+    if splits < 2 or (bsz > 1 and bsz * merge_input_bytes(splits, hq, d) > DEFAULT_FOLD_BYTES):
         return 0
     return hq // hkv * d
 
@@ -253,7 +257,8 @@ def attention_kernels(
     for i, (tile, last) in enumerate(((out, d), (peak, 1), (total, 1))):
         b.output(reshape(b, tile, (*part, last), f"{'oml'[i]}5"), i, (2, 0, 1))
     split = finish(b, [f"{name}_o", f"{name}_m", f"{name}_l"])
-    merge = _merge_kernel(plan, sh, splits, list(split.results), name)
+    rows = sh.batch if sh.batch > 1 and merge_block_width(plan, t) else 1
+    merge = _merge_kernel(plan, sh, splits, list(split.results), name, rows)
     return [split, merge], {result: merge.results[0]}
 
 
@@ -408,22 +413,33 @@ def _normalise(
     return b.thread_map([out, total, peak], [TensorType(elem, shape)], body, name).res[0]
 
 
-def _write_result(b: BlockGraphBuilder, plan: AttentionPlan, sh: _AttnShape, fin: SSAValue) -> None:
-    """Write a block's [G·Sq, D] (or [1, G, Sq, D]) result tile, merging heads when folded."""
+def _write_result(
+    b: BlockGraphBuilder, plan: AttentionPlan, sh: _AttnShape, fin: SSAValue, rows: int = 1
+) -> None:
+    """Write a block's [G·Sq, D] (or [1, G, Sq, D]) result tile, merging heads when folded;
+    `rows` > 1: the block holds every batch row ([B, G·D], a merge cut for the fold)."""
     if plan.out_view is not None:
-        tile = reshape(b, fin, (1, sh.group * sh.d), "fin2")
+        tile = reshape(b, fin, (rows, sh.group * sh.d), "fin2")
     else:
         tile = reshape(b, fin, (1, sh.group, sh.block_sq, sh.d), "fin4")
-    b.output(tile, 0, _QUERY_MAP if sh.q_blocked else _HEAD_MAP)
+    omap = _QUERY_MAP if sh.q_blocked else _HEAD_MAP
+    b.output(tile, 0, (1, -1, -1) if rows > 1 else omap)
 
 
 def _merge_kernel(
-    plan: AttentionPlan, sh: _AttnShape, splits: int, parts: list[SSAValue], name: str
+    plan: AttentionPlan,
+    sh: _AttnShape,
+    splits: int,
+    parts: list[SSAValue],
+    name: str,
+    rows: int = 1,
 ) -> GraphDefOp:
-    """Combine the split partials: weights e^(m_i − max m), o = Σ w·o_i / Σ w·l_i."""
+    """Combine the split partials: weights e^(m_i − max m), o = Σ w·o_i / Σ w·l_i. A block per
+    KV head and batch row, or with `rows` (the batch) a block per KV head taking all rows."""
     result = plan.result()
-    b = new_builder(parts, [result.type], (sh.kv_heads, 1, sh.batch), 128, 1, [name])
-    imap = (2, -1, 1)
+    grid = (sh.kv_heads, 1, 1 if rows > 1 else sh.batch)
+    b = new_builder(parts, [result.type], grid, 128, 1, [name])
+    imap = (2, -1, -1 if rows > 1 else 1)
     op_, mp, lp = (b.input(i, imap, -1, n) for i, n in enumerate(("op", "mp", "lp")))
     mx = b.add(ReduceOp("max", mp, 0, keepdim=True), "mx").res
     w = b.thread_map(
@@ -433,5 +449,5 @@ def _merge_kernel(
     osum = b.add(ReduceOp("sum", b.add(BinaryOp("mul", op_, w), "ow").res, 0), "osum").res
     mx4 = reshape(b, mx, shape_of(lsum), "mx4")
     fin = _normalise(b, osum, lsum, mx4, tensor_type(result).element_type, "fin")
-    _write_result(b, plan, sh, fin)
+    _write_result(b, plan, sh, fin, rows)
     return finish(b, [name])

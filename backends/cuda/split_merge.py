@@ -67,8 +67,10 @@ def plan_merge(op: GraphDefOp) -> MergePlan | None:
     return match_merge(op.loop_ops())
 
 
-def match_merge(ops: Sequence[Operation]) -> MergePlan | None:
-    """The merge among `ops` (a graph_def's loop), or None."""
+def match_merge(ops: Sequence[Operation], tile_runs: bool = True) -> MergePlan | None:
+    """The merge among `ops` (a graph_def's loop), or None. `tile_runs`: each split's rows of
+    a tile must be one run of its source (a merge kernel's own tiles); a merge folded into a
+    linear's loop merges its whole sources instead (plan_merged_x checks their layout)."""
     reduces = [o for o in ops if isinstance(o, ReduceOp) and o.dim.value.data == 0]
     mx = next((r for r in reduces if r.kind.data == "max" and r.keepdim is not None), None)
     if mx is None or not isinstance(m := mx.x.owner, InputOp):
@@ -84,7 +86,7 @@ def match_merge(ops: Sequence[Operation]) -> MergePlan | None:
         return None
     (ls, total, lmul), (os_, out, omul) = lsum, osum
     handled: set[Operation] = {m, mx, w, total, lmul, ls, out, omul, os_}
-    if len(handled) != 9 or not _shapes_fit(m, total, out):
+    if len(handled) != 9 or not _shapes_fit(m, total, out, tile_runs):
         return None
     if not used_only_by(handled - {mx, ls, os_}, handled):
         return None
@@ -128,8 +130,9 @@ def _weighted_sum(r: ReduceOp, w: ThreadMapOp) -> tuple[ReduceOp, InputOp, Binar
     return r, src, mul
 
 
-def _shapes_fit(peak: InputOp, total: InputOp, out: InputOp) -> bool:
-    """f32 partials, split-major, every split's rows one contiguous run of its source."""
+def _shapes_fit(peak: InputOp, total: InputOp, out: InputOp, tile_runs: bool) -> bool:
+    """f32 partials, split-major, every split's rows one contiguous run of its source (unless
+    not `tile_runs`)."""
     tm, to = peak.tile_shape(), out.tile_shape()
     if total.tile_shape() != tm or len(to) != len(tm) or tm[-1] != 1 or to[:-1] != tm[:-1]:
         return False
@@ -140,6 +143,8 @@ def _shapes_fit(peak: InputOp, total: InputOp, out: InputOp) -> bool:
         return False
     if any(dtype_code(x.source.type) != "mk::DTYPE_F32" for x in ops):
         return False
+    if not tile_runs:
+        return True
     runs = [_runs(x) for x in ops]
     if any(r is None or r.rows != tm[0] for r in runs):
         return False
@@ -206,7 +211,7 @@ def plan_merged_x(loop: Sequence[Operation], lhs: SSAValue, forloop: int) -> Mer
     view = lhs.owner
     if not isinstance(view, ReshapeOp) or not isinstance(norm := view.x.owner, ThreadMapOp):
         return None
-    merge = match_merge(loop)
+    merge = match_merge(loop, tile_runs=False)
     if merge is None or any(x.fmap_dim() != 2 for x in (merge.out, merge.peak, merge.total)):
         return None
     args = list(norm.args)
@@ -217,11 +222,14 @@ def plan_merged_x(loop: Sequence[Operation], lhs: SSAValue, forloop: int) -> Mer
         return None
     empty_below = _normalise_limit(norm)
     shape = shape_of(lhs)
-    if empty_below is None or len(shape) != 2 or shape[0] != 1:
+    if empty_below is None or len(shape) != 2:
         return None
-    if shape[1] != merge.rows * merge.width or len(norm.res) != 1:
+    if shape[0] * shape[1] != merge.rows * merge.width or len(norm.res) != 1:
         return None
-    rows = merge.rows * forloop  # every iteration's rows, consecutive in the partials
+    # Every iteration's rows, consecutive in the partials: [splits, B, Hq, 1, D] holds row
+    # (b, h) where the activation [B, Hq·D] has its head h of row b, so merging all of them in
+    # order lays out the whole activation.
+    rows = merge.rows * forloop
     if _whole_ld(merge.out) != rows * merge.width or _whole_ld(merge.peak) != rows:
         return None
     handled = {*merge.handled, mx4, norm, view}

@@ -510,22 +510,21 @@ def test_merged_splits_match_the_reference(splits: int, tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- merge in the o-proj
 
 
-def _attention_oproj(hq: int, hkv: int, seq: int, d: int, n: int) -> str:
-    """Decode attention (batch 1) whose merged heads feed a linear and a residual add."""
-    k = hq * d
-    q, kv = f"tensor<1x{hq}x1x{d}xbf16>", f"tensor<1x{hkv}x{seq}x{d}xbf16>"
+def _attention_oproj(hq: int, hkv: int, seq: int, d: int, n: int, batch: int = 1) -> str:
+    """Decode attention whose merged heads feed a linear and a residual add."""
+    k, b = hq * d, batch
+    q, kv = f"tensor<{b}x{hq}x1x{d}xbf16>", f"tensor<{b}x{hkv}x{seq}x{d}xbf16>"
+    rows_k, rows_n = f"tensor<{b}x{k}xbf16>", f"tensor<{b}x{n}xbf16>"
     return (
-        f"func.func @attn_oproj(%q: tensor<1x{k}xbf16>, %k: {kv}, %v: {kv}, "
-        f"%len: tensor<1xi32>, %wo: tensor<{n}x{k}xbf16>, %x: tensor<1x{n}xbf16>) "
-        f"-> tensor<1x{n}xbf16> {{\n"
-        f"  %q4 = nn.reshape %q : (tensor<1x{k}xbf16>) -> {q}\n"
+        f"func.func @attn_oproj(%q: {rows_k}, %k: {kv}, %v: {kv}, "
+        f"%len: tensor<{b}xi32>, %wo: tensor<{n}x{k}xbf16>, %x: {rows_n}) -> {rows_n} {{\n"
+        f"  %q4 = nn.reshape %q : ({rows_k}) -> {q}\n"
         f"  %att = nn.attention %q4, %k, %v, %len {{scale = {d**-0.5!r} : f32, causal = false}}"
-        f" : ({q}, {kv}, {kv}, tensor<1xi32>) -> {q}\n"
-        f"  %att2 = nn.reshape %att : ({q}) -> tensor<1x{k}xbf16>\n"
-        f"  %o = nn.linear %att2, %wo : (tensor<1x{k}xbf16>, tensor<{n}x{k}xbf16>) -> "
-        f"tensor<1x{n}xbf16>\n"
-        f"  %r = nn.add %x, %o : (tensor<1x{n}xbf16>, tensor<1x{n}xbf16>) -> tensor<1x{n}xbf16>\n"
-        f"  func.return %r : tensor<1x{n}xbf16>\n}}"
+        f" : ({q}, {kv}, {kv}, tensor<{b}xi32>) -> {q}\n"
+        f"  %att2 = nn.reshape %att : ({q}) -> {rows_k}\n"
+        f"  %o = nn.linear %att2, %wo : ({rows_k}, tensor<{n}x{k}xbf16>) -> {rows_n}\n"
+        f"  %r = nn.add %x, %o : ({rows_n}, {rows_n}) -> {rows_n}\n"
+        f"  func.return %r : {rows_n}\n}}"
     )
 
 
@@ -548,6 +547,17 @@ def test_the_folded_merge_is_staged_by_one_call() -> None:
     assert not plan.tensor_cores(2048)
 
 
+def test_a_batchs_folded_merge_is_staged_by_one_call() -> None:
+    """With merge-rows, batch 8's merge (a block per KV head, all rows) folds as well, and the
+    staged activation is every batch row's heads: 8 x 16 partial rows, on CUDA cores."""
+    text = _attention_oproj(16, 8, 1024, 128, 1024, batch=8)
+    op = _fused_oproj(text, merge_rows=8, kv_splits=2)
+    plan = plan_stream(op)
+    assert plan is not None and isinstance(plan.x, MergedX)
+    assert (plan.x.merge.splits, plan.x.rows, plan.x.merge.width, plan.rows) == (2, 128, 128, 8)
+    assert not plan.tensor_cores(2048)
+
+
 def test_a_folded_merge_of_another_form_does_not_stream() -> None:
     op = _fused_oproj(_attention_oproj(4, 2, 128, 16, 32), kv_splits=4)
     assert plan_stream(op) is not None
@@ -557,24 +567,36 @@ def test_a_folded_merge_of_another_form_does_not_stream() -> None:
 
 
 @pytest.mark.usefixtures("no_nvcc")
-def test_emitted_merged_activation(tmp_path: Path) -> None:
-    text = _attention_oproj(16, 8, 1024, 128, 1024)
-    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+@pytest.mark.parametrize(("batch", "splits", "rows"), [(1, 8, 16), (8, 2, 128)])
+def test_emitted_merged_activation(batch: int, splits: int, rows: int, tmp_path: Path) -> None:
+    """One call merges every partial row (batch rows x query heads) into the staged activation."""
+    text = _attention_oproj(16, 8, 1024, 128, 1024, batch=batch)
+    options = {"merge_rows": batch} if batch > 1 else {}
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path, **options)
     src = prog.cuda_source  # type: ignore[attr-defined]
-    assert src.count("mk::gpu::merge_rows<8, 128>(") == 1 and "sl.x_ready = true;" in src
+    assert src.count(f"mk::gpu::merge_rows<{splits}, 128>(") == 1 and "sl.x_ready = true;" in src
+    assert f", {rows}, {rows}, -1e+29f," in src  # the maxima's split stride, then the rows
     assert "merge_splits<" not in src  # no merge kernel left
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    ("dims", "splits"),
-    [((4, 2, 128, 16, 32), 4), ((16, 8, 1024, 128, 1024), 0), ((32, 8, 1024, 64, 2048), 0)],
+    ("dims", "splits", "batch"),
+    [
+        ((4, 2, 128, 16, 32), 4, 1),
+        ((16, 8, 1024, 128, 1024), 0, 1),
+        ((32, 8, 1024, 64, 2048), 0, 1),
+        ((4, 2, 128, 16, 32), 4, 3),
+        ((16, 8, 1024, 128, 1024), 2, 8),
+    ],
 )
 def test_merge_folded_into_the_oproj_matches_the_reference(
-    dims: tuple[int, int, int, int, int], splits: int, tmp_path: Path
+    dims: tuple[int, int, int, int, int], splits: int, batch: int, tmp_path: Path
 ) -> None:
-    text = _attention_oproj(*dims)
-    prog = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=splits)
+    """Batch 1 by default; several rows with merge-rows (one merge block per KV head)."""
+    text = _attention_oproj(*dims, batch=batch)
+    options = {"kv_splits": splits, "merge_rows": batch}
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path, **options)
     assert "merge_rows<" in prog.cuda_source  # type: ignore[attr-defined]
     _matches_the_reference(prog, text, dims)
 

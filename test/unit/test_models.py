@@ -348,7 +348,14 @@ def test_tiny_generates_on_cpu_executor(cache_dir: Path) -> None:
 
 @needs_decode_ops
 @needs_gxx
-@pytest.mark.parametrize("options", [[], ["--option", "kv_splits=2", "--option", "tile_n=32"]])
+@pytest.mark.parametrize(
+    "options",
+    [
+        [],
+        ["--option", "kv_splits=2", "--option", "tile_n=32"],
+        ["--option", "kv_splits=2", "--option", "merge_rows=2"],  # the merge folded at batch 2
+    ],
+)
 def test_mk_generate_check(
     cache_dir: Path, capsys: pytest.CaptureFixture[str], options: list[str]
 ) -> None:

@@ -31,6 +31,15 @@ func.func @attn_oproj(%q: tensor<1x64xbf16>, %k: tensor<1x2x128x16xbf16>, %v: te
 }
 """
 
+# The same at batch 3: the merge folds only under merge-rows (a merge block per KV head).
+ATTN_OPROJ_B3 = (
+    ATTN_OPROJ.replace("tensor<1x64xbf16>", "tensor<3x64xbf16>")
+    .replace("tensor<1x4x1x16xbf16>", "tensor<3x4x1x16xbf16>")
+    .replace("tensor<1x2x128x16xbf16>", "tensor<3x2x128x16xbf16>")
+    .replace("tensor<1xi32>", "tensor<3xi32>")
+    .replace("tensor<1x32xbf16>", "tensor<3x32xbf16>")
+)
+
 
 def _lowered(text: str, **options: int) -> ModuleOp:
     module = load_module(text)
@@ -54,6 +63,39 @@ def test_the_merge_folds_into_the_oproj_and_its_loop_walks_the_merge_blocks() ->
     reads = {op.tile.name_hint: (op.imap_dims(), op.fmap_dim()) for op in fused.input_ops()}
     assert reads["op"] == ((-1, -1, -1), 2) and reads["mp"] == ((-1, -1, -1), 2)
     assert len(_graph_defs(module)) == 2  # the split attention and the fused o-projection
+
+
+def test_a_batchs_merge_folds_under_merge_rows() -> None:
+    assert not _fused(_lowered(ATTN_OPROJ_B3, kv_splits=4))  # a merge block per head and row
+    assert not _fused(_lowered(ATTN_OPROJ_B3, kv_splits=4, merge_rows=2))  # 3 rows > 2
+    module = _lowered(ATTN_OPROJ_B3, kv_splits=4, merge_rows=3)
+    (fused,) = _fused(module)
+    assert fused.forloop_range() == 2
+    reads = {op.tile.name_hint: (op.imap_dims(), op.fmap_dim()) for op in fused.input_ops()}
+    assert reads["op"] == ((-1, -1, -1), 2) and reads["mp"] == ((-1, -1, -1), 2)
+    assert len(_graph_defs(module)) == 2
+
+
+@pytest.mark.parametrize(("preset", "folds"), [("qwen3-0.6b", True), ("qwen3-8b", False)])
+def test_batch_eight_folds_the_merge_where_its_partials_fit(preset: str, folds: bool) -> None:
+    """merge-rows=8: qwen3-0.6b's 8 rows x 16 heads x 2 splits of partials (133 KB) fold; an
+    8B model's 266 KB do not, and its merge keeps a block per KV head and batch row."""
+    import dataclasses
+
+    from mk.models import decode_program
+    from mk.models import preset as model_preset
+
+    config = dataclasses.replace(model_preset(preset), layers=1)
+    module = load_module(decode_program(config, 8, 1024))
+    compiler.run_pipeline(module, {"merge_rows": 8}, compiler.PIPELINE[:2])
+    merges = [g for g in _graph_defs(module) if g.res[0].name_hint == "l0_att2"]
+    assert (len(_fused(module)), len(merges)) == ((1, 0) if folds else (0, 1))
+    assert all(g.grid_shape() == (8, 1, 8) for g in merges)
+
+
+def test_merge_rows_must_be_positive() -> None:
+    with pytest.raises(mk.MkError, match="merge-rows must be >= 1"):
+        _lowered(ATTN_OPROJ, merge_rows=0)
 
 
 def test_nothing_folds_with_fold_bytes_0_or_one_split() -> None:
@@ -123,6 +165,19 @@ def test_folded_and_unfolded_programs_match_the_reference(fold_bytes: int, tmp_p
         inputs = random_inputs(prog.func, seed=seed)
         (out,) = prog(*inputs)
         (ref,) = mk.reference(ATTN_OPROJ, *inputs)
+        error, bound = compiler.output_error(out, ref)
+        assert np.isfinite(out.astype(np.float32)).all() and error <= bound
+
+
+@pytest.mark.parametrize("merge_rows", [1, 3])
+def test_a_batchs_folded_merge_matches_the_reference(merge_rows: int, tmp_path: Path) -> None:
+    _cpu_ready()
+    prog = mk.compile(ATTN_OPROJ_B3, cache_dir=tmp_path, kv_splits=4, merge_rows=merge_rows)
+    assert ("loop+" in prog.ir("mugraph")) == (merge_rows == 3)
+    for seed in (0, 1):
+        inputs = random_inputs(prog.func, seed=seed)
+        (out,) = prog(*inputs)
+        (ref,) = mk.reference(ATTN_OPROJ_B3, *inputs)
         error, bound = compiler.output_error(out, ref)
         assert np.isfinite(out.astype(np.float32)).all() and error <= bound
 

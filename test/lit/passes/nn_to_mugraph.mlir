@@ -6,6 +6,7 @@
 // RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{k-splits=0}' | filecheck %s --check-prefix=SPLITK
 // RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{attention-fold=1 kv-splits=2}' | filecheck %s --check-prefix=FOLD
 // RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{k-splits=1 norm-rows=4}' | filecheck %s --check-prefix=NORM
+// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{kv-splits=2 kv-chunk=16 k-splits=1 merge-rows=2}' | filecheck %s --check-prefix=ROWS
 
 // RMSNorm + Linear: one graph_def. Grid x over the 1024 output columns (64 per block), the
 // for-loop over K = 512 in chunks of tile-k; x·g feeds the matmul while Σx² accumulates in the
@@ -288,6 +289,25 @@ func.func @attention_views(%qf: tensor<1x256xf32>, %k: tensor<1x2x64x64xf32>, %v
 // SPLIT:           %kt = mugraph.input %k_a imap [1, 2, 0] fmap 2 : tensor<1x2x64x64xf32> -> tensor<1x1x16x64xf32>
 // SPLIT:         %o2 = mugraph.graph_def grid [2, 1, 1] threads 128 forloop 1 (%o2_o, %o2_m, %o2_l)
 // SPLIT:           mugraph.output %fin2 to %o2_r omap [1, -1, 0] : tensor<1x128xf32> -> tensor<1x256xf32>
+
+// -----
+
+// Two batch rows: the merge takes a block per KV head and batch row, or with merge-rows=2 a
+// block per KV head holding both rows (what mugraph-fuse-loop folds into an o-projection).
+func.func @attention_views_rows(%qf: tensor<2x256xf32>, %k: tensor<2x2x64x64xf32>, %v: tensor<2x2x64x64xf32>, %kv_len: tensor<2xi32>) -> tensor<2x256xf32> {
+  %q = nn.reshape %qf : (tensor<2x256xf32>) -> tensor<2x4x1x64xf32>
+  %o = nn.attention %q, %k, %v, %kv_len {scale = 0.125 : f32, causal = true} : (tensor<2x4x1x64xf32>, tensor<2x2x64x64xf32>, tensor<2x2x64x64xf32>, tensor<2xi32>) -> tensor<2x4x1x64xf32>
+  %o2 = nn.reshape %o : (tensor<2x4x1x64xf32>) -> tensor<2x256xf32>
+  func.return %o2 : tensor<2x256xf32>
+}
+// SPLIT-LABEL: func.func @attention_views_rows
+// SPLIT:         %o2 = mugraph.graph_def grid [2, 1, 2] threads 128 forloop 1 (%o2_o, %o2_m, %o2_l)
+// SPLIT:           %op = mugraph.input %o2_o_a imap [2, -1, 1] fmap -1 : tensor<2x2x4x1x64xf32> -> tensor<2x1x2x1x64xf32>
+// SPLIT:           mugraph.output %fin2 to %o2_r omap [1, -1, 0] : tensor<1x128xf32> -> tensor<2x256xf32>
+// ROWS-LABEL: func.func @attention_views_rows
+// ROWS:         %o2 = mugraph.graph_def grid [2, 1, 1] threads 128 forloop 1 (%o2_o, %o2_m, %o2_l)
+// ROWS:           %op = mugraph.input %o2_o_a imap [2, -1, -1] fmap -1 : tensor<2x2x4x1x64xf32> -> tensor<2x2x2x1x64xf32>
+// ROWS:           mugraph.output %fin2 to %o2_r omap [1, -1, -1] : tensor<2x128xf32> -> tensor<2x256xf32>
 
 // -----
 
