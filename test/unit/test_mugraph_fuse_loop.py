@@ -156,28 +156,26 @@ def _cpu_ready() -> None:
         pytest.skip(str(e))
 
 
-@pytest.mark.parametrize("fold_bytes", [0, 1 << 20])
-def test_folded_and_unfolded_programs_match_the_reference(fold_bytes: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("batch", "options", "folds"),
+    [
+        (1, {"fold_bytes": 0}, False),
+        (1, {"fold_bytes": 1 << 20}, True),
+        (3, {}, False),  # a merge block per KV head and batch row
+        (3, {"merge_rows": 3}, True),
+    ],
+)
+def test_folded_and_unfolded_programs_match_the_reference(
+    batch: int, options: dict[str, int], folds: bool, tmp_path: Path
+) -> None:
     _cpu_ready()
-    prog = mk.compile(ATTN_OPROJ, cache_dir=tmp_path, kv_splits=4, fold_bytes=fold_bytes)
-    assert ("loop+" in prog.ir("mugraph")) == (fold_bytes > 0)
+    text = ATTN_OPROJ if batch == 1 else ATTN_OPROJ_B3
+    prog = mk.compile(text, cache_dir=tmp_path, kv_splits=4, **options)
+    assert ("loop+" in prog.ir("mugraph")) == folds
     for seed in (0, 1):
         inputs = random_inputs(prog.func, seed=seed)
         (out,) = prog(*inputs)
-        (ref,) = mk.reference(ATTN_OPROJ, *inputs)
-        error, bound = compiler.output_error(out, ref)
-        assert np.isfinite(out.astype(np.float32)).all() and error <= bound
-
-
-@pytest.mark.parametrize("merge_rows", [1, 3])
-def test_a_batchs_folded_merge_matches_the_reference(merge_rows: int, tmp_path: Path) -> None:
-    _cpu_ready()
-    prog = mk.compile(ATTN_OPROJ_B3, cache_dir=tmp_path, kv_splits=4, merge_rows=merge_rows)
-    assert ("loop+" in prog.ir("mugraph")) == (merge_rows == 3)
-    for seed in (0, 1):
-        inputs = random_inputs(prog.func, seed=seed)
-        (out,) = prog(*inputs)
-        (ref,) = mk.reference(ATTN_OPROJ_B3, *inputs)
+        (ref,) = mk.reference(text, *inputs)
         error, bound = compiler.output_error(out, ref)
         assert np.isfinite(out.astype(np.float32)).all() and error <= bound
 
