@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -166,7 +167,7 @@ def _cpu_ready() -> None:
     ],
 )
 def test_folded_and_unfolded_programs_match_the_reference(
-    batch: int, options: dict[str, int], folds: bool, tmp_path: Path
+    batch: int, options: dict[str, Any], folds: bool, tmp_path: Path
 ) -> None:
     _cpu_ready()
     text = ATTN_OPROJ if batch == 1 else ATTN_OPROJ_B3
