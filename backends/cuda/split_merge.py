@@ -190,9 +190,10 @@ def merge_lines(
 @dataclass(frozen=True)
 class MergedX:
     """A linear's activation chunk that is iteration i's merge of the split partials, normalised
-    (osum / lsum, or 0 for a row that saw no key) and viewed as [1, rows · width]. Over the
-    whole loop the iterations' rows are consecutive rows of the partials, so one device call
-    merges them all into the staged activation before the weights stream."""
+    (osum / lsum, or 0 for a row that saw no key) and viewed as the chunk [B, G · width] (B
+    batch rows, G heads). Over the whole loop the iterations' rows are all the rows of the
+    partials, in the activation's order, so one device call merges them all into the staged
+    activation before the weights stream."""
 
     merge: MergePlan
     norm: ThreadMapOp
