@@ -26,6 +26,10 @@ DEFAULT_NUM_SMS = 132  # an H200's SMs: one queue per SM
 RUN_TIMEOUT, RUN_KERNEL_FAILED = 1, 2
 FLAG_COUNTER = -2  # mk::gpu::kFlagCounter: a flagged value that never came
 TAIL_OVERFLOW = 0x7FFFFFFD  # mk::kTailOverflow: a run status detail
+# Every buffer the megakernel is given starts on this many bytes: its bodies' 16-byte vector
+# loads and bulk copies take an aligned start for granted where the offsets are (emit_stream.py's
+# Aligned), so a call copies a tensor that is not, and launch() refuses one.
+BUFFER_ALIGN = 16
 
 
 class CudaRunError(RuntimeError):
@@ -87,6 +91,11 @@ def _torch_dtype(dtype: np.dtype) -> Any:
     if dtype == ml_dtypes.bfloat16:
         return torch.bfloat16
     return getattr(torch, np.dtype(dtype).name if dtype != np.bool_ else "bool")
+
+
+def _misalignment(x: Any) -> int:
+    """Bytes past the last BUFFER_ALIGN boundary where a tensor's data starts."""
+    return int(x.data_ptr()) % BUFFER_ALIGN
 
 
 def _device_bytes(array: np.ndarray) -> Any:
@@ -221,8 +230,12 @@ class CudaProgram(Program):
         torch = _torch()
         if inputs and all(_is_torch(x) and x.is_cuda for x in inputs):
             self._check_tensors(inputs)
+            aligned = [x if _misalignment(x) == 0 else x.clone() for x in inputs]
             outputs = self._new_outputs()
-            self._launch_tensors(list(inputs), outputs, **run_options)
+            self._launch_tensors(aligned, outputs, **run_options)
+            for i in donated_args(self.func):  # updated in a copy: into the caller's tensor
+                if aligned[i] is not inputs[i]:
+                    inputs[i].copy_(aligned[i])
             return tuple(outputs)
         torch_in = any(_is_torch(x) for x in inputs)
         arrays = [_from_torch(x) if _is_torch(x) else x for x in inputs]
@@ -282,6 +295,8 @@ class CudaProgram(Program):
         if not inputs or not all(_is_torch(x) and x.is_cuda for x in inputs):
             raise ValueError(f"@{self.name}: launch() takes CUDA tensors")
         self._check_tensors(inputs)
+        for i, x in enumerate(inputs):
+            self._check_aligned(f"input #{i}", x)
         if out is None:
             outputs = self._new_outputs()
         else:
@@ -307,6 +322,16 @@ class CudaProgram(Program):
                 raise ValueError(f"@{self.name} out #{i}: expected a CUDA {dtype}{list(shape)}")
             if not o.is_contiguous():
                 raise ValueError(f"@{self.name} out #{i}: expected a contiguous tensor")
+            self._check_aligned(f"out #{i}", o)
+
+    def _check_aligned(self, what: str, x: Any) -> None:
+        """launch() keeps every pointer it is given (a CUDA graph captures them), so it cannot
+        copy a misaligned tensor as a call does."""
+        if off := _misalignment(x):
+            raise ValueError(
+                f"@{self.name} {what}: its data starts {off} bytes past a {BUFFER_ALIGN}-byte "
+                f"boundary (a view at an offset?); launch() needs aligned tensors: pass a copy"
+            )
 
     def check(self) -> None:
         """Waits for the last launch; raises CudaRunError for a timed-out wait or failed task."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -548,3 +550,88 @@ def test_a_multi_weight_linear_keeps_its_descriptor_in_registers(
         if "ld.global.nc.L1::no_allocate" in body and "task_" in name
     }
     assert depots and all(size <= 24 for size in depots.values()), depots
+
+
+ALIGNED = [((8, 64, 2048, False, 1), True), ((1, 200, 776, True, 1), True),
+           ((5, 40, 100, True, 1), False)]  # fmt: skip
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(("shape", "aligned"), ALIGNED, ids=lambda s: str(s))
+def test_streams_whose_starts_are_aligned_say_so(
+    shape: tuple[int, int, int, bool, int], aligned: bool, tmp_path: Path
+) -> None:
+    """StreamLinear::aligned where every tile's rows start on 8 elements (K = 2048, 776); not
+    for K = 100, whose rows start 200 bytes apart."""
+    src = cuda_source(linear_program(*shape), tmp_path)
+    assert ("sl.aligned = true;" in src) == aligned
+
+
+def _body_sass_bytes(cubin: Path) -> int:
+    """The machine code of the largest task body in a cubin (its symbol table's sizes)."""
+    import subprocess
+
+    table = subprocess.run(["readelf", "-s", "-W", str(cubin)], capture_output=True, text=True)
+    sizes = [
+        int(parts[2], 0)
+        for parts in (line.split() for line in table.stdout.splitlines())
+        if len(parts) >= 8 and parts[3] == "FUNC" and "task_" in parts[-1]
+    ]
+    return max(sizes)
+
+
+@pytest.mark.skipif(NVCC is None or shutil.which("readelf") is None, reason="needs nvcc, readelf")
+@pytest.mark.usefixtures("no_nvcc")
+def test_an_aligned_stream_compiles_without_its_unaligned_paths(tmp_path: Path) -> None:
+    """The aligned flag is a constant in the body, so the inlined stream_linear drops the paths
+    for unaligned rows: a batch-8 tensor-core linear's body is well under its size without it
+    (a decode step runs its bodies from a cold instruction cache at every layer)."""
+    import subprocess
+
+    from mk.backends.cpu.build import include_dir
+    from mk.backends.cuda.build import NVCC_FLAGS
+
+    src = cuda_source(linear_program(8, 64, 2048, False), tmp_path)
+    assert "sl.aligned = true;" in src
+    flags = [f for f in NVCC_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
+    size = {}
+    for name, text in (("aligned", src), ("checked", src.replace("sl.aligned = true;", ""))):
+        source, cubin = tmp_path / f"{name}.cu", tmp_path / f"{name}.cubin"
+        source.write_text(text)
+        subprocess.run(
+            [str(NVCC), *flags, f"-I{include_dir()}", "-cubin", str(source), "-o", str(cubin)],
+            check=True,
+        )
+        size[name] = _body_sass_bytes(cubin)
+    assert size["aligned"] < 0.6 * size["checked"], size
+
+
+def _misaligned(t: Any) -> Any:
+    """A contiguous copy of `t` whose data starts 2 bytes past a 16-byte boundary."""
+    import torch
+
+    flat = torch.empty(t.numel() + 8, dtype=t.dtype, device=t.device)
+    view = flat[1 : 1 + t.numel()].view(t.shape)
+    view.copy_(t)
+    return view
+
+
+@pytest.mark.gpu
+def test_misaligned_tensors_are_copied_by_a_call_and_refused_by_launch(tmp_path: Path) -> None:
+    """Bodies take 16-byte aligned buffers for granted (StreamLinear::aligned): a call runs a
+    misaligned tensor from an aligned copy, with the same result; launch(), which keeps its
+    pointers for CUDA graphs, names the input instead."""
+    import torch
+
+    text = linear_program(8, 64, 2048, False)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    inputs = [torch.from_numpy(np.asarray(a).view(np.int16)).view(torch.bfloat16).cuda()
+              for a in random_inputs(prog.func, seed=0)]  # fmt: skip
+    want = prog(*inputs)
+    odd = [_misaligned(inputs[0]), *inputs[1:]]
+    assert odd[0].data_ptr() % 16 == 2
+    got = prog(*odd)
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match=r"input #0: its data starts 2 bytes past a 16-byte"):
+        prog.launch(*odd)  # type: ignore[attr-defined]

@@ -280,7 +280,7 @@ __device__ inline __noinline__ void prefetch_rows(const uint16_t* w, int rows, i
 __device__ inline bool raw_activation(const StreamLinear& s) {
   return !s.x_ready && !s.x_flag && !s.g && !s.sum_sq && s.x_dtype == s.w_dtype &&
          s.k % 32 == 0 && s.kc % 32 == 0 && s.x_ld % 8 == 0 &&
-         (reinterpret_cast<uintptr_t>(s.x) & 15) == 0;
+         (s.aligned || (reinterpret_cast<uintptr_t>(s.x) & 15) == 0);
 }
 
 // Thread 0: chunk c's M rows into buf, `s.kc` apart, by bulk copies that complete on `bar`
@@ -425,7 +425,7 @@ __device__ bool stream_linear(const StreamLinear& s) {
   #pragma unroll
   for (int i = 0; i < kStreamMaxWeights; ++i) {
     if (i >= s.nw) break;  // constant indices: the descriptors can stay in registers
-    vec = vec && (reinterpret_cast<uintptr_t>(s.w[i].w) & 15) == 0 && s.w[i].ld % 8 == 0;
+    vec = vec && (s.aligned || (reinterpret_cast<uintptr_t>(s.w[i].w) & 15) == 0) && s.w[i].ld % 8 == 0;
   }
   int rows = 0;
   #pragma unroll

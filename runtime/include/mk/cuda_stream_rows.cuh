@@ -42,6 +42,12 @@ struct StreamLinear {
   // sums are stored, later chunks add; Σx² is written at the last chunk's staging barrier.
   // CUDA-core products only (tensor cores add with atomics).
   bool assign;
+  // The emitter proved the weight rows and the activation 16-byte aligned (their buffers are,
+  // by the host's contract: backends/cuda/host.py), so stream_linear compiles no path for
+  // unaligned ones. Set as a constant in the body, where the call is inlined: at batch 8 those
+  // paths were two thirds of a streamed body's machine code, which a decode step fetches into
+  // a cold instruction cache at every layer.
+  bool aligned;
 };
 
 __device__ inline const void* elem_at(const void* base, int32_t dtype, int64_t i) {
