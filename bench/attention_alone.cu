@@ -1,0 +1,253 @@
+// One batch-8 decode attention task per CTA, alone on the GPU (128 CTAs, qwen3-0.6b's shape: 512
+// keys of head dim 128, 2 query rows), against copy-only streams of the same 33.6 MB: how far
+// the tensor-core body is from its bytes, and what a cold instruction cache costs it. Before its
+// timed part a CTA may run N × 32 KB of straight-line code (thrash<N>), which evicts the body
+// from the SM's instruction cache, and before each launch a kernel may read 160 MB through the
+// L2, which evicts it from there too: the megakernel's conditions at every layer.
+//
+// Build and run on the GPU machine, from the project root:
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr
+//        -Iruntime/include bench/attention_alone.cu -o /tmp/attention_alone && /tmp/attention_alone
+// Each row: the median over 50 launches (after 10) of the CUDA-event time and of the mean
+// per-CTA time (globaltimer around the body); K/V rotate over 8 copies, more than the L2 holds.
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "mk/cuda_attention_mma.cuh"
+
+// 2,000 dependent FMAs with distinct constants (32 KB of SASS): code that must be fetched.
+#define MK_F x = fmaf(x, 1.0f + (__COUNTER__ % 9973) * 1e-7f, 1.0f + N);
+#define MK_F10 MK_F MK_F MK_F MK_F MK_F MK_F MK_F MK_F MK_F MK_F
+#define MK_F100 MK_F10 MK_F10 MK_F10 MK_F10 MK_F10 MK_F10 MK_F10 MK_F10 MK_F10 MK_F10
+#define MK_F1000 MK_F100 MK_F100 MK_F100 MK_F100 MK_F100 MK_F100 MK_F100 MK_F100 MK_F100 MK_F100
+template <int N>
+__device__ __noinline__ float thrash(float x) {
+  MK_F1000 MK_F1000
+  return x;
+}
+__device__ __noinline__ float thrash_n(float x, int n) {
+  if (n > 0) x = thrash<0>(x);
+  if (n > 1) x = thrash<1>(x);
+  if (n > 2) x = thrash<2>(x);
+  if (n > 3) x = thrash<3>(x);
+  if (n > 4) x = thrash<4>(x);
+  if (n > 5) x = thrash<5>(x);
+  if (n > 6) x = thrash<6>(x);
+  if (n > 7) x = thrash<7>(x);
+  if (n > 8) x = thrash<8>(x);
+  if (n > 9) x = thrash<9>(x);
+  return x;
+}
+
+using namespace mk;
+using namespace mk::gpu;
+
+constexpr int D = 128, KEYS = 512, R = 2, TASKS = 128;
+constexpr int64_t REGION = int64_t(KEYS) * D;  // elements of K (or V) per task
+
+__device__ inline uint64_t gtimer() { uint64_t t; asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t)); return t; }
+__device__ uint64_t g_cta_ns[TASKS];
+
+template <int S, bool OPS>
+__device__ void att_body(const uint16_t* k, const uint16_t* v, const uint16_t* q, float* out) {
+  StreamAttention sa{};
+  const int i = blockIdx.x;
+  sa.q = q + i * R * D;
+  sa.q_dtype = DTYPE_BF16;
+  sa.k = k + i * REGION;
+  sa.v = v + i * REGION;
+  sa.kv_dtype = DTYPE_BF16;
+  sa.ld = D;
+  sa.keys = KEYS;
+  sa.key0 = 0;
+  if (OPS) {  // qwen3's QK-norm and RoPE on q and the new key, as the megakernel's att2_o
+    sa.q_ops.g = q; sa.q_ops.g_dtype = DTYPE_BF16; sa.q_ops.eps = 1e-6f;
+    sa.q_ops.cos = q + 4096; sa.q_ops.sin = q + 8192; sa.q_ops.t_dtype = DTYPE_BF16; sa.q_ops.out_dtype = DTYPE_BF16;
+    sa.k_ops = sa.q_ops;
+    sa.k_new = q + 256; sa.k_new_dtype = DTYPE_BF16;
+    sa.v_new = q + 512; sa.v_new_dtype = DTYPE_BF16;
+    sa.new_key = KEYS - 3;
+  }
+  __shared__ float o[R * D], m[R], l[R];
+  sa.o = o; sa.m = m; sa.l = l;
+  const float len = 100000.f;
+  const auto score = [&](float s, int64_t key) -> float { return static_cast<float>(key) < len ? s * 0.0883883f : -1e30f; };
+  stream_attention_mma<R, D, true, S>(sa, score);
+  __syncthreads();
+  for (int j = threadIdx.x; j < R * D; j += blockDim.x) out[i * R * D + j] = o[j];
+}
+
+template <int S, bool OPS>
+__device__ __noinline__ void att_called(const uint16_t* k, const uint16_t* v, const uint16_t* q, float* out) {
+  att_body<S, OPS>(k, v, q, out);
+}
+
+template <int S, bool OPS, bool CALL, int THRASH = 0>
+__global__ void __launch_bounds__(256, 1) att_kernel(const uint16_t* k, const uint16_t* v, const uint16_t* q, float* out) {
+  if (THRASH) {
+    const float x = thrash_n(static_cast<float>(threadIdx.x), THRASH);
+    if (x == 0.123f) out[0] = x;
+  }
+  __syncthreads();
+  const uint64_t t0 = gtimer();
+  if (CALL) att_called<S, OPS>(k, v, q, out); else att_body<S, OPS>(k, v, q, out);
+  __syncthreads();
+  if (threadIdx.x == 0) g_cta_ns[blockIdx.x] = gtimer() - t0;
+}
+
+// The same bytes, chunks of 64 keys through S cp.async stages, no math.
+template <int S>
+__global__ void __launch_bounds__(256, 1) copy_kernel(const uint16_t* k, const uint16_t* v, const uint16_t* q, float* out) {
+  constexpr int KC = 64, LD = D + 8, STAGE = 2 * KC * LD;
+  uint16_t* ring = reinterpret_cast<uint16_t*>(mk_dynamic_smem);
+  const int i = blockIdx.x;
+  const uint16_t* kk = k + i * REGION;
+  const uint16_t* vv = v + i * REGION;
+  const int chunks = KEYS / KC;
+  const uint64_t t0 = gtimer();
+  for (int c = 0; c < S; ++c) stage_kv_chunk<D, KC>(ring + (c % S) * STAGE, kk, vv, D, KEYS, c, true);
+  float acc = 0;
+  for (int c = 0; c < chunks; ++c) {
+    cp_async_wait<S - 1>();
+    __syncthreads();
+    const uint16_t* ks = ring + (c % S) * STAGE;
+    acc += ks[threadIdx.x % (KC * LD)];
+    __syncthreads();
+    stage_kv_chunk<D, KC>(ring + (c % S) * STAGE, kk, vv, D, KEYS, c + S, true);
+  }
+  cp_async_wait<0>();
+  if (acc == 12345.f) out[i] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) g_cta_ns[blockIdx.x] = gtimer() - t0;
+}
+
+// Register streams: every thread keeps U 16-byte loads in flight.
+template <int U>
+__global__ void __launch_bounds__(256, 1) ldg_kernel(const uint16_t* k, const uint16_t* v, const uint16_t* q, float* out) {
+  const int i = blockIdx.x;
+  const uint4* a = reinterpret_cast<const uint4*>(k + i * REGION);
+  const uint4* b = reinterpret_cast<const uint4*>(v + i * REGION);
+  constexpr int N = REGION * 2 / 16;  // 16-byte units per tensor
+  uint32_t acc = 0;
+  const uint64_t t0 = gtimer();
+  for (int j = threadIdx.x; j < N; j += 256 * U) {
+    uint4 x[U], y[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      x[u] = __ldg(a + j + u * 256);
+      y[u] = __ldg(b + j + u * 256);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) acc ^= x[u].x ^ y[u].y;
+  }
+  if (acc == 12345u) out[i] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) g_cta_ns[blockIdx.x] = gtimer() - t0;
+}
+
+__global__ void empty_kernel(const uint16_t*, const uint16_t*, const uint16_t*, float*) { if (threadIdx.x == 0) g_cta_ns[blockIdx.x] = 0; }
+
+// Reads n units through the L2 (as a decode step's weight streams do), with an evict-first
+// policy when EF.
+template <bool EF>
+__global__ void flush_kernel(uint4* p, size_t n) {
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  uint32_t acc = 0;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    uint4 v;
+    if (EF) {
+      asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p + i), "l"(policy));
+    } else {
+      asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p + i));
+    }
+    acc ^= v.x;
+  }
+  if (acc == 0x12345u) p[0].y = acc;
+}
+uint4* g_flush = nullptr;
+int g_do_flush = 0;  // 1: plain reads, 2: evict-first reads
+const size_t kFlushUnits = (160u << 20) / 16;
+
+template <class K>
+std::pair<float, float> time_it(K kernel, int smem, const std::vector<uint16_t*>& ks, const std::vector<uint16_t*>& vs, const uint16_t* q, float* out) {
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0); cudaEventCreate(&e1);
+  std::vector<float> ms, cta;
+  for (int r = 0; r < 60; ++r) {
+    const int b = r % ks.size();  // rotate buffers: more than the L2 holds
+    if (g_do_flush == 1) flush_kernel<false><<<264, 512>>>(g_flush, kFlushUnits);
+    if (g_do_flush == 2) flush_kernel<true><<<264, 512>>>(g_flush, kFlushUnits);
+    cudaEventRecord(e0);
+    kernel<<<TASKS, 256, smem>>>(ks[b], vs[b], q, out);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float t; cudaEventElapsedTime(&t, e0, e1);
+    if (r >= 10) {
+      ms.push_back(t);
+      uint64_t h[TASKS];
+      cudaMemcpyFromSymbol(h, g_cta_ns, sizeof h);
+      double sum = 0; for (int j = 0; j < TASKS; ++j) sum += h[j];
+      cta.push_back(sum / TASKS / 1e3);
+    }
+  }
+  std::sort(ms.begin(), ms.end());
+  std::sort(cta.begin(), cta.end());
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) printf("error %s\n", cudaGetErrorString(err));
+  return {ms[ms.size() / 2] * 1000.f, cta[cta.size() / 2]};
+}
+
+int main() {
+  const int NB = 8;
+  std::vector<uint16_t*> ks(NB), vs(NB);
+  const size_t bytes = TASKS * REGION * 2;
+  std::vector<uint16_t> host(TASKS * REGION);
+  for (size_t j = 0; j < host.size(); ++j) host[j] = 0x3c00 + (j * 2654435761u >> 20) % 512;  // bf16 ~ small values
+  for (int b = 0; b < NB; ++b) {
+    cudaMalloc(&ks[b], bytes); cudaMalloc(&vs[b], bytes);
+    cudaMemcpy(ks[b], host.data(), bytes, cudaMemcpyHostToDevice);
+    cudaMemcpy(vs[b], host.data(), bytes, cudaMemcpyHostToDevice);
+  }
+  uint16_t* q; float* out;
+  cudaMalloc(&q, TASKS * R * D * 2); cudaMemcpy(q, host.data(), TASKS * R * D * 2, cudaMemcpyHostToDevice);
+  cudaMalloc(&out, TASKS * R * D * 4);
+  const double mb = 2.0 * bytes / 1e6;
+  auto row = [&](const char* name, std::pair<float, float> r) {
+    printf("%-34s event %7.2f us  CTA mean %6.2f us  %6.1f GB/s per CTA\n", name, r.first, r.second, mb * 1e3 / r.second / TASKS);
+  };
+  printf("%d tasks x %d keys x D %d: %.1f MB of K+V\n", TASKS, KEYS, D, mb);
+  const int BIG = 120832;  // the qwen3-0.6b batch-8 megakernel's dynamic shared memory
+  row("empty launch", time_it(empty_kernel, 0, ks, vs, q, out));
+  row("attention mma S=2", time_it(att_kernel<2, false, false>, mma_attention_smem_bytes(R, D, 2), ks, vs, q, out));
+  row("attention mma S=2 ops", time_it(att_kernel<2, true, false>, mma_attention_smem_bytes(R, D, 2), ks, vs, q, out));
+  row("attention mma S=2 ops call", time_it(att_kernel<2, true, true>, mma_attention_smem_bytes(R, D, 2), ks, vs, q, out));
+  row("attention mma S=2 ops call 118K", time_it(att_kernel<2, true, true>, BIG, ks, vs, q, out));
+  row("attention mma S=3 ops call 118K", time_it(att_kernel<3, true, true>, BIG, ks, vs, q, out));
+  constexpr int ST = 2 * 64 * (D + 8) * 2;
+  row("thrash 0 KB (call)", time_it(att_kernel<2, true, true, 0>, BIG, ks, vs, q, out));
+  row("thrash 32 KB", time_it(att_kernel<2, true, true, 1>, BIG, ks, vs, q, out));
+  row("thrash 64 KB", time_it(att_kernel<2, true, true, 2>, BIG, ks, vs, q, out));
+  row("thrash 96 KB", time_it(att_kernel<2, true, true, 3>, BIG, ks, vs, q, out));
+  row("thrash 128 KB", time_it(att_kernel<2, true, true, 4>, BIG, ks, vs, q, out));
+  row("thrash 160 KB", time_it(att_kernel<2, true, true, 5>, BIG, ks, vs, q, out));
+  row("thrash 192 KB", time_it(att_kernel<2, true, true, 6>, BIG, ks, vs, q, out));
+  row("thrash 256 KB", time_it(att_kernel<2, true, true, 8>, BIG, ks, vs, q, out));
+  row("thrash 320 KB", time_it(att_kernel<2, true, true, 10>, BIG, ks, vs, q, out));
+  cudaMalloc(&g_flush, kFlushUnits * 16);
+  cudaMemset(g_flush, 1, kFlushUnits * 16);
+  g_do_flush = 1;
+  row("read 160MB + thrash 0", time_it(att_kernel<2, true, true, 0>, BIG, ks, vs, q, out));
+  row("read 160MB + thrash 64 KB", time_it(att_kernel<2, true, true, 2>, BIG, ks, vs, q, out));
+  row("read 160MB + thrash 128 KB", time_it(att_kernel<2, true, true, 4>, BIG, ks, vs, q, out));
+  row("read 160MB + thrash 192 KB", time_it(att_kernel<2, true, true, 6>, BIG, ks, vs, q, out));
+  row("read 160MB + thrash 320 KB", time_it(att_kernel<2, true, true, 10>, BIG, ks, vs, q, out));
+  g_do_flush = 0;
+  row("cp.async copy S=2", time_it(copy_kernel<2>, 2 * ST, ks, vs, q, out));
+  row("ldg U=4", time_it(ldg_kernel<4>, 0, ks, vs, q, out));
+  return 0;
+}
