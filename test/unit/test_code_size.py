@@ -96,3 +96,25 @@ def test_the_folded_attention_body_spills_nothing(
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if "task_" in line]
     assert rows and all(row[2] == "0/0" for row in rows if row[3].endswith("_att2_o")), rows
     assert any(row[3].endswith("_att2_o") for row in rows)
+
+
+@pytest.mark.skipif(
+    build.nvcc() is None or shutil.which("readelf") is None, reason="needs nvcc and readelf"
+)
+def test_a_batch8_layer_keeps_no_code_it_does_not_run(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decode step fetches each body's code into a cold instruction cache at every layer (an
+    SM keeps ~125-155 KB: bench/attention_alone.cu). stream_linear's paths for unaligned rows,
+    kept by a run-time pointer test, were two thirds of qwen3-0.6b's batch-8 o-projection body
+    (37.7 KB) and its layer 176 KB; with StreamLinear::aligned 12.3 and 129 KB, and the decode
+    2.9 % faster on the H200 (bench/RESULTS.md, session 58)."""
+    code_size = load("code_size")
+    argv = ["code_size.py", "--model", "qwen3-0.6b", "--layers", "2", "--batch", "8", "--top", "40"]
+    monkeypatch.setattr("sys.argv", argv)
+    assert code_size.main() == 0
+    out = capsys.readouterr().out
+    layer = float(next(line for line in out.splitlines() if "a layer's bodies" in line).split()[3])
+    rows = [line.split() for line in out.splitlines() if "task_" in line]
+    o_proj = [float(row[0]) for row in rows if row[3].endswith("_l1_r")]
+    assert o_proj and o_proj[0] < 16.0 and layer < 140, out
