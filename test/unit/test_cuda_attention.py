@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -130,6 +131,21 @@ def test_emitted_call_and_score_function(tmp_path: Path, monkeypatch: pytest.Mon
     # Shared memory covers the groups' states: 16 groups of 16 lanes, 4 rows of 128 + m, l.
     smem = int(src.split("kSmemBytes = ")[1].split(";")[0])
     assert smem >= 4 * 16 * 4 * 130
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(
+    ("shape", "options"), [((1, 16, 8, 1024, 128), {}), ((3, 2, 2, 96, 16), {"dtype": "f16"})]
+)
+def test_a_streamed_attention_knows_its_caches_are_aligned(
+    shape: tuple[int, int, int, int, int], options: dict[str, Any], tmp_path: Path
+) -> None:
+    """Every K/V tile of a streamed attention starts a multiple of the head dim (8 elements or
+    more) into its cache, so StreamAttention::aligned is set and the body holds no path for
+    unaligned caches (qwen3-0.6b's batch-8 body 44.8 -> 37.0 KB of SASS)."""
+    text = _attention(*shape, **options)
+    src = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    assert src.count("mk::gpu::StreamAttention sa{};") == src.count("sa.aligned = true;") > 0
 
 
 @pytest.mark.usefixtures("no_nvcc")

@@ -50,6 +50,9 @@ struct StreamAttention {
   const void* v_new = nullptr;
   int32_t v_new_dtype = DTYPE_F32;
   int64_t new_key = -1;
+  // The emitter proved k and v 16-byte aligned (StreamLinear::aligned's contract), so the
+  // paths for unaligned caches are not compiled into the body.
+  bool aligned = false;
 };
 
 __device__ inline void round_row(float (&x)[8], int32_t dtype) {
@@ -411,7 +414,7 @@ __device__ void stream_attention(const StreamAttention& a, Score score) {
 #pragma unroll
     for (int r = 0; r < R; ++r) load_row8(q[r], a.q, a.q_dtype, r * D, lane);
   }
-  const bool vec = ((reinterpret_cast<uintptr_t>(a.k) | reinterpret_cast<uintptr_t>(a.v)) & 15) == 0 &&
+  const bool vec = (a.aligned || ((reinterpret_cast<uintptr_t>(a.k) | reinterpret_cast<uintptr_t>(a.v)) & 15) == 0) &&
                    a.ld % 8 == 0;
   // The keys before the new one, then those after it (none in a decode step: it is the last).
 #pragma unroll 1

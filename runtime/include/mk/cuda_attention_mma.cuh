@@ -87,8 +87,9 @@ __device__ void stream_attention_mma(const StreamAttention& a, Score score) {
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
   const int jn = new_key_index(a);
-  const bool aligned = ((reinterpret_cast<uintptr_t>(a.k) | reinterpret_cast<uintptr_t>(a.v)) & 15) == 0 &&
-                       a.ld % 8 == 0;
+  const bool aligned =
+      (a.aligned || ((reinterpret_cast<uintptr_t>(a.k) | reinterpret_cast<uintptr_t>(a.v)) & 15) == 0) &&
+      a.ld % 8 == 0;
   const int chunks = (a.keys + KC - 1) / KC;
   auto stage_chunk = [&](int c) {
     stage_kv_chunk<D, KC>(ring + (c % STAGES) * STAGE, a.k, a.v, a.ld, a.keys, c, aligned);
