@@ -146,7 +146,9 @@ class GraphDefEmitter:
 
     # -------------------------------------------------------------------------- inputs, outputs
 
-    def input_starts(self, op: InputOp, it: str) -> list[str]:
+    def start_terms(self, op: InputOp, it: str) -> list[list[tuple[int, str]]]:
+        """Per dimension of the source, the (step, variable) terms of where this block's tile
+        starts in for-loop iteration `it`."""
         shape, imap, fmap = shape_of(op.source), op.imap_dims(), op.fmap_dim()
         tile = op.tile_shape()
         starts = []
@@ -156,8 +158,11 @@ class GraphDefEmitter:
             ]
             if fmap == d:
                 terms.append((tile[d], it))
-            starts.append(_affine(terms))
+            starts.append(terms)
         return starts
+
+    def input_starts(self, op: InputOp, it: str) -> list[str]:
+        return [_affine(terms) for terms in self.start_terms(op, it)]
 
     def load(self, op: InputOp, it: str) -> None:
         ref = self.operands[op.source_index()]

@@ -174,11 +174,7 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         if with_dtype:
             emit(f"{name}.kv_dtype = {k.dtype};")
         emit(f"{name}.ld = {k.shape[-1]};")
-        if (
-            name == "sa"
-            and k.shape[-1] % 8 == 0
-            and all(map(self.starts_aligned, (plan.k, plan.v)))
-        ):
+        if name == "sa" and all(map(self.rows_aligned, (plan.k, plan.v))):
             emit("sa.aligned = true;")  # StreamAttention::aligned: no unaligned paths compiled
         emit(f"{name}.keys = {self.task_keys(plan)};")
         emit(f"{name}.key0 = {self.input_starts(plan.k, '0')[key_dim]};")

@@ -45,33 +45,27 @@ class StreamLinearEmitter(GraphDefEmitter):
         terms = [f"({s}) * {n}" for s, n in zip(self.input_starts(op, "0"), strides, strict=True)]
         return " + ".join(terms)
 
-    def starts_aligned(self, op: InputOp) -> bool:
-        """Whether every tile of `op` (any block, any iteration) starts 16 bytes' worth of 16-bit
-        elements into its row-major source: each term of its start (input_starts' coefficients
-        times the dimension's stride) a multiple of 8 elements."""
-        shape, imap, fmap = shape_of(op.source), op.imap_dims(), op.fmap_dim()
-        tile = op.tile_shape()
-        for d in range(len(shape)):
-            stride = math.prod(shape[d + 1 :])
-            steps = [shape[d] // self.grid[a] for a in range(3) if imap[a] == d]
-            steps += [tile[d]] if fmap == d else []
-            if any(step * stride % 8 for step in steps):
-                return False
-        return True
+    def rows_aligned(self, op: InputOp) -> bool:
+        """Whether every tile of `op` (any block, any iteration) and each of its rows start 16
+        bytes' worth of 16-bit elements into its row-major source: the row length and each term
+        of the start (start_terms' steps times the dimension's stride) multiples of 8."""
+        shape = shape_of(op.source)
+        strides = [math.prod(shape[d + 1 :]) for d in range(len(shape))]
+        return shape[-1] % 8 == 0 and all(
+            step * stride % 8 == 0
+            for terms, stride in zip(self.start_terms(op, "0"), strides, strict=True)
+            for step, _ in terms
+        )
 
     def aligned(self, plan: StreamPlan) -> bool:
         """StreamLinear::aligned: the weights' rows and a 16-bit activation's start 16-byte
         aligned wherever the task is. Every buffer is (the arena places its own at 128 bytes,
         and the host aligns what it is given: host.py), so the offsets decide."""
-        x_ok = isinstance(plan.x, MergedX) or (
-            not self.operands[plan.x.source_index()].flagged
-            and self.operands[plan.x.source_index()].shape[1] % 8 == 0
-            and self.starts_aligned(plan.x)
+        x = plan.x
+        x_ok = isinstance(x, MergedX) or (
+            not self.operands[x.source_index()].flagged and self.rows_aligned(x)
         )
-        return x_ok and all(
-            self.operands[w.source_index()].shape[1] % 8 == 0 and self.starts_aligned(w)
-            for w, _ in plan.products
-        )
+        return x_ok and all(self.rows_aligned(w) for w, _ in plan.products)
 
     def merged_x(self, x: MergedX) -> None:
         """The partials merged straight into the staged activation (one chunk: all of K)."""

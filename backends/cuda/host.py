@@ -27,8 +27,9 @@ RUN_TIMEOUT, RUN_KERNEL_FAILED = 1, 2
 FLAG_COUNTER = -2  # mk::gpu::kFlagCounter: a flagged value that never came
 TAIL_OVERFLOW = 0x7FFFFFFD  # mk::kTailOverflow: a run status detail
 # Every buffer the megakernel is given starts on this many bytes: its bodies' 16-byte vector
-# loads and bulk copies take an aligned start for granted where the offsets are (emit_stream.py's
-# Aligned), so a call copies a tensor that is not, and launch() refuses one.
+# loads and bulk copies take an aligned start for granted where the offsets are
+# (StreamLinear::aligned, StreamAttention::aligned), so a call copies a tensor that is not, and
+# launch() refuses one.
 BUFFER_ALIGN = 16
 
 
