@@ -43,6 +43,12 @@ def _mugraph_fuse_loop() -> type[ModulePass]:
     return MugraphFuseLoopPass
 
 
+def _mugraph_split_loop() -> type[ModulePass]:
+    from mk.passes.mugraph_split_loop import MugraphSplitLoopPass
+
+    return MugraphSplitLoopPass
+
+
 def _mugraph_stats() -> type[ModulePass]:
     from mk.passes.mugraph_stats import MugraphStatsPass
 
@@ -101,6 +107,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "mugraph-append-writes": _mugraph_append_writes,
         "mugraph-fuse-accumulate": _mugraph_fuse_accumulate,
         "mugraph-fuse-loop": _mugraph_fuse_loop,
+        "mugraph-split-loop": _mugraph_split_loop,
         "mugraph-stats": _mugraph_stats,
         "mugraph-to-task": _mugraph_to_task,
         "superoptimize": _superoptimize,

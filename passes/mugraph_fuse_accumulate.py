@@ -273,12 +273,21 @@ def fuse(f: Fusion) -> None:
     block = c.parent_block()
     assert block is not None
     block.insert_op_before(graph, c)
-    y_sum = graph.results[0]
+    retype_readers(y, graph.results[0], block, c.grid_shape()[0], c.thread_count())
+    block.erase_op(c)
+    block.erase_op(f.producer)
+
+
+def retype_readers(y: SSAValue, y_sum: SSAValue, block: Block, blocks: int, threads: int) -> None:
+    """`y`'s readers read the f32 `y_sum` instead (readers_ok holds); where y is returned, a
+    graph_def of `blocks` blocks, inserted before y's writer, rounds y_sum to y's type."""
+    y_name = y.name_hint
     returned = [u for u in y.uses if isinstance(u.operation, ReturnOp)]
     y_sum.name_hint = _suffixed(y_name, "_sum") if returned else y_name
     if returned:
-        rounded = _rounded(y_sum, y, c.grid_shape()[0], c.thread_count())
-        block.insert_op_before(rounded, c)
+        rounded = _rounded(y_sum, y, blocks, threads)
+        assert isinstance(y.owner, Operation)
+        block.insert_op_before(rounded, y.owner)
         rounded.results[0].name_hint = y_name
         for use in returned:
             use.operation.operands[use.index] = rounded.results[0]
@@ -286,8 +295,6 @@ def fuse(f: Fusion) -> None:
         use = y.first_use
         assert isinstance(use.operation, GraphDefOp)
         _retyped(use.operation, use.index, y_sum)
-    block.erase_op(c)
-    block.erase_op(f.producer)
 
 
 @dataclass(frozen=True)

@@ -189,6 +189,7 @@ class _Lowering:
                 )
         self.copies: list[tuple[SSAValue, str]] = []  # (source value, output buffer)
         self.summed: set[str] = set()  # buffers that accumulating outputs add into
+        self.start_values: set[SSAValue] = set()  # values that accumulating outputs add onto
         # A decode function's own step count wins over the pass option.
         self.iterations = decode_steps(func) if STEPS in func.attributes else options.iterations
 
@@ -247,6 +248,7 @@ class _Lowering:
                 buf.readers.append(pos)
         # Blocks add into these in any order: no element's flag could say it is complete.
         self.summed = {self.buffer_of[value] for value in starts}
+        self.start_values = set(starts.values())
         for n, (value, name) in enumerate(self.copies):
             self.buffers[self.buffer_of[value]].readers.append(len(self.kernels) + n)
             self.buffers[name].writer = len(self.kernels) + n
@@ -260,6 +262,8 @@ class _Lowering:
         shape = task_shape(kernel)
         points = grid_points(shape)
         label = self.buffer_of[kernel.results[0]] if kernel.results else "kernel"
+        if kernel.results and kernel.results[0] in self.start_values:
+            label += "_start"  # its buffer is named after the sum that other grids add into it
         name = self.names.take(f"k{pos}_{label}")
         read_values = list(dict.fromkeys(kernel.operands))
         reads, writes = [], []

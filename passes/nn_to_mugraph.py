@@ -392,7 +392,7 @@ def lower_block(block: Block, t: Tiling) -> None:
 @dataclass(frozen=True)
 class NnToMugraphPass(ModulePass):
     """`nn-to-mugraph{num-sms=132 tile-n=64 tile-k=64 tile-m=0 kv-chunk=64 kv-splits=0
-    k-splits=1 attention-fold=1 task-us=3 norm-rows=16 merge-rows=1}`."""
+    k-splits=1 attention-fold=1 task-us=3 norm-rows=16 merge-rows=1 split-loop=1}`."""
 
     name = "nn-to-mugraph"
 
@@ -430,6 +430,9 @@ class NnToMugraphPass(ModulePass):
     # partials within the fold's bytes). 1, the default: batch 1 only (at batch 8 the merge is a
     # phase of its own, a block per KV head and batch row; folded there it is not yet timed).
     merge_rows: int = 1
+    # 1 (the default): mugraph-split-loop gives each o-projection block one KV head's partials
+    # of a folded merge, so the batch-1 splits need not be two chunks long (kv-splits 0).
+    split_loop: int = 1
 
     def tiling(self) -> Tiling:
         for option in ("num_sms", "tile_k", "kv_chunk"):
@@ -438,6 +441,8 @@ class NnToMugraphPass(ModulePass):
         for option in ("tile_n", "tile_m", "kv_splits", "k_splits", "task_us", "norm_rows"):
             if getattr(self, option) < 0:
                 raise MkError(f"nn-to-mugraph: {option.replace('_', '-')} must be >= 0")
+        if self.split_loop not in (0, 1):
+            raise MkError("nn-to-mugraph: split-loop must be 0 or 1")
         if self.merge_rows < 1:
             raise MkError("nn-to-mugraph: merge-rows must be >= 1")
         if self.attention_fold not in (0, 1, 2, 3):
@@ -446,6 +451,7 @@ class NnToMugraphPass(ModulePass):
             self.num_sms, self.tile_n, self.tile_k, self.kv_chunk, self.kv_splits,
             tile_m=self.tile_m, k_splits=self.k_splits, attention_fold=self.attention_fold,
             task_us=self.task_us, norm_rows=self.norm_rows, merge_rows=self.merge_rows,
+            split_loop=self.split_loop,
         )  # fmt: skip
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:

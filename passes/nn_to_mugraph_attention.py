@@ -152,10 +152,12 @@ def kv_splits(batch: int, q_heads: int, kv_heads: int, seq: int, d: int, t: Tili
     splits = parts_at_most(seq, min(target, max(1, seq // max(1, t.kv_chunk))))
     if batch != 1:
         return splits
-    # At least two chunks a split: the folded merge reads half as much, at the cost of half the
-    # blocks (H200, bench/RESULTS.md session 55: qwen3-0.6b 1.100 against 1.110 ms/token with
-    # its 16 splits, llama-3.2-1b 1.112 against 1.123; qwen3-8b already has 8).
-    splits = parts_at_most(seq, min(splits, max(1, seq // max(1, 2 * t.kv_chunk))))
+    # Without mugraph-split-loop every o-projection block merges every split: then at least two
+    # chunks a split, so that it reads half as much, at the cost of half the blocks (H200,
+    # bench/RESULTS.md session 55: qwen3-0.6b 1.100 against 1.110 ms/token with its 16 splits,
+    # llama-3.2-1b 1.112 against 1.123). Split, a block merges one KV head's partials only.
+    if not t.split_loop:
+        splits = parts_at_most(seq, min(splits, max(1, seq // max(1, 2 * t.kv_chunk))))
     # A merge that does not fold is a phase of its own, with its hop, on every layer's critical
     # path: qwen3-8b's step took 5.29 ms/token with 8 splits (folded) against 5.44 with 16.
     fitting = splits

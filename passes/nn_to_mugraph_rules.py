@@ -53,6 +53,7 @@ class Tiling:
     task_us: int = 3  # tile_n 0: a linear task's fixed cost in the wave model (0: fill only)
     norm_rows: int = 16  # an RMSNorm fuses into its linears up to this many rows (0: any count)
     merge_rows: int = 1  # decode attention's merge folds into the o-projection up to this batch
+    split_loop: int = 1  # mugraph-split-loop will split the folded merge's loop (kv_splits)
 
     def row_tile(self) -> int:
         """Rows per block (tile_m, else DEFAULT_TILE_M); a linear of many rows may take more

@@ -227,16 +227,26 @@ def plan_merged_x(loop: Sequence[Operation], lhs: SSAValue, forloop: int) -> Mer
         return None
     if shape[0] * shape[1] != merge.rows * merge.width or len(norm.res) != 1:
         return None
-    # Every iteration's rows, consecutive in the partials: [splits, B, Hq, 1, D] holds row
-    # (b, h) where the activation [B, Hq·D] has its head h of row b, so merging all of them in
-    # order lays out the whole activation.
+    # Every iteration's rows, consecutive in the partials from the block's first: [splits, B,
+    # Hq, 1, D] holds row (b, h) where the activation [B, Hq·D] has its head h of row b, so
+    # merging them in order lays out the block's activation (all of it, or one KV head's
+    # columns of a single row where mugraph-split-loop gave each block one iteration).
     rows = merge.rows * forloop
-    if _whole_ld(merge.out) != rows * merge.width or _whole_ld(merge.peak) != rows:
+    if not all(_consecutive(op, forloop) for op in (merge.out, merge.peak, merge.total)):
         return None
     handled = {*merge.handled, mx4, norm, view}
     if not used_only_by(handled - {view}, handled):
         return None
     return MergedX(merge, norm, view, rows, empty_below, frozenset(handled))
+
+
+def _consecutive(op: InputOp, forloop: int) -> bool:
+    """Whether the loop's tiles of partials [S, B, H, ...] along H are consecutive rows of
+    each split: one batch row, or all of H; every dim after H whole."""
+    tile, shape = op.tile_shape(), shape_of(op.source)
+    if len(shape) < 3 or tile[0] != shape[0] or tile[3:] != shape[3:]:
+        return False
+    return tile[1] == 1 or tile[2] * forloop == shape[2]
 
 
 def _normalise_limit(t: ThreadMapOp) -> float | None:

@@ -38,7 +38,8 @@ DEFAULT_CUDA_NUM_SMS = 132  # an H200: one queue per SM
 # The pipeline, one stage per IR level: (stage, passes run to reach it). Options are routed
 # to every pass of a stage that declares them (num_sms reaches nn-to-mugraph and the scheduler).
 MUGRAPH_PASSES = (
-    "nn-to-mugraph", "mugraph-append-writes", "mugraph-fuse-loop", "mugraph-fuse-accumulate"
+    "nn-to-mugraph", "mugraph-append-writes", "mugraph-fuse-loop", "mugraph-fuse-accumulate",
+    "mugraph-split-loop",
 )  # fmt: skip
 PIPELINE: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("nn", ()),  # parse + verify

@@ -75,7 +75,7 @@ FOLDED = {
     [("attention_decode", "o_o", 4, 64, ("s", "key", "scalar")),
      ("llama3_8b_block", "att2_o", 4, 128, ("s", "key", "scalar")),
      ("decode_loop", "att2", 2, 16, ("s", "key", "scalar")),
-     ("decoder_block", "att2", 2, 64, ("s",))],  # 128 keys: one split
+     ("decoder_block", "att2_o", 2, 64, ("s",))],  # 128 keys: two splits
 )  # fmt: skip
 @pytest.mark.parametrize("fold", [0, 1])
 def test_split_kernels_of_the_examples_stream(
@@ -544,13 +544,16 @@ def _attention_oproj(hq: int, hkv: int, seq: int, d: int, n: int, batch: int = 1
     )
 
 
-def _fused_oproj(text: str, **options: int) -> GraphDefOp:
+def _fused_oproj(text: str, label: str = "loop+", **options: int) -> GraphDefOp:
+    """The o-projection the merge folded into (`label` "loop+", split_loop 0 unless given) or
+    its split form ("split+")."""
     module = load_module(text)
-    compiler.run_pipeline(module, {"tile_n": 0, **options}, compiler.PIPELINE[:2])
+    given = {"tile_n": 0, "split_loop": int(label == "split+"), **options}
+    compiler.run_pipeline(module, given, compiler.PIPELINE[:2])
     return next(
         op
         for op in module.walk()
-        if isinstance(op, GraphDefOp) and "loop+" in str(op.attributes.get("mk.fused", ""))
+        if isinstance(op, GraphDefOp) and label in str(op.attributes.get("mk.fused", ""))
     )
 
 
@@ -561,6 +564,16 @@ def test_the_folded_merge_is_staged_by_one_call() -> None:
     assert (plan.x.merge.splits, plan.x.rows, plan.x.merge.width) == (8, 16, 128)
     assert plan.x.empty_below == pytest.approx(-1e29)
     assert not plan.tensor_cores(2048)
+
+
+def test_a_split_oprojs_merge_is_staged_by_one_call() -> None:
+    """Under mugraph-split-loop a block merges one KV head's 2 rows of 16 splits (qwen3-0.6b's
+    batch-1 shape), and streams on CUDA cores."""
+    op = _fused_oproj(_attention_oproj(16, 8, 1024, 128, 1024), "split+")
+    plan = plan_stream(op)
+    assert op.grid_shape() == (16, 1, 8) and plan is not None and isinstance(plan.x, MergedX)
+    assert (plan.x.merge.splits, plan.x.rows, plan.x.merge.width) == (16, 2, 128)
+    assert not plan.tensor_cores(256)
 
 
 def test_a_batchs_folded_merge_is_staged_by_one_call() -> None:
@@ -583,15 +596,22 @@ def test_a_folded_merge_of_another_form_does_not_stream() -> None:
 
 
 @pytest.mark.usefixtures("no_nvcc")
-@pytest.mark.parametrize(("batch", "splits", "rows"), [(1, 8, 16), (8, 2, 128)])
-def test_emitted_merged_activation(batch: int, splits: int, rows: int, tmp_path: Path) -> None:
-    """One call merges every partial row (batch rows x query heads) into the staged activation."""
+@pytest.mark.parametrize(
+    ("batch", "split_loop", "splits", "rows"),
+    [(1, 0, 8, 16), (1, 1, 16, 2), (8, 0, 2, 128)],
+)
+def test_emitted_merged_activation(
+    batch: int, split_loop: int, splits: int, rows: int, tmp_path: Path
+) -> None:
+    """One call merges every partial row (batch rows x query heads) into the staged activation;
+    split by KV head (mugraph-split-loop), a block's own 2 rows."""
     text = _attention_oproj(16, 8, 1024, 128, 1024, batch=batch)
     options = {"merge_rows": batch} if batch > 1 else {}
-    prog = mk.compile(text, target="cuda", cache_dir=tmp_path, **options)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path, split_loop=split_loop, **options)
     src = prog.cuda_source  # type: ignore[attr-defined]
     assert src.count(f"mk::gpu::merge_rows<{splits}, 128>(") == 1 and "sl.x_ready = true;" in src
-    assert f", {rows}, {rows}, -1e+29f," in src  # the maxima's split stride, then the rows
+    stride = batch * 16  # the maxima's split stride, then the rows
+    assert f", {stride}, {rows}, -1e+29f," in src
     assert "merge_splits<" not in src  # no merge kernel left
 
 

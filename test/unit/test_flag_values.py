@@ -31,10 +31,12 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def block(cache: Path) -> mk.Program:
     # Unfolded (attention_fold=0): q's RoPE kernel reads q's head view (q4) by plain loads. Two
-    # splits: the merge reads the attention's partials (one split would read its output).
+    # splits: the merge reads the attention's partials (one split would read its output). The
+    # o-projection unsplit (split_loop=0): its r is then written plainly, and flagged.
     return mk.compile(
-        BLOCK, target="cpu", flag_values=True, cache_dir=cache, attention_fold=0, kv_splits=2
-    )
+        BLOCK, target="cpu", flag_values=True, cache_dir=cache, attention_fold=0, kv_splits=2,
+        split_loop=0,
+    )  # fmt: skip
 
 
 def _ops(prog: mk.Program, kind: type) -> list:
@@ -108,7 +110,9 @@ def test_the_megakernel_reads_and_writes_flags(
     import mk.backends.cuda as backend
 
     monkeypatch.setattr(backend, "nvcc", lambda: None)
-    prog = mk.compile(BLOCK, target="cuda", flag_values=True, cache_dir=cache, attention_fold=0)
+    prog = mk.compile(
+        BLOCK, target="cuda", flag_values=True, cache_dir=cache, attention_fold=0, split_loop=0
+    )
     src = prog.cuda_source
     assert src.count("store_flag_run_elem") >= 3 and "load_flag_runs" in src
     assert "sl.x_flag = arena.flag;" in src

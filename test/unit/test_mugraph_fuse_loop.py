@@ -43,8 +43,10 @@ ATTN_OPROJ_B3 = (
 
 
 def _lowered(text: str, **options: int) -> ModuleOp:
+    """The mugraph stage, mugraph-split-loop off unless asked: these tests look at the fold."""
     module = load_module(text)
-    compiler.run_pipeline(module, {"num_sms": 8, "tile_n": 16, **options}, compiler.PIPELINE[:2])
+    given = {"num_sms": 8, "tile_n": 16, "split_loop": 0, **options}
+    compiler.run_pipeline(module, given, compiler.PIPELINE[:2])
     return module
 
 
@@ -114,12 +116,16 @@ def test_a_limit_below_the_partials_keeps_the_merge() -> None:
 
 
 @pytest.mark.parametrize(
-    ("preset", "splits"), [("qwen3-0.6b", 8), ("llama-3.2-1b", 8), ("qwen3-8b", 8)]
+    ("preset", "splits", "unsplit"),
+    [("qwen3-0.6b", 16, 8), ("llama-3.2-1b", 16, 8), ("qwen3-8b", 8, 8)],
 )
-def test_batch_one_picks_kv_splits_whose_merge_folds(preset: str, splits: int) -> None:
+def test_batch_one_picks_kv_splits_whose_merge_folds(
+    preset: str, splits: int, unsplit: int
+) -> None:
     """At the default splits (≈ one block per SM) an 8B model's merge reads 260 KB, past the
-    fold budget, and would be a phase of its own; the choice halves the splits until it fits,
-    and gives each split two chunks of keys at least (1,024 keys: 8 splits)."""
+    fold budget, and would be a phase of its own; the choice halves the splits until it fits.
+    Without mugraph-split-loop every o-projection block merges every split, so each split then
+    also takes two chunks of keys at least (1,024 keys: 8 splits)."""
     import dataclasses
 
     from mk.models import decode_program
@@ -132,12 +138,15 @@ def test_batch_one_picks_kv_splits_whose_merge_folds(preset: str, splits: int) -
     hq, hkv, d = config.heads, config.kv_heads, config.head_dim
     t = Tiling(num_sms=132)
     assert kv_splits(1, hq, hkv, 1024, d, t) == splits
+    assert kv_splits(1, hq, hkv, 1024, d, Tiling(num_sms=132, split_loop=0)) == unsplit
     assert merge_input_bytes(splits, hq, d) <= DEFAULT_FOLD_BYTES
     assert kv_splits(8, hq, hkv, 1024, d, t) == 132 // (8 * hkv)  # no batch-1 merge to fold
-    module = load_module(decode_program(dataclasses.replace(config, layers=1), 1, 1024))
-    compiler.run_pipeline(module, {}, compiler.PIPELINE[:2])
-    assert len(_fused(module)) == 1
-    assert not [g for g in _graph_defs(module) if g.res[0].name_hint == "l0_att2"]
+    for split_loop, label in ((0, "loop+"), (1, "split+")):
+        module = load_module(decode_program(dataclasses.replace(config, layers=1), 1, 1024))
+        compiler.run_pipeline(module, {"split_loop": split_loop}, compiler.PIPELINE[:2])
+        labels = [str(g.attributes.get("mk.fused", "")) for g in _graph_defs(module)]
+        assert sum(label in s for s in labels) == 1
+        assert not [g for g in _graph_defs(module) if g.res[0].name_hint == "l0_att2"]
 
 
 def test_the_lit_cases_that_must_not_fold_do_not() -> None:
@@ -171,7 +180,7 @@ def test_folded_and_unfolded_programs_match_the_reference(
 ) -> None:
     _cpu_ready()
     text = ATTN_OPROJ if batch == 1 else ATTN_OPROJ_B3
-    prog = mk.compile(text, cache_dir=tmp_path, kv_splits=4, **options)
+    prog = mk.compile(text, cache_dir=tmp_path, kv_splits=4, split_loop=0, **options)
     assert ("loop+" in prog.ir("mugraph")) == folds
     for seed in (0, 1):
         inputs = random_inputs(prog.func, seed=seed)
@@ -181,11 +190,14 @@ def test_folded_and_unfolded_programs_match_the_reference(
         assert np.isfinite(out.astype(np.float32)).all() and error <= bound
 
 
-def test_decoder_block_folds_and_matches_the_reference(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("split_loop", "label"), [(0, "loop+linear+add"), (1, "split+linear+add")])
+def test_decoder_block_folds_and_matches_the_reference(
+    split_loop: int, label: str, tmp_path: Path
+) -> None:
     _cpu_ready()
     path = ROOT / "examples" / "decoder_block.mlir"
-    prog = mk.compile(path, cache_dir=tmp_path, kv_splits=2)  # 128 keys: one split by default
-    assert "loop+linear+add" in prog.ir("mugraph")
+    prog = mk.compile(path, cache_dir=tmp_path, kv_splits=2, split_loop=split_loop)
+    assert label in prog.ir("mugraph")
     inputs = random_inputs(prog.func, seed=3)
     (out,) = prog(*inputs)
     (ref,) = mk.reference(path, *inputs)

@@ -1,0 +1,120 @@
+"""mugraph-split-loop: which folded o-projections split into a block per KV head, and that the
+split programs compute what the reference does (CPU executor against the NumPy reference)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from linear_programs import cuda_source
+from test_mugraph_fuse_loop import ATTN_OPROJ, ATTN_OPROJ_B3
+from xdsl.dialects.builtin import ModuleOp
+
+import mk
+from mk import compiler
+from mk.dialects.mugraph import GraphDefOp
+from mk.inputs import random_inputs
+from mk.models import (
+    decode_program,
+    generated_tokens,
+    preset,
+    program_inputs,
+    random_prompt,
+    random_weights,
+    reference_generate,
+)
+from mk.models.reference import compare
+from mk.source import load_module
+
+OPTIONS = {"num_sms": 8, "tile_n": 16, "kv_splits": 4}
+
+
+def _lowered(text: str, **options: int) -> ModuleOp:
+    module = load_module(text)
+    compiler.run_pipeline(module, {**OPTIONS, **options}, compiler.PIPELINE[:2])
+    return module
+
+
+def _labelled(module: ModuleOp) -> dict[str, GraphDefOp]:
+    graphs = [op for op in module.walk() if isinstance(op, GraphDefOp)]
+    return {str(g.attributes.get("mk.fused", "")).strip('"'): g for g in graphs}
+
+
+def _cpu_ready() -> None:
+    if shutil.which("g++") is None:
+        pytest.skip("g++ is not installed")
+    try:
+        compiler.cpu_backend()
+    except mk.MkError as e:
+        pytest.skip(str(e))
+
+
+def test_the_oproj_takes_a_block_per_kv_head_adding_into_a_started_sum() -> None:
+    graphs = _labelled(_lowered(ATTN_OPROJ))
+    split, start = graphs["split+linear+add"], graphs["start"]
+    assert "loop+linear+add" not in graphs and "round" in graphs  # r is returned: rounded
+    assert split.grid_shape() == (1, 1, 2) and split.forloop_range() == 1
+    reads = {op.tile.name_hint: (op.imap_dims(), op.fmap_dim()) for op in split.input_ops()}
+    assert reads["op"] == ((-1, -1, 2), 2) and reads["wot"] == ((0, -1, 1), 1)
+    assert "x_t" not in reads  # the residual comes in through the start
+    (out,) = split.output_ops()
+    assert out.accumulated() is not None and split.args[out.accumulated().index] is start.res[0]  # type: ignore[union-attr]
+    assert start.grid_shape() == (1, 1, 1) and str(start.res[0].type) == "tensor<1x32xf32>"
+
+
+def test_off_or_a_batch_keeps_the_loop() -> None:
+    assert "loop+linear+add" in _labelled(_lowered(ATTN_OPROJ, split_loop=0))
+    # Three rows: a block's heads are not consecutive rows of the partials.
+    graphs = _labelled(_lowered(ATTN_OPROJ_B3, merge_rows=3))
+    assert "loop+linear+add" in graphs and "start" not in graphs
+
+
+def test_split_loop_must_be_0_or_1() -> None:
+    with pytest.raises(mk.MkError, match="split-loop must be 0 or 1"):
+        _lowered(ATTN_OPROJ, split_loop=2)
+
+
+@pytest.mark.parametrize("split_loop", [0, 1])
+def test_split_and_unsplit_programs_match_the_reference(split_loop: int, tmp_path: Path) -> None:
+    _cpu_ready()
+    prog = mk.compile(ATTN_OPROJ, cache_dir=tmp_path, split_loop=split_loop, **OPTIONS)
+    assert ("split+" in prog.ir("mugraph")) == bool(split_loop)
+    for seed in (0, 1, 2):
+        inputs = random_inputs(prog.func, seed=seed)
+        (out,) = prog(*inputs)
+        (ref,) = mk.reference(ATTN_OPROJ, *inputs)
+        error, bound = compiler.output_error(out, ref)
+        assert np.isfinite(out.astype(np.float32)).all() and error <= bound
+
+
+def test_a_split_decode_generates_the_reference_tokens(tmp_path: Path) -> None:
+    """tiny-qwen3 over 256 cached tokens on 8 SMs: every layer's o-projection split, each
+    layer's sums started from the last one's, restarted at each of the launch's steps; the
+    tokens and the last logits against the NumPy model."""
+    _cpu_ready()
+    config = preset("tiny-qwen3")
+    batch, steps, context = 1, 4, 256
+    prompt = random_prompt(config, batch, length=100)
+    prog = mk.compile(decode_program(config, batch, context, steps), cache_dir=tmp_path, num_sms=8)
+    assert prog.ir("mugraph").count("split+linear+add") == config.layers
+    weights = random_weights(config)
+    tokens, logits = prog(*program_inputs(config, weights, batch, context, prompt))
+    got = generated_tokens(tokens, prompt.shape[1] - 1, steps)
+    ref = reference_generate(config, weights, prompt, steps, context=context, forced=got)
+    result = compare(got, ref.logits, {steps - 1: logits.astype(np.float32)})
+    assert result.ok, result.problems
+
+
+def test_the_split_oproj_streams_one_kv_heads_merge(tmp_path: Path) -> None:
+    """CUDA: the split block merges its own head's partials (offset by grid z) into the staged
+    activation, streams its weight columns and adds its sums into r."""
+    src = cuda_source(ATTN_OPROJ, tmp_path, **OPTIONS)
+    body = src[src.index("// task.grid @k2_r") :]
+    body = body[: body.index("\n}\n")]
+    merge = re.search(r"mk::gpu::merge_rows<4, 16>\((.*)\);", body)
+    assert merge is not None and "2 * bz" in merge.group(1)
+    assert "mk::gpu::stream_linear<" in body and "mma_tile" not in body
+    assert "mk::gpu::add_run_elem<" in body
