@@ -59,7 +59,7 @@ def _ops(graph: GraphDefOp) -> dict[type, list[Operation]]:
     return kinds
 
 
-def _is_add_of(tm: ThreadMapOp, a: SSAValue, b: SSAValue) -> bool:
+def is_add_of(tm: ThreadMapOp, a: SSAValue, b: SSAValue) -> bool:
     """Whether `tm` yields exactly the sum of its tiles `a` and `b`."""
     if set(tm.operands) != {a, b} or len(tm.operands) != 2 or len(tm.results) != 1:
         return False
@@ -114,12 +114,12 @@ def _linear_parts(c: GraphDefOp) -> tuple[InputOp, InputOp, InputOp, OutputOp] |
     )  # fmt: skip
     if not shapes_ok or acc.kind.data != "sum" or acc.operands[0] is not mm.results[0]:
         return None
-    if not _is_add_of(tm, acc.results[0], xr.tile) or out.tile is not tm.results[0]:
+    if not is_add_of(tm, acc.results[0], xr.tile) or out.tile is not tm.results[0]:
         return None
     return xm, xw, xr, out
 
 
-def _readers_ok(value: SSAValue) -> bool:
+def readers_ok(value: SSAValue) -> bool:
     """Whether every reader of `value` takes an f32 tensor in its place."""
     for use in value.uses:
         user = use.operation
@@ -151,7 +151,7 @@ def match(consumer: GraphDefOp, columns: int = 0) -> Fusion | None:
     grid = producer.grid_shape()
     if len(producer.results) != 1 or grid[0] < 2 or grid[1:] != (1, 1):
         return None
-    if m_out.omap_dims() != (1, -1, -1) or not _readers_ok(consumer.results[0]):
+    if m_out.omap_dims() != (1, -1, -1) or not readers_ok(consumer.results[0]):
         return None
     if columns and shape_of(m_out.tile)[1] > columns:
         return None

@@ -12,12 +12,11 @@ accumulator start after `mugraph-fuse-accumulate`); r becomes f32, rounded where
 
 Conditions, each checked: the graph_def came from a fold (its `mk.fused` label starts with
 `loop+`), has grid [N, 1, 1] with N a multiple of its for-loop L ≥ 2 or below it (one block
-along N then), and ends in exactly
-`input W (N by grid x, loop over K)`, a transposed matmul of a loop tile with it summed over
-the loop, `input x (N by grid x)` of one row added to the sum, and plain outputs of that sum
-along N; every
-other op is a loop op that reads whole inputs (imap all -1), and no op reads the sum otherwise;
-every reader of a result that turns f32 takes any float tile.
+along N then), and ends in exactly `input W (N by grid x, loop over K)`, a transposed matmul of
+a loop tile with it summed over the loop, `input x (N by grid x)` of one row added to the sum,
+and plain outputs of that sum along N; every other op is a loop op that reads whole inputs
+(imap all -1) and sums nothing over the loop, and no op reads the sum otherwise; every reader
+of a result that turns f32 takes any float tile.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ from mk.dialects.mugraph import GraphDefOp, InputOp, OutputOp
 from mk.dialects.mugraph_base import shape_of, tensor_type
 from mk.dialects.mugraph_builder import BlockGraphBuilder
 from mk.dialects.mugraph_tiles import AccumOp, MatmulOp, ThreadMapOp
-from mk.passes.mugraph_fuse_accumulate import _is_add_of, _readers_ok, retype_readers
+from mk.passes.mugraph_fuse_accumulate import is_add_of, readers_ok, retype_readers
 from mk.passes.mugraph_fuse_loop import FUSED_ATTR
 
 NO_AXIS = (-1, -1, -1)
@@ -88,7 +87,7 @@ def _tail(graph: GraphDefOp) -> Split | None:
     residual = next((a.owner for a in add.operands if isinstance(a.owner, InputOp)), None)
     if acc is None or residual is None or acc.kind.data != "sum":
         return None
-    if not _is_add_of(add, acc.results[0], residual.tile):
+    if not is_add_of(add, acc.results[0], residual.tile):
         return None
     mm = acc.operands[0].owner
     if not isinstance(mm, MatmulOp) or mm.transpose_b is None:
@@ -122,12 +121,14 @@ def match(graph: GraphDefOp) -> Split | None:
             continue
         if isinstance(op, InputOp) and op.imap_dims() != NO_AXIS:
             return None
+        if isinstance(op, AccumOp):  # a sum over the loop would become a block's own
+            return None
         if any(u.operation in tail - {split.matmul} for r in op.results for u in r.uses):
             return None
     if split.matmul.operands[0].owner in tail or len(list(split.accum.results[0].uses)) != 1:
         return None
     for i, r in enumerate(graph.results):
-        if tensor_type(r).element_type != f32 and not _readers_ok(r):
+        if tensor_type(r).element_type != f32 and not readers_ok(r):
             return None
         if not any(o.result_index() == i for o in split.outs):
             return None

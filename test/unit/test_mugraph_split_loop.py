@@ -65,6 +65,10 @@ def test_the_oproj_takes_a_block_per_kv_head_adding_into_a_started_sum() -> None
     assert start.grid_shape() == (1, 1, 1) and str(start.res[0].type) == "tensor<1x32xf32>"
 
 
+def test_the_split_is_deterministic() -> None:
+    assert str(_lowered(ATTN_OPROJ)) == str(_lowered(ATTN_OPROJ))
+
+
 def test_off_or_a_batch_keeps_the_loop() -> None:
     assert "loop+linear+add" in _labelled(_lowered(ATTN_OPROJ, split_loop=0))
     # Three rows: a block's heads are not consecutive rows of the partials.
