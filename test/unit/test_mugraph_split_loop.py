@@ -4,13 +4,12 @@ split programs compute what the reference does (CPU executor against the NumPy r
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 from linear_programs import cuda_source
-from test_mugraph_fuse_loop import ATTN_OPROJ, ATTN_OPROJ_B3
+from test_mugraph_fuse_loop import ATTN_OPROJ, ATTN_OPROJ_B3, _cpu_ready
 from xdsl.dialects.builtin import ModuleOp
 
 import mk
@@ -41,15 +40,6 @@ def _lowered(text: str, **options: int) -> ModuleOp:
 def _labelled(module: ModuleOp) -> dict[str, GraphDefOp]:
     graphs = [op for op in module.walk() if isinstance(op, GraphDefOp)]
     return {str(g.attributes.get("mk.fused", "")).strip('"'): g for g in graphs}
-
-
-def _cpu_ready() -> None:
-    if shutil.which("g++") is None:
-        pytest.skip("g++ is not installed")
-    try:
-        compiler.cpu_backend()
-    except mk.MkError as e:
-        pytest.skip(str(e))
 
 
 def test_the_oproj_takes_a_block_per_kv_head_adding_into_a_started_sum() -> None:
