@@ -13,7 +13,7 @@ accumulator start after `mugraph-fuse-accumulate`); r becomes f32, rounded where
 Conditions, each checked: the graph_def came from a fold (its `mk.fused` label starts with
 `loop+`), has grid [N, 1, 1] with N a multiple of its for-loop L ≥ 2 or below it (one block
 along N then), and ends in exactly `input W (N by grid x, loop over K)`, a transposed matmul of
-a loop tile with it summed over the loop, `input x (N by grid x)` of one row added to the sum,
+a loop tile with it summed over the loop, `input x (N by grid x)` added to the sum,
 and plain outputs of that sum along N; every other op is a loop op that reads whole inputs
 (imap all -1) and sums nothing over the loop, and no op reads the sum otherwise; every reader
 of a result that turns f32 takes any float tile.
@@ -109,11 +109,7 @@ def match(graph: GraphDefOp) -> Split | None:
     if split is None:
         return None
     n = shape_of(split.weight.source)[0]
-    # One row (a batch-1 decode): a block's iteration then reads consecutive partial rows,
-    # which the CUDA backend merges with one call (backends/cuda/split_merge.py).
-    if n % split.blocks or shape_of(split.residual.source)[:1] != (1,):
-        return None
-    if len(shape_of(split.residual.source)) != 2:
+    if n % split.blocks or len(shape_of(split.residual.source)) != 2:
         return None
     tail = split.tail
     for op in graph.body.block.ops:
@@ -146,15 +142,31 @@ def _starts(split: Split) -> GraphDefOp:
         f"{r.name_hint or 'r'}_start" if _returned(r) else (r.name_hint or "r") for r in g.results
     ]
     arg_names = ["x_a", *(f"{n}_r" for n in names)]
-    b = BlockGraphBuilder([x], types, (1, 1, 1), g.thread_count(), 1, arg_names)
-    t = b.input(0, NO_AXIS, -1, "xt")
+    blocks = _start_blocks(shape_of(x))
+    along = ALONG_N if blocks > 1 else NO_AXIS
+    b = BlockGraphBuilder([x], types, (blocks, 1, 1), g.thread_count(), 1, arg_names)
+    t = b.input(0, along, -1, "xt")
     for i in range(len(types)):
-        b.output(t, i, NO_AXIS)
+        b.output(t, i, along)
     graph = b.finish()
     graph.attributes[FUSED_ATTR] = StringAttr("start")
     for r, name in zip(graph.results, names, strict=True):
         r.name_hint = name
     return graph
+
+
+# Elements a start block copies at most: a batch-1 decode's x is one block; larger tiles made
+# the copy's unrolled loads spill (a batch of 8 rows of 1,024 floats: 116 bytes).
+START_ELEMENTS = 1024
+
+
+def _start_blocks(shape: tuple[int, ...]) -> int:
+    """Blocks along N for copying x [B, N]: halved tiles until one holds START_ELEMENTS."""
+    rows, n = shape
+    blocks = 1
+    while rows * n // blocks > START_ELEMENTS and n % (2 * blocks) == 0:
+        blocks *= 2
+    return blocks
 
 
 def _returned(value: SSAValue) -> bool:

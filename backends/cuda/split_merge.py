@@ -201,6 +201,8 @@ class MergedX:
     rows: int  # over the whole loop
     empty_below: float  # a row whose max is below this saw no visible key
     handled: frozenset[Operation]
+    run: int = 0  # rows come in runs of this many consecutive partial rows (0: all consecutive)
+    run_ld: int = 0  # partial rows from one run to the next
 
     @property
     def tile(self) -> SSAValue:
@@ -227,26 +229,31 @@ def plan_merged_x(loop: Sequence[Operation], lhs: SSAValue, forloop: int) -> Mer
         return None
     if shape[0] * shape[1] != merge.rows * merge.width or len(norm.res) != 1:
         return None
-    # Every iteration's rows, consecutive in the partials from the block's first: [splits, B,
-    # Hq, 1, D] holds row (b, h) where the activation [B, Hq·D] has its head h of row b, so
-    # merging them in order lays out the block's activation (all of it, or one KV head's
-    # columns of a single row where mugraph-split-loop gave each block one iteration).
+    # Every iteration's rows, from the block's first: [splits, B, Hq, 1, D] holds row (b, h)
+    # where the activation [B, Hq·D] has its head h of row b, so merging them in order lays out
+    # the block's activation: all of it, or (mugraph-split-loop: one iteration a block) one KV
+    # head's columns, of one row (consecutive rows) or of every row (a run per row).
     rows = merge.rows * forloop
-    if not all(_consecutive(op, forloop) for op in (merge.out, merge.peak, merge.total)):
+    runs = {_head_runs(op, forloop) for op in (merge.out, merge.peak, merge.total)}
+    if len(runs) != 1 or (run := runs.pop()) is None:
         return None
     handled = {*merge.handled, mx4, norm, view}
     if not used_only_by(handled - {view}, handled):
         return None
-    return MergedX(merge, norm, view, rows, empty_below, frozenset(handled))
+    return MergedX(merge, norm, view, rows, empty_below, frozenset(handled), *run)
 
 
-def _consecutive(op: InputOp, forloop: int) -> bool:
-    """Whether the loop's tiles of partials [S, B, H, ...] along H are consecutive rows of
-    each split: one batch row, or all of H; every dim after H whole."""
+def _head_runs(op: InputOp, forloop: int) -> tuple[int, int] | None:
+    """How the loop's tiles of partials [S, B, H, ...] along H lie in each split: (0, 0) for
+    consecutive rows (one batch row, or all of H), (heads, H) for a run of heads per batch row;
+    None unless every split and every dim after H is whole."""
     tile, shape = op.tile_shape(), shape_of(op.source)
     if len(shape) < 3 or tile[0] != shape[0] or tile[3:] != shape[3:]:
-        return False
-    return tile[1] == 1 or tile[2] * forloop == shape[2]
+        return None
+    heads = tile[2] * forloop
+    if tile[1] == 1 or heads == shape[2]:
+        return 0, 0
+    return heads, shape[2]
 
 
 def _normalise_limit(t: ThreadMapOp) -> float | None:
@@ -281,8 +288,9 @@ def merged_x_lines(
     """The device call merging every row into `into` (floats, rounded to `dtype`)."""
     m = x.merge
     out, peak, total = (source(op) for op in (m.out, m.peak, m.total))
+    runs = f", {x.run}, {x.run_ld}" if x.run else ""
     return [
-        f"mk::gpu::merge_rows<{m.splits}, {m.width}>({out}, {_whole_ld(m.out)}, {peak}, "
+        f"mk::gpu::merge_rows<{m.splits}, {m.width}{runs}>({out}, {_whole_ld(m.out)}, {peak}, "
         f"{total}, {_whole_ld(m.peak)}, {x.rows}, {float_literal(x.empty_below)}, {dtype}, "
         f"{into});"
     ]

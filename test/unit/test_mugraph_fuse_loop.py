@@ -90,7 +90,7 @@ def test_batch_eight_folds_the_merge_where_its_partials_fit(preset: str, folds: 
 
     config = dataclasses.replace(model_preset(preset), layers=1)
     module = load_module(decode_program(config, 8, 1024))
-    compiler.run_pipeline(module, {"merge_rows": 8}, compiler.PIPELINE[:2])
+    compiler.run_pipeline(module, {"merge_rows": 8, "split_loop": 0}, compiler.PIPELINE[:2])
     merges = [g for g in _graph_defs(module) if g.res[0].name_hint == "l0_att2"]
     assert (len(_fused(module)), len(merges)) == ((1, 0) if folds else (0, 1))
     assert all(g.grid_shape() == (8, 1, 8) for g in merges)

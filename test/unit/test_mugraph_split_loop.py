@@ -15,6 +15,7 @@ from xdsl.dialects.builtin import ModuleOp
 import mk
 from mk import compiler
 from mk.dialects.mugraph import GraphDefOp
+from mk.dialects.mugraph_base import shape_of
 from mk.inputs import random_inputs
 from mk.models import (
     decode_program,
@@ -59,11 +60,14 @@ def test_the_split_is_deterministic() -> None:
     assert str(_lowered(ATTN_OPROJ)) == str(_lowered(ATTN_OPROJ))
 
 
-def test_off_or_a_batch_keeps_the_loop() -> None:
+def test_off_keeps_the_loop_and_a_batch_splits_under_merge_rows() -> None:
     assert "loop+linear+add" in _labelled(_lowered(ATTN_OPROJ, split_loop=0))
-    # Three rows: a block's heads are not consecutive rows of the partials.
+    assert "split+linear+add" not in _labelled(_lowered(ATTN_OPROJ_B3))  # no fold: no loop
     graphs = _labelled(_lowered(ATTN_OPROJ_B3, merge_rows=3))
-    assert "loop+linear+add" in graphs and "start" not in graphs
+    assert "loop+linear+add" not in graphs and "start" in graphs
+    split = graphs["split+linear+add"]
+    (out,) = split.output_ops()
+    assert split.grid_shape() == (1, 1, 2) and shape_of(out.tile) == (3, 32)
 
 
 def test_split_loop_must_be_0_or_1() -> None:
@@ -71,17 +75,21 @@ def test_split_loop_must_be_0_or_1() -> None:
         _lowered(ATTN_OPROJ, split_loop=2)
 
 
-@pytest.mark.parametrize("split_loop", [0, 1])
-def test_split_and_unsplit_programs_match_the_reference(split_loop: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("batch", "split_loop"), [(1, 0), (1, 1), (3, 1)])
+def test_split_and_unsplit_programs_match_the_reference(
+    batch: int, split_loop: int, tmp_path: Path
+) -> None:
     _cpu_ready()
+    text = ATTN_OPROJ if batch == 1 else ATTN_OPROJ_B3
     prog = mk.compile(
-        ATTN_OPROJ, cache_dir=tmp_path, num_sms=8, tile_n=16, kv_splits=4, split_loop=split_loop
-    )
+        text, cache_dir=tmp_path, num_sms=8, tile_n=16, kv_splits=4, merge_rows=batch,
+        split_loop=split_loop,
+    )  # fmt: skip
     assert ("split+" in prog.ir("mugraph")) == bool(split_loop)
     for seed in (0, 1, 2):
         inputs = random_inputs(prog.func, seed=seed)
         (out,) = prog(*inputs)
-        (ref,) = mk.reference(ATTN_OPROJ, *inputs)
+        (ref,) = mk.reference(text, *inputs)
         error, bound = compiler.output_error(out, ref)
         assert np.isfinite(out.astype(np.float32)).all() and error <= bound
 
@@ -104,13 +112,17 @@ def test_a_split_decode_generates_the_reference_tokens(tmp_path: Path) -> None:
     assert result.ok, result.problems
 
 
-def test_the_split_oproj_streams_one_kv_heads_merge(tmp_path: Path) -> None:
-    """CUDA: the split block merges its own head's partials (offset by grid z) into the staged
-    activation, streams its weight columns and adds its sums into r."""
-    src = cuda_source(ATTN_OPROJ, tmp_path, **OPTIONS)
+@pytest.mark.parametrize(("batch", "runs"), [(1, ""), (3, ", 2, 4")])
+def test_the_split_oproj_streams_one_kv_heads_merge(batch: int, runs: str, tmp_path: Path) -> None:
+    """CUDA: the split block merges its own head's partials (offset by grid z; at batch 3 a run
+    of 2 heads every 4 partial rows) into the staged activation, streams its weight columns and
+    adds its sums into r."""
+    text = ATTN_OPROJ if batch == 1 else ATTN_OPROJ_B3
+    src = cuda_source(text, tmp_path, merge_rows=batch, **OPTIONS)
     body = src[src.index("// task.grid @k2_r") :]
     body = body[: body.index("\n}\n")]
-    merge = re.search(r"mk::gpu::merge_rows<4, 16>\((.*)\);", body)
+    merge = re.search(rf"mk::gpu::merge_rows<4, 16{runs}>\((.*)\);", body)
     assert merge is not None and "2 * bz" in merge.group(1)
+    assert f", {2 * batch}, -1e+29f," in merge.group(1)  # the block's rows
     assert "mk::gpu::stream_linear<" in body and "mma_tile" not in body
     assert "mk::gpu::add_run_elem<" in body

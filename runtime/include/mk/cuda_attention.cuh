@@ -498,21 +498,26 @@ __device__ void merge_splits(const float* o, int64_t o_ld, const float* m, const
 // row's S maxima and sums (one load per warp) and S float4 of o go out in one round of loads.
 // (Staging the maxima and sums in shared memory first, or holding two float4 per split, was
 // slower on the H200: 6.8 and 8.4 against 6.0 µs for a qwen3-0.6b o-projection task.)
+// With Run > 0 the rows are runs of Run consecutive partial rows, RunLd partial rows apart (a
+// batch's rows of one KV head's query heads, mugraph-split-loop); 0: all consecutive.
 // No barrier: the caller's staging barrier follows.
-template <int S, int W>
+template <int S, int W, int Run = 0, int RunLd = 0>
 __device__ void merge_rows(const float* o, int64_t o_ld, const float* m, const float* l,
                            int64_t ml_ld, int rows, float empty_below, int32_t dtype, float* x) {
   static_assert(W % 4 == 0, "merge_rows takes rows of whole float4");
+  static_assert(Run == 0 || RunLd >= Run, "runs of partial rows must not overlap");
   const int items = rows * (W / 4);
   for (int i = static_cast<int>(threadIdx.x); i < items; i += static_cast<int>(blockDim.x)) {
     const int r = i / (W / 4), e = i * 4;
+    const int p = Run > 0 ? r / Run * RunLd + r % Run : r;  // the partial row
+    const int pe = Run > 0 ? p * W + e % W : e;
     float ms[S], ls[S];
     float4 os[S];
 #pragma unroll
     for (int s = 0; s < S; ++s) {
-      ms[s] = m[s * ml_ld + r];
-      ls[s] = l[s * ml_ld + r];
-      os[s] = *reinterpret_cast<const float4*>(o + s * o_ld + e);
+      ms[s] = m[s * ml_ld + p];
+      ls[s] = l[s * ml_ld + p];
+      os[s] = *reinterpret_cast<const float4*>(o + s * o_ld + pe);
     }
     float peak = ms[0];
 #pragma unroll
