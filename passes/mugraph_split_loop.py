@@ -44,7 +44,8 @@ ALONG_N = (1, -1, -1)
 
 @dataclass(frozen=True)
 class Split:
-    """A residual linear `graph` whose loop becomes grid z (`tail`: the ops rebuilt)."""
+    """A residual linear `graph` whose loop becomes grid z, `per_block` iterations a block
+    (`tail`: the ops rebuilt)."""
 
     graph: GraphDefOp
     weight: InputOp
@@ -53,6 +54,12 @@ class Split:
     residual: InputOp
     add: ThreadMapOp
     outs: tuple[OutputOp, ...]
+    per_block: int = 1
+
+    @property
+    def parts(self) -> int:
+        """Blocks along grid z: the loop's iterations in runs of per_block."""
+        return self.graph.forloop_range() // self.per_block
 
     @property
     def tail(self) -> set[Operation]:
@@ -61,8 +68,8 @@ class Split:
     @property
     def blocks(self) -> int:
         """Blocks along N after the split: the same number of blocks in all (or one, where
-        there were fewer than the loop's iterations)."""
-        return max(1, self.graph.grid_shape()[0] // self.graph.forloop_range())
+        there were fewer than the parts)."""
+        return max(1, self.graph.grid_shape()[0] // self.parts)
 
 
 def _folded(graph: GraphDefOp) -> bool:
@@ -70,7 +77,7 @@ def _folded(graph: GraphDefOp) -> bool:
     return isinstance(label, StringAttr) and label.data.startswith("loop+")
 
 
-def _tail(graph: GraphDefOp) -> Split | None:
+def _tail(graph: GraphDefOp, per_block: int) -> Split | None:
     """The residual sum's ops at the end of `graph`, or None."""
     # With one block along x, the maps may leave x out: the same tiles.
     one = graph.grid_shape()[0] == 1
@@ -97,15 +104,19 @@ def _tail(graph: GraphDefOp) -> Split | None:
         return None
     if residual.imap_dims() not in along_n or residual.fmap_dim() != -1:
         return None
-    return Split(graph, w, mm, acc, residual, add, outs)
+    return Split(graph, w, mm, acc, residual, add, outs, per_block)
 
 
-def match(graph: GraphDefOp) -> Split | None:
-    """The split of `graph`, or None when a condition fails."""
+def match(graph: GraphDefOp, per_block: int = 1) -> Split | None:
+    """The split of `graph` into blocks of `per_block` iterations, or None when a condition
+    fails."""
     grid, loop = graph.grid_shape(), graph.forloop_range()
-    if not _folded(graph) or grid[1:] != (1, 1) or loop < 2 or grid[0] % loop * (grid[0] > loop):
+    if not _folded(graph) or grid[1:] != (1, 1) or loop % per_block or loop // per_block < 2:
         return None
-    split = _tail(graph)
+    parts = loop // per_block
+    if grid[0] % parts and grid[0] > parts:
+        return None
+    split = _tail(graph, per_block)
     if split is None:
         return None
     n = shape_of(split.weight.source)[0]
@@ -174,7 +185,7 @@ def _returned(value: SSAValue) -> bool:
 
 
 def _split_input(op: InputOp, source: SSAValue) -> InputOp:
-    """A loop input read at the block's iteration: grid z walks what the loop walked."""
+    """A loop input read at the block's iterations: grid z picks the run the loop walks."""
     dim = op.fmap_dim()
     imap = (-1, -1, dim) if dim >= 0 else NO_AXIS
     made = InputOp(source, imap, dim, op.tile.type)
@@ -211,9 +222,9 @@ def _split_graph(split: Split, starts: GraphDefOp) -> GraphDefOp:
             remap[op.tile] = made.tile
         else:
             block.add_op(op.clone(value_mapper=remap))
-    grid = (split.blocks, 1, g.forloop_range())
+    grid = (split.blocks, 1, split.parts)
     w_src = remap[split.weight.source]
-    shape = maps.input_tile_shape(shape_of(w_src), grid, (0, -1, 1), 1, 1)
+    shape = maps.input_tile_shape(shape_of(w_src), grid, (0, -1, 1), 1, split.per_block)
     wt = InputOp(w_src, (0, -1, 1), 1, TensorType(tensor_type(w_src).element_type, shape))
     mm = MatmulOp(remap[split.matmul.operands[0]], wt.tile, transpose_b=True)
     acc = AccumOp("sum", mm.res)
@@ -225,7 +236,7 @@ def _split_graph(split: Split, starts: GraphDefOp) -> GraphDefOp:
         block.add_op(
             OutputOp(acc.results[0], result_args[i], ALONG_N, accumulate_over=start_args[i])
         )
-    made = GraphDefOp(args, result_types, grid, g.thread_count(), 1, Region(block))
+    made = GraphDefOp(args, result_types, grid, g.thread_count(), split.per_block, Region(block))
     made.attributes |= g.attributes
     label = g.attributes[FUSED_ATTR]
     assert isinstance(label, StringAttr)
@@ -251,12 +262,12 @@ def rewrite(split: Split) -> None:
     block.erase_op(g)
 
 
-def split_loops(module: ModuleOp) -> int:
+def split_loops(module: ModuleOp, per_block: int = 1) -> int:
     """Applies every split in `module`; returns how many."""
     count = 0
     for func in [op for op in module.walk() if isinstance(op, FuncOp)]:
         for graph in [op for op in func.body.block.ops if isinstance(op, GraphDefOp)]:
-            if (split := match(graph)) is not None:
+            if (split := match(graph, per_block)) is not None:
                 rewrite(split)
                 count += 1
     return count
@@ -264,16 +275,18 @@ def split_loops(module: ModuleOp) -> int:
 
 @dataclass(frozen=True)
 class MugraphSplitLoopPass(ModulePass):
-    """`mugraph-split-loop{split-loop=1}`: 0 turns the pass off. On the H200 at batch 1 with
-    16 splits (nn-to-mugraph's choice when this pass is on): qwen3-0.6b 1.030 -> 1.016 ms/token,
-    llama-3.2-1b 1.063 -> 1.053 (bench/RESULTS.md, session 59)."""
+    """`mugraph-split-loop{split-loop=1}`: N > 0 gives each block N of the loop's iterations
+    (KV heads), 0 turns the pass off. On the H200 at batch 1 with 16 splits (nn-to-mugraph's
+    choice when this pass is on), one head a block: qwen3-0.6b 1.030 -> 1.016 ms/token,
+    llama-3.2-1b 1.063 -> 1.053 (bench/RESULTS.md, session 59); 2 (half the blocks' code) is
+    not yet timed."""
 
     name = "mugraph-split-loop"
 
     split_loop: int = 1
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.split_loop not in (0, 1):
-            raise MkError("mugraph-split-loop: split-loop must be 0 or 1")
+        if self.split_loop < 0:
+            raise MkError("mugraph-split-loop: split-loop must be >= 0")
         if self.split_loop:
-            split_loops(op)
+            split_loops(op, self.split_loop)

@@ -430,8 +430,8 @@ class NnToMugraphPass(ModulePass):
     # partials within the fold's bytes). 1, the default: batch 1 only (at batch 8 the merge is a
     # phase of its own, a block per KV head and batch row; folded there it is not yet timed).
     merge_rows: int = 1
-    # 1 (the default): mugraph-split-loop gives each o-projection block one KV head's partials
-    # of a folded merge, so the batch-1 splits need not be two chunks long (kv-splits 0).
+    # N > 0 (1 by default): mugraph-split-loop gives each o-projection block N KV heads'
+    # partials of a folded merge, so the batch-1 splits need not be two chunks long (kv-splits 0).
     split_loop: int = 1
 
     def tiling(self) -> Tiling:
@@ -441,8 +441,8 @@ class NnToMugraphPass(ModulePass):
         for option in ("tile_n", "tile_m", "kv_splits", "k_splits", "task_us", "norm_rows"):
             if getattr(self, option) < 0:
                 raise MkError(f"nn-to-mugraph: {option.replace('_', '-')} must be >= 0")
-        if self.split_loop not in (0, 1):
-            raise MkError("nn-to-mugraph: split-loop must be 0 or 1")
+        if self.split_loop < 0:
+            raise MkError("nn-to-mugraph: split-loop must be >= 0")
         if self.merge_rows < 1:
             raise MkError("nn-to-mugraph: merge-rows must be >= 1")
         if self.attention_fold not in (0, 1, 2, 3):

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from linear_programs import cuda_source
+from test_cuda_attention import _attention_oproj
 from test_mugraph_fuse_loop import ATTN_OPROJ, ATTN_OPROJ_B3, _cpu_ready
 from xdsl.dialects.builtin import ModuleOp
 
@@ -70,9 +71,36 @@ def test_off_keeps_the_loop_and_a_batch_splits_under_merge_rows() -> None:
     assert split.grid_shape() == (1, 1, 2) and shape_of(out.tile) == (3, 32)
 
 
-def test_split_loop_must_be_0_or_1() -> None:
-    with pytest.raises(mk.MkError, match="split-loop must be 0 or 1"):
-        _lowered(ATTN_OPROJ, split_loop=2)
+def test_split_loop_must_not_be_negative() -> None:
+    with pytest.raises(mk.MkError, match="split-loop must be >= 0"):
+        _lowered(ATTN_OPROJ, split_loop=-1)
+
+
+# Four KV heads: the folded loop has four iterations.
+FOUR_HEADS = _attention_oproj(8, 4, 256, 32, 64)
+
+
+@pytest.mark.parametrize(("per_block", "grid"), [(1, (1, 1, 4)), (2, (2, 1, 2)), (4, None)])
+def test_split_loop_n_gives_each_block_n_heads(
+    per_block: int, grid: tuple[int, int, int] | None, tmp_path: Path
+) -> None:
+    """split-loop=N: N of the loop's iterations (KV heads) a block, as many blocks in all; N =
+    the whole loop leaves nothing to split. Each form against the reference (CPU executor)."""
+    graphs = _labelled(_lowered(FOUR_HEADS, kv_splits=4, split_loop=per_block))
+    if grid is None:
+        assert "loop+linear+add" in graphs and "start" not in graphs
+        return
+    split = graphs["split+linear+add"]
+    assert split.grid_shape() == grid and split.forloop_range() == per_block
+    _cpu_ready()
+    prog = mk.compile(
+        FOUR_HEADS, cache_dir=tmp_path, num_sms=8, tile_n=16, kv_splits=4, split_loop=per_block
+    )
+    inputs = random_inputs(prog.func, seed=per_block)
+    (out,) = prog(*inputs)
+    (ref,) = mk.reference(FOUR_HEADS, *inputs)
+    error, bound = compiler.output_error(out, ref)
+    assert np.isfinite(out.astype(np.float32)).all() and error <= bound
 
 
 @pytest.mark.parametrize(("batch", "split_loop"), [(1, 0), (1, 1), (3, 1)])
