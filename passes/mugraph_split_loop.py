@@ -132,8 +132,10 @@ def match(graph: GraphDefOp, per_block: int = 1) -> Split | None:
             return None
         if any(u.operation in tail - {split.matmul} for r in op.results for u in r.uses):
             return None
-    if split.matmul.operands[0].owner in tail or len(list(split.accum.results[0].uses)) != 1:
+    if split.matmul.operands[0].owner in tail:
         return None
+    if any(u.operation not in tail for op in tail for r in op.results for u in r.uses):
+        return None  # the rebuilt ops feed nothing else
     for i, r in enumerate(graph.results):
         if tensor_type(r).element_type != f32 and not readers_ok(r):
             return None
