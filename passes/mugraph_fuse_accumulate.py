@@ -100,10 +100,7 @@ def _linear_parts(c: GraphDefOp) -> tuple[InputOp, InputOp, InputOp, OutputOp] |
         return None
     xr = rest[0]
     grid = c.grid_shape()
-    # With one block along x, the maps may leave x out: the same tiles.
-    x_w, x_n = ({(0, -1, -1), NO_AXIS}, {(1, -1, -1), NO_AXIS}) if grid[0] == 1 else (
-        {(0, -1, -1)}, {(1, -1, -1)}
-    )  # fmt: skip
+    x_w, x_n = along_x_maps(grid[0])
     shapes_ok = (
         grid[1:] == (1, 1)
         and len(shape_of(xm.source)) == 2
@@ -117,6 +114,13 @@ def _linear_parts(c: GraphDefOp) -> tuple[InputOp, InputOp, InputOp, OutputOp] |
     if not is_add_of(tm, acc.results[0], xr.tile) or out.tile is not tm.results[0]:
         return None
     return xm, xw, xr, out
+
+
+def along_x_maps(blocks: int) -> tuple[set[tuple[int, ...]], set[tuple[int, ...]]]:
+    """The maps that split W [N, K] and a [B, N] tile along N by grid x: with one block along
+    x they may also leave x out (the same tiles)."""
+    w, n = (0, -1, -1), (1, -1, -1)
+    return ({w, NO_AXIS}, {n, NO_AXIS}) if blocks == 1 else ({w}, {n})
 
 
 def readers_ok(value: SSAValue) -> bool:

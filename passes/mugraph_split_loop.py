@@ -35,7 +35,12 @@ from mk.dialects.mugraph import GraphDefOp, InputOp, OutputOp
 from mk.dialects.mugraph_base import shape_of, tensor_type
 from mk.dialects.mugraph_builder import BlockGraphBuilder
 from mk.dialects.mugraph_tiles import AccumOp, MatmulOp, ThreadMapOp
-from mk.passes.mugraph_fuse_accumulate import is_add_of, readers_ok, retype_readers
+from mk.passes.mugraph_fuse_accumulate import (
+    along_x_maps,
+    is_add_of,
+    readers_ok,
+    retype_readers,
+)
 from mk.passes.mugraph_fuse_loop import FUSED_ATTR
 
 NO_AXIS = (-1, -1, -1)
@@ -79,11 +84,7 @@ def _folded(graph: GraphDefOp) -> bool:
 
 def _tail(graph: GraphDefOp, per_block: int) -> Split | None:
     """The residual sum's ops at the end of `graph`, or None."""
-    # With one block along x, the maps may leave x out: the same tiles.
-    one = graph.grid_shape()[0] == 1
-    along_n, w_map = ({ALONG_N, NO_AXIS}, {(0, -1, -1), NO_AXIS}) if one else (
-        {ALONG_N}, {(0, -1, -1)}
-    )  # fmt: skip
+    w_map, along_n = along_x_maps(graph.grid_shape()[0])
     outs = tuple(o for o in graph.body.block.ops if isinstance(o, OutputOp))
     if not outs or any(o.over() is not None or o.omap_dims() not in along_n for o in outs):
         return None
