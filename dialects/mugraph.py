@@ -418,6 +418,10 @@ class ArgmaxOp(BlockGraphOp):
         require(pe == ae, lambda: f"arg element type {ae} differs from the payload's {pe}")
 
 
+# The label a fusing pass leaves on the graph_def it makes (`linear+silu+mul`, `loop+...`,
+# `split+...`): what later passes match on and what the task graph names its kinds after.
+FUSED_ATTR = "mk.fused"
+
 BLOCK_OPS = (
     InputOp, OutputOp, MatmulOp, UnaryOp, BinaryOp, ReduceOp, RMSNormOp, RopeOp, ConcatOp,
     ReshapeOp, PositionOp, ArgmaxOp, ThreadMapOp, AccumOp, AccumSoftmaxOp,

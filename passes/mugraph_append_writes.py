@@ -25,10 +25,9 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from mk.diagnostics import MkError
-from mk.dialects.mugraph import GraphDefOp, InputOp, KernelOp, OutputOp
+from mk.dialects.mugraph import FUSED_ATTR, GraphDefOp, InputOp, KernelOp, OutputOp
 from mk.dialects.mugraph_base import shape_of, tensor_type
 from mk.dialects.nn_decode import donated_arg
-from mk.passes.mugraph_fuse_loop import FUSED_ATTR
 
 
 @dataclass(frozen=True)

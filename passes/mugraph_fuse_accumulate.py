@@ -29,11 +29,10 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
 from mk.dialects import mugraph_maps as maps
-from mk.dialects.mugraph import GraphDefOp, InputOp, OutputOp
+from mk.dialects.mugraph import FUSED_ATTR, GraphDefOp, InputOp, OutputOp
 from mk.dialects.mugraph_base import shape_of, tensor_type
 from mk.dialects.mugraph_builder import BlockGraphBuilder
 from mk.dialects.mugraph_tiles import AccumOp, BinaryOp, MatmulOp, ThreadMapOp, YieldOp
-from mk.passes.mugraph_fuse_loop import FUSED_ATTR
 
 # What a reader of y may do with its tile when y turns f32: ops that take any float tile.
 DTYPE_BLIND = (ThreadMapOp, BinaryOp, AccumOp, MatmulOp)

@@ -5,6 +5,9 @@ it (imap all -1), while that tensor's producer writes it in F blocks along the s
 compute the chunk itself: iteration i runs block i's graph. The producer's kernel, its event and
 the hop between the two disappear from the task graph; each consumer block recomputes the whole
 producer instead (`mugraph-fuse-loop{fold-bytes=N}` bounds what that reads per consumer block).
+Where `mugraph-split-loop` will then give each block M of the loop's L iterations
+(`split-loop=M`, that pass's option), a block reads M / L of the producer's operands, and the
+bound is on that share.
 
 This is the split-KV attention merge folded into the o-projection of a decode step: the merge
 (one block per KV head) is cheap, and the linear group that reads its result walks K in the
@@ -28,14 +31,14 @@ from xdsl.ir import Block, Region, SSAValue
 from xdsl.passes import ModulePass
 
 from mk.diagnostics import MkError
-from mk.dialects.mugraph import GraphDefOp, InputOp, OutputOp
+from mk.dialects.mugraph import FUSED_ATTR, GraphDefOp, InputOp, OutputOp
 from mk.dialects.mugraph_base import tensor_type
+from mk.passes.mugraph_split_loop import match as split_match
 
 FOLDABLE = frozenset(
     {"mugraph.input", "mugraph.output", "mugraph.reshape", "mugraph.thread_map",
      "mugraph.binary", "mugraph.unary", "mugraph.reduce"}
 )  # fmt: skip
-FUSED_ATTR = "mk.fused"
 
 
 @dataclass(frozen=True)
@@ -70,8 +73,9 @@ def _loop_dim(producer: GraphDefOp, forloop: int) -> int | None:
     return wide[0] if len(wide) == 1 and grid[wide[0]] == forloop else None
 
 
-def match_fold(producer: GraphDefOp, fold_bytes: int) -> LoopFold | None:
-    """The fold of `producer` into its consumer's loop, or None when a condition fails."""
+def match_fold(producer: GraphDefOp, fold_bytes: int | None) -> LoopFold | None:
+    """The fold of `producer` into its consumer's loop, or None when a condition fails (None
+    for `fold_bytes`: whatever the producer reads)."""
     if len(producer.res) != 1 or producer.forloop_range() != 1:
         return None
     if any(op.name not in FOLDABLE for op in producer.body.block.ops):
@@ -88,9 +92,14 @@ def match_fold(producer: GraphDefOp, fold_bytes: int) -> LoopFold | None:
         return None
     if any(op.fmap_dim() >= 0 for op in producer.input_ops()):
         return None
-    if sum(_nbytes(tensor_type(v)) for v in producer.args) > fold_bytes:
+    if fold_bytes is not None and reads(producer) > fold_bytes:
         return None
     return LoopFold(producer, consumer, read, dim)
+
+
+def reads(producer: GraphDefOp) -> int:
+    """What a consumer block reads to recompute the whole producer: all of its operands."""
+    return sum(_nbytes(tensor_type(v)) for v in producer.args)
 
 
 def _operands(fold: LoopFold) -> list[SSAValue]:
@@ -160,26 +169,50 @@ def _inline_producer(fold: LoopFold, block: Block, arg_of: dict[SSAValue, SSAVal
     return written
 
 
-def fuse_loops(module: ModuleOp, fold_bytes: int) -> int:
-    """Applies every fold in `module`; returns how many."""
+def fuse_loops(module: ModuleOp, fold_bytes: int, split_loop: int = 0) -> int:
+    """Applies every fold in `module`; returns how many. With `split_loop` = N > 0 a fold that
+    reads more than `fold_bytes` is still made where mugraph-split-loop will give each block N
+    of its L iterations, so that a block reads N / L of it, and that is within the bound."""
     count = 0
     for producer in [op for op in module.walk() if isinstance(op, GraphDefOp)]:
         if producer.parent is None:  # a consumer an earlier fold replaced
             continue
-        fold = match_fold(producer, fold_bytes)
+        fold = match_fold(producer, None if split_loop > 0 else fold_bytes)
         if fold is None:
             continue
-        fused = fuse(fold)
         consumer = fold.consumer
         parent = consumer.parent_block()
         assert parent is not None
-        parent.insert_op_before(fused, consumer)
-        for old, new in zip(consumer.res, fused.res, strict=True):
-            old.replace_all_uses_with(new)
+        fused = fuse(fold)
+        _replace(consumer, fused)
+        if reads(producer) > fold_bytes and not _splits_within(
+            fused, reads(producer), fold_bytes, split_loop
+        ):
+            _replace(fused, consumer)
+            parent.erase_op(fused)
+            continue
         parent.erase_op(consumer)
         parent.erase_op(producer)
         count += 1
     return count
+
+
+def _replace(old: GraphDefOp, new: GraphDefOp) -> None:
+    """`new` in `old`'s place (inserted before it where it is not in the block yet)."""
+    if new.parent is None:
+        parent = old.parent_block()
+        assert parent is not None
+        parent.insert_op_before(new, old)
+    for a, b in zip(old.res, new.res, strict=True):
+        a.replace_all_uses_with(b)
+
+
+def _splits_within(fused: GraphDefOp, total: int, fold_bytes: int, per_block: int) -> bool:
+    """Whether mugraph-split-loop will split `fused` (its readers as they are now) into blocks
+    of `per_block` iterations that each read at most `fold_bytes` of the `total`."""
+    if per_block <= 0 or split_match(fused, per_block) is None:
+        return False
+    return total * per_block // fused.forloop_range() <= fold_bytes
 
 
 # What each consumer block may read to recompute the producer: qwen3-0.6b's and llama-3.2-1b's
@@ -190,13 +223,18 @@ DEFAULT_FOLD_BYTES = 160 << 10
 
 @dataclass(frozen=True)
 class MugraphFuseLoopPass(ModulePass):
-    """`mugraph-fuse-loop{fold-bytes=163840}`: 0 folds nothing."""
+    """`mugraph-fuse-loop{fold-bytes=163840 split-loop=1}`: fold-bytes 0 folds nothing;
+    split-loop (mugraph-split-loop's option, routed to both) bounds a block's share of a fold
+    that pass will split instead of the whole fold; 0 bounds the whole."""
 
     name = "mugraph-fuse-loop"
 
     fold_bytes: int = DEFAULT_FOLD_BYTES
+    split_loop: int = 1
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.fold_bytes < 0:
             raise MkError("mugraph-fuse-loop: fold-bytes must be >= 0")
-        fuse_loops(op, self.fold_bytes)
+        if self.split_loop < 0:
+            raise MkError("mugraph-fuse-loop: split-loop must be >= 0")
+        fuse_loops(op, self.fold_bytes, self.split_loop)

@@ -31,7 +31,7 @@ from xdsl.passes import ModulePass
 
 from mk.diagnostics import MkError
 from mk.dialects import mugraph_maps as maps
-from mk.dialects.mugraph import GraphDefOp, InputOp, OutputOp
+from mk.dialects.mugraph import FUSED_ATTR, GraphDefOp, InputOp, OutputOp
 from mk.dialects.mugraph_base import shape_of, tensor_type
 from mk.dialects.mugraph_builder import BlockGraphBuilder
 from mk.dialects.mugraph_tiles import AccumOp, MatmulOp, ThreadMapOp
@@ -41,7 +41,6 @@ from mk.passes.mugraph_fuse_accumulate import (
     readers_ok,
     retype_readers,
 )
-from mk.passes.mugraph_fuse_loop import FUSED_ATTR
 
 NO_AXIS = (-1, -1, -1)
 ALONG_N = (1, -1, -1)

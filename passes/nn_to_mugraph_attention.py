@@ -160,6 +160,9 @@ def kv_splits(batch: int, q_heads: int, kv_heads: int, seq: int, d: int, t: Tili
         splits = parts_at_most(seq, min(splits, max(1, seq // max(1, 2 * t.kv_chunk))))
     # A merge that does not fold is a phase of its own, with its hop, on every layer's critical
     # path: qwen3-8b's step took 5.29 ms/token with 8 splits (folded) against 5.44 with 16.
+    # The bound here is on the whole merge even where mugraph-split-loop leaves each block a KV
+    # head's share (and mugraph-fuse-loop folds by that share): kv_splits=16 then folds for
+    # qwen3-8b too, not yet timed against these 8.
     fitting = splits
     while fitting >= 4 and merge_input_bytes(fitting, q_heads, d) > DEFAULT_FOLD_BYTES:
         fitting = parts_at_most(seq, fitting // 2)

@@ -30,7 +30,7 @@ from xdsl.dialects.builtin import IntegerAttr, StringAttr, TensorType, f32, i64
 from xdsl.ir import Operation, SSAValue
 
 from mk.dialects import nn
-from mk.dialects.mugraph import GraphDefOp
+from mk.dialects.mugraph import FUSED_ATTR, GraphDefOp
 from mk.dialects.mugraph_base import shape_of, tensor_type
 from mk.dialects.mugraph_builder import BlockGraphBuilder
 from mk.dialects.mugraph_tiles import AccumOp, BinaryOp, MatmulOp, ReduceOp
@@ -81,7 +81,7 @@ def linear_group_kernel(group: LinearGroup, t: Tiling, lookup: ValueMap) -> Emit
     _write_outputs(b, group, lay, accs, norm, extras)
     kernel = finish(b, names)
     if _is_fused(group):
-        kernel.attributes["mk.fused"] = _fused_label(group)
+        kernel.attributes[FUSED_ATTR] = _fused_label(group)
     return [kernel], dict(zip(written, kernel.results, strict=True))
 
 
@@ -165,7 +165,7 @@ def _split_k_kernels(group: LinearGroup, lay: Layout, splits: int, lookup: Value
     split = finish(b, pnames)
     split.attributes["mk.split_k"] = IntegerAttr(splits, i64)
     if _is_fused(group):
-        split.attributes["mk.fused"] = _fused_label(group)
+        split.attributes[FUSED_ATTR] = _fused_label(group)
     reduce = _reduce_kernel(group, lay, list(split.results), lookup)
     written = [group.written(v) for v in group.computed_outputs()]
     return [split, reduce], dict(zip(written, reduce.results, strict=True))
@@ -335,5 +335,5 @@ def elementwise_kernel(group: ElementwiseGroup, t: Tiling, lookup: ValueMap) -> 
             lay.out_map(),
         )
     kernel = finish(b, names)
-    kernel.attributes["mk.fused"] = StringAttr("+".join(op.name[3:] for op in group.ops))
+    kernel.attributes[FUSED_ATTR] = StringAttr("+".join(op.name[3:] for op in group.ops))
     return [kernel], dict(zip(outputs, kernel.results, strict=True))

@@ -3,6 +3,7 @@ split programs compute what the reference does (CPU executor against the NumPy r
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from mk.models import (
     reference_generate,
 )
 from mk.models.reference import compare
+from mk.passes.mugraph_fuse_loop import reads
 from mk.source import load_module
 
 OPTIONS = {"num_sms": 8, "tile_n": 16, "kv_splits": 4}
@@ -101,6 +103,52 @@ def test_split_loop_n_gives_each_block_n_heads(
     (ref,) = mk.reference(FOUR_HEADS, *inputs)
     error, bound = compiler.output_error(out, ref)
     assert np.isfinite(out.astype(np.float32)).all() and error <= bound
+
+
+def _merge_reads(text: str, **options: int) -> int:
+    """What the unfolded split-KV merge of `text` reads: all of its partials."""
+    module = _lowered(text, fold_bytes=0, split_loop=0, **options)
+    (merge,) = [g for g in _labelled(module).values() if g.res[0].name_hint == "att2"]
+    return reads(merge)
+
+
+@pytest.mark.parametrize(("split_loop", "folds"), [(1, True), (2, False), (0, False)])
+def test_the_fold_bound_is_a_split_blocks_share(
+    split_loop: int, folds: bool, tmp_path: Path
+) -> None:
+    """mugraph-fuse-loop bounds what a block will read once split: a quarter of the partials
+    with a KV head a block, half with two, all of them unsplit. The folded and split program
+    against the reference (CPU executor)."""
+    total = _merge_reads(FOUR_HEADS, kv_splits=4)
+    bound = total // 4 + 1
+    graphs = _labelled(_lowered(FOUR_HEADS, kv_splits=4, fold_bytes=bound, split_loop=split_loop))
+    assert ("split+linear+add" in graphs) == folds and ("linear+add" in graphs) != folds
+    if not folds:
+        return
+    _cpu_ready()
+    prog = mk.compile(
+        FOUR_HEADS, cache_dir=tmp_path, num_sms=8, tile_n=16, kv_splits=4, fold_bytes=bound
+    )
+    inputs = random_inputs(prog.func, seed=7)
+    (out,) = prog(*inputs)
+    (ref,) = mk.reference(FOUR_HEADS, *inputs)
+    error, limit = compiler.output_error(out, ref)
+    assert np.isfinite(out.astype(np.float32)).all() and error <= limit
+
+
+def test_an_8b_merge_of_16_splits_folds_split_by_kv_head() -> None:
+    """qwen3-8b's 16-split merge reads 266 KB, past the fold bound; split, a block reads 33 KB
+    of it: with kv_splits=16 the o-projection folds and splits instead of keeping a merge phase."""
+    config = dataclasses.replace(preset("qwen3-8b"), layers=1, vocab=2048)
+    text = decode_program(config, 1, 1024)
+    for split_loop, merged in ((1, False), (0, True)):
+        module = load_module(text)
+        options = {"num_sms": 132, "kv_splits": 16, "split_loop": split_loop}
+        compiler.run_pipeline(module, options, compiler.PIPELINE[:2])
+        graphs = [op for op in module.walk() if isinstance(op, GraphDefOp)]
+        assert any(g.res[0].name_hint == "l0_att2" for g in graphs) == merged
+        labels = [str(g.attributes.get("mk.fused", "")) for g in graphs]
+        assert any("split+" in label for label in labels) != merged
 
 
 @pytest.mark.parametrize(("batch", "split_loop"), [(1, 0), (1, 1), (3, 1)])
