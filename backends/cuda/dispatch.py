@@ -88,13 +88,15 @@ def dispatch_struct(
     arena_want: int = 0,
     wide_front: int = 0,
     inline_run: bool = False,
+    tails: bool = False,
 ) -> str:
     """`front`: the streamed bodies' shared memory; `staged`: per function, the bytes its
     weights take in the staging ring (padded rows included); `at_wait`, `batch_waits` and
     `pipe_polls`: MK_CUDA_PREFETCH_AT=wait, MK_CUDA_WAIT_BATCH=1 and MK_CUDA_POLL_PIPE=1;
     `arena_want`: the arena's shared-memory part a body asks for beyond the usual; `wide_front`:
     the most shared memory a body whose room reaches into the arena's part takes; `inline_run`:
-    `run` is forced inline too (switches.inline_walk)."""
+    `run` is forced inline too (switches.inline_walk); `tails`: some grid is a tail (task-tails),
+    else the dispatcher leaves the tails' code out."""
     cases = "\n".join(
         f"      case {KIND_FIRST_LOWERED + i}: "
         f"return {fn.name}(t, bp, arena, iteration, mk::gpu::kAheadNone);"
@@ -136,6 +138,7 @@ struct Dispatch {{
   static constexpr bool kPrefetchAtWait = {"true" if at_wait else "false"};  // MK_CUDA_PREFETCH_AT
   static constexpr bool kBatchWaits = {"true" if batch_waits else "false"};  // MK_CUDA_WAIT_BATCH
   static constexpr bool kPipePolls = {"true" if pipe_polls else "false"};  // MK_CUDA_POLL_PIPE
+  static constexpr bool kTails = {"true" if tails else "false"};  // some grid is a tail (task-tails)
   __device__ static {"__forceinline__ " if inline_run else ""}int32_t run(int32_t kind, const mk::TaskDesc* t, void* const* bp,
                                 mk::gpu::Arena& arena, int32_t iteration) {{
     switch (kind) {{

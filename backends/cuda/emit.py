@@ -132,6 +132,7 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
             max((need.arena for _, need in bodies), default=0),
             wide_front,
             switches.inline_walk(),
+            any(tail_edge(g) is not None for g in grids),
         )  # fmt: skip
     )
     out.append("}  // namespace\n")

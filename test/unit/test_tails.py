@@ -11,8 +11,10 @@ from test_cpu_executor import LONG_MS, check_trace
 
 import mk
 import mk._runtime as rt
+import mk.backends.cuda as cuda_backend
 from mk import compiler
 from mk import runtime_tables as tb
+from mk.backends.cuda import build as cuda_build
 from mk.inputs import random_inputs
 from mk.runtime_tables import Task, Wait, build_tables
 
@@ -121,3 +123,27 @@ def test_examples_with_tails_match_the_reference_on_the_cpu(example: str, tmp_pa
 @pytest.mark.parametrize("example", ["decode_loop", "decoder_block"])
 def test_examples_with_tails_match_the_reference_on_the_gpu(example: str, tmp_path: Path) -> None:
     _check_with_tails("cuda", example, tmp_path)
+
+
+def test_only_a_program_with_tails_has_the_dispatchers_tail_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dispatch::kTails: the dispatcher runs at every task, so a program without tails (the
+    default) leaves the tails' code out; one with tails keeps it and builds with nvcc."""
+    path = ROOT / "examples" / "decoder_block.mlir"
+    builds = nvcc_builds()
+    if not builds:
+        monkeypatch.setattr(cuda_backend, "nvcc", lambda: None)
+        monkeypatch.setattr(cuda_build, "nvcc", lambda: None)
+    tails = mk.compile(path, target="cuda", num_sms=8, cache_dir=tmp_path, max_tail_tasks=64)
+    assert "static constexpr bool kTails = true;" in tails.cuda_source  # type: ignore[attr-defined]
+    if builds:
+        assert tails.library_path is not None and tails.library_path.is_file()
+    monkeypatch.setattr(cuda_backend, "nvcc", lambda: None)
+    monkeypatch.setattr(cuda_build, "nvcc", lambda: None)
+    plain = mk.compile(path, target="cuda", num_sms=8, cache_dir=tmp_path)
+    assert "static constexpr bool kTails = false;" in plain.cuda_source  # type: ignore[attr-defined]
+
+
+def nvcc_builds() -> bool:
+    return cuda_build.nvcc() is not None

@@ -35,6 +35,8 @@ constexpr uint32_t kTailOverflow = 0x7FFFFFFD;
 // tail's entry (acquiring, so the tail sees every producer's writes) and remembers the count it
 // made, so the tail's wait on that element costs no round trip to L2. False when the stack
 // overflows (recorded as a failure).
+// Without Tails (no task of the program is a tail) every signal is a plain one.
+template <bool Tails>
 __device__ inline bool signal_task(const NearTask& near, const SignalDesc* far, uint32_t* counters,
                                    int32_t t, uint32_t base, int32_t* stack, int32_t& top,
                                    SeenCounters& known) {
@@ -46,7 +48,7 @@ __device__ inline bool signal_task(const NearTask& near, const SignalDesc* far, 
     const int32_t i = s - task.signal_begin;
     const bool near_row = i < kNearSignals;
     uint32_t* counter = counters + (near_row ? near.signals[i] : far[s].counter);
-    if (!near_row || near.tail_entry[i] < 0) {  // the host puts every tail among the near rows
+    if (!Tails || !near_row || near.tail_entry[i] < 0) {  // the host puts every tail among the near rows
       event_signal(counter);
     } else if (const uint32_t before = event_signal_tail(counter);
                completes_element(before, near.tail_count[i], t, base)) {
@@ -230,7 +232,7 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
     if (threadIdx.x == 0) {
       if (rc != 0) {
         record_failure(p, RunStatus{RUN_KERNEL_FAILED, sm, e.id, -1, t, static_cast<uint32_t>(rc - 1), 0, 0});
-      } else if (!signal_task(e.near, p.signals, p.counters, t, base, tail_stack, tail_top, known)) {
+      } else if (!signal_task<Dispatch::kTails>(e.near, p.signals, p.counters, t, base, tail_stack, tail_top, known)) {
         record_failure(p, RunStatus{RUN_KERNEL_FAILED, sm, e.id, -1, t, kTailOverflow, 0, 0});
       }
       if (slot) {
@@ -294,10 +296,12 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
           const int32_t later = after_q(next, t_next);
           if (later >= 0) prefetch_entry<Dispatch>(p, later);
           // Its tails' entries too: a tail is loaded right after the signal that completes it.
+          if constexpr (Dispatch::kTails) {
 #pragma unroll
-          for (int i = 0; i < kNearSignals; ++i) {
-            const int32_t tail = entry[after].near.tail_entry[i];
-            if (tail >= 0) prefetch_entry<Dispatch>(p, tail);
+            for (int i = 0; i < kNearSignals; ++i) {
+              const int32_t tail = entry[after].near.tail_entry[i];
+              if (tail >= 0) prefetch_entry<Dispatch>(p, tail);
+            }
           }
         }
       }
@@ -307,7 +311,9 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
       arena.stage_bar = &stage_bars[cur];
       arena.stage_parity = staged[cur].parity;
       if (!run_task(entry[cur], slots[cur])) return leave();
-      if (!has_tails(entry[cur].near)) continue;
+      // A program without tails leaves this code out: the dispatcher runs at every task, and
+      // what it holds beside its executed path still takes instruction-cache room.
+      if (!Dispatch::kTails || !has_tails(entry[cur].near)) continue;
       // Tails: the tasks whose element this task's signals completed, run here and now (their
       // own signals may complete more). Set (cur + 2) % 3 is free until thread 32 fills it at
       // the next queued task.
