@@ -152,6 +152,9 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
   // (the counters' targets, events.h), and a flagged buffer's flag for it is base + t + 1.
   __shared__ uint32_t base;
   __shared__ bool stopped;  // by a failed launch before this one
+  // Weights staged ahead (MK_CUDA_STAGE=1): without a ring no task stages, and the code that
+  // places and awaits the copies is left out.
+  constexpr bool kStaging = Dispatch::kRingBytes > 0;
   const int32_t sm = blockIdx.x;
   uint8_t* const ring = gpu::mk_dynamic_smem + Dispatch::kRingOffset;
   gpu::Arena arena{p.scratch + static_cast<uint64_t>(sm) * p.scratch_per_sm, 0, p.scratch_per_sm,
@@ -248,7 +251,7 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
   auto leave = [&]() {
     if (threadIdx.x == 0) {
       for (int i = 0; i < 3; ++i) {
-        if (stage_phases[i]) gpu::barrier_wait(gpu::smem_address(&stage_bars[i]), (stage_phases[i] - 1) & 1);
+        if (kStaging && stage_phases[i]) gpu::barrier_wait(gpu::smem_address(&stage_bars[i]), (stage_phases[i] - 1) & 1);
       }
     }
     return false;
@@ -261,7 +264,7 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
       if (threadIdx.x == 0) {
         const TaskDesc* task = &entry[cur].near.desc;
         // Weights that found no room ahead: into the front of the ring, free now.
-        if (staged[cur].deferred) {
+        if (kStaging && staged[cur].deferred) {
           stage_set(cur, task, t);
           staged[cur].deferred = 0;
         }
