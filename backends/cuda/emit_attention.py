@@ -74,6 +74,8 @@ class StreamAttentionEmitter(StreamLinearEmitter):
                 emit(f"sa.{name}_new_dtype = mk::DTYPE_F32;")
         if (at := plan.new_at()) is not None:
             emit(f"sa.new_key = static_cast<int64_t>({self.var(at.tile)}[0]);")
+        if all(map(self.rows_aligned, self.prepared_rows(plan, q_row))):
+            emit("sa.rows_aligned = true;")  # StreamAttention::rows_aligned: vector row loads
         self.key_fields("sa", plan, with_dtype=True)
         if plan.length is not None and switches.causal_skip():
             self.length_keys(plan.length)
@@ -88,6 +90,21 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         else:
             emit(f"mk::gpu::stream_attention<{plan.rows}, {plan.head_dim}>(sa, score);")
         emit("}")
+
+    def prepared_rows(self, plan: AttentionPlan, q_row: HeadRow | None) -> list[InputOp]:
+        """The inputs whose rows the call reads before its keys, in place: q's rows, the new K
+        and V rows, and the ops' norm weights and RoPE tables (a tile's rows are the arena's,
+        128-byte aligned)."""
+        rows = [plan.q] if isinstance(plan.q, InputOp) else []
+        k_row, v_row = (
+            None if new is None else plan.head_row(new.new) for new in (plan.k_new, plan.v_new)
+        )
+        for row in (q_row, k_row):
+            if row is not None:
+                rows.append(row.x)
+                rows += [row.g] if row.norm is not None and row.g is not None else []
+                rows += list(row.tables or ())
+        return rows + ([v_row.x] if v_row is not None else [])
 
     def mma_keys(self, plan: AttentionPlan, q_row: HeadRow | None, chunks: int) -> str | None:
         """The keys' dtype where the attention runs on tensor cores (MK_CUDA_ATTN_MMA): the

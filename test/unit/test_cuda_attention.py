@@ -149,6 +149,20 @@ def test_a_streamed_attention_knows_its_caches_are_aligned(
 
 
 @pytest.mark.usefixtures("no_nvcc")
+def test_the_rows_a_decode_attention_prepares_are_read_by_vector_loads(tmp_path: Path) -> None:
+    """tiny-qwen3's decode attention prepares q's rows and the new K and V rows through the
+    QK-norm and RoPE: every one of those rows, norm weights and tables starts a multiple of 8
+    elements into its buffer, so StreamAttention::rows_aligned is set (vector loads)."""
+    from mk.models import decode_program, preset
+
+    text = decode_program(preset("tiny-qwen3"), 1, 256, 1)
+    src = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    calls = src.count("mk::gpu::StreamAttention sa{};")
+    assert calls > 0 and src.count("sa.q_ops.cos = ") == calls
+    assert src.count("sa.rows_aligned = true;") == calls
+
+
+@pytest.mark.usefixtures("no_nvcc")
 def test_the_streamed_attention_state_is_not_initialised_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -300,10 +314,12 @@ def test_a_merge_of_another_form_keeps_its_tile_steps() -> None:
 
 @pytest.mark.usefixtures("no_nvcc")
 def test_emitted_merge_call(tmp_path: Path) -> None:
-    # 16 splits: a merge that reads more than mugraph-fuse-loop folds stays a kernel of its own.
+    # 16 splits: a merge that reads more than mugraph-fuse-loop folds stays a kernel of its own
+    # (unsplit: split a KV head a block, each block's share would fold).
     prog = mk.compile(
-        ROOT / "examples/llama3_8b_block.mlir", target="cuda", cache_dir=tmp_path, kv_splits=16
-    )
+        ROOT / "examples/llama3_8b_block.mlir", target="cuda", cache_dir=tmp_path, kv_splits=16,
+        split_loop=0,
+    )  # fmt: skip
     src = prog.cuda_source  # type: ignore[attr-defined]
     assert src.count("mk::gpu::merge_splits<16, 4, 128>(") == 1
     merge = [b for b in src.split("__device__ __noinline__") if "merge_splits<" in b][0]
