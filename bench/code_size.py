@@ -51,6 +51,13 @@ def layer_bytes(sizes: list[tuple[int, str]]) -> int:
     return sum(size for size, name in sizes if "_l0_" in name)
 
 
+def dispatcher_bytes(sizes: list[tuple[int, str]]) -> int:
+    """The kernel's own code, the dispatcher: the kernel's symbol spans its section, which holds
+    the functions it calls too."""
+    kernel = next((n for n, name in sizes if "megakernel" in name), 0)
+    return kernel - sum(n for n, name in sizes if "megakernel" not in name)
+
+
 def spills(ptxas_log: str) -> dict[str, tuple[int, int, int]]:
     """(stack frame, spill store, spill load bytes) per function from `ptxas -v`'s report; names
     shortened as in function_sizes."""
@@ -149,6 +156,7 @@ def main() -> int:
         f"{kernel_registers(log)} registers per thread, {frame} B kernel stack frame"
     )
     print(f"a layer's bodies: {layer_bytes(sizes) / 1024:.0f} KB (an SM keeps 128-160 KB of code)")
+    print(f"the dispatcher: {dispatcher_bytes(sizes) / 1024:.1f} KB (runs at every task)")
     print(f"  {'SASS':>10}  {'spill st/ld B':>14}  body")
     for size, name in [r for r in sizes if "megakernel" not in r[1]][: args.top]:
         _, st, ld = spilled.get(name, (0, 0, 0))
