@@ -4,6 +4,8 @@ check that what a body reads in place or as keys is a plain buffer."""
 
 from __future__ import annotations
 
+import math
+
 from xdsl.ir import Operation
 
 from mk.backends.cpu.emit_ops import BufferRef
@@ -20,6 +22,7 @@ from mk.backends.cuda.stream_attention import (
 )
 from mk.diagnostics import MkError, op_location
 from mk.dialects.mugraph import InputOp
+from mk.dialects.mugraph_base import tensor_type
 
 
 def plain(ref: BufferRef, kernel: Operation, how: str) -> BufferRef:
@@ -41,6 +44,9 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         """The call, after the loop-invariant ops it reads (their loads first, in one round
         trip) and its scalars."""
         emit = self.lines.append
+        q_row = None if isinstance(plan.q, InputOp) else plan.head_row(plan.q)
+        if not plan.block and switches.attention_rows_l1():
+            self.prefetch_rows(self.prepared_rows(plan, q_row))
         loads = [op for op in plan.prologue if isinstance(op, InputOp)] + plan.scalars()
         for op in [*loads, *(op for op in plan.prologue if not isinstance(op, InputOp))]:
             self.step(op, "0")
@@ -53,7 +59,6 @@ class StreamAttentionEmitter(StreamLinearEmitter):
             return
         emit("{")
         emit("mk::gpu::StreamAttention sa{};")
-        q_row = None if isinstance(plan.q, InputOp) else plan.head_row(plan.q)
         if isinstance(plan.q, InputOp):
             self.row_source("sa.q", plan.q)
         elif q_row is not None:
@@ -105,6 +110,17 @@ class StreamAttentionEmitter(StreamLinearEmitter):
                 rows += [row.g] if row.norm is not None and row.g is not None else []
                 rows += list(row.tables or ())
         return rows + ([v_row.x] if v_row is not None else [])
+
+    def prefetch_rows(self, rows: list[InputOp]) -> None:
+        """Each input's tile asked into the L1 (mk::gpu::prefetch_l1), whole lines, once (q's
+        and the new K row's RoPE share their tables)."""
+        asks: dict[str, int] = {}
+        for op in rows:
+            bits = getattr(tensor_type(op.source).element_type, "bitwidth", 32)
+            nbytes = math.prod(op.tile_shape()) * max(1, int(bits) // 8)
+            at = self.row_pointer(op)
+            asks[at] = max(asks.get(at, 0), nbytes)
+        self.lines += [f"mk::gpu::prefetch_l1({at}, {n});" for at, n in asks.items()]
 
     def mma_keys(self, plan: AttentionPlan, q_row: HeadRow | None, chunks: int) -> str | None:
         """The keys' dtype where the attention runs on tensor cores (MK_CUDA_ATTN_MMA): the

@@ -293,6 +293,14 @@ def attention_mma(head_dim: int, chunks: int, rows: int) -> bool:
     return mode == "1" or (mode == "auto" and (head_dim <= 64 or rows * chunks >= 8))
 
 
+def attention_rows_l1() -> bool:
+    """MK_CUDA_ATTN_ROWS_L1=1 (opt-in, not yet measured): a decode attention task asks the L1
+    for the rows it prepares (q, the new K and V rows, their norm weights and RoPE tables)
+    before it loads its scalars (the kv length, the new key's position), so that those rows'
+    round trip to L2 overlaps the scalars' instead of following it."""
+    return flag("MK_CUDA_ATTN_ROWS_L1")
+
+
 def attention_mma_stages() -> int:
     """MK_CUDA_ATTN_MMA_STAGES (1-3, default 2): the most chunks of 64 keys stream_attention_mma
     keeps staged; a task takes no more than it has chunks. Each is 2 · 64 · (head dim + 8) · 2

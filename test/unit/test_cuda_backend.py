@@ -198,6 +198,7 @@ SWITCHES = [
     {"MK_CUDA_ROWS_DOT_PIPE": "1"},
     {"MK_CUDA_MMA_RING": "2", "MK_CUDA_RING_COLS": "512", "MK_CUDA_STREAM_KB": "192"},
     {"MK_CUDA_RAW_FENCE": "chunk"},
+    {"MK_CUDA_ATTN_ROWS_L1": "1"},
 ]
 
 
@@ -219,7 +220,7 @@ SWITCH_BUILDS = [
                        "MK_CUDA_ATTN_KEYS": "8"}),
     ("decoder_block", {"MK_CUDA_PREFETCH": str(128 << 10), "MK_CUDA_LEAN": "0",
                        "MK_CUDA_FUSE_LOOPS": "0", "MK_CUDA_LAUNCH": "plain",
-                       "MK_CUDA_ATTN_PIPE": "1"}),
+                       "MK_CUDA_ATTN_PIPE": "1", "MK_CUDA_ATTN_ROWS_L1": "1"}),
     ("decoder_block", {"MK_CUDA_STAGE": "1", "MK_CUDA_SIGNAL": "release",
                        "MK_CUDA_POLL_SLEEP": "0", "MK_CUDA_FLAG_POLL": "all"}),
     ("gated_mlp", {"MK_CUDA_MMA_PIPE": "1", "MK_CUDA_MMA_SLICES": "rounds",
