@@ -185,9 +185,8 @@ def fuse_loops(module: ModuleOp, fold_bytes: int, split_loop: int = 0) -> int:
         assert parent is not None
         fused = fuse(fold)
         _replace(consumer, fused)
-        if reads(producer) > fold_bytes and not _splits_within(
-            fused, reads(producer), fold_bytes, split_loop
-        ):
+        total = reads(producer)
+        if total > fold_bytes and not _splits_within(fused, total, fold_bytes, split_loop):
             _replace(fused, consumer)
             parent.erase_op(fused)
             continue
