@@ -77,6 +77,23 @@ def body_slots(shared: SharedBodies) -> int:
     return max([fn.slots for fn in shared.functions] + [1])
 
 
+def body_numbers(shared: SharedBodies) -> tuple[list[SharedFunction], list[int]]:
+    """The body functions in the order of their first kinds, and each kind's (grid's) function
+    number. The dispatcher switches on the number, one call site per function: a model's layers
+    run the same bodies under kinds of their own, and with a case per kind each layer's call was
+    other lines of the dispatcher's code (qwen3-0.6b's 28 layers: 58 KB of dispatcher against
+    26 KB for 2 layers), which an SM fetched anew at every layer."""
+    numbers: dict[str, int] = {}
+    functions: list[SharedFunction] = []
+    of_kind = []
+    for _, fn, _ in shared.calls:
+        if fn.name not in numbers:
+            numbers[fn.name] = len(functions)
+            functions.append(fn)
+        of_kind.append(numbers[fn.name])
+    return functions, of_kind
+
+
 def dispatch_struct(
     shared: SharedBodies,
     front: int,
@@ -97,16 +114,15 @@ def dispatch_struct(
     the most shared memory a body whose room reaches into the arena's part takes; `inline_run`:
     `run` is forced inline too (switches.inline_walk); `tails`: some grid is a tail (task-tails),
     else the dispatcher leaves the tails' code out."""
+    functions, of_kind = body_numbers(shared)
     cases = "\n".join(
-        f"      case {KIND_FIRST_LOWERED + i}: "
-        f"return {fn.name}(t, bp, arena, iteration, mk::gpu::kAheadNone);"
-        for i, (_, fn, _) in enumerate(shared.calls)
+        f"      case {i}: return {fn.name}(t, bp, arena, iteration, mk::gpu::kAheadNone);"
+        for i, fn in enumerate(functions)
     )
     fetches, stages = (
         "\n".join(
-            f"      case {KIND_FIRST_LOWERED + i}: "
-            f"{before}{fn.name}(t, bp, arena, iteration, mk::gpu::{mode}){after};"
-            for i, (_, fn, _) in enumerate(shared.calls)
+            f"      case {i}: {before}{fn.name}(t, bp, arena, iteration, mk::gpu::{mode}){after};"
+            for i, fn in enumerate(functions)
             if runs_ahead(fn, mode)
         )
         for mode, before, after in (
@@ -115,10 +131,11 @@ def dispatch_struct(
         )
     )
     sizes = "\n".join(
-        f"      case {KIND_FIRST_LOWERED + i}: return {staged[fn.name]};"
-        for i, (_, fn, _) in enumerate(shared.calls)
+        f"      case {i}: return {staged[fn.name]};"
+        for i, fn in enumerate(functions)
         if staged.get(fn.name)
     )
+    table = ", ".join(map(str, of_kind)) or "0"
     layout = ring_layout(front, max(staged.values(), default=0))
     assert layout is not None, "the emitter stages only what the ring holds"
     ring_offset, ring = layout
@@ -127,6 +144,9 @@ def dispatch_struct(
     offset, arena = arena_smem(ring_offset + ring if ring else front, want)
     slots = body_slots(shared)
     return f"""\
+// The body function of each lowered kind, from KIND_FIRST_LOWERED on (dispatch.body_numbers).
+__constant__ uint16_t kBodyOfKind[{max(1, len(of_kind))}] = {{{table}}};
+
 struct Dispatch {{
   static constexpr unsigned kRingOffset = {ring_offset};  // weights staged ahead (cuda_stage.cuh)
   static constexpr unsigned kRingBytes = {ring};
@@ -139,9 +159,14 @@ struct Dispatch {{
   static constexpr bool kBatchWaits = {"true" if batch_waits else "false"};  // MK_CUDA_WAIT_BATCH
   static constexpr bool kPipePolls = {"true" if pipe_polls else "false"};  // MK_CUDA_POLL_PIPE
   static constexpr bool kTails = {"true" if tails else "false"};  // some grid is a tail (task-tails)
+  // The function number of a task's kind; -1 for a kind this program does not have.
+  __device__ static int body(int32_t kind) {{
+    const int32_t i = kind - {KIND_FIRST_LOWERED};
+    return i >= 0 && i < {len(of_kind)} ? kBodyOfKind[i] : -1;
+  }}
   __device__ static {"__forceinline__ " if inline_run else ""}int32_t run(int32_t kind, const mk::TaskDesc* t, void* const* bp,
                                 mk::gpu::Arena& arena, int32_t iteration) {{
-    switch (kind) {{
+    switch (body(kind)) {{
 {cases}
       default: return 0x7fffffff;  // an unknown kind fails the task
     }}
@@ -149,14 +174,14 @@ struct Dispatch {{
   // One thread: asks the L2 for the weights a task of `kind` will stream.
   __device__ static void prefetch(int32_t kind, const mk::TaskDesc* t, void* const* bp,
                                   mk::gpu::Arena& arena, int32_t iteration) {{
-    switch (kind) {{
+    switch (body(kind)) {{
 {fetches}
       default: return;
     }}
   }}
   // Weight bytes a task of `kind` stages in the ring (0: none).
   __device__ static uint32_t stage_bytes(int32_t kind) {{
-    switch (kind) {{
+    switch (body(kind)) {{
 {sizes}
       default: return 0;
     }}
@@ -164,7 +189,7 @@ struct Dispatch {{
   // One thread, ahead of the task's turn: copies its weights to arena.stage_base; whether it did.
   __device__ static bool stage(int32_t kind, const mk::TaskDesc* t, void* const* bp,
                                mk::gpu::Arena& arena, int32_t iteration) {{
-    switch (kind) {{
+    switch (body(kind)) {{
 {stages}
       default: return false;
     }}
