@@ -132,7 +132,9 @@ def test_weights_are_staged_in_shared_memory_when_they_fit(
     assert ring is not None
     ring_at, ring_bytes = map(int, ring.groups())
     if body is None:
-        assert ring_bytes == 0 and "stage_bytes(int32_t kind) {\n    switch (body(kind)) {\n\n" in src
+        assert (
+            ring_bytes == 0 and "stage_bytes(int32_t kind) {\n    switch (body(kind)) {\n\n" in src
+        )
         return
     (expect,) = re.findall(r"stage_expect\(arena, (\d+)\)", body.group(1))
     copies = re.findall(
