@@ -293,6 +293,14 @@ def attention_mma(head_dim: int, chunks: int, rows: int) -> bool:
     return mode == "1" or (mode == "auto" and (head_dim <= 64 or rows * chunks >= 8))
 
 
+def dispatch_by_kind() -> bool:
+    """MK_CUDA_DISPATCH: `body` (default) calls each body function from one place in the
+    dispatcher, whatever the kinds (a model's layers) that run it; `kind` keeps a call per kind,
+    as before (the dispatcher's code grows with the layers: qwen3-0.6b's 28 layers 114 KB
+    with session 59's dispatcher), to time the two against each other."""
+    return choice("MK_CUDA_DISPATCH", ("body", "kind")) == "kind"
+
+
 def attention_rows_l1() -> bool:
     """MK_CUDA_ATTN_ROWS_L1=1 (opt-in, not yet measured): a decode attention task asks the L1
     for the rows it prepares (q, the new K and V rows, their norm weights and RoPE tables)
