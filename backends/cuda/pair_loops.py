@@ -54,7 +54,7 @@ def _paired(loop: Loop) -> Loop:
             f"mk_pair[{k}][0], mk_pair[{k}][1]);  // store"
         )
     text = (
-        f"for (uint32_t e2 = 2 * threadIdx.x; e2 < {loop.n}u; e2 += 2 * blockDim.x) {{",
+        f"for (uint32_t e2 = 2 * threadIdx.x; e2 < {loop.n}u; e2 += 2 * MK_CTA_THREADS) {{",
         f"float mk_pair[{len(stores)}][2];",
         "#pragma unroll",
         "for (uint32_t j = 0; j < 2; ++j) {",

@@ -122,11 +122,12 @@ def test_a_batch8_layer_keeps_no_code_it_does_not_run(
     # 37.0 KB, the layer 121 KB).
     assert size["l1_r"] < 16.0 and size["l0_att2_o"] < 40.0 and layer < 130, out
     # Dispatch::kTails and the ring's absence: the dispatcher without the tails' and the staged
-    # copies' code (45.9 -> 25.3 KB; every body then 5-9 % smaller, the layer 121 -> 112 KB).
+    # copies' code (45.9 -> 25.3 KB; every body then 5-9 % smaller, the layer 121 -> 112 KB);
+    # MK_MEGAKERNEL's constant CTA size in the attention, stream and tile headers: 108 KB.
     dispatcher = float(
         next(line for line in out.splitlines() if "the dispatcher" in line).split()[2]
     )
-    assert dispatcher < 32 and layer < 118, out
+    assert dispatcher < 32 and layer < 112, out
 
 
 @pytest.mark.skipif(

@@ -83,6 +83,10 @@ def test_every_example_emits_a_megakernel(
     for i in range(len(grids)):
         _check_slots(src, called[i], emitted.slot_rows[i], len(prog.tables.buffers))
     assert src.rstrip().endswith("MK_CUDA_ENTRY_POINTS(Dispatch)")
+    # The headers take the CTA's threads as the constant mk::kCudaThreads (MK_CTA_THREADS).
+    assert (
+        src.startswith("// Generated") and "\n#define MK_MEGAKERNEL 1" in src.split("#include")[0]
+    )
     # Nothing of the host-only CPU helpers survives into device code.
     assert "std::vector" not in src and "mk::cpu::" not in src and "std::" not in src
     assert prog.scratch_per_sm > 0 and prog.num_sms == compiler.DEFAULT_CUDA_NUM_SMS

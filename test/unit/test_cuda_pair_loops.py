@@ -23,7 +23,9 @@ def _loop(n: int, writes: tuple[str, ...], *body: str) -> Loop:
 def test_a_storing_loop_takes_pairs() -> None:
     loop = _loop(8, (), "const float s1 = t1_a[e] * 2.0f;", STORE.format(cols=64, value="s1"))
     (paired,) = pair_loops([loop])
-    assert paired.text[0] == "for (uint32_t e2 = 2 * threadIdx.x; e2 < 8u; e2 += 2 * blockDim.x) {"
+    assert (
+        paired.text[0] == "for (uint32_t e2 = 2 * threadIdx.x; e2 < 8u; e2 += 2 * MK_CTA_THREADS) {"
+    )
     assert "mk_pair[0][j] = s1;" in paired.text
     assert paired.text[-2] == (
         "mk::gpu::store_run_pair<mk::DTYPE_BF16, 64>(bp[4], 64 * bx, 2048, e2, mk_pair[0][0], "

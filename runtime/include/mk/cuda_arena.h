@@ -10,9 +10,19 @@ namespace mk {
 constexpr int kCudaThreads = 256;  // every CTA of the megakernel
 }  // namespace mk
 
-// A CTA-cooperative loop: thread i takes elements i, i + blockDim.x, ...
-#define MK_FOR_EACH(e, n) for (int64_t e = threadIdx.x; e < (n); e += blockDim.x)
-#define MK_FOR_EACH_U32(e, n) for (uint32_t e = threadIdx.x; e < (n); e += blockDim.x)
+// A CTA's threads as the code sees them: in the megakernel (MK_MEGAKERNEL, which the emitted
+// source defines) the constant kCudaThreads, so that loops over a CTA's threads fold (an element
+// loop of at most that many elements is one guarded step); elsewhere (bench programs) the
+// launch's.
+#if defined(MK_MEGAKERNEL)
+#define MK_CTA_THREADS (static_cast<unsigned>(::mk::kCudaThreads))
+#else
+#define MK_CTA_THREADS blockDim.x
+#endif
+
+// A CTA-cooperative loop: thread i takes elements i, i + MK_CTA_THREADS, ...
+#define MK_FOR_EACH(e, n) _Pragma("unroll 1") for (int64_t e = threadIdx.x; e < (n); e += MK_CTA_THREADS)
+#define MK_FOR_EACH_U32(e, n) _Pragma("unroll 1") for (uint32_t e = threadIdx.x; e < (n); e += MK_CTA_THREADS)
 
 namespace mk {
 namespace gpu {

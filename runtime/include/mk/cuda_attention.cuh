@@ -215,7 +215,7 @@ __device__ inline int new_key_index(const StreamAttention& a) {
 template <int R, int D>
 __device__ void prepare_rows(const StreamAttention& a, bool owns_new, int jn, float* rows) {
   constexpr int L = D / 8;
-  const int groups = static_cast<int>(blockDim.x) / L, lane = static_cast<int>(threadIdx.x) % L;
+  const int groups = static_cast<int>(MK_CTA_THREADS) / L, lane = static_cast<int>(threadIdx.x) % L;
   const bool new_k = owns_new && a.k_new != nullptr;
   const int jobs = R + (new_k ? 1 : 0), warp_group = static_cast<int>(threadIdx.x & ~31u) / L;
   for (int j0 = 0; j0 < jobs && j0 + warp_group < jobs; j0 += groups) {
@@ -233,7 +233,7 @@ __device__ void prepare_rows(const StreamAttention& a, bool owns_new, int jn, fl
     }
   }
   if (owns_new) {  // rows taken as they are
-    for (int i = static_cast<int>(threadIdx.x); i < D; i += static_cast<int>(blockDim.x)) {
+    for (int i = static_cast<int>(threadIdx.x); i < D; i += static_cast<int>(MK_CTA_THREADS)) {
       if (a.v_new != nullptr) {
         rows[(R + 1) * D + i] = load_elem_f(a.v_new, a.v_new_dtype, i);
       } else {
@@ -286,7 +286,7 @@ template <int R, int D, int U, bool Vec, class Score>
 __device__ void attention_keys(const StreamAttention& a, Score& score, const float (&q)[R][8], int b,
                                int e, float (&o)[R][8], float (&m)[R], float (&l)[R]) {
   constexpr int L = D / 8;
-  const int slots = static_cast<int>(blockDim.x) / L;
+  const int slots = static_cast<int>(MK_CTA_THREADS) / L;
   const int slot = static_cast<int>(threadIdx.x) / L, lane = static_cast<int>(threadIdx.x) % L;
   const bool bf16 = a.kv_dtype == DTYPE_BF16;
   // A round: U keys of every slot, their K and V loads all in flight before the first is used.
@@ -419,7 +419,7 @@ __device__ void stream_attention(const StreamAttention& a, Score score) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) o[r][i] = 0.0f;
   }
-  const int slots = static_cast<int>(blockDim.x) / L;
+  const int slots = static_cast<int>(MK_CTA_THREADS) / L;
   const int slot = static_cast<int>(threadIdx.x) / L, lane = static_cast<int>(threadIdx.x) % L;
   // The new key, streamed around: its rows taken from prepare_rows instead of the cache.
   const int jn = new_key_index(a);
@@ -530,7 +530,7 @@ __device__ void merge_rows(const float* o, int64_t o_ld, const float* m, const f
   static_assert(W % 4 == 0, "merge_rows takes rows of whole float4");
   static_assert(Run == 0 || RunLd >= Run, "runs of partial rows must not overlap");
   const int items = rows * (W / 4);
-  for (int i = static_cast<int>(threadIdx.x); i < items; i += static_cast<int>(blockDim.x)) {
+  for (int i = static_cast<int>(threadIdx.x); i < items; i += static_cast<int>(MK_CTA_THREADS)) {
     const int r = i / (W / 4), e = i * 4;
     const int p = Run > 0 ? r / Run * RunLd + r % Run : r;  // the partial row
     const int pe = Run > 0 ? p * W + e % W : e;

@@ -114,7 +114,7 @@ __device__ void stream_attention_mma(const StreamAttention& a, Score score) {
     uint16_t* const vs = ks + KC * LD;
     if (jn / KC == c && jn < a.keys) {  // the new rows stand for the cache's (not yet written)
       const int r = jn % KC;
-      for (int i = static_cast<int>(threadIdx.x); i < D; i += static_cast<int>(blockDim.x)) {
+      for (int i = static_cast<int>(threadIdx.x); i < D; i += static_cast<int>(MK_CTA_THREADS)) {
         ks[r * LD + i] = float_half_bits<BF16>(rows[R * D + i]);
         vs[r * LD + i] = float_half_bits<BF16>(rows[(R + 1) * D + i]);
       }

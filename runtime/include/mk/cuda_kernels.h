@@ -1,6 +1,6 @@
 // Device tile kernels of the CUDA backend: the CPU reference kernels (mk/cpu_kernels.h) made
 // cooperative. Every function is called by all threads of a CTA with the same arguments; each
-// loops over its outputs with a stride of blockDim.x and ends with __syncthreads(), so the next
+// loops over its outputs with a stride of MK_CTA_THREADS and ends with __syncthreads(), so the next
 // call sees the results. Values compute as on the CPU (float32, sums in double, bf16/f16 by
 // round-to-nearest-even), so both backends agree with the NumPy interpreters.
 #pragma once
@@ -356,7 +356,7 @@ MK_COOPERATIVE void rms_norm_tile(Tile<float>& out, const Dims& oshape, const Ti
   Tile<float> normed(arena, x.n);
   normed.resize(x.n);
   const int64_t rows = x.n / h;
-  if (rows <= blockDim.x / 32 && h >= 64) {  // few long rows: a warp per row
+  if (rows <= MK_CTA_THREADS / 32 && h >= 64) {  // few long rows: a warp per row
     const int64_t r = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (r < rows) {
       double s = 0;
@@ -487,7 +487,7 @@ MK_COOPERATIVE void argmax_tile(Tile<float>& vmax, Tile<P>& arg, const Tile<floa
   const int64_t n = shape.v[dim];
   vmax.resize(outer * inner);
   arg.resize(outer * inner);
-  if (outer * inner <= blockDim.x / 32 && n >= 64) {  // few long lines: a warp per line
+  if (outer * inner <= MK_CTA_THREADS / 32 && n >= 64) {  // few long lines: a warp per line
     argmax_lines_by_warp(vmax, arg, v, payload, outer, inner, n);
     return;
   }

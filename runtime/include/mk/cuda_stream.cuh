@@ -89,7 +89,7 @@ __device__ void stage_chunk_16bit(const StreamLinear& s, float* xs, int stride, 
   const uint16_t* x = static_cast<const uint16_t*>(s.x) + c;
   const uint16_t* g = s.g ? static_cast<const uint16_t*>(s.g) + c : nullptr;
   const bool x_bf16 = s.x_dtype == DTYPE_BF16, g_bf16 = s.g_dtype == DTYPE_BF16;
-  const int groups = kc / 8, items = M * groups, step = static_cast<int>(blockDim.x);
+  const int groups = kc / 8, items = M * groups, step = static_cast<int>(MK_CTA_THREADS);
   for (int e0 = threadIdx.x; e0 < items; e0 += XB * step) {
     uint4 xv[XB], gv[XB];
 #pragma unroll
@@ -155,7 +155,7 @@ template <int M, int R>
 __device__ void stage_chunk_flagged(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
                                     const Packing& pack, float (&ss)[M]) {
   const uint64_t* x = static_cast<const uint64_t*>(s.x) + c;
-  const int groups = (kc + 7) / 8, items = M * groups, step = static_cast<int>(blockDim.x);
+  const int groups = (kc + 7) / 8, items = M * groups, step = static_cast<int>(MK_CTA_THREADS);
   const bool pairs = kc % 8 == 0 && s.x_ld % 2 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   for (int e0 = threadIdx.x; e0 < items; e0 += R * step) {
     uint64_t v[R][8];
@@ -210,7 +210,7 @@ __device__ void stage_chunk(const StreamLinear& s, float* xs, int stride, int kc
     return;
   }
   const int groups = (kc + 7) / 8;
-  for (int e = threadIdx.x; e < M * groups; e += blockDim.x) {
+  for (int e = threadIdx.x; e < M * groups; e += MK_CTA_THREADS) {
     const int m = e / groups, k = (e % groups) * 8;
     float x[8], g[8];
     if (vec || k + 8 <= kc) {
@@ -243,7 +243,7 @@ template <int M>
 __device__ void sum_sq_total(const StreamLinear& s, const float (&part)[32][M]) {
   if (threadIdx.x < M) {
     float total = 0.0f;
-    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) total += part[w][threadIdx.x];
+    for (int w = 0; w < static_cast<int>(MK_CTA_THREADS >> 5); ++w) total += part[w][threadIdx.x];
     s.sum_sq[threadIdx.x] = s.assign ? total : s.sum_sq[threadIdx.x] + total;
   }
 }
@@ -398,7 +398,7 @@ struct WarpRows {
   int begin, end;
 };
 __device__ inline WarpRows warp_rows(int first, int last) {
-  const int warps = static_cast<int>(blockDim.x >> 5), warp = static_cast<int>(threadIdx.x >> 5);
+  const int warps = static_cast<int>(MK_CTA_THREADS >> 5), warp = static_cast<int>(threadIdx.x >> 5);
   const int per = (last - first + warps - 1) / warps, begin = first + warp * per;
   return WarpRows{begin, begin + per < last ? begin + per : last};
 }
