@@ -206,40 +206,35 @@ __device__ inline int new_key_index(const StreamAttention& a) {
 
 // The rows the folded attention computes before its stream, into shared memory `rows` ([R + 2][D]
 // floats): the R query rows through q_ops and, in the task that holds the new key jn (`owns_new`),
-// the new K row through k_ops (the cache's row where there is no new one) and the new V row.
-// One lane group a row, so a task runs the ops' code once, not once per row in every thread:
-// that code runs once per layer from a cold instruction cache (unrolled over two query rows in
-// every thread, it took ~2.5 µs of a qwen3-0.6b attention task on the H200). A group past the
-// last row repeats it without storing: its warp's shuffles need every lane. Ends with
-// __syncthreads().
+// the new K row through k_ops and the new V row as it is (the cache's rows at jn, as they are,
+// where there are no new ones). One lane group a row, all rows' loads in one round trip, so a
+// task runs the ops' code once, not once per row in every thread: that code runs once per layer
+// from a cold instruction cache (unrolled over two query rows in every thread, it took ~2.5 µs
+// of a qwen3-0.6b attention task on the H200). A group past the last row repeats it without
+// storing: its warp's shuffles need every lane. Ends with __syncthreads().
 template <int R, int D>
 __device__ void prepare_rows(const StreamAttention& a, bool owns_new, int jn, float* rows) {
   constexpr int L = D / 8;
   const int groups = static_cast<int>(MK_CTA_THREADS) / L, lane = static_cast<int>(threadIdx.x) % L;
-  const bool new_k = owns_new && a.k_new != nullptr;
-  const int jobs = R + (new_k ? 1 : 0), warp_group = static_cast<int>(threadIdx.x & ~31u) / L;
+  const int jobs = R + (owns_new ? 2 : 0), warp_group = static_cast<int>(threadIdx.x & ~31u) / L;
+  const bool cache_vec = a.aligned && a.ld % 8 == 0;
   for (int j0 = 0; j0 < jobs && j0 + warp_group < jobs; j0 += groups) {
     const int job = j0 + static_cast<int>(threadIdx.x) / L, row = job < jobs ? job : jobs - 1;
-    const bool k = row == R;
-    const RowOps ops = pick_ops(k, a.k_ops, a.q_ops);
+    const bool q = row < R, k = row == R;
+    const void* fresh = k ? a.k_new : a.v_new;  // the new row (K or V), or null
+    const uint16_t* cached = (k ? a.k : a.v) + jn * a.ld;
+    const RowOps none{};
+    const RowOps ops = pick_ops(q, a.q_ops, pick_ops(k && fresh != nullptr, a.k_ops, none));
+    const void* src = q ? a.q : fresh != nullptr ? fresh : cached;
+    const int32_t dtype = q ? a.q_dtype : fresh == nullptr ? a.kv_dtype : k ? a.k_new_dtype : a.v_new_dtype;
     float x[8];
     RowOperands o;
-    load_row8(x, k ? a.k_new : a.q, k ? a.k_new_dtype : a.q_dtype, k ? 0 : row * D, lane, a.rows_aligned);
+    load_row8(x, src, dtype, q ? row * D : 0, lane, q || fresh != nullptr ? a.rows_aligned : cache_vec);
     load_row_operands<L>(o, ops, lane, a.rows_aligned);
     row_ops<L>(x, ops, o, lane);
     if (job == row) {
 #pragma unroll
       for (int i = 0; i < 8; ++i) rows[row * D + lane * 8 + i] = x[i];
-    }
-  }
-  if (owns_new) {  // rows taken as they are
-    for (int i = static_cast<int>(threadIdx.x); i < D; i += static_cast<int>(MK_CTA_THREADS)) {
-      if (a.v_new != nullptr) {
-        rows[(R + 1) * D + i] = load_elem_f(a.v_new, a.v_new_dtype, i);
-      } else {
-        rows[(R + 1) * D + i] = load_elem_f(a.v + jn * a.ld, a.kv_dtype, i);
-      }
-      if (a.k_new == nullptr) rows[R * D + i] = load_elem_f(a.k + jn * a.ld, a.kv_dtype, i);
     }
   }
   __syncthreads();
