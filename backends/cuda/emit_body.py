@@ -364,6 +364,21 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         add = f"mk::gpu::add_run_elem<{runs.cols}>(buffers[{ref.index}], {at});  // add"
         self.element_loop(runs.rows * runs.cols, [(op.tile, "e")], [], [add])
 
+    def before_stream(self) -> None:
+        """MK_CUDA_DOWN_L2=1: the epilogue product's weight columns asked into L2 at the start."""
+        plan = self.rows_add
+        # Where the columns move with the loop, the body's last iteration is not known yet.
+        if plan is None or not switches.epilogue_weights_l2() or plan.w.fmap_dim() >= 0:
+            return
+        w = self.operands[plan.w.source_index()]
+        n0, k0 = self.input_starts(plan.w, "last")
+        _, kc = shape_of(plan.matmul.operands[0])
+        n = shape_of(plan.w.tile)[0]
+        self.lines.append(
+            f"mk::gpu::prefetch_rows_l2(static_cast<const uint16_t*>(buffers[{w.index}]) + "
+            f"({n0}) * {w.shape[1]} + {k0}, {n}, {2 * w.shape[1]}, {2 * kc});"
+        )
+
     def rows_dot(self, plan: RowsAdd) -> None:
         """The product tile, its weight columns streamed (not loaded as a tile)."""
         w = self.operands[plan.w.source_index()]

@@ -80,12 +80,16 @@ class StreamLinearEmitter(GraphDefEmitter):
         )
         self.lines.append("sl.x_ready = true;")
 
+    def before_stream(self) -> None:
+        """Statements of the body before its stream (none here)."""
+
     def stream_linear(self, plan: StreamPlan) -> None:
         emit = self.lines.append
         k = self.forloop * shape_of(plan.x.tile)[1]
         chunk = plan.chunk(k)
         self.smem_floats = -(-plan.smem_bytes(k) // 4)
         self.stream_chunks = -(-k // chunk)
+        self.before_stream()
         emit("{")
         emit("mk::gpu::StreamLinear sl{};")
         emit("sl.arena = &arena;")

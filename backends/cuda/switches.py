@@ -301,6 +301,14 @@ def dispatch_by_kind() -> bool:
     return choice("MK_CUDA_DISPATCH", ("body", "kind")) == "kind"
 
 
+def epilogue_weights_l2() -> bool:
+    """MK_CUDA_DOWN_L2=1 (opt-in, not yet measured): a block that adds its epilogue product
+    into the result (an accumulating gated MLP's down projection, passes/mugraph_fuse_accumulate.py)
+    asks the L2 for that product's weight columns when it starts, so that HBM streams them while
+    its first product (gate/up) runs instead of after it."""
+    return flag("MK_CUDA_DOWN_L2")
+
+
 def attention_rows_l1() -> bool:
     """MK_CUDA_ATTN_ROWS_L1=1 (opt-in, not yet measured): a decode attention task asks the L1
     for the rows it prepares (q, the new K and V rows, their norm weights and RoPE tables)

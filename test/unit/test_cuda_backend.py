@@ -215,6 +215,7 @@ SWITCHES = [
     {"MK_CUDA_RAW_FENCE": "chunk"},
     {"MK_CUDA_ATTN_ROWS_L1": "1"},
     {"MK_CUDA_DISPATCH": "kind"},
+    {"MK_CUDA_DOWN_L2": "1"},
 ]
 
 
@@ -241,7 +242,8 @@ SWITCH_BUILDS = [
                        "MK_CUDA_POLL_SLEEP": "0", "MK_CUDA_FLAG_POLL": "all",
                        "MK_CUDA_DISPATCH": "kind"}),
     ("gated_mlp", {"MK_CUDA_MMA_PIPE": "1", "MK_CUDA_MMA_SLICES": "rounds",
-                   "MK_CUDA_MMA_LINES": "1", "MK_CUDA_ROWS_DOT_PIPE": "1"}),
+                   "MK_CUDA_MMA_LINES": "1", "MK_CUDA_ROWS_DOT_PIPE": "1",
+                   "MK_CUDA_DOWN_L2": "1"}),
     ("gated_mlp", {"MK_CUDA_MMA_RING": "4", "MK_CUDA_MMA_L1": "1", "MK_CUDA_MMA_SLICES": "balance",
                    "MK_CUDA_RING_WALK": "0"}),
     ("gated_mlp", {"MK_CUDA_MMA_RING": "2", "MK_CUDA_RING_COLS": "512", "MK_CUDA_STREAM_KB": "192",

@@ -352,3 +352,24 @@ def test_accumulating_mlp_matches_the_reference_on_the_gpu(
 ) -> None:
     monkeypatch.setenv("MK_CUDA_ROWS_DOT", rows)
     _check_example(name, "cuda", cache)
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
+def test_down_l2_asks_for_the_epilogue_weights_at_the_start(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_DOWN_L2=1: the accumulating MLP block asks the L2 for its down projection's
+    columns (the rows_dot weights: 256 rows of 24 columns, 2 × 96 bytes apart) before its
+    gate/up stream; off by default. It builds with nvcc, without spills."""
+    text = residual_mlp(1, 24 * 16)
+    plain = mk.compile(text, target="cuda", cache_dir=cache, accumulate_columns=0, tile_n=24)
+    assert "prefetch_rows_l2" not in plain.cuda_source  # type: ignore[attr-defined]
+    monkeypatch.setenv("MK_CUDA_DOWN_L2", "1")
+    prog = mk.compile(text, target="cuda", cache_dir=cache, accumulate_columns=0, tile_n=24)
+    body = next(b for b in prog.cuda_source.split("__device__ __noinline__") if "rows_dot_" in b)  # type: ignore[attr-defined]
+    ask = re.search(r"mk::gpu::prefetch_rows_l2\((.*), 256, 768, 48\);", body)
+    dot = re.search(r"mk::gpu::rows_dot_lanes<1, 24, 256, true>\(\w+\.data\(\), (.*), 384, ", body)
+    assert ask is not None and dot is not None and ask.group(1) == dot.group(1)
+    assert body.index("prefetch_rows_l2") < body.index("mk::gpu::StreamLinear sl{};")
+    used = prog.cuda_resources  # type: ignore[attr-defined]
+    assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
