@@ -25,17 +25,29 @@ from pathlib import Path
 from mk.tools import add_option_flag
 
 
+def short_name(symbol: str) -> str:
+    """A function's name as the tables print it: `task_<grid>_<kind>` for a task body,
+    `rows_dot_lanes<1, 24, 1024, 1, 0>` for a mk::gpu helper the kernel calls (the cubin names
+    a called function `$<kernel>$<function>`), else the symbol."""
+    inner = symbol.split("$")[2] if symbol.startswith("$_ZN2mk10megakernel") else symbol
+    if body := re.search(r"(task_\d+_\w+?)EPK", inner):
+        return body.group(1)
+    if helper := re.match(r"_ZN2mk3gpu\d+(\w+?)I(.*?)EE", inner):
+        args = re.findall(r"L[ib](\d+)E", helper.group(2) + "E")
+        return f"{helper.group(1)}<{', '.join(args)}>"
+    return inner
+
+
 def functions(cubin: Path) -> list[tuple[int, int, str]]:
-    """(offset, bytes, name) of every function in a cubin's symbol table, by offset; a task
-    body's name is shortened to `task_<grid>_<kind>`."""
+    """(offset, bytes, name) of every function in a cubin's symbol table, by offset, named as
+    short_name says."""
     out = subprocess.run(["readelf", "-s", "-W", str(cubin)], capture_output=True, text=True)
     rows = []
     for line in out.stdout.splitlines():
         parts = line.split()
         if len(parts) >= 8 and parts[3] == "FUNC":
             name = parts[-1]  # after an optional "[<other>: N]" column
-            body = re.search(r"(task_\d+_\w+?)EPK", name)
-            rows.append((int(parts[1], 16), int(parts[2], 0), body.group(1) if body else name))
+            rows.append((int(parts[1], 16), int(parts[2], 0), short_name(name)))
     return sorted(rows)
 
 
@@ -155,7 +167,11 @@ def main() -> int:
         f"{args.model} L{args.layers} B{args.batch}: {kernel / 1024:.0f} KB of SASS in the kernel, "
         f"{kernel_registers(log)} registers per thread, {frame} B kernel stack frame"
     )
-    print(f"a layer's bodies: {layer_bytes(sizes) / 1024:.0f} KB (an SM keeps 128-160 KB of code)")
+    helpers = sum(n for n, name in sizes if "<" in name)
+    print(
+        f"a layer's bodies: {layer_bytes(sizes) / 1024:.0f} KB (an SM keeps 128-160 KB of code),"
+        f" and {helpers / 1024:.1f} KB of mk::gpu helpers the bodies call"
+    )
     print(f"the dispatcher: {dispatcher_bytes(sizes) / 1024:.1f} KB (runs at every task)")
     print(f"  {'SASS':>10}  {'spill st/ld B':>14}  body")
     for size, name in [r for r in sizes if "megakernel" not in r[1]][: args.top]:

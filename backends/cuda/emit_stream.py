@@ -69,19 +69,48 @@ class StreamLinearEmitter(GraphDefEmitter):
 
     def merged_x(self, x: MergedX) -> None:
         """The partials merged straight into the staged activation (one chunk: all of K)."""
+        self.merged_x_into(x, "reinterpret_cast<float*>(mk::gpu::mk_dynamic_smem)")
+        self.lines.append("sl.x_ready = true;")
 
+    def merged_x_into(self, x: MergedX, into: str) -> None:
         def source(op: InputOp) -> str:
             ref = self.operands[op.source_index()]
             return f"static_cast<const float*>(buffers[{ref.index}]) + {self.flat_start(op)}"
 
-        dtype = dtype_code(x.norm.res[0].type)
-        self.lines += merged_x_lines(
-            x, dtype, "reinterpret_cast<float*>(mk::gpu::mk_dynamic_smem)", source
-        )
-        self.lines.append("sl.x_ready = true;")
+        self.lines += merged_x_lines(x, dtype_code(x.norm.res[0].type), into, source)
 
     def before_stream(self) -> None:
         """Statements of the body before its stream (none here)."""
+
+    def merged_dot(self, plan: StreamPlan, k: int) -> bool:
+        """MK_CUDA_MERGED_DOT=1: the merge into shared memory, then rows_dot_lanes over it,
+        where the stream would take one activation row of a merge (MergedX), one 16-bit weight
+        of aligned rows and at most 256 columns, and nothing else; whether it did."""
+        x = plan.x
+        if not (switches.merged_dot() and isinstance(x, MergedX) and plan.rows == 1):
+            return False
+        if len(plan.products) != 1 or plan.g is not None or plan.sum_sq is not None:
+            return False
+        (w, acc), n = plan.products[0], plan.products[0][0].tile_shape()[0]
+        ref = self.operands[w.source_index()]
+        if k > 256 or k % 8 or plan.tensor_cores(k) or not self.aligned(plan):
+            return False
+        if ref.dtype not in ("mk::DTYPE_BF16", "mk::DTYPE_F16") or acc.res not in self.assigned:
+            return False
+        n0, k0 = self.input_starts(w, "0")
+        smem = "reinterpret_cast<float*>(mk::gpu::mk_dynamic_smem)"
+        bf16 = "true" if ref.dtype == "mk::DTYPE_BF16" else "false"
+        self.smem_floats = max(self.smem_floats, k)
+        self.lines.append("{")
+        self.merged_x_into(x, smem)
+        self.lines += [
+            "__syncthreads();  // the merged row, every thread's part",
+            f"mk::gpu::rows_dot_lanes<1, {k}, {n}, {bf16}>({smem}, "
+            f"static_cast<const uint16_t*>(buffers[{ref.index}]) + ({n0}) * {ref.shape[1]} + {k0}, "
+            f"{ref.shape[1]}, {self.var(acc.res)}.data());",
+            "}",
+        ]
+        return True
 
     def stream_linear(self, plan: StreamPlan) -> None:
         emit = self.lines.append
@@ -90,6 +119,8 @@ class StreamLinearEmitter(GraphDefEmitter):
         self.smem_floats = -(-plan.smem_bytes(k) // 4)
         self.stream_chunks = -(-k // chunk)
         self.before_stream()
+        if self.merged_dot(plan, k):
+            return
         emit("{")
         emit("mk::gpu::StreamLinear sl{};")
         emit("sl.arena = &arena;")

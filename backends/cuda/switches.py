@@ -301,6 +301,15 @@ def dispatch_by_kind() -> bool:
     return choice("MK_CUDA_DISPATCH", ("body", "kind")) == "kind"
 
 
+def merged_dot() -> bool:
+    """MK_CUDA_MERGED_DOT=1 (opt-in, not yet measured): a linear of one activation row whose
+    input is an attention merge it makes itself (the split o-projection: 256 columns of 64
+    rows at qwen3-0.6b's batch 1) multiplies with mk::gpu::rows_dot_lanes, not stream_linear:
+    the same 16-byte loads in flight a lane, lanes sharing rows, 5.3 KB of code against the
+    stream's 11.9 (qwen3-0.6b's `r` body 20.9 KB)."""
+    return flag("MK_CUDA_MERGED_DOT")
+
+
 def epilogue_weights_l2() -> bool:
     """MK_CUDA_DOWN_L2=1 (opt-in, not yet measured): a block that adds its epilogue product
     into the result (an accumulating gated MLP's down projection, passes/mugraph_fuse_accumulate.py)

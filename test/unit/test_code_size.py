@@ -66,6 +66,18 @@ def test_pass_options_reach_the_build(
     assert build.nvcc() is not None  # neither failure left nvcc hidden from later tests
 
 
+def test_a_called_function_is_named_by_its_own_name() -> None:
+    """The cubin names a function the kernel calls `$<kernel>$<function>`: a task body and a
+    mk::gpu helper are named for themselves, so neither counts as the kernel."""
+    code_size = load("code_size")
+    kernel = "_ZN2mk10megakernelIN37_GLOBAL__N__1_5_mk_cu_2DispatchEEEvNS_12LaunchParamsE"
+    task = f"${kernel}$_ZN35_INTERNAL_1_5_mk_cu_2task_13_k13_l0_rEPKN2mk8TaskDescEPKPvRNS1_3gpu5ArenaEii"
+    helper = f"${kernel}$_ZN2mk3gpu14rows_dot_lanesILi1ELi24ELi1024ELb1ELb0EEEvPKfPKtlPf"
+    assert code_size.short_name(kernel) == kernel
+    assert code_size.short_name(task) == "task_13_k13_l0_r"
+    assert code_size.short_name(helper) == "rows_dot_lanes<1, 24, 1024, 1, 0>"
+
+
 def test_a_layer_is_the_first_layers_bodies() -> None:
     code_size = load("code_size")
     sizes = [(4096, "task_8_k8_l0_q"), (2048, "task_9_k9_l0_m"), (8192, "task_16_k16_logits")]
@@ -121,13 +133,13 @@ def test_a_batch8_layer_keeps_no_code_it_does_not_run(
     # StreamAttention::aligned: the attention's paths for unaligned caches went too (44.8 ->
     # 37.0 KB, the layer 121 KB).
     assert size["l1_r"] < 16.0 and size["l0_att2_o"] < 40.0 and layer < 130, out
-    # Dispatch::kTails and the ring's absence: the dispatcher without the tails' and the staged
-    # copies' code (45.9 -> 25.3 KB; every body then 5-9 % smaller, the layer 121 -> 112 KB);
-    # MK_MEGAKERNEL's constant CTA size in the attention, stream and tile headers: 108 KB.
+    # Dispatch::kTails, the ring's absence and one call site per body: the dispatcher 38.7 ->
+    # 16.5 KB (every body then 5-9 % smaller, the layer 121 -> 112 KB); MK_MEGAKERNEL's
+    # constant CTA size in the attention, stream and tile headers: 107 KB.
     dispatcher = float(
         next(line for line in out.splitlines() if "the dispatcher" in line).split()[2]
     )
-    assert dispatcher < 32 and layer < 112, out
+    assert dispatcher < 24 and layer < 112, out
 
 
 @pytest.mark.skipif(
@@ -137,8 +149,9 @@ def test_the_dispatcher_does_not_grow_with_the_layers(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The dispatcher calls each body from one place, whatever the kinds (layers) that run it:
-    with a call per kind, qwen3-0.6b's 28 layers had 114 KB of dispatcher code against 47 KB
-    for 2 layers, other lines at every layer. tiny at 2 and 6 layers: the same code."""
+    with a call per kind, qwen3-0.6b's 28 layers had 106 KB of dispatcher code against 39 KB
+    for 2 layers, other lines at every layer. tiny at 2 and 6 layers: the same code (with a
+    call per kind 38.5 and 48.7 KB)."""
     code_size = load("code_size")
 
     def dispatcher(layers: int) -> float:

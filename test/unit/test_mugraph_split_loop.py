@@ -16,6 +16,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 import mk
 from mk import compiler
+from mk.backends.cuda import build
 from mk.dialects.mugraph import GraphDefOp
 from mk.dialects.mugraph_base import shape_of
 from mk.inputs import random_inputs
@@ -202,3 +203,31 @@ def test_the_split_oproj_streams_one_kv_heads_merge(batch: int, runs: str, tmp_p
     assert f", {2 * batch}, -1e+29f," in merge.group(1)  # the block's rows
     assert "mk::gpu::stream_linear<" in body and "mma_tile" not in body
     assert "mk::gpu::add_run_elem<" in body
+
+
+def test_merged_dot_multiplies_the_merged_row_with_rows_dot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_MERGED_DOT=1: the split o-projection's block merges its head's partials into
+    shared memory and multiplies that row with rows_dot_lanes (no stream_linear); off by
+    default; a merge of a batch's rows (merge_rows=3) keeps the stream. nvcc builds it."""
+    body = _split_body(cuda_source(ATTN_OPROJ, tmp_path, **OPTIONS))
+    assert "mk::gpu::stream_linear<" in body and "rows_dot_lanes" not in body
+    monkeypatch.setenv("MK_CUDA_MERGED_DOT", "1")
+    body = _split_body(cuda_source(ATTN_OPROJ, tmp_path, **OPTIONS))
+    assert "mk::gpu::stream_linear<" not in body and "StreamLinear" not in body
+    merge, sync = body.index("mk::gpu::merge_rows<4, 16>("), body.index("__syncthreads();")
+    dot = re.search(r"mk::gpu::rows_dot_lanes<1, 32, 32, true>\((.*)\);", body)
+    assert dot is not None and merge < sync < body.index("rows_dot_lanes")
+    assert "(32 * bx) * 64 + 32 * bz" in dot.group(1)  # the block's rows, its head's columns
+    batch = _split_body(cuda_source(ATTN_OPROJ_B3, tmp_path, merge_rows=3, **OPTIONS))
+    assert "mk::gpu::stream_linear<" in batch and "rows_dot_lanes" not in batch
+    if build.nvcc() is not None:
+        prog = mk.compile(ATTN_OPROJ, target="cuda", cache_dir=tmp_path, **OPTIONS)
+        used = prog.cuda_resources  # type: ignore[attr-defined]
+        assert prog.library_path is not None and used is not None and used.spill_stores == 0
+
+
+def _split_body(src: str) -> str:
+    body = src[src.index("// task.grid @k2_r") :]
+    return body[: body.index("\n}\n")]
