@@ -27,6 +27,12 @@ def _bool(value: bool) -> str:
     return "true" if value else "false"
 
 
+def rows_dot_columns(k: int) -> bool:
+    """Whether mk::gpu::rows_dot_lanes takes rows of k 16-bit columns: up to 256, or whole runs
+    of 256 up to 1,024 (a warp a row)."""
+    return k % 8 == 0 and (k <= 256 or (k % 256 == 0 and k <= 1024))
+
+
 class StreamLinearEmitter(GraphDefEmitter):
     """The statements of a streamed decode linear, for the device emitter (emit.py), which sets
     these attributes."""
@@ -85,7 +91,7 @@ class StreamLinearEmitter(GraphDefEmitter):
     def merged_dot(self, plan: StreamPlan, k: int) -> bool:
         """MK_CUDA_MERGED_DOT=1: the merge into shared memory, then rows_dot_lanes over it,
         where the stream would take one activation row of a merge (MergedX), one 16-bit weight
-        of aligned rows and at most 256 columns, and nothing else; whether it did."""
+        of aligned rows whose columns rows_dot_lanes takes, and nothing else; whether it did."""
         x = plan.x
         if not (switches.merged_dot() and isinstance(x, MergedX) and plan.rows == 1):
             return False
@@ -93,7 +99,7 @@ class StreamLinearEmitter(GraphDefEmitter):
             return False
         (w, acc), n = plan.products[0], plan.products[0][0].tile_shape()[0]
         ref = self.operands[w.source_index()]
-        if k > 256 or k % 8 or plan.tensor_cores(k) or not self.aligned(plan):
+        if not rows_dot_columns(k) or plan.tensor_cores(k) or not self.aligned(plan):
             return False
         if ref.dtype not in ("mk::DTYPE_BF16", "mk::DTYPE_F16") or acc.res not in self.assigned:
             return False

@@ -228,6 +228,26 @@ def test_merged_dot_multiplies_the_merged_row_with_rows_dot(
         assert prog.library_path is not None and used is not None and used.spill_stores == 0
 
 
+@pytest.mark.usefixtures("no_nvcc")
+def test_merged_dot_takes_whole_runs_of_256_columns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four query heads of 128 a KV head (qwen3-8b's): 512 columns a block, a warp a row in two
+    runs of 256 (rows_layout); 384 columns are neither, and keep the stream."""
+    from mk.backends.cuda.emit_stream import rows_dot_columns
+
+    monkeypatch.setenv("MK_CUDA_MERGED_DOT", "1")
+    text = _attention_oproj(8, 2, 256, 128, 64)
+    src = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path, tile_n=16, kv_splits=4)
+    assert "mk::gpu::rows_dot_lanes<1, 512, 32, true>(" in src.cuda_source  # type: ignore[attr-defined]
+    assert [k for k in (24, 256, 384, 512, 1024, 1280) if rows_dot_columns(k)] == [
+        24,
+        256,
+        512,
+        1024,
+    ]
+
+
 def _split_body(src: str) -> str:
     body = src[src.index("// task.grid @k2_r") :]
     return body[: body.index("\n}\n")]

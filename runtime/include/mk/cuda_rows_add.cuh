@@ -28,6 +28,7 @@ __host__ __device__ constexpr int pow2_at_least(int v) {
 }
 
 __host__ __device__ constexpr RowsLayout rows_layout(int vec, int m, bool packed) {
+  if (vec > 32) return RowsLayout{32, vec / 32};  // a warp a row, 32 pieces a lane apart
   RowsLayout best{pow2_at_least(vec), 1};
   if (!packed) return best;
   int busy = (32 / best.group) * vec;
@@ -60,7 +61,8 @@ template <int M, int KC, int N, bool BF16, bool Packed = false>
 __device__ __noinline__ void rows_dot_lanes(const float* __restrict__ a,
                                             const uint16_t* __restrict__ w, int64_t ld,
                                             float* __restrict__ d) {
-  static_assert(KC % 8 == 0 && KC <= 256, "a row's columns are at most 32 16-byte loads");
+  static_assert(KC % 8 == 0 && (KC <= 256 || (KC % 256 == 0 && KC <= 1024)),
+                "a row's columns: at most 32 16-byte loads, or whole runs of 32 up to 128");
   constexpr int kVec = KC / 8;
   constexpr RowsLayout kLayout = rows_layout(kVec, M, Packed);
   constexpr int kGroup = kLayout.group, kChunks = kLayout.chunks;
@@ -139,6 +141,7 @@ __device__ __noinline__ void rows_dot_lanes(const float* __restrict__ a,
 static_assert(rows_layout(3, 1, false).group == 4 && rows_layout(3, 1, true).group == 3);
 static_assert(rows_layout(12, 1, true).group == 4 && rows_layout(12, 1, true).chunks == 3);
 static_assert(rows_layout(12, 8, true).group == 16 && rows_layout(8, 1, true).group == 8);
+static_assert(rows_layout(64, 1, false).group == 32 && rows_layout(64, 1, false).chunks == 2);
 
 // rows_dot_lanes' product by threads taking four whole rows each: a warp's load takes 16 bytes
 // of 32 rows, but a thread issues all of its rows' loads (up to 16) before it uses any.
