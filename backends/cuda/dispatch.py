@@ -81,8 +81,8 @@ def body_numbers(shared: SharedBodies) -> tuple[list[SharedFunction], list[int]]
     """The body functions in the order of their first kinds, and each kind's (grid's) function
     number. The dispatcher switches on the number, one call site per function: a model's layers
     run the same bodies under kinds of their own, and with a case per kind each layer's call was
-    other lines of the dispatcher's code (qwen3-0.6b's 28 layers: 58 KB of dispatcher against
-    26 KB for 2 layers), which an SM fetched anew at every layer. MK_CUDA_DISPATCH=kind: a
+    other lines of the dispatcher's code (qwen3-0.6b's 28 layers: 106 KB of dispatcher against
+    39 KB for 2 layers), which an SM fetched anew at every layer. MK_CUDA_DISPATCH=kind: a
     number (a call site) per kind, as before."""
     if switches.dispatch_by_kind():
         return [fn for _, fn, _ in shared.calls], list(range(len(shared.calls)))
