@@ -102,7 +102,7 @@ def dispatch_struct(
     front: int,
     staged: dict[str, int],
     buffers: int,
-    at_wait: bool = False,
+    prefetch_at: str = "ahead",
     batch_waits: bool = False,
     pipe_polls: bool = False,
     arena_want: int = 0,
@@ -111,8 +111,8 @@ def dispatch_struct(
     tails: bool = False,
 ) -> str:
     """`front`: the streamed bodies' shared memory; `staged`: per function, the bytes its
-    weights take in the staging ring (padded rows included); `at_wait`, `batch_waits` and
-    `pipe_polls`: MK_CUDA_PREFETCH_AT=wait, MK_CUDA_WAIT_BATCH=1 and MK_CUDA_POLL_PIPE=1;
+    weights take in the staging ring (padded rows included); `prefetch_at`, `batch_waits` and
+    `pipe_polls`: MK_CUDA_PREFETCH_AT, MK_CUDA_WAIT_BATCH=1 and MK_CUDA_POLL_PIPE=1;
     `arena_want`: the arena's shared-memory part a body asks for beyond the usual; `wide_front`:
     the most shared memory a body whose room reaches into the arena's part takes; `inline_run`:
     `run` is forced inline too (switches.inline_walk); `tails`: some grid is a tail (task-tails),
@@ -158,7 +158,8 @@ struct Dispatch {{
   static constexpr unsigned kSmemBytes = {max(offset + arena, wide_front)};
   static constexpr int kSlots = {slots};  // most buffers one body reads
   static constexpr int kBuffers = {buffers};  // rows of the buffer table
-  static constexpr bool kPrefetchAtWait = {"true" if at_wait else "false"};  // MK_CUDA_PREFETCH_AT
+  static constexpr bool kPrefetchAtWait = {"true" if prefetch_at == "wait" else "false"};  // MK_CUDA_PREFETCH_AT
+  static constexpr int kPrefetchDistance = {2 if prefetch_at == "ahead2" else 1};  // queue positions ahead
   static constexpr bool kBatchWaits = {"true" if batch_waits else "false"};  // MK_CUDA_WAIT_BATCH
   static constexpr bool kPipePolls = {"true" if pipe_polls else "false"};  // MK_CUDA_POLL_PIPE
   static constexpr bool kTails = {"true" if tails else "false"};  // some grid is a tail (task-tails)

@@ -127,7 +127,7 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
             front,
             staged,
             len(buffers),
-            switches.prefetch_at_wait(),
+            switches.prefetch_at(),
             batch,
             pipe,
             max((need.arena for _, need in bodies), default=0),

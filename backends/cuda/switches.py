@@ -49,11 +49,14 @@ def flag(name: str, default: bool = False) -> bool:
 PREFETCH_MAX = 128 << 10
 
 
-def prefetch_at_wait() -> bool:
+def prefetch_at() -> str:
     """MK_CUDA_PREFETCH_AT: `ahead` (default) asks the L2 for the next task's weights while the
-    current one waits and runs; `wait` asks for a task's own weights once a wait finds its
-    producers unfinished, so a ready task starts without the cost."""
-    return choice("MK_CUDA_PREFETCH_AT", ("ahead", "wait")) == "wait"
+    current one waits and runs; `ahead2` for those of the task after it, a whole task earlier
+    (the weights of a phase that streams then land while the phase before it runs, when that
+    one is a latency-bound attention or merge rather than a stream of its own); `wait` asks for
+    a task's own weights once a wait finds its producers unfinished, so a ready task starts
+    without the cost."""
+    return choice("MK_CUDA_PREFETCH_AT", ("ahead", "wait", "ahead2"))
 
 
 # Where a tensor-core task streams through the cp.async ring by default (MK_CUDA_MMA_RING=auto):
@@ -183,10 +186,10 @@ def merge_tiles() -> bool:
 
 def prefetch_budget() -> int:
     """Most weight bytes a task asks the L2 for ahead of its turn: MK_CUDA_PREFETCH (bytes),
-    else PREFETCH_MAX with MK_CUDA_PREFETCH_AT=wait and 0 without. Off by default: on the H200
-    a qwen3-0.6b step took 308 us without it and 371 us with 128 KB one task ahead
+    else PREFETCH_MAX with MK_CUDA_PREFETCH_AT=wait or ahead2 and 0 without. Off by default: on
+    the H200 a qwen3-0.6b step took 308 us without it and 371 us with 128 KB one task ahead
     (bench/RESULTS.md), while the gated MLP and RMSNorm+Linear rows moved within the noise."""
-    return byte_count("MK_CUDA_PREFETCH", PREFETCH_MAX if prefetch_at_wait() else 0)
+    return byte_count("MK_CUDA_PREFETCH", PREFETCH_MAX if prefetch_at() != "ahead" else 0)
 
 
 def weights_evict_first() -> bool:

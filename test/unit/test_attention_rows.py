@@ -1,5 +1,6 @@
-"""The rows a decode attention prepares before its keys (q, the new K and V rows, their norm
-weights and RoPE tables): how the emitted body loads them."""
+"""What a decode attention body reads before its key loop: the rows it prepares (q, the new K and
+V rows, their norm weights and RoPE tables) and how it loads them, and its K and V rows asked
+into the L2 ahead of its turn."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import mk
+from mk.backends.cuda.switches import PREFETCH_MAX
 from mk.models import decode_program, preset
 
 
@@ -49,3 +51,31 @@ def test_rows_l1_asks_for_the_prepared_rows_before_the_scalars(
     monkeypatch.setenv("MK_CUDA_ATTN_ROWS_L1", "yes")
     with pytest.raises(mk.MkError, match="MK_CUDA_ATTN_ROWS_L1 must be 0 or 1"):
         attention_body()
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_the_prefetch_asks_for_the_keys_of_a_decode_attention(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With an L2 prefetch budget (MK_CUDA_PREFETCH, or PREFETCH_AT=ahead2's default) the
+    decode attention body asks for its task's K and V rows before its turn, every row of the
+    task (the kv length is read only at the turn); a budget under their bytes asks for none."""
+    text = _tiny_decode()
+
+    def attention_body() -> str:
+        src = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source or ""  # type: ignore[attr-defined]
+        return next(b for b in src.split("__device__ __noinline__") if "StreamAttention sa" in b)
+
+    assert "kAheadL2" not in attention_body()
+    monkeypatch.setenv("MK_CUDA_PREFETCH_AT", "ahead2")
+    body = attention_body()
+    ahead = next(line for line in body.splitlines() if "if (ahead == mk::gpu::kAheadL2) {" in line)
+    keys = int(body.split("sa.keys = ")[1].split(";")[0])
+    ld = int(body.split("sa.ld = ")[1].split(";")[0])
+    asks = ahead.split("mk::gpu::prefetch_rows(")[1:]
+    assert len(asks) == 2 and keys * ld * 2 * 2 <= PREFETCH_MAX
+    for field, call in zip(("sa.k", "sa.v"), asks, strict=True):
+        start = body.split(f"{field} = ")[1].split(";")[0]
+        assert call.startswith(f"{start}, {keys}, {ld}, {ld})")
+    monkeypatch.setenv("MK_CUDA_PREFETCH", str(keys * ld * 2 * 2 - 16))
+    assert "kAheadL2" not in attention_body()

@@ -188,6 +188,7 @@ def test_a_libraries_resources_read_back_as_written(tmp_path: Path) -> None:
 # Build switches that change the emitted CUDA beyond the default (bench/RESULTS.md measures them).
 SWITCHES = [
     {"MK_CUDA_PREFETCH_AT": "wait"},
+    {"MK_CUDA_PREFETCH_AT": "ahead2"},
     {"MK_CUDA_PREFETCH": str(128 << 10)},
     {"MK_CUDA_WEIGHT_L2": "evict_first"},
     {"MK_CUDA_STAGE": "1"},
@@ -228,7 +229,7 @@ def switch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> d
     return request.param
 
 
-# Every switch of SWITCHES in a build with nvcc, in six builds (nvcc takes seconds each): the
+# Every switch of SWITCHES in a build with nvcc, in seven builds (nvcc takes seconds each): the
 # switches that can go together, and each on an example whose code it changes (tensor cores:
 # gated_mlp, batch 4). The GPU test below runs each alone.
 SWITCH_BUILDS = [
@@ -250,6 +251,7 @@ SWITCH_BUILDS = [
                    "MK_CUDA_RING_WALK": "0"}),
     ("gated_mlp", {"MK_CUDA_MMA_RING": "2", "MK_CUDA_RING_COLS": "512", "MK_CUDA_STREAM_KB": "192",
                    "MK_CUDA_RAW_FENCE": "chunk"}),
+    ("decode_loop", {"MK_CUDA_PREFETCH_AT": "ahead2"}),
 ]  # fmt: skip
 
 

@@ -423,8 +423,23 @@ def test_prefetch_at_wait_is_a_build_option(
     at_wait = source()
     assert "kPrefetchAtWait = true;" in at_wait and "if (ahead == mk::gpu::kAheadL2) {" in at_wait
     monkeypatch.setenv("MK_CUDA_PREFETCH_AT", "later")
-    with pytest.raises(mk.MkError, match="MK_CUDA_PREFETCH_AT must be one of ahead, wait"):
+    with pytest.raises(mk.MkError, match="MK_CUDA_PREFETCH_AT must be one of ahead, wait, ahead2"):
         source()
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_prefetch_two_tasks_ahead_is_a_build_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_PREFETCH_AT=ahead2: at each task's turn the dispatcher asks for the weights of
+    the task two queue positions on (the budget defaults to PREFETCH_MAX); one by default."""
+    text = linear_program(1, 512, 1024, norm=True)
+    one = cuda_source(text, tmp_path)
+    assert "kPrefetchDistance = 1;" in one and "kAheadL2) {" not in one
+    monkeypatch.setenv("MK_CUDA_PREFETCH_AT", "ahead2")
+    two = cuda_source(text, tmp_path)
+    assert "kPrefetchDistance = 2;" in two and "kPrefetchAtWait = false;" in two
+    assert "if (ahead == mk::gpu::kAheadL2) {" in two
 
 
 @pytest.mark.usefixtures("no_nvcc")

@@ -113,6 +113,18 @@ __device__ inline void prefetch_entry(const LaunchParams& p, int32_t q) {
   }
 }
 
+// Thread 32 with Dispatch::kPrefetchDistance == 2 (MK_CUDA_PREFETCH_AT=ahead2): asks the L2 for
+// the weights of the task at queue position q in iteration t, two positions past the task about
+// to run. Its entry goes into a record of the thread's own: the three sets are the running
+// tasks'. Not inlined: the dispatcher runs at every task, and only one thread needs this.
+template <class Dispatch>
+__device__ __noinline__ void prefetch_far(const LaunchParams& p, int32_t q, int32_t t,
+                                          void* const* table, gpu::Arena& arena) {
+  QueueEntry<Dispatch::kSlots> far;
+  void* slots[Dispatch::kSlots];
+  load_entry<Dispatch>(p, q, far, slots, table);
+  Dispatch::prefetch(far.near.desc.kind, &far.near.desc, slots, arena, t);
+}
 
 // MK_INLINE_WALK (MK_CUDA_INLINE_BODIES=walk): the walk runs a task inline at both of its places,
 // so that with the bodies inlined the megakernel makes no call that a body's wgmma pipeline
@@ -282,8 +294,11 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
           const int32_t t_next = next > q ? t : t + 1;
           load_entry<Dispatch>(p, next, entry[after], slots[after], table);
           const TaskDesc& ahead = entry[after].near.desc;
+          // Two positions ahead, the launch's second task is asked for at its first turn.
           if constexpr (!Dispatch::kPrefetchAtWait) {
-            Dispatch::prefetch(ahead.kind, &ahead, slots[after], arena, t_next);
+            if (Dispatch::kPrefetchDistance == 1 || (q == begin && t == 0)) {
+              Dispatch::prefetch(ahead.kind, &ahead, slots[after], arena, t_next);
+            }
           }
           const uint32_t bytes = Dispatch::stage_bytes(ahead.kind);
           staged[after] = gpu::StagePlace{0, bytes, 0, 0};
@@ -297,7 +312,18 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
             }
           }
           const int32_t later = after_q(next, t_next);
-          if (later >= 0) prefetch_entry<Dispatch>(p, later);
+          if constexpr (Dispatch::kPrefetchDistance == 2) {
+            // The entry after `later` into L1 instead: `later`'s is loaded here, and again (an
+            // L1 hit) at the next turn.
+            if (later >= 0) {
+              const int32_t t_later = later > next ? t_next : t_next + 1;
+              prefetch_far<Dispatch>(p, later, t_later, table, arena);
+              const int32_t then = after_q(later, t_later);
+              if (then >= 0) prefetch_entry<Dispatch>(p, then);
+            }
+          } else if (later >= 0) {
+            prefetch_entry<Dispatch>(p, later);
+          }
           // Its tails' entries too: a tail is loaded right after the signal that completes it.
           if constexpr (Dispatch::kTails) {
 #pragma unroll
