@@ -346,21 +346,26 @@ SHAPES = [
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize(("pipe", "keys"), [("0", ""), ("1", ""), ("0", "8"), ("1", "8")])
+@pytest.mark.parametrize(
+    ("pipe", "keys", "early"),
+    [("0", "", "0"), ("1", "", "0"), ("0", "8", "0"), ("1", "8", "0"), ("0", "", "1")],
+)
 def test_pipelined_key_loop_is_a_build_option(
-    pipe: str, keys: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pipe: str, keys: str, early: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MK_CUDA_ATTN_PIPE=1 defines MK_ATTN_PIPE and MK_CUDA_ATTN_KEYS=8 MK_ATTN_KEYS; a batch-8
-    decode attention of 512 keys a task (qwen3-0.6b's heads) on CUDA cores builds without spills
-    each way."""
+    """MK_CUDA_ATTN_PIPE=1 defines MK_ATTN_PIPE, MK_CUDA_ATTN_KEYS=8 MK_ATTN_KEYS and
+    MK_CUDA_ATTN_KV_EARLY=1 MK_ATTN_KV_EARLY; a batch-8 decode attention of 512 keys a task
+    (qwen3-0.6b's heads) on CUDA cores builds without spills each way."""
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", "0")
     monkeypatch.setenv("MK_CUDA_ATTN_PIPE", pipe)
     monkeypatch.setenv("MK_CUDA_ATTN_KEYS", keys)
+    monkeypatch.setenv("MK_CUDA_ATTN_KV_EARLY", early)
     text = _attention(8, 16, 8, 1024, 128)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=2)
     src = prog.cuda_source  # type: ignore[attr-defined]
     assert ("#define MK_ATTN_PIPE 1" in src) == (pipe == "1")
     assert ("#define MK_ATTN_KEYS 8" in src) == (keys == "8")
+    assert ("#define MK_ATTN_KV_EARLY 1" in src) == (early == "1")
     assert "mk::gpu::stream_attention<2, 128>(" in src
     used = prog.cuda_resources  # type: ignore[attr-defined]
     assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
@@ -455,9 +460,15 @@ def test_tensor_core_decode_attention_builds_without_spills(
     ("dims", "extra"), SHAPES, ids=lambda s: "x".join(map(str, s)) if isinstance(s, tuple) else ""
 )
 @pytest.mark.parametrize(
-    ("pipe", "keys", "mma"),
-    [("0", "", "0"), ("1", "", "0"), ("1", "8", "0"), ("0", "", "1")],
-    ids=["rounds", "pipelined", "8-keys", "tensor-cores"],
+    ("pipe", "keys", "mma", "early"),
+    [
+        ("0", "", "0", "0"),
+        ("1", "", "0", "0"),
+        ("1", "8", "0", "0"),
+        ("0", "", "1", "0"),
+        ("0", "", "0", "1"),
+    ],
+    ids=["rounds", "pipelined", "8-keys", "tensor-cores", "kv-early"],
 )
 def test_streamed_attention_matches_the_reference(
     dims: tuple[int, ...],
@@ -465,16 +476,19 @@ def test_streamed_attention_matches_the_reference(
     pipe: str,
     keys: str,
     mma: str,
+    early: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The key loops: a round's loads then its keys, (MK_CUDA_ATTN_PIPE=1) the next round's
-    loads in flight while this round's keys are used, with 4 or 8 keys a round, and
-    (MK_CUDA_ATTN_MMA=1) staged chunks on tensor cores where the head dim allows; kv_splits=3
-    gives tasks of several rounds or chunks."""
+    loads in flight while this round's keys are used, with 4 or 8 keys a round,
+    (MK_CUDA_ATTN_MMA=1) staged chunks on tensor cores where the head dim allows, and
+    (MK_CUDA_ATTN_KV_EARLY=1) the first round's loads issued behind the prepared rows' loads;
+    kv_splits=3 gives tasks of several rounds or chunks."""
     monkeypatch.setenv("MK_CUDA_ATTN_PIPE", pipe)
     monkeypatch.setenv("MK_CUDA_ATTN_KEYS", keys)
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", mma)
+    monkeypatch.setenv("MK_CUDA_ATTN_KV_EARLY", early)
     text = _attention(*dims, **extra)  # type: ignore[arg-type]
     assert any(_plans(text).values())
     for splits in (0, 3):

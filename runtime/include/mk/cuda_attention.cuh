@@ -151,6 +151,12 @@ constexpr bool kAttnPipe = true;
 constexpr bool kAttnPipe = false;
 #endif
 
+#if defined(MK_ATTN_KV_EARLY)
+constexpr bool kAttnKvEarly = true;
+#else
+constexpr bool kAttnKvEarly = false;
+#endif
+
 // A round of U keys' scores (reduced over the group; -inf for a key past the end) into the
 // group's online-softmax state at once: one new max, one rescale of o and l and one exp per key
 // and row. Key by key, the softmax was a chain of dependent exps and rescales per key, and the
@@ -204,39 +210,81 @@ __device__ inline int new_key_index(const StreamAttention& a) {
   return has_new && at >= 0 && at < a.keys ? static_cast<int>(at) : a.keys;
 }
 
+// One lane's part of a prepare_rows job (a row through its ops): the row's 8 elements and the
+// ops' operands, loaded; the row it fills (a lane group past the last job repeats the last row
+// without storing: its warp's shuffles need every lane).
+struct RowJob {
+  float x[8];
+  RowOperands o;
+  RowOps ops;
+  int row;
+  bool store;
+};
+
+template <int R, int D>
+__device__ inline RowJob load_row_job(const StreamAttention& a, int jobs, int job, int jn, int lane) {
+  const bool cache_vec = a.aligned && a.ld % 8 == 0;
+  RowJob j;
+  j.row = job < jobs ? job : jobs - 1;
+  j.store = job == j.row;
+  const bool q = j.row < R, k = j.row == R;
+  const void* fresh = k ? a.k_new : a.v_new;  // the new row (K or V), or null
+  const uint16_t* cached = (k ? a.k : a.v) + jn * a.ld;
+  const RowOps none{};
+  j.ops = pick_ops(q, a.q_ops, pick_ops(k && fresh != nullptr, a.k_ops, none));
+  const void* src = q ? a.q : fresh != nullptr ? fresh : cached;
+  const int32_t dtype = q ? a.q_dtype : fresh == nullptr ? a.kv_dtype : k ? a.k_new_dtype : a.v_new_dtype;
+  load_row8(j.x, src, dtype, q ? j.row * D : 0, lane, q || fresh != nullptr ? a.rows_aligned : cache_vec);
+  load_row_operands<D / 8>(j.o, j.ops, lane, a.rows_aligned);
+  return j;
+}
+
+template <int D>
+__device__ inline void finish_row_job(RowJob& j, int lane, float* rows) {
+  row_ops<D / 8>(j.x, j.ops, j.o, lane);
+  if (j.store) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) rows[j.row * D + lane * 8 + i] = j.x[i];
+  }
+}
+
 // The rows the folded attention computes before its stream, into shared memory `rows` ([R + 2][D]
 // floats): the R query rows through q_ops and, in the task that holds the new key jn (`owns_new`),
 // the new K row through k_ops and the new V row as it is (the cache's rows at jn, as they are,
 // where there are no new ones). One lane group a row, all rows' loads in one round trip, so a
 // task runs the ops' code once, not once per row in every thread: that code runs once per layer
 // from a cold instruction cache (unrolled over two query rows in every thread, it took ~2.5 µs
-// of a qwen3-0.6b attention task on the H200). A group past the last row repeats it without
-// storing: its warp's shuffles need every lane. Ends with __syncthreads().
+// of a qwen3-0.6b attention task on the H200). Ends with __syncthreads().
 template <int R, int D>
 __device__ void prepare_rows(const StreamAttention& a, bool owns_new, int jn, float* rows) {
   constexpr int L = D / 8;
   const int groups = static_cast<int>(MK_CTA_THREADS) / L, lane = static_cast<int>(threadIdx.x) % L;
   const int jobs = R + (owns_new ? 2 : 0), warp_group = static_cast<int>(threadIdx.x & ~31u) / L;
-  const bool cache_vec = a.aligned && a.ld % 8 == 0;
   for (int j0 = 0; j0 < jobs && j0 + warp_group < jobs; j0 += groups) {
-    const int job = j0 + static_cast<int>(threadIdx.x) / L, row = job < jobs ? job : jobs - 1;
-    const bool q = row < R, k = row == R;
-    const void* fresh = k ? a.k_new : a.v_new;  // the new row (K or V), or null
-    const uint16_t* cached = (k ? a.k : a.v) + jn * a.ld;
-    const RowOps none{};
-    const RowOps ops = pick_ops(q, a.q_ops, pick_ops(k && fresh != nullptr, a.k_ops, none));
-    const void* src = q ? a.q : fresh != nullptr ? fresh : cached;
-    const int32_t dtype = q ? a.q_dtype : fresh == nullptr ? a.kv_dtype : k ? a.k_new_dtype : a.v_new_dtype;
-    float x[8];
-    RowOperands o;
-    load_row8(x, src, dtype, q ? row * D : 0, lane, q || fresh != nullptr ? a.rows_aligned : cache_vec);
-    load_row_operands<L>(o, ops, lane, a.rows_aligned);
-    row_ops<L>(x, ops, o, lane);
-    if (job == row) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) rows[row * D + lane * 8 + i] = x[i];
-    }
+    RowJob j = load_row_job<R, D>(a, jobs, j0 + static_cast<int>(threadIdx.x) / L, jn, lane);
+    finish_row_job<D>(j, lane, rows);
   }
+  __syncthreads();
+}
+
+// prepare_rows where all of its jobs fit one pass ((R + 2)·D/8 <= the CTA's threads), with
+// `early` run by every thread between the rows' loads and their ops (MK_CUDA_ATTN_KV_EARLY: the
+// keys' first round), after a barrier, so that every warp's row loads go out before any of the
+// keys' loads: an SM's loads land in about the order it asks for them, and the rows are needed
+// first. Ends with __syncthreads().
+template <int R, int D, class Early>
+__device__ void prepare_rows_early(const StreamAttention& a, bool owns_new, int jn, float* rows,
+                                   Early early) {
+  constexpr int L = D / 8;
+  static_assert((R + 2) * L <= kCudaThreads, "prepare_rows_early: one pass of jobs");
+  const int lane = static_cast<int>(threadIdx.x) % L;
+  const int jobs = R + (owns_new ? 2 : 0), warp_group = static_cast<int>(threadIdx.x & ~31u) / L;
+  const bool has_job = warp_group < jobs;  // the same for a whole warp
+  RowJob j{};
+  if (has_job) j = load_row_job<R, D>(a, jobs, static_cast<int>(threadIdx.x) / L, jn, lane);
+  __syncthreads();
+  early();
+  if (has_job) finish_row_job<D>(j, lane, rows);
   __syncthreads();
 }
 
@@ -275,25 +323,46 @@ __device__ inline void add_new_key(const StreamAttention& a, Score& score, const
   }
 }
 
+// A round of a slot's U keys (j0, j0 + slots, ... before e): the lane's 16 bytes of each key's
+// K and V rows, all in flight before the first is used (zeros past e).
+template <int U>
+struct KeyRound {
+  uint4 k[U], v[U];
+};
+
+template <int D, int U, bool Vec>
+__device__ inline void load_key_round(const StreamAttention& a, int j0, int e, KeyRound<U>& r) {
+  constexpr int L = D / 8;
+  const int slots = static_cast<int>(MK_CTA_THREADS) / L, lane = static_cast<int>(threadIdx.x) % L;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int j = j0 + u * slots;
+    r.k[u] = r.v[u] = make_uint4(0, 0, 0, 0);
+    if (j < e) {
+      r.k[u] = load8<Vec, false>(a.k + j * a.ld + lane * 8);
+      r.v[u] = load8<Vec, false>(a.v + j * a.ld + lane * 8);
+    }
+  }
+}
+
 // Group size L lanes, U keys' loads in flight per lane: keys b..e-1 of the task (slot s takes
-// b + s, b + s + slots, ...) into the state (o, m, l).
-template <int R, int D, int U, bool Vec, class Score>
+// b + s, b + s + slots, ...) into the state (o, m, l). With First, `first` holds the slot's first
+// round where `has_first` (loaded earlier: MK_CUDA_ATTN_KV_EARLY).
+template <int R, int D, int U, bool Vec, class Score, bool First = false>
 __device__ void attention_keys(const StreamAttention& a, Score& score, const float (&q)[R][8], int b,
-                               int e, float (&o)[R][8], float (&m)[R], float (&l)[R]) {
+                               int e, float (&o)[R][8], float (&m)[R], float (&l)[R],
+                               const KeyRound<U>& first = KeyRound<U>{}, bool has_first = false) {
   constexpr int L = D / 8;
   const int slots = static_cast<int>(MK_CTA_THREADS) / L;
-  const int slot = static_cast<int>(threadIdx.x) / L, lane = static_cast<int>(threadIdx.x) % L;
+  const int slot = static_cast<int>(threadIdx.x) / L;
   const bool bf16 = a.kv_dtype == DTYPE_BF16;
-  // A round: U keys of every slot, their K and V loads all in flight before the first is used.
   auto load_round = [&](int j0, uint4 (&kr)[U], uint4 (&vr)[U]) {
+    KeyRound<U> r;
+    load_key_round<D, U, Vec>(a, j0, e, r);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int j = j0 + u * slots;
-      kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
-      if (j < e) {
-        kr[u] = load8<Vec, false>(a.k + j * a.ld + lane * 8);
-        vr[u] = load8<Vec, false>(a.v + j * a.ld + lane * 8);
-      }
+      kr[u] = r.k[u];
+      vr[u] = r.v[u];
     }
   };
   // A round's dot products first, then all of their group reductions (independent shuffles
@@ -359,7 +428,15 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, const flo
   } else {
     for (int j0 = b + slot; j0 - slot < e; j0 += U * slots) {
       uint4 kr[U], vr[U];
-      load_round(j0, kr, vr);
+      if (First && has_first && j0 == b + slot) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          kr[u] = first.k[u];
+          vr[u] = first.v[u];
+        }
+      } else {
+        load_round(j0, kr, vr);
+      }
       use_round(j0, kr, vr);
     }
   }
@@ -421,8 +498,21 @@ __device__ void stream_attention(const StreamAttention& a, Score score) {
   // prepare_rows' (R + 2)·D floats fit in the attention's shared memory for every R and D.
   float* rows = reinterpret_cast<float*>(mk_dynamic_smem);
   float q[R][8];
+  const bool vec = (a.aligned || ((reinterpret_cast<uintptr_t>(a.k) | reinterpret_cast<uintptr_t>(a.v)) & 15) == 0) &&
+                   a.ld % 8 == 0;
+  // MK_CUDA_ATTN_KV_EARLY: the keys' first round (of the keys before the new one) goes out right
+  // behind the rows' loads, so its round trip to HBM overlaps theirs and the rows' ops.
+  constexpr bool kEarly = kAttnKvEarly && !kAttnPipe && (R + 2) * (D / 8) <= kCudaThreads;
+  KeyRound<U> first;
+  auto load_first = [&] {
+    if (kEarly && vec) load_key_round<D, U, true>(a, slot, jn, first);
+  };
   if (has_ops(a.q_ops) || jn < a.keys) {
-    prepare_rows<R, D>(a, jn < a.keys, jn, rows);
+    if constexpr (kEarly) {
+      prepare_rows_early<R, D>(a, jn < a.keys, jn, rows, load_first);
+    } else {
+      prepare_rows<R, D>(a, jn < a.keys, jn, rows);
+    }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -431,15 +521,14 @@ __device__ void stream_attention(const StreamAttention& a, Score score) {
   } else {
 #pragma unroll
     for (int r = 0; r < R; ++r) load_row8(q[r], a.q, a.q_dtype, r * D, lane, a.rows_aligned);
+    load_first();
   }
-  const bool vec = (a.aligned || ((reinterpret_cast<uintptr_t>(a.k) | reinterpret_cast<uintptr_t>(a.v)) & 15) == 0) &&
-                   a.ld % 8 == 0;
   // The keys before the new one, then those after it (none in a decode step: it is the last).
 #pragma unroll 1
   for (int part = 0; part < (jn + 1 < a.keys ? 2 : 1); ++part) {
     const int b = part == 0 ? 0 : jn + 1, e = part == 0 ? jn : a.keys;
     if (vec) {
-      attention_keys<R, D, U, true>(a, score, q, b, e, o, m, l);
+      attention_keys<R, D, U, true, Score, kEarly>(a, score, q, b, e, o, m, l, first, part == 0);
     } else {
       // Unaligned caches are rare: one key's loads in flight, so the variant costs little code
       // (each body is fetched from a cold instruction cache once per layer).
