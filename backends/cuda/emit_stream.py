@@ -130,8 +130,17 @@ class StreamLinearEmitter(GraphDefEmitter):
         emit("{")
         emit("mk::gpu::StreamLinear sl{};")
         emit("sl.arena = &arena;")
+        mma = plan.tensor_cores(k)
+        early = (
+            isinstance(plan.x, MergedX)
+            and switches.merge_early()
+            and not mma
+            and not self.stage_weights_ahead
+            and self.aligned(plan)
+        )
         if isinstance(plan.x, MergedX):
-            self.merged_x(plan.x)
+            if not early:  # else after the weights' descriptors and their first round
+                self.merged_x(plan.x)
         else:
             x = self.operands[plan.x.source_index()]
             r0, c0 = self.input_starts(plan.x, "0")
@@ -169,7 +178,6 @@ class StreamLinearEmitter(GraphDefEmitter):
             )
             lds.append(ref.shape[1])
         rows = [w.tile_shape()[0] for w, _ in plan.products]
-        mma = plan.tensor_cores(k)
         staged = stage_offsets(rows, k, lds, mma) if self.stage_weights_ahead else None
         for i, (_, acc) in enumerate(plan.products):
             at, ld = firsts[i], lds[i]
@@ -192,11 +200,21 @@ class StreamLinearEmitter(GraphDefEmitter):
             fetch.append(f"mk::gpu::prefetch_l2({g_at}, {k} * mk::dtype_size({g.dtype}));")
         if budget:
             self.prefetch = fetch
+        steps = plan.mma_steps() if mma else plan.steps_in_flight(k)
         call = (
-            f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}, "
-            f"{plan.mma_steps() if mma else plan.steps_in_flight(k)}, "
+            f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}, {steps}, "
             f"{plan.loads_per_thread(k)}, {_bool(mma)}"
         )
+        if early:
+            assert isinstance(plan.x, MergedX)
+            emit(f"mk::gpu::WeightRound<{plan.rows_per_round()}, {steps}> first;")
+            emit("mk::gpu::load_first_round(sl, first);")
+            self.merged_x(plan.x)
+            emit(f"{call}, false, 1, 0, true>(sl, first);")
+            emit("}")
+            for op in plan.invariant:
+                self.load(op, "0")
+            return
         groups = plan.mma_groups() if mma else 1
         # The template's trailing arguments (Staged, G, Ring), defaults left off.
         tail = [

@@ -313,6 +313,14 @@ def merged_dot() -> bool:
     return flag("MK_CUDA_MERGED_DOT")
 
 
+def merge_early() -> bool:
+    """MK_CUDA_MERGE_EARLY=1 (opt-in, not yet measured): a linear on CUDA cores whose activation
+    is an attention merge it makes itself (the split o-projection at batch 1) loads its first
+    round of weights before the merge (mk::gpu::load_first_round), so their round trip to HBM
+    overlaps the partials' round trip and the merge instead of following them."""
+    return flag("MK_CUDA_MERGE_EARLY")
+
+
 def epilogue_weights_l2() -> bool:
     """MK_CUDA_DOWN_L2=1 (opt-in, not yet measured): a block that adds its epilogue product
     into the result (an accumulating gated MLP's down projection, passes/mugraph_fuse_accumulate.py)

@@ -211,6 +211,7 @@ SWITCHES = [
     {"MK_CUDA_ATTN_PIPE": "1"},
     {"MK_CUDA_ATTN_KEYS": "8"},
     {"MK_CUDA_ATTN_KV_EARLY": "1"},
+    {"MK_CUDA_MERGE_EARLY": "1"},
     {"MK_CUDA_MMA_RING": "4", "MK_CUDA_RING_WALK": "0"},
     {"MK_CUDA_ROWS_DOT_PIPE": "1"},
     {"MK_CUDA_MMA_RING": "2", "MK_CUDA_RING_COLS": "512", "MK_CUDA_STREAM_KB": "192"},
@@ -230,7 +231,7 @@ def switch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> d
     return request.param
 
 
-# Every switch of SWITCHES in a build with nvcc, in seven builds (nvcc takes seconds each): the
+# Every switch of SWITCHES in a build with nvcc, in eight builds (nvcc takes seconds each): the
 # switches that can go together, and each on an example whose code it changes (tensor cores:
 # gated_mlp, batch 4). The GPU test below runs each alone.
 SWITCH_BUILDS = [
@@ -253,6 +254,7 @@ SWITCH_BUILDS = [
     ("gated_mlp", {"MK_CUDA_MMA_RING": "2", "MK_CUDA_RING_COLS": "512", "MK_CUDA_STREAM_KB": "192",
                    "MK_CUDA_RAW_FENCE": "chunk"}),
     ("decode_loop", {"MK_CUDA_PREFETCH_AT": "ahead2", "MK_CUDA_ATTN_KV_EARLY": "1"}),
+    ("decoder_block", {"MK_CUDA_MERGE_EARLY": "1"}),
 ]  # fmt: skip
 
 

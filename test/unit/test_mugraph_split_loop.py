@@ -228,6 +228,35 @@ def test_merged_dot_multiplies_the_merged_row_with_rows_dot(
         assert prog.library_path is not None and used is not None and used.spill_stores == 0
 
 
+def test_merge_early_loads_the_first_round_before_the_merge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_MERGE_EARLY=1: the split o-projection's block loads its warps' first round of
+    weights (load_first_round) before it merges its head's partials, and the stream starts
+    with that round; off by default; at batch 3 too. nvcc builds it without spills."""
+    body = _split_body(cuda_source(ATTN_OPROJ, tmp_path, **OPTIONS))
+    assert "load_first_round" not in body and ", true>(sl, first);" not in body
+    monkeypatch.setenv("MK_CUDA_MERGE_EARLY", "1")
+    for text, extra in ((ATTN_OPROJ, {}), (ATTN_OPROJ_B3, {"merge_rows": 3})):
+        body = _split_body(cuda_source(text, tmp_path, **extra, **OPTIONS))
+        weights = body.index("sl.w[0] = ")
+        first = body.index("mk::gpu::load_first_round(sl, first);")
+        merge = body.index("mk::gpu::merge_rows<")
+        call = re.search(
+            r"mk::gpu::stream_linear<(\d+), (\d+), (\d+), \d+, false, false, 1, 0, true>\(sl, first\);",
+            body,
+        )
+        assert (
+            call is not None
+            and weights < first < merge < body.index("sl.x_ready = true;") < call.start()
+        )
+        assert f"mk::gpu::WeightRound<{call.group(2)}, {call.group(3)}> first;" in body
+    if build.nvcc() is not None:
+        prog = mk.compile(ATTN_OPROJ, target="cuda", cache_dir=tmp_path, **OPTIONS)
+        used = prog.cuda_resources  # type: ignore[attr-defined]
+        assert prog.library_path is not None and used is not None and used.spill_stores == 0
+
+
 @pytest.mark.usefixtures("no_nvcc")
 def test_merged_dot_takes_whole_runs_of_256_columns(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

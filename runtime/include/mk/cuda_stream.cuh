@@ -403,6 +403,27 @@ __device__ inline WarpRows warp_rows(int first, int last) {
   return WarpRows{begin, begin + per < last ? begin + per : last};
 }
 
+// A lane's first round of the weights its warp streams (the warp's first group, chunk 0, 16-byte
+// aligned rows), loaded before the activation is ready: stream_linear<..., First> then starts
+// with it (MK_CUDA_MERGE_EARLY: a linear of the attention merge it makes itself, the weights'
+// round trip to HBM overlapping the partials' round trip and the merge).
+template <int RG, int S>
+__device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S>& r) {
+  int rows = 0;
+#pragma unroll
+  for (int i = 0; i < kStreamMaxWeights; ++i) {
+    if (i < s.nw) rows += s.w[i].rows;
+  }
+  const WarpRows share = warp_rows(0, rows);
+  const uint16_t* wp[RG];
+  float* op[RG];
+  int32_t os[RG];
+  round_rows<RG>(s, 0, share.begin, share.end, wp, op, os);
+  const int kc = static_cast<int>(s.k < s.kc ? s.k : s.kc), k = static_cast<int>(threadIdx.x & 31u) * 8;
+#pragma unroll
+  for (int t = 0; t < S; ++t) load_rows<RG, true, false>(r.v[t], wp, k + t * 256, kc);
+}
+
 // All threads of the CTA: out[m][row] += Σ_k xside[m][k] · w[row][k] for every weight row of
 // the task, and sum_sq[m] += Σ_k x[m][k]². With Mma (batches of 2..16 rows) the products run on
 // tensor cores, the activation rounded to the weights' 16-bit type. With Staged the weights
@@ -414,12 +435,16 @@ __device__ inline WarpRows warp_rows(int first, int last) {
 // activation columns at once (the emitter sizes it to the chunk: unrolled code the task does not
 // need costs instruction fetches). With Ring > 0 (tensor cores, weights from global memory)
 // each warp copies its weights through a Ring-stage cp.async ring behind the packed chunk
-// (mma_ring_walk). Ends with __syncthreads(); false if staged weights never landed.
+// (mma_ring_walk). With First (CUDA cores, aligned weights from global memory) each warp's
+// first round is `first` (load_first_round). Ends with __syncthreads(); false if staged weights
+// never landed.
 template <int M, int RG, int S, int XB, bool Mma = false, bool Staged = false, int G = 1,
-          int Ring = 0>
-__device__ bool stream_linear(const StreamLinear& s) {
+          int Ring = 0, bool First = false>
+__device__ bool stream_linear(const StreamLinear& s,
+                              const WeightRound<RG, S>& first = WeightRound<RG, S>{}) {
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
   static_assert(Ring == 0 || (Mma && !Staged && G == 1), "the ring: tensor cores, one group, unstaged");
+  static_assert(!First || (!Mma && !Staged), "a first round loaded early: CUDA cores, unstaged");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
   bool vec = true;
   #pragma unroll
@@ -470,7 +495,8 @@ __device__ bool stream_linear(const StreamLinear& s) {
       uint16_t* ring = reinterpret_cast<uint16_t*>(mk_dynamic_smem + ((M * s.kc * 2 + 127) & ~127));
       mma_chunk<M, Staged, G, S, Ring>(s, reinterpret_cast<const uint16_t*>(xs), s.kc, kc, c, rows, ring);
     } else if (vec && !Mma) {
-      stream_rows<M, RG, S, true, Staged>(s, xs, s.kc, kc, c, begin, end, s.assign && c == 0);
+      stream_rows<M, RG, S, true, Staged, First>(s, xs, s.kc, kc, c, begin, end, s.assign && c == 0,
+                                                  first, c == 0);
     } else {
       // Weights not 16-byte aligned (the emitter plans tensor cores only for aligned chunks):
       // rare, so this loop is not unrolled. Every unrolled variant adds kilobytes of code to

@@ -219,15 +219,23 @@ __device__ inline void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
+// A lane's loads of one round of a warp's group: S 256-column steps of RG rows.
+template <int RG, int S>
+struct WeightRound {
+  uint4 v[S][RG];
+};
+
 // One warp: weight rows r0.. r0 + RG (before `end`) against the staged chunk `xs` ([M][stride]
 // floats, columns [0, kc)); `store` writes the sums (StreamLinear::assign at the first pass over
 // a row), else they are added. Shared: the weights are in shared memory. Each lane issues the loads of S 256-column steps of all RG rows
 // before it multiplies any: a decode task is short, so what bounds it is how many round trips to
 // HBM it waits for, and S·RG loads per lane in flight make a task of up to S·256 columns one
-// round trip (and keep ~64 KB in flight per SM).
-template <int M, int RG, int S, bool Vec, bool Shared>
+// round trip (and keep ~64 KB in flight per SM). With First, `first` holds the group's first
+// round where `has_first` (loaded before the activation was ready: load_first_round).
+template <int M, int RG, int S, bool Vec, bool Shared, bool First = false>
 __device__ __forceinline__ void stream_group(const StreamLinear& s, const float* xs, int stride,
-                                             int kc, int64_t c, int r0, int end, bool store) {
+                                             int kc, int64_t c, int r0, int end, bool store,
+                                             const WeightRound<RG, S>& first, bool has_first) {
   const int lane = threadIdx.x & 31;
   const bool bf16 = s.w_dtype == DTYPE_BF16;
   const uint16_t* wp[RG];
@@ -241,8 +249,15 @@ __device__ __forceinline__ void stream_group(const StreamLinear& s, const float*
     for (int m = 0; m < M; ++m) acc[j][m] = 0.0f;
   for (int k = lane * 8; k < kc; k += S * 256) {
     uint4 v[S][RG];
+    if (First && has_first && k == lane * 8) {
 #pragma unroll
-    for (int t = 0; t < S; ++t) load_rows<RG, Vec, Shared>(v[t], wp, k + t * 256, kc);
+      for (int t = 0; t < S; ++t)
+#pragma unroll
+        for (int j = 0; j < RG; ++j) v[t][j] = first.v[t][j];
+    } else {
+#pragma unroll
+      for (int t = 0; t < S; ++t) load_rows<RG, Vec, Shared>(v[t], wp, k + t * 256, kc);
+    }
 #pragma unroll
     for (int t = 0; t < S; ++t) {
       if (k + t * 256 < kc) fma_rows<M, RG>(acc, v[t], xs, stride, k + t * 256, bf16);
@@ -258,12 +273,16 @@ __device__ __forceinline__ void stream_group(const StreamLinear& s, const float*
 }
 
 // One warp: rows [begin, end) of the concatenated weights against the staged chunk, RG rows at
-// a time (stream_group).
-template <int M, int RG, int S, bool Vec, bool Shared>
+// a time (stream_group); with First, the first group's first round from `first` where
+// `has_first`.
+template <int M, int RG, int S, bool Vec, bool Shared, bool First = false>
 __device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, int kc, int64_t c,
-                            int begin, int end, bool store) {
+                            int begin, int end, bool store,
+                            const WeightRound<RG, S>& first = WeightRound<RG, S>{},
+                            bool has_first = false) {
   for (int r0 = begin; r0 < end; r0 += RG) {
-    stream_group<M, RG, S, Vec, Shared>(s, xs, stride, kc, c, r0, end, store);
+    stream_group<M, RG, S, Vec, Shared, First>(s, xs, stride, kc, c, r0, end, store, first,
+                                               has_first && r0 == begin);
   }
 }
 
