@@ -118,6 +118,14 @@ class StreamLinearEmitter(GraphDefEmitter):
         ]
         return True
 
+    def merge_early(self, plan: StreamPlan, mma: bool) -> bool:
+        """Whether the body loads the stream's first round of weights before the merge that
+        makes its activation (switches.merge_early): CUDA cores, weights from global memory,
+        aligned rows."""
+        if not (switches.merge_early() and isinstance(plan.x, MergedX)):
+            return False
+        return not mma and not self.stage_weights_ahead and self.aligned(plan)
+
     def stream_linear(self, plan: StreamPlan) -> None:
         emit = self.lines.append
         k = self.forloop * shape_of(plan.x.tile)[1]
@@ -131,13 +139,7 @@ class StreamLinearEmitter(GraphDefEmitter):
         emit("mk::gpu::StreamLinear sl{};")
         emit("sl.arena = &arena;")
         mma = plan.tensor_cores(k)
-        early = (
-            isinstance(plan.x, MergedX)
-            and switches.merge_early()
-            and not mma
-            and not self.stage_weights_ahead
-            and self.aligned(plan)
-        )
+        early = self.merge_early(plan, mma)
         if isinstance(plan.x, MergedX):
             if not early:  # else after the weights' descriptors and their first round
                 self.merged_x(plan.x)
@@ -206,9 +208,9 @@ class StreamLinearEmitter(GraphDefEmitter):
             f"{plan.loads_per_thread(k)}, {_bool(mma)}"
         )
         if early:
-            assert isinstance(plan.x, MergedX)
             emit(f"mk::gpu::WeightRound<{plan.rows_per_round()}, {steps}> first;")
             emit("mk::gpu::load_first_round(sl, first);")
+            assert isinstance(plan.x, MergedX)
             self.merged_x(plan.x)
             emit(f"{call}, false, 1, 0, true>(sl, first);")
             emit("}")
