@@ -17,6 +17,13 @@ def _tiny_decode() -> str:
     return decode_program(preset("tiny-qwen3"), 1, 256, 1)
 
 
+def _attention_body(text: str, cache: Path) -> str:
+    """The device function of the program's decode attention body, compiled under the
+    environment's switches."""
+    src = mk.compile(text, target="cuda", num_sms=8, cache_dir=cache).cuda_source or ""  # type: ignore[attr-defined]
+    return next(b for b in src.split("__device__ __noinline__") if "StreamAttention sa" in b)
+
+
 @pytest.mark.usefixtures("no_nvcc")
 def test_the_rows_a_decode_attention_prepares_are_read_by_vector_loads(tmp_path: Path) -> None:
     """tiny-qwen3's decode attention prepares q's rows and the new K and V rows through the
@@ -38,19 +45,15 @@ def test_rows_l1_asks_for_the_prepared_rows_before_the_scalars(
     loads the kv length and the new key's position; off by default."""
     text = _tiny_decode()
 
-    def attention_body() -> str:
-        src = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source or ""  # type: ignore[attr-defined]
-        return next(b for b in src.split("__device__ __noinline__") if "StreamAttention sa" in b)
-
-    assert "prefetch_l1" not in attention_body()
+    assert "prefetch_l1" not in _attention_body(text, tmp_path)
     monkeypatch.setenv("MK_CUDA_ATTN_ROWS_L1", "1")
-    body = attention_body()
+    body = _attention_body(text, tmp_path)
     asks = [line for line in body.splitlines() if "mk::gpu::prefetch_l1(" in line]
     assert len(asks) == len(set(asks)) == 7
     assert body.index("prefetch_l1") < body.index("load_runs_together") < body.index("sa.q =")
     monkeypatch.setenv("MK_CUDA_ATTN_ROWS_L1", "yes")
     with pytest.raises(mk.MkError, match="MK_CUDA_ATTN_ROWS_L1 must be 0 or 1"):
-        attention_body()
+        _attention_body(text, tmp_path)
 
 
 @pytest.mark.usefixtures("no_nvcc")
@@ -62,13 +65,9 @@ def test_the_prefetch_asks_for_the_keys_of_a_decode_attention(
     task (the kv length is read only at the turn); a budget under their bytes asks for none."""
     text = _tiny_decode()
 
-    def attention_body() -> str:
-        src = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source or ""  # type: ignore[attr-defined]
-        return next(b for b in src.split("__device__ __noinline__") if "StreamAttention sa" in b)
-
-    assert "kAheadL2" not in attention_body()
+    assert "kAheadL2" not in _attention_body(text, tmp_path)
     monkeypatch.setenv("MK_CUDA_PREFETCH_AT", "ahead2")
-    body = attention_body()
+    body = _attention_body(text, tmp_path)
     ahead = next(line for line in body.splitlines() if "if (ahead == mk::gpu::kAheadL2) {" in line)
     keys = int(body.split("sa.keys = ")[1].split(";")[0])
     ld = int(body.split("sa.ld = ")[1].split(";")[0])
@@ -78,4 +77,4 @@ def test_the_prefetch_asks_for_the_keys_of_a_decode_attention(
         start = body.split(f"{field} = ")[1].split(";")[0]
         assert call.startswith(f"{start}, {keys}, {ld}, {ld})")
     monkeypatch.setenv("MK_CUDA_PREFETCH", str(keys * ld * 2 * 2 - 16))
-    assert "kAheadL2" not in attention_body()
+    assert "kAheadL2" not in _attention_body(text, tmp_path)
