@@ -454,12 +454,17 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, const flo
 template <int R, int D>
 __device__ inline void merge_slot_states(const StreamAttention& a, const float* so, const float* sm,
                                          const float* sl, int slots) {
+  // Four slots an iteration: the slots' shared-memory loads overlap, and the loops stay a
+  // fraction of the code that a whole unrolling of 16 slots made (qwen3-0.6b's batch-1 attention
+  // body 30.7 → 28.3 KB of SASS); the sums keep their order.
   MK_FOR_EACH(e, R * D) {
     const int r = static_cast<int>(e / D);
     float peak = -INFINITY;
+#pragma unroll 4
     for (int s = 0; s < slots; ++s) peak = nan_max(peak, sm[s * R + r]);
     const float shift = softmax_shift(peak);
     float out = 0.0f, total = 0.0f;
+#pragma unroll 4
     for (int s = 0; s < slots; ++s) {
       const float w = __expf(sm[s * R + r] - shift);
       out = fmaf(w, so[(s * R + r) * D + e % D], out);
