@@ -319,7 +319,8 @@ def merge_early() -> bool:
     first round of weights before the merge (mk::gpu::load_first_round), so that their round
     trip to HBM overlaps the partials' round trip and the merge instead of following them.
     Every streamed linear loading its first round before its activation spilled (llama-3.2-1b
-    and qwen3-8b at batch 1: q, y_acc and the lm_head, 28-56 B each), so only these do."""
+    and qwen3-8b at batch 1: 16-64 B of spill stores in each of five or six bodies, the lm_head,
+    q and the gated MLP's among them), so only these do."""
     return flag("MK_CUDA_MERGE_EARLY")
 
 
