@@ -98,6 +98,14 @@ def summary(runs: list[list[float]]) -> tuple[float, float]:
     return median, (max(per_instance) - min(per_instance)) / median
 
 
+def verdict(median: float, first: float, same: bool) -> str:
+    """A variant's line after its time: its change against the first variant's median, and a
+    flag where its build generated other ids than the first's (a broken build can look fast).
+    Worded so that a `grep -v tokens` of the report keeps it."""
+    change = f"{100 * (median / first - 1):+.2f} % against the first"
+    return change if same else f"{change}  MISMATCH: its ids differ from the first variant's"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", required=True)
@@ -145,12 +153,17 @@ def main() -> int:
         f"{args.model} batch {args.batch}, ms/token ({args.instances} instances x "
         f"{args.rounds} rounds of {args.runs} replays; median, spread of the instances):"
     )
+    first = args.variants[0]
+    first_median = summary([times[first, i] for i in range(args.instances)])[0]
     for v in variants:
         median, spread = summary([times[v, i] for i in range(args.instances)])
         rounds = " | ".join(
             " ".join(f"{t:.4f}" for t in times[v, i]) for i in range(args.instances)
         )
-        print(f"  {v or 'default':<44} {median:.4f} (spread {100 * spread:.2f} %)  [{rounds}]")
+        mark = verdict(median, first_median, tokens[v] == tokens[first])
+        print(
+            f"  {v or 'default':<44} {median:.4f} (spread {100 * spread:.2f} %)  {mark}  [{rounds}]"
+        )
         print(f"  {'':<44} tokens {tokens[v]}")
     return 0
 

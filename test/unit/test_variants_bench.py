@@ -68,3 +68,13 @@ def test_the_command_refuses_no_instances(
     monkeypatch.setattr(sys, "argv", ["variants.py", "--model", "tiny", "--instances", "0", ""])
     assert variants.main() == 2
     assert "--instances and --rounds must be at least 1" in capsys.readouterr().err
+
+
+def test_each_variant_is_compared_with_the_first(variants: Any) -> None:
+    """The report gives each variant's change against the first variant's median and flags a
+    build whose generated ids differ, in words a `grep -v tokens` keeps."""
+    assert variants.verdict(1.0, 1.0, True) == "+0.00 % against the first"
+    assert variants.verdict(0.98, 1.0, True) == "-2.00 % against the first"
+    flagged = variants.verdict(0.5, 1.0, False)
+    assert flagged.startswith("-50.00 % against the first") and "MISMATCH" in flagged
+    assert "tokens" not in flagged
