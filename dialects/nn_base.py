@@ -249,6 +249,9 @@ def _operand_names(cls: type[IRDLOperation], count: int) -> list[str]:
 def require_static(name: str, t: TensorType) -> None:
     if any(d < 0 for d in t.get_shape()):
         raise VerifyException(f"{name} has a dynamic shape {fmt_dims(t)}; nn needs static shapes")
+    # The lowering tiles every dimension it maps, and an empty one has no tile.
+    if 0 in t.get_shape():
+        raise VerifyException(f"{name} is empty ({fmt_dims(t)}); nn takes no zero-size dimension")
 
 
 def static_tensors(cls: type[IRDLOperation], types: Sequence[Attribute]) -> list[TensorType]:

@@ -19,6 +19,8 @@ is a mugraph kernel graph by a `task.graph` of the same name:
   clone of the kernel applied to them and yields its results. `cost` is the kernel's cost
   model share per block (rounded up); `prefetch` lists the weights the grid reads.
 - **Events.** From the footprints, see `mugraph_to_task_events`.
+- **Size.** A program of more than MAX_PROGRAM_TASKS tasks is refused, located at its largest
+  kernel's nn op; a function that returns only its arguments is lowered too (its copy tasks).
 """
 
 from __future__ import annotations
@@ -333,6 +335,7 @@ class _Lowering:
         total = len(self.kernels) + len(self.copies)
         arena = plan_arena(buffers, self.options.align, raw_ancestors(buffers, total))
         plans = [self.grid_plan(pos, k) for pos, k in enumerate(self.kernels)]
+        _check_task_count(plans)
         base = len(self.kernels)
         plans += [self.copy_plan(base + n, v, out) for n, (v, out) in enumerate(self.copies)]
         events = build_events(
@@ -352,6 +355,25 @@ class _Lowering:
         for plan in plans:
             block.add_op(self.grid_op(plan, events))
         return graph
+
+
+# Tasks one program may lower to. The scheduler and the tables take about 25 us a task on the
+# CPU (a 65,536-task linear compiles in 4 s), so a program of millions of tiles (a linear of
+# 100,000 x 100,000, tiled for decode) would take minutes and gigabytes before any error.
+MAX_PROGRAM_TASKS = 1 << 20
+
+
+def _check_task_count(plans: Sequence[_GridPlan]) -> None:
+    """Refuses a program of more than MAX_PROGRAM_TASKS tasks, at its largest kernel."""
+    sizes = [int(np.prod(p.info.shape)) for p in plans]
+    if sum(sizes) <= MAX_PROGRAM_TASKS:
+        return
+    largest = plans[sizes.index(max(sizes))]
+    raise MkError(
+        f"the program lowers to {sum(sizes):,} tasks, more than the {MAX_PROGRAM_TASKS:,} mk "
+        f"schedules; this kernel alone is {max(sizes):,} (grid {list(largest.info.shape)})",
+        op_location(largest.kernel),
+    )
 
 
 def _declaration_order(buffers: Iterable[BufferPlan]) -> list[BufferPlan]:
@@ -384,7 +406,8 @@ class MugraphToTaskPass(ModulePass):
         for func in list(op.ops):
             if not isinstance(func, FuncOp) or func.is_declaration:
                 continue
-            if not any(isinstance(o, GraphDefOp | KernelOp) for o in func.body.block.ops):
+            kernels = any(isinstance(o, GraphDefOp | KernelOp) for o in func.body.block.ops)
+            if not kernels and not func.function_type.outputs.data:
                 continue
             graph = _Lowering(func, self).run()
             op.body.block.insert_op_before(graph, func)

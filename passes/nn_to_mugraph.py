@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import FileLineColLoc, ModuleOp
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
@@ -378,6 +378,8 @@ def lower_block(block: Block, t: Tiling) -> None:
     for unit in units:
         new_ops, produced = unit.emit(lookup)
         for new in new_ops:
+            if not isinstance(new.location, FileLineColLoc):  # later errors name the nn op
+                new.location = unit.ops[-1].location
             if new.parent is None:
                 block.insert_op_before(new, terminator) if terminator else block.add_op(new)
         mapping.update(produced)

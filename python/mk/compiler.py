@@ -23,7 +23,7 @@ from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
 from xdsl.passes import PassPipeline
 
-from mk.diagnostics import MkError
+from mk.diagnostics import MkError, op_location
 from mk.dialects.nn_decode import donated_args
 from mk.dialects.task import GraphOp
 from mk.inputs import check_donated, check_inputs, numpy_dtype
@@ -306,7 +306,7 @@ def compile(
     keyed = {**pass_options, "search": True} if search else pass_options
     options = Options(target, num_sms, tuple(sorted(keyed.items())))
     texts = run_pipeline(module, {**pass_options, "num_sms": num_sms}, pipeline)
-    graph = find_graph(module, func.sym_name.data)
+    graph = find_graph(module, func.sym_name.data, func)
     if target == "cuda":
         return _compile_cuda(func, graph, texts, num_sms, timeout_ms, cache_root(cache_dir))
     backend = cpu_backend()
@@ -390,11 +390,15 @@ def _compile_cuda(
     )
 
 
-def find_graph(module: ModuleOp, name: str) -> GraphOp:
-    """The task.graph lowered from function @name."""
+def find_graph(module: ModuleOp, name: str, func: FuncOp | None = None) -> GraphOp:
+    """The task.graph lowered from function @name (`func`, the entry before the lowering)."""
     for op in module.walk():
         if isinstance(op, GraphOp) and op.sym_name.data == name:
             return op
+    if func is not None and not func.function_type.outputs.data:
+        raise MkError(
+            f"@{name} returns nothing: mk runs a function that returns tensors", op_location(func)
+        )
     raise MkError(f"the lowering produced no task.graph for @{name}")
 
 

@@ -339,6 +339,30 @@ def test_example_matches_the_reference(path: Path, cache: Path) -> None:
         assert_matches_reference(outs, mk.reference(path, *inputs))
 
 
+IDENTITY = """
+func.func @same(%x: tensor<4x8xbf16>) -> tensor<4x8xbf16> {
+  func.return %x : tensor<4x8xbf16>
+}
+"""
+
+
+def test_a_function_that_returns_its_argument_copies_it(cache: Path) -> None:
+    """No nn op at all: the lowering still makes the result's copy task."""
+    _real_backend()
+    prog = mk.compile(IDENTITY, cache_dir=cache)
+    (x,) = random_inputs(prog.func, seed=3)
+    (out,) = prog(x)
+    assert out.dtype == x.dtype and np.array_equal(out, x)
+
+
+def test_a_function_that_returns_nothing_is_refused_at_its_location(tmp_path: Path) -> None:
+    path = tmp_path / "nothing.mlir"
+    path.write_text("func.func @f(%x: tensor<4x8xf32>) {\n  func.return\n}\n")
+    with pytest.raises(mk.MkError, match="@f returns nothing") as info:
+        mk.compile(path, cache_dir=tmp_path)
+    assert "nothing.mlir:1:1: error: @f returns nothing" in info.value.render()
+
+
 def test_llama3_block_compiles(cache: Path) -> None:
     _real_backend()
     prog = mk.compile(ROOT / "examples" / "llama3_8b_block.mlir", cache_dir=cache)

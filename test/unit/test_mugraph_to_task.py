@@ -340,6 +340,21 @@ def test_non_kernel_op_is_a_located_error() -> None:
     assert info.value.location is not None and info.value.location.endswith(":7:3")
 
 
+HUGE = """
+func.func @huge(%x: tensor<100000x100000xbf16>, %w: tensor<100000x100000xbf16>) -> tensor<100000x100000xbf16> {
+  %y = nn.linear %x, %w : (tensor<100000x100000xbf16>, tensor<100000x100000xbf16>) -> tensor<100000x100000xbf16>
+  func.return %y : tensor<100000x100000xbf16>
+}
+"""
+
+
+def test_a_program_of_millions_of_tasks_is_refused_at_its_largest_op() -> None:
+    """Before the scheduler spends minutes on it, at the nn op whose kernel it is."""
+    with pytest.raises(MkError, match=r"lowers to [\d,]+ tasks, more than the 1,048,576") as info:
+        lower(load_module(HUGE))
+    assert info.value.location is not None and info.value.location.endswith(":3:3")
+
+
 def test_bad_options_are_errors() -> None:
     with pytest.raises(MkError, match="align must be a multiple of 128"):
         lower(load_module(CHAIN), nn=False, align=100)

@@ -305,6 +305,7 @@ BAD_BUILDS: list[
     ),
     (nn.ScaleOp, [DATA], DATA, {"factor": FloatAttr(2.0, 64)}, "attribute 'factor' must be an f32"),
     (nn.SoftmaxOp, [T(8, -1)], T(8, -1), {}, r"x has a dynamic shape 8x\?"),
+    (nn.ReluOp, [T(8, 0)], T(8, 0), {}, r"x is empty \(8x0\); nn takes no zero-size dimension"),
 ]
 
 

@@ -27,6 +27,14 @@ func.func @f(%x: tensor<?x4096xf32>) {
 
 // -----
 
+func.func @f(%x: tensor<4x0xf32>, %w: tensor<16x0xf32>) {
+// CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'nn.linear' x is empty (4x0); nn takes no zero-size dimension
+  %0 = nn.linear %x, %w : (tensor<4x0xf32>, tensor<16x0xf32>) -> tensor<4x16xf32>
+  func.return
+}
+
+// -----
+
 func.func @f(%x: tensor<8x16xbf16>) {
 // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'nn.relu' result element type is f16, expected bf16
   %0 = nn.relu %x : (tensor<8x16xbf16>) -> tensor<8x16xf16>
