@@ -95,7 +95,7 @@ def copy_bandwidth(runs: int) -> float:
 def pass_options() -> dict[str, int | str]:
     """MK_PASS_OPTIONS ("kv_splits=4+tile_n=64"): mk.compile keywords for an A/B build
     (`bench/on_gpu.sh ab` trees carry environment settings, not arguments)."""
-    from mk.compiler import parse_pass_options
+    from mk.pipeline import parse_pass_options
 
     return parse_pass_options(os.environ.get("MK_PASS_OPTIONS", "").replace("+", " ").split())
 

@@ -142,8 +142,8 @@ def main() -> int:
     import mk
     import mk.backends.cuda as backend
     from mk.backends.cuda import build
-    from mk.compiler import parse_pass_options
     from mk.models import decode_program, preset
+    from mk.pipeline import parse_pass_options
 
     config = preset(args.model).with_(layers=args.layers)
     program = decode_program(config, args.batch, 1024, 1)

@@ -6,7 +6,7 @@ import argparse
 
 
 def add_option_flag(parser: argparse.ArgumentParser) -> None:
-    """--option NAME=VALUE, repeatable: pass options for mk.compile (mk.compiler.parse_pass_options
+    """--option NAME=VALUE, repeatable: pass options for mk.compile (mk.pipeline.parse_pass_options
     reads them)."""
     parser.add_argument(
         "--option",

@@ -218,10 +218,10 @@ def _prefill_with_mk(
     """Fills the K/V caches in `inputs` with the prompt's first P-1 positions by mk's prefill
     program (mk.models.build.prefill_program), compiled for the same target and options."""
     import mk
-    from mk.compiler import parse_pass_options
     from mk.models.build import prefill_program
     from mk.models.prefill import prefill_rows
     from mk.models.weights import prefill_inputs
+    from mk.pipeline import parse_pass_options
 
     start = time.perf_counter()
     length = args.prompt_len - 1
@@ -364,10 +364,10 @@ def _load_weights(args: argparse.Namespace, config: Any) -> dict[str, np.ndarray
 
 def _generate(args: argparse.Namespace) -> int:
     import mk
-    from mk.compiler import parse_pass_options
     from mk.models.build import decode_program
     from mk.models.config import preset
     from mk.models.weights import program_inputs, random_prompt
+    from mk.pipeline import parse_pass_options
 
     _check_args(args)
     config = preset(args.model)

@@ -82,10 +82,11 @@ def _has_gpu() -> bool:
 
 def _run_compiled(args: argparse.Namespace, module: ModuleOp, func: FuncOp) -> int:
     import mk
-    from mk.compiler import compile, output_error, parse_pass_options
+    from mk.compiler import compile, output_error
     from mk.dialects.nn_decode import donated_args
     from mk.inputs import argument_label
     from mk.interp.nn import random_inputs
+    from mk.pipeline import parse_pass_options
 
     if args.target == "cuda" and not _has_gpu():
         print(

@@ -10,7 +10,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -21,12 +21,18 @@ import ml_dtypes
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
-from xdsl.passes import PassPipeline
 
 from mk.diagnostics import MkError, op_location
 from mk.dialects.nn_decode import donated_args
 from mk.dialects.task import GraphOp
 from mk.inputs import check_donated, check_inputs, numpy_dtype
+from mk.pipeline import (
+    PIPELINE,
+    SEARCH_PIPELINE,
+    STAGES,
+    check_options,
+    run_pipeline,
+)
 from mk.runtime_tables import Tables
 from mk.source import Source, entry_function, load_module
 
@@ -34,23 +40,6 @@ TARGETS = ("cpu", "cuda")
 DEFAULT_NUM_SMS = 8  # the CPU target: small programs do not need an H200's 132 queues
 DEFAULT_TIMEOUT_MS = 10_000
 DEFAULT_CUDA_NUM_SMS = 132  # an H200: one queue per SM
-
-# The pipeline, one stage per IR level: (stage, passes run to reach it). Options are routed
-# to every pass of a stage that declares them (num_sms reaches nn-to-mugraph and the scheduler).
-MUGRAPH_PASSES = (
-    "nn-to-mugraph", "mugraph-append-writes", "mugraph-fuse-loop", "mugraph-fuse-accumulate",
-    "mugraph-split-loop",
-)  # fmt: skip
-PIPELINE: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("nn", ()),  # parse + verify
-    ("mugraph", MUGRAPH_PASSES),
-    ("task", ("mugraph-to-task", "task-tails", "task-schedule")),
-)
-STAGES = tuple(name for name, _ in PIPELINE)
-# mk.compile(..., search=True): the superoptimizer replaces what it can beat, the rules the rest.
-SEARCH_PIPELINE = tuple(
-    (stage, ("superoptimize", *names) if stage == "mugraph" else names) for stage, names in PIPELINE
-)
 
 # Counts of library builds and cache hits in this process (tests check that a hit skips g++).
 STATS = {"builds": 0, "hits": 0}
@@ -71,108 +60,6 @@ class Options:
 def runtime() -> ModuleType:
     """The mk._runtime extension (looked up by name: type checkers cannot see the built module)."""
     return importlib.import_module("mk._runtime")
-
-
-# --------------------------------------------------------------------------- pipeline
-
-
-def _pass_fields(name: str) -> dict[str, dataclasses.Field[Any]]:
-    from mk.passes import get_all_passes
-
-    return {f.name: f for f in dataclasses.fields(get_all_passes()[name]())}
-
-
-def _option_text(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _typed(field: dataclasses.Field[Any], value: Any) -> Any:
-    """A switch given as 0 or 1 (a tool's --option flag_values=1) as the bool it means."""
-    if field.type in (bool, "bool") and not isinstance(value, bool) and value in (0, 1):
-        return bool(value)
-    return value
-
-
-def pass_spec(names: Sequence[str], options: Mapping[str, Any]) -> str:
-    """`a{x=1 y=2},b{...}`: each pass with the options among its fields (spelled with dashes)."""
-    specs = []
-    for name in names:
-        fields = _pass_fields(name)
-        given = [
-            f"{key.replace('_', '-')}={_option_text(_typed(fields[key], value))}"
-            for key, value in sorted(options.items())
-            if key in fields
-        ]
-        specs.append(f"{name}{{{' '.join(given)}}}" if given else name)
-    return ",".join(specs)
-
-
-def _check_options(options: Mapping[str, Any], pipeline: Sequence[Any] = PIPELINE) -> None:
-    known = {f for _, names in pipeline for n in names for f in _pass_fields(n)}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise TypeError(
-            f"mk.compile: unknown pass option(s) {', '.join(unknown)}; "
-            f"known: {', '.join(sorted(known))}"
-        )
-
-
-def parse_pass_options(items: Sequence[str]) -> dict[str, int | str]:
-    """`NAME=VALUE` items (a tool's --option, a benchmark's MK_PASS_OPTIONS) as mk.compile
-    keywords: whole numbers become ints. ValueError names a malformed item or unknown option."""
-    options: dict[str, int | str] = {}
-    for item in items:
-        name, eq, value = item.partition("=")
-        if not eq or not name.isidentifier() or not value:
-            raise ValueError(f"pass option {item!r}: expected NAME=VALUE, e.g. kv_splits=4")
-        options[name] = int(value) if value.lstrip("-").isdigit() else value
-    try:
-        _check_options(options)
-    except TypeError as e:  # text from a user: a value error, not a programming one
-        raise ValueError(str(e)) from None
-    return options
-
-
-class StageTexts(Mapping[str, str]):
-    """Each stage's IR text, printed when first read: a whole model's mugraph and task IR take
-    about half a second to print, which a CUDA compile (keyed by its emitted source) never
-    needs. A stage that later passes rewrite is kept as a clone; the last one as it is."""
-
-    def __init__(self) -> None:
-        self._ops: dict[str, ModuleOp] = {}
-        self._texts: dict[str, str] = {}
-
-    def keep(self, stage: str, module: ModuleOp) -> None:
-        self._ops[stage] = module
-        self._texts.pop(stage, None)
-
-    def __getitem__(self, stage: str) -> str:
-        if stage not in self._texts:
-            self._texts[stage] = str(self._ops[stage])
-        return self._texts[stage]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._ops)
-
-    def __len__(self) -> int:
-        return len(self._ops)
-
-
-def run_pipeline(
-    module: ModuleOp, options: Mapping[str, Any], pipeline: Sequence[Any] = PIPELINE
-) -> StageTexts:
-    """Lowers `module` in place through every stage; returns each stage's IR text."""
-    from mk.dialects import make_context
-    from mk.passes import get_all_passes
-
-    texts = StageTexts()
-    for i, (stage, names) in enumerate(pipeline):
-        if names:
-            spec = pass_spec(names, options)
-            PassPipeline.parse_spec(get_all_passes(), spec).apply(make_context(), module)
-            module.verify()
-        texts.keep(stage, module if i == len(pipeline) - 1 else module.clone())
-    return texts
 
 
 # --------------------------------------------------------------------------- cache
@@ -297,7 +184,7 @@ def compile(
     if target not in TARGETS:
         raise ValueError(f"mk.compile: unknown target {target!r}; expected one of {TARGETS}")
     pipeline = SEARCH_PIPELINE if search else PIPELINE
-    _check_options(pass_options, pipeline)
+    check_options(pass_options, pipeline)
     if search and cache_dir is not None:
         pass_options = {"cache_dir": f'"{cache_root(cache_dir)}"', **pass_options}
     num_sms, pass_options = target_options(target, num_sms, pass_options)
@@ -350,7 +237,7 @@ def mugraph_estimate(
 
     if target not in TARGETS:
         raise ValueError(f"mk.compiler: unknown target {target!r}; expected one of {TARGETS}")
-    _check_options(pass_options)
+    check_options(pass_options)
     num_sms, pass_options = target_options(target, num_sms, pass_options)
     module = _load(source)
     run_pipeline(module, {**pass_options, "num_sms": num_sms}, PIPELINE[:2])

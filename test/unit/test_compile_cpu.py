@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import re
 import shutil
 import subprocess
 import tempfile
@@ -256,6 +257,31 @@ def test_ir_stages_and_source(fake_backend: SimpleNamespace, tmp_path: Path) -> 
         mk.compile(ADD_RELU, cache_dir=tmp_path, tile_q=3)
     with pytest.raises(ValueError, match="unknown target"):
         mk.compile(ADD_RELU, target="tpu")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"tile_n": "abc"}, "pass option tile_n must be an int, got 'abc'"),
+        ({"tile_n": 2.5}, "pass option tile_n must be an int, got 2.5"),
+        ({"tile_n": True}, "pass option tile_n must be an int, got True"),
+        ({"flag_values": 2}, "pass option flag_values must be a bool, got 2"),
+        ({"bandwidth_gbs": "fast"}, "pass option bandwidth_gbs must be a float, got 'fast'"),
+    ],
+)
+def test_a_pass_option_of_the_wrong_type_is_named(
+    fake_backend: SimpleNamespace, tmp_path: Path, options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(TypeError, match=re.escape(message)):
+        mk.compile(ADD_RELU, cache_dir=tmp_path, **options)
+
+
+def test_a_whole_number_or_a_switch_takes_its_options_type(
+    fake_backend: SimpleNamespace, tmp_path: Path
+) -> None:
+    """bandwidth_gbs=4100 is a float option given as an int, flag_values=1 a bool given as 1."""
+    prog = mk.compile(ADD_RELU, cache_dir=tmp_path, bandwidth_gbs=4100, flag_values=1)
+    assert "task.schedule" in prog.ir("task")
 
 
 def test_second_compile_hits_the_cache(fake_backend: SimpleNamespace, tmp_path: Path) -> None:
