@@ -22,6 +22,7 @@ from mk.diagnostics import (
 )
 from mk.dialects import get_all_dialects
 from mk.passes import get_all_passes
+from mk.pipeline import spec_type_error
 
 
 def _mlir_target() -> type:
@@ -116,6 +117,17 @@ class MkOptMain(xDSLOptMain):
                 out.close()
 
 
+def _passes_arg(args: Sequence[str] | None) -> str:
+    """The -p/--passes spec among the command's arguments ("" without one)."""
+    argv = list(sys.argv[1:] if args is None else args)
+    for i, a in enumerate(argv):
+        if a in ("-p", "--passes") and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--passes="):
+            return a.split("=", 1)[1]
+    return ""
+
+
 def _fail(e: MkError) -> None:
     sys.stdout.flush()
     print(e, file=sys.stderr)
@@ -129,7 +141,8 @@ def main(args: Sequence[str] | None = None) -> None:
             description="mk-opt: the mk megakernel compiler's pass driver", args=args
         )
     except (ValueError, ArgSpecParseError) as e:  # a bad -p or -t spec
-        _fail(MkError(str(e)))
+        named = spec_type_error(_passes_arg(args)) if isinstance(e, ValueError) else None
+        _fail(MkError(named or str(e)))
         return
     driver.run()
 

@@ -82,6 +82,30 @@ def check_options(options: Mapping[str, Any], pipeline: Sequence[Any] = PIPELINE
             )
 
 
+def spec_type_error(spec: str) -> str | None:
+    """The first option of a pass pipeline spec (`-p`) whose value is not of its pass's type,
+    named (xDSL's own message names neither the pass nor the option; it takes no whole number for
+    a float or 0/1 for a bool either); None if there is none."""
+    from xdsl.utils.arg_spec import parse_pipeline
+
+    from mk.passes import get_all_passes
+
+    passes = get_all_passes()
+    for arg in parse_pipeline(spec):
+        if arg.name not in passes:
+            continue
+        fields = {f.name: f for f in dataclasses.fields(passes[arg.name]())}
+        for key, values in arg.parameters.items():
+            field = fields.get(key.replace("-", "_"))
+            kind = str(field.type) if field is not None else ""
+            if kind in _KINDS and len(values) == 1 and type(values[0]) is not _KINDS[kind][0]:
+                hint = (
+                    f" (write {values[0]}.0)" if kind == "float" and type(values[0]) is int else ""
+                )
+                return f"pass {arg.name}: option {key} must be {_KINDS[kind][1]}, got {values[0]!r}{hint}"
+    return None
+
+
 def parse_pass_options(items: Sequence[str]) -> dict[str, int | str]:
     """`NAME=VALUE` items (a tool's --option, a benchmark's MK_PASS_OPTIONS) as mk.compile
     keywords: whole numbers become ints. ValueError names a malformed item or unknown option."""

@@ -55,3 +55,29 @@ def test_unknown_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     f.write_text("func.func @f() {\n  func.return\n}\n")
     code, _, err = _run([str(f), "-p", "nope"], capsys)
     assert code == 1 and "Unrecognized passes" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            "nn-to-mugraph{tile-n=abc}",
+            "pass nn-to-mugraph: option tile-n must be an int, got 'abc'",
+        ),
+        (
+            "task-schedule{bandwidth-gbs=4100}",
+            "pass task-schedule: option bandwidth-gbs must be a float, got 4100 (write 4100.0)",
+        ),
+        (
+            "mugraph-to-task{flag-values=1}",
+            "pass mugraph-to-task: option flag-values must be a bool",
+        ),
+    ],
+)
+def test_an_option_of_the_wrong_type_names_its_pass_and_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], spec: str, message: str
+) -> None:
+    f = tmp_path / "ok.mlir"
+    f.write_text("func.func @f() {\n  func.return\n}\n")
+    code, _, err = _run([str(f), "-p", spec], capsys)
+    assert code == 1 and err.startswith(f"error: {message}") and "Traceback" not in err
