@@ -23,6 +23,7 @@ from mk.diagnostics import (
 from mk.dialects import get_all_dialects
 from mk.passes import get_all_passes
 from mk.pipeline import spec_type_error
+from mk.source import is_blank
 
 
 def _mlir_target() -> type:
@@ -66,7 +67,10 @@ class MkOptMain(xDSLOptMain):
     def parse_chunk(
         self, chunk: IO[bytes], file_extension: str, start_offset: int = 0
     ) -> ModuleOp | None:
-        parser = LocatingParser(self.ctx, chunk.read(), self.get_input_name(), start_offset)
+        text = chunk.read()
+        if is_blank(text.decode() if isinstance(text, bytes) else text):
+            return ModuleOp([])  # as mlir-opt prints an empty file: an empty module
+        parser = LocatingParser(self.ctx, text, self.get_input_name(), start_offset)
         return parser.parse_module(not self.args.no_implicit_module)
 
     def _process(self, chunk: IO[bytes], offset: int, extension: str) -> str:

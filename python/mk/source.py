@@ -18,6 +18,11 @@ def _looks_like_path(text: str) -> bool:
     return "\n" not in text and text.strip().endswith(".mlir")
 
 
+def is_blank(text: str) -> bool:
+    """Whether MLIR text holds nothing but whitespace and `//` comments."""
+    return all(not line.strip() or line.strip().startswith("//") for line in text.splitlines())
+
+
 def load_module(source: Source) -> ModuleOp:
     """Parse (if needed) and verify a program; errors are MkError with file:line:col."""
     if isinstance(source, ModuleOp):
@@ -31,6 +36,8 @@ def load_module(source: Source) -> ModuleOp:
                 raise MkError(f"cannot read program: {e.strerror}: {path}") from None
         else:
             text, name = str(source), "<source>"
+        if is_blank(text):  # xDSL's parser says "Could not parse entire input!" of nothing
+            raise MkError(f"the program is empty: {name}")
         module = parse_module(make_context(), text, name)
     verify_located(module)
     return module

@@ -381,6 +381,12 @@ def test_a_function_that_returns_its_argument_copies_it(cache: Path) -> None:
     assert out.dtype == x.dtype and np.array_equal(out, x)
 
 
+@pytest.mark.parametrize("text", ["", "  \n", "// nothing but a comment\n"])
+def test_an_empty_program_is_refused(tmp_path: Path, text: str) -> None:
+    with pytest.raises(mk.MkError, match="the program is empty: <source>"):
+        mk.compile(text, cache_dir=tmp_path)
+
+
 def test_a_function_that_returns_nothing_is_refused_at_its_location(tmp_path: Path) -> None:
     path = tmp_path / "nothing.mlir"
     path.write_text("func.func @f(%x: tensor<4x8xf32>) {\n  func.return\n}\n")

@@ -81,3 +81,13 @@ def test_an_option_of_the_wrong_type_names_its_pass_and_option(
     f.write_text("func.func @f() {\n  func.return\n}\n")
     code, _, err = _run([str(f), "-p", spec], capsys)
     assert code == 1 and err.startswith(f"error: {message}") and "Traceback" not in err
+
+
+@pytest.mark.parametrize("text", ["", "\n", "// a comment, nothing else\n"])
+def test_an_empty_file_is_an_empty_module(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    f = tmp_path / "empty.mlir"
+    f.write_text(text)
+    code, out, err = _run([str(f)], capsys)
+    assert code == 0 and err == "" and out.split() == ["builtin.module", "{", "}"]
