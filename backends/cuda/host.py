@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
-import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import ml_dtypes
@@ -191,8 +189,6 @@ class CudaProgram(Program):
         # A profile build's op-mark labels per grid (backends/cuda/op_marks.py), else None.
         self.mark_labels = mark_labels
         self.marks = max((len(v) for v in (mark_labels or {}).values()), default=0)
-        self.record_timeline = False
-        self.last_timeline: np.ndarray | None = None  # [iterations][tasks] (start, end) ns
         self.last_marks: np.ndarray | None = None  # [iterations][tasks][marks] ns, 0 = none
         self._lib: Any = None
         self._state: _DeviceState | None = None
@@ -452,32 +448,6 @@ class CudaProgram(Program):
         return error
 
     # ------------------------------------------------------------------------- trace
-
-    def trace(self, path: str | Path) -> None:
-        """Writes the last run's per-task timeline (record_timeline = True) as a Chrome trace."""
-        if self.last_timeline is None:
-            raise MkError("no timeline: set prog.record_timeline = True and run first")
-        t = self.tables
-        sm_of = np.zeros(len(t.tasks), np.int64)
-        for sm in range(self.num_sms):
-            sm_of[t.queue_tasks[t.queue_offsets[sm] : t.queue_offsets[sm + 1]]] = sm
-        origin = int(self.last_timeline[..., 0][self.last_timeline[..., 0] > 0].min(initial=0))
-        index = self.graph.index()
-        events = [
-            {
-                "name": index.describe(task),
-                "ph": "X",
-                "pid": 0,
-                "tid": int(sm_of[task]),
-                "ts": (int(start) - origin) / 1000,
-                "dur": (int(end) - int(start)) / 1000,
-                "args": {"iteration": it},
-            }
-            for it, row in enumerate(self.last_timeline)
-            for task, (start, end) in enumerate(row)
-            if end > 0
-        ]
-        Path(path).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
 
 
 def num_sms_note(num_sms: int) -> str:

@@ -389,6 +389,8 @@ class Program:
         self.timeout_ms = timeout_ms
         self.max_delay_us = 0  # > 0: random sleeps around tasks (stress tests)
         self.seed = 0
+        self.record_timeline = False
+        self.last_timeline: np.ndarray | None = None  # [iterations][tasks] (start, end) ns
         self._texts = texts
         self._slots = buffer_slots(graph)
         self._results = [
@@ -483,11 +485,24 @@ class Program:
             "max_delay_us": self.max_delay_us if max_delay_us is None else max_delay_us,
             "seed": self.seed if seed is None else seed,
         }
-        self._launch(bindings, arena, options)
+        timeline = None
+        if self.record_timeline:
+            timeline = np.full((self._tables.iterations, len(self._tables.tasks), 2), -1, np.int64)
+        self._launch(bindings, arena, {**options, "timeline": timeline})
+        self.last_timeline = timeline
         return tuple(outputs)
 
+    def trace(self, path: str | os.PathLike[str]) -> None:
+        """Writes the last run's per-task timeline (record_timeline = True) as a Chrome trace:
+        a row per SM (on the CPU, the executor's thread playing it), a box per task."""
+        from mk.backends.trace import write_chrome_trace
+
+        if self.last_timeline is None:
+            raise MkError("no timeline: set prog.record_timeline = True and run first")
+        write_chrome_trace(path, self.graph, self._tables, self.last_timeline)
+
     def _launch(
-        self, bindings: list[np.ndarray | None], arena: np.ndarray, options: dict[str, int]
+        self, bindings: list[np.ndarray | None], arena: np.ndarray, options: dict[str, Any]
     ) -> None:
         rt = runtime()
         try:

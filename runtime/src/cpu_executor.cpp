@@ -195,6 +195,9 @@ class Launch {
   const SmState* oldest_blocked() const;
   void fail(const RunStatus& status, std::string message);
   void delay(std::mt19937_64& rng, int one_in);
+  int64_t since_start() const {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count();
+  }
 
   const Tables& t_;
   const std::vector<KindFn>& kinds_;
@@ -204,6 +207,7 @@ class Launch {
   std::unique_ptr<Counter[]> counters_;
   std::vector<SmState> sms_;
   std::vector<int64_t> trace_;
+  const Clock::time_point start_ = Clock::now();  // the timeline's zero
   std::atomic<int64_t> clock_{0};
   std::atomic<bool> stop_{false};
   std::mutex error_mutex_;
@@ -247,6 +251,9 @@ bool Launch::step(SmState& s, ExecContext& ctx, std::mt19937_64& rng) {
   ctx.task = task;
   ctx.sm = s.sm;
   ctx.iteration = iteration;
+  // Each (iteration, task) runs once, on one worker: its two stamps are that worker's alone.
+  int64_t* stamps = opt_.timeline ? opt_.timeline + (static_cast<int64_t>(iteration) * t_.tasks.size() + task) * 2 : nullptr;
+  if (stamps) stamps[0] = since_start();
   try {
     kinds_[d.kind](d, ctx);
   } catch (const std::exception& e) {
@@ -256,6 +263,7 @@ bool Launch::step(SmState& s, ExecContext& ctx, std::mt19937_64& rng) {
     fail(RunStatus{RUN_KERNEL_FAILED, s.sm, task, -1, iteration, 0, 0, 0}, "a non-standard exception");
     return false;
   }
+  if (stamps) stamps[1] = since_start();
   delay(rng, 4);
   if (tail) s.tails.pop_back();
   for (int32_t r = d.signal_begin; r < d.signal_end; ++r) {

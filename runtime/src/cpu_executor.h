@@ -115,6 +115,9 @@ struct RunOptions {
   int64_t timeout_ms = 10000; // watchdog limit of one wait; <= 0 disables it
   int32_t max_delay_us = 0;   // > 0: random sleeps before tasks and signals, to shake interleavings
   uint64_t seed = 0;          // seeds those delays
+  // Non-null: [iterations][num_tasks][2] (start, end) of each task's body, ns since the
+  // launch began; a task that did not run keeps what the caller put there.
+  int64_t* timeline = nullptr;
 };
 
 struct RunResult {

@@ -115,7 +115,7 @@ mk::CpuExecutor make_executor(const py::handle& tasks, const py::handle& waits, 
 // `buffers` is a list (one entry per buffer row, None = place in the arena) or one arena object.
 py::object run(const mk::CpuExecutor& exec, const py::object& buffers, const py::object& arena,
                int32_t iterations, int32_t num_threads, int64_t timeout_ms, int32_t max_delay_us,
-               uint64_t seed) {
+               uint64_t seed, const py::object& timeline) {
   std::vector<py::buffer_info> held;  // keeps the Python buffers alive and pinned while running
   std::vector<mk::BufferBinding> bindings;
   void* arena_ptr = nullptr;
@@ -154,6 +154,16 @@ py::object run(const mk::CpuExecutor& exec, const py::object& buffers, const py:
   opt.timeout_ms = timeout_ms;
   opt.max_delay_us = max_delay_us;
   opt.seed = seed;
+  if (!timeline.is_none()) {
+    const int32_t its = iterations > 0 ? iterations : exec.tables().iterations;
+    const std::string shape =
+        "int64 [" + std::to_string(its) + ", " + std::to_string(exec.tables().tasks.size()) + ", 2]";
+    if (!py::isinstance<py::array_t<int64_t>>(timeline)) throw mk::TableError("timeline: expected " + shape);
+    const mk::BufferBinding stamps = hold(timeline, "timeline", true);
+    if (stamps.bytes != static_cast<uint64_t>(its) * exec.tables().tasks.size() * 2 * sizeof(int64_t))
+      throw mk::TableError("timeline: expected " + shape);
+    opt.timeline = static_cast<int64_t*>(stamps.data);
+  }
   mk::RunResult result;
   {
     py::gil_scoped_release unlocked;
@@ -266,10 +276,11 @@ PYBIND11_MODULE(_runtime, m) {
                              })
       .def("run", &run, py::arg("buffers") = py::none(), py::kw_only(), py::arg("arena") = py::none(),
            py::arg("iterations") = 0, py::arg("num_threads") = 1, py::arg("timeout_ms") = 10000,
-           py::arg("max_delay_us") = 0, py::arg("seed") = 0,
+           py::arg("max_delay_us") = 0, py::arg("seed") = 0, py::arg("timeline") = py::none(),
            "Runs every queue `iterations` times (0: the tables' count) with the GIL released; returns "
            "the int64 trace [iterations, num_tasks, 2] of KIND_TRACE start/end stamps (-1 where none) "
-           "or None when no task traces.")
+           "or None when no task traces. `timeline`: an int64 array [iterations, num_tasks, 2] that "
+           "gets each task body's (start, end) in ns since the launch began.")
       .def_property_readonly("num_sms", [](const mk::CpuExecutor& e) { return e.header().num_sms; })
       .def_property_readonly("num_tasks", [](const mk::CpuExecutor& e) { return e.header().num_tasks; })
       .def("header", [](const mk::CpuExecutor& e) {

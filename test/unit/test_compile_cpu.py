@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import json
 import re
 import shutil
 import subprocess
@@ -393,6 +394,30 @@ def test_a_function_that_returns_nothing_is_refused_at_its_location(tmp_path: Pa
     with pytest.raises(mk.MkError, match="@f returns nothing") as info:
         mk.compile(path, cache_dir=tmp_path)
     assert "nothing.mlir:1:1: error: @f returns nothing" in info.value.render()
+
+
+def test_a_cpu_run_records_its_timeline_as_a_chrome_trace(cache: Path, tmp_path: Path) -> None:
+    """prog.record_timeline on the CPU: a box per task and iteration, on its SM's row, times from
+    the first start; an SM's boxes do not overlap (it runs one task at a time)."""
+    _real_backend()
+    prog = mk.compile(ROOT / "examples" / "decode_loop.mlir", cache_dir=cache)
+    inputs = random_inputs(prog.func, seed=0)
+    with pytest.raises(mk.MkError, match="no timeline: set prog.record_timeline"):
+        prog.trace(tmp_path / "none.json")
+    prog.record_timeline = True
+    prog(*inputs)
+    prog.trace(tmp_path / "t.json")
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    iterations, tasks = prog.tables.iterations, len(prog.tables.tasks)
+    assert iterations > 1 and len(events) == iterations * tasks
+    assert min(e["ts"] for e in events) == 0 and all(e["dur"] >= 0 for e in events)
+    by_sm: dict[int, list[tuple[float, float]]] = {}
+    for e in events:
+        by_sm.setdefault(e["tid"], []).append((e["ts"], e["ts"] + e["dur"]))
+    assert set(by_sm) <= set(range(prog.num_sms))
+    for boxes in by_sm.values():
+        boxes.sort()
+        assert all(end <= start for (_, end), (start, _) in zip(boxes, boxes[1:], strict=False))
 
 
 def test_llama3_block_compiles(cache: Path) -> None:

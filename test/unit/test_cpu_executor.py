@@ -327,6 +327,27 @@ def test_bound_buffers_and_arena_together() -> None:
     np.testing.assert_array_equal(out, x + x + y)
 
 
+def test_the_timeline_stamps_each_body_after_its_producers() -> None:
+    """run(timeline=...) fills [iterations, tasks, 2] with each body's (start, end) in ns since
+    the launch: the consumer starts after the producer it waits on ends; a wrong array is
+    refused."""
+    x = np.arange(8, dtype=np.float32)
+    buffers = [Buffer("f32", [8], "input"), Buffer("f32", [8], "activation")]
+    tasks = [
+        Task(tb.KIND_ADD, signals=[0], args=[1, 0, 0, 0, 8]),
+        Task(tb.KIND_ADD, waits=[Wait(0)], args=[1, 1, 1, 0, 8]),
+    ]
+    tables = build_tables(tasks, [[0], [1]], num_counters=1, buffers=buffers, iterations=2)
+    for threads in (1, 2):
+        stamps = np.full((2, 2, 2), -1, np.int64)
+        tables.executor().run([x, None], arena=bytearray(32), num_threads=threads, timeline=stamps)
+        assert (stamps >= 0).all() and (stamps[..., 1] >= stamps[..., 0]).all()
+        assert (stamps[:, 1, 0] >= stamps[:, 0, 1]).all()  # task 1 waits for task 0
+    for bad in (np.zeros((2, 2, 2), np.int32), np.zeros((1, 2, 2), np.int64)):
+        with pytest.raises(ValueError, match=r"timeline: expected int64 \[2, 2, 2\]"):
+            tables.executor().run([x, None], arena=bytearray(32), timeline=bad)
+
+
 # --------------------------------------------------------------------------- watchdog
 
 
