@@ -160,13 +160,22 @@ def kv_splits(batch: int, q_heads: int, kv_heads: int, seq: int, d: int, t: Tili
         splits = parts_at_most(seq, min(splits, max(1, seq // max(1, 2 * t.kv_chunk))))
     # A merge that does not fold is a phase of its own, with its hop, on every layer's critical
     # path: qwen3-8b's step took 5.29 ms/token with 8 splits (folded) against 5.44 with 16.
-    # The bound here is on the whole merge even where mugraph-split-loop leaves each block a KV
-    # head's share (and mugraph-fuse-loop folds by that share): kv_splits=16 then folds for
-    # qwen3-8b too, not yet timed against these 8.
+    # Where mugraph-split-loop gives each block `split_loop` KV heads' partials, mugraph-fuse-loop
+    # bounds that share, and the bound here follows it: qwen3-8b then takes 16 splits (33 KB a
+    # block), 4.819 against 4.839 ms/token with 8 on the H200 (bench/RESULTS.md, session 62).
     fitting = splits
-    while fitting >= 4 and merge_input_bytes(fitting, q_heads, d) > DEFAULT_FOLD_BYTES:
+    while fitting >= 4 and merge_share_bytes(fitting, q_heads, kv_heads, d, t) > DEFAULT_FOLD_BYTES:
         fitting = parts_at_most(seq, fitting // 2)
-    return fitting if merge_input_bytes(fitting, q_heads, d) <= DEFAULT_FOLD_BYTES else splits
+    return fitting if merge_share_bytes(fitting, q_heads, kv_heads, d, t) <= DEFAULT_FOLD_BYTES else splits
+
+
+def merge_share_bytes(splits: int, q_heads: int, kv_heads: int, d: int, t: Tiling) -> int:
+    """What one block of a folded batch-1 merge reads: all of it, or with mugraph-split-loop the
+    partials of its `split_loop` KV heads."""
+    whole = merge_input_bytes(splits, q_heads, d)
+    if not t.split_loop or kv_heads < 1:
+        return whole
+    return whole * min(t.split_loop, kv_heads) // kv_heads
 
 
 def merge_input_bytes(splits: int, q_heads: int, d: int) -> int:

@@ -439,8 +439,8 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_ROWS_DOT_PIPE 1")
     if flag("MK_CUDA_ATTN_PIPE"):
         lines.append("#define MK_ATTN_PIPE 1")
-    if flag("MK_CUDA_ATTN_KV_EARLY"):
-        lines.append("#define MK_ATTN_KV_EARLY 1")
+    if not flag("MK_CUDA_ATTN_KV_EARLY", default=True):
+        lines.append("#define MK_ATTN_KV_LATE 1")
     if (keys := count("MK_CUDA_ATTN_KEYS", 4, 1, 16, "keys")) != 4:
         lines.append(f"#define MK_ATTN_KEYS {keys}")
     if plain_launch():

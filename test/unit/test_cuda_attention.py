@@ -118,13 +118,16 @@ def test_other_attention_forms_keep_the_tile_loop(
 
 @pytest.mark.usefixtures("no_nvcc")
 def test_emitted_call_and_score_function(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Llama-3-8B's block (4 query rows a task, head dim 128) on tensor cores by default, on
-    CUDA cores with MK_CUDA_ATTN_MMA=0."""
+    """Llama-3-8B's block (4 query rows a task, head dim 128): 16 splits of one 64-key chunk on
+    CUDA cores by default; 8 splits (two chunks a task) on tensor cores, on CUDA cores with
+    MK_CUDA_ATTN_MMA=0."""
     path = ROOT / "examples/llama3_8b_block.mlir"
     src = mk.compile(path, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    assert src.count("mk::gpu::stream_attention<4, 128>(sa, score);") == 1
+    src = mk.compile(path, target="cuda", cache_dir=tmp_path, kv_splits=8).cuda_source  # type: ignore[attr-defined]
     assert src.count("mk::gpu::stream_attention_mma<4, 128, true, 2>(sa, score);") == 1
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", "0")
-    src = mk.compile(path, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    src = mk.compile(path, target="cuda", cache_dir=tmp_path, kv_splits=8).cuda_source  # type: ignore[attr-defined]
     assert src.count("mk::gpu::stream_attention<4, 128>(sa, score);") == 1
     assert "const auto score = [&](float s, int64_t key) -> float {" in src
     assert "mk::gpu::accum_softmax_update" not in src  # the split loop no longer runs on tiles
@@ -270,7 +273,7 @@ def _merges(text: str, **options: int) -> dict[str, GraphDefOp]:
 @pytest.mark.parametrize(
     ("example", "kernel", "splits", "rows", "width"),
     [("attention_decode", "o", 4, 4, 64),
-     ("llama3_8b_block", "att2", 8, 4, 128),  # 8 splits: its merge folds into wo's loop
+     ("llama3_8b_block", "att2", 16, 4, 128),  # a KV head's share of 16 folds into wo's loop
      ("decoder_block", "att2", 2, 2, 64)],
 )  # fmt: skip
 def test_merge_kernels_of_the_examples_become_one_call(
@@ -354,7 +357,7 @@ def test_pipelined_key_loop_is_a_build_option(
     pipe: str, keys: str, early: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """MK_CUDA_ATTN_PIPE=1 defines MK_ATTN_PIPE, MK_CUDA_ATTN_KEYS=8 MK_ATTN_KEYS and
-    MK_CUDA_ATTN_KV_EARLY=1 MK_ATTN_KV_EARLY; a batch-8 decode attention of 512 keys a task
+    MK_CUDA_ATTN_KV_EARLY=0 MK_ATTN_KV_LATE; a batch-8 decode attention of 512 keys a task
     (qwen3-0.6b's heads) on CUDA cores builds without spills each way."""
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", "0")
     monkeypatch.setenv("MK_CUDA_ATTN_PIPE", pipe)
@@ -365,7 +368,7 @@ def test_pipelined_key_loop_is_a_build_option(
     src = prog.cuda_source  # type: ignore[attr-defined]
     assert ("#define MK_ATTN_PIPE 1" in src) == (pipe == "1")
     assert ("#define MK_ATTN_KEYS 8" in src) == (keys == "8")
-    assert ("#define MK_ATTN_KV_EARLY 1" in src) == (early == "1")
+    assert ("#define MK_ATTN_KV_LATE 1" in src) == (early == "0")
     assert "mk::gpu::stream_attention<2, 128>(" in src
     used = prog.cuda_resources  # type: ignore[attr-defined]
     assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
@@ -379,7 +382,8 @@ def test_pipelined_key_loop_is_a_build_option(
         ((8, 16, 8, 1024, 128), {}, "auto", "stream_attention_mma<2, 128, true, 2>"),  # 8 chunks
         ((2, 8, 2, 256, 128), {}, "auto", "stream_attention<4, 128>"),  # one chunk of 64 keys
         ((1, 16, 8, 1024, 128), {}, "auto", "stream_attention<2, 128>"),  # 2 rows x 2 chunks
-        ((1, 32, 8, 1024, 128), {}, "auto", "stream_attention_mma<4, 128, true, 2>"),  # 4 x 2
+        ((1, 32, 8, 1024, 128), {}, "auto", "stream_attention<4, 128>"),  # 4 x 1 (16 splits)
+        ((1, 32, 8, 1024, 128), {"kv_splits": 8}, "auto", "stream_attention_mma<4, 128, true, 2>"),
         ((2, 8, 2, 256, 64), {"dtype": "f16"}, "auto", "stream_attention_mma<4, 64, false, 1>"),
         ((2, 8, 2, 256, 64), {}, "0", "stream_attention<4, 64>"),
         ((2, 4, 4, 64, 32), {}, "", "stream_attention_mma<1, 32, true, 1>"),
@@ -397,11 +401,13 @@ def test_tensor_core_decode_attention_is_a_build_option(
 ) -> None:
     """MK_CUDA_ATTN_MMA=1 calls stream_attention_mma where the head dim and dtypes allow, with
     a stage for each chunk of 64 keys a task has, up to 2, and their room; `auto` (or unset) up
-    to head dim 64 and for tasks of 8 query rows times chunks or more (qwen3-0.6b and qwen3-8b
-    at batch 1, 1,024 keys in 8 splits); 0 never."""
+    to head dim 64 and for tasks of 8 query rows times chunks or more (qwen3-8b's heads at batch
+    1 with 1,024 keys in 8 splits; its default 16 give one chunk a task); 0 never."""
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", mode)
+    extra = dict(extra)
+    options = {"kv_splits": extra.pop("kv_splits")} if "kv_splits" in extra else {}
     text = _attention(*dims, **extra)  # type: ignore[arg-type]
-    src = mk.compile(text, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    src = mk.compile(text, target="cuda", cache_dir=tmp_path, **options).cuda_source  # type: ignore[attr-defined]
     assert f"mk::gpu::{call}(sa, score);" in src
     if "mma" in call:  # a stage a chunk of the task's keys (up to 2) of K and V rows of d + 8
         stages = int(call.split(", ")[-1].rstrip(">"))
@@ -462,13 +468,13 @@ def test_tensor_core_decode_attention_builds_without_spills(
 @pytest.mark.parametrize(
     ("pipe", "keys", "mma", "early"),
     [
-        ("0", "", "0", "0"),
-        ("1", "", "0", "0"),
-        ("1", "8", "0", "0"),
-        ("0", "", "1", "0"),
         ("0", "", "0", "1"),
+        ("1", "", "0", "1"),
+        ("1", "8", "0", "1"),
+        ("0", "", "1", "1"),
+        ("0", "", "0", "0"),
     ],
-    ids=["rounds", "pipelined", "8-keys", "tensor-cores", "kv-early"],
+    ids=["rounds", "pipelined", "8-keys", "tensor-cores", "kv-late"],
 )
 def test_streamed_attention_matches_the_reference(
     dims: tuple[int, ...],
@@ -483,7 +489,7 @@ def test_streamed_attention_matches_the_reference(
     """The key loops: a round's loads then its keys, (MK_CUDA_ATTN_PIPE=1) the next round's
     loads in flight while this round's keys are used, with 4 or 8 keys a round,
     (MK_CUDA_ATTN_MMA=1) staged chunks on tensor cores where the head dim allows, and
-    (MK_CUDA_ATTN_KV_EARLY=1) the first round's loads issued behind the prepared rows' loads;
+    the first round's loads issued behind the prepared rows' loads (MK_CUDA_ATTN_KV_EARLY=0: after);
     kv_splits=3 gives tasks of several rounds or chunks."""
     monkeypatch.setenv("MK_CUDA_ATTN_PIPE", pipe)
     monkeypatch.setenv("MK_CUDA_ATTN_KEYS", keys)

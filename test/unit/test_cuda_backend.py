@@ -210,7 +210,7 @@ SWITCHES = [
     {"MK_CUDA_LAUNCH": "plain"},
     {"MK_CUDA_ATTN_PIPE": "1"},
     {"MK_CUDA_ATTN_KEYS": "8"},
-    {"MK_CUDA_ATTN_KV_EARLY": "1"},
+    {"MK_CUDA_ATTN_KV_EARLY": "0"},
     {"MK_CUDA_MERGE_EARLY": "1"},
     {"MK_CUDA_MMA_RING": "4", "MK_CUDA_RING_WALK": "0"},
     {"MK_CUDA_ROWS_DOT_PIPE": "1"},
@@ -253,7 +253,7 @@ SWITCH_BUILDS = [
                    "MK_CUDA_RING_WALK": "0"}),
     ("gated_mlp", {"MK_CUDA_MMA_RING": "2", "MK_CUDA_RING_COLS": "512", "MK_CUDA_STREAM_KB": "192",
                    "MK_CUDA_RAW_FENCE": "chunk"}),
-    ("decode_loop", {"MK_CUDA_PREFETCH_AT": "ahead2", "MK_CUDA_ATTN_KV_EARLY": "1"}),
+    ("decode_loop", {"MK_CUDA_PREFETCH_AT": "ahead2", "MK_CUDA_ATTN_KV_EARLY": "0"}),
     ("decoder_block", {"MK_CUDA_MERGE_EARLY": "1"}),
 ]  # fmt: skip
 

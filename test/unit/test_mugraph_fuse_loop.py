@@ -117,21 +117,22 @@ def test_a_limit_below_the_partials_keeps_the_merge() -> None:
 
 @pytest.mark.parametrize(
     ("preset", "splits", "unsplit"),
-    [("qwen3-0.6b", 16, 8), ("llama-3.2-1b", 16, 8), ("qwen3-8b", 8, 8)],
+    [("qwen3-0.6b", 16, 8), ("llama-3.2-1b", 16, 8), ("qwen3-8b", 16, 8)],
 )
 def test_batch_one_picks_kv_splits_whose_merge_folds(
     preset: str, splits: int, unsplit: int
 ) -> None:
-    """At the default splits (≈ one block per SM) an 8B model's merge reads 260 KB, past the
-    fold budget, and would be a phase of its own; the choice halves the splits until it fits.
-    Without mugraph-split-loop every o-projection block merges every split, so each split then
-    also takes two chunks of keys at least (1,024 keys: 8 splits)."""
+    """At the default splits (≈ one block per SM) an 8B model's merge reads 266 KB, past the
+    fold budget: split by mugraph-split-loop, a block reads one KV head's share (33 KB) and it
+    folds; without it the choice halves the splits until the whole merge fits, and every
+    o-projection block merges every split, so each split also takes two chunks of keys at least
+    (1,024 keys: 8 splits)."""
     import dataclasses
 
     from mk.models import decode_program
     from mk.models import preset as model_preset
     from mk.passes.mugraph_fuse_loop import DEFAULT_FOLD_BYTES
-    from mk.passes.nn_to_mugraph_attention import kv_splits, merge_input_bytes
+    from mk.passes.nn_to_mugraph_attention import kv_splits, merge_input_bytes, merge_share_bytes
     from mk.passes.nn_to_mugraph_rules import Tiling
 
     config = model_preset(preset)
@@ -139,7 +140,8 @@ def test_batch_one_picks_kv_splits_whose_merge_folds(
     t = Tiling(num_sms=132)
     assert kv_splits(1, hq, hkv, 1024, d, t) == splits
     assert kv_splits(1, hq, hkv, 1024, d, Tiling(num_sms=132, split_loop=0)) == unsplit
-    assert merge_input_bytes(splits, hq, d) <= DEFAULT_FOLD_BYTES
+    assert merge_share_bytes(splits, hq, hkv, d, t) <= DEFAULT_FOLD_BYTES
+    assert merge_input_bytes(unsplit, hq, d) <= DEFAULT_FOLD_BYTES
     assert kv_splits(8, hq, hkv, 1024, d, t) == 132 // (8 * hkv)  # no batch-1 merge to fold
     for split_loop, label in ((0, "loop+"), (1, "split+")):
         module = load_module(decode_program(dataclasses.replace(config, layers=1), 1, 1024))

@@ -151,10 +151,10 @@ constexpr bool kAttnPipe = true;
 constexpr bool kAttnPipe = false;
 #endif
 
-#if defined(MK_ATTN_KV_EARLY)
-constexpr bool kAttnKvEarly = true;
-#else
+#if defined(MK_ATTN_KV_LATE)
 constexpr bool kAttnKvEarly = false;
+#else
+constexpr bool kAttnKvEarly = true;
 #endif
 
 // A round of U keys' scores (reduced over the group; -inf for a key past the end) into the
@@ -511,8 +511,9 @@ __device__ void stream_attention(const StreamAttention& a, Score score) {
   float q[R][8];
   const bool vec = (a.aligned || ((reinterpret_cast<uintptr_t>(a.k) | reinterpret_cast<uintptr_t>(a.v)) & 15) == 0) &&
                    a.ld % 8 == 0;
-  // MK_CUDA_ATTN_KV_EARLY: the keys' first round (of the keys before the new one) goes out right
-  // behind the rows' loads, so its round trip to HBM overlaps theirs and the rows' ops.
+  // The keys' first round (of the keys before the new one) goes out right behind the rows'
+  // loads, so its round trip to HBM overlaps theirs and the rows' ops (MK_CUDA_ATTN_KV_EARLY=0:
+  // after them).
   constexpr bool kEarly = kAttnKvEarly && !kAttnPipe && (R + 2) * (D / 8) <= kCudaThreads;
   KeyRound<U> first;
   auto load_first = [&] {
