@@ -166,7 +166,11 @@ def kv_splits(batch: int, q_heads: int, kv_heads: int, seq: int, d: int, t: Tili
     fitting = splits
     while fitting >= 4 and merge_share_bytes(fitting, q_heads, kv_heads, d, t) > DEFAULT_FOLD_BYTES:
         fitting = parts_at_most(seq, fitting // 2)
-    return fitting if merge_share_bytes(fitting, q_heads, kv_heads, d, t) <= DEFAULT_FOLD_BYTES else splits
+    return (
+        fitting
+        if merge_share_bytes(fitting, q_heads, kv_heads, d, t) <= DEFAULT_FOLD_BYTES
+        else splits
+    )
 
 
 def merge_share_bytes(splits: int, q_heads: int, kv_heads: int, d: int, t: Tiling) -> int:
