@@ -513,8 +513,9 @@ __device__ void stream_attention(const StreamAttention& a, Score score) {
                    a.ld % 8 == 0;
   // The keys' first round (of the keys before the new one) goes out right behind the rows'
   // loads, so its round trip to HBM overlaps theirs and the rows' ops (MK_CUDA_ATTN_KV_EARLY=0:
-  // after them).
-  constexpr bool kEarly = kAttnKvEarly && !kAttnPipe && (R + 2) * (D / 8) <= kCudaThreads;
+  // after them). Up to two query rows: at four (qwen3-8b at batch 1, 16 splits) this body is the
+  // megakernel's register peak (255) and the early round's registers made ptxas spill.
+  constexpr bool kEarly = kAttnKvEarly && !kAttnPipe && R <= 2 && (R + 2) * (D / 8) <= kCudaThreads;
   KeyRound<U> first;
   auto load_first = [&] {
     if (kEarly && vec) load_key_round<D, U, true>(a, slot, jn, first);
