@@ -92,6 +92,14 @@ def raw_fence_per_chunk() -> bool:
     return choice("MK_CUDA_RAW_FENCE", ("task", "chunk")) == "chunk"
 
 
+def raw_bars_kept() -> bool:
+    """MK_CUDA_RAW_BARS: `task` (default) gives a raw activation's bulk copies two mbarriers
+    initialised and invalidated in each task; `launch` keeps them for the whole launch and counts
+    their phases (compute-sanitizer's racecheck reports the copies into bytes a previous task's
+    copy filled as a race under `task`, session 62)."""
+    return choice("MK_CUDA_RAW_BARS", ("task", "launch")) == "launch"
+
+
 def mma_ring(warp_bytes: int, columns: int) -> int:
     """MK_CUDA_MMA_RING: stages of each warp's cp.async ring for a tensor-core task whose warps
     stream `warp_bytes` of weights each in rows of `columns`; 0 for none. `auto` (default):
@@ -451,6 +459,8 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append(f"#define MK_RING_COLS {cols}")
     if raw_fence_per_chunk():
         lines.append("#define MK_RAW_FENCE_CHUNK 1")
+    if raw_bars_kept():
+        lines.append("#define MK_RAW_BARS_LAUNCH 1")
     if not gemm_in_flight():
         lines.append("#define MK_WGMMA_DRAIN 1")
     if not gemm_staged_sums():

@@ -216,6 +216,7 @@ SWITCHES = [
     {"MK_CUDA_ROWS_DOT_PIPE": "1"},
     {"MK_CUDA_MMA_RING": "2", "MK_CUDA_RING_COLS": "512", "MK_CUDA_STREAM_KB": "192"},
     {"MK_CUDA_RAW_FENCE": "chunk"},
+    {"MK_CUDA_RAW_BARS": "launch"},
     {"MK_CUDA_ATTN_ROWS_L1": "1"},
     {"MK_CUDA_DISPATCH": "kind"},
     {"MK_CUDA_DOWN_L2": "1"},
@@ -252,8 +253,9 @@ SWITCH_BUILDS = [
     ("gated_mlp", {"MK_CUDA_MMA_RING": "4", "MK_CUDA_MMA_L1": "1", "MK_CUDA_MMA_SLICES": "balance",
                    "MK_CUDA_RING_WALK": "0"}),
     ("gated_mlp", {"MK_CUDA_MMA_RING": "2", "MK_CUDA_RING_COLS": "512", "MK_CUDA_STREAM_KB": "192",
-                   "MK_CUDA_RAW_FENCE": "chunk"}),
+                   "MK_CUDA_RAW_FENCE": "chunk", "MK_CUDA_RAW_BARS": "launch"}),
     ("decode_loop", {"MK_CUDA_PREFETCH_AT": "ahead2", "MK_CUDA_ATTN_KV_EARLY": "0"}),
+    ("decode_loop", {"MK_CUDA_RAW_BARS": "launch"}),
     ("decoder_block", {"MK_CUDA_MERGE_EARLY": "1"}),
 ]  # fmt: skip
 

@@ -198,6 +198,7 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
       staged[i] = gpu::StagePlace{0, 0, 0, 0};
       stage_phases[i] = 0;
     }
+    gpu::raw_bars_init();
     // The launch's first task: nobody loaded it ahead.
     if (begin < end && p.iterations > 0) {
       // From the global table: the other threads are still filling the shared one.

@@ -33,6 +33,29 @@ __device__ inline void stage_barrier_init(uint64_t* bar) {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 
+#if defined(MK_RAW_BARS_LAUNCH)
+constexpr bool kRawBarsLaunch = true;
+// MK_CUDA_RAW_BARS=launch: the two barriers a raw activation's bulk copies complete on
+// (mma_raw_chunks), live for the whole launch, and the phases each has completed: a task's
+// chunk i waits for phase raw_phases[i % 2] + i / 2 of barrier i % 2. Thread 0 counts them
+// after the task's last barrier; the others read them at the next task, behind the
+// dispatcher's barriers.
+__shared__ uint64_t raw_bars[2];
+__shared__ uint32_t raw_phases[2];
+#else
+constexpr bool kRawBarsLaunch = false;
+#endif
+
+// Thread 0 at the launch's start: the raw chunks' launch-long barriers, where kept.
+__device__ inline void raw_bars_init() {
+#if defined(MK_RAW_BARS_LAUNCH)
+  for (int i = 0; i < 2; ++i) {
+    stage_barrier_init(&raw_bars[i]);
+    raw_phases[i] = 0;
+  }
+#endif
+}
+
 // The issuing thread: the bytes the copies completing on barrier `bar` (a shared address) will
 // bring. The fence orders ordinary accesses to their destination (published by a
 // __syncthreads()) before the copies overwrite it.

@@ -321,13 +321,13 @@ constexpr bool kRingWalk = false;
 // through it) thread 0 copies chunk i + 2 into its buffer.
 template <int M, int Ring, bool BF16>
 __device__ bool mma_raw_ring(const StreamLinear& s, int rows, uint16_t* const (&buf)[2],
-                             uint16_t* ring, uint64_t (&bars)[2]) {
+                             uint16_t* ring, uint64_t* bars, const uint32_t (&phase)[2]) {
   const int warp = static_cast<int>(threadIdx.x >> 5);
   uint16_t* const mine = ring + warp * Ring * (kRingStageBytes / 2);
   const RingChunks all(0, s.k, static_cast<int>(s.kc), (rows + 7) / 8);
   bool landed = true;
   const auto act = [&](int i) {
-    landed = landed && barrier_wait(smem_address(&bars[i & 1]), (i >> 1) & 1);
+    landed = landed && barrier_wait(smem_address(&bars[i & 1]), (phase[i & 1] + (i >> 1)) & 1);
     if (i == 0) {
       MK_MARK(*s.arena);
       MK_MARK(*s.arena);
@@ -351,7 +351,14 @@ __device__ bool mma_raw_ring(const StreamLinear& s, int rows, uint16_t* const (&
 // __syncthreads(); false if a chunk never landed.
 template <int M, int G, int U, int Ring>
 __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
-  __shared__ uint64_t bars[2];
+#if defined(MK_RAW_BARS_LAUNCH)
+  uint64_t* const bars = raw_bars;
+  const uint32_t phase[2] = {raw_phases[0], raw_phases[1]};
+#else
+  __shared__ uint64_t own[2];
+  uint64_t* const bars = own;
+  const uint32_t phase[2] = {0, 0};
+#endif
   uint16_t* const buf[2] = {reinterpret_cast<uint16_t*>(mk_dynamic_smem),
                             reinterpret_cast<uint16_t*>(mk_dynamic_smem) + M * s.kc};
   // One buffer where a chunk is all of K (the emitter then reserves one).
@@ -359,21 +366,23 @@ __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
   uint16_t* const ring = reinterpret_cast<uint16_t*>(mk_dynamic_smem + ((packed + 127) & ~127));
   constexpr bool walk = Ring > 0 && kRingWalk;
   if (threadIdx.x == 0) {
-    stage_barrier_init(&bars[0]);
-    stage_barrier_init(&bars[1]);
+    if constexpr (!kRawBarsLaunch) {
+      stage_barrier_init(&bars[0]);
+      stage_barrier_init(&bars[1]);
+    }
     copy_raw_chunk<M>(s, buf[0], 0, &bars[0]);
     if (walk) copy_raw_chunk<M>(s, buf[1], s.kc, &bars[1]);
   }
   __syncthreads();
   bool landed = true;
   if constexpr (walk) {
-    landed = s.w_dtype == DTYPE_BF16 ? mma_raw_ring<M, Ring, true>(s, rows, buf, ring, bars)
-                                     : mma_raw_ring<M, Ring, false>(s, rows, buf, ring, bars);
+    landed = s.w_dtype == DTYPE_BF16 ? mma_raw_ring<M, Ring, true>(s, rows, buf, ring, bars, phase)
+                                     : mma_raw_ring<M, Ring, false>(s, rows, buf, ring, bars, phase);
   } else {
     int i = 0;
     for (int64_t c = 0; c < s.k; c += s.kc, ++i) {
       const int kc = static_cast<int>(s.k - c < s.kc ? s.k - c : s.kc);
-      landed = barrier_wait(smem_address(&bars[i & 1]), (i >> 1) & 1);
+      landed = barrier_wait(smem_address(&bars[i & 1]), (phase[i & 1] + (i >> 1)) & 1);
       if (c == 0) MK_MARK(*s.arena);
       // Chunk i - 1's products are done everywhere: its buffer takes chunk i + 1.
       if (__syncthreads_or(!landed)) {
@@ -385,11 +394,23 @@ __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
       mma_chunk<M, false, G, U, Ring>(s, buf[i & 1], s.kc, kc, c, rows, ring);
     }
   }
+#if defined(MK_RAW_BARS_LAUNCH)
+  // Each chunk completes one phase of its barrier (chunk i: barrier i % 2). Every thread read
+  // the counts before the barrier behind the first copies, and the one below publishes them to
+  // the next call, which may follow in the same body.
+  if (threadIdx.x == 0) {
+    const uint32_t chunks = static_cast<uint32_t>((s.k + s.kc - 1) / s.kc);
+    raw_phases[0] += (chunks + 1) / 2;
+    raw_phases[1] += chunks / 2;
+  }
+  __syncthreads();
+#else
   __syncthreads();
   if (threadIdx.x == 0) {
     asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(smem_address(&bars[0])) : "memory");
     asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(smem_address(&bars[1])) : "memory");
   }
+#endif
   return landed;
 }
 
