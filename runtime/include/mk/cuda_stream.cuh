@@ -264,12 +264,22 @@ __device__ inline __noinline__ void prefetch_l2(const void* p, uint64_t bytes) {
 
 // A decode task's weights (`rows` rows of `cols` 16-bit elements, `ld` apart), requested before
 // the task waits for its inputs: HBM streams them while the producers finish.
+// Rows apart (a column block of a split o-projection: 64 rows of 512 bytes) take one prefetch
+// each, issued here: one thread issues them while the CTA waits at the dispatcher's barrier.
 __device__ inline __noinline__ void prefetch_rows(const uint16_t* w, int rows, int64_t ld, int64_t cols) {
+  const uint64_t bytes = 2 * static_cast<uint64_t>(cols);
   if (ld == cols) {
-    prefetch_l2(w, 2 * static_cast<uint64_t>(rows) * cols);
+    prefetch_l2(w, bytes * rows);
     return;
   }
-  for (int r = 0; r < rows; ++r) prefetch_l2(w + r * ld, 2 * static_cast<uint64_t>(cols));
+  if ((reinterpret_cast<uintptr_t>(w) & 15) == 0 && ld % 8 == 0 && cols % 8 == 0 && bytes <= 32768) {
+    for (int r = 0; r < rows; ++r) {
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w + r * ld), "r"(static_cast<uint32_t>(bytes))
+                   : "memory");
+    }
+    return;
+  }
+  for (int r = 0; r < rows; ++r) prefetch_l2(w + r * ld, bytes);
 }
 
 // ------------------------------------------------------------------ raw activations (mma)
