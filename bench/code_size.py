@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from mk.tools import add_option_flag
@@ -91,9 +92,9 @@ def kernel_registers(ptxas_log: str) -> int:
     return int(m.group(1)) if m else 0
 
 
-def build_cubin(source: str, where: Path) -> Path:
-    """nvcc -cubin of an emitted megakernel with the backend's flags (a cubin, not a module);
-    ptxas's report is left beside it in ptxas.log."""
+def build_cubin(source: str, where: Path, extra: tuple[str, ...] = ()) -> Path:
+    """nvcc -cubin of an emitted megakernel with the backend's flags and `extra` (a cubin, not a
+    module); ptxas's report is left beside it in ptxas.log."""
     from mk.backends.cuda.build import NVCC_FLAGS, cuda_include_dir, cute_include_dir, nvcc
     from mk.backends.cuda.mma_tile import WGMMA_HEADER
 
@@ -115,6 +116,7 @@ def build_cubin(source: str, where: Path) -> Path:
             f"-I{cuda_include_dir()}",
             "-Xptxas",
             "-v",
+            *extra,
             "-cubin",
             str(src),
             "-o",
@@ -129,6 +131,20 @@ def build_cubin(source: str, where: Path) -> Path:
     return cubin
 
 
+def emit_source(program: str, options: Mapping[str, object]) -> str:
+    """The megakernel's CUDA source for `program`, emitted without building it."""
+    import mk
+    import mk.backends.cuda as backend
+    from mk.backends.cuda import build
+
+    backend_nvcc, build_nvcc = backend.nvcc, build.nvcc
+    build.nvcc = backend.nvcc = lambda: None  # emit only; the cubin is built by the caller
+    try:
+        return mk.compile(program, target="cuda", **options).cuda_source  # type: ignore[attr-defined]
+    finally:  # a failed compile must not leave nvcc hidden from the caller
+        build.nvcc, backend.nvcc = build_nvcc, backend_nvcc
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", required=True)
@@ -139,9 +155,6 @@ def main() -> int:
     args = parser.parse_args()
     if shutil.which("readelf") is None:
         raise SystemExit("code_size: readelf is not on PATH")
-    import mk
-    import mk.backends.cuda as backend
-    from mk.backends.cuda import build
     from mk.models import decode_program, preset
     from mk.pipeline import parse_pass_options
 
@@ -151,12 +164,7 @@ def main() -> int:
         options = parse_pass_options(args.option)
     except ValueError as e:
         raise SystemExit(f"code_size: {e}") from None
-    backend_nvcc, build_nvcc = backend.nvcc, build.nvcc
-    build.nvcc = backend.nvcc = lambda: None  # emit only; the cubin is built below
-    try:
-        source = mk.compile(program, target="cuda", **options).cuda_source  # type: ignore[attr-defined]
-    finally:  # a failed compile must not leave nvcc hidden from the caller
-        build.nvcc, backend.nvcc = build_nvcc, backend_nvcc
+    source = emit_source(program, options)
     with tempfile.TemporaryDirectory() as tmp:
         sizes = function_sizes(build_cubin(source, Path(tmp)))
         log = (Path(tmp) / "ptxas.log").read_text()
