@@ -11,7 +11,7 @@ from xdsl.ir import SSAValue
 from mk.backends.cpu.emit_ops import GraphDefEmitter
 from mk.backends.cpu.emit_scalar import dtype_code
 from mk.backends.cuda import switches
-from mk.backends.cuda.split_merge import MergedX, merged_x_lines
+from mk.backends.cuda.split_merge import MergedX, idle_warps, merged_x_lines
 from mk.backends.cuda.stream import (
     STAGE_LOST,
     StreamPlan,
@@ -73,17 +73,18 @@ class StreamLinearEmitter(GraphDefEmitter):
         )
         return x_ok and all(self.rows_aligned(w) for w, _ in plan.products)
 
-    def merged_x(self, x: MergedX) -> None:
-        """The partials merged straight into the staged activation (one chunk: all of K)."""
-        self.merged_x_into(x, "reinterpret_cast<float*>(mk::gpu::mk_dynamic_smem)")
+    def merged_x(self, x: MergedX, beside: str = "") -> None:
+        """The partials merged straight into the staged activation (one chunk: all of K); with
+        `beside`, what the threads that do not merge run meanwhile (merged_x_lines)."""
+        self.merged_x_into(x, "reinterpret_cast<float*>(mk::gpu::mk_dynamic_smem)", beside)
         self.lines.append("sl.x_ready = true;")
 
-    def merged_x_into(self, x: MergedX, into: str) -> None:
+    def merged_x_into(self, x: MergedX, into: str, beside: str = "") -> None:
         def source(op: InputOp) -> str:
             ref = self.operands[op.source_index()]
             return f"static_cast<const float*>(buffers[{ref.index}]) + {self.flat_start(op)}"
 
-        self.lines += merged_x_lines(x, dtype_code(x.norm.res[0].type), into, source)
+        self.lines += merged_x_lines(x, dtype_code(x.norm.res[0].type), into, source, beside)
 
     def before_stream(self) -> None:
         """Statements of the body before its stream (none here)."""
@@ -118,13 +119,17 @@ class StreamLinearEmitter(GraphDefEmitter):
         ]
         return True
 
-    def merge_early(self, plan: StreamPlan, mma: bool) -> bool:
-        """Whether the body loads the stream's first round of weights before the merge that
-        makes its activation (switches.merge_early): CUDA cores, weights from global memory,
-        aligned rows."""
-        if not (switches.merge_early() and isinstance(plan.x, MergedX)):
-            return False
-        return not mma and not self.stage_weights_ahead and self.aligned(plan)
+    def merge_early(self, plan: StreamPlan, mma: bool) -> str:
+        """Where the body asks for the stream's weights, if not after the merge that
+        makes its activation (switches.merge_early): `1` before the merge, `beside` by the warps
+        that do not merge while the others load the partials (where some do not), else "". CUDA
+        cores, weights from global memory, aligned rows."""
+        mode, x = switches.merge_early(), plan.x
+        if mode == "0" or not isinstance(x, MergedX):
+            return ""
+        if mma or self.stage_weights_ahead or not self.aligned(plan):
+            return ""
+        return "" if mode == "beside" and not idle_warps(x) else mode
 
     def stream_linear(self, plan: StreamPlan) -> None:
         emit = self.lines.append
@@ -207,7 +212,10 @@ class StreamLinearEmitter(GraphDefEmitter):
             f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}, {steps}, "
             f"{plan.loads_per_thread(k)}, {_bool(mma)}"
         )
-        if early:
+        if early == "beside":  # the weights asked into L2 beside the partials' loads
+            assert isinstance(plan.x, MergedX)
+            self.merged_x(plan.x, "mk::gpu::prefetch_rows_l2_by(sl, t, n);")
+        elif early:
             emit(f"mk::gpu::WeightRound<{plan.rows_per_round()}, {steps}> first;")
             emit("mk::gpu::load_first_round(sl, first);")
             assert isinstance(plan.x, MergedX)

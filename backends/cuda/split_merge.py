@@ -21,7 +21,7 @@ from xdsl.ir import Operation, SSAValue
 
 from mk.backends.cpu.emit_scalar import dtype_code, float_literal
 from mk.backends.cuda.elementwise import Runs, box_runs
-from mk.backends.cuda.stream_attention import used_only_by
+from mk.backends.cuda.stream_attention import THREADS, used_only_by
 from mk.dialects.mugraph import GraphDefOp, InputOp
 from mk.dialects.mugraph_base import shape_of
 from mk.dialects.mugraph_tiles import BinaryOp, ReduceOp, ReshapeOp, ThreadMapOp, YieldOp
@@ -283,17 +283,29 @@ def _normalise_limit(t: ThreadMapOp) -> float | None:
 
 
 def merged_x_lines(
-    x: MergedX, dtype: str, into: str, source: Callable[[InputOp], str]
+    x: MergedX, dtype: str, into: str, source: Callable[[InputOp], str], beside: str = ""
 ) -> list[str]:
-    """The device call merging every row into `into` (floats, rounded to `dtype`)."""
+    """The device call merging every row into `into` (floats, rounded to `dtype`); with
+    `beside`, the statement the threads of the warps that do not merge run meanwhile, knowing
+    their index `t` of `n` (merge_rows_beside: needs idle_warps)."""
     m = x.merge
     out, peak, total = (source(op) for op in (m.out, m.peak, m.total))
     runs = f", {x.run}, {x.run_ld}" if x.run else ""
-    return [
-        f"mk::gpu::merge_rows<{m.splits}, {m.width}{runs}>({out}, {_whole_ld(m.out)}, {peak}, "
-        f"{total}, {_whole_ld(m.peak)}, {x.rows}, {float_literal(x.empty_below)}, {dtype}, "
-        f"{into});"
-    ]
+    args = (
+        f"{out}, {_whole_ld(m.out)}, {peak}, {total}, {_whole_ld(m.peak)}, {x.rows}, "
+        f"{float_literal(x.empty_below)}, {dtype}, {into}"
+    )
+    if beside:
+        assert idle_warps(x), "merge_rows_beside needs warps that do not merge"
+        call = f"mk::gpu::merge_rows_beside<{m.splits}, {m.width}{runs}>"
+        return [f"{call}({args}, [&](int t, int n) {{ {beside} }});"]
+    return [f"mk::gpu::merge_rows<{m.splits}, {m.width}{runs}>({args});"]
+
+
+def idle_warps(x: MergedX) -> bool:
+    """Whether a CTA's threads merge at most one item (four elements of a row) each and leave a
+    warp or more idle."""
+    return x.rows * (x.merge.width // 4) <= THREADS - 32
 
 
 def _whole_ld(op: InputOp) -> int:

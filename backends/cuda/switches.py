@@ -321,15 +321,20 @@ def merged_dot() -> bool:
     return flag("MK_CUDA_MERGED_DOT")
 
 
-def merge_early() -> bool:
-    """MK_CUDA_MERGE_EARLY=1 (opt-in; +1.3 % at qwen3-0.6b batch 1 on the H200): a linear on
-    CUDA cores whose activation is an attention merge it makes itself (the split o-projection at batch 1) loads its warps'
-    first round of weights before the merge (mk::gpu::load_first_round), so that their round
-    trip to HBM overlaps the partials' round trip and the merge instead of following them.
+def merge_early() -> str:
+    """MK_CUDA_MERGE_EARLY: where a linear on CUDA cores whose activation is an attention merge
+    it makes itself (the split o-projection at batch 1) asks for its weights, so that their
+    round trip to HBM overlaps the partials' round trip and the merge instead of following them.
+    `0` (default): after the merge; `1`: each warp's first round loaded into registers before
+    the merge's loads (mk::gpu::load_first_round; +1.3 % at qwen3-0.6b batch 1 on the H200,
+    session 62: the partials, needed first, then queue behind 32 KB of weights); `beside`: the
+    warps that do not merge ask the L2 for the weights while the others load the partials
+    (mk::gpu::merge_rows_beside, where the merge leaves a warp idle; no registers held: a round
+    held in registers through the merge spilled 64 B), and the stream then finds them there.
     Every streamed linear loading its first round before its activation spilled (llama-3.2-1b
     and qwen3-8b at batch 1: 16-64 B of spill stores in each of five or six bodies, the lm_head,
     q and the gated MLP's among them), so only these do."""
-    return flag("MK_CUDA_MERGE_EARLY")
+    return choice("MK_CUDA_MERGE_EARLY", ("0", "1", "beside"))
 
 
 def epilogue_weights_l2() -> bool:

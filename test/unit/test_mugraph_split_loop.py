@@ -257,6 +257,33 @@ def test_merge_early_loads_the_first_round_before_the_merge(
         assert prog.library_path is not None and used is not None and used.spill_stores == 0
 
 
+def test_merge_early_beside_asks_for_the_weights_while_the_partials_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_MERGE_EARLY=beside: the threads of the warps that do not merge ask the L2 for the
+    block's weights (merge_rows_beside, no round held in registers) and the stream then loads
+    them as usual; at batch 3 too. nvcc builds it without spills; an unknown mode is named."""
+    monkeypatch.setenv("MK_CUDA_MERGE_EARLY", "beside")
+    for text, extra in ((ATTN_OPROJ, {}), (ATTN_OPROJ_B3, {"merge_rows": 3})):
+        body = _split_body(cuda_source(text, tmp_path, **extra, **OPTIONS))
+        assert "mk::gpu::merge_rows<" not in body and "WeightRound" not in body
+        merge = re.search(
+            r"mk::gpu::merge_rows_beside<[^;]*\[&\]\(int t, int n\) \{ (.*?) \}\);", body
+        )
+        assert merge is not None and merge.group(1) == "mk::gpu::prefetch_rows_l2_by(sl, t, n);"
+        call = re.search(r"mk::gpu::stream_linear<\d+, \d+, \d+, \d+, false>\(sl\);", body)
+        weights = body.index("sl.w[0] = ")
+        assert call is not None
+        assert weights < merge.start() < body.index("sl.x_ready = true;") < call.start()
+    if build.nvcc() is not None:
+        prog = mk.compile(ATTN_OPROJ, target="cuda", cache_dir=tmp_path, **OPTIONS)
+        used = prog.cuda_resources  # type: ignore[attr-defined]
+        assert prog.library_path is not None and used is not None and used.spill_stores == 0
+    monkeypatch.setenv("MK_CUDA_MERGE_EARLY", "ahead")
+    with pytest.raises(mk.MkError, match="MK_CUDA_MERGE_EARLY must be one of 0, 1, beside"):
+        cuda_source(ATTN_OPROJ, tmp_path, **OPTIONS)
+
+
 @pytest.mark.usefixtures("no_nvcc")
 def test_merged_dot_takes_whole_runs_of_256_columns(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

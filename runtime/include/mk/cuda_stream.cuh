@@ -434,6 +434,25 @@ __device__ inline WarpRows warp_rows(int first, int last) {
   return WarpRows{begin, begin + per < last ? begin + per : last};
 }
 
+// Thread t of n asks the L2 for every n-th 128-byte line of the rows of chunk 0 (no registers
+// held, unlike load_first_round; MK_CUDA_MERGE_EARLY=behind: the threads that do not merge),
+// so that the stream's own loads find them there.
+__device__ inline void prefetch_rows_l2_by(const StreamLinear& s, int t, int n) {
+  int rows = 0;
+#pragma unroll
+  for (int i = 0; i < kStreamMaxWeights; ++i) {
+    if (i < s.nw) rows += s.w[i].rows;
+  }
+  const int64_t kc = s.k < s.kc ? s.k : s.kc;
+  const int lines = static_cast<int>((2 * kc + 127) / 128);  // a row's 128-byte lines
+  for (int j = t; j < rows * lines; j += n) {
+    float* out;
+    int32_t of;
+    const uint16_t* at = weight_row(s, j / lines, (j % lines) * 64, &out, &of);
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(at));
+  }
+}
+
 // A lane's first round of the weights its warp streams (the warp's first group, chunk 0, 16-byte
 // aligned rows), loaded before the activation is ready: stream_linear<..., First> then starts
 // with it (MK_CUDA_MERGE_EARLY: a linear of the attention merge it makes itself, the weights'
