@@ -19,6 +19,7 @@ from mk.backends.cuda.stream import (
     stage_offsets,
     staged_ld,
 )
+from mk.backends.cuda.stream_attention import THREADS
 from mk.dialects.mugraph import InputOp
 from mk.dialects.mugraph_base import shape_of
 
@@ -131,6 +132,16 @@ class StreamLinearEmitter(GraphDefEmitter):
             return ""
         return "" if mode == "beside" and not idle_warps(x) else mode
 
+    def stage_beside(self, plan: StreamPlan, k: int, chunk: int, mma: bool) -> bool:
+        """Whether the warps that stage none of the activation's first chunk ask the L2 for its
+        weights meanwhile (switches.stage_beside): CUDA cores, a staged activation that is not
+        flagged, and a chunk that leaves a warp idle."""
+        if not switches.stage_beside() or mma or isinstance(plan.x, MergedX):
+            return False
+        if self.operands[plan.x.source_index()].flagged:
+            return False
+        return plan.rows * (min(k, chunk) // 8) <= THREADS - 32
+
     def stream_linear(self, plan: StreamPlan) -> None:
         emit = self.lines.append
         k = self.forloop * shape_of(plan.x.tile)[1]
@@ -176,6 +187,8 @@ class StreamLinearEmitter(GraphDefEmitter):
         emit(f"sl.nw = {len(plan.products)};")
         if self.aligned(plan) and not self.stage_weights_ahead:
             emit("sl.aligned = true;")
+            if self.stage_beside(plan, k, chunk, mma):
+                emit("sl.l2_beside = true;")
         firsts, lds = [], []
         for w, _ in plan.products:
             ref = self.operands[w.source_index()]

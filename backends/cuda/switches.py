@@ -337,6 +337,16 @@ def merge_early() -> str:
     return choice("MK_CUDA_MERGE_EARLY", ("0", "1", "beside"))
 
 
+def stage_beside() -> bool:
+    """MK_CUDA_STAGE_BESIDE=1 (opt-in, not yet measured): a linear on CUDA cores whose staged
+    activation chunk leaves some warps without a load (batch 1: 128 of the 256 threads stage
+    1,024 columns) has those warps ask the L2 for the chunk's weight rows meanwhile
+    (StreamLinear::l2_beside, mk::gpu::prefetch_rows_l2_by), so the weights' round trip to HBM
+    overlaps the activation's instead of following its staging barrier; the activation's loads
+    stay the only loads of the threads that stage it."""
+    return flag("MK_CUDA_STAGE_BESIDE")
+
+
 def epilogue_weights_l2() -> bool:
     """MK_CUDA_DOWN_L2=1 (opt-in; +2.5 % on the H200): a block that adds its epilogue product
     into the result (an accumulating gated MLP's down projection, passes/mugraph_fuse_accumulate.py)

@@ -213,6 +213,7 @@ SWITCHES = [
     {"MK_CUDA_ATTN_KV_EARLY": "0"},
     {"MK_CUDA_MERGE_EARLY": "1"},
     {"MK_CUDA_MERGE_EARLY": "beside"},
+    {"MK_CUDA_STAGE_BESIDE": "1"},
     {"MK_CUDA_MMA_RING": "4", "MK_CUDA_RING_WALK": "0"},
     {"MK_CUDA_ROWS_DOT_PIPE": "1"},
     {"MK_CUDA_MMA_RING": "2", "MK_CUDA_RING_COLS": "512", "MK_CUDA_STREAM_KB": "192"},
@@ -258,7 +259,7 @@ SWITCH_BUILDS = [
     ("decode_loop", {"MK_CUDA_PREFETCH_AT": "ahead2", "MK_CUDA_ATTN_KV_EARLY": "0"}),
     ("decode_loop", {"MK_CUDA_RAW_BARS": "launch"}),
     ("decoder_block", {"MK_CUDA_MERGE_EARLY": "1"}),
-    ("llama3_8b_block", {"MK_CUDA_MERGE_EARLY": "beside"}),
+    ("llama3_8b_block", {"MK_CUDA_MERGE_EARLY": "beside", "MK_CUDA_STAGE_BESIDE": "1"}),
 ]  # fmt: skip
 
 

@@ -48,6 +48,10 @@ struct StreamLinear {
   // paths were two thirds of a streamed body's machine code, which a decode step fetches into
   // a cold instruction cache at every layer.
   bool aligned;
+  // MK_CUDA_STAGE_BESIDE=1: while the activation's first chunk is staged, the threads of the
+  // warps that stage none of it ask the L2 for the weights' rows of that chunk (set as a
+  // constant in the body, as `aligned`).
+  bool l2_beside;
 };
 
 __device__ inline const void* elem_at(const void* base, int32_t dtype, int64_t i) {
