@@ -11,7 +11,7 @@ from xdsl.ir import SSAValue
 from mk.backends.cpu.emit_ops import GraphDefEmitter
 from mk.backends.cpu.emit_scalar import dtype_code
 from mk.backends.cuda import switches
-from mk.backends.cuda.split_merge import MergedX, idle_warps, merged_x_lines
+from mk.backends.cuda.split_merge import MergedX, idle_warps, leaves_a_warp_idle, merged_x_lines
 from mk.backends.cuda.stream import (
     STAGE_LOST,
     StreamPlan,
@@ -19,7 +19,6 @@ from mk.backends.cuda.stream import (
     stage_offsets,
     staged_ld,
 )
-from mk.backends.cuda.stream_attention import THREADS
 from mk.dialects.mugraph import InputOp
 from mk.dialects.mugraph_base import shape_of
 
@@ -140,7 +139,7 @@ class StreamLinearEmitter(GraphDefEmitter):
             return False
         if self.operands[plan.x.source_index()].flagged:
             return False
-        return plan.rows * (min(k, chunk) // 8) <= THREADS - 32
+        return leaves_a_warp_idle(plan.rows * (min(k, chunk) // 8))
 
     def stream_linear(self, plan: StreamPlan) -> None:
         emit = self.lines.append

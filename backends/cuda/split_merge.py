@@ -305,7 +305,12 @@ def merged_x_lines(
 def idle_warps(x: MergedX) -> bool:
     """Whether a CTA's threads merge at most one item (four elements of a row) each and leave a
     warp or more idle."""
-    return x.rows * (x.merge.width // 4) <= THREADS - 32
+    return leaves_a_warp_idle(x.rows * (x.merge.width // 4))
+
+
+def leaves_a_warp_idle(items: int) -> bool:
+    """Whether `items`, one a thread from thread 0, leave a CTA's last warp or more without one."""
+    return items <= THREADS - 32
 
 
 def _whole_ld(op: InputOp) -> int:

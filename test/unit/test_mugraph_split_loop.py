@@ -222,10 +222,7 @@ def test_merged_dot_multiplies_the_merged_row_with_rows_dot(
     assert "(32 * bx) * 64 + 32 * bz" in dot.group(1)  # the block's rows, its head's columns
     batch = _split_body(cuda_source(ATTN_OPROJ_B3, tmp_path, merge_rows=3, **OPTIONS))
     assert "mk::gpu::stream_linear<" in batch and "rows_dot_lanes" not in batch
-    if build.nvcc() is not None:
-        prog = mk.compile(ATTN_OPROJ, target="cuda", cache_dir=tmp_path, **OPTIONS)
-        used = prog.cuda_resources  # type: ignore[attr-defined]
-        assert prog.library_path is not None and used is not None and used.spill_stores == 0
+    _assert_builds_without_spills(tmp_path)
 
 
 def test_merge_early_loads_the_first_round_before_the_merge(
@@ -251,10 +248,7 @@ def test_merge_early_loads_the_first_round_before_the_merge(
             and weights < first < merge < body.index("sl.x_ready = true;") < call.start()
         )
         assert f"mk::gpu::WeightRound<{call.group(2)}, {call.group(3)}> first;" in body
-    if build.nvcc() is not None:
-        prog = mk.compile(ATTN_OPROJ, target="cuda", cache_dir=tmp_path, **OPTIONS)
-        used = prog.cuda_resources  # type: ignore[attr-defined]
-        assert prog.library_path is not None and used is not None and used.spill_stores == 0
+    _assert_builds_without_spills(tmp_path)
 
 
 def test_merge_early_beside_asks_for_the_weights_while_the_partials_load(
@@ -275,10 +269,7 @@ def test_merge_early_beside_asks_for_the_weights_while_the_partials_load(
         weights = body.index("sl.w[0] = ")
         assert call is not None
         assert weights < merge.start() < body.index("sl.x_ready = true;") < call.start()
-    if build.nvcc() is not None:
-        prog = mk.compile(ATTN_OPROJ, target="cuda", cache_dir=tmp_path, **OPTIONS)
-        used = prog.cuda_resources  # type: ignore[attr-defined]
-        assert prog.library_path is not None and used is not None and used.spill_stores == 0
+    _assert_builds_without_spills(tmp_path)
     monkeypatch.setenv("MK_CUDA_MERGE_EARLY", "ahead")
     with pytest.raises(mk.MkError, match="MK_CUDA_MERGE_EARLY must be one of 0, 1, beside"):
         cuda_source(ATTN_OPROJ, tmp_path, **OPTIONS)
@@ -302,6 +293,14 @@ def test_merged_dot_takes_whole_runs_of_256_columns(
         512,
         1024,
     ]
+
+
+def _assert_builds_without_spills(tmp_path: Path) -> None:
+    """Where nvcc is present: the split o-projection's program builds and no body spills."""
+    if build.nvcc() is not None:
+        prog = mk.compile(ATTN_OPROJ, target="cuda", cache_dir=tmp_path, **OPTIONS)
+        used = prog.cuda_resources  # type: ignore[attr-defined]
+        assert prog.library_path is not None and used is not None and used.spill_stores == 0
 
 
 def _split_body(src: str) -> str:
