@@ -37,6 +37,16 @@ struct ArenaMark {
   uint64_t fast_top;
 };
 
+// Out of line: every body allocates, and the report's printf inlined was ~250 bytes of code in
+// each of them.
+__device__ __noinline__ inline void scratch_overflow(uint64_t need, uint64_t cap) {
+#if !defined(MK_NO_DEVICE_PRINTF)
+  if (threadIdx.x == 0) printf("mk: CTA %d scratch overflow (%llu > %llu bytes)\n", blockIdx.x,
+                               (unsigned long long)need, (unsigned long long)cap);
+#endif
+  __trap();
+}
+
 // Per-CTA bump allocator: tiles go to a shared-memory part while it has room, then to this SM's
 // slice of the global scratch area. Most task bodies' tiles are small, and in shared memory each
 // of their cooperative steps costs a few dozen cycles instead of an L2 round trip. All threads
@@ -67,13 +77,7 @@ struct Arena {
       return fast + near;
     }
     const uint64_t at = (top + 15) & ~uint64_t{15};
-    if (at + bytes > cap) {
-#if !defined(MK_NO_DEVICE_PRINTF)
-      if (threadIdx.x == 0) printf("mk: CTA %d scratch overflow (%llu > %llu bytes)\n", blockIdx.x,
-                                   (unsigned long long)(at + bytes), (unsigned long long)cap);
-#endif
-      __trap();
-    }
+    if (at + bytes > cap) scratch_overflow(at + bytes, cap);
     top = at + bytes;
     return base + at;
   }

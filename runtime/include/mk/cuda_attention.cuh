@@ -108,9 +108,10 @@ __device__ inline void row_ops(float (&x)[8], const RowOps& ops, const RowOperan
 #pragma unroll
   for (int off = L / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
   if (ops.g != nullptr) {
-    const float root = sqrtf(static_cast<float>(s) / static_cast<float>(8 * L) + ops.eps);
+    // One division a row: eight IEEE divisions, each with its slow path, were 2 KB of code.
+    const float inv = 1.0f / sqrtf(static_cast<float>(s) / static_cast<float>(8 * L) + ops.eps);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) x[i] = x[i] / root * o.g[i];
+    for (int i = 0; i < 8; ++i) x[i] = x[i] * inv * o.g[i];
   }
   if constexpr (L % 2 == 0) {  // RoPE pairs the halves of a row: D >= 16 (the planner's rule)
     float y[8];

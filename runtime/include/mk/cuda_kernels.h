@@ -403,9 +403,9 @@ MK_COOPERATIVE void rms_norm_rows(Tile<float>& out, const Tile<float>& x, const 
       s += sq;
     }
     for (int k = 16; k > 0; k >>= 1) s += __shfl_xor_sync(0xffffffffu, s, k);
-    const float root = sqrtf(static_cast<float>(s) / static_cast<float>(H) + eps);
+    const float inv = 1.0f / sqrtf(static_cast<float>(s) / static_cast<float>(H) + eps);
 #pragma unroll
-    for (int c = lane; c < H; c += 32) out.p[r * H + c] = x.p[r * H + c] / root * g.p[c];
+    for (int c = lane; c < H; c += 32) out.p[r * H + c] = x.p[r * H + c] * inv * g.p[c];
   };
   if constexpr (kManyRows) {
     for (int r = warp; r < rows; r += kCudaThreads / 32) row(r);

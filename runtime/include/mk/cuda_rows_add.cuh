@@ -23,10 +23,6 @@ struct RowsLayout {
   int chunks;
 };
 
-__host__ __device__ constexpr int pow2_at_least(int v) {
-  return v <= 1 ? 1 : v <= 2 ? 2 : v <= 4 ? 4 : v <= 8 ? 8 : v <= 16 ? 16 : 32;
-}
-
 __host__ __device__ constexpr RowsLayout rows_layout(int vec, int m, bool packed) {
   if (vec > 32) return RowsLayout{32, vec / 32};  // a warp a row, 32 pieces a lane apart
   RowsLayout best{pow2_at_least(vec), 1};
