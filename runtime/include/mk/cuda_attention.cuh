@@ -593,18 +593,18 @@ __device__ void merge_splits(const float* o, int64_t o_ld, const float* m, const
 #pragma unroll
       for (int s = 1; s < S; ++s) peak = nan_max(peak, ms[s]);
 #pragma unroll
-      for (int s = 0; s < S; ++s) out = fmaf(os[s], expf(ms[s] - peak), out);
+      for (int s = 0; s < S; ++s) out = fmaf(os[s], __expf(ms[s] - peak), out);
     } else {
       peak = m[r];
 #pragma unroll 8
       for (int s = 1; s < S; ++s) peak = nan_max(peak, m[s * ml_ld + r]);
 #pragma unroll 8
-      for (int s = 0; s < S; ++s) out = fmaf(o[s * o_ld + e], expf(m[s * ml_ld + r] - peak), out);
+      for (int s = 0; s < S; ++s) out = fmaf(o[s * o_ld + e], __expf(m[s * ml_ld + r] - peak), out);
     }
     osum[e] = out;
     if (e % W == 0) {
 #pragma unroll 8
-      for (int s = 0; s < S; ++s) total = fmaf(l[s * ml_ld + r], expf(m[s * ml_ld + r] - peak), total);
+      for (int s = 0; s < S; ++s) total = fmaf(l[s * ml_ld + r], __expf(m[s * ml_ld + r] - peak), total);
       mx[r] = peak;
       lsum[r] = total;
     }
@@ -647,7 +647,7 @@ __device__ __forceinline__ void merge_item_finish(const MergeItem<S>& it, float 
   float4 out = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
   for (int s = 0; s < S; ++s) {
-    const float w = expf(it.ms[s] - peak);
+    const float w = __expf(it.ms[s] - peak);  // as the splits' softmax: ex2.approx
     total = fmaf(it.ls[s], w, total);
     out.x = fmaf(it.os[s].x, w, out.x);
     out.y = fmaf(it.os[s].y, w, out.y);
@@ -655,10 +655,11 @@ __device__ __forceinline__ void merge_item_finish(const MergeItem<S>& it, float 
     out.w = fmaf(it.os[s].w, w, out.w);
   }
   const bool empty = peak < empty_below;
-  x[it.e] = round_to(empty ? 0.0f : out.x / total, dtype);
-  x[it.e + 1] = round_to(empty ? 0.0f : out.y / total, dtype);
-  x[it.e + 2] = round_to(empty ? 0.0f : out.z / total, dtype);
-  x[it.e + 3] = round_to(empty ? 0.0f : out.w / total, dtype);
+  const float inv = 1.0f / total;
+  x[it.e] = round_to(empty ? 0.0f : out.x * inv, dtype);
+  x[it.e + 1] = round_to(empty ? 0.0f : out.y * inv, dtype);
+  x[it.e + 2] = round_to(empty ? 0.0f : out.z * inv, dtype);
+  x[it.e + 3] = round_to(empty ? 0.0f : out.w * inv, dtype);
 }
 
 // Every row of S split partials merged and normalised into x (rows × W floats, each rounded to

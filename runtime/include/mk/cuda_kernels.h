@@ -216,8 +216,17 @@ MK_COOPERATIVE void position_tile(Tile<int64_t>& out, const Dims& shape, int64_t
 
 // ------------------------------------------------------------------------------ elementwise
 
-__device__ inline float nan_max(float a, float b) { return (a != a || b != b) ? NAN : (a > b ? a : b); }
-__device__ inline float nan_min(float a, float b) { return (a != a || b != b) ? NAN : (a < b ? a : b); }
+// NaN if either is (as NumPy's maximum and minimum): one instruction since sm_80.
+__device__ inline float nan_max(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+__device__ inline float nan_min(float a, float b) {
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
 
 __device__ inline float sigmoid(float x) {
   const float e = expf(-fabsf(x));
