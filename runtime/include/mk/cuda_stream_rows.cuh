@@ -8,6 +8,7 @@
 
 #include "mk/cuda_copy.cuh"
 #include "mk/cuda_kernels.h"
+#include "mk/warp_sums.h"
 
 namespace mk {
 namespace gpu {
@@ -145,86 +146,27 @@ __device__ inline float warp_sum(float v) {
   return v;
 }
 
-// The next power of two at or above v, at most 32.
-__host__ __device__ constexpr int pow2_at_least(int v) {
-  return v <= 1 ? 1 : v <= 2 ? 2 : v <= 4 ? 4 : v <= 8 ? 8 : v <= 16 ? 16 : 32;
-}
-
-// Each of N values summed over the warp, transposed: at the step of lane distance d, the lanes
-// with bit d set keep the upper half of the values still apart and send the lower half, so
-// the values halve as they go (N - 1 shuffles while N > 1, then one a step) instead of five
-// shuffles a value. Returns lane's total: value index transposed_index<N>(lane), the same in
-// every lane of its group of 32 / N. N is a power of two of at most 32.
-template <int N>
-__device__ inline float warp_sums_transposed(float (&v)[N]) {
-  static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "N: a power of two, at most 32");
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int d = 16, n = N; d > 0; d >>= 1) {
-    if (n > 1) {
-      const int half = n / 2;
-      const bool upper = (lane & d) != 0;
-#pragma unroll
-      for (int i = 0; i < half; ++i) {
-        const float send = upper ? v[i] : v[i + half];
-        const float keep = upper ? v[i + half] : v[i];
-        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, d);
-      }
-      n = half;
-    } else {
-      v[0] += __shfl_xor_sync(0xffffffffu, v[0], d);
-    }
-  }
-  return v[0];
-}
-
-// Which value's total warp_sums_transposed<N> leaves in `lane`.
-template <int N>
-__device__ inline int transposed_index(int lane) {
-  int index = 0;
-#pragma unroll
-  for (int d = 16, n = N; d > 0 && n > 1; d >>= 1) {
-    n /= 2;
-    if (lane & d) index += n;
-  }
-  return index;
-}
-
-// A row group's sums (acc[j][m]: row j, activation row m) reduced over the warp and written
-// (or added, !store) to op[j][m * os[j]] by one lane each.
+// A row group's sums (acc[j][m]: row j, activation row m) reduced over the warp (group_sums,
+// transposed) and written (or added, !store) to op[j][m * os[j]] by one lane each.
 template <int M, int RG>
 __device__ inline void group_sums_out(const float (&acc)[RG][M], float* const (&op)[RG],
                                       const int32_t (&os)[RG], bool store) {
-  constexpr int N = pow2_at_least(RG * M);
-  if constexpr (RG * M > 32) {
-#pragma unroll
-    for (int j = 0; j < RG; ++j)
-#pragma unroll
-      for (int m = 0; m < M; ++m) {
-        const float v = warp_sum(acc[j][m]);
-        if ((threadIdx.x & 31) == 0 && op[j]) op[j][m * os[j]] = store ? v : op[j][m * os[j]] + v;
-      }
-  } else {
-    float v[N];
-#pragma unroll
-    for (int i = 0; i < N; ++i) v[i] = i < RG * M ? acc[i / M][i % M] : 0.0f;
-    const float total = warp_sums_transposed<N>(v);
-    const int lane = threadIdx.x & 31, index = transposed_index<N>(lane);
-    if ((lane & (32 / N - 1)) != 0 || index >= RG * M) return;
+  const auto exchange = [](float x, int d) { return __shfl_xor_sync(0xffffffffu, x, d); };
+  group_sums<M, RG>(acc, static_cast<int>(threadIdx.x & 31), exchange, [&](int j, int m, float total) {
     // The row's pointer picked by value: a register array indexed at run time would go to
     // local memory.
     float* out = nullptr;
     int32_t stride = 0;
 #pragma unroll
-    for (int j = 0; j < RG; ++j) {
-      out = index / M == j ? op[j] : out;
-      stride = index / M == j ? os[j] : stride;
+    for (int k = 0; k < RG; ++k) {
+      out = j == k ? op[k] : out;
+      stride = j == k ? os[k] : stride;
     }
     if (out) {
-      float* const at = out + (index % M) * stride;
+      float* const at = out + m * stride;
       *at = store ? total : *at + total;
     }
-  }
+  });
 }
 
 // Eight weight elements: from the staging area (Shared) or streamed from global memory.
