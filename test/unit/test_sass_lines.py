@@ -56,11 +56,30 @@ def test_the_command_line_prints_a_line_per_offset(
     assert ".cuh:" in out[0] or "mk.cu:" in out[0]
 
 
+@needs_tools
+def test_lines_sum_a_functions_code_by_source_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--lines: the bodies' (or the dispatcher's) bytes of code per source line, largest first,
+    never more than the functions hold."""
+    for part in ("task_", "dispatcher"):
+        args = ["--example", "gated_mlp", "--lines", part, "--top", "5"]
+        out = run_main("sass_lines", args, monkeypatch, capsys)
+        head, rows = out[0], [line.split() for line in out[1:]]
+        assert head.startswith(f"{part}: ") and len(rows) == 5, out
+        sizes = [int(row[0]) for row in rows]
+        assert sizes == sorted(sizes, reverse=True) and sizes[-1] > 0
+        assert all(":" in row[1] for row in rows)
+        assert sum(sizes) <= float(head.split()[1]) * 1024 + 1
+
+
 def test_bad_arguments_are_clear_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     sass = load("sass_lines")
     for args, message in (
         (["--example", "gated_mlp", "xyz"], "offsets are hex numbers"),
         (["--example", "no_such", "0x0"], "no example 'no_such'"),
+        (["--example", "gated_mlp"], "one of the two"),
+        (["--example", "gated_mlp", "0x0", "--lines", "task_"], "one of the two"),
     ):
         monkeypatch.setattr("sys.argv", ["sass_lines.py", *args])
         monkeypatch.setattr(shutil, "which", lambda _: "/usr/bin/readelf")
