@@ -386,7 +386,9 @@ __device__ void mma_ring_walk(const StreamLinear& s, const RingChunks& ch, int s
             t = lane & 3;
   RingFill fill(s, ch, rows, warp, lane);
   int f = 0;  // stages filled (committed groups, empty ones included)
-#pragma unroll
+  // Rolled: the fill inlined once more instead of D - 1 times (each a ring_fill and the walk's
+  // unit and chunk steps).
+#pragma unroll 1
   for (int j = 0; j < D - 1; ++j) fill.fill(ring + (f++ % D) * kStage);
   constexpr int A = kMmaAccumulators<1>;
   float d[A][4];

@@ -232,11 +232,10 @@ __device__ void stage_chunk(const StreamLinear& s, float* xs, int stride, int kc
 template <int M>
 __device__ void sum_sq_parts(float (&part)[32][M], float (&ss)[M]) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float sums[1][M];
 #pragma unroll
-  for (int m = 0; m < M; ++m) {
-    const float v = warp_sum(ss[m]);
-    if (lane == 0) part[warp][m] = v;
-  }
+  for (int m = 0; m < M; ++m) sums[0][m] = ss[m];
+  group_sums<M, 1>(sums, lane, ShuffleXor{}, [&](int, int m, float total) { part[warp][m] = total; });
 }
 
 template <int M>

@@ -141,18 +141,17 @@ __device__ inline float dot8(uint4 w, const float4& a, const float4& b, bool bf1
   return fmaf(w3.y, b.w, s);
 }
 
-__device__ inline float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+// The lanes' exchange for mk/warp_sums.h: the x of lane ^ d.
+struct ShuffleXor {
+  __device__ float operator()(float x, int d) const { return __shfl_xor_sync(0xffffffffu, x, d); }
+};
 
 // A row group's sums (acc[j][m]: row j, activation row m) reduced over the warp (group_sums,
 // transposed) and written (or added, !store) to op[j][m * os[j]] by one lane each.
 template <int M, int RG>
 __device__ inline void group_sums_out(const float (&acc)[RG][M], float* const (&op)[RG],
                                       const int32_t (&os)[RG], bool store) {
-  const auto exchange = [](float x, int d) { return __shfl_xor_sync(0xffffffffu, x, d); };
-  group_sums<M, RG>(acc, static_cast<int>(threadIdx.x & 31), exchange, [&](int j, int m, float total) {
+  group_sums<M, RG>(acc, static_cast<int>(threadIdx.x & 31), ShuffleXor{}, [&](int j, int m, float total) {
     // The row's pointer picked by value: a register array indexed at run time would go to
     // local memory.
     float* out = nullptr;
