@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "mk/warp_sums.h"
@@ -93,12 +94,10 @@ void check_index_map() {
 }  // namespace
 
 int main() {
-  check_index_map<1>();
-  check_index_map<2>();
-  check_index_map<4>();
-  check_index_map<8>();
-  check_index_map<16>();
-  check_index_map<32>();
+  // N = 1, 2, 4, ..., 32.
+  []<int... P>(std::integer_sequence<int, P...>) {
+    (check_index_map<1 << P>(), ...);
+  }(std::make_integer_sequence<int, 6>{});
   // The row groups the decode linears take (RG 1..8 rows of 1..16 activation rows), padded
   // counts (3 · 4 = 12 -> 16, 6 · 1 -> 8), all 32, and past 32 (five exchanges a value).
   check_group<1, 1>(1);

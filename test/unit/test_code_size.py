@@ -111,6 +111,21 @@ def test_the_folded_attention_body_spills_nothing(
     assert any(row[3].endswith("_att2_o") for row in rows)
 
 
+def qwen3_layer(
+    batch: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> tuple[str, float, dict[str, float]]:
+    """code_size.py's report of a 2-layer qwen3-0.6b decode at `batch`: the text, a layer's KB
+    and each body's KB by its name after the grid number (`l0_q`)."""
+    code_size = load("code_size")
+    argv = ["code_size.py", "--model", "qwen3-0.6b", "--layers", "2", "--batch", str(batch)]
+    monkeypatch.setattr("sys.argv", [*argv, "--top", "40"])
+    assert code_size.main() == 0
+    out = capsys.readouterr().out
+    layer = float(next(line for line in out.splitlines() if "a layer's bodies" in line).split()[3])
+    rows = [line.split() for line in out.splitlines() if "task_" in line]
+    return out, layer, {row[3].split("_", 3)[-1]: float(row[0]) for row in rows}
+
+
 @pytest.mark.skipif(
     build.nvcc() is None or shutil.which("readelf") is None, reason="needs nvcc and readelf"
 )
@@ -122,14 +137,7 @@ def test_a_batch8_layer_keeps_no_code_it_does_not_run(
     kept by a run-time pointer test, were two thirds of qwen3-0.6b's batch-8 o-projection body
     (37.7 KB) and its layer 176 KB; with StreamLinear::aligned 12.3 and 129 KB, and the decode
     2.9 % faster on the H200 (bench/RESULTS.md, session 58)."""
-    code_size = load("code_size")
-    argv = ["code_size.py", "--model", "qwen3-0.6b", "--layers", "2", "--batch", "8", "--top", "40"]
-    monkeypatch.setattr("sys.argv", argv)
-    assert code_size.main() == 0
-    out = capsys.readouterr().out
-    layer = float(next(line for line in out.splitlines() if "a layer's bodies" in line).split()[3])
-    rows = [line.split() for line in out.splitlines() if "task_" in line]
-    size = {row[3].split("_", 3)[-1]: float(row[0]) for row in rows}
+    out, layer, size = qwen3_layer(8, monkeypatch, capsys)
     # StreamAttention::aligned: the attention's paths for unaligned caches went too (44.8 ->
     # 37.0 KB, the layer 121 KB).
     assert size["l1_r"] < 16.0 and size["l0_att2_o"] < 40.0 and layer < 130, out
@@ -151,14 +159,7 @@ def test_a_batch1_layer_keeps_its_reductions_and_divisions_small(
     """qwen3-0.6b's batch-1 layer went 95 -> 76 KB (session 63): a row group's sums reduced over
     the warp transposed (`q` 17.0 -> 14.5 KB, `r` 20.9 -> 14.1), one division a row in the
     QK-norm and the merge, and the scratch allocator called instead of inlined in every body."""
-    code_size = load("code_size")
-    argv = ["code_size.py", "--model", "qwen3-0.6b", "--layers", "2", "--batch", "1", "--top", "40"]
-    monkeypatch.setattr("sys.argv", argv)
-    assert code_size.main() == 0
-    out = capsys.readouterr().out
-    layer = float(next(line for line in out.splitlines() if "a layer's bodies" in line).split()[3])
-    rows = [line.split() for line in out.splitlines() if "task_" in line]
-    size = {row[3].split("_", 3)[-1]: float(row[0]) for row in rows}
+    out, layer, size = qwen3_layer(1, monkeypatch, capsys)
     assert size["l0_q"] < 15.5 and size["l0_r"] < 15.5 and layer < 80, out
 
 
