@@ -48,6 +48,7 @@ _PRELUDE = """\
 #include "mk/cuda_attention_mma.cuh"
 #include "mk/cuda_block_attention.cuh"
 #include "mk/cuda_megakernel.cuh"
+#include "mk/cuda_merge.cuh"
 #include "mk/cuda_mma_tile.cuh"
 #include "mk/cuda_rows_add.cuh"
 #include "mk/cuda_stream.cuh"

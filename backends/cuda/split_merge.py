@@ -4,7 +4,7 @@ A graph_def that reads S partials (o, and per row the running max m and sum l) a
 split dim and combines them — mx = max m, w = e^(m − mx), lsum = Σ l·w, osum = Σ o·w — is what
 decode attention's merge kernel is (nn_to_mugraph_rules._merge_kernel). Written as tile steps
 it takes six barriers and stages every partial in shared memory; `mk::gpu::merge_splits`
-(mk/cuda_attention.cuh) computes mx, lsum and osum with one round of loads per thread (two
+(mk/cuda_merge.cuh) computes mx, lsum and osum with one round of loads per thread (two
 beyond 32 splits) and one barrier, and the graph_def's normalisation and stores run after it as usual.
 """
 

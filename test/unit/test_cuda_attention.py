@@ -8,12 +8,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from xdsl.dialects import arith
+from attention_programs import attention, matches_the_reference
 
 import mk
 from mk import compiler
-from mk.backends.cuda.split_merge import MergedX, plan_merge
-from mk.backends.cuda.stream import plan_stream
 from mk.backends.cuda.stream_attention import AttentionPlan, plan_attention
 from mk.dialects import make_context
 from mk.dialects.mugraph import GraphDefOp, InputOp
@@ -22,24 +20,6 @@ from mk.passes.nn_to_mugraph import NnToMugraphPass
 from mk.source import load_module
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _attention(
-    b: int, hq: int, hkv: int, seq: int, d: int, *, dtype: str = "bf16", kv_len: bool = True,
-    causal: bool = False, sq: int = 1,
-) -> str:  # fmt: skip
-    q = f"tensor<{b}x{hq}x{sq}x{d}x{dtype}>"
-    kv = f"tensor<{b}x{hkv}x{seq}x{d}x{dtype}>"
-    lens = f", %kv_len: tensor<{b}xi32>" if kv_len else ""
-    operands = "%q, %k, %v" + (", %kv_len" if kv_len else "")
-    types = f"{q}, {kv}, {kv}" + (f", tensor<{b}xi32>" if kv_len else "")
-    flag = "true" if causal else "false"
-    return (
-        f"func.func @att(%q: {q}, %k: {kv}, %v: {kv}{lens}) -> {q} {{\n"
-        f"  %o = nn.attention {operands} {{scale = {d**-0.5!r} : f32, causal = {flag}}} : "
-        f"({types}) -> {q}\n"
-        f"  func.return %o : {q}\n}}"
-    )
 
 
 def _lowered_plans(text: str, **options: int) -> dict[str, AttentionPlan | None]:
@@ -112,7 +92,7 @@ def test_other_attention_forms_keep_the_tile_loop(
     shape: tuple[int, int, int, int, int, dict[str, object]], why: str
 ) -> None:
     *dims, extra = shape
-    plans = _plans(_attention(*dims, **extra))  # type: ignore[arg-type]
+    plans = _plans(attention(*dims, **extra))  # type: ignore[arg-type]
     assert plans and not any(plans.values()), why
 
 
@@ -146,7 +126,7 @@ def test_a_streamed_attention_knows_its_caches_are_aligned(
     """Every K/V tile of a streamed attention starts a multiple of the head dim (8 elements or
     more) into its cache, so StreamAttention::aligned is set and the body holds no path for
     unaligned caches (qwen3-0.6b's batch-8 body 44.8 -> 37.0 KB of SASS)."""
-    text = _attention(*shape, **options)
+    text = attention(*shape, **options)
     src = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
     assert src.count("mk::gpu::StreamAttention sa{};") == src.count("sa.aligned = true;") > 0
 
@@ -191,7 +171,7 @@ BLOCK_SHAPES = [
 def test_many_query_rows_plan_the_block_call(
     dims: tuple[int, ...], extra: dict[str, object]
 ) -> None:
-    plans = _plans(_attention(*dims, **extra))  # type: ignore[arg-type]
+    plans = _plans(attention(*dims, **extra))  # type: ignore[arg-type]
     assert plans and all(plans.values())
 
 
@@ -202,21 +182,21 @@ def _block_plans(text: str) -> list[AttentionPlan]:
 def test_a_causal_block_knows_its_mask() -> None:
     """The causal prefill's mask gives the key bound's operands (kv_len, the queries' span);
     a mask of kv_len alone gives none."""
-    (plan,) = _block_plans(_attention(1, 4, 2, 320, 64, causal=True, sq=300))
+    (plan,) = _block_plans(attention(1, 4, 2, 320, 64, causal=True, sq=300))
     assert plan.causal is not None and plan.causal.span == 300
     assert plan.causal.length.source_index() == 3  # %kv_len
-    (plan,) = _block_plans(_attention(1, 8, 2, 200, 128, dtype="f16", sq=150))
+    (plan,) = _block_plans(attention(1, 8, 2, 200, 128, dtype="f16", sq=150))
     assert plan.causal is None
 
 
 def test_a_decode_attention_knows_its_length() -> None:
     """A decode step's mask `key < kv_len` gives the keys' bound; without kv_len there is
     none, and a block plan keeps its causal bound instead."""
-    plans = [p for p in _lowered_plans(_attention(2, 8, 2, 256, 64)).values() if p is not None]
+    plans = [p for p in _lowered_plans(attention(2, 8, 2, 256, 64)).values() if p is not None]
     assert plans and all(p.length is not None and p.length.source_index() == 3 for p in plans)
-    plans = [p for p in _lowered_plans(_attention(2, 4, 4, 64, 32, kv_len=False)).values() if p]
+    plans = [p for p in _lowered_plans(attention(2, 4, 4, 64, 32, kv_len=False)).values() if p]
     assert plans and all(p.length is None for p in plans)
-    (block,) = _block_plans(_attention(1, 4, 2, 320, 64, causal=True, sq=300))
+    (block,) = _block_plans(attention(1, 4, 2, 320, 64, causal=True, sq=300))
     assert block.length is None and block.causal is not None
 
 
@@ -228,7 +208,7 @@ def test_decode_keys_stop_at_the_length_unless_turned_off(
     """A task of keys at or past kv_len loads none (a cache longer than the positions written);
     MK_CUDA_CAUSAL_SKIP=0 walks them all."""
     monkeypatch.setenv("MK_CUDA_CAUSAL_SKIP", skip)
-    src = mk.compile(_attention(2, 8, 2, 256, 64), target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    src = mk.compile(attention(2, 8, 2, 256, 64), target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
     cut = "mk::gpu::imin(static_cast<int64_t>(sa.keys), len - sa.key0)"
     assert (cut in src) == (skip != "0")
 
@@ -240,7 +220,7 @@ def test_causal_keys_are_cut_unless_turned_off(
 ) -> None:
     """MK_CUDA_CAUSAL_SKIP: on by default (unset or empty), 0 walks every key."""
     monkeypatch.setenv("MK_CUDA_CAUSAL_SKIP", skip)
-    text = _attention(1, 4, 2, 320, 64, causal=True, sq=300)
+    text = attention(1, 4, 2, 320, 64, causal=True, sq=300)
     src = mk.compile(text, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
     assert ("const int64_t first = len - 300 + ba.query0, last = first + 59;" in src) == (
         skip != "0"
@@ -251,7 +231,7 @@ def test_causal_keys_are_cut_unless_turned_off(
 def test_emitted_block_call_and_score_function(tmp_path: Path) -> None:
     """A causal prefill's attention: one call over all keys, the score given each row's query
     position, and room for two stages of 64 K and V rows of 64 + 8 elements."""
-    text = _attention(1, 4, 2, 320, 64, causal=True, sq=300)
+    text = attention(1, 4, 2, 320, 64, causal=True, sq=300)
     src = mk.compile(text, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
     assert src.count("mk::gpu::block_attention<120, 64, true>(ba, score);") == 1
     assert "const auto score = [&](float s, float key, float query) -> float {" in src
@@ -260,82 +240,7 @@ def test_emitted_block_call_and_score_function(tmp_path: Path) -> None:
     assert int(src.split("kSmemBytes = ")[1].split(";")[0]) >= 3 * 2 * 64 * 72 * 2
 
 
-def _merges(text: str, **options: int) -> dict[str, GraphDefOp]:
-    module = load_module(text)
-    NnToMugraphPass(**options).apply(make_context(), module)
-    return {
-        op.results[0].name_hint or "": op
-        for op in module.walk()
-        if isinstance(op, GraphDefOp) and plan_merge(op) is not None
-    }
-
-
-@pytest.mark.parametrize(
-    ("example", "kernel", "splits", "rows", "width"),
-    [("attention_decode", "o", 4, 4, 64),
-     ("llama3_8b_block", "att2", 16, 4, 128),  # a KV head's share of 16 folds into wo's loop
-     ("decoder_block", "att2", 2, 2, 64)],
-)  # fmt: skip
-def test_merge_kernels_of_the_examples_become_one_call(
-    example: str, kernel: str, splits: int, rows: int, width: int
-) -> None:
-    # decoder_block's 128 keys are one split by default (two chunks a split at batch 1), without
-    # a merge: its two splits are asked for; the others' are the automatic choice.
-    options = {"kv_splits": splits} if example == "decoder_block" else {}
-    merges = _merges((ROOT / "examples" / f"{example}.mlir").read_text(), **options)
-    assert list(merges) == [kernel]
-    plan = plan_merge(merges[kernel])
-    assert plan is not None and (plan.splits, plan.rows, plan.width) == (splits, rows, width)
-    # The three sums stay tiles for the normalisation; the partials and weights do not.
-    streamed = plan.streamed()
-    assert not {r.res for r in plan.results()} & streamed
-    assert {plan.out.tile, plan.peak.tile, plan.total.tile} <= streamed
-
-
-def test_a_merge_of_another_form_keeps_its_tile_steps() -> None:
-    text = _attention(1, 8, 2, 256, 64)
-    (op,) = _merges(text, kv_splits=4).values()
-    sub = next(o for o in op.walk() if isinstance(o, arith.SubfOp))
-    sub.operands = (sub.rhs, sub.lhs)  # e^(mx − m): not the merge's weights
-    assert plan_merge(op) is None
-    assert not _merges(text, kv_splits=1)  # a single split has no merge kernel
-
-
-@pytest.mark.usefixtures("no_nvcc")
-def test_emitted_merge_call(tmp_path: Path) -> None:
-    # 16 splits: a merge that reads more than mugraph-fuse-loop folds stays a kernel of its own
-    # (unsplit: split a KV head a block, each block's share would fold).
-    prog = mk.compile(
-        ROOT / "examples/llama3_8b_block.mlir", target="cuda", cache_dir=tmp_path, kv_splits=16,
-        split_loop=0,
-    )  # fmt: skip
-    src = prog.cuda_source  # type: ignore[attr-defined]
-    assert src.count("mk::gpu::merge_splits<16, 4, 128>(") == 1
-    merge = [b for b in src.split("__device__ __noinline__") if "merge_splits<" in b][0]
-    assert "reduce_line" not in merge and merge.count("__syncthreads") == 0
-
-
-@pytest.mark.usefixtures("no_nvcc")
-def test_more_splits_than_registers_hold_merge_in_two_passes(tmp_path: Path) -> None:
-    text = _attention(1, 8, 2, 64 * 40, 64)
-    (op,) = _merges(text, kv_splits=40).values()
-    plan = plan_merge(op)
-    assert plan is not None and plan.splits == 40
-    prog = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=40)
-    assert "mk::gpu::merge_splits<40, 4, 64>(" in prog.cuda_source  # type: ignore[attr-defined]
-
-
 # --------------------------------------------------------------------------- on the GPU
-
-
-def _matches_the_reference(prog: object, text: str, label: object) -> None:
-    """prog's output within the tolerance of mk.reference's, on two fresh random inputs."""
-    for seed in (0, 1):
-        inputs = random_inputs(prog.func, seed=seed)  # type: ignore[attr-defined]
-        (out,) = prog(*inputs)  # type: ignore[operator]
-        (ref,) = mk.reference(text, *inputs)
-        error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
-        assert error <= bound, (label, seed, error)
 
 
 SHAPES = [
@@ -363,7 +268,7 @@ def test_pipelined_key_loop_is_a_build_option(
     monkeypatch.setenv("MK_CUDA_ATTN_PIPE", pipe)
     monkeypatch.setenv("MK_CUDA_ATTN_KEYS", keys)
     monkeypatch.setenv("MK_CUDA_ATTN_KV_EARLY", early)
-    text = _attention(8, 16, 8, 1024, 128)
+    text = attention(8, 16, 8, 1024, 128)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=2)
     src = prog.cuda_source  # type: ignore[attr-defined]
     assert ("#define MK_ATTN_PIPE 1" in src) == (pipe == "1")
@@ -406,7 +311,7 @@ def test_tensor_core_decode_attention_is_a_build_option(
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", mode)
     extra = dict(extra)
     options = {"kv_splits": extra.pop("kv_splits")} if "kv_splits" in extra else {}
-    text = _attention(*dims, **extra)  # type: ignore[arg-type]
+    text = attention(*dims, **extra)  # type: ignore[arg-type]
     src = mk.compile(text, target="cuda", cache_dir=tmp_path, **options).cuda_source  # type: ignore[attr-defined]
     assert f"mk::gpu::{call}(sa, score);" in src
     if "mma" in call:  # a stage a chunk of the task's keys (up to 2) of K and V rows of d + 8
@@ -423,7 +328,7 @@ def test_tensor_core_stages_are_a_build_option(
     """MK_CUDA_ATTN_MMA_STAGES bounds the stages of a task of 8 chunks (512 keys)."""
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", "1")
     monkeypatch.setenv("MK_CUDA_ATTN_MMA_STAGES", most)
-    text = _attention(8, 16, 8, 1024, 128)
+    text = attention(8, 16, 8, 1024, 128)
     src = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=2).cuda_source  # type: ignore[attr-defined]
     assert f"mk::gpu::stream_attention_mma<2, 128, true, {stages}>(sa, score);" in src
 
@@ -434,7 +339,7 @@ def test_tensor_core_switch_names_its_values(
 ) -> None:
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", "yes")
     with pytest.raises(mk.MkError, match="MK_CUDA_ATTN_MMA must be one of auto, 1, 0, got 'yes'"):
-        mk.compile(_attention(2, 4, 4, 64, 32), target="cuda", cache_dir=tmp_path)
+        mk.compile(attention(2, 4, 4, 64, 32), target="cuda", cache_dir=tmp_path)
 
 
 @pytest.mark.usefixtures("no_nvcc")
@@ -446,7 +351,7 @@ def test_tensor_core_stages_name_their_range(
     monkeypatch.setenv("MK_CUDA_ATTN_MMA_STAGES", most)
     message = f"MK_CUDA_ATTN_MMA_STAGES must be a number of stages from 1 to 3, got '{most}'"
     with pytest.raises(mk.MkError, match=message):
-        mk.compile(_attention(8, 16, 8, 1024, 128), target="cuda", cache_dir=tmp_path)
+        mk.compile(attention(8, 16, 8, 1024, 128), target="cuda", cache_dir=tmp_path)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
@@ -454,7 +359,7 @@ def test_tensor_core_decode_attention_builds_without_spills(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", "1")
-    text = _attention(8, 16, 8, 1024, 128)
+    text = attention(8, 16, 8, 1024, 128)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=2)
     assert "mk::gpu::stream_attention_mma<2, 128, true, 2>(" in prog.cuda_source  # type: ignore[attr-defined]
     used = prog.cuda_resources  # type: ignore[attr-defined]
@@ -495,7 +400,7 @@ def test_streamed_attention_matches_the_reference(
     monkeypatch.setenv("MK_CUDA_ATTN_KEYS", keys)
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", mma)
     monkeypatch.setenv("MK_CUDA_ATTN_KV_EARLY", early)
-    text = _attention(*dims, **extra)  # type: ignore[arg-type]
+    text = attention(*dims, **extra)  # type: ignore[arg-type]
     assert any(_plans(text).values())
     for splits in (0, 3):
         prog = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=splits)
@@ -525,138 +430,10 @@ def test_block_attention_matches_the_reference(
     that are not a multiple of 16, fully masked rows (kv_len at random); with
     MK_CUDA_CAUSAL_SKIP=1 (the default) a causal block walks only the keys its rows can see."""
     monkeypatch.setenv("MK_CUDA_CAUSAL_SKIP", skip)
-    text = _attention(*dims, **extra)  # type: ignore[arg-type]
+    text = attention(*dims, **extra)  # type: ignore[arg-type]
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     assert "block_attention<" in prog.cuda_source  # type: ignore[attr-defined]
-    _matches_the_reference(prog, text, dims)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("splits", [2, 32, 40])
-def test_merged_splits_match_the_reference(splits: int, tmp_path: Path) -> None:
-    """The merge call on both sides of the splits it holds in registers."""
-    text = _attention(2, 8, 2, 64 * splits, 64)
-    assert _merges(text, kv_splits=splits)
-    prog = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=splits)
-    inputs = random_inputs(prog.func, seed=splits)
-    (out,) = prog(*inputs)
-    (ref,) = mk.reference(text, *inputs)
-    error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
-    assert error <= bound, (splits, error)
-
-
-# --------------------------------------------------------------------------- merge in the o-proj
-
-
-def _attention_oproj(hq: int, hkv: int, seq: int, d: int, n: int, batch: int = 1) -> str:
-    """Decode attention whose merged heads feed a linear and a residual add."""
-    k, b = hq * d, batch
-    q, kv = f"tensor<{b}x{hq}x1x{d}xbf16>", f"tensor<{b}x{hkv}x{seq}x{d}xbf16>"
-    rows_k, rows_n = f"tensor<{b}x{k}xbf16>", f"tensor<{b}x{n}xbf16>"
-    return (
-        f"func.func @attn_oproj(%q: {rows_k}, %k: {kv}, %v: {kv}, "
-        f"%len: tensor<{b}xi32>, %wo: tensor<{n}x{k}xbf16>, %x: {rows_n}) -> {rows_n} {{\n"
-        f"  %q4 = nn.reshape %q : ({rows_k}) -> {q}\n"
-        f"  %att = nn.attention %q4, %k, %v, %len {{scale = {d**-0.5!r} : f32, causal = false}}"
-        f" : ({q}, {kv}, {kv}, tensor<{b}xi32>) -> {q}\n"
-        f"  %att2 = nn.reshape %att : ({q}) -> {rows_k}\n"
-        f"  %o = nn.linear %att2, %wo : ({rows_k}, tensor<{n}x{k}xbf16>) -> {rows_n}\n"
-        f"  %r = nn.add %x, %o : ({rows_n}, {rows_n}) -> {rows_n}\n"
-        f"  func.return %r : {rows_n}\n}}"
-    )
-
-
-def _fused_oproj(text: str, label: str = "loop+", **options: int) -> GraphDefOp:
-    """The o-projection the merge folded into (`label` "loop+", split_loop 0 unless given) or
-    its split form ("split+")."""
-    module = load_module(text)
-    given = {"tile_n": 0, "split_loop": int(label == "split+"), **options}
-    compiler.run_pipeline(module, given, compiler.PIPELINE[:2])
-    return next(
-        op
-        for op in module.walk()
-        if isinstance(op, GraphDefOp) and label in str(op.attributes.get("mk.fused", ""))
-    )
-
-
-def test_the_folded_merge_is_staged_by_one_call() -> None:
-    op = _fused_oproj(_attention_oproj(16, 8, 1024, 128, 1024))
-    plan = plan_stream(op)
-    assert plan is not None and isinstance(plan.x, MergedX)
-    assert (plan.x.merge.splits, plan.x.rows, plan.x.merge.width) == (8, 16, 128)
-    assert plan.x.empty_below == pytest.approx(-1e29)
-    assert not plan.tensor_cores(2048)
-
-
-def test_a_split_oprojs_merge_is_staged_by_one_call() -> None:
-    """Under mugraph-split-loop a block merges one KV head's 2 rows of 16 splits (qwen3-0.6b's
-    batch-1 shape), and streams on CUDA cores."""
-    op = _fused_oproj(_attention_oproj(16, 8, 1024, 128, 1024), "split+")
-    plan = plan_stream(op)
-    assert op.grid_shape() == (16, 1, 8) and plan is not None and isinstance(plan.x, MergedX)
-    assert (plan.x.merge.splits, plan.x.rows, plan.x.merge.width) == (16, 2, 128)
-    assert not plan.tensor_cores(256)
-
-
-def test_a_batchs_folded_merge_is_staged_by_one_call() -> None:
-    """With merge-rows, batch 8's merge (a block per KV head, all rows) folds as well, and the
-    staged activation is every batch row's heads: 8 x 16 partial rows, on CUDA cores."""
-    text = _attention_oproj(16, 8, 1024, 128, 1024, batch=8)
-    op = _fused_oproj(text, merge_rows=8, kv_splits=2)
-    plan = plan_stream(op)
-    assert plan is not None and isinstance(plan.x, MergedX)
-    assert (plan.x.merge.splits, plan.x.rows, plan.x.merge.width, plan.rows) == (2, 128, 128, 8)
-    assert not plan.tensor_cores(2048)
-
-
-def test_a_folded_merge_of_another_form_does_not_stream() -> None:
-    op = _fused_oproj(_attention_oproj(4, 2, 128, 16, 32), kv_splits=4)
-    assert plan_stream(op) is not None
-    div = next(o for o in op.walk() if isinstance(o, arith.DivfOp))
-    div.operands = (div.rhs, div.lhs)  # lsum / osum
-    assert plan_stream(op) is None
-
-
-@pytest.mark.usefixtures("no_nvcc")
-@pytest.mark.parametrize(
-    ("batch", "split_loop", "splits", "rows"),
-    [(1, 0, 8, 16), (1, 1, 16, 2), (8, 0, 2, 128)],
-)
-def test_emitted_merged_activation(
-    batch: int, split_loop: int, splits: int, rows: int, tmp_path: Path
-) -> None:
-    """One call merges every partial row (batch rows x query heads) into the staged activation;
-    split by KV head (mugraph-split-loop), a block's own 2 rows."""
-    text = _attention_oproj(16, 8, 1024, 128, 1024, batch=batch)
-    options = {"merge_rows": batch} if batch > 1 else {}
-    prog = mk.compile(text, target="cuda", cache_dir=tmp_path, split_loop=split_loop, **options)
-    src = prog.cuda_source  # type: ignore[attr-defined]
-    assert src.count(f"mk::gpu::merge_rows<{splits}, 128>(") == 1 and "sl.x_ready = true;" in src
-    stride = batch * 16  # the maxima's split stride, then the rows
-    assert f", {stride}, {rows}, -1e+29f," in src
-    assert "merge_splits<" not in src  # no merge kernel left
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize(
-    ("dims", "splits", "batch"),
-    [
-        ((4, 2, 128, 16, 32), 4, 1),
-        ((16, 8, 1024, 128, 1024), 0, 1),
-        ((32, 8, 1024, 64, 2048), 0, 1),
-        ((4, 2, 128, 16, 32), 4, 3),
-        ((16, 8, 1024, 128, 1024), 2, 8),
-    ],
-)
-def test_merge_folded_into_the_oproj_matches_the_reference(
-    dims: tuple[int, int, int, int, int], splits: int, batch: int, tmp_path: Path
-) -> None:
-    """Batch 1 by default; several rows with merge-rows (one merge block per KV head)."""
-    text = _attention_oproj(*dims, batch=batch)
-    options = {"kv_splits": splits, "merge_rows": batch}
-    prog = mk.compile(text, target="cuda", cache_dir=tmp_path, **options)
-    assert "merge_rows<" in prog.cuda_source  # type: ignore[attr-defined]
-    _matches_the_reference(prog, text, dims)
+    matches_the_reference(prog, text, dims)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
@@ -667,7 +444,7 @@ def test_block_attention_builds_without_spills(
     causal cut of the keys builds too."""
     monkeypatch.setenv("MK_CUDA_CAUSAL_SKIP", "1")
     prog = mk.compile(
-        _attention(1, 16, 8, 520, 128, causal=True, sq=500), target="cuda", cache_dir=tmp_path
+        attention(1, 16, 8, 520, 128, causal=True, sq=500), target="cuda", cache_dir=tmp_path
     )
     assert "mk::gpu::block_attention<" in prog.cuda_source  # type: ignore[attr-defined]
     used = prog.cuda_resources  # type: ignore[attr-defined]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from attention_programs import attention_oproj
 from linear_programs import cuda_source
-from test_cuda_attention import _attention_oproj
 from test_mugraph_fuse_loop import ATTN_OPROJ, ATTN_OPROJ_B3, _cpu_ready
 from xdsl.dialects.builtin import ModuleOp
 
@@ -80,7 +80,7 @@ def test_split_loop_must_not_be_negative() -> None:
 
 
 # Four KV heads: the folded loop has four iterations.
-FOUR_HEADS = _attention_oproj(8, 4, 256, 32, 64)
+FOUR_HEADS = attention_oproj(8, 4, 256, 32, 64)
 
 
 @pytest.mark.parametrize(("per_block", "grid"), [(1, (1, 1, 4)), (2, (2, 1, 2)), (4, None)])
@@ -284,7 +284,7 @@ def test_merged_dot_takes_whole_runs_of_256_columns(
     from mk.backends.cuda.emit_stream import rows_dot_columns
 
     monkeypatch.setenv("MK_CUDA_MERGED_DOT", "1")
-    text = _attention_oproj(8, 2, 256, 128, 64)
+    text = attention_oproj(8, 2, 256, 128, 64)
     src = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path, tile_n=16, kv_splits=4)
     assert "mk::gpu::rows_dot_lanes<1, 512, 32, true>(" in src.cuda_source  # type: ignore[attr-defined]
     assert [k for k in (24, 256, 384, 512, 1024, 1280) if rows_dot_columns(k)] == [
