@@ -1,0 +1,242 @@
+"""Weights asked for ahead of a streamed linear's turn: the L2 prefetch (its budget, spans and
+distance), weights staged in shared memory, and the L2 requests beside the staging."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from linear_programs import cuda_source, linear_program
+
+import mk
+from mk.backends.cuda.switches import PREFETCH_MAX
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(("n", "k", "whole"), [(512, 1024, True), (4096, 4096, False)])
+def test_weights_are_prefetched_within_the_budget(
+    tmp_path: Path, n: int, k: int, whole: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the prefetch on, a task asks the L2 for its weights before its wait: all of them
+    when they fit the budget, else the first rows of every warp's share (two tasks' worth per SM
+    must fit the L2)."""
+    monkeypatch.setenv("MK_CUDA_PREFETCH", str(PREFETCH_MAX))
+    prog = mk.compile(
+        linear_program(1, n, k, norm=True), target="cuda", num_sms=8, cache_dir=tmp_path
+    )
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    body = re.search(r"if \(ahead == mk::gpu::kAheadL2\) \{ (.*) return 0; \}", src)
+    assert body is not None
+    rows = re.findall(r"mk::gpu::prefetch_rows\(.*?, (\d+), (\d+), (\d+)\);", body.group(1))
+    assert rows and all(int(ld) == k == int(cols) for _, ld, cols in rows)
+    fetched = sum(int(r) for r, _, _ in rows)
+    assert 2 * k * fetched <= 128 << 10
+    assert (fetched == n // 8) == whole  # the task's rows: n over 8 SMs
+    assert len(rows) == (1 if whole else 8)
+    assert f"{k} * mk::dtype_size(mk::DTYPE_BF16));" in body.group(1)  # the norm weight
+    assert re.search(r"task_\w+\(t, bp, arena, iteration, mk::gpu::kAheadL2\)", src)
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(
+    ("n", "k", "staged"), [(512, 1024, True), (256, 776, True), (4096, 4096, False)]
+)
+def test_weights_are_staged_in_shared_memory_when_they_fit(
+    tmp_path: Path, n: int, k: int, staged: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With MK_CUDA_STAGE=1 a task whose weights fit STAGE_MAX copies them into its place in the
+    staging ring ahead of its turn, and its products read them from there; the ring lies behind
+    the activation chunk and holds two such tasks."""
+    from mk.backends.cuda.dispatch import ring_layout
+    from mk.backends.cuda.stream import STAGE_MAX, staged_ld
+
+    monkeypatch.setenv("MK_CUDA_STAGE", "1")
+    prog = mk.compile(
+        linear_program(1, n, k, norm=True), target="cuda", num_sms=8, cache_dir=tmp_path
+    )
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    body = re.search(r"if \(ahead == mk::gpu::kAheadStage\) \{ (.*) return 1; \}", src)
+    assert (body is not None) == staged
+    assert ("stream_linear<1, " in src) and (", true>(sl)) return 2147483646;" in src) == staged
+    ring = re.search(r"kRingOffset = (\d+);.*\n.*kRingBytes = (\d+);", src)
+    assert ring is not None
+    ring_at, ring_bytes = map(int, ring.groups())
+    if body is None:
+        assert (
+            ring_bytes == 0 and "stage_bytes(int32_t kind) {\n    switch (body(kind)) {\n\n" in src
+        )
+        return
+    (expect,) = re.findall(r"stage_expect\(arena, (\d+)\)", body.group(1))
+    copies = re.findall(
+        r"stage_rows\(arena, (\d+), .*?, (\d+), (\d+), (\d+), (\d+)\);", body.group(1)
+    )
+    rows = n // 8
+    assert int(expect) == 2 * k * rows == sum(2 * int(r) * int(c) for _, r, _, c, _ in copies)
+    assert int(expect) <= STAGE_MAX
+    assert f"return {expect};" in src  # Dispatch::stage_bytes of the kind
+    for offset, r, ld, cols, dst_ld in copies:
+        # One row (CUDA cores): the rows stay unpadded, a contiguous slab (one bulk copy).
+        assert int(ld) == int(cols) == int(dst_ld) == k == staged_ld(k, mma=False)
+        assert int(offset) + 2 * int(r) * k <= int(expect)
+    assert ring_at >= 4 * k and ring_at % 128 == 0  # behind the activation chunk
+    assert (ring_at, ring_bytes) == ring_layout(ring_at, int(expect))
+    assert f"arena.stage_base + {copies[0][0]})" in src  # the products read them there
+    assert "return task_" in src and "mk::gpu::kAheadStage) != 0;" in src
+    monkeypatch.delenv("MK_CUDA_STAGE")  # off by default (see the README)
+    off = mk.compile(
+        linear_program(1, n, k, norm=True), target="cuda", num_sms=8, cache_dir=tmp_path
+    )
+    assert "kAheadStage) {" not in off.cuda_source  # type: ignore[attr-defined]
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_stage_is_0_or_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MK_CUDA_STAGE takes 0 or 1 (`head`, heads staged at the task's wait, measured slower and
+    was removed)."""
+    monkeypatch.setenv("MK_CUDA_STAGE", "head")
+    with pytest.raises(mk.MkError, match="MK_CUDA_STAGE must be 0 or 1, got 'head'"):
+        cuda_source(linear_program(1, 512, 4096, norm=True), tmp_path, num_sms=8)
+
+
+@pytest.mark.parametrize("k", [64, 256, 776, 1024, 2048, 3072, 4096, 14336])
+def test_staged_rows_of_a_tensor_core_step_use_distinct_banks(k: int) -> None:
+    """Lane (g, t) of a tensor-core step reads row g at 16-byte unit t: the eight rows must start
+    in distinct 16-byte units modulo the eight of a 128-byte bank line."""
+    from mk.backends.cuda.stream import STAGE_MAX, stage_offsets, staged_ld
+
+    units = 2 * staged_ld(k, mma=True) // 16
+    assert 2 * staged_ld(k, mma=True) % 16 == 0
+    assert len({g * units % 8 for g in range(8)}) == 8
+    offsets = stage_offsets([16, 8], k, [k, k], mma=True)
+    assert (offsets is None) == (2 * 24 * staged_ld(k, mma=True) > STAGE_MAX)
+    if offsets is not None:
+        assert offsets == [0, 2 * 16 * staged_ld(k, mma=True)]
+    # rows not 16-byte aligned in global memory
+    assert stage_offsets([8], k, [k + 4], mma=True) is None
+
+
+def test_the_staging_ring_holds_two_tasks_where_it_can() -> None:
+    """The ring takes two of the largest staged task where the arena keeps ARENA_KEEP, one when
+    only that fits, and refuses a task the shared memory cannot hold."""
+    from mk.backends.cuda.dispatch import ARENA_KEEP, DYNAMIC_SMEM, ring_layout
+
+    assert ring_layout(4000, 0) == (4096, 0)
+    at, ring = ring_layout(4000, 64 << 10) or (0, 0)
+    assert at == 4096 and ring == 128 << 10 and at + ring + ARENA_KEEP <= DYNAMIC_SMEM
+    at, ring = ring_layout(16 << 10, 96 << 10) or (0, 0)
+    assert 96 << 10 <= ring < 192 << 10 and at + ring + ARENA_KEEP == DYNAMIC_SMEM
+    at, ring = ring_layout(100 << 10, 100 << 10) or (0, 0)
+    assert ring >= 100 << 10 and at + ring <= DYNAMIC_SMEM
+    assert ring_layout(133 << 10, 128 << 10) is None
+
+
+def test_prefetch_spans_fit_the_budget_and_lead_every_warp() -> None:
+    from mk.backends.cuda.stream import prefetch_spans
+
+    # A slab that fits: every weight whole.
+    assert prefetch_spans([16, 8, 8], 2048, 128 << 10) == [(0, 0, 16), (1, 0, 8), (2, 0, 8)]
+    # A bigger slab (two weights of 112 rows, 8 KB each): each of the 8 warps' 28-row shares
+    # starts with the rows that fit the budget, split where a share crosses into the second weight.
+    spans = prefetch_spans([112, 112], 8192, 128 << 10)
+    assert sum(n for _, _, n in spans) * 8192 <= 128 << 10
+    firsts = [i * 112 + r for i, r, _ in spans]
+    assert firsts == [w * 28 for w in range(8)]
+    assert all(n == 2 for _, _, n in spans)
+    assert prefetch_spans([64], 1 << 20, 128 << 10) == []  # not even one row per warp
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_prefetch_budget_is_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The L2 prefetch is off unless MK_CUDA_PREFETCH gives it a byte budget."""
+    text = linear_program(1, 512, 1024, norm=True)
+    off = cuda_source(text, tmp_path)
+    assert "kAheadL2) {" not in off and "prefetch_rows" not in off
+    monkeypatch.setenv("MK_CUDA_PREFETCH", "0")
+    assert cuda_source(text, tmp_path) == off
+    monkeypatch.setenv("MK_CUDA_PREFETCH", "65536")
+    assert "if (ahead == mk::gpu::kAheadL2) {" in cuda_source(text, tmp_path)
+    monkeypatch.setenv("MK_CUDA_PREFETCH", "lots")
+    with pytest.raises(mk.MkError, match="MK_CUDA_PREFETCH must be a byte count, got 'lots'"):
+        cuda_source(text, tmp_path)
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_prefetch_at_wait_is_a_build_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_PREFETCH_AT=wait: the dispatcher asks for a task's own weights once its wait
+    misses (the budget defaults to PREFETCH_MAX); the default keeps prefetching ahead."""
+    text = linear_program(1, 512, 1024, norm=True)
+
+    def source() -> str:
+        return cuda_source(text, tmp_path)
+
+    assert "kPrefetchAtWait = false;" in source()
+    monkeypatch.setenv("MK_CUDA_PREFETCH_AT", "wait")
+    at_wait = source()
+    assert "kPrefetchAtWait = true;" in at_wait and "if (ahead == mk::gpu::kAheadL2) {" in at_wait
+    monkeypatch.setenv("MK_CUDA_PREFETCH_AT", "later")
+    with pytest.raises(mk.MkError, match="MK_CUDA_PREFETCH_AT must be one of ahead, wait, ahead2"):
+        source()
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_prefetch_two_tasks_ahead_is_a_build_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_PREFETCH_AT=ahead2: at each task's turn the dispatcher asks for the weights of
+    the task two queue positions on (the budget defaults to PREFETCH_MAX); one by default."""
+    text = linear_program(1, 512, 1024, norm=True)
+    one = cuda_source(text, tmp_path)
+    assert "kPrefetchDistance = 1;" in one and "kAheadL2) {" not in one
+    monkeypatch.setenv("MK_CUDA_PREFETCH_AT", "ahead2")
+    two = cuda_source(text, tmp_path)
+    assert "kPrefetchDistance = 2;" in two and "kPrefetchAtWait = false;" in two
+    assert "if (ahead == mk::gpu::kAheadL2) {" in two
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_staging_splits_a_long_row_into_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With MK_CUDA_STAGE=1 the activation chunk leaves the ring its room: a single row of
+    8,704 columns is staged in two chunks (what the GPU test of lean linears needs)."""
+    monkeypatch.setenv("MK_CUDA_STAGE", "1")
+    src = cuda_source(linear_program(1, 64, 8704, norm=True), tmp_path)
+    assert "sl.k = 8704;" in src and "sl.kc = 8192;" in src
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_weight_l2_priority_is_a_build_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_WEIGHT_L2=evict_first defines MK_STREAM_EVICT_FIRST in the source (the weight
+    loads take the L2's evict-first policy); by default the source does not."""
+    text = linear_program(1, 512, 1024, norm=True)
+    assert "MK_STREAM_EVICT_FIRST" not in cuda_source(text, tmp_path)
+    monkeypatch.setenv("MK_CUDA_WEIGHT_L2", "evict_first")
+    assert "#define MK_STREAM_EVICT_FIRST 1\n" in cuda_source(text, tmp_path)
+    monkeypatch.setenv("MK_CUDA_WEIGHT_L2", "last")
+    with pytest.raises(mk.MkError, match="MK_CUDA_WEIGHT_L2 must be one of normal, evict_first"):
+        cuda_source(text, tmp_path)
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_stage_beside_asks_for_the_weights_where_warps_stage_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_STAGE_BESIDE=1 sets StreamLinear::l2_beside where the first chunk leaves a warp
+    without a load: batch 1 of 1,024 columns (128 threads stage it), with or without the norm,
+    not batch 8 (1,024 threads' worth) nor an unaligned stream; off by default."""
+    beside = (1, 256, 1024, True, 1)
+    assert "l2_beside" not in cuda_source(linear_program(*beside), tmp_path)
+    monkeypatch.setenv("MK_CUDA_STAGE_BESIDE", "1")
+    for shape, expected in (
+        (beside, True),
+        ((1, 256, 1024, False, 2), True),
+        ((8, 256, 1024, True, 1), False),
+        ((5, 40, 100, True, 1), False),
+    ):
+        src = cuda_source(linear_program(*shape), tmp_path)
+        assert ("sl.l2_beside = true;" in src) == expected, shape
