@@ -311,7 +311,8 @@ __device__ inline void copy_raw_chunk(const StreamLinear& s, uint16_t* buf, int6
   // The producers' writes were ordered before every copy of the task once, at its first
   // (MK_CUDA_RAW_FENCE=chunk: before each).
   if (kRawFenceChunk || c == 0) asm volatile("fence.proxy.async.global;" ::: "memory");
-  if (c >= 2 * s.kc) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  // A buffer refilled (c >= 2 kc) was read by the generic proxy: expect_bytes' proxy fence
+  // orders those reads before this copy.
   expect_bytes(smem_address(bar), M * bytes);
 #pragma unroll
   for (int m = 0; m < M; ++m) bulk_copy(buf + m * s.kc, x + m * s.x_ld, bytes, smem_address(bar));
