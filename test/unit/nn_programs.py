@@ -1,4 +1,5 @@
-"""A hypothesis strategy for random, valid nn programs (small shapes), shared by the pipeline tests."""
+"""Hypothesis strategies for random, valid nn programs (small shapes, and decode-shaped ones),
+shared by the pipeline tests."""
 
 from __future__ import annotations
 
@@ -185,3 +186,67 @@ OPTIONS = st.fixed_dictionaries(
         "kv_splits": st.integers(0, 3),
     }
 )
+
+
+# Decode-shaped programs: a few activation rows against weights of realistic widths, the shapes
+# where the CUDA target picks among its streamed, tensor-core, split-K and split-KV paths. Their
+# ops are well conditioned (no reductions into a norm, no argmax of near ties), so a different
+# summation order stays within the dtype's tolerance.
+ROWS = (1, 2, 3, 5, 8, 16)
+WIDTHS = (16, 48, 64, 96, 130, 256, 512, 1024, 2048)
+
+
+class DecodeBuilder(ProgramBuilder):
+    """Picks [rows, width] values only; a new one is an argument of decode shape."""
+
+    def pick(self, min_rank: int = 1) -> SSAValue:
+        rows = [v for v in self.values if len(_shape(v)) == 2 and _elem(v) == self.dtype]
+        if not rows:
+            return self.arg((self.draw(st.sampled_from(ROWS)), self.draw(st.sampled_from(WIDTHS))))
+        return rows[-1] if self.draw(st.booleans()) else self.draw(st.sampled_from(rows))
+
+    def residual(self, y: SSAValue) -> None:
+        """Sometimes y + a fresh [rows, n] argument, as a decoder adds its residual."""
+        if self.draw(st.booleans()):
+            self.add(nn.AddOp(y, self.arg(_shape(y))))
+
+
+def _decode_linear(p: DecodeBuilder) -> None:
+    x = p.pick()
+    if p.draw(st.booleans()):
+        x = p.add(nn.RMSNormOp(x, p.arg(_shape(x)[-1:]), epsilon=1e-5))
+    n, k = p.draw(st.sampled_from(WIDTHS)), _shape(x)[-1]
+    y = p.add(nn.LinearOp(x, p.arg((n, k))))
+    if p.draw(st.booleans()):  # gate and up
+        y = p.add(nn.MulOp(p.add(nn.SiluOp(y)), p.add(nn.LinearOp(x, p.arg((n, k))))))
+    p.residual(y)
+
+
+def _decode_attention(p: DecodeBuilder) -> None:
+    b, hkv, group = (p.draw(st.sampled_from(v)) for v in ((1, 2, 3), (1, 2, 4), (1, 2, 4)))
+    d, s = p.draw(st.sampled_from((64, 128))), p.draw(st.sampled_from((5, 64, 100, 257, 600)))
+    q = p.add(nn.ReshapeOp(p.arg((b, hkv * group * d)), (b, hkv * group, 1, d)))
+    k, v = p.arg((b, hkv, s, d)), p.arg((b, hkv, s, d))
+    kv_len = p.arg((b,), i32) if p.draw(st.booleans()) else None
+    out = p.add(nn.AttentionOp(q, k, v, kv_len, scale=d**-0.5, causal=False))
+    out = p.add(nn.ReshapeOp(out, (b, hkv * group * d)))
+    if p.draw(st.booleans()):  # the o-projection
+        p.residual(
+            p.add(nn.LinearOp(out, p.arg((p.draw(st.sampled_from(WIDTHS)), _shape(out)[1]))))
+        )
+
+
+def _decode_softmax(p: DecodeBuilder) -> None:
+    p.add(nn.SoftmaxOp(p.pick(), -1))
+
+
+DECODE_STEPS = (_decode_linear, _decode_attention, _decode_softmax, _step_unary, _step_binary)
+
+
+@st.composite
+def decode_programs(draw: st.DrawFn) -> ModuleOp:
+    p = DecodeBuilder(draw, draw(st.sampled_from([f32, bf16])))
+    draw(st.sampled_from(DECODE_STEPS[:2]))(p)  # a linear or an attention, what decode is
+    for _ in range(draw(st.integers(0, 3))):
+        draw(st.sampled_from(DECODE_STEPS))(p)
+    return p.module([p.values[-1]])
