@@ -142,7 +142,6 @@ class StreamLinearEmitter(GraphDefEmitter):
         return leaves_a_warp_idle(plan.rows * (min(k, chunk) // 8))
 
     def stream_linear(self, plan: StreamPlan) -> None:
-        emit = self.lines.append
         k = self.forloop * shape_of(plan.x.tile)[1]
         chunk = plan.chunk(k)
         self.smem_floats = -(-plan.smem_bytes(k) // 4)
@@ -150,32 +149,50 @@ class StreamLinearEmitter(GraphDefEmitter):
         self.before_stream()
         if self.merged_dot(plan, k):
             return
-        emit("{")
-        emit("mk::gpu::StreamLinear sl{};")
-        emit("sl.arena = &arena;")
+        self.lines += ["{", "mk::gpu::StreamLinear sl{};", "sl.arena = &arena;"]
         mma = plan.tensor_cores(k)
         early = self.merge_early(plan, mma)
-        if isinstance(plan.x, MergedX):
-            if not early:  # else after the weights' descriptors and their first round
-                self.merged_x(plan.x)
-        else:
-            x = self.operands[plan.x.source_index()]
-            r0, c0 = self.input_starts(plan.x, "0")
-            at = f"({r0}) * {x.shape[1]} + {c0}"
-            # A flagged activation: 8-byte words of float bits and flag, staged as they come.
-            dtype = "mk::DTYPE_F64" if x.flagged else x.dtype
-            emit(f"sl.x = mk::gpu::elem_at(buffers[{x.index}], {dtype}, {at});")
-            emit(f"sl.x_dtype = {'mk::DTYPE_F32' if x.flagged else x.dtype};")
-            emit(f"sl.x_ld = {x.shape[1]};")
-            if x.flagged:
-                emit("sl.x_flag = arena.flag;")
-        g_at = ""  # the norm weight's first element
-        if plan.g is not None:
-            g = self.operands[plan.g.source_index()]
-            (g0,) = self.input_starts(plan.g, "0")
-            g_at = f"mk::gpu::elem_at(buffers[{g.index}], {g.dtype}, {g0})"
-            emit(f"sl.g = {g_at};")
-            emit(f"sl.g_dtype = {g.dtype};")
+        if not isinstance(plan.x, MergedX):
+            self.stream_activation(plan)
+        elif not early:  # else after the weights' descriptors and their first round
+            self.merged_x(plan.x)
+        g_at = self.stream_norm_weight(plan)
+        self.stream_fields(plan, k, chunk, mma)
+        firsts, lds, rows, staged = self.stream_weights(plan, k, mma)
+        self.plan_prefetch(plan, firsts, lds, rows, g_at, k, mma)
+        self.stream_call(plan, k, mma, early, staged is not None)
+        for op in plan.invariant:
+            self.load(op, "0")
+
+    def stream_activation(self, plan: StreamPlan) -> None:
+        """sl.x: the activation's first element, its type and row length."""
+        assert not isinstance(plan.x, MergedX)
+        x = self.operands[plan.x.source_index()]
+        r0, c0 = self.input_starts(plan.x, "0")
+        at = f"({r0}) * {x.shape[1]} + {c0}"
+        # A flagged activation: 8-byte words of float bits and flag, staged as they come.
+        dtype = "mk::DTYPE_F64" if x.flagged else x.dtype
+        self.lines += [
+            f"sl.x = mk::gpu::elem_at(buffers[{x.index}], {dtype}, {at});",
+            f"sl.x_dtype = {'mk::DTYPE_F32' if x.flagged else x.dtype};",
+            f"sl.x_ld = {x.shape[1]};",
+        ]
+        if x.flagged:
+            self.lines.append("sl.x_flag = arena.flag;")
+
+    def stream_norm_weight(self, plan: StreamPlan) -> str:
+        """sl.g: the norm weight's first element ("" without a norm), which it returns."""
+        if plan.g is None:
+            return ""
+        g = self.operands[plan.g.source_index()]
+        (g0,) = self.input_starts(plan.g, "0")
+        g_at = f"mk::gpu::elem_at(buffers[{g.index}], {g.dtype}, {g0})"
+        self.lines += [f"sl.g = {g_at};", f"sl.g_dtype = {g.dtype};"]
+        return g_at
+
+    def stream_fields(self, plan: StreamPlan, k: int, chunk: int, mma: bool) -> None:
+        """The descriptor's scalars: weight type, K and its chunk, Σx², weights, alignment."""
+        emit = self.lines.append
         emit(f"sl.w_dtype = {dtype_code(plan.products[0][0].tile.type)};")
         if self.assigned:
             emit("sl.assign = true;")
@@ -188,6 +205,13 @@ class StreamLinearEmitter(GraphDefEmitter):
             emit("sl.aligned = true;")
             if self.stage_beside(plan, k, chunk, mma):
                 emit("sl.l2_beside = true;")
+
+    def stream_weights(
+        self, plan: StreamPlan, k: int, mma: bool
+    ) -> tuple[list[str], list[int], list[int], list[int] | None]:
+        """sl.w: each weight's rows, in global memory or in the staging ring (MK_CUDA_STAGE=1,
+        whose copy it plans too). Returns their first elements, row lengths and row counts in
+        global memory, and their offsets in the ring (None: not staged)."""
         firsts, lds = [], []
         for w, _ in plan.products:
             ref = self.operands[w.source_index()]
@@ -203,11 +227,25 @@ class StreamLinearEmitter(GraphDefEmitter):
             if staged is not None:
                 at = f"reinterpret_cast<const uint16_t*>(arena.stage_base + {staged[i]})"
                 ld = staged_ld(k, mma)
-            emit(
+            self.lines.append(
                 f"sl.w[{i}] = mk::gpu::StreamWeight{{{at}, {ld}, {rows[i]}, {self.var(acc.res)}.data()}};"
             )
         if staged is not None:
             self.stage_weights(rows, k, firsts, lds, staged, staged_ld(k, mma))
+        return firsts, lds, rows, staged
+
+    def plan_prefetch(
+        self,
+        plan: StreamPlan,
+        firsts: list[str],
+        lds: list[int],
+        rows: list[int],
+        g_at: str,
+        k: int,
+        mma: bool,
+    ) -> None:
+        """The L2 prefetch one thread runs before the task's turn (MK_CUDA_PREFETCH's budget):
+        the weights' rows and the norm weight."""
         # Tensor cores take rows in 8-row groups across warps: only a whole slab is fetched.
         most = switches.prefetch_budget()
         budget = most if not mma or 2 * k * sum(rows) <= most else 0
@@ -216,9 +254,15 @@ class StreamLinearEmitter(GraphDefEmitter):
             for i, r0, n in prefetch_spans(rows, 2 * k, budget)
         ]
         if plan.g is not None:  # the norm weight: the staging's first load
+            g = self.operands[plan.g.source_index()]
             fetch.append(f"mk::gpu::prefetch_l2({g_at}, {k} * mk::dtype_size({g.dtype}));")
         if budget:
             self.prefetch = fetch
+
+    def stream_call(self, plan: StreamPlan, k: int, mma: bool, early: str, staged: bool) -> None:
+        """The mk::gpu::stream_linear call (after the merge where MK_CUDA_MERGE_EARLY asks the
+        weights first) and the descriptor's closing brace."""
+        emit = self.lines.append
         steps = plan.mma_steps() if mma else plan.steps_in_flight(k)
         call = (
             f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}, {steps}, "
@@ -234,26 +278,21 @@ class StreamLinearEmitter(GraphDefEmitter):
             self.merged_x(plan.x)
             emit(f"{call}, false, 1, 0, true>(sl, first);")
             emit("}")
-            for op in plan.invariant:
-                self.load(op, "0")
             return
-        groups = plan.mma_groups() if mma else 1
         # The template's trailing arguments (Staged, G, Ring), defaults left off.
         tail = [
-            _bool(staged is not None),
-            str(groups),
-            str(plan.ring_stages(k) if staged is None else 0),
+            _bool(staged),
+            str(plan.mma_groups() if mma else 1),
+            str(0 if staged else plan.ring_stages(k)),
         ]
         while tail and tail[-1] == ("false", "1", "0")[len(tail) - 1]:
             tail.pop()
         call += "".join(f", {a}" for a in tail)
-        if staged is None and not mma:
+        if not staged and not mma:
             emit(f"{call}>(sl);")
         else:  # weights staged ahead, or a raw activation's bulk copies on tensor cores
             emit(f"if (!{call}>(sl)) return {STAGE_LOST};")
         emit("}")
-        for op in plan.invariant:
-            self.load(op, "0")
 
     def stage_weights(
         self,
