@@ -25,6 +25,7 @@ NVCC_FLAGS = (
     "-shared",
     "-Xcompiler",
     "-fPIC",
+    "-Xcompiler=-Wall,-Wextra",  # the host pass of the emitted source and mk's headers
     "--expt-relaxed-constexpr",
     "-Xptxas=-v",  # the megakernel's registers and spills (KernelResources)
 )
@@ -38,7 +39,8 @@ class KernelResources:
     memory in every task the dispatcher runs (`spilling` counts the functions that spill).
     `wgmma_serialized`: ptxas serialized the wgmma of some function, whose pipeline a call
     crosses (its note C7510; switches.inline_bodies). `spilled`: which functions spill
-    ("megakernel" for the entry, a body by its grid, e.g. "k14_l0_y_acc")."""
+    ("megakernel" for the entry, a body by its grid, e.g. "k14_l0_y_acc"). `warnings`: the
+    compilers' warning lines (the host pass runs with -Wall -Wextra)."""
 
     registers: int
     stack_bytes: int
@@ -47,10 +49,13 @@ class KernelResources:
     spilling: int
     wgmma_serialized: bool = False
     spilled: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
     def summary(self) -> str:
-        """One line for a tool's report: registers, stack and where it spills."""
+        """One line for a tool's report: registers, stack, warnings and where it spills."""
         head = f"{self.registers} registers, {self.stack_bytes} B of stack"
+        if self.warnings:
+            head += f", {len(self.warnings)} compiler warnings"
         if not self.spilling:
             return f"{head}, no spills"
         names = ", ".join(self.spilled) if self.spilled else f"{self.spilling} functions"
@@ -65,7 +70,8 @@ _ENTRY = re.compile(r"Compiling entry function '(\S*megakernel\S*)'.*?Used (\d+)
 
 
 def kernel_resources(ptxas: str) -> KernelResources | None:
-    """The megakernel's entry in ptxas -v output (None when it is not there)."""
+    """The megakernel's entry in ptxas -v output (None when it is not there), with the warning
+    lines of the whole build's output."""
     frames = {
         m.group(1): tuple(int(x) for x in m.groups()[1:]) for m in _PROPERTIES.finditer(ptxas)
     }
@@ -77,8 +83,9 @@ def kernel_resources(ptxas: str) -> KernelResources | None:
         _function_name(name, entry.group(1)) for name, frame in frames.items() if frame[1] > 0
     )
     serialized = "(C7510)" in ptxas
+    warnings = tuple(line for line in ptxas.splitlines() if "warning" in line.lower())
     return KernelResources(
-        int(entry.group(2)), stack, stores, loads, len(spilled), serialized, spilled
+        int(entry.group(2)), stack, stores, loads, len(spilled), serialized, spilled, warnings
     )
 
 
@@ -105,6 +112,7 @@ def library_resources(library: Path) -> KernelResources | None:
         return None
     fields = json.loads(path.read_text())
     fields["spilled"] = tuple(fields.get("spilled", ()))
+    fields["warnings"] = tuple(fields.get("warnings", ()))
     return KernelResources(**fields)
 
 

@@ -143,6 +143,7 @@ def test_nvcc_builds_the_megakernel_once(name: str, cache: Path) -> None:
     used = again.cuda_resources
     assert used is not None and 0 < used.registers <= 255
     assert (used.spill_stores, used.spilling) == (0, 0), used
+    assert used.warnings == (), used.warnings  # -Wall -Wextra on the host pass, and nvcc's own
 
 
 PTXAS = """\
@@ -172,6 +173,12 @@ def test_ptxas_reports_the_megakernels_registers_and_spills() -> None:
     )
     clean = cuda_build.KernelResources(213, 304, 0, 0, 0)
     assert clean.summary() == "213 registers, 304 B of stack, no spills"
+    host = "mk.cu:3:5: warning: unused variable 'x' [-Wunused-variable]"
+    warned = cuda_build.kernel_resources(f"{host}\n{PTXAS}")
+    assert warned == cuda_build.KernelResources(
+        255, 752, 504, 868, 2, spilled=spilled, warnings=(host,)
+    )
+    assert warned.summary().startswith("255 registers, 752 B of stack, 1 compiler warnings, SPILLS")
 
 
 def test_a_libraries_resources_read_back_as_written(tmp_path: Path) -> None:
@@ -180,9 +187,12 @@ def test_a_libraries_resources_read_back_as_written(tmp_path: Path) -> None:
     assert found is not None
     cuda_build.resources_path(lib).write_text(json.dumps(dataclasses.asdict(found)))
     assert cuda_build.library_resources(lib) == found
-    older = {k: v for k, v in dataclasses.asdict(found).items() if k != "spilled"}
-    cuda_build.resources_path(lib).write_text(json.dumps(older))  # written before `spilled`
+    older = {k: v for k, v in dataclasses.asdict(found).items() if k not in ("spilled", "warnings")}
+    cuda_build.resources_path(lib).write_text(json.dumps(older))  # written before both
     assert cuda_build.library_resources(lib) == dataclasses.replace(found, spilled=())
+    warned = dataclasses.replace(found, warnings=("mk.cu:1:1: warning: w",))
+    cuda_build.resources_path(lib).write_text(json.dumps(dataclasses.asdict(warned)))
+    assert cuda_build.library_resources(lib) == warned
 
 
 # Build switches that change the emitted CUDA beyond the default (bench/RESULTS.md measures them).

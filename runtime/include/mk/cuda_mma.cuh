@@ -480,7 +480,7 @@ __host__ __device__ inline int mma_slices(int blocks, int warps, int steps, int 
   int best = 1, best_busy = 0, best_rounds = 0;
   // Unrolled where `warps` is a constant (mma_chunk's): the divisions by `slices` then are by
   // constants. Divisions by values cost tens of instructions each, ~1 us a task on the H200.
-#pragma unroll
+  MK_UNROLL
   for (int slices = 1; slices <= warps && slices <= most; ++slices) {
     const int units = blocks * slices, busy = units < warps ? units : warps;
     const int per_warp = (units + warps - 1) / warps;

@@ -30,6 +30,14 @@
 #define MK_HOST_DEVICE
 #endif
 
+// `#pragma unroll` in code that a host compiler sees too (MK_HOST_DEVICE functions): only the
+// device pass takes it, so the host's -Wall stays quiet.
+#if defined(__CUDA_ARCH__)
+#define MK_UNROLL _Pragma("unroll")
+#else
+#define MK_UNROLL
+#endif
+
 namespace mk {
 
 // Task kinds with a built-in implementation; kinds >= KIND_FIRST_LOWERED belong to the

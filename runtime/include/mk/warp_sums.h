@@ -5,12 +5,6 @@
 
 #include "mk/tables.h"
 
-#if defined(__CUDACC__)
-#define MK_UNROLL _Pragma("unroll")
-#else
-#define MK_UNROLL
-#endif
-
 namespace mk {
 namespace gpu {
 
