@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 
 from hypothesis import strategies as st
-from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType, bf16, f32, i32
+from xdsl.dialects.builtin import FunctionType, ModuleOp, TensorType, bf16, f16, f32, i32
 from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, Block, Region, SSAValue
 
@@ -166,7 +166,7 @@ STEPS = (
 
 @st.composite
 def programs(draw: st.DrawFn) -> ModuleOp:
-    p = ProgramBuilder(draw, draw(st.sampled_from([f32, bf16])))
+    p = ProgramBuilder(draw, draw(st.sampled_from([f32, bf16, f16])))
     p.arg(draw(_shapes()))
     for _ in range(draw(st.integers(1, 5))):
         draw(st.sampled_from(STEPS))(p)
@@ -245,7 +245,7 @@ DECODE_STEPS = (_decode_linear, _decode_attention, _decode_softmax, _step_unary,
 
 @st.composite
 def decode_programs(draw: st.DrawFn) -> ModuleOp:
-    p = DecodeBuilder(draw, draw(st.sampled_from([f32, bf16])))
+    p = DecodeBuilder(draw, draw(st.sampled_from([f32, bf16, f16])))
     draw(st.sampled_from(DECODE_STEPS[:2]))(p)  # a linear or an attention, what decode is
     for _ in range(draw(st.integers(0, 3))):
         draw(st.sampled_from(DECODE_STEPS))(p)

@@ -49,7 +49,7 @@ def check_matches_the_reference(
 
 def test_decode_programs_draw_the_paths_they_are_for() -> None:
     """The strategy reaches what it exists for: attention over unaligned caches, gated linears,
-    residual adds and both dtypes (so a narrowed strategy cannot pass unnoticed)."""
+    residual adds and all three dtypes (so a narrowed strategy cannot pass unnoticed)."""
     seen: set[str] = set()
 
     @settings(max_examples=60, **SETTINGS)
@@ -57,12 +57,14 @@ def test_decode_programs_draw_the_paths_they_are_for() -> None:
     def collect(module: ModuleOp) -> None:
         text = str(module)
         seen.update(
-            op for op in ("nn.attention", "nn.silu", "nn.add", "bf16", "xf32>") if op in text
+            op
+            for op in ("nn.attention", "nn.silu", "nn.add", "bf16", "xf16>", "xf32>")
+            if op in text
         )
         seen.update(f"s={s}" for s in (100, 257, 600) if f"x{s}x" in text)
 
     collect()
-    assert seen >= {"nn.attention", "nn.silu", "nn.add", "bf16", "xf32>", "s=257"}
+    assert seen >= {"nn.attention", "nn.silu", "nn.add", "bf16", "xf16>", "xf32>", "s=257"}
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed")
