@@ -8,7 +8,7 @@ from collections.abc import Callable
 from xdsl.context import Context
 from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, StringAttr
 from xdsl.dialects.func import FuncOp
-from xdsl.ir import Operation
+from xdsl.ir import Block, Operation, OpResult
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 from xdsl.utils.lexer import Span
@@ -105,10 +105,12 @@ def _message(e: Exception) -> str:
 def verify_located(module: ModuleOp) -> None:
     """Verify every op in source order, raising MkError at the first failing op's location.
 
-    A function also gets the decode-loop rules of the nn dialect (`nn.steps`, `{nn.donated}`).
+    A function also gets the decode-loop rules of the nn dialect (`nn.steps`, `{nn.donated}`),
+    and its body the rule that a value is defined before it is used.
     """
     from mk.dialects.nn_decode import verify_decode_function
 
+    positions: dict[Block, dict[Operation, int]] = {}
     for op in module.walk():
         try:
             op.verify(verify_nested_ops=False)
@@ -117,12 +119,40 @@ def verify_located(module: ModuleOp) -> None:
             if not message.startswith(f"'{op.name}'"):  # xDSL's trait messages name the op already
                 message = f"'{op.name}' {message}"
             raise MkError(message, op_location(op)) from None
+        if (early := _use_before_definition(op, positions)) is not None:
+            raise MkError(f"'{op.name}' {early}", op_location(op))
         if isinstance(op, FuncOp) and not op.is_declaration:
             try:
                 verify_decode_function(op)
             except VerifyException as e:
                 message = f"'func.func' @{op.sym_name.data}: {_message(e)}"
                 raise MkError(message, op_location(op)) from None
+
+
+def _use_before_definition(
+    op: Operation, positions: dict[Block, dict[Operation, int]]
+) -> str | None:
+    """What is wrong when an operand of `op` comes from an op of a function body that is not
+    before it (the parser resolves a name used before its definition to the later value), else
+    None. `positions` caches each body's op order."""
+    for i, value in enumerate(op.operands):
+        if not isinstance(value, OpResult):
+            continue
+        block = value.op.parent_block()
+        if block is None or not isinstance(block.parent_op(), FuncOp):
+            continue
+        user: Operation | None = op  # op, or the op of its function's body that holds it
+        while user is not None and user.parent_block() is not block:
+            user = user.parent_op()
+        if user is None:
+            continue
+        order = positions.get(block)
+        if order is None:
+            order = positions[block] = {o: n for n, o in enumerate(block.ops)}
+        if order[value.op] >= order[user]:
+            name = f"%{value.name_hint}" if value.name_hint else "its value"
+            return f"operand #{i} ({name}) is used before its definition"
+    return None
 
 
 def error_from_diagnostic(e: DiagnosticException, module: ModuleOp | None = None) -> MkError:

@@ -84,6 +84,24 @@ func.func private @ext(tensor<4xf32>) -> tensor<4xf32>"""
         mk.reference(text, np.zeros(4, np.float32))
 
 
+def test_use_before_definition_is_a_located_error() -> None:
+    """The parser resolves a name used before its definition to the later value: the verifier
+    rejects it at the use, for the reference and the compiler alike (no pass sees it)."""
+    text = """func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %y = nn.mul %x, %z : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %z = nn.relu %y : (tensor<4xf32>) -> tensor<4xf32>
+  func.return %z : tensor<4xf32>
+}"""
+    message = r"<source>:2:3: error: 'nn.mul' operand #1 \(%z\) is used before its definition"
+    with pytest.raises(MkError, match=message):
+        mk.reference(text, np.zeros(4, np.float32))
+    with pytest.raises(MkError, match=message):
+        mk.compile(text, target="cuda")
+    fine = text.replace("%x, %z", "%x, %x")
+    (out,) = mk.reference(fine, np.full(4, 2, np.float32))
+    np.testing.assert_array_equal(out, np.full(4, 4, np.float32))
+
+
 def test_unknown_entry_is_an_error() -> None:
     with pytest.raises(MkError, match="no function named 'nope'"):
         mk.reference(CHAIN, entry="nope")

@@ -594,3 +594,23 @@ func.func @f(%c: tensor<4x2xf32> {nn.donated}, %n: tensor<1x2xf32>, %i: tensor<1
   %e = nn.exp %c : (tensor<4x2xf32>) -> tensor<4x2xf32>
   func.return %e : tensor<4x2xf32>
 }
+
+// -----
+
+// ===== a value used before its definition (the parser resolves the name to the later value)
+
+func.func @f(%a: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %b = nn.relu %a : (tensor<4x8xf32>) -> tensor<4x8xf32>
+// CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'nn.mul' operand #1 (%d) is used before its definition
+  %c = nn.mul %b, %d : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %d = nn.add %c, %a : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  func.return %d : tensor<4x8xf32>
+}
+
+// -----
+
+func.func @f(%a: tensor<4x8xf32>) -> tensor<4x8xf32> {
+// CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'nn.sigmoid' operand #0 (%s) is used before its definition
+  %s = nn.sigmoid %s : (tensor<4x8xf32>) -> tensor<4x8xf32>
+  func.return %s : tensor<4x8xf32>
+}
