@@ -111,8 +111,8 @@ class AttentionPlan:
     def q_folded(self) -> bool:
         return self.q_view is not None or self.q_chain is not None
 
-    def sources(self) -> list[SSAValue]:
-        """The nn values the kernels read, each once, in operand order."""
+    def qkv_sources(self) -> tuple[SSAValue, SSAValue, SSAValue]:
+        """The nn values the kernels read for q, k and v (k and v may be one value)."""
         op = self.op
         if self.q_chain is not None:
             q = self.q_chain.source()
@@ -120,7 +120,12 @@ class AttentionPlan:
             q = self.q_view.operands[0] if self.q_view else op.q
         k = self.k_row.write.cache if self.k_row else op.k
         v = self.v_row.write.cache if self.v_row else op.v
-        values = [q, k, v, *([op.kv_len] if op.kv_len else [])]
+        return q, k, v
+
+    def sources(self) -> list[SSAValue]:
+        """The nn values the kernels read, each once, in operand order."""
+        op = self.op
+        values = [*self.qkv_sources(), *([op.kv_len] if op.kv_len else [])]
         values += _chain_operands(self.q_chain)
         for row in (self.k_row, self.v_row):
             if row is not None:
@@ -303,14 +308,14 @@ def _resolve(value: SSAValue, views: dict[SSAValue, SSAValue], lookup: ValueMap)
 def _split_block(blk: _Block, plan: AttentionPlan, sh: _AttnShape) -> tuple[SSAValue, ...]:
     """Scores of one KV chunk, masked and scaled, into the online-softmax accumulator."""
     b, op = blk.b, plan.op
-    q_source = plan.sources()[0]
+    q_source, k_source, v_source = plan.qkv_sources()
     qt = blk.input(q_source, _QUERY_MAP if sh.q_blocked else _HEAD_MAP, -1, "qt")
     if plan.q_chain is not None:
         qt = _apply_chain(blk, plan.q_chain, qt, (1, sh.group, 1, sh.d), "q")
     q2 = reshape(b, qt, (sh.rows, sh.d), "q2")
     kv_map = _HEAD_MAP if sh.q_blocked else (1, 2, 0)  # all keys, or the block's split
-    kt = blk.input(plan.sources()[1], kv_map, 2, "kt")
-    vt = blk.input(plan.sources()[2], kv_map, 2, "vt")
+    kt = blk.input(k_source, kv_map, 2, "kt")
+    vt = blk.input(v_source, kv_map, 2, "vt")
     ks = _with_new_row(blk, plan.k_row, kt, sh, "k")
     vs = _with_new_row(blk, plan.v_row, vt, sh, "v")
     chunk = shape_of(kt)[2]

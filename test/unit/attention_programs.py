@@ -12,16 +12,18 @@ from mk.inputs import random_inputs
 
 def attention(
     b: int, hq: int, hkv: int, seq: int, d: int, *, dtype: str = "bf16", kv_len: bool = True,
-    causal: bool = False, sq: int = 1,
+    causal: bool = False, sq: int = 1, shared_kv: bool = False,
 ) -> str:  # fmt: skip
+    """One nn.attention; with `shared_kv` its keys and values are one argument, %kv."""
     q = f"tensor<{b}x{hq}x{sq}x{d}x{dtype}>"
     kv = f"tensor<{b}x{hkv}x{seq}x{d}x{dtype}>"
     lens = f", %kv_len: tensor<{b}xi32>" if kv_len else ""
-    operands = "%q, %k, %v" + (", %kv_len" if kv_len else "")
+    operands = ("%q, %kv, %kv" if shared_kv else "%q, %k, %v") + (", %kv_len" if kv_len else "")
     types = f"{q}, {kv}, {kv}" + (f", tensor<{b}xi32>" if kv_len else "")
     flag = "true" if causal else "false"
+    args = f"%kv: {kv}" if shared_kv else f"%k: {kv}, %v: {kv}"
     return (
-        f"func.func @att(%q: {q}, %k: {kv}, %v: {kv}{lens}) -> {q} {{\n"
+        f"func.func @att(%q: {q}, {args}{lens}) -> {q} {{\n"
         f"  %o = nn.attention {operands} {{scale = {d**-0.5!r} : f32, causal = {flag}}} : "
         f"({types}) -> {q}\n"
         f"  func.return %o : {q}\n}}"

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import ml_dtypes
 import numpy as np
 import pytest
+from attention_programs import attention
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nn_programs import programs
@@ -371,6 +372,22 @@ func.func @same(%x: tensor<4x8xbf16>) -> tensor<4x8xbf16> {
   func.return %x : tensor<4x8xbf16>
 }
 """
+
+
+@pytest.mark.parametrize("kv_splits", [1, 2])
+@pytest.mark.parametrize(
+    "text",
+    [
+        attention(2, 4, 2, 7, 8, dtype="f32", shared_kv=True),
+        attention(1, 2, 2, 5, 8, kv_len=False, shared_kv=True),
+    ],
+)
+def test_attention_whose_keys_are_its_values(cache: Path, text: str, kv_splits: int) -> None:
+    """K and V one value: the kernel reads it once, as both (the key lengths after it)."""
+    _real_backend()
+    prog = mk.compile(text, num_sms=3, kv_splits=kv_splits, cache_dir=cache)
+    inputs = random_inputs(prog.func, seed=2)
+    assert_matches_reference(prog(*inputs), mk.reference(text, *inputs))
 
 
 def test_a_function_that_returns_its_argument_copies_it(cache: Path) -> None:

@@ -413,6 +413,16 @@ def test_streamed_attention_matches_the_reference(
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("splits", [0, 3])
+@pytest.mark.parametrize("kv_len", [True, False])
+def test_keys_that_are_the_values_on_the_gpu(tmp_path: Path, kv_len: bool, splits: int) -> None:
+    """One argument as both K and V (the kernel reads it once, as both)."""
+    text = attention(2, 8, 2, 300, 64, kv_len=kv_len, shared_kv=True)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=splits)
+    matches_the_reference(prog, text, (kv_len, splits))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize(
     ("dims", "extra"),
     BLOCK_SHAPES,
