@@ -8,7 +8,7 @@ from collections.abc import Callable
 from xdsl.context import Context
 from xdsl.dialects.builtin import FileLineColLoc, IntAttr, ModuleOp, StringAttr
 from xdsl.dialects.func import FuncOp
-from xdsl.ir import Block, Operation, OpResult
+from xdsl.ir import Operation, OpResult
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 from xdsl.utils.lexer import Span
@@ -110,7 +110,6 @@ def verify_located(module: ModuleOp) -> None:
     """
     from mk.dialects.nn_decode import verify_decode_function
 
-    positions: dict[Block, dict[Operation, int]] = {}
     for op in module.walk():
         try:
             op.verify(verify_nested_ops=False)
@@ -119,7 +118,7 @@ def verify_located(module: ModuleOp) -> None:
             if not message.startswith(f"'{op.name}'"):  # xDSL's trait messages name the op already
                 message = f"'{op.name}' {message}"
             raise MkError(message, op_location(op)) from None
-        if (early := _use_before_definition(op, positions)) is not None:
+        if (early := _use_before_definition(op)) is not None:
             raise MkError(f"'{op.name}' {early}", op_location(op))
         if isinstance(op, FuncOp) and not op.is_declaration:
             try:
@@ -129,12 +128,10 @@ def verify_located(module: ModuleOp) -> None:
                 raise MkError(message, op_location(op)) from None
 
 
-def _use_before_definition(
-    op: Operation, positions: dict[Block, dict[Operation, int]]
-) -> str | None:
+def _use_before_definition(op: Operation) -> str | None:
     """What is wrong when an operand of `op` comes from an op of a function body that is not
     before it (the parser resolves a name used before its definition to the later value), else
-    None. `positions` caches each body's op order."""
+    None. (xDSL's dominance orders blocks, not the ops of one block.)"""
     for i, value in enumerate(op.operands):
         if not isinstance(value, OpResult):
             continue
@@ -144,12 +141,7 @@ def _use_before_definition(
         user: Operation | None = op  # op, or the op of its function's body that holds it
         while user is not None and user.parent_block() is not block:
             user = user.parent_op()
-        if user is None:
-            continue
-        order = positions.get(block)
-        if order is None:
-            order = positions[block] = {o: n for n, o in enumerate(block.ops)}
-        if order[value.op] >= order[user]:
+        if user is not None and not value.op.is_before_in_block(user):
             name = f"%{value.name_hint}" if value.name_hint else "its value"
             return f"operand #{i} ({name}) is used before its definition"
     return None
