@@ -24,6 +24,7 @@ from mk.diagnostics import MkError, op_location
 from mk.dialects.nn_decode import decode_steps, donated_args, donated_write
 from mk.inputs import check_donated, check_inputs, numpy_dtype, random_inputs, tensor_type
 from mk.interp.nn_ops import KERNELS, KernelError, current_step
+from mk.interp.nn_ties import ArgmaxSteer, argmax_steer
 from mk.source import Source, entry_function, load_module
 
 __all__ = ["random_inputs", "run_nn_op", "run_reference"]
@@ -164,3 +165,14 @@ def run_reference(source: Source, *inputs: Any, entry: str | None = None) -> tup
     do not match the entry's arguments, or data an op rejects (e.g. an embedding id out of range).
     """
     return run_interpreted(source, inputs, entry, _check_supported)
+
+
+def run_reference_steered(
+    source: Source, steer: ArgmaxSteer, *inputs: Any, entry: str | None = None
+) -> tuple[np.ndarray, ...]:
+    """run_reference with `steer` recording each nn.argmax's near-ties and forcing its choices."""
+    token = argmax_steer.set(steer)
+    try:
+        return run_reference(source, *inputs, entry=entry)
+    finally:
+        argmax_steer.reset(token)

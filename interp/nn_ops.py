@@ -8,6 +8,8 @@ from contextvars import ContextVar
 
 import numpy as np
 
+from mk.interp.nn_ties import argmax_steer
+
 Attrs = dict[str, int | float | bool | tuple[int, ...]]
 Shape = tuple[int, ...]
 Kernel = Callable[[Sequence[np.ndarray], Attrs, Shape], np.ndarray]
@@ -120,6 +122,9 @@ def _embedding(args: Sequence[np.ndarray], _attrs: Attrs, _shape: Shape) -> np.n
 
 
 def _argmax(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.ndarray:
+    steer = argmax_steer.get()
+    if steer is not None:
+        return steer.choose(_f32(args[0]), _int(attrs, "dim"), current_step.get())
     return np.argmax(_f32(args[0]), axis=_int(attrs, "dim")).astype(np.int32)
 
 

@@ -513,3 +513,35 @@ def test_mk_run_passes_options_to_the_compiler(
         assert "MISMATCH" not in out and ": ok" in out
         counts.append(int(out.split(" tasks on ")[0].rsplit(" ", 1)[1]))
     assert counts[1] > counts[0]
+
+
+def test_mk_run_accepts_a_decode_loop_that_diverges_after_a_near_tie(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Seed 114's step 0 has an exact tie of bf16 logits in row 1: the CPU executor picks the other
+    token, and the loop follows it. mk-run names the tie and checks everything against the
+    reference made to take the same choice."""
+    from mk.tools.mk_run import main as mk_run
+
+    path = str(ROOT / "examples/decode_loop.mlir")
+    assert mk_run([path, "--target", "cpu", "--seed", "114", "--cache-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "MISMATCH" in out  # the plain reference diverged
+    assert "near-tie: nn.argmax at step 0, row 1: its top two values are 0 x rms apart" in out
+    assert "this run chose 17, the reference 12" in out
+    assert out.rstrip().endswith("every output matches: ok")
+
+
+def test_near_ties_do_not_excuse_other_differences() -> None:
+    """A token changed where the reference has no near-tie stays a mismatch."""
+    from mk.interp.nn import random_inputs
+    from mk.source import entry_function, load_module
+    from mk.tools.mk_run import _explain_by_near_ties, _reference
+
+    module = load_module(ROOT / "examples/decode_loop.mlir")
+    func = entry_function(module, None)
+    inputs = random_inputs(func, 114)
+    results = list(_reference(module, func, inputs, None))
+    tokens = results[0].copy()
+    tokens[2, 0] = (tokens[2, 0] + 1) % 64  # a token no near-tied choice gives
+    assert _explain_by_near_ties(module, func, inputs, [tokens, *results[1:]]) == 1
