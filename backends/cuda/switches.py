@@ -93,11 +93,11 @@ def raw_fence_per_chunk() -> bool:
 
 
 def raw_bars_kept() -> bool:
-    """MK_CUDA_RAW_BARS: `task` (default) gives a raw activation's bulk copies two mbarriers
-    initialised and invalidated in each task; `launch` keeps them for the whole launch and counts
-    their phases (compute-sanitizer's racecheck reports the copies into bytes a previous task's
-    copy filled as a race under `task`, session 62)."""
-    return choice("MK_CUDA_RAW_BARS", ("task", "launch")) == "launch"
+    """MK_CUDA_RAW_BARS: `launch` (default) keeps the two mbarriers a raw activation's bulk
+    copies complete on for the whole launch and counts their phases; `task` initialises and
+    invalidates them in each task, which compute-sanitizer's racecheck reports as a race (the
+    copies into bytes a previous task's copy filled). Their speeds are the same."""
+    return choice("MK_CUDA_RAW_BARS", ("launch", "task")) == "launch"
 
 
 def mma_ring(warp_bytes: int, columns: int) -> int:
