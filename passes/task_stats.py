@@ -1,6 +1,7 @@
 """task-stats: annotate every task.graph with its size, its waits and its estimated time.
 
-`task-stats{num-sms=132 bandwidth-gbs=4100.0 peak-tflops=740.0}` sets the discardable attribute
+`task-stats{num-sms=132 bandwidth-gbs=4100.0 peak-tflops=740.0 task-us=0.0}` sets the
+discardable attribute
 
     task.stats = {tasks, grids, events, event_elements, waits, max_waits_per_task,
                   mean_waits_per_task, critical_path_us, est_us, coarse_events,
@@ -13,7 +14,9 @@ peak): `critical_path_us` is the longest chain of task times along distance-0 de
 `est_us` is the makespan of the graph's own `task.schedule` when it has one (each SM runs its
 queue in order, each task as soon as its SM and its producers are done; that schedule's
 `num_sms` sets the SM share), else that of the list schedule `task-schedule` would build on
-`num-sms` SMs. `coarse_events` counts events carrying the `mk.coarse` attribute.
+`num-sms` SMs. `task-us` adds a fixed cost to every task, which the byte and FLOP counts miss:
+its start, its waits and hops, staging, epilogue and signal (see the README for values fitted
+to measured decode steps). `coarse_events` counts events carrying the `mk.coarse` attribute.
 `stacked_queues` counts the (queue, grid) pairs where one queue of that schedule holds two or
 more tasks of a grid that has no more tasks than the SMs: a phase that fits one wave runs two
 deep there (a misjudged task cost once did that to every phase of a decode step).
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, ModuleOp, f64, i64
@@ -110,7 +113,7 @@ def stacked_queues(index: GraphIndex, queues: Sequence[Sequence[int]], num_sms: 
 
 
 def graph_stats(
-    graph: GraphOp, num_sms: int, bandwidth_gbs: float, peak_tflops: float
+    graph: GraphOp, num_sms: int, bandwidth_gbs: float, peak_tflops: float, task_us: float = 0.0
 ) -> GraphStats:
     index = graph.index()
     if index.schedule is not None:
@@ -118,6 +121,8 @@ def graph_stats(
     dag = build_dag(
         index, target_for(num_sms, bandwidth_gbs, peak_tflops, "task-stats"), "task-stats"
     )
+    if task_us:
+        dag = replace(dag, cost_us=[cost + task_us for cost in dag.cost_us])
     order = topological_order(dag)
     if order is None:
         raise MkError(
@@ -142,16 +147,21 @@ def graph_stats(
 
 @dataclass(frozen=True)
 class TaskStatsPass(ModulePass):
-    """`task-stats{num-sms=132 bandwidth-gbs=4100.0 peak-tflops=740.0}`."""
+    """`task-stats{num-sms=132 bandwidth-gbs=4100.0 peak-tflops=740.0 task-us=0.0}`."""
 
     name = "task-stats"
 
     num_sms: int = 132
     bandwidth_gbs: float = 4100.0
     peak_tflops: float = 740.0
+    task_us: float = 0.0  # fixed cost of every task, beyond its bytes and FLOPs
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         target_for(self.num_sms, self.bandwidth_gbs, self.peak_tflops, self.name)  # validates
+        if not self.task_us >= 0:
+            raise MkError(f"{self.name}: task-us must be >= 0, got {self.task_us}")
         for graph in task_graphs(op):
-            stats = graph_stats(graph, self.num_sms, self.bandwidth_gbs, self.peak_tflops)
+            stats = graph_stats(
+                graph, self.num_sms, self.bandwidth_gbs, self.peak_tflops, self.task_us
+            )
             graph.attributes[STATS_ATTR] = stats.attr()

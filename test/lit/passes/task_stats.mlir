@@ -1,6 +1,8 @@
 // RUN: mk-opt %s --split-input-file -p 'task-stats{num-sms=4 bandwidth-gbs=4.0 peak-tflops=1.0}' --verify-diagnostics | filecheck %s
 // RUN: mk-opt %s --split-input-file -p 'task-stats{num-sms=4 bandwidth-gbs=4.0 peak-tflops=1.0}' --verify-diagnostics | mk-opt --split-input-file --verify-diagnostics | filecheck %s
 // RUN: mk-opt %s --split-input-file -p task-stats --verify-diagnostics | filecheck %s --check-prefix=DEFAULT
+// RUN: mk-opt %s --split-input-file -p 'task-stats{num-sms=4 bandwidth-gbs=4.0 peak-tflops=1.0 task-us=1.0}' --verify-diagnostics | filecheck %s --check-prefix=TASKUS
+// RUN: not mk-opt %s --split-input-file -p 'task-stats{task-us=-1.0}' 2>&1 | filecheck %s --check-prefix=BADUS
 
 // On 4 SMs with 4 GB/s and 1 TFLOP/s each SM gets 1000 bytes/µs and 0.25 TFLOP/s: a @linear
 // task (792576 bytes, 6291456 flops) takes max(792.576, 25.166) = 792.576 µs, the grids
@@ -74,6 +76,11 @@ task.graph @rms_linear iterations 4 arena 622592 {
 // The schedule's num_sms (4) sets the SM share whatever num-sms says: with the H200 defaults a
 // linear task takes 792576 B / 1025 GB/s = 0.773 µs.
 // DEFAULT:    task.graph @rms_linear iterations 4 arena 622592 attributes {task.stats = {{{.*}} critical_path_us = 3.773000e+00 : f64, est_us = 1.909300e+01 : f64, coarse_events = 0 : i64, stacked_queues = 0 : i64}}
+
+// task-us=1 adds 1 µs to every task: the critical path's four tasks give 799.576 µs; each SM's
+// queue, 12 norms (24) + 4 linears (3174.304) + 2 reduces (4) + 2 acts (4) = 3206.304 µs.
+// TASKUS:     task.graph @rms_linear iterations 4 arena 622592 attributes {task.stats = {{{.*}} critical_path_us = 7.995760e+02 : f64, est_us = 3.206300e+03 : f64,
+// BADUS:      error: task-stats: task-us must be >= 0, got -1.0
 
 // -----
 
