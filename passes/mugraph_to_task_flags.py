@@ -2,7 +2,7 @@
 
 With `flag-values`, an activation written by one graph_def and read only by graph_defs that
 load it plainly (a streamed linear's activation side, or an element-wise load: no attention,
-no library kernel, no output copy) becomes `flagged`: each element is stored with the flag of
+no merge of split partials, no library kernel, no output copy) becomes `flagged`: each element is stored with the flag of
 the iteration that wrote it, so a reader's load is its wait. The read-after-write dependences
 through such buffers become `flagged` events (mugraph_to_task_events), which a backend may
 realise by the flags alone; every other dependence keeps its counter.
@@ -64,8 +64,13 @@ def reads_plainly(kernel: Kernel, value: SSAValue, is_weight: Callable[[SSAValue
     """Whether `kernel` reads `value` only in ways that can wait on its flags."""
     if not isinstance(kernel, GraphDefOp):
         return False
-    if any(isinstance(op, AccumSoftmaxOp) for op in kernel.body.block.ops):
+    ops = list(kernel.body.block.ops)
+    if any(isinstance(op, AccumSoftmaxOp) for op in ops):
         return False  # attention reads its q (and new k/v rows) in place
+    if any(isinstance(op, ReduceOp) and op.dim.value.data == 0 for op in ops):
+        # A reduction over the leading (split) dim merges split partials, which a backend may
+        # do with one call that reads them in place (the CUDA merge).
+        return False
     args = [a for i, a in enumerate(kernel.input_args()) if kernel.operands[i] is value]
     for arg in args:
         for use in arg.uses:
