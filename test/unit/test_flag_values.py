@@ -149,7 +149,9 @@ def test_nvcc_builds_a_flagged_megakernel(cache: Path) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["decoder_block", "gated_mlp", "rmsnorm_linear", "decode_loop"])
+@pytest.mark.parametrize(
+    "name", ["decoder_block", "gated_mlp", "rmsnorm_linear", "decode_loop", "attention_decode"]
+)
 def test_flagged_examples_match_the_reference_on_the_gpu(name: str, cache: Path) -> None:
     path = ROOT / "examples" / f"{name}.mlir"
     prog = mk.compile(path, target="cuda", flag_values=True, cache_dir=cache)
