@@ -136,12 +136,14 @@ def _reference(
     module: ModuleOp, func: FuncOp, inputs: Sequence[np.ndarray], steer: ArgmaxSteer | None
 ) -> tuple[np.ndarray, ...]:
     """The reference's outputs, then its donated arguments' final values."""
-    from mk.interp.nn import run_reference_steered
-    from mk.interp.nn_ties import ArgmaxSteer
+    from mk.interp.nn import run_reference, run_reference_steered
 
     want = [x.copy() for x in inputs]
     name = func.sym_name.data
-    outputs = run_reference_steered(module, steer or ArgmaxSteer(0.0), *want, entry=name)
+    if steer is None:
+        outputs = run_reference(module, *want, entry=name)
+    else:
+        outputs = run_reference_steered(module, steer, *want, entry=name)
     return (*outputs, *(want[i] for i in donated_args(func)))
 
 
