@@ -171,6 +171,18 @@ def topological_order(dag: TaskDag) -> list[int] | None:
     return order if len(order) == dag.num_tasks else None
 
 
+def top_levels(dag: TaskDag, order: Sequence[int]) -> list[float]:
+    """Per task: the longest chain of task times that must precede it (its earliest start)."""
+    level = [0.0] * dag.num_tasks
+    counter_ready = [0.0] * len(dag.producer_counts)
+    for task in order:
+        level[task] = max((counter_ready[c] for c in dag.waits[task]), default=0.0)
+        end = level[task] + dag.cost_us[task]
+        for counter in dag.signals[task]:
+            counter_ready[counter] = max(counter_ready[counter], end)
+    return level
+
+
 def bottom_levels(dag: TaskDag, order: Sequence[int]) -> list[float]:
     """Per task: its time plus the longest chain of task times that must follow it."""
     level = [0.0] * dag.num_tasks

@@ -18,13 +18,14 @@ queue in order, each task as soon as its SM and its producers are done; that sch
 its start, its waits and hops, staging, epilogue and signal (see the README for values fitted
 to measured decode steps). `coarse_events` counts events carrying the `mk.coarse` attribute.
 `stacked_queues` counts the (queue, grid) pairs where one queue of that schedule holds two or
-more tasks of a grid that has no more tasks than the SMs: a phase that fits one wave runs two
-deep there (a misjudged task cost once did that to every phase of a decode step).
+more tasks of a grid that has no more tasks than the SMs, one of them critical (on a longest
+chain of the dependences and the queues' orders): a phase that fits one wave runs two deep
+there and delays the end (a misjudged task cost once did that to every phase of a decode
+step). Stacked tasks with slack delay nothing and are not counted.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -34,7 +35,7 @@ from xdsl.ir import Attribute
 from xdsl.passes import ModulePass
 
 from mk.diagnostics import MkError, op_location
-from mk.dialects.task import GraphOp
+from mk.dialects.task import GraphOp, GridOp
 from mk.dialects.task_index import GraphIndex, check_queues_deadlock_free
 from mk.dialects.task_maps import int_value
 from mk.passes.task_schedule import (
@@ -45,6 +46,7 @@ from mk.passes.task_schedule import (
     queue_makespan,
     target_for,
     task_graphs,
+    top_levels,
     topological_order,
 )
 
@@ -103,12 +105,47 @@ def _estimate(
     return makespan, list(queues)
 
 
-def stacked_queues(index: GraphIndex, queues: Sequence[Sequence[int]], num_sms: int) -> int:
-    """(queue, grid) pairs with two or more tasks of a grid of at most `num_sms` tasks."""
+def critical_tasks(dag: TaskDag, queues: Sequence[Sequence[int]]) -> set[int]:
+    """The tasks that end the schedule late: on a longest chain of the dependences together with
+    each queue's order, so that any delay to one delays the end."""
+    pairs = [(a, b) for queue in queues for a, b in zip(queue, queue[1:], strict=False)]
+    base = len(dag.producer_counts)
+    signals = [list(s) for s in dag.signals]
+    waits = [list(w) for w in dag.waits]
+    for counter, (a, b) in enumerate(pairs, start=base):
+        signals[a].append(counter)
+        waits[b].append(counter)
+    timed = replace(
+        dag,
+        signals=signals,
+        waits=waits,
+        waiters=[*dag.waiters, *([b] for _, b in pairs)],
+        producer_counts=[*dag.producer_counts, *([1] * len(pairs))],
+        producers=[*dag.producers, *([a] for a, _ in pairs)],
+    )
+    order = topological_order(timed)
+    assert order is not None  # the queues were checked deadlock-free, or built by the scheduler
+    top, bottom = top_levels(timed, order), bottom_levels(timed, order)
+    length = max(bottom, default=0.0)
+    slack = 1e-9 * max(length, 1.0)  # rounding of the summed times
+    return {t for t in range(dag.num_tasks) if top[t] + bottom[t] >= length - slack}
+
+
+def stacked_queues(
+    index: GraphIndex, queues: Sequence[Sequence[int]], num_sms: int, critical: set[int]
+) -> int:
+    """(queue, grid) pairs with two or more tasks of a grid of at most `num_sms` tasks, one of
+    them critical (stacked tasks with slack, such as cache writes on SMs a phase leaves idle,
+    delay nothing)."""
     stacked = 0
     for queue in queues:
-        seen = Counter(index.locate(task)[0] for task in queue)
-        stacked += sum(n > 1 and grid.num_tasks <= num_sms for grid, n in seen.items())
+        tasks: dict[GridOp, list[int]] = {}
+        for task in queue:
+            tasks.setdefault(index.locate(task)[0], []).append(task)
+        stacked += sum(
+            len(ts) > 1 and grid.num_tasks <= num_sms and not critical.isdisjoint(ts)
+            for grid, ts in tasks.items()
+        )
     return stacked
 
 
@@ -141,7 +178,7 @@ def graph_stats(
         critical_path_us=max(bottom_levels(dag, order), default=0.0),
         est_us=est_us,
         coarse_events=sum(COARSE_ATTR in e.attributes for e in index.events.values()),
-        stacked_queues=stacked_queues(index, queues, num_sms),
+        stacked_queues=stacked_queues(index, queues, num_sms, critical_tasks(dag, queues)),
     )
 
 

@@ -185,6 +185,62 @@ task.graph @stacked iterations 1 arena 0 {
 
 // -----
 
+// Stacked tasks with slack delay nothing: @s's two tasks (1 µs each, no reader) share SM 2 and
+// end at 2 µs, while the chain @p, @q, @r ends at 3. Not counted. Moved behind @r1 on SM 1, they
+// would end the schedule and count (next case).
+task.graph @stacked_slack iterations 1 arena 0 {
+  task.event @all [1] count 2
+  task.event @q_done [1] count 2
+  task.grid @p [2] signals(@all (d0) -> (0)) {
+    task.yield
+  }
+  task.grid @q [2] waits(@all (d0) -> (0)) signals(@q_done (d0) -> (0)) {
+    task.yield
+  }
+  task.grid @r [2] waits(@q_done (d0) -> (0)) {
+    task.yield
+  }
+  task.grid @s [2] {
+    task.yield
+  }
+  task.schedule num_sms 3 {
+    task.queue sm 0 [0, 2, 4]
+    task.queue sm 1 [1, 3, 5]
+    task.queue sm 2 [6, 7]
+  }
+}
+
+// CHECK:      task.graph @stacked_slack iterations 1 arena 0 attributes {task.stats = {{{.*}} critical_path_us = 3.000000e+00 : f64, est_us = 3.000000e+00 : f64, coarse_events = 0 : i64, stacked_queues = 0 : i64}}
+
+// -----
+
+// The same tasks with @s behind @r1 on SM 1: the second ends the schedule. Counted.
+task.graph @stacked_late iterations 1 arena 0 {
+  task.event @all [1] count 2
+  task.event @q_done [1] count 2
+  task.grid @p [2] signals(@all (d0) -> (0)) {
+    task.yield
+  }
+  task.grid @q [2] waits(@all (d0) -> (0)) signals(@q_done (d0) -> (0)) {
+    task.yield
+  }
+  task.grid @r [2] waits(@q_done (d0) -> (0)) {
+    task.yield
+  }
+  task.grid @s [2] {
+    task.yield
+  }
+  task.schedule num_sms 3 {
+    task.queue sm 0 [0, 2, 4]
+    task.queue sm 1 [1, 3, 5, 6, 7]
+    task.queue sm 2 []
+  }
+}
+
+// CHECK:      task.graph @stacked_late iterations 1 arena 0 attributes {task.stats = {{{.*}} critical_path_us = 3.000000e+00 : f64, est_us = 5.000000e+00 : f64, coarse_events = 0 : i64, stacked_queues = 1 : i64}}
+
+// -----
+
 // An empty graph.
 task.graph @empty iterations 1 arena 0 {
 }
