@@ -509,3 +509,14 @@ def test_the_wide_room_matches_the_reference(
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     assert ("arena.clear_front(" in prog.cuda_source) == (wide == "1")  # type: ignore[attr-defined]
     agrees_with_the_reference(prog, text, (k, wide))
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_raw_bars_last_the_launch_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The raw chunks' two mbarriers live for the launch (racecheck-clean); `task` is the opt-out."""
+    text = linear_program(8, 256, 1024, norm=True)
+    assert "#define MK_RAW_BARS_LAUNCH 1" in cuda_source(text, tmp_path)
+    monkeypatch.setenv("MK_CUDA_RAW_BARS", "task")
+    assert "#define MK_RAW_BARS_LAUNCH" not in cuda_source(text, tmp_path)
