@@ -126,7 +126,7 @@ def main() -> int:
         return 2
     import mk
     from bench import pass_options
-    from mk.models.torch_reference import capture_graph, event_ms
+    from mk.models.torch_reference import capture_graph, device_name, event_ms
 
     text, inputs = prepare(args.model, args.batch)
     base = dict(os.environ)
@@ -150,8 +150,8 @@ def main() -> int:
             times[key].append(event_ms(launch, args.runs, warmup=5, queued=True) / STEPS)
             prog.check()
     print(
-        f"{args.model} batch {args.batch}, ms/token ({args.instances} instances x "
-        f"{args.rounds} rounds of {args.runs} replays; median, spread of the instances):"
+        f"{args.model} batch {args.batch} on {device_name()}, ms/token ({args.instances} "
+        f"instances x {args.rounds} rounds of {args.runs} replays; median, spread of the instances):"
     )
     first = args.variants[0]
     first_median = summary([times[first, i] for i in range(args.instances)])[0]

@@ -455,7 +455,7 @@ def _bench(
         ms = _bench_cpu(lambda: prog(*inputs), args.runs)
         print(f"bench: {ms / per_call:.3f} ms/token (median wall time of {args.runs} calls)")
         return
-    from mk.models.torch_reference import capture_graph, copy_bandwidth, event_ms
+    from mk.models.torch_reference import capture_graph, copy_bandwidth, device_name, event_ms
 
     outs = prog(*inputs)
     try:
@@ -468,8 +468,10 @@ def _bench(
     print(
         f"bench: mk {ms / per_call:.4f} ms/token (median of {args.runs} {how}, CUDA events, device time)"
     )
-    floor = _floor_bytes(config, args, per_call) / copy_bandwidth() * 1e3
+    bandwidth = copy_bandwidth()
+    floor = _floor_bytes(config, args, per_call) / bandwidth * 1e3
     print(f"bench: floor {floor:.4f} ms/token (weights + KV read once ÷ measured copy bandwidth)")
+    print(f"bench: device {device_name()}, copy bandwidth {bandwidth / 1e12:.2f} TB/s")
     from mk.models.torch_reference import TorchDecoder
 
     model = TorchDecoder(config, weights, args.batch, args.context)

@@ -83,6 +83,11 @@ def event_ms(
     return statistics.median(times)
 
 
+def device_name() -> str:
+    """The current CUDA device's name (timings of different cards must not be compared)."""
+    return str(_torch().cuda.get_device_name())
+
+
 def copy_bandwidth(runs: int = 20) -> float:
     """Device-to-device copy bandwidth in bytes/s (bytes read + written), median of `runs`."""
     torch = _torch()
