@@ -46,26 +46,25 @@ class ArgmaxSteer:
         evaluation = self.evaluations
         self.evaluations += 1
         if flat.shape[-1] >= 2 and flat.shape[0]:
-            for row in self._tied_rows(flat, chosen):
-                self.sites.append(self._site(flat[row], evaluation, step, row))
+            self._record(flat, chosen, evaluation, step)
         for (e, row), index in self.forced.items():
             if e == evaluation:
                 chosen[row] = index
         return chosen.reshape(rows.shape[:-1]).astype(np.int32)
 
-    def _tied_rows(self, flat: np.ndarray, chosen: np.ndarray) -> list[int]:
+    def _record(self, flat: np.ndarray, chosen: np.ndarray, evaluation: int, step: int) -> None:
+        """A site for every row with more than one value within the margin of its best."""
         rms = np.sqrt(np.mean(flat * flat, axis=-1))
-        best = np.take_along_axis(flat, chosen[:, None], axis=-1)
+        best = np.take_along_axis(flat, chosen[:, None], axis=-1)[:, 0]
         with np.errstate(invalid="ignore"):
-            near = np.sum(flat >= best - self.tie_margin * rms[:, None], axis=-1)
-        return [int(r) for r in np.flatnonzero((near > 1) & np.isfinite(best[:, 0]))]
-
-    def _site(self, row: np.ndarray, evaluation: int, step: int, index: int) -> TieSite:
-        rms = float(np.sqrt(np.mean(row * row)))
-        near = np.flatnonzero(row >= row.max() - self.tie_margin * rms)
-        order = near[np.argsort(-row[near], kind="stable")]
-        margin = float(row[order[0]] - row[order[1]]) / max(rms, 1e-30)
-        return TieSite(evaluation, step, index, tuple(int(i) for i in order), margin)
+            near = flat >= (best - self.tie_margin * rms)[:, None]
+        for row in np.flatnonzero((near.sum(axis=-1) > 1) & np.isfinite(best)):
+            values = flat[row]
+            tied = np.flatnonzero(near[row])
+            order = tied[np.argsort(-values[tied], kind="stable")]
+            margin = float(values[order[0]] - values[order[1]]) / max(float(rms[row]), 1e-30)
+            candidates = tuple(int(i) for i in order)
+            self.sites.append(TieSite(evaluation, step, int(row), candidates, margin))
 
 
 argmax_steer: ContextVar[ArgmaxSteer | None] = ContextVar("argmax_steer", default=None)

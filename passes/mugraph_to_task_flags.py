@@ -2,10 +2,11 @@
 
 With `flag-values`, an activation written by one graph_def and read only by graph_defs that
 load it plainly (a streamed linear's activation side, or an element-wise load: no attention,
-no merge of split partials, no library kernel, no output copy) becomes `flagged`: each element is stored with the flag of
-the iteration that wrote it, so a reader's load is its wait. The read-after-write dependences
-through such buffers become `flagged` events (mugraph_to_task_events), which a backend may
-realise by the flags alone; every other dependence keeps its counter.
+no merge of split partials, no library kernel, no output copy) becomes `flagged`: each element
+is stored with the flag of the iteration that wrote it, so a reader's load is its wait. The
+read-after-write dependences through such buffers become `flagged` events
+(mugraph_to_task_events), which a backend may realise by the flags alone; every other
+dependence keeps its counter.
 """
 
 from __future__ import annotations
