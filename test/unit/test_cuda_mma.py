@@ -512,11 +512,10 @@ def test_the_wide_room_matches_the_reference(
 
 
 @pytest.mark.usefixtures("no_nvcc")
-def test_raw_bars_last_the_launch_by_default(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The raw chunks' two mbarriers live for the launch (racecheck-clean); `task` is the opt-out."""
+def test_raw_bars_per_task_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The raw chunks' two mbarriers live for a task (faster); `launch` (racecheck-clean) is the
+    opt-in."""
     text = linear_program(8, 256, 1024, norm=True)
-    assert "#define MK_RAW_BARS_LAUNCH 1" in cuda_source(text, tmp_path)
-    monkeypatch.setenv("MK_CUDA_RAW_BARS", "task")
     assert "#define MK_RAW_BARS_LAUNCH" not in cuda_source(text, tmp_path)
+    monkeypatch.setenv("MK_CUDA_RAW_BARS", "launch")
+    assert "#define MK_RAW_BARS_LAUNCH 1" in cuda_source(text, tmp_path)
