@@ -6,6 +6,7 @@ import dataclasses
 import json
 import re
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from bench_scripts import load
 import mk
 from mk import compiler
 from mk.backends.cuda import build as cuda_build
+from mk.backends.cuda import switches
 from mk.backends.cuda.emit import emit_cuda
 from mk.backends.cuda.host import CudaProgram, CudaRunError
 from mk.diagnostics import MkError
@@ -229,6 +231,7 @@ SWITCHES = [
     {"MK_CUDA_MMA_RING": "2", "MK_CUDA_RING_COLS": "512", "MK_CUDA_STREAM_KB": "192"},
     {"MK_CUDA_RAW_FENCE": "chunk"},
     {"MK_CUDA_RAW_BARS": "launch"},
+    {"MK_CUDA_SMEM_ALIGN": "1024"},
     {"MK_CUDA_ATTN_ROWS_L1": "1"},
     {"MK_CUDA_DISPATCH": "kind"},
     {"MK_CUDA_DOWN_L2": "1"},
@@ -267,7 +270,7 @@ SWITCH_BUILDS = [
     ("gated_mlp", {"MK_CUDA_MMA_RING": "2", "MK_CUDA_RING_COLS": "512", "MK_CUDA_STREAM_KB": "192",
                    "MK_CUDA_RAW_FENCE": "chunk", "MK_CUDA_RAW_BARS": "launch"}),
     ("decode_loop", {"MK_CUDA_PREFETCH_AT": "ahead2", "MK_CUDA_ATTN_KV_EARLY": "0"}),
-    ("decode_loop", {"MK_CUDA_RAW_BARS": "launch"}),
+    ("decode_loop", {"MK_CUDA_RAW_BARS": "launch", "MK_CUDA_SMEM_ALIGN": "1024"}),
     ("decoder_block", {"MK_CUDA_MERGE_EARLY": "1"}),
     ("llama3_8b_block", {"MK_CUDA_MERGE_EARLY": "beside", "MK_CUDA_STAGE_BESIDE": "1"}),
 ]  # fmt: skip
@@ -292,6 +295,33 @@ def test_nvcc_builds_the_switches(
     assert prog.library_path is not None and prog.library_path.is_file()
     used = prog.cuda_resources
     assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("align", ["16", "1024"])
+def test_dynamic_shared_memory_starts_where_the_switch_says(
+    align: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_SMEM_ALIGN sets the alignment of the dynamic shared memory's start, which the
+    static shared memory before it otherwise decides (the PTX declaration carries it)."""
+    monkeypatch.setenv("MK_CUDA_SMEM_ALIGN", align)
+    _no_nvcc(monkeypatch)
+    src = mk.compile(ROOT / "examples" / "rmsnorm_linear.mlir", target="cuda").cuda_source
+    (tmp_path / "k.cu").write_text(src)
+    nvcc = shutil.which("nvcc")
+    assert nvcc is not None
+    include = f"-I{cuda_build.cuda_include_dir()}"
+    flags = ["-std=c++17", "--expt-relaxed-constexpr", "-gencode=arch=compute_90a,code=sm_90a"]
+    cmd = [nvcc, *flags, "-ptx", include, "-o", str(tmp_path / "k.ptx"), str(tmp_path / "k.cu")]
+    subprocess.run(cmd, check=True, capture_output=True)
+    ptx = (tmp_path / "k.ptx").read_text()
+    assert re.search(rf"\.extern \.shared \.align {align} \.b8 \w*mk_dynamic_smem", ptx)
+
+
+def test_smem_align_takes_only_its_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MK_CUDA_SMEM_ALIGN", "64")
+    with pytest.raises(MkError, match="MK_CUDA_SMEM_ALIGN must be one of 16, 128, 1024"):
+        switches.smem_align()
 
 
 @pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")

@@ -29,8 +29,12 @@ namespace gpu {
 
 // The dynamic shared memory of a CTA: the streamed bodies' activation chunk or attention slots
 // at the front, then the ring that weights are staged in (Dispatch::kRingOffset), then the
-// arena's fast part (Dispatch::kArenaOffset).
-extern __shared__ __align__(16) unsigned char mk_dynamic_smem[];
+// arena's fast part (Dispatch::kArenaOffset). It starts after the static shared memory, on
+// MK_DYNAMIC_SMEM_ALIGN bytes (MK_CUDA_SMEM_ALIGN).
+#ifndef MK_DYNAMIC_SMEM_ALIGN
+#define MK_DYNAMIC_SMEM_ALIGN 16
+#endif
+extern __shared__ __align__(MK_DYNAMIC_SMEM_ALIGN) unsigned char mk_dynamic_smem[];
 
 struct ArenaMark {
   uint64_t top;
