@@ -8,6 +8,9 @@ device time: the GPU sleeps while the host submits the start event, the replay a
 (else a replay on an idle GPU also times the host's submission; --host-gaps times it that way).
 PyTorch eager is timed as the host drives it.
 Usage (on the GPU machine): python bench/bench.py [--runs 100] [--only NAME] [--out DIR] [--host-gaps]
+                            [--baseline bench/baselines/h200.json]
+With --baseline (an earlier run's bench.json) each row's change against it follows the table
+(bench/baseline.py: ms on the same card, the ratio to the floor on another).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from mk.models.torch_reference import capture_graph, event_ms
 from mk.source import entry_function, load_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import baseline  # noqa: E402
 from torch_nn import torch_callable  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -184,6 +188,9 @@ def main() -> int:
     parser.add_argument("--only", default="")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
+        "--baseline", type=Path, default=None, help="an earlier run's bench.json to compare with"
+    )
+    parser.add_argument(
         "--host-gaps",
         action="store_true",
         help="time graph replays on an idle GPU, the host's submission included",
@@ -197,6 +204,7 @@ def main() -> int:
         ).stdout.strip()
         or "unknown"
     )
+    before = baseline.read(args.baseline) if args.baseline is not None else None
     bandwidth = copy_bandwidth(args.runs)
     queued = not args.host_gaps
     rows = [
@@ -206,12 +214,15 @@ def main() -> int:
     ]
     how = "as device time" if queued else "with the host's submission"
     md = table(rows, bandwidth, commit, how)
+    device = torch.cuda.get_device_name(0)
+    if before is not None:
+        md += "\n" + baseline.report(rows, device, before)
     print(md)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "bench.md").write_text(md)
         (args.out / "bench.json").write_text(
-            json.dumps({"bandwidth": bandwidth, "rows": rows}, indent=1)
+            json.dumps({"device": device, "bandwidth": bandwidth, "rows": rows}, indent=1)
         )
     return 0
 

@@ -1,0 +1,64 @@
+"""bench/baseline.py: bench.py's rows against an earlier run's, on the same card and on another."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from bench_scripts import ROOT, load
+
+baseline = load("baseline")
+
+
+def _row(name: str, mk_ms: float | None, floor_ms: float) -> dict[str, object]:
+    return {"workload": name, "floor_ms": floor_ms, "mk_ms": mk_ms}
+
+
+BEFORE = {
+    "device": "GPU A",
+    "rows": [
+        _row("gated B8", 0.1122, 0.0853),
+        _row("rms B1", 0.0200, 0.0122),
+        _row("gone", 1.0, 1.0),
+    ],
+}
+
+
+def test_same_card_compares_milliseconds_and_marks_what_got_slower() -> None:
+    rows = [_row("gated B8", 0.1309, 0.0853), _row("rms B1", 0.0198, 0.0122), _row("new", 1.0, 1.0)]
+    found = baseline.changes(rows, "GPU A", BEFORE)
+    assert [(n, was, now) for n, was, now, _ in found] == [
+        ("gated B8", 0.1122, 0.1309),
+        ("rms B1", 0.0200, 0.0198),
+    ]
+    text = baseline.report(rows, "GPU A", BEFORE)
+    assert "the same card (GPU A)" in text
+    assert "| gated B8 | 0.1122 | 0.1309 | +16.7 % **slower** |" in text
+    assert "| rms B1 | 0.0200 | 0.0198 | -1.0 % |" in text  # faster: not marked
+    assert "new" not in text and "gone" not in text
+
+
+def test_another_card_compares_ratios_to_each_floor() -> None:
+    """A card with more bandwidth has lower milliseconds; only the ratio to its floor compares."""
+    rows = [_row("gated B8", 0.1122 * 1.39, 0.0853 * 1.39)]  # same ratio on a slower card
+    (name, was, now, change) = baseline.changes(rows, "GPU B", BEFORE)[0]
+    assert name == "gated B8" and was == pytest.approx(now) and abs(change) < 1e-9
+    text = baseline.report(rows, "GPU B", BEFORE)
+    assert "another card (GPU A; this one GPU B)" in text and "**slower**" not in text
+
+
+def test_rows_mk_did_not_run_are_left_out() -> None:
+    rows = [_row("gated B8", None, 0.0853)]
+    assert baseline.changes(rows, "GPU A", BEFORE) == []
+    assert "(no workload timed in both)" in baseline.report(rows, "GPU A", BEFORE)
+
+
+def test_the_kept_baselines_read_and_name_their_card(tmp_path: Path) -> None:
+    for card in ("h100", "h200"):
+        data = baseline.read(ROOT / "bench" / "baselines" / f"{card}.json")
+        assert card.upper() in data["device"].upper() and len(data["rows"]) == 7
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"bandwidth": 1.0}))
+    with pytest.raises(ValueError, match="no rows"):
+        baseline.read(bad)
