@@ -5,12 +5,17 @@ batch-8 tensor-core rows lost 10-17 % between two H200 tables sixteen sessions a
 table from another card cannot be compared by eye. So bench.py --baseline FILE prints, after its
 table, each row's change against FILE: in milliseconds when FILE was measured on the same card,
 else as the ratio to each run's own floor (what the copy bandwidth of the card does not explain).
-bench/baselines/ keeps the last full table of each card.
+bench/baselines/ keeps the last full table of each card, of bench.py's workloads and of the models.
+
+The models' rows come from mk-generate --bench --bench-json FILE (one JSON line a run):
+    python bench/baseline.py FILE bench/baselines/models-h200.json
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,10 +27,27 @@ SLOWER = 0.03
 
 def read(path: Path) -> dict[str, Any]:
     """A bench.json: {"device": ..., "bandwidth": ..., "rows": [...]} ("device" may be missing in
-    files written before it was recorded)."""
-    data = json.loads(path.read_text())
+    files written before it was recorded), or mk-generate's --bench-json lines (a row each, with
+    its device), read as one table."""
+    text = path.read_text()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = None
+    if not (isinstance(data, dict) and "rows" in data):  # JSON lines: a row each
+        try:
+            lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: neither a bench.json nor JSON lines ({e})") from None
+        devices = {str(r.get("device")) for r in lines if isinstance(r, dict)}
+        if len(devices) > 1:
+            raise ValueError(f"{path}: rows of {len(devices)} devices, one table needs one")
+        rows_ok = lines and all(isinstance(r, dict) and "workload" in r for r in lines)
+        data = {"device": devices.pop(), "rows": lines} if rows_ok and devices else None
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
-        raise ValueError(f"{path}: not a bench.py --out bench.json (no rows)")
+        raise ValueError(
+            f"{path}: no rows (a bench.py bench.json or mk-generate --bench-json lines)"
+        )
     return data
 
 
@@ -47,6 +69,8 @@ def changes(
         now_ms, old_ms = _mk_ms(row), None if old is None else _mk_ms(old)
         if old is None or now_ms is None or old_ms is None:
             continue
+        if not same and not (row.get("floor_ms") and old.get("floor_ms")):
+            continue  # another card and no floor to compare against
         now = now_ms if same else now_ms / float(row["floor_ms"])
         was = old_ms if same else old_ms / float(old["floor_ms"])
         out.append((str(row["workload"]), was, now, now / was - 1.0))
@@ -76,3 +100,17 @@ def report(rows: Sequence[Mapping[str, Any]], device: str, baseline: Mapping[str
     if not found:
         lines.append("| (no workload timed in both) | | | |")
     return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("now", type=Path, help="bench.json or mk-generate --bench-json lines")
+    parser.add_argument("baseline", type=Path, help="the table to compare with")
+    args = parser.parse_args(argv)
+    now, before = read(args.now), read(args.baseline)
+    print(report(now["rows"], str(now.get("device")), before), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import statistics
 import sys
 import time
@@ -36,6 +37,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="compare with the reference model")
     p.add_argument("--bench", action="store_true", help="time repeated runs (median)")
     p.add_argument("--runs", type=int, default=50, help="timed runs of --bench (default 50)")
+    p.add_argument(
+        "--bench-json",
+        default=None,
+        help="append --bench's row to this JSON-lines file (bench/baseline.py compares it)",
+    )
     p.add_argument("--weights", default=None, help=".safetensors file or directory of shards")
     p.add_argument("--seed", type=int, default=0, help="seed of weights and prompt (default 0)")
     p.add_argument(
@@ -454,6 +460,7 @@ def _bench(
     if args.target == "cpu":
         ms = _bench_cpu(lambda: prog(*inputs), args.runs)
         print(f"bench: {ms / per_call:.3f} ms/token (median wall time of {args.runs} calls)")
+        _bench_row(args, config, "cpu", ms / per_call, None, None)
         return
     from mk.models.torch_reference import capture_graph, copy_bandwidth, device_name, event_ms
 
@@ -491,6 +498,28 @@ def _bench(
 
     torch_ms = event_ms(torch_steps, args.runs, warmup=5, setup=restart, queued=True)
     print(f"bench: PyTorch + CUDA graph {torch_ms / per_call:.4f} ms/token (same method)")
+    _bench_row(args, config, device_name(), ms / per_call, floor, torch_ms / per_call)
+
+
+def _bench_row(
+    args: argparse.Namespace,
+    config: Any,
+    device: str,
+    mk_ms: float,
+    floor_ms: float | None,
+    graph_ms: float | None,
+) -> None:
+    """--bench-json: this run as one JSON line, named by everything that sets its time."""
+    if args.bench_json is None:
+        return
+    name = f"{config.name} B{args.batch} steps {args.steps} context {args.context}"
+    name += f" prompt {args.prompt_len}" + (" host-loop" if args.host_loop else "")
+    name += "".join(f" {k} {v}" for k, v in (("layers", args.layers), ("vocab", args.vocab)) if v)
+    name += "".join(f" {o}" for o in args.option)  # pass options change the build
+    row = {"workload": name, "device": device, "mk_ms": mk_ms, "floor_ms": floor_ms}
+    row["graph_ms"] = graph_ms
+    with open(args.bench_json, "a") as f:
+        f.write(json.dumps(row) + "\n")
 
 
 def _floor_bytes(config: Any, args: argparse.Namespace, per_call: int) -> float:

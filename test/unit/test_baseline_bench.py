@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,40 @@ def test_the_kept_baselines_read_and_name_their_card(tmp_path: Path) -> None:
     for card in ("h100", "h200"):
         data = baseline.read(ROOT / "bench" / "baselines" / f"{card}.json")
         assert card.upper() in data["device"].upper() and len(data["rows"]) == 7
+    models = baseline.read(ROOT / "bench" / "baselines" / "models-h200.json")
+    assert models["device"] == "NVIDIA H200" and len(models["rows"]) == 6
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"bandwidth": 1.0}))
     with pytest.raises(ValueError, match="no rows"):
         baseline.read(bad)
+    bad.write_text("not json\n")
+    with pytest.raises(ValueError, match="neither a bench.json nor JSON lines"):
+        baseline.read(bad)
+
+
+def test_mk_generate_rows_compare_against_an_earlier_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """mk-generate --bench --bench-json appends a row named by what sets its time; two runs'
+    files compare on the same device, and a row of another setup is not compared."""
+    if shutil.which("g++") is None:
+        pytest.skip("g++ is not installed")
+    from mk.tools.mk_generate import main
+
+    argv = ["--model", "tiny", "--steps", "2", "--target", "cpu", "--bench", "--runs", "3"]
+    argv += ["--cache-dir", str(tmp_path / "cache")]
+    before, now = tmp_path / "before.jsonl", tmp_path / "now.jsonl"
+    assert main([*argv, "--bench-json", str(before)]) == 0
+    assert main([*argv, "--bench-json", str(now)]) == 0
+    assert main([*argv, "--batch", "2", "--bench-json", str(now)]) == 0
+    rows = [json.loads(line) for line in now.read_text().splitlines()]
+    assert [r["workload"] for r in rows] == [
+        "tiny B1 steps 2 context 3 prompt 1",
+        "tiny B2 steps 2 context 3 prompt 1",
+    ]
+    assert rows[0]["device"] == "cpu" and rows[0]["mk_ms"] > 0 and rows[0]["floor_ms"] is None
+    capsys.readouterr()
+    assert baseline.main([str(now), str(before)]) == 0
+    out = capsys.readouterr().out
+    assert "the same card (cpu)" in out and "| tiny B1 steps 2 context 3 prompt 1 |" in out
+    assert "tiny B2" not in out  # not in the earlier run
