@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import statistics
 import sys
 import time
@@ -515,7 +516,10 @@ def _bench_row(
     name = f"{config.name} B{args.batch} steps {args.steps} context {args.context}"
     name += f" prompt {args.prompt_len}" + (" host-loop" if args.host_loop else "")
     name += "".join(f" {k} {v}" for k, v in (("layers", args.layers), ("vocab", args.vocab)) if v)
-    name += "".join(f" {o}" for o in args.option)  # pass options change the build
+    name += "".join(f" {o}" for o in args.option)  # pass options and switches change the build
+    name += "".join(
+        f" {k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("MK_CUDA_") and v
+    )
     row = {"workload": name, "device": device, "mk_ms": mk_ms, "floor_ms": floor_ms}
     row["graph_ms"] = graph_ms
     with open(args.bench_json, "a") as f:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -72,13 +73,17 @@ def test_the_kept_baselines_read_and_name_their_card(tmp_path: Path) -> None:
 
 
 def test_mk_generate_rows_compare_against_an_earlier_run(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """mk-generate --bench --bench-json appends a row named by what sets its time; two runs'
-    files compare on the same device, and a row of another setup is not compared."""
+    """mk-generate --bench --bench-json appends a row named by what sets its time (build
+    switches included); two runs' files compare on the same device, and a row of another setup
+    is not compared."""
     if shutil.which("g++") is None:
         pytest.skip("g++ is not installed")
     from mk.tools.mk_generate import main
+
+    for name in [k for k in os.environ if k.startswith("MK_CUDA_")]:
+        monkeypatch.delenv(name)
 
     argv = ["--model", "tiny", "--steps", "2", "--target", "cpu", "--bench", "--runs", "3"]
     argv += ["--cache-dir", str(tmp_path / "cache")]
@@ -86,14 +91,17 @@ def test_mk_generate_rows_compare_against_an_earlier_run(
     assert main([*argv, "--bench-json", str(before)]) == 0
     assert main([*argv, "--bench-json", str(now)]) == 0
     assert main([*argv, "--batch", "2", "--bench-json", str(now)]) == 0
+    monkeypatch.setenv("MK_CUDA_LOADS", "8")
+    assert main([*argv, "--bench-json", str(now)]) == 0
     rows = [json.loads(line) for line in now.read_text().splitlines()]
     assert [r["workload"] for r in rows] == [
         "tiny B1 steps 2 context 3 prompt 1",
         "tiny B2 steps 2 context 3 prompt 1",
+        "tiny B1 steps 2 context 3 prompt 1 MK_CUDA_LOADS=8",
     ]
     assert rows[0]["device"] == "cpu" and rows[0]["mk_ms"] > 0 and rows[0]["floor_ms"] is None
     capsys.readouterr()
     assert baseline.main([str(now), str(before)]) == 0
     out = capsys.readouterr().out
     assert "the same card (cpu)" in out and "| tiny B1 steps 2 context 3 prompt 1 |" in out
-    assert "tiny B2" not in out  # not in the earlier run
+    assert "tiny B2" not in out and "LOADS" not in out  # not in the earlier run
