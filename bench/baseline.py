@@ -34,21 +34,27 @@ def read(path: Path) -> dict[str, Any]:
         data = json.loads(text)
     except json.JSONDecodeError:
         data = None
-    if not (isinstance(data, dict) and "rows" in data):  # JSON lines: a row each
-        try:
-            lines = [json.loads(line) for line in text.splitlines() if line.strip()]
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: neither a bench.json nor JSON lines ({e})") from None
-        devices = {str(r.get("device")) for r in lines if isinstance(r, dict)}
-        if len(devices) > 1:
-            raise ValueError(f"{path}: rows of {len(devices)} devices, one table needs one")
-        rows_ok = lines and all(isinstance(r, dict) and "workload" in r for r in lines)
-        data = {"device": devices.pop(), "rows": lines} if rows_ok and devices else None
-    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+    if not (isinstance(data, dict) and isinstance(data.get("rows"), list)):
+        data = _json_lines(path, text)
+    if data is None:
         raise ValueError(
             f"{path}: no rows (a bench.py bench.json or mk-generate --bench-json lines)"
         )
     return data
+
+
+def _json_lines(path: Path, text: str) -> dict[str, Any] | None:
+    """mk-generate's rows, one JSON object a line, as a table of their one device."""
+    try:
+        lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: neither a bench.json nor JSON lines ({e})") from None
+    if not lines or not all(isinstance(r, dict) and "workload" in r for r in lines):
+        return None
+    devices = {str(r.get("device")) for r in lines}
+    if len(devices) > 1:
+        raise ValueError(f"{path}: rows of {len(devices)} devices, one table needs one")
+    return {"device": devices.pop(), "rows": lines}
 
 
 def _mk_ms(row: Mapping[str, Any]) -> float | None:
@@ -62,18 +68,22 @@ def changes(
     """(workload, before, now, relative change) of each row that both runs timed mk on: ms on
     the same card, mk / floor on another."""
     same = baseline.get("device") == device
+
+    def value(row: Mapping[str, Any]) -> float | None:
+        """mk's ms on the same card, its ratio to the run's floor on another (None: not timed,
+        or no floor to divide by)."""
+        ms, floor = _mk_ms(row), row.get("floor_ms")
+        if ms is None or same:
+            return ms
+        return ms / float(floor) if floor else None
+
     before = {str(r["workload"]): r for r in baseline["rows"]}
     out = []
     for row in rows:
         old = before.get(str(row["workload"]))
-        now_ms, old_ms = _mk_ms(row), None if old is None else _mk_ms(old)
-        if old is None or now_ms is None or old_ms is None:
-            continue
-        if not same and not (row.get("floor_ms") and old.get("floor_ms")):
-            continue  # another card and no floor to compare against
-        now = now_ms if same else now_ms / float(row["floor_ms"])
-        was = old_ms if same else old_ms / float(old["floor_ms"])
-        out.append((str(row["workload"]), was, now, now / was - 1.0))
+        now, was = value(row), None if old is None else value(old)
+        if now is not None and was is not None:
+            out.append((str(row["workload"]), was, now, now / was - 1.0))
     return out
 
 

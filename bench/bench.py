@@ -162,8 +162,7 @@ def _fmt(value: object) -> str:
     return f"{value:.1e}" if isinstance(value, float) else "—"
 
 
-def table(rows: list[dict[str, object]], bandwidth: float, commit: str, how: str) -> str:
-    gpu = torch.cuda.get_device_name(0)
+def table(rows: list[dict[str, object]], bandwidth: float, commit: str, how: str, gpu: str) -> str:
     head = (
         f"### {datetime.date.today().isoformat()} — {gpu}, commit {commit}, copy bandwidth "
         f"{bandwidth / 1e12:.2f} TB/s (median of runs, CUDA events; graph replays {how})\n\n"
@@ -213,8 +212,8 @@ def main() -> int:
         if args.only in n
     ]
     how = "as device time" if queued else "with the host's submission"
-    md = table(rows, bandwidth, commit, how)
     device = torch.cuda.get_device_name(0)
+    md = table(rows, bandwidth, commit, how, device)
     if before is not None:
         md += "\n" + baseline.report(rows, device, before)
     print(md)

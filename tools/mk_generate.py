@@ -481,7 +481,8 @@ def _bench(
     print(f"bench: floor {floor:.4f} ms/token (weights + KV read once ÷ measured copy bandwidth)")
     # The ratio, not the milliseconds, is what compares across cards of other bandwidths.
     print(f"bench: mk / floor {ms / per_call / floor:.2f}x")
-    print(f"bench: device {device_name()}, copy bandwidth {bandwidth / 1e12:.2f} TB/s")
+    device = device_name()
+    print(f"bench: device {device}, copy bandwidth {bandwidth / 1e12:.2f} TB/s")
     from mk.models.torch_reference import TorchDecoder
 
     model = TorchDecoder(config, weights, args.batch, args.context)
@@ -499,7 +500,7 @@ def _bench(
 
     torch_ms = event_ms(torch_steps, args.runs, warmup=5, setup=restart, queued=True)
     print(f"bench: PyTorch + CUDA graph {torch_ms / per_call:.4f} ms/token (same method)")
-    _bench_row(args, config, device_name(), ms / per_call, floor, torch_ms / per_call)
+    _bench_row(args, config, device, ms / per_call, floor, torch_ms / per_call)
 
 
 def _bench_row(
@@ -520,8 +521,13 @@ def _bench_row(
     name += "".join(
         f" {k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("MK_CUDA_") and v
     )
-    row = {"workload": name, "device": device, "mk_ms": mk_ms, "floor_ms": floor_ms}
-    row["graph_ms"] = graph_ms
+    row = {
+        "workload": name,
+        "device": device,
+        "mk_ms": mk_ms,
+        "floor_ms": floor_ms,
+        "graph_ms": graph_ms,
+    }
     with open(args.bench_json, "a") as f:
         f.write(json.dumps(row) + "\n")
 
