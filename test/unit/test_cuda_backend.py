@@ -231,7 +231,7 @@ SWITCHES = [
     {"MK_CUDA_MMA_RING": "2", "MK_CUDA_RING_COLS": "512", "MK_CUDA_STREAM_KB": "192"},
     {"MK_CUDA_RAW_FENCE": "chunk"},
     {"MK_CUDA_RAW_BARS": "launch"},
-    {"MK_CUDA_SMEM_ALIGN": "1024"},
+    {"MK_CUDA_SMEM_ALIGN": "16"},
     {"MK_CUDA_ATTN_ROWS_L1": "1"},
     {"MK_CUDA_DISPATCH": "kind"},
     {"MK_CUDA_DOWN_L2": "1"},
@@ -270,7 +270,7 @@ SWITCH_BUILDS = [
     ("gated_mlp", {"MK_CUDA_MMA_RING": "2", "MK_CUDA_RING_COLS": "512", "MK_CUDA_STREAM_KB": "192",
                    "MK_CUDA_RAW_FENCE": "chunk", "MK_CUDA_RAW_BARS": "launch"}),
     ("decode_loop", {"MK_CUDA_PREFETCH_AT": "ahead2", "MK_CUDA_ATTN_KV_EARLY": "0"}),
-    ("decode_loop", {"MK_CUDA_RAW_BARS": "launch", "MK_CUDA_SMEM_ALIGN": "1024"}),
+    ("decode_loop", {"MK_CUDA_RAW_BARS": "launch", "MK_CUDA_SMEM_ALIGN": "16"}),
     ("decoder_block", {"MK_CUDA_MERGE_EARLY": "1"}),
     ("llama3_8b_block", {"MK_CUDA_MERGE_EARLY": "beside", "MK_CUDA_STAGE_BESIDE": "1"}),
 ]  # fmt: skip
@@ -298,13 +298,13 @@ def test_nvcc_builds_the_switches(
 
 
 @pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
-@pytest.mark.parametrize("align", ["16", "1024"])
+@pytest.mark.parametrize(("switch", "align"), [("", "128"), ("16", "16"), ("1024", "1024")])
 def test_dynamic_shared_memory_starts_where_the_switch_says(
-    align: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    switch: str, align: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MK_CUDA_SMEM_ALIGN sets the alignment of the dynamic shared memory's start, which the
-    static shared memory before it otherwise decides (the PTX declaration carries it)."""
-    monkeypatch.setenv("MK_CUDA_SMEM_ALIGN", align)
+    """MK_CUDA_SMEM_ALIGN sets the alignment of the dynamic shared memory's start (128 B unless
+    set; at 16 the static shared memory before it decides; the PTX declaration carries it)."""
+    monkeypatch.setenv("MK_CUDA_SMEM_ALIGN", switch)
     _no_nvcc(monkeypatch)
     src = mk.compile(ROOT / "examples" / "rmsnorm_linear.mlir", target="cuda").cuda_source
     (tmp_path / "k.cu").write_text(src)
@@ -320,7 +320,7 @@ def test_dynamic_shared_memory_starts_where_the_switch_says(
 
 def test_smem_align_takes_only_its_choices(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MK_CUDA_SMEM_ALIGN", "64")
-    with pytest.raises(MkError, match="MK_CUDA_SMEM_ALIGN must be one of 16, 128, 1024"):
+    with pytest.raises(MkError, match="MK_CUDA_SMEM_ALIGN must be one of 128, 16, 1024"):
         switches.smem_align()
 
 
