@@ -96,7 +96,7 @@ def smem_align() -> int:
     """MK_CUDA_SMEM_ALIGN: the alignment in bytes of the dynamic shared memory's start (128, the
     default; 16, its start then following the static shared memory; 1024). The bodies lay their
     buffers out on 128-byte offsets from that start. At 16 a change of the static shared memory
-    moved it: 1,248 -> 1,168 B (50c5560) made the gated MLP at batch 8 0.1425 -> 0.1521 ms on the
+    moved it: 1,248 -> 1,168 B (50c5560) made the gated MLP at batch 8 0.1423 -> 0.1520 ms on the
     H100, and 128 took it to 0.1385 (session 68)."""
     return int(choice("MK_CUDA_SMEM_ALIGN", ("128", "16", "1024")))
 
