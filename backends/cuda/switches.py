@@ -382,7 +382,9 @@ def attention_mma_stages() -> int:
     bytes of the kernel's shared memory (35 KB at head dim 128), which the L1 of every body
     gives up: at batch 8 two stages took qwen3-0.6b 2.048 against 2.078 (one) and 2.140
     (three) ms/token, llama-3.2-1b 1.756 against 1.826 and 1.768 (bench/RESULTS.md, session
-    54)."""
+    54), with shared memory starting 96 B past 128. At the 128-byte start three won on the
+    H100 (session 69: qwen3-0.6b B8 −1.6 %, llama-3.2-1b B8 −0.3 %); 2 stays until the H200
+    is measured so."""
     return count("MK_CUDA_ATTN_MMA_STAGES", 2, 1, 3, "stages")
 
 
