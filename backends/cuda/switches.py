@@ -377,7 +377,7 @@ def attention_rows_l1() -> bool:
 
 
 def attention_mma_stages() -> int:
-    """MK_CUDA_ATTN_MMA_STAGES (1-3, default 2): the most chunks of 64 keys stream_attention_mma
+    """MK_CUDA_ATTN_MMA_STAGES (1-4, default 2): the most chunks of 64 keys stream_attention_mma
     keeps staged; a task takes no more than it has chunks. Each is 2 · 64 · (head dim + 8) · 2
     bytes of the kernel's shared memory (35 KB at head dim 128), which the L1 of every body
     gives up: at batch 8 two stages took qwen3-0.6b 2.048 against 2.078 (one) and 2.140
@@ -385,7 +385,7 @@ def attention_mma_stages() -> int:
     54), with shared memory starting 96 B past 128. At the 128-byte start three won on the
     H100 (session 69: qwen3-0.6b B8 −1.6 %, llama-3.2-1b B8 −0.3 %); 2 stays until the H200
     is measured so."""
-    return count("MK_CUDA_ATTN_MMA_STAGES", 2, 1, 3, "stages")
+    return count("MK_CUDA_ATTN_MMA_STAGES", 2, 1, 4, "stages")
 
 
 # Most task bodies `auto` inlines into one dispatcher: ptxas took minutes over one function

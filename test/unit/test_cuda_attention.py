@@ -321,7 +321,7 @@ def test_tensor_core_decode_attention_is_a_build_option(
 
 
 @pytest.mark.usefixtures("no_nvcc")
-@pytest.mark.parametrize(("most", "stages"), [("", 2), ("3", 3), ("2", 2), ("1", 1)])
+@pytest.mark.parametrize(("most", "stages"), [("", 2), ("4", 4), ("3", 3), ("2", 2), ("1", 1)])
 def test_tensor_core_stages_are_a_build_option(
     most: str, stages: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -343,25 +343,28 @@ def test_tensor_core_switch_names_its_values(
 
 
 @pytest.mark.usefixtures("no_nvcc")
-@pytest.mark.parametrize("most", ["0", "4", "two"])
+@pytest.mark.parametrize("most", ["0", "5", "two"])
 def test_tensor_core_stages_name_their_range(
     most: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", "1")
     monkeypatch.setenv("MK_CUDA_ATTN_MMA_STAGES", most)
-    message = f"MK_CUDA_ATTN_MMA_STAGES must be a number of stages from 1 to 3, got '{most}'"
+    message = f"MK_CUDA_ATTN_MMA_STAGES must be a number of stages from 1 to 4, got '{most}'"
     with pytest.raises(mk.MkError, match=message):
         mk.compile(attention(8, 16, 8, 1024, 128), target="cuda", cache_dir=tmp_path)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("stages", [2, 4])
 def test_tensor_core_decode_attention_builds_without_spills(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    stages: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", "1")
+    monkeypatch.setenv("MK_CUDA_ATTN_MMA_STAGES", str(stages))
     text = attention(8, 16, 8, 1024, 128)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=2)
-    assert "mk::gpu::stream_attention_mma<2, 128, true, 2>(" in prog.cuda_source  # type: ignore[attr-defined]
+    call = f"mk::gpu::stream_attention_mma<2, 128, true, {stages}>("
+    assert call in prog.cuda_source  # type: ignore[attr-defined]
     used = prog.cuda_resources  # type: ignore[attr-defined]
     assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
 
@@ -371,15 +374,16 @@ def test_tensor_core_decode_attention_builds_without_spills(
     ("dims", "extra"), SHAPES, ids=lambda s: "x".join(map(str, s)) if isinstance(s, tuple) else ""
 )
 @pytest.mark.parametrize(
-    ("pipe", "keys", "mma", "early"),
+    ("pipe", "keys", "mma", "early", "stages"),
     [
-        ("0", "", "0", "1"),
-        ("1", "", "0", "1"),
-        ("1", "8", "0", "1"),
-        ("0", "", "1", "1"),
-        ("0", "", "0", "0"),
+        ("0", "", "0", "1", ""),
+        ("1", "", "0", "1", ""),
+        ("1", "8", "0", "1", ""),
+        ("0", "", "1", "1", ""),
+        ("0", "", "1", "1", "4"),
+        ("0", "", "0", "0", ""),
     ],
-    ids=["rounds", "pipelined", "8-keys", "tensor-cores", "kv-late"],
+    ids=["rounds", "pipelined", "8-keys", "tensor-cores", "tensor-cores-4-stages", "kv-late"],
 )
 def test_streamed_attention_matches_the_reference(
     dims: tuple[int, ...],
@@ -388,18 +392,21 @@ def test_streamed_attention_matches_the_reference(
     keys: str,
     mma: str,
     early: str,
+    stages: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The key loops: a round's loads then its keys, (MK_CUDA_ATTN_PIPE=1) the next round's
     loads in flight while this round's keys are used, with 4 or 8 keys a round,
-    (MK_CUDA_ATTN_MMA=1) staged chunks on tensor cores where the head dim allows, and
+    (MK_CUDA_ATTN_MMA=1) staged chunks on tensor cores where the head dim allows (up to 2 or
+    MK_CUDA_ATTN_MMA_STAGES=4 in flight), and
     the first round's loads issued behind the prepared rows' loads (MK_CUDA_ATTN_KV_EARLY=0: after);
     kv_splits=3 gives tasks of several rounds or chunks."""
     monkeypatch.setenv("MK_CUDA_ATTN_PIPE", pipe)
     monkeypatch.setenv("MK_CUDA_ATTN_KEYS", keys)
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", mma)
     monkeypatch.setenv("MK_CUDA_ATTN_KV_EARLY", early)
+    monkeypatch.setenv("MK_CUDA_ATTN_MMA_STAGES", stages)
     text = attention(*dims, **extra)  # type: ignore[arg-type]
     assert any(_plans(text).values())
     for splits in (0, 3):
