@@ -377,15 +377,14 @@ def attention_rows_l1() -> bool:
 
 
 def attention_mma_stages() -> int:
-    """MK_CUDA_ATTN_MMA_STAGES (1-4, default 2): the most chunks of 64 keys stream_attention_mma
+    """MK_CUDA_ATTN_MMA_STAGES (1-4, default 3): the most chunks of 64 keys stream_attention_mma
     keeps staged; a task takes no more than it has chunks. Each is 2 · 64 · (head dim + 8) · 2
     bytes of the kernel's shared memory (35 KB at head dim 128), which the L1 of every body
-    gives up: at batch 8 two stages took qwen3-0.6b 2.048 against 2.078 (one) and 2.140
-    (three) ms/token, llama-3.2-1b 1.756 against 1.826 and 1.768 (bench/RESULTS.md, session
-    54), with shared memory starting 96 B past 128. At the 128-byte start three won on the
-    H100 (session 69: qwen3-0.6b B8 −1.6 %, llama-3.2-1b B8 −0.3 %); 2 stays until the H200
-    is measured so."""
-    return count("MK_CUDA_ATTN_MMA_STAGES", 2, 1, 4, "stages")
+    gives up. With shared memory starting 96 B past 128, two stages had won at batch 8
+    (session 54). At the 128-byte start three won on both cards (bench/RESULTS.md, sessions 69
+    and 70): at batch 8 qwen3-0.6b −1.6 % (H100) and −1.0 % (H200), llama-3.2-1b −0.3 % on
+    both, qwen3-8b −0.2 % (H200), batch 1 level; four cost qwen3-0.6b B8 7.1 % on the H200."""
+    return count("MK_CUDA_ATTN_MMA_STAGES", 3, 1, 4, "stages")
 
 
 # Most task bodies `auto` inlines into one dispatcher: ptxas took minutes over one function

@@ -283,8 +283,8 @@ def test_pipelined_key_loop_is_a_build_option(
 @pytest.mark.parametrize(
     ("dims", "extra", "mode", "call"),
     [
-        ((8, 16, 8, 1024, 128), {}, "1", "stream_attention_mma<2, 128, true, 2>"),
-        ((8, 16, 8, 1024, 128), {}, "auto", "stream_attention_mma<2, 128, true, 2>"),  # 8 chunks
+        ((8, 16, 8, 1024, 128), {}, "1", "stream_attention_mma<2, 128, true, 3>"),
+        ((8, 16, 8, 1024, 128), {}, "auto", "stream_attention_mma<2, 128, true, 3>"),  # 8 chunks
         ((2, 8, 2, 256, 128), {}, "auto", "stream_attention<4, 128>"),  # one chunk of 64 keys
         ((1, 16, 8, 1024, 128), {}, "auto", "stream_attention<2, 128>"),  # 2 rows x 2 chunks
         ((1, 32, 8, 1024, 128), {}, "auto", "stream_attention<4, 128>"),  # 4 x 1 (16 splits)
@@ -321,7 +321,7 @@ def test_tensor_core_decode_attention_is_a_build_option(
 
 
 @pytest.mark.usefixtures("no_nvcc")
-@pytest.mark.parametrize(("most", "stages"), [("", 2), ("4", 4), ("3", 3), ("2", 2), ("1", 1)])
+@pytest.mark.parametrize(("most", "stages"), [("", 3), ("4", 4), ("3", 3), ("2", 2), ("1", 1)])
 def test_tensor_core_stages_are_a_build_option(
     most: str, stages: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -355,7 +355,7 @@ def test_tensor_core_stages_name_their_range(
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize("stages", [2, 4])
+@pytest.mark.parametrize("stages", [3, 4])
 def test_tensor_core_decode_attention_builds_without_spills(
     stages: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -380,10 +380,19 @@ def test_tensor_core_decode_attention_builds_without_spills(
         ("1", "", "0", "1", ""),
         ("1", "8", "0", "1", ""),
         ("0", "", "1", "1", ""),
+        ("0", "", "1", "1", "2"),
         ("0", "", "1", "1", "4"),
         ("0", "", "0", "0", ""),
     ],
-    ids=["rounds", "pipelined", "8-keys", "tensor-cores", "tensor-cores-4-stages", "kv-late"],
+    ids=[
+        "rounds",
+        "pipelined",
+        "8-keys",
+        "tensor-cores",
+        "tensor-cores-2-stages",
+        "tensor-cores-4-stages",
+        "kv-late",
+    ],
 )
 def test_streamed_attention_matches_the_reference(
     dims: tuple[int, ...],
@@ -398,8 +407,8 @@ def test_streamed_attention_matches_the_reference(
 ) -> None:
     """The key loops: a round's loads then its keys, (MK_CUDA_ATTN_PIPE=1) the next round's
     loads in flight while this round's keys are used, with 4 or 8 keys a round,
-    (MK_CUDA_ATTN_MMA=1) staged chunks on tensor cores where the head dim allows (up to 2 or
-    MK_CUDA_ATTN_MMA_STAGES=4 in flight), and
+    (MK_CUDA_ATTN_MMA=1) staged chunks on tensor cores where the head dim allows (up to 3, or
+    MK_CUDA_ATTN_MMA_STAGES=2 or 4, in flight), and
     the first round's loads issued behind the prepared rows' loads (MK_CUDA_ATTN_KV_EARLY=0: after);
     kv_splits=3 gives tasks of several rounds or chunks."""
     monkeypatch.setenv("MK_CUDA_ATTN_PIPE", pipe)
