@@ -10,7 +10,7 @@ from xdsl.ir import Operation
 
 from mk.backends.cpu.emit_ops import BufferRef
 from mk.backends.cpu.emit_scalar import dtype_code, float_literal
-from mk.backends.cuda import switches
+from mk.backends.cuda import op_marks, switches
 from mk.backends.cuda.emit_stream import StreamLinearEmitter
 from mk.backends.cuda.stream_attention import (
     AttentionPlan,
@@ -59,6 +59,8 @@ class StreamAttentionEmitter(StreamLinearEmitter):
             return
         emit("{")
         emit("mk::gpu::StreamAttention sa{};")
+        if op_marks.enabled():
+            emit("sa.arena = &arena;")  # marks between its phases (op_marks.ATTENTION_PHASES)
         if isinstance(plan.q, InputOp):
             self.row_source("sa.q", plan.q)
         elif q_row is not None:

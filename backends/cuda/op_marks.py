@@ -3,7 +3,8 @@
 With MK_CUDA_OP_MARKS=1 in the environment, the emitted source defines MK_OP_MARKS and puts
 `MK_MARK(arena);` after each top-level statement of a task body; `mk::gpu::stream_linear` also
 marks its start, the end of its first staging, its weights landing and the end of its weight
-stream. A run with
+stream, and `mk::gpu::stream_attention(_mma)` the end of its rows' preparation and of its keys
+(the statement's mark then ends its merge). A run with
 `prog.record_timeline = True` then fills `prog.last_marks`, and `bench/timeline.py --ops`
 prints where each kind of task spends its time, statement by statement. Off by default: the
 marks are not even in the source then. MK_CUDA_OP_MARKS=warm also runs each body once untimed
@@ -27,6 +28,9 @@ STREAM_LINEAR_PHASES = (
     "stream_linear: sync, weights landed",
     "stream_linear: weights",
 )
+# Marks inside mk::gpu::stream_attention and stream_attention_mma (the statement's own mark
+# then ends the merge of the warps' states).
+ATTENTION_PHASES = ("attention: rows prepared", "attention: keys")
 _CALL = re.compile(r"mk::gpu::(\w+)")
 _SILENT = re.compile(
     r"^(mk::gpu::Tile<\w+> \w+\((arena|reinterpret_cast<\w+\*>\(tiles \+ \d+\)), \d+\);"
@@ -55,8 +59,8 @@ def _label(statement: Sequence[str]) -> str:
     text = " ".join(statement)
     if statement[0].startswith("{  // "):  # an element loop the emitter named
         return statement[0][6:].strip()
-    if "stream_attention<" in text:
-        return "stream_attention"
+    if "mk::gpu::stream_attention" in text:
+        return "attention: merge"
     if "block_attention<" in text:
         return "block_attention"
     if "stream_linear<" in text:
@@ -98,6 +102,8 @@ def mark_statements(body: Sequence[str]) -> tuple[list[str], list[str]]:
         label = _label(statement)
         if label.startswith("stream_linear"):
             labels += STREAM_LINEAR_PHASES
+        elif label == "attention: merge":
+            labels += ATTENTION_PHASES
         labels.append(label)
         out.append(MARK)
         statement = []

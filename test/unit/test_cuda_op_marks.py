@@ -9,7 +9,13 @@ import pytest
 
 import mk
 from mk.backends.cuda import build as cuda_build
-from mk.backends.cuda.op_marks import MARK, STREAM_LINEAR_PHASES, mark_statements, op_segments
+from mk.backends.cuda.op_marks import (
+    ATTENTION_PHASES,
+    MARK,
+    STREAM_LINEAR_PHASES,
+    mark_statements,
+    op_segments,
+)
 from mk.inputs import random_inputs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,6 +59,49 @@ def test_a_statement_with_a_note_is_marked_where_it_ends() -> None:
     out, labels = mark_statements(body)
     assert [out[i + 1] for i in (0, 2, 5)] == [MARK] * 3 and out.count(MARK) == 3
     assert labels == ["rows_dot_lanes", "add_tile_v4", "load_runs_together"]
+
+
+def test_attention_marks_its_phases_then_its_merge() -> None:
+    for call in ("stream_attention<2, 128>", "stream_attention_mma<2, 128, true, 3>"):
+        body = ["{", "mk::gpu::StreamAttention sa{};", f"mk::gpu::{call}(sa, score);", "}"]
+        out, labels = mark_statements(body)
+        assert out == [*body, MARK]
+        assert labels == [*ATTENTION_PHASES, "attention: merge"]
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(
+    ("mma", "call"), [("1", "stream_attention_mma<"), ("0", "stream_attention<")]
+)
+def test_attention_profile_stamps_its_phases(
+    mma: str, call: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A profile build hands each streamed attention the arena for the marks between its
+    phases; a plain build's source has no trace of them."""
+    path = ROOT / "examples/attention_decode.mlir"
+    monkeypatch.setenv("MK_CUDA_ATTN_MMA", mma)
+    plain = mk.compile(path, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    assert "sa.arena" not in plain and f"mk::gpu::{call}" in plain
+    monkeypatch.setenv("MK_CUDA_OP_MARKS", "1")
+    prog = mk.compile(path, target="cuda", cache_dir=tmp_path)
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    assert src.count("sa.arena = &arena;") == src.count("mk::gpu::StreamAttention sa{};") > 0
+    phased = [v for v in prog.mark_labels.values() if "attention: merge" in v]  # type: ignore[attr-defined]
+    assert phased
+    for labels in phased:
+        at = labels.index("attention: merge")
+        assert labels[at - len(ATTENTION_PHASES) : at] == ATTENTION_PHASES
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc not found")
+@pytest.mark.parametrize("mma", ["1", "0"])
+def test_attention_profile_source_builds(
+    mma: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MK_CUDA_ATTN_MMA", mma)
+    monkeypatch.setenv("MK_CUDA_OP_MARKS", "1")
+    prog = mk.compile(ROOT / "examples/attention_decode.mlir", target="cuda", cache_dir=tmp_path)
+    assert prog.library_path is not None
 
 
 @pytest.mark.usefixtures("no_nvcc")
@@ -123,13 +172,15 @@ def test_segments_are_mean_gaps_between_stamps() -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("example", ["rmsnorm_linear", "attention_decode"])
 @pytest.mark.parametrize("mode", ["1", "warm"])
 def test_profile_run_stamps_inside_each_task(
-    mode: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    mode: str, example: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A profile run stamps in order; a warm one too, its pure bodies' outputs unchanged."""
+    """A profile run stamps in order, as many marks as the task's labels (the streamed
+    phases' too); a warm one too, its pure bodies' outputs unchanged."""
     monkeypatch.setenv("MK_CUDA_OP_MARKS", mode)
-    path = ROOT / "examples/rmsnorm_linear.mlir"
+    path = ROOT / f"examples/{example}.mlir"
     prog = mk.compile(path, target="cuda", cache_dir=tmp_path)
     prog.record_timeline = True  # type: ignore[attr-defined]
     inputs = random_inputs(prog.func, seed=0)

@@ -57,7 +57,18 @@ struct StreamAttention {
   // sin) aligned at each lane's 8 elements, so each is one or two vector loads, not 8 scalar
   // loads and their addresses (a batch-1 QK-norm + RoPE: ~6 KB of SASS less).
   bool rows_aligned = false;
+#if defined(MK_OP_MARKS)
+  // A profile build's marks between the phases (op_marks.py's ATTENTION_PHASES).
+  Arena* arena = nullptr;
+#endif
 };
+
+// Op marks between a streamed attention's phases: its rows prepared, its keys, its merge.
+#if defined(MK_OP_MARKS)
+#define MK_ATTN_MARK(a) do { if ((a).arena) ::mk::gpu::op_mark(*(a).arena); } while (0)
+#else
+#define MK_ATTN_MARK(a) ((void)0)
+#endif
 
 __device__ inline void round_row(float (&x)[8], int32_t dtype) {
 #pragma unroll
@@ -537,6 +548,7 @@ __device__ void stream_attention(const StreamAttention& a, Score score) {
     for (int r = 0; r < R; ++r) load_row8(q[r], a.q, a.q_dtype, r * D, lane, a.rows_aligned);
     load_first();
   }
+  MK_ATTN_MARK(a);
   // The keys before the new one, then those after it (none in a decode step: it is the last).
 #pragma unroll 1
   for (int part = 0; part < (jn + 1 < a.keys ? 2 : 1); ++part) {
@@ -554,6 +566,7 @@ __device__ void stream_attention(const StreamAttention& a, Score score) {
   float* sm = so + slots * R * D;                          // [slots][R]
   float* sl = sm + slots * R;
   __syncthreads();
+  MK_ATTN_MARK(a);
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll

@@ -101,6 +101,7 @@ __device__ void stream_attention_mma(const StreamAttention& a, Score score) {
   if (prepared) prepare_rows<R, D>(a, jn < a.keys, jn, rows);
   uint32_t qf[D / 16][2];
   query_fragments<R, D, BF16>(qf, a, rows, prepared, g, t);
+  MK_ATTN_MARK(a);
   // o transposed (oᵀ = Vᵀ·pᵀ: 16 head elements × 8 query rows a tile, so no tile row is padding):
   // o[dm] holds rows 2t, 2t + 1 of head elements dm·16 + g and dm·16 + g + 8.
   float o[D / 16][4];
@@ -173,6 +174,7 @@ __device__ void stream_attention_mma(const StreamAttention& a, Score score) {
   float* sm = so + 8 * R * D;                             // [8][R]
   float* sl = sm + 8 * R;
   __syncthreads();
+  MK_ATTN_MARK(a);
 #pragma unroll
   for (int e = 0; e < 2; ++e) {
     const int r = 2 * t + e;
