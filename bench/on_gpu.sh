@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the project root with the wheels carried in .whl/:
-#   bash bench/on_gpu.sh [prebuild] [tests] [sanitize] [bench] [gemm] [prefill] [timeline] [generate] [search] [profile] [ncu] [product] [mma] [chain] [ab]
+#   bash bench/on_gpu.sh [prebuild] [tests] [sanitize] [bench] [tables] [gemm] [prefill] [timeline] [generate] [search] [profile] [ncu] [product] [mma] [chain] [ab]
 #   (default: tests sanitize bench timeline generate)
 # Installs mk, runs the gpu-marked tests, compute-sanitizer on the examples, the benchmark
-# table, the per-grid timelines (TIMELINE_ARGS, e.g. "--model qwen3-0.6b --layers 4") and
+# table (`tables`: it and the presets' ms/token against this card's baselines), the per-grid timelines (TIMELINE_ARGS, e.g. "--model qwen3-0.6b --layers 4") and
 # mk-generate on the model presets (MODELS, BATCHES, GENERATE_ARGS e.g. --option kv_splits=8; the
 # check is --accuracy: two bf16 implementations of a 28-layer model drift past --logit-tol), and the superoptimizer's kernels against the
 # rules (bench/search_bench.py, SEARCH_ARGS), and an op-mark profile of one model step with its trace drawn as
@@ -150,6 +150,30 @@ for step in $steps; do
           done
         done
       done ;;
+    tables)
+      # Issue 6's table and the presets' ms/token, each against this card's baseline
+      # (bench/baselines/<card>.json, models-<card>.json; bench/baseline.py). The models' builds
+      # go first, in parallel (TABLE_MODELS, TABLE_BATCHES); batch 1 of the small models is checked.
+      card=h100; case $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) in *H200*) card=h200 ;; esac
+      specs=; for m in ${TABLE_MODELS:-qwen3-0.6b llama-3.2-1b qwen3-8b}; do
+        for b in ${TABLE_BATCHES:-1 8}; do specs="$specs gen:$m:$b"; done
+      done
+      # shellcheck disable=SC2086
+      PYTHONPATH=/tmp/site:$ROOT/bench python3 "$ROOT/bench/prebuild.py" --jobs 12 bench: $specs >"$OUT/prebuild.log" 2>&1
+      python3 "$ROOT/bench/bench.py" --runs 60 --out "$OUT" --baseline "$ROOT/bench/baselines/$card.json" 2>&1 \
+        | tee "$OUT/bench.log" | tail -24
+      for m in ${TABLE_MODELS:-qwen3-0.6b llama-3.2-1b qwen3-8b}; do
+        for b in ${TABLE_BATCHES:-1 8}; do
+          check=; [ "$b" = 1 ] && [ "$m" != qwen3-8b ] && check="--check --accuracy"
+          # shellcheck disable=SC2086
+          timeout "${GENERATE_TIMEOUT:-300}" python3 -m mk.tools.mk_generate --model "$m" --batch "$b" \
+            --steps 8 --context 1024 --prompt-len 1000 --target cuda $check --bench --runs 50 \
+            --bench-json "$OUT/models.jsonl" >"$OUT/table_${m}_b$b.log" 2>&1
+          echo "mk-generate $m batch $b: rc=$? $(grep -E '^bench: mk |^check:' "$OUT/table_${m}_b$b.log" | tr '\n' ' ')"
+        done
+      done
+      python3 "$ROOT/bench/baseline.py" "$OUT/models.jsonl" "$ROOT/bench/baselines/models-$card.json" \
+        | tee "$OUT/models_vs_baseline.log" ;;
     generate)
       for model in ${MODELS:-qwen3-0.6b llama-3.2-1b}; do
         for batch in ${BATCHES:-1}; do
@@ -161,3 +185,9 @@ for step in $steps; do
       done ;;
   esac
 done
+# The device tool brings back only a few files of $OUT: the logs travel as one archive.
+logs=$(cd "$OUT" && ls -- *.log 2>/dev/null)
+if [ "$(echo "$logs" | grep -c .)" -gt 4 ]; then
+  # shellcheck disable=SC2086
+  (cd "$OUT" && tar czf logs.tgz $logs && rm -f $logs)
+fi
