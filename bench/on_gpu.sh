@@ -151,7 +151,7 @@ for step in $steps; do
         done
       done ;;
     tables)
-      # Issue 6's table and the presets' ms/token, each against this card's baseline
+      # bench.py's table and the presets' ms/token, each against this card's baseline
       # (bench/baselines/<card>.json, models-<card>.json; bench/baseline.py). The models' builds
       # go first, in parallel (TABLE_MODELS, TABLE_BATCHES); batch 1 of the small models is checked.
       card=h100; case $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) in *H200*) card=h200 ;; esac
