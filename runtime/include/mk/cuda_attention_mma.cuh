@@ -22,8 +22,8 @@ constexpr int kMmaAttentionKeys = 64;  // keys a staged chunk holds: 8 for each 
 
 // Shared memory of stream_attention_mma<R, D, BF16, S>: prepare_rows' rows, then S stages of K
 // and V chunks (rows padded by 8 elements, as block_attention's); the warps' merge reuses the
-// front. The emitter gives a task no more stages than it has chunks (up to 3): the room is the
-// kernel's, taken from the L1 of every body.
+// front. The emitter gives a task no more stages than it has chunks, nor than
+// MK_CUDA_ATTN_MMA_STAGES (default 3): the room is the kernel's, taken from the L1 of every body.
 __host__ __device__ constexpr int mma_attention_rows_bytes(int r, int d) {
   return ((r + 2) * d * 4 + 127) / 128 * 128;
 }
