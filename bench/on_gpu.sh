@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the project root with the wheels carried in .whl/:
-#   bash bench/on_gpu.sh [prebuild] [tests] [sanitize] [bench] [tables] [gemm] [prefill] [timeline] [generate] [search] [profile] [ncu] [product] [mma] [chain] [ab]
+#   bash bench/on_gpu.sh [prebuild] [tests] [sanitize] [sanitize-model] [bench] [tables] [gemm] [prefill] [timeline] [generate] [search] [profile] [ncu] [product] [mma] [chain] [ab]
 #   (default: tests sanitize bench timeline generate)
 # Installs mk, runs the gpu-marked tests, compute-sanitizer on the examples, the benchmark
 # table (`tables`: it and the presets' ms/token against this card's baselines), the per-grid timelines (TIMELINE_ARGS, e.g. "--model qwen3-0.6b --layers 4") and
@@ -49,6 +49,20 @@ for step in $steps; do
             python3 -m mk.tools.mk_run "$ROOT/examples/$ex.mlir" --target cuda >"$OUT/san_${ex}_$tool.log" 2>&1
           echo "compute-sanitizer $tool $ex: rc=$? $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_${ex}_$tool.log")"
         done
+      done ;;
+    sanitize-model)
+      # memcheck and racecheck (its build with the launch-long raw barriers, as the tests race)
+      # of one mk-generate decode, mk's kernel only (SANITIZE_ARGS: mk-generate's arguments,
+      # default a 2-layer qwen3-0.6b at batch 8, 2 steps, checked; SANITIZE_FILTER=none races
+      # every kernel, the PyTorch reference's too).
+      args=${SANITIZE_ARGS:---model qwen3-0.6b --layers 2 --vocab 2048 --batch 8 --steps 2 --context 1024 --prompt-len 500}
+      filter=(--kernel-name kns=megakernel); [ "${SANITIZE_FILTER:-}" = none ] && filter=()
+      for tool in memcheck racecheck; do
+        envs=(); [ $tool = racecheck ] && envs=(MK_CUDA_RAW_BARS=launch)
+        # shellcheck disable=SC2086
+        env "${envs[@]}" timeout "${SANITIZE_TIMEOUT:-400}" compute-sanitizer --tool $tool "${filter[@]}" \
+          --error-exitcode 3 python3 -m mk.tools.mk_generate $args --target cuda --check >"$OUT/san_model_$tool.log" 2>&1
+        echo "compute-sanitizer $tool ($args): rc=$? $(grep -m2 -E 'SUMMARY|Internal Sanitizer' "$OUT/san_model_$tool.log" | tr '\n' ' ')"
       done ;;
     bench)
       MK_COMMIT=${MK_COMMIT:-} python3 "$ROOT/bench/bench.py" --runs 100 --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -14 ;;
