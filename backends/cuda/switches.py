@@ -376,6 +376,14 @@ def attention_rows_l1() -> bool:
     return flag("MK_CUDA_ATTN_ROWS_L1")
 
 
+def add_spread() -> bool:
+    """MK_CUDA_ADD_SPREAD=1 (opt-in, not yet timed): an accumulating output's adds
+    (mk::gpu::add_tile_v4) start at a different part of the tile on each CTA, so that the tasks
+    of a fused down projection, which finish together, do not reduce into the same L2 lines in
+    the same order."""
+    return flag("MK_CUDA_ADD_SPREAD")
+
+
 def attention_mma_stages() -> int:
     """MK_CUDA_ATTN_MMA_STAGES (1-4, default 3): the most chunks of 64 keys stream_attention_mma
     keeps staged; a task takes no more than it has chunks. Each is 2 · 64 · (head dim + 8) · 2
@@ -474,6 +482,8 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_MMA_LINES 1")
     if flag("MK_CUDA_ROWS_DOT_PIPE"):
         lines.append("#define MK_ROWS_DOT_PIPE 1")
+    if add_spread():
+        lines.append("#define MK_ADD_SPREAD 1")
     if flag("MK_CUDA_ATTN_PIPE"):
         lines.append("#define MK_ATTN_PIPE 1")
     if not flag("MK_CUDA_ATTN_KV_EARLY", default=True):

@@ -236,6 +236,7 @@ SWITCHES = [
     {"MK_CUDA_DISPATCH": "kind"},
     {"MK_CUDA_DOWN_L2": "1"},
     {"MK_CUDA_MERGED_DOT": "1"},
+    {"MK_CUDA_ADD_SPREAD": "1"},
 ]
 
 
@@ -261,7 +262,7 @@ SWITCH_BUILDS = [
                        "MK_CUDA_MERGED_DOT": "1"}),
     ("decoder_block", {"MK_CUDA_STAGE": "1", "MK_CUDA_SIGNAL": "release",
                        "MK_CUDA_POLL_SLEEP": "0", "MK_CUDA_FLAG_POLL": "all",
-                       "MK_CUDA_DISPATCH": "kind"}),
+                       "MK_CUDA_DISPATCH": "kind", "MK_CUDA_ADD_SPREAD": "1"}),
     ("gated_mlp", {"MK_CUDA_MMA_PIPE": "1", "MK_CUDA_MMA_SLICES": "rounds",
                    "MK_CUDA_MMA_LINES": "1", "MK_CUDA_ROWS_DOT_PIPE": "1",
                    "MK_CUDA_DOWN_L2": "1"}),

@@ -324,6 +324,32 @@ def test_rows_dot_on_tensor_cores_matches_the_reference_on_the_gpu(
     _check_runs(batch, cols, "cuda", cache)
 
 
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize("spread", ["", "0", "1"])
+def test_spread_adds_are_a_build_option(
+    spread: str, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_ADD_SPREAD=1 defines MK_ADD_SPREAD for add_tile_v4 (mk/cuda_rows_add.cuh); the
+    call itself is the same."""
+    monkeypatch.setenv("MK_CUDA_ADD_SPREAD", spread)
+    src = mk.compile(
+        residual_mlp(8, 24 * 16), target="cuda", cache_dir=cache, tile_n=24
+    ).cuda_source  # type: ignore[attr-defined]
+    assert ("#define MK_ADD_SPREAD 1" in src) == (spread == "1")
+    assert src.count("mk::gpu::add_tile_v4(") == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("batch", "cols"), [(8, 24), (8, 112), (1, 24)])
+def test_spread_adds_match_the_reference_on_the_gpu(
+    batch: int, cols: int, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every CTA starting its adds elsewhere in the tile (MK_CUDA_ADD_SPREAD=1) still adds each
+    element once."""
+    monkeypatch.setenv("MK_CUDA_ADD_SPREAD", "1")
+    _check_runs(batch, cols, "cuda", cache)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows", ["threads", "lanes", "packed"])
 @pytest.mark.parametrize(("batch", "cols"), SHORT_RUNS)
