@@ -169,15 +169,14 @@ for step in $steps; do
       # (bench/baselines/<card>.json, models-<card>.json; bench/baseline.py). The models' builds
       # go first, in parallel (TABLE_MODELS, TABLE_BATCHES); batch 1 of the small models is checked.
       card=h100; case $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) in *H200*) card=h200 ;; esac
-      specs=; for m in ${TABLE_MODELS:-qwen3-0.6b llama-3.2-1b qwen3-8b}; do
-        for b in ${TABLE_BATCHES:-1 8}; do specs="$specs gen:$m:$b"; done
-      done
+      models=${TABLE_MODELS:-qwen3-0.6b llama-3.2-1b qwen3-8b} batches=${TABLE_BATCHES:-1 8}
+      specs=; for m in $models; do for b in $batches; do specs="$specs gen:$m:$b"; done; done
       # shellcheck disable=SC2086
-      PYTHONPATH=/tmp/site:$ROOT/bench python3 "$ROOT/bench/prebuild.py" --jobs 12 bench: $specs >"$OUT/prebuild.log" 2>&1
+      python3 "$ROOT/bench/prebuild.py" --jobs 12 bench: $specs >"$OUT/prebuild.log" 2>&1
       python3 "$ROOT/bench/bench.py" --runs 60 --out "$OUT" --baseline "$ROOT/bench/baselines/$card.json" 2>&1 \
         | tee "$OUT/bench.log" | tail -24
-      for m in ${TABLE_MODELS:-qwen3-0.6b llama-3.2-1b qwen3-8b}; do
-        for b in ${TABLE_BATCHES:-1 8}; do
+      for m in $models; do
+        for b in $batches; do
           check=; [ "$b" = 1 ] && [ "$m" != qwen3-8b ] && check="--check --accuracy"
           # shellcheck disable=SC2086
           timeout "${GENERATE_TIMEOUT:-300}" python3 -m mk.tools.mk_generate --model "$m" --batch "$b" \

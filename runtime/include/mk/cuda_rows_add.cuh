@@ -299,18 +299,12 @@ constexpr bool kAddSpread = false;
 // MK_CUDA_ADD_SPREAD=1 (MK_ADD_SPREAD) CTA b starts at b / gridDim of the tile (on 512 bytes)
 // and wraps around, so concurrent CTAs add into different lines.
 __device__ inline void add_tile_v4(float* out, const float* t, int32_t n) {
-  if constexpr (kAddSpread) {
-    const int32_t units = n / 4;
-    const int32_t first =
-        static_cast<int32_t>(static_cast<int64_t>(blockIdx.x) * units / gridDim.x) & ~31;
-    for (int32_t u = static_cast<int32_t>(threadIdx.x); u < units; u += kCudaThreads) {
-      const int32_t v = u + first < units ? u + first : u + first - units;
-      atomicAdd(reinterpret_cast<float4*>(out) + v, reinterpret_cast<const float4*>(t)[v]);
-    }
-  } else {
-    for (int32_t e = static_cast<int32_t>(threadIdx.x) * 4; e < n; e += kCudaThreads * 4) {
-      atomicAdd(reinterpret_cast<float4*>(out + e), *reinterpret_cast<const float4*>(t + e));
-    }
+  const int32_t units = n / 4;
+  const int32_t first =
+      kAddSpread ? static_cast<int32_t>(static_cast<int64_t>(blockIdx.x) * units / gridDim.x) & ~31 : 0;
+  for (int32_t u = static_cast<int32_t>(threadIdx.x); u < units; u += kCudaThreads) {
+    const int32_t v = kAddSpread && u + first >= units ? u + first - units : u + first;
+    atomicAdd(reinterpret_cast<float4*>(out) + v, reinterpret_cast<const float4*>(t)[v]);
   }
 }
 
