@@ -139,9 +139,10 @@ def readers_ok(value: SSAValue) -> bool:
     return True
 
 
-def match(consumer: GraphDefOp, columns: int = 0) -> Fusion | None:
-    """The fusion of `consumer` into its producer, or None when a condition fails or a block
-    would read more than `columns` columns of each weight row (0: no bound)."""
+def match(consumer: GraphDefOp, columns: int = 0, row_columns: int = 0) -> Fusion | None:
+    """The fusion of `consumer` into its producer, or None when a condition fails, a block would
+    read more than `columns` columns of each weight row (0: no bound) or fewer than `row_columns`
+    columns a row of m (0: no bound)."""
     parts = _linear_parts(consumer)
     if parts is None:
         return None
@@ -156,7 +157,8 @@ def match(consumer: GraphDefOp, columns: int = 0) -> Fusion | None:
         return None
     if m_out.omap_dims() != (1, -1, -1) or not readers_ok(consumer.results[0]):
         return None
-    if columns and shape_of(m_out.tile)[1] > columns:
+    rows, cols = shape_of(m_out.tile)
+    if (columns and cols > columns) or cols < row_columns * rows:
         return None
     return Fusion(consumer, producer, m_out, consumer.args[xw.source_index()], *residual)
 
@@ -302,28 +304,36 @@ def retype_readers(y: SSAValue, y_sum: SSAValue, block: Block, blocks: int, thre
 
 @dataclass(frozen=True)
 class MugraphFuseAccumulatePass(ModulePass):
-    """`mugraph-fuse-accumulate{fuse-accumulate=1 accumulate-columns=64}`: residual linears over
-    a K-split producer join its blocks (0 turns the pass off). `accumulate-columns=N` keeps the
-    linears whose blocks would read more than N columns of each weight row (0: no bound): on the
-    H200 short strided runs gained up to 64 columns (qwen3-0.6b's 24, llama-3.2-1b's 64), broke
-    even at 96 (qwen3-8b) and lost 3% at 112 (the Llama-3-8B block)."""
+    """`mugraph-fuse-accumulate{fuse-accumulate=1 accumulate-columns=64 accumulate-row-columns=4}`:
+    residual linears over a K-split producer join its blocks (0 turns the pass off).
+    `accumulate-columns=N` keeps the linears whose blocks would read more than N columns of each
+    weight row (0: no bound): on the H200 short strided runs gained up to 64 columns (qwen3-0.6b's
+    24, llama-3.2-1b's 64), broke even at 96 (qwen3-8b) and lost 3% at 112 (the Llama-3-8B
+    block). `accumulate-row-columns=N` keeps those whose blocks read fewer than N columns of each
+    weight row per row of m (0: no bound): a block streams W's rows x its columns of weights and
+    adds m's rows x W's rows floats into y, so below 4 columns a row the adds (f32) outweigh half
+    its weight bytes. On the H200 the separate down projection ran qwen3-0.6b at batch 8 (24
+    columns, 8 rows) 1.5 % faster, llama-3.2-1b at batch 8 (64 columns) 6 % slower and qwen3-0.6b
+    at batch 1 6 % slower."""
 
     name = "mugraph-fuse-accumulate"
 
     fuse_accumulate: int = 1
     accumulate_columns: int = 64
+    accumulate_row_columns: int = 4
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if not self.fuse_accumulate:
             return
         for func in op.walk():
             if isinstance(func, FuncOp):
-                while (f := _first_match(func, self.accumulate_columns)) is not None:
+                while (f := self._first_match(func)) is not None:
                     fuse(f)
 
-
-def _first_match(func: FuncOp, columns: int) -> Fusion | None:
-    for op in func.body.block.ops:
-        if isinstance(op, GraphDefOp) and (f := match(op, columns)) is not None:
-            return f
-    return None
+    def _first_match(self, func: FuncOp) -> Fusion | None:
+        for op in func.body.block.ops:
+            if not isinstance(op, GraphDefOp):
+                continue
+            if (f := match(op, self.accumulate_columns, self.accumulate_row_columns)) is not None:
+                return f
+        return None

@@ -96,7 +96,14 @@ SHORT_RUNS = [(1, 24), (1, 96), (2, 96)]
 
 def _check_runs(batch: int, cols: int, target: str, cache: Path) -> mk.Program:
     text = residual_mlp(batch, cols * 16)
-    prog = mk.compile(text, target=target, cache_dir=cache, accumulate_columns=0, tile_n=cols)
+    prog = mk.compile(
+        text,
+        target=target,
+        cache_dir=cache,
+        accumulate_columns=0,
+        accumulate_row_columns=0,
+        tile_n=cols,
+    )
     inputs = random_inputs(prog.func, seed=cols)
     (want,) = mk.reference(text, *[x.copy() for x in inputs])
     (got,) = prog(*inputs)
@@ -183,6 +190,21 @@ def test_accumulate_columns_bounds_the_weight_runs(name: str, fused: int) -> Non
     assert run_pipeline(module, options, PIPELINE[:2])["mugraph"].count("accumulate over") == fused
 
 
+@pytest.mark.parametrize(
+    ("name", "batch", "fused"),
+    [("qwen3-0.6b", 1, 1), ("qwen3-0.6b", 4, 1), ("qwen3-0.6b", 8, 0), ("llama-3.2-1b", 8, 1)],
+)
+def test_accumulate_row_columns_bounds_the_adds(name: str, batch: int, fused: int) -> None:
+    """At the default 4 columns a row: qwen3-0.6b's 24 columns fuse up to 6 rows, llama-3.2-1b's
+    64 up to 16; with the bound off every batch fuses."""
+    module = load_module(decode_program(preset(name).with_(layers=1), batch, 64, 1))
+    options = {"fuse_accumulate": 1, "tile_n": 0, "num_sms": 132}
+    mugraph = run_pipeline(module, options, PIPELINE[:2])["mugraph"]
+    assert mugraph.count("accumulate over") == fused
+    unbound = run_pipeline(module.clone(), {**options, "accumulate_row_columns": 0}, PIPELINE[:2])
+    assert unbound["mugraph"].count("accumulate over") == 1
+
+
 def test_the_rewrite_is_deterministic() -> None:
     path = ROOT / "examples" / "decoder_block.mlir"
     assert _mugraph(path, 1) == _mugraph(path, 1)
@@ -194,7 +216,13 @@ def _check_example(
     """The fused example against the reference on fresh inputs (tolerance of DESIGN.md)."""
     path = ROOT / "examples" / f"{name}.mlir"
     prog = mk.compile(
-        path, target=target, cache_dir=cache, fuse_accumulate=1, accumulate_columns=0, **options
+        path,
+        target=target,
+        cache_dir=cache,
+        fuse_accumulate=1,
+        accumulate_columns=0,
+        accumulate_row_columns=0,
+        **options,
     )
     for seed in range(seeds):
         inputs = random_inputs(prog.func, seed=seed)
@@ -275,7 +303,14 @@ def test_packed_lanes_build_without_spills(
     """The packed layouts (rows_layout's static_asserts compile with them) and their sums."""
     monkeypatch.setenv("MK_CUDA_ROWS_DOT", "packed")
     text = residual_mlp(batch, cols * 16)
-    prog = mk.compile(text, target="cuda", cache_dir=cache, accumulate_columns=0, tile_n=cols)
+    prog = mk.compile(
+        text,
+        target="cuda",
+        cache_dir=cache,
+        accumulate_columns=0,
+        accumulate_row_columns=0,
+        tile_n=cols,
+    )
     src = prog.cuda_source  # type: ignore[attr-defined]
     assert f"mk::gpu::rows_dot_lanes<{batch}, {cols}, 256, true, true>(" in src
     used = prog.cuda_resources  # type: ignore[attr-defined]
@@ -299,13 +334,27 @@ def test_rows_dot_on_tensor_cores_builds_without_spills(
     monkeypatch.setenv("MK_CUDA_ROWS_DOT_PIPE", pipe)
     monkeypatch.setenv("MK_CUDA_ROWS_DOT", "mma-all" if batch == 1 else "mma")
     text = residual_mlp(batch, cols * 16)
-    prog = mk.compile(text, target="cuda", cache_dir=cache, accumulate_columns=0, tile_n=cols)
+    prog = mk.compile(
+        text,
+        target="cuda",
+        cache_dir=cache,
+        accumulate_columns=0,
+        accumulate_row_columns=0,
+        tile_n=cols,
+    )
     src = prog.cuda_source  # type: ignore[attr-defined]
     assert ("#define MK_ROWS_DOT_PIPE 1" in src) == (pipe == "1")
     name = "mma"
     if batch == 1:
         monkeypatch.setenv("MK_CUDA_ROWS_DOT", "mma")
-        lanes = mk.compile(text, target="cuda", cache_dir=cache, accumulate_columns=0, tile_n=cols)
+        lanes = mk.compile(
+            text,
+            target="cuda",
+            cache_dir=cache,
+            accumulate_columns=0,
+            accumulate_row_columns=0,
+            tile_n=cols,
+        )
         assert f"mk::gpu::rows_dot_lanes<1, {cols}, 256, true>(" in lanes.cuda_source  # type: ignore[attr-defined]
     assert f"mk::gpu::rows_dot_{name}<{batch}, {cols}, 256, true>(" in src
     used = prog.cuda_resources  # type: ignore[attr-defined]
@@ -333,7 +382,11 @@ def test_spread_adds_are_a_build_option(
     call itself is the same."""
     monkeypatch.setenv("MK_CUDA_ADD_SPREAD", spread)
     src = mk.compile(
-        residual_mlp(8, 24 * 16), target="cuda", cache_dir=cache, tile_n=24
+        residual_mlp(8, 24 * 16),
+        target="cuda",
+        cache_dir=cache,
+        tile_n=24,
+        accumulate_row_columns=0,
     ).cuda_source  # type: ignore[attr-defined]
     assert ("#define MK_ADD_SPREAD 1" in src) == (spread == "1")
     assert src.count("mk::gpu::add_tile_v4(") == 1
@@ -388,10 +441,24 @@ def test_down_l2_asks_for_the_epilogue_weights_at_the_start(
     columns (the rows_dot weights: 256 rows of 24 columns, 2 × 96 bytes apart) before its
     gate/up stream; off by default. It builds with nvcc, without spills."""
     text = residual_mlp(1, 24 * 16)
-    plain = mk.compile(text, target="cuda", cache_dir=cache, accumulate_columns=0, tile_n=24)
+    plain = mk.compile(
+        text,
+        target="cuda",
+        cache_dir=cache,
+        accumulate_columns=0,
+        accumulate_row_columns=0,
+        tile_n=24,
+    )
     assert "prefetch_rows_l2" not in plain.cuda_source  # type: ignore[attr-defined]
     monkeypatch.setenv("MK_CUDA_DOWN_L2", "1")
-    prog = mk.compile(text, target="cuda", cache_dir=cache, accumulate_columns=0, tile_n=24)
+    prog = mk.compile(
+        text,
+        target="cuda",
+        cache_dir=cache,
+        accumulate_columns=0,
+        accumulate_row_columns=0,
+        tile_n=24,
+    )
     body = next(b for b in prog.cuda_source.split("__device__ __noinline__") if "rows_dot_" in b)  # type: ignore[attr-defined]
     ask = re.search(r"mk::gpu::prefetch_rows_l2\((.*), 256, 768, 48\);", body)
     dot = re.search(r"mk::gpu::rows_dot_lanes<1, 24, 256, true>\(\w+\.data\(\), (.*), 384, ", body)

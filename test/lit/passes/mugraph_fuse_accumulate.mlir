@@ -2,12 +2,13 @@
 // RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{tile-n=32},mugraph-fuse-accumulate' | mk-opt --split-input-file | filecheck %s
 // RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{tile-n=32},mugraph-fuse-accumulate{fuse-accumulate=0}' | filecheck %s --check-prefix=OFF
 // RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{tile-n=32},mugraph-fuse-accumulate{accumulate-columns=16}' | filecheck %s --check-prefix=OFF
+// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{tile-n=32},mugraph-fuse-accumulate{accumulate-row-columns=33}' | filecheck %s --check-prefix=OFF
 
 // The gated MLP of a decoder layer: its down projection and residual add join the gate/up
 // kernel's blocks, each adding its [1, 64] product into y's f32 accumulator, which the
 // o-projection kernel starts with r. The next kernel reads the f32 sum; the returned y is the
-// sum rounded by a kernel of its own. Each block reads 32 columns of each W row: with
-// accumulate-columns=16 the linear keeps its kernel.
+// sum rounded by a kernel of its own. Each block reads 32 columns of each W row for m's one row:
+// with accumulate-columns=16, or accumulate-row-columns=33, the linear keeps its kernel.
 func.func @mlp(%a: tensor<1x64xbf16>, %x: tensor<1x64xbf16>, %wo: tensor<64x64xbf16>, %g: tensor<64xbf16>, %wg: tensor<128x64xbf16>, %wu: tensor<128x64xbf16>, %wd: tensor<64x128xbf16>, %g2: tensor<64xbf16>, %wq: tensor<32x64xbf16>) -> (tensor<1x64xbf16>, tensor<1x32xbf16>) {
   %o = nn.linear %a, %wo : (tensor<1x64xbf16>, tensor<64x64xbf16>) -> tensor<1x64xbf16>
   %r = nn.add %x, %o : (tensor<1x64xbf16>, tensor<1x64xbf16>) -> tensor<1x64xbf16>
