@@ -384,6 +384,16 @@ def add_spread() -> bool:
     return flag("MK_CUDA_ADD_SPREAD")
 
 
+def attention_rows_first() -> bool:
+    """MK_CUDA_ATTN_ROWS_FIRST=1 (opt-in, not yet timed in the megakernel): a tensor-core decode
+    attention (mk::gpu::stream_attention_mma) asks for the rows it prepares before it stages its
+    first chunks of K and V, as the CUDA-core body does with MK_CUDA_ATTN_KV_EARLY. By default
+    the copies go first and the rows' loads land behind them: a batch-8 task then has no copy in
+    flight from the moment its staged chunks have landed until its rows are ready and its first
+    chunk's math frees a stage (bench/RESULTS.md, session 71)."""
+    return flag("MK_CUDA_ATTN_ROWS_FIRST")
+
+
 def attention_mma_stages() -> int:
     """MK_CUDA_ATTN_MMA_STAGES (1-4, default 3): the most chunks of 64 keys stream_attention_mma
     keeps staged; a task takes no more than it has chunks. Each is 2 · 64 · (head dim + 8) · 2
@@ -486,6 +496,8 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_ADD_SPREAD 1")
     if flag("MK_CUDA_ATTN_PIPE"):
         lines.append("#define MK_ATTN_PIPE 1")
+    if attention_rows_first():
+        lines.append("#define MK_ATTN_ROWS_FIRST 1")
     if not flag("MK_CUDA_ATTN_KV_EARLY", default=True):
         lines.append("#define MK_ATTN_KV_LATE 1")
     if (keys := count("MK_CUDA_ATTN_KEYS", 4, 1, 16, "keys")) != 4:

@@ -355,12 +355,15 @@ def test_tensor_core_stages_name_their_range(
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize("stages", [3, 4])
+@pytest.mark.parametrize(("stages", "rows_first"), [(3, "0"), (4, "0"), (3, "1")])
 def test_tensor_core_decode_attention_builds_without_spills(
-    stages: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    stages: int, rows_first: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Also with the rows' loads first (MK_CUDA_ATTN_ROWS_FIRST=1): their registers then live
+    across the first chunks' copies."""
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", "1")
     monkeypatch.setenv("MK_CUDA_ATTN_MMA_STAGES", str(stages))
+    monkeypatch.setenv("MK_CUDA_ATTN_ROWS_FIRST", rows_first)
     text = attention(8, 16, 8, 1024, 128)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=2)
     call = f"mk::gpu::stream_attention_mma<2, 128, true, {stages}>("

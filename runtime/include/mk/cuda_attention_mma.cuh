@@ -20,6 +20,17 @@ namespace gpu {
 
 constexpr int kMmaAttentionKeys = 64;  // keys a staged chunk holds: 8 for each of the 8 warps
 
+// MK_ATTN_ROWS_FIRST (MK_CUDA_ATTN_ROWS_FIRST=1, opt-in): the rows' loads go out before the first
+// chunks' copies. An SM's loads land in about the order it asks for them: behind the copies the
+// rows, and so the first chunk's math, wait until every staged chunk has landed, and the next
+// copies go out only then, from an empty pipe (a batch-8 task of eight chunks: the math alone 9.4
+// µs, the bytes alone 11.0, both 14.3; bench/RESULTS.md, session 71).
+#if defined(MK_ATTN_ROWS_FIRST)
+constexpr bool kAttnRowsFirst = true;
+#else
+constexpr bool kAttnRowsFirst = false;
+#endif
+
 // Shared memory of stream_attention_mma<R, D, BF16, S>: prepare_rows' rows, then S stages of K
 // and V chunks (rows padded by 8 elements, as block_attention's); the warps' merge reuses the
 // front. The emitter gives a task no more stages than it has chunks, nor than
@@ -94,11 +105,18 @@ __device__ void stream_attention_mma(const StreamAttention& a, Score score) {
   auto stage_chunk = [&](int c) {
     stage_kv_chunk<D, KC>(ring + (c % STAGES) * STAGE, a.k, a.v, a.ld, a.keys, c, aligned);
   };
+  auto stage_first = [&] {
 #pragma unroll
-  for (int c = 0; c < STAGES; ++c) stage_chunk(c);
+    for (int c = 0; c < STAGES; ++c) stage_chunk(c);
+  };
   // The rows' ops run while the first chunks land.
   const bool prepared = has_ops(a.q_ops) || jn < a.keys;
-  if (prepared) prepare_rows<R, D>(a, jn < a.keys, jn, rows);
+  if (kAttnRowsFirst && prepared) {
+    prepare_rows_early<R, D>(a, jn < a.keys, jn, rows, stage_first);
+  } else {
+    stage_first();
+    if (prepared) prepare_rows<R, D>(a, jn < a.keys, jn, rows);
+  }
   uint32_t qf[D / 16][2];
   query_fragments<R, D, BF16>(qf, a, rows, prepared, g, t);
   MK_ATTN_MARK(a);
