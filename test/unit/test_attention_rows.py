@@ -58,18 +58,23 @@ def test_rows_l1_asks_for_the_prepared_rows_before_the_scalars(
 
 @pytest.mark.usefixtures("no_nvcc")
 def test_rows_first_is_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """MK_CUDA_ATTN_ROWS_FIRST=1 defines MK_ATTN_ROWS_FIRST (mk/cuda_attention_mma.cuh: the rows'
-    loads before the first chunks' copies); the tensor-core call itself is the same."""
+    """MK_CUDA_ATTN_ROWS_FIRST=N defines MK_ATTN_ROWS_FIRST N (mk/cuda_attention_mma.cuh: the
+    rows' loads before the chunks' copies, N stages of them before the rows' ops); 0 or unset
+    leaves it out; the tensor-core call itself is the same."""
     text = decode_program(preset("qwen3-0.6b").with_(layers=1), 8, 1024, 1)
     call = "mk::gpu::stream_attention_mma<2, 128, true, 3>(sa, score);"
-    for value, defined in (("", False), ("0", False), ("1", True)):
+    for value, define in (("", None), ("0", None), ("1", 1), ("4", 4)):
         monkeypatch.setenv("MK_CUDA_ATTN_ROWS_FIRST", value)
         src = mk.compile(text, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
-        assert ("#define MK_ATTN_ROWS_FIRST 1" in src) == defined
+        defines = [
+            line for line in src.splitlines() if line.startswith("#define MK_ATTN_ROWS_FIRST")
+        ]
+        assert defines == ([] if define is None else [f"#define MK_ATTN_ROWS_FIRST {define}"])
         assert src.count(call) == 1
-    monkeypatch.setenv("MK_CUDA_ATTN_ROWS_FIRST", "yes")
-    with pytest.raises(mk.MkError, match="MK_CUDA_ATTN_ROWS_FIRST must be 0 or 1"):
-        mk.compile(text, target="cuda", cache_dir=tmp_path)
+    for bad in ("5", "yes"):
+        monkeypatch.setenv("MK_CUDA_ATTN_ROWS_FIRST", bad)
+        with pytest.raises(mk.MkError, match="MK_CUDA_ATTN_ROWS_FIRST must be a number of stages"):
+            mk.compile(text, target="cuda", cache_dir=tmp_path)
 
 
 @pytest.mark.usefixtures("no_nvcc")

@@ -355,7 +355,7 @@ def test_tensor_core_stages_name_their_range(
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize(("stages", "rows_first"), [(3, "0"), (4, "0"), (3, "1")])
+@pytest.mark.parametrize(("stages", "rows_first"), [(3, "0"), (4, "0"), (3, "1"), (3, "3")])
 def test_tensor_core_decode_attention_builds_without_spills(
     stages: int, rows_first: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -238,6 +238,7 @@ SWITCHES = [
     {"MK_CUDA_MERGED_DOT": "1"},
     {"MK_CUDA_ADD_SPREAD": "1"},
     {"MK_CUDA_ATTN_ROWS_FIRST": "1"},
+    {"MK_CUDA_ATTN_ROWS_FIRST": "3"},
 ]
 
 

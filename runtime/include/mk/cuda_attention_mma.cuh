@@ -20,15 +20,16 @@ namespace gpu {
 
 constexpr int kMmaAttentionKeys = 64;  // keys a staged chunk holds: 8 for each of the 8 warps
 
-// MK_ATTN_ROWS_FIRST (MK_CUDA_ATTN_ROWS_FIRST=1, opt-in): the rows' loads go out before the first
-// chunks' copies. An SM's loads land in about the order it asks for them: behind the copies the
-// rows, and so the first chunk's math, wait until every staged chunk has landed, and the next
-// copies go out only then, from an empty pipe (a batch-8 task of eight chunks: the math alone 9.4
-// µs, the bytes alone 11.0, both 14.3; bench/RESULTS.md, session 71).
+// MK_ATTN_ROWS_FIRST = N (MK_CUDA_ATTN_ROWS_FIRST=N, 1..4, opt-in): the rows' loads go out before
+// the chunks' copies, N stages of them between the rows' loads and their ops, the rest after.
+// An SM's loads land in about the order it asks for them: behind the copies the rows, and so the
+// first chunk's math, wait until every staged chunk has landed, and the next copies go out only
+// then, from an empty pipe (a batch-8 task of eight chunks: the math alone 9.4 µs, the bytes
+// alone 11.0, both 14.3; bench/RESULTS.md, session 71).
 #if defined(MK_ATTN_ROWS_FIRST)
-constexpr bool kAttnRowsFirst = true;
+constexpr int kAttnRowsFirst = MK_ATTN_ROWS_FIRST;
 #else
-constexpr bool kAttnRowsFirst = false;
+constexpr int kAttnRowsFirst = 0;
 #endif
 
 // Shared memory of stream_attention_mma<R, D, BF16, S>: prepare_rows' rows, then S stages of K
@@ -105,16 +106,20 @@ __device__ void stream_attention_mma(const StreamAttention& a, Score score) {
   auto stage_chunk = [&](int c) {
     stage_kv_chunk<D, KC>(ring + (c % STAGES) * STAGE, a.k, a.v, a.ld, a.keys, c, aligned);
   };
-  auto stage_first = [&] {
+  constexpr int kEarly = kAttnRowsFirst < STAGES ? kAttnRowsFirst : STAGES;
+  auto stage_early = [&] {
 #pragma unroll
-    for (int c = 0; c < STAGES; ++c) stage_chunk(c);
+    for (int c = 0; c < kEarly; ++c) stage_chunk(c);
   };
   // The rows' ops run while the first chunks land.
   const bool prepared = has_ops(a.q_ops) || jn < a.keys;
-  if (kAttnRowsFirst && prepared) {
-    prepare_rows_early<R, D>(a, jn < a.keys, jn, rows, stage_first);
+  if (kAttnRowsFirst > 0 && prepared) {
+    prepare_rows_early<R, D>(a, jn < a.keys, jn, rows, stage_early);
+#pragma unroll
+    for (int c = kEarly; c < STAGES; ++c) stage_chunk(c);
   } else {
-    stage_first();
+#pragma unroll
+    for (int c = 0; c < STAGES; ++c) stage_chunk(c);
     if (prepared) prepare_rows<R, D>(a, jn < a.keys, jn, rows);
   }
   uint32_t qf[D / 16][2];
