@@ -8,6 +8,8 @@
 // Build and run on the GPU machine, from the project root:
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr
 //        -Iruntime/include bench/attention_alone.cu -o /tmp/attention_alone && /tmp/attention_alone
+// (or `bash bench/on_gpu.sh attention`, which also builds it with each ATTENTION_DEFINES, e.g.
+// MK_ATTN_ROWS_FIRST=1: the body's build switches are its header's macros)
 // Each row: the median over 50 launches (after 10) of the CUDA-event time and of the mean
 // per-CTA time (globaltimer around the body); K/V rotate over 8 copies, more than the L2 holds.
 #include <algorithm>
@@ -221,13 +223,13 @@ int main() {
     printf("%-34s event %7.2f us  CTA mean %6.2f us  %6.1f GB/s per CTA\n", name, r.first, r.second, mb * 1e3 / r.second / TASKS);
   };
   printf("%d tasks x %d keys x D %d: %.1f MB of K+V\n", TASKS, KEYS, D, mb);
-  const int BIG = 120832;  // the qwen3-0.6b batch-8 megakernel's dynamic shared memory
+  const int BIG = 155648;  // the qwen3-0.6b batch-8 megakernel's dynamic shared memory (3 stages)
   row("empty launch", time_it(empty_kernel, 0, ks, vs, q, out));
   row("attention mma S=2", time_it(att_kernel<2, false, false>, mma_attention_smem_bytes(R, D, 2), ks, vs, q, out));
   row("attention mma S=2 ops", time_it(att_kernel<2, true, false>, mma_attention_smem_bytes(R, D, 2), ks, vs, q, out));
   row("attention mma S=2 ops call", time_it(att_kernel<2, true, true>, mma_attention_smem_bytes(R, D, 2), ks, vs, q, out));
-  row("attention mma S=2 ops call 118K", time_it(att_kernel<2, true, true>, BIG, ks, vs, q, out));
-  row("attention mma S=3 ops call 118K", time_it(att_kernel<3, true, true>, BIG, ks, vs, q, out));
+  row("attention mma S=2 ops call big smem", time_it(att_kernel<2, true, true>, BIG, ks, vs, q, out));
+  row("attention mma S=3 ops call big smem", time_it(att_kernel<3, true, true>, BIG, ks, vs, q, out));
   constexpr int ST = 2 * 64 * (D + 8) * 2;
   row("thrash 0 KB (call)", time_it(att_kernel<2, true, true, 0>, BIG, ks, vs, q, out));
   row("thrash 32 KB", time_it(att_kernel<2, true, true, 1>, BIG, ks, vs, q, out));

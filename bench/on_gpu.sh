@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the project root with the wheels carried in .whl/:
-#   bash bench/on_gpu.sh [prebuild] [tests] [sanitize] [sanitize-model] [bench] [tables] [gemm] [prefill] [timeline] [generate] [search] [profile] [ncu] [product] [mma] [chain] [ab]
+#   bash bench/on_gpu.sh [prebuild] [tests] [sanitize] [sanitize-model] [bench] [tables] [gemm] [prefill] [timeline] [generate] [search] [profile] [ncu] [product] [mma] [attention] [chain] [ab]
 #   (default: tests sanitize bench timeline generate)
 # Installs mk, runs the gpu-marked tests, compute-sanitizer on the examples, the benchmark
 # table (`tables`: it and the presets' ms/token against this card's baselines), the per-grid timelines (TIMELINE_ARGS, e.g. "--model qwen3-0.6b --layers 4") and
@@ -110,6 +110,18 @@ for step in $steps; do
     mma)
       # The tensor-core product alone: registers against the cp.async ring (MMA_ARGS).
       python3 "$ROOT/bench/mma_product.py" ${MMA_ARGS:---rows 32 --k 4096 --rings 3,4} 2>&1 | tee "$OUT/mma.log" ;;
+    attention)
+      # One batch-8 decode attention task per CTA, alone (bench/attention_alone.cu), as the
+      # megakernel's body is built and with each of ATTENTION_DEFINES (header macros, e.g.
+      # MK_ATTN_ROWS_FIRST=1; the full table for the default build, the attention rows for each).
+      for define in "" ${ATTENTION_DEFINES:-MK_ATTN_ROWS_FIRST=1 MK_ATTN_ROWS_FIRST=3}; do
+        nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+          ${define:+-D$define} -I"$ROOT/runtime/include" "$ROOT/bench/attention_alone.cu" \
+          -o /tmp/attention_alone >"$OUT/attention_build.log" 2>&1 || { tail -5 "$OUT/attention_build.log"; continue; }
+        echo "== ${define:-default}" | tee -a "$OUT/attention.log"
+        if [ -z "$define" ]; then /tmp/attention_alone; else /tmp/attention_alone | grep "attention mma"; fi \
+          | tee -a "$OUT/attention.log"
+      done ;;
     chain)
       # A decode layer's chain of phases, weights streamed after each wait or by a loader warp
       # ahead of it (CHAIN_ARGS).
