@@ -140,7 +140,9 @@ def test_a_batch8_layer_keeps_no_code_it_does_not_run(
     out, layer, size = qwen3_layer(8, monkeypatch, capsys)
     # StreamAttention::aligned: the attention's paths for unaligned caches went too (44.8 ->
     # 37.0 KB, the layer 121 KB).
-    assert size["l1_r"] < 16.0 and size["l0_att2_o"] < 40.0 and layer < 130, out
+    # (The o-projection body is l0_r's for every layer where no layer's r starts an accumulator.)
+    o_proj = size.get("l1_r", size.get("l0_r"))
+    assert o_proj is not None and o_proj < 16.0 and size["l0_att2_o"] < 40.0 and layer < 130, out
     # Dispatch::kTails, the ring's absence and one call site per body: the dispatcher 38.7 ->
     # 16.5 KB (every body then 5-9 % smaller, the layer 121 -> 112 KB); MK_MEGAKERNEL's
     # constant CTA size in the attention, stream and tile headers: 107 KB.
