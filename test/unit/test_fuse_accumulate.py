@@ -94,9 +94,10 @@ def residual_mlp(batch: int, intermediate: int, hidden: int = 256) -> str:
 SHORT_RUNS = [(1, 24), (1, 96), (2, 96)]
 
 
-def _check_runs(batch: int, cols: int, target: str, cache: Path) -> mk.Program:
-    text = residual_mlp(batch, cols * 16)
-    prog = mk.compile(
+def _fused(text: str, cache: Path, cols: int, target: str = "cuda") -> mk.Program:
+    """`text` with every residual linear fused, whatever its blocks' columns, and `cols`
+    columns a gate/up block."""
+    return mk.compile(
         text,
         target=target,
         cache_dir=cache,
@@ -104,6 +105,11 @@ def _check_runs(batch: int, cols: int, target: str, cache: Path) -> mk.Program:
         accumulate_row_columns=0,
         tile_n=cols,
     )
+
+
+def _check_runs(batch: int, cols: int, target: str, cache: Path) -> mk.Program:
+    text = residual_mlp(batch, cols * 16)
+    prog = _fused(text, cache, cols, target)
     inputs = random_inputs(prog.func, seed=cols)
     (want,) = mk.reference(text, *[x.copy() for x in inputs])
     (got,) = prog(*inputs)
@@ -303,14 +309,7 @@ def test_packed_lanes_build_without_spills(
     """The packed layouts (rows_layout's static_asserts compile with them) and their sums."""
     monkeypatch.setenv("MK_CUDA_ROWS_DOT", "packed")
     text = residual_mlp(batch, cols * 16)
-    prog = mk.compile(
-        text,
-        target="cuda",
-        cache_dir=cache,
-        accumulate_columns=0,
-        accumulate_row_columns=0,
-        tile_n=cols,
-    )
+    prog = _fused(text, cache, cols)
     src = prog.cuda_source  # type: ignore[attr-defined]
     assert f"mk::gpu::rows_dot_lanes<{batch}, {cols}, 256, true, true>(" in src
     used = prog.cuda_resources  # type: ignore[attr-defined]
@@ -334,27 +333,13 @@ def test_rows_dot_on_tensor_cores_builds_without_spills(
     monkeypatch.setenv("MK_CUDA_ROWS_DOT_PIPE", pipe)
     monkeypatch.setenv("MK_CUDA_ROWS_DOT", "mma-all" if batch == 1 else "mma")
     text = residual_mlp(batch, cols * 16)
-    prog = mk.compile(
-        text,
-        target="cuda",
-        cache_dir=cache,
-        accumulate_columns=0,
-        accumulate_row_columns=0,
-        tile_n=cols,
-    )
+    prog = _fused(text, cache, cols)
     src = prog.cuda_source  # type: ignore[attr-defined]
     assert ("#define MK_ROWS_DOT_PIPE 1" in src) == (pipe == "1")
     name = "mma"
     if batch == 1:
         monkeypatch.setenv("MK_CUDA_ROWS_DOT", "mma")
-        lanes = mk.compile(
-            text,
-            target="cuda",
-            cache_dir=cache,
-            accumulate_columns=0,
-            accumulate_row_columns=0,
-            tile_n=cols,
-        )
+        lanes = _fused(text, cache, cols)
         assert f"mk::gpu::rows_dot_lanes<1, {cols}, 256, true>(" in lanes.cuda_source  # type: ignore[attr-defined]
     assert f"mk::gpu::rows_dot_{name}<{batch}, {cols}, 256, true>(" in src
     used = prog.cuda_resources  # type: ignore[attr-defined]
@@ -381,13 +366,7 @@ def test_spread_adds_are_a_build_option(
     """MK_CUDA_ADD_SPREAD=1 defines MK_ADD_SPREAD for add_tile_v4 (mk/cuda_rows_add.cuh); the
     call itself is the same."""
     monkeypatch.setenv("MK_CUDA_ADD_SPREAD", spread)
-    src = mk.compile(
-        residual_mlp(8, 24 * 16),
-        target="cuda",
-        cache_dir=cache,
-        tile_n=24,
-        accumulate_row_columns=0,
-    ).cuda_source  # type: ignore[attr-defined]
+    src = _fused(residual_mlp(8, 24 * 16), cache, 24).cuda_source  # type: ignore[attr-defined]
     assert ("#define MK_ADD_SPREAD 1" in src) == (spread == "1")
     assert src.count("mk::gpu::add_tile_v4(") == 1
 
@@ -441,24 +420,10 @@ def test_down_l2_asks_for_the_epilogue_weights_at_the_start(
     columns (the rows_dot weights: 256 rows of 24 columns, 2 × 96 bytes apart) before its
     gate/up stream; off by default. It builds with nvcc, without spills."""
     text = residual_mlp(1, 24 * 16)
-    plain = mk.compile(
-        text,
-        target="cuda",
-        cache_dir=cache,
-        accumulate_columns=0,
-        accumulate_row_columns=0,
-        tile_n=24,
-    )
+    plain = _fused(text, cache, 24)
     assert "prefetch_rows_l2" not in plain.cuda_source  # type: ignore[attr-defined]
     monkeypatch.setenv("MK_CUDA_DOWN_L2", "1")
-    prog = mk.compile(
-        text,
-        target="cuda",
-        cache_dir=cache,
-        accumulate_columns=0,
-        accumulate_row_columns=0,
-        tile_n=24,
-    )
+    prog = _fused(text, cache, 24)
     body = next(b for b in prog.cuda_source.split("__device__ __noinline__") if "rows_dot_" in b)  # type: ignore[attr-defined]
     ask = re.search(r"mk::gpu::prefetch_rows_l2\((.*), 256, 768, 48\);", body)
     dot = re.search(r"mk::gpu::rows_dot_lanes<1, 24, 256, true>\(\w+\.data\(\), (.*), 384, ", body)
