@@ -28,6 +28,7 @@ from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
+from mk.diagnostics import MkError
 from mk.dialects import mugraph_maps as maps
 from mk.dialects.mugraph import FUSED_ATTR, GraphDefOp, InputOp, OutputOp
 from mk.dialects.mugraph_base import shape_of, tensor_type
@@ -323,6 +324,9 @@ class MugraphFuseAccumulatePass(ModulePass):
     accumulate_row_columns: int = 4
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for option in ("accumulate_columns", "accumulate_row_columns"):
+            if getattr(self, option) < 0:
+                raise MkError(f"{self.name}: {option.replace('_', '-')} must be >= 0")
         if not self.fuse_accumulate:
             return
         for func in op.walk():

@@ -211,6 +211,14 @@ def test_accumulate_row_columns_bounds_the_adds(name: str, batch: int, fused: in
     assert unbound["mugraph"].count("accumulate over") == 1
 
 
+@pytest.mark.parametrize("option", ["accumulate_columns", "accumulate_row_columns"])
+def test_a_negative_bound_is_refused(option: str) -> None:
+    path = ROOT / "examples" / "decoder_block.mlir"
+    dashed = option.replace("_", "-")
+    with pytest.raises(mk.MkError, match=f"mugraph-fuse-accumulate: {dashed} must be >= 0"):
+        mk.compile(path, target="cpu", **{option: -1})
+
+
 def test_the_rewrite_is_deterministic() -> None:
     path = ROOT / "examples" / "decoder_block.mlir"
     assert _mugraph(path, 1) == _mugraph(path, 1)
