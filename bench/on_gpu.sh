@@ -41,7 +41,9 @@ for step in $steps; do
       jobs=
       python3 -c "import xdist" 2>/dev/null && jobs="-n ${TESTS_JOBS:-6}"
       # shellcheck disable=SC2086
-      python3 -m pytest -q -p no:cacheprovider -m gpu $jobs $targets 2>&1 | tee "$OUT/tests.log" | tail -15 ;;
+      # TESTS_K: a pytest -k expression (e.g. "ROWS_FIRST") picks tests within those files.
+      python3 -m pytest -q -p no:cacheprovider -m gpu $jobs ${TESTS_K:+-k "$TESTS_K"} $targets 2>&1 \
+        | tee "$OUT/tests.log" | tail -15 ;;
     sanitize)
       for ex in rmsnorm_linear gated_mlp attention_decode decode_loop; do
         for tool in memcheck racecheck; do
