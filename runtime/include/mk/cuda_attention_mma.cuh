@@ -113,15 +113,11 @@ __device__ void stream_attention_mma(const StreamAttention& a, Score score) {
   };
   // The rows' ops run while the first chunks land.
   const bool prepared = has_ops(a.q_ops) || jn < a.keys;
-  if (kAttnRowsFirst > 0 && prepared) {
-    prepare_rows_early<R, D>(a, jn < a.keys, jn, rows, stage_early);
+  const bool rows_first = kAttnRowsFirst > 0 && prepared;  // false at compile time by default
+  if (rows_first) prepare_rows_early<R, D>(a, jn < a.keys, jn, rows, stage_early);
 #pragma unroll
-    for (int c = kEarly; c < STAGES; ++c) stage_chunk(c);
-  } else {
-#pragma unroll
-    for (int c = 0; c < STAGES; ++c) stage_chunk(c);
-    if (prepared) prepare_rows<R, D>(a, jn < a.keys, jn, rows);
-  }
+  for (int c = rows_first ? kEarly : 0; c < STAGES; ++c) stage_chunk(c);
+  if (!rows_first && prepared) prepare_rows<R, D>(a, jn < a.keys, jn, rows);
   uint32_t qf[D / 16][2];
   query_fragments<R, D, BF16>(qf, a, rows, prepared, g, t);
   MK_ATTN_MARK(a);
