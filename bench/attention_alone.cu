@@ -9,7 +9,7 @@
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr
 //        -Iruntime/include bench/attention_alone.cu -o /tmp/attention_alone && /tmp/attention_alone
 // (or `bash bench/on_gpu.sh attention`, which also builds it with each ATTENTION_DEFINES, e.g.
-// MK_ATTN_ROWS_FIRST=1: the body's build switches are its header's macros)
+// MK_ATTN_ROWS_FIRST=0: the body's build switches are its header's macros)
 // Each row: the median over 50 launches (after 10) of the CUDA-event time and of the mean
 // per-CTA time (globaltimer around the body); K/V rotate over 8 copies, more than the L2 holds.
 #include <algorithm>

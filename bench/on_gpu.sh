@@ -115,8 +115,8 @@ for step in $steps; do
     attention)
       # One batch-8 decode attention task per CTA, alone (bench/attention_alone.cu), as the
       # megakernel's body is built and with each of ATTENTION_DEFINES (header macros, e.g.
-      # MK_ATTN_ROWS_FIRST=1; the full table for the default build, the attention rows for each).
-      for define in "" ${ATTENTION_DEFINES:-MK_ATTN_ROWS_FIRST=1 MK_ATTN_ROWS_FIRST=3}; do
+      # MK_ATTN_ROWS_FIRST=0; the full table for the default build, the attention rows for each).
+      for define in "" ${ATTENTION_DEFINES:-MK_ATTN_ROWS_FIRST=0 MK_ATTN_ROWS_FIRST=1}; do
         nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
           ${define:+-D$define} -I"$ROOT/runtime/include" "$ROOT/bench/attention_alone.cu" \
           -o /tmp/attention_alone >"$OUT/attention_build.log" 2>&1 || { tail -5 "$OUT/attention_build.log"; continue; }

@@ -384,17 +384,19 @@ def add_spread() -> bool:
     return flag("MK_CUDA_ADD_SPREAD")
 
 
+ATTN_ROWS_FIRST = 2  # kAttnRowsFirst's default (mk/cuda_attention_mma.cuh)
+
+
 def attention_rows_first() -> int:
-    """MK_CUDA_ATTN_ROWS_FIRST=N (1-4; opt-in, not yet timed in the megakernel; 0, the default:
-    off): a tensor-core decode attention (mk::gpu::stream_attention_mma) asks for the rows it
-    prepares before it stages its chunks of K and V, N stages (at most its own) between the
-    rows' loads and their ops and the rest after, as the CUDA-core body does with
-    MK_CUDA_ATTN_KV_EARLY. By default every stage's copies go first and the rows' loads land
-    behind them: a batch-8 task then has no copy in flight from the moment its staged chunks have
-    landed until its rows are ready and its first chunk's math frees a stage (bench/RESULTS.md,
-    session 71). Fewer early stages bring the rows' ops sooner; more keep more bytes in flight
-    while the rows land."""
-    return count("MK_CUDA_ATTN_ROWS_FIRST", 0, 0, 4, "stages")
+    """MK_CUDA_ATTN_ROWS_FIRST=N (0-4, default 2): a tensor-core decode attention
+    (mk::gpu::stream_attention_mma) asks for the rows it prepares before it stages its chunks of
+    K and V, N stages (at most its own) between the rows' loads and their ops and the rest
+    after, as the CUDA-core body does with MK_CUDA_ATTN_KV_EARLY; 0 stages every chunk first,
+    and the rows' loads land behind them: a batch-8 task then has no copy in flight from the
+    moment its staged chunks have landed until its rows are ready and its first chunk's math
+    frees a stage. On the H100, 1 to 3 were level and 0 slower: qwen3-0.6b at batch 8 by 2 %,
+    llama-3.2-1b by 0.8 % (bench/RESULTS.md, session 72)."""
+    return count("MK_CUDA_ATTN_ROWS_FIRST", ATTN_ROWS_FIRST, 0, 4, "stages")
 
 
 def attention_mma_stages() -> int:
@@ -499,7 +501,7 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_ADD_SPREAD 1")
     if flag("MK_CUDA_ATTN_PIPE"):
         lines.append("#define MK_ATTN_PIPE 1")
-    if rows_first := attention_rows_first():
+    if (rows_first := attention_rows_first()) != ATTN_ROWS_FIRST:
         lines.append(f"#define MK_ATTN_ROWS_FIRST {rows_first}")
     if not flag("MK_CUDA_ATTN_KV_EARLY", default=True):
         lines.append("#define MK_ATTN_KV_LATE 1")

@@ -59,11 +59,11 @@ def test_rows_l1_asks_for_the_prepared_rows_before_the_scalars(
 @pytest.mark.usefixtures("no_nvcc")
 def test_rows_first_is_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """MK_CUDA_ATTN_ROWS_FIRST=N defines MK_ATTN_ROWS_FIRST N (mk/cuda_attention_mma.cuh: the
-    rows' loads before the chunks' copies, N stages of them before the rows' ops); 0 or unset
-    leaves it out; the tensor-core call itself is the same."""
+    rows' loads before the chunks' copies, N stages of them before the rows' ops); the header's
+    default 2, or unset, leaves it out; the tensor-core call itself is the same."""
     text = decode_program(preset("qwen3-0.6b").with_(layers=1), 8, 1024, 1)
     call = "mk::gpu::stream_attention_mma<2, 128, true, 3>(sa, score);"
-    for value, define in (("", None), ("0", None), ("1", 1), ("4", 4)):
+    for value, define in (("", None), ("2", None), ("0", 0), ("1", 1), ("4", 4)):
         monkeypatch.setenv("MK_CUDA_ATTN_ROWS_FIRST", value)
         src = mk.compile(text, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
         defines = [

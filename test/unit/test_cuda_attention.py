@@ -355,12 +355,12 @@ def test_tensor_core_stages_name_their_range(
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize(("stages", "rows_first"), [(3, "0"), (4, "0"), (3, "1"), (3, "3")])
+@pytest.mark.parametrize(("stages", "rows_first"), [(3, "2"), (4, "2"), (3, "0"), (3, "1")])
 def test_tensor_core_decode_attention_builds_without_spills(
     stages: int, rows_first: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Also with the rows' loads first (MK_CUDA_ATTN_ROWS_FIRST=1): their registers then live
-    across the first chunks' copies."""
+    """With the rows' loads first (the default, 2 stages of copies before the rows' ops; 1), their
+    registers live across the first chunks' copies; and with every copy first (0)."""
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", "1")
     monkeypatch.setenv("MK_CUDA_ATTN_MMA_STAGES", str(stages))
     monkeypatch.setenv("MK_CUDA_ATTN_ROWS_FIRST", rows_first)

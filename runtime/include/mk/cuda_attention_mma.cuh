@@ -20,16 +20,16 @@ namespace gpu {
 
 constexpr int kMmaAttentionKeys = 64;  // keys a staged chunk holds: 8 for each of the 8 warps
 
-// MK_ATTN_ROWS_FIRST = N (MK_CUDA_ATTN_ROWS_FIRST=N, 1..4, opt-in): the rows' loads go out before
-// the chunks' copies, N stages of them between the rows' loads and their ops, the rest after.
-// An SM's loads land in about the order it asks for them: behind the copies the rows, and so the
-// first chunk's math, wait until every staged chunk has landed, and the next copies go out only
-// then, from an empty pipe (a batch-8 task of eight chunks: the math alone 9.4 µs, the bytes
-// alone 11.0, both 14.3; bench/RESULTS.md, session 71).
+// MK_ATTN_ROWS_FIRST = N (MK_CUDA_ATTN_ROWS_FIRST=N, 0..4, default 2): the rows' loads go out
+// before the chunks' copies, N stages of them between the rows' loads and their ops, the rest
+// after; 0 issues every stage first. An SM's loads land in about the order it asks for them:
+// behind the copies the rows, and so the first chunk's math, wait until every staged chunk has
+// landed, and the next copies go out only then, from an empty pipe (a batch-8 task of eight
+// chunks: 14.27 µs alone with 0, 13.09 with 1 to 3; bench/RESULTS.md, sessions 71 and 72).
 #if defined(MK_ATTN_ROWS_FIRST)
 constexpr int kAttnRowsFirst = MK_ATTN_ROWS_FIRST;
 #else
-constexpr int kAttnRowsFirst = 0;
+constexpr int kAttnRowsFirst = 2;
 #endif
 
 // Shared memory of stream_attention_mma<R, D, BF16, S>: prepare_rows' rows, then S stages of K
@@ -113,7 +113,7 @@ __device__ void stream_attention_mma(const StreamAttention& a, Score score) {
   };
   // The rows' ops run while the first chunks land.
   const bool prepared = has_ops(a.q_ops) || jn < a.keys;
-  const bool rows_first = kAttnRowsFirst > 0 && prepared;  // false at compile time by default
+  const bool rows_first = kAttnRowsFirst > 0 && prepared;
   if (rows_first) prepare_rows_early<R, D>(a, jn < a.keys, jn, rows, stage_early);
 #pragma unroll
   for (int c = rows_first ? kEarly : 0; c < STAGES; ++c) stage_chunk(c);
