@@ -141,6 +141,16 @@ class StreamLinearEmitter(GraphDefEmitter):
             return False
         return leaves_a_warp_idle(plan.rows * (min(k, chunk) // 8))
 
+    def stage_first(self, plan: StreamPlan, mma: bool) -> bool:
+        """Whether the body loads its weights' first round behind the activation's first loads
+        (switches.stage_first): CUDA cores, aligned weights in global memory, and an activation
+        it stages that is not flagged."""
+        if not switches.stage_first() or mma or isinstance(plan.x, MergedX):
+            return False
+        if self.stage_weights_ahead or not self.aligned(plan):
+            return False
+        return not self.operands[plan.x.source_index()].flagged
+
     def stream_linear(self, plan: StreamPlan) -> None:
         k = self.forloop * shape_of(plan.x.tile)[1]
         chunk = plan.chunk(k)
@@ -276,7 +286,7 @@ class StreamLinearEmitter(GraphDefEmitter):
             emit("mk::gpu::load_first_round(sl, first);")
             assert isinstance(plan.x, MergedX)
             self.merged_x(plan.x)
-            emit(f"{call}, false, 1, 0, true>(sl, first);")
+            emit(f"{call}, false, 1, 0, 1>(sl, first);")
             emit("}")
             return
         # The template's trailing arguments (Staged, G, Ring), defaults left off.
@@ -285,7 +295,9 @@ class StreamLinearEmitter(GraphDefEmitter):
             str(plan.mma_groups() if mma else 1),
             str(0 if staged else plan.ring_stages(k)),
         ]
-        while tail and tail[-1] == ("false", "1", "0")[len(tail) - 1]:
+        if self.stage_first(plan, mma):
+            tail.append("2")  # First: the first round loaded behind the activation's loads
+        while tail and tail[-1] == ("false", "1", "0", "0")[len(tail) - 1]:
             tail.pop()
         call += "".join(f", {a}" for a in tail)
         if not staged and not mma:

@@ -360,6 +360,20 @@ def stage_beside() -> bool:
     return flag("MK_CUDA_STAGE_BESIDE")
 
 
+def stage_first() -> int:
+    """MK_CUDA_STAGE_FIRST=N (1-4; opt-in, not yet timed; 0, the default: off): a linear on CUDA
+    cores whose activation it stages (not flagged, aligned weights in global memory) loads the
+    first N steps of each warp's first round of weights into registers right behind the
+    activation's first loads and before their staging (stream_linear<..., First = 2>), so that
+    their round trip to HBM overlaps the activation's and the staging barrier instead of
+    following them. The order follows the tensor-core attention's rows first
+    (MK_CUDA_ATTN_ROWS_FIRST): a load asked first lands first, so the activation, needed first,
+    goes out first; MK_CUDA_MERGE_EARLY=1 asked the weights before the partials it merges
+    (+1.3 %), MK_CUDA_STAGE_BESIDE asks the L2 instead of registers (+5.2 %). A whole round
+    (4 steps at batch 1) held through the staging made ptxas spill (2-layer presets)."""
+    return count("MK_CUDA_STAGE_FIRST", 0, 0, 4, "steps")
+
+
 def epilogue_weights_l2() -> bool:
     """MK_CUDA_DOWN_L2=1 (opt-in; +2.5 % on the H200): a block that adds its epilogue product
     into the result (an accumulating gated MLP's down projection, passes/mugraph_fuse_accumulate.py)
@@ -501,6 +515,8 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_ADD_SPREAD 1")
     if flag("MK_CUDA_ATTN_PIPE"):
         lines.append("#define MK_ATTN_PIPE 1")
+    if stage_first() > 1:
+        lines.append(f"#define MK_STAGE_FIRST_STEPS {stage_first()}")
     if (rows_first := attention_rows_first()) != ATTN_ROWS_FIRST:
         lines.append(f"#define MK_ATTN_ROWS_FIRST {rows_first}")
     if not flag("MK_CUDA_ATTN_KV_EARLY", default=True):

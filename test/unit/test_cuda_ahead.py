@@ -240,3 +240,45 @@ def test_stage_beside_asks_for_the_weights_where_warps_stage_nothing(
     ):
         src = cuda_source(linear_program(*shape), tmp_path)
         assert ("sl.l2_beside = true;" in src) == expected, shape
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_stage_first_loads_the_first_round_behind_the_activation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_STAGE_FIRST=1 has a CUDA-core linear that stages its activation load its first
+    round of weights itself (stream_linear's First = 2): batch 1 with or without the norm, one
+    weight or two; not batch 2 or 8 (tensor cores); off by default."""
+    first = re.compile(r"mk::gpu::stream_linear<1, \d+, \d+, \d+, false, false, 1, 0, 2>\(sl\);")
+    assert not first.search(cuda_source(linear_program(1, 256, 1024, True), tmp_path))
+    monkeypatch.setenv("MK_CUDA_STAGE_FIRST", "1")
+    for shape, expected in (
+        ((1, 256, 1024, True), True),
+        ((1, 256, 1024, False, 2), True),
+        ((2, 256, 1024, True), False),
+        ((8, 256, 1024, True), False),
+    ):
+        src = cuda_source(linear_program(*shape), tmp_path)
+        assert "mk::gpu::stream_linear<" in src, shape
+        assert bool(first.search(src)) == expected, shape
+        if not expected:
+            assert ", 2>(sl)" not in src, shape
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_stage_first_takes_a_number_of_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_STAGE_FIRST=N: the header loads one step of the round unless MK_STAGE_FIRST_STEPS
+    says more; 0 is off; anything but 0-4 is an error naming the switch."""
+    text = linear_program(1, 256, 1024, True)
+    for value, define in (("1", None), ("2", 2), ("4", 4), ("0", None)):
+        monkeypatch.setenv("MK_CUDA_STAGE_FIRST", value)
+        src = cuda_source(text, tmp_path)
+        defines = [line for line in src.splitlines() if line.startswith("#define MK_STAGE_FIRST")]
+        assert defines == ([] if define is None else [f"#define MK_STAGE_FIRST_STEPS {define}"])
+        assert (", 0, 2>(sl);" in src) == (value != "0")
+    for bad in ("5", "yes"):
+        monkeypatch.setenv("MK_CUDA_STAGE_FIRST", bad)
+        with pytest.raises(mk.MkError, match="MK_CUDA_STAGE_FIRST must be a number of steps"):
+            cuda_source(text, tmp_path)

@@ -239,6 +239,7 @@ SWITCHES = [
     {"MK_CUDA_ADD_SPREAD": "1"},
     {"MK_CUDA_ATTN_ROWS_FIRST": "0"},
     {"MK_CUDA_ATTN_ROWS_FIRST": "3"},
+    {"MK_CUDA_STAGE_FIRST": "1"},
 ]
 
 
@@ -274,7 +275,8 @@ SWITCH_BUILDS = [
                    "MK_CUDA_RAW_FENCE": "chunk", "MK_CUDA_RAW_BARS": "launch"}),
     ("decode_loop", {"MK_CUDA_PREFETCH_AT": "ahead2", "MK_CUDA_ATTN_KV_EARLY": "0"}),
     ("decode_loop", {"MK_CUDA_RAW_BARS": "launch", "MK_CUDA_SMEM_ALIGN": "16"}),
-    ("decoder_block", {"MK_CUDA_MERGE_EARLY": "1", "MK_CUDA_ATTN_ROWS_FIRST": "0"}),
+    ("decoder_block", {"MK_CUDA_MERGE_EARLY": "1", "MK_CUDA_ATTN_ROWS_FIRST": "0",
+                       "MK_CUDA_STAGE_FIRST": "1"}),
     ("llama3_8b_block", {"MK_CUDA_MERGE_EARLY": "beside", "MK_CUDA_STAGE_BESIDE": "1"}),
 ]  # fmt: skip
 

@@ -83,13 +83,30 @@ __device__ inline void stage_group(float* xs, int stride, int m, int k, uint4 xv
 // groups of eight columns before it converts any (the compiler cannot move a load above the
 // shared-memory store of an earlier group), so a batch of 8 rows × 4,096 columns costs two
 // round trips instead of sixteen (XB = 8).
-template <int M, int XB>
+// `after_loads` runs once, after the thread's first loads are issued and before it converts
+// any (at once where the thread stages nothing): stream_linear<..., First = 2> loads the weights'
+// first round there, behind the activation's loads.
+// The steps of a round that stream_linear<..., First = 2> loads behind the activation's loads
+// (MK_STAGE_FIRST_STEPS: MK_CUDA_STAGE_FIRST=N).
+#if defined(MK_STAGE_FIRST_STEPS)
+constexpr int kStageFirstSteps = MK_STAGE_FIRST_STEPS;
+#else
+constexpr int kStageFirstSteps = 1;
+#endif
+
+struct NoLoads {
+  __device__ void operator()() const {}
+};
+
+template <int M, int XB, class AfterLoads = NoLoads>
 __device__ void stage_chunk_16bit(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
-                                  const Packing& pack, float (&ss)[M]) {
+                                  const Packing& pack, float (&ss)[M],
+                                  const AfterLoads& after_loads = AfterLoads{}) {
   const uint16_t* x = static_cast<const uint16_t*>(s.x) + c;
   const uint16_t* g = s.g ? static_cast<const uint16_t*>(s.g) + c : nullptr;
   const bool x_bf16 = s.x_dtype == DTYPE_BF16, g_bf16 = s.g_dtype == DTYPE_BF16;
   const int groups = kc / 8, items = M * groups, step = static_cast<int>(MK_CTA_THREADS);
+  bool asked = false;
   for (int e0 = threadIdx.x; e0 < items; e0 += XB * step) {
     uint4 xv[XB], gv[XB];
 #pragma unroll
@@ -101,6 +118,8 @@ __device__ void stage_chunk_16bit(const StreamLinear& s, float* xs, int stride, 
         if (g) gv[b] = *reinterpret_cast<const uint4*>(g + k);
       }
     }
+    if (!asked) after_loads();
+    asked = true;
 #pragma unroll
     for (int b = 0; b < XB; ++b) {
       const int e = e0 + b * step, m = e / groups, k = (e - m * groups) * 8;
@@ -109,6 +128,7 @@ __device__ void stage_chunk_16bit(const StreamLinear& s, float* xs, int stride, 
       }
     }
   }
+  if (!asked) after_loads();
 }
 
 // Columns k..k+7 of row m (those below kc) into xs, times the norm weight g when has_g, their
@@ -195,10 +215,13 @@ __device__ void stage_chunk_flagged(const StreamLinear& s, float* xs, int stride
 // Stages columns [c, c + kc) of the activation side into xs and adds their squares to ss. Each
 // thread takes eight columns per step with one 16-byte load (two with the norm weight); 16-bit
 // aligned rows go through stage_chunk_16bit, several steps' loads in flight at once.
-template <int M, int XB>
+// `after_loads` as stage_chunk_16bit's; the other paths run it first.
+template <int M, int XB, class AfterLoads = NoLoads>
 __device__ void stage_chunk(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
-                            const Packing& pack, float (&ss)[M]) {
+                            const Packing& pack, float (&ss)[M],
+                            const AfterLoads& after_loads = AfterLoads{}) {
   if (s.x_flag) {
+    after_loads();
     stage_chunk_flagged<M, 2>(s, xs, stride, kc, c, pack, ss);
     return;
   }
@@ -206,9 +229,10 @@ __device__ void stage_chunk(const StreamLinear& s, float* xs, int stride, int kc
                    (!s.g || vec8_ok(s.g, s.g_dtype));
   const bool narrow = s.x_dtype == DTYPE_BF16 || s.x_dtype == DTYPE_F16;
   if (vec && narrow && stride % 4 == 0 && (!s.g || s.g_dtype == DTYPE_BF16 || s.g_dtype == DTYPE_F16)) {
-    stage_chunk_16bit<M, XB>(s, xs, stride, kc, c, pack, ss);
+    stage_chunk_16bit<M, XB>(s, xs, stride, kc, c, pack, ss, after_loads);
     return;
   }
+  after_loads();
   const int groups = (kc + 7) / 8;
   for (int e = threadIdx.x; e < M * groups; e += MK_CTA_THREADS) {
     const int m = e / groups, k = (e % groups) * 8;
@@ -457,7 +481,8 @@ __device__ inline void prefetch_rows_l2_by(const StreamLinear& s, int t, int n) 
 // aligned rows), loaded before the activation is ready: stream_linear<..., First> then starts
 // with it (MK_CUDA_MERGE_EARLY: a linear of the attention merge it makes itself, the weights'
 // round trip to HBM overlapping the partials' round trip and the merge).
-template <int RG, int S>
+// Its first FS steps only with FS < S (the rest load as usual).
+template <int RG, int S, int FS = S>
 __device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S>& r) {
   int rows = 0;
 #pragma unroll
@@ -471,7 +496,7 @@ __device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S
   round_rows<RG>(s, 0, share.begin, share.end, wp, op, os);
   const int kc = static_cast<int>(s.k < s.kc ? s.k : s.kc), k = static_cast<int>(threadIdx.x & 31u) * 8;
 #pragma unroll
-  for (int t = 0; t < S; ++t) load_rows<RG, true, false>(r.v[t], wp, k + t * 256, kc);
+  for (int t = 0; t < FS; ++t) load_rows<RG, true, false>(r.v[t], wp, k + t * 256, kc);
 }
 
 // All threads of the CTA: out[m][row] += Σ_k xside[m][k] · w[row][k] for every weight row of
@@ -486,15 +511,18 @@ __device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S
 // need costs instruction fetches). With Ring > 0 (tensor cores, weights from global memory)
 // each warp copies its weights through a Ring-stage cp.async ring behind the packed chunk
 // (mma_ring_walk). With First (CUDA cores, aligned weights from global memory) each warp's
-// first round is `first` (load_first_round). Ends with __syncthreads(); false if staged weights
-// never landed.
+// first round is loaded ahead (load_first_round): First = 1, `first`, loaded by the caller;
+// First = 2 (MK_CUDA_STAGE_FIRST=1), here, right behind the activation's first loads, so that
+// its round trip to HBM overlaps theirs and the staging instead of following the staging
+// barrier. Ends with __syncthreads(); false if staged weights never landed.
 template <int M, int RG, int S, int XB, bool Mma = false, bool Staged = false, int G = 1,
-          int Ring = 0, bool First = false>
+          int Ring = 0, int First = 0>
 __device__ bool stream_linear(const StreamLinear& s,
                               const WeightRound<RG, S>& first = WeightRound<RG, S>{}) {
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
   static_assert(Ring == 0 || (Mma && !Staged && G == 1), "the ring: tensor cores, one group, unstaged");
   static_assert(!First || (!Mma && !Staged), "a first round loaded early: CUDA cores, unstaged");
+  static_assert(First >= 0 && First <= 2, "First: 0, 1 (the caller's round) or 2 (loaded here)");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
   bool vec = true;
   #pragma unroll
@@ -513,6 +541,10 @@ __device__ bool stream_linear(const StreamLinear& s,
 #pragma unroll
   for (int m = 0; m < M; ++m) ss[m] = 0.0f;
   __shared__ float part[32][M];  // the warps' Σx²
+  // First == 2: the round's first steps, loaded behind the activation's loads; held through
+  // the staging, the whole round (up to 64 registers) made ptxas spill.
+  constexpr int kFirstSteps = First == 2 ? (kStageFirstSteps < S ? kStageFirstSteps : S) : S;
+  WeightRound<RG, S> own;
   MK_MARK(*s.arena);
   if constexpr (Mma && !Staged) {
     if (vec && raw_activation(s)) {
@@ -534,7 +566,19 @@ __device__ bool stream_linear(const StreamLinear& s,
       const int t = static_cast<int>(threadIdx.x) - busy;
       if (t >= 0) prefetch_rows_l2_by(s, t, static_cast<int>(MK_CTA_THREADS) - busy);
     }
-    if (!s.x_ready) stage_chunk<M, XB>(s, xs, s.kc, kc, c, pack, ss);
+    if constexpr (First == 2) {
+      // The round is vectorized: only where every weight row is 16-byte aligned.
+      auto ask = [&] {
+        if (c == 0 && vec) load_first_round<RG, S, kFirstSteps>(s, own);
+      };
+      if (!s.x_ready) {
+        stage_chunk<M, XB>(s, xs, s.kc, kc, c, pack, ss, ask);
+      } else {
+        ask();
+      }
+    } else if (!s.x_ready) {
+      stage_chunk<M, XB>(s, xs, s.kc, kc, c, pack, ss);
+    }
     // With assign the last chunk's staging barrier also publishes the warps' Σx² parts, so the
     // total is written before the products instead of behind a barrier of its own after them.
     const bool early_sum_sq = s.assign && s.sum_sq && c + kc >= s.k;
@@ -553,8 +597,8 @@ __device__ bool stream_linear(const StreamLinear& s,
       uint16_t* ring = reinterpret_cast<uint16_t*>(mk_dynamic_smem + ((M * s.kc * 2 + 127) & ~127));
       mma_chunk<M, Staged, G, S, Ring>(s, reinterpret_cast<const uint16_t*>(xs), s.kc, kc, c, rows, ring);
     } else if (vec && !Mma) {
-      stream_rows<M, RG, S, true, Staged, First>(s, xs, s.kc, kc, c, begin, end, s.assign && c == 0,
-                                                  first, c == 0);
+      stream_rows<M, RG, S, true, Staged, First != 0, kFirstSteps>(
+          s, xs, s.kc, kc, c, begin, end, s.assign && c == 0, First == 2 ? own : first, c == 0);
     } else {
       // Weights not 16-byte aligned (the emitter plans tensor cores only for aligned chunks):
       // rare, so this loop is not unrolled. Every unrolled variant adds kilobytes of code to

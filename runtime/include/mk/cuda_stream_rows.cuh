@@ -257,9 +257,10 @@ struct WeightRound {
 // a row), else they are added. Shared: the weights are in shared memory. Each lane issues the loads of S 256-column steps of all RG rows
 // before it multiplies any: a decode task is short, so what bounds it is how many round trips to
 // HBM it waits for, and S·RG loads per lane in flight make a task of up to S·256 columns one
-// round trip (and keep ~64 KB in flight per SM). With First, `first` holds the group's first
-// round where `has_first` (loaded before the activation was ready: load_first_round).
-template <int M, int RG, int S, bool Vec, bool Shared, bool First = false>
+// round trip (and keep ~64 KB in flight per SM). With First, `first` holds the first FS steps
+// of the group's first round where `has_first` (loaded before the activation was ready:
+// load_first_round).
+template <int M, int RG, int S, bool Vec, bool Shared, bool First = false, int FS = S>
 __device__ __forceinline__ void stream_group(const StreamLinear& s, const float* xs, int stride,
                                              int kc, int64_t c, int r0, int end, bool store,
                                              const WeightRound<RG, S>& first, bool has_first) {
@@ -278,9 +279,14 @@ __device__ __forceinline__ void stream_group(const StreamLinear& s, const float*
     uint4 v[S][RG];
     if (First && has_first && k == lane * 8) {
 #pragma unroll
-      for (int t = 0; t < S; ++t)
+      for (int t = 0; t < S; ++t) {
+        if (t < FS) {
 #pragma unroll
-        for (int j = 0; j < RG; ++j) v[t][j] = first.v[t][j];
+          for (int j = 0; j < RG; ++j) v[t][j] = first.v[t][j];
+        } else {
+          load_rows<RG, Vec, Shared>(v[t], wp, k + t * 256, kc);
+        }
+      }
     } else {
 #pragma unroll
       for (int t = 0; t < S; ++t) load_rows<RG, Vec, Shared>(v[t], wp, k + t * 256, kc);
@@ -294,16 +300,16 @@ __device__ __forceinline__ void stream_group(const StreamLinear& s, const float*
 }
 
 // One warp: rows [begin, end) of the concatenated weights against the staged chunk, RG rows at
-// a time (stream_group); with First, the first group's first round from `first` where
-// `has_first`.
-template <int M, int RG, int S, bool Vec, bool Shared, bool First = false>
+// a time (stream_group); with First, the first FS steps of the first group's first round from
+// `first` where `has_first`.
+template <int M, int RG, int S, bool Vec, bool Shared, bool First = false, int FS = S>
 __device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, int kc, int64_t c,
                             int begin, int end, bool store,
                             const WeightRound<RG, S>& first = WeightRound<RG, S>{},
                             bool has_first = false) {
   for (int r0 = begin; r0 < end; r0 += RG) {
-    stream_group<M, RG, S, Vec, Shared, First>(s, xs, stride, kc, c, r0, end, store, first,
-                                               has_first && r0 == begin);
+    stream_group<M, RG, S, Vec, Shared, First, FS>(s, xs, stride, kc, c, r0, end, store, first,
+                                                   has_first && r0 == begin);
   }
 }
 
