@@ -364,20 +364,25 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         add = f"mk::gpu::add_run_elem<{runs.cols}>(buffers[{ref.index}], {at});  // add"
         self.element_loop(runs.rows * runs.cols, [(op.tile, "e")], [], [add])
 
-    def before_stream(self) -> None:
-        """MK_CUDA_DOWN_L2=1: the epilogue product's weight columns asked into L2 at the start."""
+    def epilogue_weights(self) -> tuple[str, int, int, int] | None:
+        """The epilogue product's weight columns (MK_CUDA_DOWN_L2): their first element, rows,
+        bytes apart and bytes a row; None where the columns move with the loop (the body's last
+        iteration is not known yet) or there is no such product."""
         plan = self.rows_add
-        # Where the columns move with the loop, the body's last iteration is not known yet.
-        if plan is None or not switches.epilogue_weights_l2() or plan.w.fmap_dim() >= 0:
-            return
+        if plan is None or plan.w.fmap_dim() >= 0:
+            return None
         w = self.operands[plan.w.source_index()]
         n0, k0 = self.input_starts(plan.w, "last")
         _, kc = shape_of(plan.matmul.operands[0])
-        n = shape_of(plan.w.tile)[0]
-        self.lines.append(
-            f"mk::gpu::prefetch_rows_l2(static_cast<const uint16_t*>(buffers[{w.index}]) + "
-            f"({n0}) * {w.shape[1]} + {k0}, {n}, {2 * w.shape[1]}, {2 * kc});"
-        )
+        at = f"static_cast<const uint16_t*>(buffers[{w.index}]) + ({n0}) * {w.shape[1]} + {k0}"
+        return at, shape_of(plan.w.tile)[0], 2 * w.shape[1], 2 * kc
+
+    def before_stream(self) -> None:
+        """MK_CUDA_DOWN_L2=1: the epilogue product's weight columns asked into L2 at the start."""
+        cols = self.epilogue_weights()
+        if cols is not None and switches.epilogue_weights_l2() == "1":
+            at, n, ld, row = cols
+            self.lines.append(f"mk::gpu::prefetch_rows_l2({at}, {n}, {ld}, {row});")
 
     def rows_dot(self, plan: RowsAdd) -> None:
         """The product tile, its weight columns streamed (not loaded as a tile)."""

@@ -151,6 +151,20 @@ class StreamLinearEmitter(GraphDefEmitter):
             return False
         return not self.operands[plan.x.source_index()].flagged
 
+    def l2_after(self, plan: StreamPlan, mma: bool) -> bool:
+        """MK_CUDA_DOWN_L2=after: the epilogue product's weight columns (`l2_after`, passed to
+        stream_linear), which each warp asks into the L2 behind its last weight loads; CUDA
+        cores, aligned weights in global memory, and an epilogue product whose columns are
+        known. Whether it declared them."""
+        if switches.epilogue_weights_l2() != "after" or mma or self.stage_weights_ahead:
+            return False
+        cols = self.epilogue_weights()
+        if cols is None or not self.aligned(plan):
+            return False
+        at, n, ld, row = cols
+        self.lines.append(f"const mk::gpu::L2Rows l2_after{{{at}, {n}, {row}, {ld}}};")
+        return True
+
     def stream_linear(self, plan: StreamPlan) -> None:
         k = self.forloop * shape_of(plan.x.tile)[1]
         chunk = plan.chunk(k)
@@ -168,9 +182,10 @@ class StreamLinearEmitter(GraphDefEmitter):
             self.merged_x(plan.x)
         g_at = self.stream_norm_weight(plan)
         self.stream_fields(plan, k, chunk, mma)
+        after = self.l2_after(plan, mma)
         firsts, lds, rows, staged = self.stream_weights(plan, k, mma)
         self.plan_prefetch(plan, firsts, lds, rows, g_at, k, mma)
-        self.stream_call(plan, k, mma, early, staged is not None)
+        self.stream_call(plan, k, mma, early, staged is not None, after)
         for op in plan.invariant:
             self.load(op, "0")
 
@@ -269,10 +284,14 @@ class StreamLinearEmitter(GraphDefEmitter):
         if budget:
             self.prefetch = fetch
 
-    def stream_call(self, plan: StreamPlan, k: int, mma: bool, early: str, staged: bool) -> None:
+    def stream_call(
+        self, plan: StreamPlan, k: int, mma: bool, early: str, staged: bool, after: bool
+    ) -> None:
         """The mk::gpu::stream_linear call (after the merge where MK_CUDA_MERGE_EARLY asks the
-        weights first) and the descriptor's closing brace."""
+        weights first; `after`: with the L2 request behind the loads) and the descriptor's
+        closing brace."""
         emit = self.lines.append
+        args = ", l2_after" if after else ""
         steps = plan.mma_steps() if mma else plan.steps_in_flight(k)
         call = (
             f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}, {steps}, "
@@ -286,7 +305,7 @@ class StreamLinearEmitter(GraphDefEmitter):
             emit("mk::gpu::load_first_round(sl, first);")
             assert isinstance(plan.x, MergedX)
             self.merged_x(plan.x)
-            emit(f"{call}, false, 1, 0, 1>(sl, first);")
+            emit(f"{call}, false, 1, 0, 1{', true' if after else ''}>(sl, first{args});")
             emit("}")
             return
         # The template's trailing arguments (Staged, G, Ring), defaults left off.
@@ -295,13 +314,14 @@ class StreamLinearEmitter(GraphDefEmitter):
             str(plan.mma_groups() if mma else 1),
             str(0 if staged else plan.ring_stages(k)),
         ]
-        if self.stage_first(plan, mma):
-            tail.append("2")  # First: the first round loaded behind the activation's loads
-        while tail and tail[-1] == ("false", "1", "0", "0")[len(tail) - 1]:
+        # First: the first round loaded behind the activation's loads (2), else 0.
+        tail.append("2" if self.stage_first(plan, mma) else "0")
+        tail.append(_bool(after))  # AfterL2
+        while tail and tail[-1] == ("false", "1", "0", "0", "false")[len(tail) - 1]:
             tail.pop()
         call += "".join(f", {a}" for a in tail)
         if not staged and not mma:
-            emit(f"{call}>(sl);")
+            emit(f"{call}>(sl{', {}' + args if after else ''});")
         else:  # weights staged ahead, or a raw activation's bulk copies on tensor cores
             emit(f"if (!{call}>(sl)) return {STAGE_LOST};")
         emit("}")

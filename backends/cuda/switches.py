@@ -374,12 +374,16 @@ def stage_first() -> int:
     return count("MK_CUDA_STAGE_FIRST", 0, 0, 4, "steps")
 
 
-def epilogue_weights_l2() -> bool:
+def epilogue_weights_l2() -> str:
     """MK_CUDA_DOWN_L2=1 (opt-in; +2.5 % on the H200): a block that adds its epilogue product
     into the result (an accumulating gated MLP's down projection, passes/mugraph_fuse_accumulate.py)
     asks the L2 for that product's weight columns when it starts, so that HBM streams them while
-    its first product (gate/up) runs instead of after it."""
-    return flag("MK_CUDA_DOWN_L2")
+    its first product (gate/up) runs instead of after it; those requests then go out before the
+    activation's loads and the first product's weights, which are needed first. `after`
+    (opt-in, not yet timed; CUDA cores) asks once each warp has issued its first product's last
+    weight loads (stream_linear<..., AfterL2 = true>), in the order the tensor-core attention's
+    rows first won with (MK_CUDA_ATTN_ROWS_FIRST). `0`, the default: off."""
+    return choice("MK_CUDA_DOWN_L2", ("0", "1", "after"))
 
 
 def attention_rows_l1() -> bool:

@@ -240,6 +240,7 @@ SWITCHES = [
     {"MK_CUDA_ATTN_ROWS_FIRST": "0"},
     {"MK_CUDA_ATTN_ROWS_FIRST": "3"},
     {"MK_CUDA_STAGE_FIRST": "1"},
+    {"MK_CUDA_DOWN_L2": "after"},
 ]
 
 
@@ -258,7 +259,7 @@ SWITCH_BUILDS = [
     ("decoder_block", {"MK_CUDA_PREFETCH_AT": "wait",
                        "MK_CUDA_WEIGHT_L2": "evict_first", "MK_CUDA_WAIT_BATCH": "1",
                        "MK_CUDA_POLL_PIPE": "1", "MK_CUDA_LOAD_GROUPS": "0",
-                       "MK_CUDA_ATTN_KEYS": "8"}),
+                       "MK_CUDA_ATTN_KEYS": "8", "MK_CUDA_DOWN_L2": "after"}),
     ("decoder_block", {"MK_CUDA_PREFETCH": str(128 << 10), "MK_CUDA_LEAN": "0",
                        "MK_CUDA_FUSE_LOOPS": "0", "MK_CUDA_LAUNCH": "plain",
                        "MK_CUDA_ATTN_PIPE": "1", "MK_CUDA_ATTN_ROWS_L1": "1",

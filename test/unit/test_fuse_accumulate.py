@@ -439,3 +439,27 @@ def test_down_l2_asks_for_the_epilogue_weights_at_the_start(
     assert body.index("prefetch_rows_l2") < body.index("mk::gpu::StreamLinear sl{};")
     used = prog.cuda_resources  # type: ignore[attr-defined]
     assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
+def test_down_l2_after_asks_for_the_epilogue_weights_behind_the_loads(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_DOWN_L2=after: the block hands its down projection's columns to the gate/up
+    stream (`l2_after`: the rows_dot weights), whose warps ask the L2 for them behind their last
+    weight loads (stream_linear<..., AfterL2 = true>), nothing at the start. It builds with
+    nvcc, without spills; a value other than 0, 1 or after is an error naming the switch."""
+    text = residual_mlp(1, 24 * 16)
+    monkeypatch.setenv("MK_CUDA_DOWN_L2", "after")
+    prog = _fused(text, cache, 24)
+    body = next(b for b in prog.cuda_source.split("__device__ __noinline__") if "rows_dot_" in b)  # type: ignore[attr-defined]
+    after = re.search(r"const mk::gpu::L2Rows l2_after\{(.*), 256, 48, 768\};", body)
+    dot = re.search(r"mk::gpu::rows_dot_lanes<1, 24, 256, true>\(\w+\.data\(\), (.*), 384, ", body)
+    assert after is not None and dot is not None and after.group(1) == dot.group(1)
+    assert re.search(r"mk::gpu::stream_linear<1, [^>]*, 0, 0, true>\(sl, \{\}, l2_after\);", body)
+    assert "prefetch_rows_l2" not in body
+    used = prog.cuda_resources  # type: ignore[attr-defined]
+    assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
+    monkeypatch.setenv("MK_CUDA_DOWN_L2", "ahead")
+    with pytest.raises(mk.MkError, match="MK_CUDA_DOWN_L2 must be one of 0, 1, after"):
+        _fused(text, cache, 24)

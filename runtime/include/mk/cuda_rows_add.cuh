@@ -36,17 +36,6 @@ __host__ __device__ constexpr RowsLayout rows_layout(int vec, int m, bool packed
   return best;
 }
 
-// All threads: asks the L2 for `rows` rows of `bytes` bytes, `ld_bytes` apart, a row a thread
-// (MK_CUDA_DOWN_L2: the epilogue product's weight columns, asked for when the block starts).
-__device__ inline void prefetch_rows_l2(const void* w, int rows, int64_t ld_bytes, int bytes) {
-  for (int r = static_cast<int>(threadIdx.x); r < rows; r += static_cast<int>(MK_CTA_THREADS)) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(w) + static_cast<uintptr_t>(r * ld_bytes);
-    for (uintptr_t line = a & ~uintptr_t{127}; line < a + static_cast<uintptr_t>(bytes); line += 128) {
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
-    }
-  }
-}
-
 // d[m][n] = Σ_k a[m][k] · w[n][k] for the N weight rows (KC columns each, `ld` apart; a and d
 // floats), lanes sharing rows as rows_layout says: one warp load covers whole runs of a few rows
 // instead of 32 scattered pieces. Each lane keeps up to kBatch loads in flight and issues the

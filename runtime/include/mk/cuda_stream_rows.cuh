@@ -24,6 +24,18 @@ struct StreamWeight {
   float* out;         // [M][rows] sums, added to
 };
 
+// All threads: asks the L2 for `rows` rows of `bytes` bytes, `ld_bytes` apart, a row a thread
+// (MK_CUDA_DOWN_L2: the epilogue product's weight columns, asked for when the block starts,
+// or, with `after`, once each thread's warp has asked for its last weights).
+__device__ inline void prefetch_rows_l2(const void* w, int rows, int64_t ld_bytes, int bytes) {
+  for (int r = static_cast<int>(threadIdx.x); r < rows; r += static_cast<int>(MK_CTA_THREADS)) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(w) + static_cast<uintptr_t>(r * ld_bytes);
+    for (uintptr_t line = a & ~uintptr_t{127}; line < a + static_cast<uintptr_t>(bytes); line += 128) {
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+    }
+  }
+}
+
 struct StreamLinear {
   const void* x;      // element (first row, first column) of the activation
   int32_t x_dtype;
@@ -53,6 +65,17 @@ struct StreamLinear {
   // warps that stage none of it ask the L2 for the weights' rows of that chunk (set as a
   // constant in the body, as `aligned`).
   bool l2_beside;
+};
+
+// MK_CUDA_DOWN_L2=after: the rows a body's epilogue product reads next (`rows` rows of `bytes`
+// bytes, `ld` bytes apart), asked into the L2 a row a thread once the thread's warp has issued
+// its last weight loads (stream_linear<..., AfterL2 = true>). Not a field of StreamLinear: a
+// larger descriptor changed the default build's machine code.
+struct L2Rows {
+  const void* w;
+  int32_t rows;
+  int32_t bytes;
+  int64_t ld;
 };
 
 __device__ inline const void* elem_at(const void* base, int32_t dtype, int64_t i) {
@@ -259,11 +282,14 @@ struct WeightRound {
 // HBM it waits for, and S·RG loads per lane in flight make a task of up to S·256 columns one
 // round trip (and keep ~64 KB in flight per SM). With First, `first` holds the first FS steps
 // of the group's first round where `has_first` (loaded before the activation was ready:
-// load_first_round).
-template <int M, int RG, int S, bool Vec, bool Shared, bool First = false, int FS = S>
+// load_first_round). With AfterL2, the warp's last group (`last`) asks the L2 for `after` once
+// its last round's loads are out (MK_CUDA_DOWN_L2=after).
+template <int M, int RG, int S, bool Vec, bool Shared, bool First = false, int FS = S,
+          bool AfterL2 = false>
 __device__ __forceinline__ void stream_group(const StreamLinear& s, const float* xs, int stride,
                                              int kc, int64_t c, int r0, int end, bool store,
-                                             const WeightRound<RG, S>& first, bool has_first) {
+                                             const WeightRound<RG, S>& first, bool has_first,
+                                             bool last = false, const L2Rows& after = L2Rows{}) {
   const int lane = threadIdx.x & 31;
   const bool bf16 = s.w_dtype == DTYPE_BF16;
   const uint16_t* wp[RG];
@@ -291,6 +317,9 @@ __device__ __forceinline__ void stream_group(const StreamLinear& s, const float*
 #pragma unroll
       for (int t = 0; t < S; ++t) load_rows<RG, Vec, Shared>(v[t], wp, k + t * 256, kc);
     }
+    if constexpr (AfterL2) {
+      if (last && k + S * 256 >= kc) prefetch_rows_l2(after.w, after.rows, after.ld, after.bytes);
+    }
 #pragma unroll
     for (int t = 0; t < S; ++t) {
       if (k + t * 256 < kc) fma_rows<M, RG>(acc, v[t], xs, stride, k + t * 256, bf16);
@@ -301,15 +330,20 @@ __device__ __forceinline__ void stream_group(const StreamLinear& s, const float*
 
 // One warp: rows [begin, end) of the concatenated weights against the staged chunk, RG rows at
 // a time (stream_group); with First, the first FS steps of the first group's first round from
-// `first` where `has_first`.
-template <int M, int RG, int S, bool Vec, bool Shared, bool First = false, int FS = S>
+// `first` where `has_first`; with AfterL2, `after` asked into the L2 behind the last chunk's
+// last loads (at once by a warp with no rows).
+template <int M, int RG, int S, bool Vec, bool Shared, bool First = false, int FS = S,
+          bool AfterL2 = false>
 __device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, int kc, int64_t c,
                             int begin, int end, bool store,
                             const WeightRound<RG, S>& first = WeightRound<RG, S>{},
-                            bool has_first = false) {
+                            bool has_first = false, const L2Rows& after = L2Rows{}) {
+  const bool last_chunk = c + kc >= s.k;
+  if (AfterL2 && last_chunk && begin >= end) prefetch_rows_l2(after.w, after.rows, after.ld, after.bytes);
   for (int r0 = begin; r0 < end; r0 += RG) {
-    stream_group<M, RG, S, Vec, Shared, First, FS>(s, xs, stride, kc, c, r0, end, store, first,
-                                                   has_first && r0 == begin);
+    stream_group<M, RG, S, Vec, Shared, First, FS, AfterL2>(
+        s, xs, stride, kc, c, r0, end, store, first, has_first && r0 == begin,
+        last_chunk && r0 + RG >= end, after);
   }
 }
 
