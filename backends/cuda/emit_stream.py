@@ -89,6 +89,11 @@ class StreamLinearEmitter(GraphDefEmitter):
     def before_stream(self) -> None:
         """Statements of the body before its stream (none here)."""
 
+    def epilogue_weights(self) -> tuple[str, int, int, int] | None:
+        """The weight columns of an epilogue product the body streams after this one: first
+        element, rows, bytes apart, bytes a row (none here)."""
+        return None
+
     def merged_dot(self, plan: StreamPlan, k: int) -> bool:
         """MK_CUDA_MERGED_DOT=1: the merge into shared memory, then rows_dot_lanes over it,
         where the stream would take one activation row of a merge (MergedX), one 16-bit weight
