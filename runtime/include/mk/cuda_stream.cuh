@@ -271,40 +271,6 @@ __device__ void sum_sq_total(const StreamLinear& s, const float (&part)[32][M]) 
   }
 }
 
-// ------------------------------------------------------------------------------ prefetch
-
-// Asks the L2 to fetch the 16-byte-aligned part of [p, p + bytes) with bulk prefetches: one
-// instruction per 32 KB from one thread, nothing waits for them. Not inlined, as prefetch_rows:
-// each body calls them once, and inlined copies made every linear body ~30 KB larger.
-__device__ inline __noinline__ void prefetch_l2(const void* p, uint64_t bytes) {
-  const uint64_t a = reinterpret_cast<uint64_t>(p);
-  const uint64_t end = (a + bytes) & ~uint64_t{15};
-  for (uint64_t at = (a + 15) & ~uint64_t{15}; at < end; at += 32768) {
-    const uint32_t n = static_cast<uint32_t>(end - at < 32768 ? end - at : 32768);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"(n) : "memory");
-  }
-}
-
-// A decode task's weights (`rows` rows of `cols` 16-bit elements, `ld` apart), requested before
-// the task waits for its inputs: HBM streams them while the producers finish.
-// Rows apart (a column block of a split o-projection: 64 rows of 512 bytes) take one prefetch
-// each, issued here: one thread issues them while the CTA waits at the dispatcher's barrier.
-__device__ inline __noinline__ void prefetch_rows(const uint16_t* w, int rows, int64_t ld, int64_t cols) {
-  const uint64_t bytes = 2 * static_cast<uint64_t>(cols);
-  if (ld == cols) {
-    prefetch_l2(w, bytes * rows);
-    return;
-  }
-  if ((reinterpret_cast<uintptr_t>(w) & 15) == 0 && ld % 8 == 0 && cols % 8 == 0 && bytes <= 32768) {
-    for (int r = 0; r < rows; ++r) {
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w + r * ld), "r"(static_cast<uint32_t>(bytes))
-                   : "memory");
-    }
-    return;
-  }
-  for (int r = 0; r < rows; ++r) prefetch_l2(w + r * ld, bytes);
-}
-
 // ------------------------------------------------------------------ raw activations (mma)
 
 // Whether the activation is already the tensor cores' packed operand: 16-bit of the weights'
@@ -456,25 +422,6 @@ __device__ inline WarpRows warp_rows(int first, int last) {
   const int warps = static_cast<int>(MK_CTA_THREADS >> 5), warp = static_cast<int>(threadIdx.x >> 5);
   const int per = (last - first + warps - 1) / warps, begin = first + warp * per;
   return WarpRows{begin, begin + per < last ? begin + per : last};
-}
-
-// Thread t of n asks the L2 for every n-th 128-byte line of the rows of chunk 0 (no registers
-// held, unlike load_first_round; MK_CUDA_MERGE_EARLY=behind: the threads that do not merge),
-// so that the stream's own loads find them there.
-__device__ inline void prefetch_rows_l2_by(const StreamLinear& s, int t, int n) {
-  int rows = 0;
-#pragma unroll
-  for (int i = 0; i < kStreamMaxWeights; ++i) {
-    if (i < s.nw) rows += s.w[i].rows;
-  }
-  const int64_t kc = s.k < s.kc ? s.k : s.kc;
-  const int lines = static_cast<int>((2 * kc + 127) / 128);  // a row's 128-byte lines
-  for (int j = t; j < rows * lines; j += n) {
-    float* out;
-    int32_t of;
-    const uint16_t* at = weight_row(s, j / lines, (j % lines) * 64, &out, &of);
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(at));
-  }
 }
 
 // A lane's first round of the weights its warp streams (the warp's first group, chunk 0, 16-byte
