@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the project root with the wheels carried in .whl/:
-#   bash bench/on_gpu.sh [prebuild] [tests] [sanitize] [sanitize-model] [bench] [tables] [gemm] [prefill] [timeline] [generate] [search] [profile] [ncu] [product] [mma] [attention] [chain] [ab]
+#   bash bench/on_gpu.sh [prebuild] [tests] [sanitize] [sanitize-model] [bench] [tables] [gemm] [prefill] [timeline] [generate] [search] [profile] [ncu] [product] [mma] [attention] [chain] [ab] [variants]
 #   (default: tests sanitize bench timeline generate)
 # Installs mk, runs the gpu-marked tests, compute-sanitizer on the examples, the benchmark
 # table (`tables`: it and the presets' ms/token against this card's baselines), the per-grid timelines (TIMELINE_ARGS, e.g. "--model qwen3-0.6b --layers 4") and
@@ -136,6 +136,21 @@ for step in $steps; do
       python3 "$ROOT/bench/chain.py" ${CHAIN_ARGS:-} 2>&1 | tee "$OUT/chain.log" ;;
     timeline)
       python3 "$ROOT/bench/timeline.py" --out "$OUT" ${TIMELINE_ARGS:-} 2>&1 | tee "$OUT/timeline.log" | tail -80 ;;
+    variants)
+      # bench/variants.py for each of VARIANT_MODELS (PRESET:BATCH, default qwen3-0.6b:1
+      # llama-3.2-1b:1) over VARIANTS (space-separated, "" for the defaults, e.g. '"" MK_CUDA_DOWN_L2=after'),
+      # every variant's build made first, in parallel (VARIANT_TIMEOUT seconds a model, 240).
+      eval "variants=(${VARIANTS:-\"\"})"
+      specs=; for mb in ${VARIANT_MODELS:-qwen3-0.6b:1 llama-3.2-1b:1}; do specs="$specs gen:$mb"; done
+      for v in "${variants[@]}"; do
+        # shellcheck disable=SC2086
+        env ${v//,/ } python3 "$ROOT/bench/prebuild.py" --jobs 4 $specs >>"$OUT/prebuild.log" 2>&1 &
+      done
+      wait
+      for mb in ${VARIANT_MODELS:-qwen3-0.6b:1 llama-3.2-1b:1}; do
+        timeout "${VARIANT_TIMEOUT:-240}" python3 "$ROOT/bench/variants.py" --model "${mb%:*}" --batch "${mb#*:}" \
+          --runs 10 --rounds 3 --instances 2 "${variants[@]}" 2>&1 | tee "$OUT/variants_${mb%:*}_b${mb#*:}.log" | tail -$((2 * ${#variants[@]} + 1))
+      done ;;
     ab)
       # The benchmark and the model step's per-kind times for other checkouts beside this one
       # (AB_TREES: paths inside this tree, e.g. `mkdir .ab/main && git archive main | tar -x -C
