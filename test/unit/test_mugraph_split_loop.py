@@ -232,7 +232,7 @@ def test_merge_early_loads_the_first_round_before_the_merge(
     weights (load_first_round) before it merges its head's partials, and the stream starts
     with that round; off by default; at batch 3 too. nvcc builds it without spills."""
     body = _split_body(cuda_source(ATTN_OPROJ, tmp_path, **OPTIONS))
-    assert "load_first_round" not in body and ", true>(sl, first);" not in body
+    assert "load_first_round" not in body and ", 1>(sl, first);" not in body
     monkeypatch.setenv("MK_CUDA_MERGE_EARLY", "1")
     for text, extra in ((ATTN_OPROJ, {}), (ATTN_OPROJ_B3, {"merge_rows": 3})):
         body = _split_body(cuda_source(text, tmp_path, **extra, **OPTIONS))
@@ -240,7 +240,7 @@ def test_merge_early_loads_the_first_round_before_the_merge(
         first = body.index("mk::gpu::load_first_round(sl, first);")
         merge = body.index("mk::gpu::merge_rows<")
         call = re.search(
-            r"mk::gpu::stream_linear<(\d+), (\d+), (\d+), \d+, false, false, 1, 0, true>\(sl, first\);",
+            r"mk::gpu::stream_linear<(\d+), (\d+), (\d+), \d+, false, false, 1, 0, 1>\(sl, first\);",
             body,
         )
         assert (
