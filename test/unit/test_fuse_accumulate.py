@@ -420,6 +420,24 @@ def test_accumulating_mlp_matches_the_reference_on_the_gpu(
     _check_example(name, "cuda", cache)
 
 
+def _down_l2_body(
+    value: str, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[str, str, object]:
+    """Under MK_CUDA_DOWN_L2=`value`, the accumulating MLP block's code (24 columns of 16
+    blocks at batch 1), the address of the weight columns its rows_dot reads, and the build's
+    resources (nvcc)."""
+    monkeypatch.setenv("MK_CUDA_DOWN_L2", value)
+    prog = _fused(residual_mlp(1, 24 * 16), cache, 24)
+    body = next(b for b in prog.cuda_source.split("__device__ __noinline__") if "rows_dot_" in b)  # type: ignore[attr-defined]
+    dot = re.search(r"mk::gpu::rows_dot_lanes<1, 24, 256, true>\(\w+\.data\(\), (.*), 384, ", body)
+    assert dot is not None
+    return body, dot.group(1), prog.cuda_resources  # type: ignore[attr-defined]
+
+
+def _no_spills(used: object) -> bool:
+    return used is not None and (used.spill_stores, used.spilling) == (0, 0)  # type: ignore[attr-defined]
+
+
 @pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
 def test_down_l2_asks_for_the_epilogue_weights_at_the_start(
     cache: Path, monkeypatch: pytest.MonkeyPatch
@@ -427,18 +445,13 @@ def test_down_l2_asks_for_the_epilogue_weights_at_the_start(
     """MK_CUDA_DOWN_L2=1: the accumulating MLP block asks the L2 for its down projection's
     columns (the rows_dot weights: 256 rows of 24 columns, 2 × 96 bytes apart) before its
     gate/up stream; off by default. It builds with nvcc, without spills."""
-    text = residual_mlp(1, 24 * 16)
-    plain = _fused(text, cache, 24)
-    assert "prefetch_rows_l2" not in plain.cuda_source  # type: ignore[attr-defined]
-    monkeypatch.setenv("MK_CUDA_DOWN_L2", "1")
-    prog = _fused(text, cache, 24)
-    body = next(b for b in prog.cuda_source.split("__device__ __noinline__") if "rows_dot_" in b)  # type: ignore[attr-defined]
+    plain, _, _ = _down_l2_body("0", cache, monkeypatch)
+    assert "prefetch_rows_l2" not in plain
+    body, columns, used = _down_l2_body("1", cache, monkeypatch)
     ask = re.search(r"mk::gpu::prefetch_rows_l2\((.*), 256, 768, 48\);", body)
-    dot = re.search(r"mk::gpu::rows_dot_lanes<1, 24, 256, true>\(\w+\.data\(\), (.*), 384, ", body)
-    assert ask is not None and dot is not None and ask.group(1) == dot.group(1)
+    assert ask is not None and ask.group(1) == columns
     assert body.index("prefetch_rows_l2") < body.index("mk::gpu::StreamLinear sl{};")
-    used = prog.cuda_resources  # type: ignore[attr-defined]
-    assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
+    assert _no_spills(used), used
 
 
 @pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
@@ -449,17 +462,11 @@ def test_down_l2_after_asks_for_the_epilogue_weights_behind_the_loads(
     stream (`l2_after`: the rows_dot weights), whose warps ask the L2 for them behind their last
     weight loads (stream_linear<..., AfterL2 = true>), nothing at the start. It builds with
     nvcc, without spills; a value other than 0, 1 or after is an error naming the switch."""
-    text = residual_mlp(1, 24 * 16)
-    monkeypatch.setenv("MK_CUDA_DOWN_L2", "after")
-    prog = _fused(text, cache, 24)
-    body = next(b for b in prog.cuda_source.split("__device__ __noinline__") if "rows_dot_" in b)  # type: ignore[attr-defined]
+    body, columns, used = _down_l2_body("after", cache, monkeypatch)
     after = re.search(r"const mk::gpu::L2Rows l2_after\{(.*), 256, 48, 768\};", body)
-    dot = re.search(r"mk::gpu::rows_dot_lanes<1, 24, 256, true>\(\w+\.data\(\), (.*), 384, ", body)
-    assert after is not None and dot is not None and after.group(1) == dot.group(1)
+    assert after is not None and after.group(1) == columns
     assert re.search(r"mk::gpu::stream_linear<1, [^>]*, 0, 0, true>\(sl, \{\}, l2_after\);", body)
     assert "prefetch_rows_l2" not in body
-    used = prog.cuda_resources  # type: ignore[attr-defined]
-    assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
-    monkeypatch.setenv("MK_CUDA_DOWN_L2", "ahead")
+    assert _no_spills(used), used
     with pytest.raises(mk.MkError, match="MK_CUDA_DOWN_L2 must be one of 0, 1, after"):
-        _fused(text, cache, 24)
+        _down_l2_body("ahead", cache, monkeypatch)
