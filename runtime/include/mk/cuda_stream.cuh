@@ -79,13 +79,6 @@ __device__ inline void stage_group(float* xs, int stride, int m, int k, uint4 xv
   }
 }
 
-// stage_chunk for 16-bit, 16-byte aligned rows: each thread issues the loads of up to XB
-// groups of eight columns before it converts any (the compiler cannot move a load above the
-// shared-memory store of an earlier group), so a batch of 8 rows × 4,096 columns costs two
-// round trips instead of sixteen (XB = 8).
-// `after_loads` runs once, after the thread's first loads are issued and before it converts
-// any (at once where the thread stages nothing): stream_linear<..., First = 2> loads the weights'
-// first round there, behind the activation's loads.
 // The steps of a round that stream_linear<..., First = 2> loads behind the activation's loads
 // (MK_STAGE_FIRST_STEPS: MK_CUDA_STAGE_FIRST=N).
 #if defined(MK_STAGE_FIRST_STEPS)
@@ -94,10 +87,18 @@ constexpr int kStageFirstSteps = MK_STAGE_FIRST_STEPS;
 constexpr int kStageFirstSteps = 1;
 #endif
 
+// stage_chunk's `after_loads` where nothing runs there.
 struct NoLoads {
   __device__ void operator()() const {}
 };
 
+// stage_chunk for 16-bit, 16-byte aligned rows: each thread issues the loads of up to XB
+// groups of eight columns before it converts any (the compiler cannot move a load above the
+// shared-memory store of an earlier group), so a batch of 8 rows × 4,096 columns costs two
+// round trips instead of sixteen (XB = 8).
+// `after_loads` runs once, after the thread's first loads are issued and before it converts
+// any (at once where the thread stages nothing): stream_linear<..., First = 2> loads the weights'
+// first round there, behind the activation's loads.
 template <int M, int XB, class AfterLoads = NoLoads>
 __device__ void stage_chunk_16bit(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
                                   const Packing& pack, float (&ss)[M],
@@ -459,11 +460,11 @@ __device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S
 // each warp copies its weights through a Ring-stage cp.async ring behind the packed chunk
 // (mma_ring_walk). With First (CUDA cores, aligned weights from global memory) each warp's
 // first round is loaded ahead (load_first_round): First = 1, `first`, loaded by the caller;
-// First = 2 (MK_CUDA_STAGE_FIRST=1), here, right behind the activation's first loads, so that
-// its round trip to HBM overlaps theirs and the staging instead of following the staging
-// barrier. With AfterL2 (CUDA cores, aligned weights), each warp asks the L2 for `after`
-// behind its last weight loads (MK_CUDA_DOWN_L2=after). Ends with __syncthreads(); false if
-// staged weights never landed.
+// First = 2 (MK_CUDA_STAGE_FIRST=N: its first N steps), here, right behind the activation's
+// first loads, so that its round trip to HBM overlaps theirs and the staging instead of
+// following the staging barrier. With AfterL2 (CUDA cores, aligned weights), each warp asks the
+// L2 for `after` behind its last weight loads (MK_CUDA_DOWN_L2=after). Ends with
+// __syncthreads(); false if staged weights never landed.
 template <int M, int RG, int S, int XB, bool Mma = false, bool Staged = false, int G = 1,
           int Ring = 0, int First = 0, bool AfterL2 = false>
 __device__ bool stream_linear(const StreamLinear& s,
