@@ -370,7 +370,8 @@ def stage_first() -> int:
     (MK_CUDA_ATTN_ROWS_FIRST): a load asked first lands first, so the activation, needed first,
     goes out first; MK_CUDA_MERGE_EARLY=1 asked the weights before the partials it merges
     (+1.3 %), MK_CUDA_STAGE_BESIDE asks the L2 instead of registers (+5.2 %). A whole round
-    (4 steps at batch 1) held through the staging made ptxas spill (2-layer presets)."""
+    (4 steps at batch 1) held through the staging made ptxas spill 144-172 B (2-layer presets);
+    one step spills 16-164 B (docs/cuda-backend.md)."""
     return count("MK_CUDA_STAGE_FIRST", 0, 0, 4, "steps")
 
 

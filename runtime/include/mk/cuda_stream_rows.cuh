@@ -304,19 +304,17 @@ __device__ __forceinline__ void stream_group(const StreamLinear& s, const float*
     for (int m = 0; m < M; ++m) acc[j][m] = 0.0f;
   for (int k = lane * 8; k < kc; k += S * 256) {
     uint4 v[S][RG];
-    if (First && has_first && k == lane * 8) {
+    // One loop either way, the round's steps taken where they were loaded ahead: a branch
+    // between two loops made ptxas emit the round's products twice (+3-5 KB a body).
+    const bool ahead = First && has_first && k == lane * 8;
 #pragma unroll
-      for (int t = 0; t < S; ++t) {
-        if (t < FS) {
+    for (int t = 0; t < S; ++t) {
+      if (t < FS && ahead) {
 #pragma unroll
-          for (int j = 0; j < RG; ++j) v[t][j] = first.v[t][j];
-        } else {
-          load_rows<RG, Vec, Shared>(v[t], wp, k + t * 256, kc);
-        }
+        for (int j = 0; j < RG; ++j) v[t][j] = first.v[t][j];
+      } else {
+        load_rows<RG, Vec, Shared>(v[t], wp, k + t * 256, kc);
       }
-    } else {
-#pragma unroll
-      for (int t = 0; t < S; ++t) load_rows<RG, Vec, Shared>(v[t], wp, k + t * 256, kc);
     }
     if constexpr (AfterL2) {
       if (last && k + S * 256 >= kc) prefetch_rows_l2(after.w, after.rows, after.ld, after.bytes);
