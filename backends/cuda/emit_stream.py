@@ -296,7 +296,7 @@ class StreamLinearEmitter(GraphDefEmitter):
         weights first; `after`: with the L2 request behind the loads) and the descriptor's
         closing brace."""
         emit = self.lines.append
-        args = ", l2_after" if after else ""
+        l2 = ", l2_after" if after else ""  # stream_linear's `after` argument
         steps = plan.mma_steps() if mma else plan.steps_in_flight(k)
         call = (
             f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}, {steps}, "
@@ -310,7 +310,7 @@ class StreamLinearEmitter(GraphDefEmitter):
             emit("mk::gpu::load_first_round(sl, first);")
             assert isinstance(plan.x, MergedX)
             self.merged_x(plan.x)
-            emit(f"{call}, false, 1, 0, 1{', true' if after else ''}>(sl, first{args});")
+            emit(f"{call}, false, 1, 0, 1{', true' if after else ''}>(sl, first{l2});")
             emit("}")
             return
         # The template's trailing arguments (Staged, G, Ring), defaults left off.
@@ -326,7 +326,7 @@ class StreamLinearEmitter(GraphDefEmitter):
             tail.pop()
         call += "".join(f", {a}" for a in tail)
         if not staged and not mma:
-            emit(f"{call}>(sl{', {}' + args if after else ''});")
+            emit(f"{call}>(sl{', {}' + l2 if after else ''});")
         else:  # weights staged ahead, or a raw activation's bulk copies on tensor cores
             emit(f"if (!{call}>(sl)) return {STAGE_LOST};")
         emit("}")

@@ -520,8 +520,8 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_ADD_SPREAD 1")
     if flag("MK_CUDA_ATTN_PIPE"):
         lines.append("#define MK_ATTN_PIPE 1")
-    if stage_first() > 1:
-        lines.append(f"#define MK_STAGE_FIRST_STEPS {stage_first()}")
+    if (first_steps := stage_first()) > 1:
+        lines.append(f"#define MK_STAGE_FIRST_STEPS {first_steps}")
     if (rows_first := attention_rows_first()) != ATTN_ROWS_FIRST:
         lines.append(f"#define MK_ATTN_ROWS_FIRST {rows_first}")
     if not flag("MK_CUDA_ATTN_KV_EARLY", default=True):
