@@ -30,7 +30,7 @@ from mk.backends.cuda.local_tiles import localise_tiles
 from mk.backends.cuda.mma_tile import GemmPlan, gemm_lines, mma_tile, plan_gemm
 from mk.backends.cuda.pair_loops import pair_loops
 from mk.backends.cuda.row_ops import static_row_op
-from mk.backends.cuda.rows_add import RowsAdd, plan_rows_add
+from mk.backends.cuda.rows_add import DOWN_SMEM_MAX, RowsAdd, plan_rows_add
 from mk.backends.cuda.split_merge import MergedX, MergePlan, merge_lines, plan_merge
 from mk.backends.cuda.stream import STAGE_X_BYTES, StreamPlan, plan_stream
 from mk.backends.cuda.stream_attention import AttentionPlan, plan_attention
@@ -100,6 +100,7 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
                 if self.plan.sum_sq is not None:
                     self.assigned.add(self.plan.sum_sq.res)
         self.smem_floats = 0
+        self.after_smem: int | None = None
         self.staged_bytes = 0  # weights the body stages in the ring
         self.views: set[SSAValue] = set()
         self.prefetch: list[str] = []
@@ -384,25 +385,44 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
             at, n, ld, row = cols
             self.lines.append(f"mk::gpu::prefetch_rows_l2({at}, {n}, {ld}, {row});")
 
+    def rows_dot_kind(self, plan: RowsAdd) -> str:
+        """How the product streams its weight columns: switches.rows_dot, where tensor cores
+        take one row (unless mma-all) or a tile's registers hold the columns, else lanes."""
+        m, kc = shape_of(plan.matmul.operands[0])
+        how = switches.rows_dot()
+        if how in ("mma", "mma-all"):
+            fits = (1 if how == "mma-all" else 2) <= m <= 16 and kc % 8 == 0 and kc <= 128
+            how = "mma" if fits else "lanes"
+        return how
+
+    def epilogue_in_smem(self, nbytes: int) -> bool:
+        """MK_CUDA_DOWN_L2=smem: rows_dot_lanes (unpacked) reads the columns, at most
+        DOWN_SMEM_MAX bytes of them, 16-byte aligned wherever the task is."""
+        plan = self.rows_add
+        if plan is None or nbytes > DOWN_SMEM_MAX or self.rows_dot_kind(plan) != "lanes":
+            return False
+        return self.rows_aligned(plan.w)
+
     def rows_dot(self, plan: RowsAdd) -> None:
-        """The product tile, its weight columns streamed (not loaded as a tile)."""
+        """The product tile, its weight columns streamed (not loaded as a tile), or read from
+        shared memory where the stream copied them (after_smem)."""
         w = self.operands[plan.w.source_index()]
         n0, k0 = self.input_starts(plan.w, "last")
         m, kc = shape_of(plan.matmul.operands[0])
         n = shape_of(plan.w.tile)[0]
         bf16 = "true" if w.dtype == "mk::DTYPE_BF16" else "false"
         d = self.var(plan.matmul.res)
-        how = switches.rows_dot()
-        if how in ("mma", "mma-all"):
-            # One row (unless mma-all), or more columns than one mma tile's registers: lanes.
-            fits = (1 if how == "mma-all" else 2) <= m <= 16 and kc % 8 == 0 and kc <= 128
-            how = "mma" if fits else "lanes"
+        how = self.rows_dot_kind(plan)
         name = {"threads": "rows_dot_threads", "mma": "rows_dot_mma"}.get(how, "rows_dot_lanes")
         packed = ", true" if how == "packed" else ""
+        at = f"static_cast<const uint16_t*>(buffers[{w.index}]) + ({n0}) * {w.shape[1]} + {k0}"
+        ld, what = w.shape[1], "its weight streamed"
+        if self.after_smem is not None:
+            packed = ", false, true"
+            at = f"reinterpret_cast<const uint16_t*>(mk::gpu::mk_dynamic_smem + {self.after_smem})"
+            ld, what = kc, "its weight rows in shared memory"
         self.lines.append(f"{d}.resize({m * n});")
         self.lines.append(
             f"mk::gpu::{name}<{m}, {kc}, {n}, {bf16}{packed}>("
-            f"{self.var(plan.matmul.operands[0])}.data(), "
-            f"static_cast<const uint16_t*>(buffers[{w.index}]) + ({n0}) * {w.shape[1]} + {k0}, "
-            f"{w.shape[1]}, {d}.data());  // the product, its weight streamed"
+            f"{self.var(plan.matmul.operands[0])}.data(), {at}, {ld}, {d}.data());  // the product, {what}"
         )

@@ -40,6 +40,7 @@ class StreamLinearEmitter(GraphDefEmitter):
     assigned: set[SSAValue]  # accumulators stream_linear writes whole (StreamLinear::assign)
     stage_weights_ahead: bool
     smem_floats: int
+    after_smem: int | None  # where MK_CUDA_DOWN_L2=smem copied the epilogue product's rows
     staged_bytes: int
     prefetch: list[str]  # what one thread runs before the task's turn: the L2 prefetch
     stage: list[str]  # and the copy into the staging ring
@@ -156,19 +157,40 @@ class StreamLinearEmitter(GraphDefEmitter):
             return False
         return not self.operands[plan.x.source_index()].flagged
 
-    def l2_after(self, plan: StreamPlan, mma: bool) -> bool:
-        """MK_CUDA_DOWN_L2=after: the epilogue product's weight columns (`l2_after`, passed to
-        stream_linear), which each warp asks into the L2 behind its last weight loads; CUDA
-        cores, aligned weights in global memory, and an epilogue product whose columns are
-        known. Whether it declared them."""
-        if switches.epilogue_weights_l2() != "after" or mma or self.stage_weights_ahead:
-            return False
+    def epilogue_in_smem(self, nbytes: int) -> bool:
+        """Whether the epilogue product can read its `nbytes` of weight columns from shared
+        memory (MK_CUDA_DOWN_L2=smem; none here)."""
+        return False
+
+    def after_rows(self, plan: StreamPlan, mma: bool, early: str) -> int:
+        """MK_CUDA_DOWN_L2=after|smem: the epilogue product's weight columns (`after_rows`,
+        passed to stream_linear), which each warp asks for behind its last weight loads: into
+        the L2 (`after`: kAfterL2, 1), or copied into shared memory behind the stream's own
+        (`smem`: kAfterSmem, 2; `after_smem` is their byte offset, where the product awaits
+        and reads them). CUDA cores, aligned weights in global memory,
+        and an epilogue product whose columns are known; for `smem` also one activation chunk
+        (no wide room), no merge ahead of the weights, and columns the product takes from
+        shared memory (epilogue_in_smem). Which it declared (0: none)."""
+        mode = switches.epilogue_weights_l2()
+        if mode not in ("after", "smem") or mma or self.stage_weights_ahead:
+            return 0
         cols = self.epilogue_weights()
         if cols is None or not self.aligned(plan):
-            return False
+            return 0
         at, n, ld, row = cols
-        self.lines.append(f"const mk::gpu::L2Rows l2_after{{{at}, {n}, {row}, {ld}}};")
-        return True
+        if mode == "after":
+            self.lines.append(f"const mk::gpu::AfterRows after_rows{{{at}, {n}, {row}, {ld}}};")
+            return 1
+        if early or self.stream_chunks != 1 or not self.epilogue_in_smem(n * row):
+            return 0
+        offset = -(-4 * self.smem_floats // 128) * 128
+        self.smem_floats = -(-(offset + n * row) // 4)
+        self.after_smem = offset
+        self.lines.append(
+            f"const mk::gpu::AfterRows after_rows{{{at}, {n}, {row}, {ld}, "
+            f"mk::gpu::mk_dynamic_smem + {offset}}};"
+        )
+        return 2
 
     def stream_linear(self, plan: StreamPlan) -> None:
         k = self.forloop * shape_of(plan.x.tile)[1]
@@ -187,7 +209,7 @@ class StreamLinearEmitter(GraphDefEmitter):
             self.merged_x(plan.x)
         g_at = self.stream_norm_weight(plan)
         self.stream_fields(plan, k, chunk, mma)
-        after = self.l2_after(plan, mma)
+        after = self.after_rows(plan, mma, early)
         firsts, lds, rows, staged = self.stream_weights(plan, k, mma)
         self.plan_prefetch(plan, firsts, lds, rows, g_at, k, mma)
         self.stream_call(plan, k, mma, early, staged is not None, after)
@@ -290,13 +312,13 @@ class StreamLinearEmitter(GraphDefEmitter):
             self.prefetch = fetch
 
     def stream_call(
-        self, plan: StreamPlan, k: int, mma: bool, early: str, staged: bool, after: bool
+        self, plan: StreamPlan, k: int, mma: bool, early: str, staged: bool, after: int
     ) -> None:
         """The mk::gpu::stream_linear call (after the merge where MK_CUDA_MERGE_EARLY asks the
-        weights first; `after`: with the L2 request behind the loads) and the descriptor's
-        closing brace."""
+        weights first; `after`: with after_rows asked for behind the loads) and the
+        descriptor's closing brace."""
         emit = self.lines.append
-        l2 = ", l2_after" if after else ""  # stream_linear's `after` argument
+        l2 = ", after_rows" if after else ""  # stream_linear's `after` argument
         steps = plan.mma_steps() if mma else plan.steps_in_flight(k)
         call = (
             f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}, {steps}, "
@@ -310,7 +332,7 @@ class StreamLinearEmitter(GraphDefEmitter):
             emit("mk::gpu::load_first_round(sl, first);")
             assert isinstance(plan.x, MergedX)
             self.merged_x(plan.x)
-            emit(f"{call}, false, 1, 0, 1{', true' if after else ''}>(sl, first{l2});")
+            emit(f"{call}, false, 1, 0, 1{f', {after}' if after else ''}>(sl, first{l2});")
             emit("}")
             return
         # The template's trailing arguments (Staged, G, Ring), defaults left off.
@@ -321,8 +343,8 @@ class StreamLinearEmitter(GraphDefEmitter):
         ]
         # First: the first round loaded behind the activation's loads (2), else 0.
         tail.append("2" if self.stage_first(plan, mma) else "0")
-        tail.append(_bool(after))  # AfterL2
-        while tail and tail[-1] == ("false", "1", "0", "0", "false")[len(tail) - 1]:
+        tail.append(str(after))  # After
+        while tail and tail[-1] == ("false", "1", "0", "0", "0")[len(tail) - 1]:
             tail.pop()
         call += "".join(f", {a}" for a in tail)
         if not staged and not mma:

@@ -16,6 +16,9 @@ from mk.dialects.mugraph_base import shape_of
 from mk.dialects.mugraph_tiles import MatmulOp
 
 WEIGHT_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16")
+# Most bytes of weight columns MK_CUDA_DOWN_L2=smem copies into shared memory: qwen3-0.6b's
+# batch-1 block (1,024 rows of 48 bytes) takes 48 KiB beside a 4 KiB activation chunk.
+DOWN_SMEM_MAX = 64 << 10
 
 
 @dataclass(frozen=True)

@@ -241,6 +241,7 @@ SWITCHES = [
     {"MK_CUDA_ATTN_ROWS_FIRST": "3"},
     {"MK_CUDA_STAGE_FIRST": "1"},
     {"MK_CUDA_DOWN_L2": "after"},
+    {"MK_CUDA_DOWN_L2": "smem"},
 ]
 
 
@@ -278,6 +279,7 @@ SWITCH_BUILDS = [
     ("decode_loop", {"MK_CUDA_RAW_BARS": "launch", "MK_CUDA_SMEM_ALIGN": "16"}),
     ("decoder_block", {"MK_CUDA_MERGE_EARLY": "1", "MK_CUDA_ATTN_ROWS_FIRST": "0",
                        "MK_CUDA_STAGE_FIRST": "1"}),
+    ("decoder_block", {"MK_CUDA_DOWN_L2": "smem", "MK_CUDA_STAGE_FIRST": "1"}),
     ("llama3_8b_block", {"MK_CUDA_MERGE_EARLY": "beside", "MK_CUDA_STAGE_BESIDE": "1"}),
 ]  # fmt: skip
 

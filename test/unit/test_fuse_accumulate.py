@@ -463,10 +463,60 @@ def test_down_l2_after_asks_for_the_epilogue_weights_behind_the_loads(
     weight loads (stream_linear<..., AfterL2 = true>), nothing at the start. It builds with
     nvcc, without spills; a value other than 0, 1 or after is an error naming the switch."""
     body, columns, used = _down_l2_body("after", cache, monkeypatch)
-    after = re.search(r"const mk::gpu::L2Rows l2_after\{(.*), 256, 48, 768\};", body)
+    after = re.search(r"const mk::gpu::AfterRows after_rows\{(.*), 256, 48, 768\};", body)
     assert after is not None and after.group(1) == columns
-    assert re.search(r"mk::gpu::stream_linear<1, [^>]*, 0, 0, true>\(sl, \{\}, l2_after\);", body)
-    assert "prefetch_rows_l2" not in body
+    assert re.search(r"mk::gpu::stream_linear<1, [^>]*, 0, 0, 1>\(sl, \{\}, after_rows\);", body)
+    assert "prefetch_rows_l2" not in body and "cp_async_wait" not in body
     assert _no_spills(used), used
-    with pytest.raises(mk.MkError, match="MK_CUDA_DOWN_L2 must be one of 0, 1, after"):
+    with pytest.raises(mk.MkError, match="MK_CUDA_DOWN_L2 must be one of 0, 1, after, smem"):
         _down_l2_body("ahead", cache, monkeypatch)
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
+def test_down_l2_smem_copies_the_epilogue_weights_behind_the_loads(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_DOWN_L2=smem: the gate/up stream's warps copy the down projection's columns
+    (256 rows of 48 bytes) into shared memory behind their last weight loads
+    (stream_linear<..., kAfterSmem>), right behind the stream's activation chunk, and
+    rows_dot_lanes<..., SmemW> awaits them and reads the rows there, 24 elements apart. The
+    kernel's shared memory grows by them; it builds without spills."""
+    monkeypatch.setenv("MK_CUDA_DOWN_L2", "smem")
+    prog = _fused(residual_mlp(1, 24 * 16), cache, 24)
+    source = prog.cuda_source  # type: ignore[attr-defined]
+    body = next(b for b in source.split("__device__ __noinline__") if "rows_dot_" in b)
+    copy = re.search(r"const mk::gpu::AfterRows after_rows\{(.*), 256, 48, 768, mk::gpu::mk_dynamic_smem \+ (\d+)\};", body)
+    assert copy is not None
+    at = int(copy.group(2))
+    assert at % 128 == 0 and at >= 4 * 256  # behind the staged activation row
+    assert re.search(r"mk::gpu::stream_linear<1, [^>]*, 0, 0, 2>\(sl, \{\}, after_rows\);", body)
+    dot = body.index("mk::gpu::rows_dot_lanes<1, 24, 256, true, false, true>(")
+    assert body.index("stream_linear<") < dot and "cp_async_wait" not in body
+    assert f"(mk::gpu::mk_dynamic_smem + {at}), 24, " in body[dot:]
+    smem = re.search(r"kRingOffset = (\d+);", source)
+    assert smem is not None and int(smem.group(1)) >= at + 256 * 48
+    assert _no_spills(prog.cuda_resources), prog.cuda_resources  # type: ignore[attr-defined]
+
+
+def test_down_l2_smem_keeps_what_does_not_fit(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Columns past DOWN_SMEM_MAX (1,024 rows of 128 bytes: a block of 64 columns of a
+    hidden size of 1,024) stay streamed from global memory."""
+    monkeypatch.setenv("MK_CUDA_DOWN_L2", "smem")
+    monkeypatch.setattr("mk.backends.cuda.build.nvcc", lambda: None)
+    monkeypatch.setattr("mk.backends.cuda.nvcc", lambda: None)
+    prog = _fused(residual_mlp(1, 64 * 16, hidden=1024), cache, 64)
+    source = prog.cuda_source  # type: ignore[attr-defined]
+    assert "after_rows" not in source and "cp_async_wait" not in source
+    assert "rows_dot_lanes<1, 64, 1024, true>(" in source
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("batch", "cols"), [(1, 24), (1, 96), (2, 24)])
+def test_down_smem_matches_the_reference_on_the_gpu(
+    batch: int, cols: int, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The down columns copied into shared memory behind the gate/up loads
+    (MK_CUDA_DOWN_L2=smem) give the reference's result; at batch 2 the tensor-core product
+    keeps its own loads."""
+    monkeypatch.setenv("MK_CUDA_DOWN_L2", "smem")
+    _check_runs(batch, cols, "cuda", cache)

@@ -41,8 +41,10 @@ __host__ __device__ constexpr RowsLayout rows_layout(int vec, int m, bool packed
 // instead of 32 scattered pieces. Each lane keeps up to kBatch loads in flight and issues the
 // next batch before it uses the last; the lanes of a row then sum by shuffles. A lane holds its
 // columns of a in registers: the rows' products and sums are then independent of each other and
-// of the stores, and their latencies overlap. Cooperative: every thread calls it.
-template <int M, int KC, int N, bool BF16, bool Packed = false>
+// of the stores, and their latencies overlap. With SmemW the rows are in shared memory, `ld`
+// elements apart, copied there by every thread's cp.async (the first product's stream:
+// MK_CUDA_DOWN_L2=smem), which it awaits and publishes first. Cooperative: every thread calls it.
+template <int M, int KC, int N, bool BF16, bool Packed = false, bool SmemW = false>
 __device__ __noinline__ void rows_dot_lanes(const float* __restrict__ a,
                                             const uint16_t* __restrict__ w, int64_t ld,
                                             float* __restrict__ d) {
@@ -57,6 +59,10 @@ __device__ __noinline__ void rows_dot_lanes(const float* __restrict__ a,
   constexpr int kSteps = (N + kRowsPerStep - 1) / kRowsPerStep;
   constexpr int kMost = (M > 4 ? 4 : 16) / kChunks;  // loads in flight a batch: registers for M sums
   constexpr int kBatch = kSteps < kMost ? kSteps : kMost;
+  if constexpr (SmemW) {
+    cp_async_wait<0>();
+    __syncthreads();
+  }
   const int lane = static_cast<int>(threadIdx.x & 31u), part = lane % kGroup;
   const int row0 = static_cast<int>(threadIdx.x >> 5) * kRowsPerWarp + lane / kGroup;
   constexpr bool kAllRows = kRowsPerWarp * kGroup == 32;  // no lanes past the warp's last row
@@ -69,8 +75,13 @@ __device__ __noinline__ void rows_dot_lanes(const float* __restrict__ a,
     Pieces x;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
-      x.v[c] = active && row < N ? load_stream(w + row * ld + 8 * part + 8 * kGroup * c)
-                                 : make_uint4(0, 0, 0, 0);
+      if constexpr (SmemW) {
+        x.v[c] = active && row < N ? load_shared16(w + row * ld + 8 * part + 8 * kGroup * c)
+                                   : make_uint4(0, 0, 0, 0);
+      } else {
+        x.v[c] = active && row < N ? load_stream(w + row * ld + 8 * part + 8 * kGroup * c)
+                                   : make_uint4(0, 0, 0, 0);
+      }
     }
     return x;
   };

@@ -462,19 +462,20 @@ __device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S
 // first round is loaded ahead (load_first_round): First = 1, `first`, loaded by the caller;
 // First = 2 (MK_CUDA_STAGE_FIRST=N: its first N steps), here, right behind the activation's
 // first loads, so that its round trip to HBM overlaps theirs and the staging instead of
-// following the staging barrier. With AfterL2 (CUDA cores, aligned weights), each warp asks the
-// L2 for `after` behind its last weight loads (MK_CUDA_DOWN_L2=after). Ends with
-// __syncthreads(); false if staged weights never landed.
+// following the staging barrier. With After (CUDA cores, aligned weights), each warp asks for
+// `after` behind its last weight loads (MK_CUDA_DOWN_L2=after: into the L2; smem: copied into
+// shared memory, which every thread then does exactly once). Ends with __syncthreads(); false if
+// staged weights never landed.
 template <int M, int RG, int S, int XB, bool Mma = false, bool Staged = false, int G = 1,
-          int Ring = 0, int First = 0, bool AfterL2 = false>
+          int Ring = 0, int First = 0, int After = kAfterNone>
 __device__ bool stream_linear(const StreamLinear& s,
                               const WeightRound<RG, S>& first = WeightRound<RG, S>{},
-                              const L2Rows& after = L2Rows{}) {
+                              const AfterRows& after = AfterRows{}) {
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
   static_assert(Ring == 0 || (Mma && !Staged && G == 1), "the ring: tensor cores, one group, unstaged");
   static_assert(!First || (!Mma && !Staged), "a first round loaded early: CUDA cores, unstaged");
   static_assert(First >= 0 && First <= 2, "First: 0, 1 (the caller's round) or 2 (loaded here)");
-  static_assert(!AfterL2 || (!Mma && !Staged), "the L2 request behind the loads: CUDA cores, unstaged");
+  static_assert(After == kAfterNone || (!Mma && !Staged), "the rows asked behind the loads: CUDA cores, unstaged");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
   bool vec = true;
   #pragma unroll
@@ -549,7 +550,7 @@ __device__ bool stream_linear(const StreamLinear& s,
       uint16_t* ring = reinterpret_cast<uint16_t*>(mk_dynamic_smem + ((M * s.kc * 2 + 127) & ~127));
       mma_chunk<M, Staged, G, S, Ring>(s, reinterpret_cast<const uint16_t*>(xs), s.kc, kc, c, rows, ring);
     } else if (vec && !Mma) {
-      stream_rows<M, RG, S, true, Staged, First != 0, kFirstSteps, AfterL2>(
+      stream_rows<M, RG, S, true, Staged, First != 0, kFirstSteps, After>(
           s, xs, s.kc, kc, c, begin, end, s.assign && c == 0, First == 2 ? own : first, c == 0,
           after);
     } else {
@@ -558,6 +559,9 @@ __device__ bool stream_linear(const StreamLinear& s,
       // each body that streams, and a decode step runs each body once per layer, from a cold
       // instruction cache.
       stream_rows<M, 1, 1, false, Staged>(s, xs, s.kc, kc, c, begin, end, s.assign && c == 0);
+      if constexpr (After == kAfterSmem) {
+        if (c + kc >= s.k) ask_after<After>(after);  // the copy the body waits for
+      }
     }
   }
   MK_MARK(*s.arena);
