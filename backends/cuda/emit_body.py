@@ -30,10 +30,10 @@ from mk.backends.cuda.local_tiles import localise_tiles
 from mk.backends.cuda.mma_tile import GemmPlan, gemm_lines, mma_tile, plan_gemm
 from mk.backends.cuda.pair_loops import pair_loops
 from mk.backends.cuda.row_ops import static_row_op
-from mk.backends.cuda.rows_add import DOWN_SMEM_MAX, RowsAdd, plan_rows_add
+from mk.backends.cuda.rows_add import RowsAdd, copied_rows, plan_rows_add
 from mk.backends.cuda.split_merge import MergedX, MergePlan, merge_lines, plan_merge
 from mk.backends.cuda.stream import STAGE_X_BYTES, StreamPlan, plan_stream
-from mk.backends.cuda.stream_attention import AttentionPlan, plan_attention
+from mk.backends.cuda.stream_attention import THREADS, AttentionPlan, plan_attention
 from mk.backends.cuda.whole_calls import whole_calls
 from mk.diagnostics import MkError, op_location
 from mk.dialects import mugraph_maps as maps
@@ -100,7 +100,7 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
                 if self.plan.sum_sq is not None:
                     self.assigned.add(self.plan.sum_sq.res)
         self.smem_floats = 0
-        self.after_smem: int | None = None
+        self.after_smem: tuple[int, int] | None = None
         self.staged_bytes = 0  # weights the body stages in the ring
         self.views: set[SSAValue] = set()
         self.prefetch: list[str] = []
@@ -395,13 +395,14 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
             how = "mma" if fits else "lanes"
         return how
 
-    def epilogue_in_smem(self, nbytes: int) -> bool:
-        """MK_CUDA_DOWN_L2=smem: rows_dot_lanes (unpacked) reads the columns, at most
-        DOWN_SMEM_MAX bytes of them, 16-byte aligned wherever the task is."""
+    def epilogue_in_smem(self, rows: int, row_bytes: int) -> int:
+        """MK_CUDA_DOWN_L2=smem: where rows_dot_lanes (unpacked) reads the columns, 16-byte
+        aligned wherever the task is, the rows that fit DOWN_SMEM_MAX (copied_rows)."""
         plan = self.rows_add
-        if plan is None or nbytes > DOWN_SMEM_MAX or self.rows_dot_kind(plan) != "lanes":
-            return False
-        return self.rows_aligned(plan.w)
+        if plan is None or self.rows_dot_kind(plan) != "lanes" or not self.rows_aligned(plan.w):
+            return 0
+        kc = shape_of(plan.matmul.operands[0])[1]
+        return copied_rows(rows, row_bytes, kc, THREADS)
 
     def rows_dot(self, plan: RowsAdd) -> None:
         """The product tile, its weight columns streamed (not loaded as a tile), or read from
@@ -416,13 +417,15 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         name = {"threads": "rows_dot_threads", "mma": "rows_dot_mma"}.get(how, "rows_dot_lanes")
         packed = ", true" if how == "packed" else ""
         at = f"static_cast<const uint16_t*>(buffers[{w.index}]) + ({n0}) * {w.shape[1]} + {k0}"
-        ld, what = w.shape[1], "its weight streamed"
+        smem, what = "", "its weight streamed"
         if self.after_smem is not None:
-            packed = ", false, true"
-            at = f"reinterpret_cast<const uint16_t*>(mk::gpu::mk_dynamic_smem + {self.after_smem})"
-            ld, what = kc, "its weight rows in shared memory"
+            offset, rows = self.after_smem
+            packed = f", false, {rows}"
+            smem = f", reinterpret_cast<const uint16_t*>(mk::gpu::mk_dynamic_smem + {offset})"
+            what = f"{'all' if rows == n else rows} of its weight rows in shared memory"
         self.lines.append(f"{d}.resize({m * n});")
         self.lines.append(
             f"mk::gpu::{name}<{m}, {kc}, {n}, {bf16}{packed}>("
-            f"{self.var(plan.matmul.operands[0])}.data(), {at}, {ld}, {d}.data());  // the product, {what}"
+            f"{self.var(plan.matmul.operands[0])}.data(), {at}, {w.shape[1]}, {d}.data(){smem});"
+            f"  // the product, {what}"
         )

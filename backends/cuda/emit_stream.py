@@ -40,7 +40,7 @@ class StreamLinearEmitter(GraphDefEmitter):
     assigned: set[SSAValue]  # accumulators stream_linear writes whole (StreamLinear::assign)
     stage_weights_ahead: bool
     smem_floats: int
-    after_smem: int | None  # where MK_CUDA_DOWN_L2=smem copied the epilogue product's rows
+    after_smem: tuple[int, int] | None  # MK_CUDA_DOWN_L2=smem: byte offset, rows copied
     staged_bytes: int
     prefetch: list[str]  # what one thread runs before the task's turn: the L2 prefetch
     stage: list[str]  # and the copy into the staging ring
@@ -157,17 +157,17 @@ class StreamLinearEmitter(GraphDefEmitter):
             return False
         return not self.operands[plan.x.source_index()].flagged
 
-    def epilogue_in_smem(self, nbytes: int) -> bool:
-        """Whether the epilogue product can read its `nbytes` of weight columns from shared
-        memory (MK_CUDA_DOWN_L2=smem; none here)."""
-        return False
+    def epilogue_in_smem(self, rows: int, row_bytes: int) -> int:
+        """How many of the epilogue product's `rows` weight rows (`row_bytes` each) it can read
+        from shared memory (MK_CUDA_DOWN_L2=smem; none here)."""
+        return 0
 
     def after_rows(self, plan: StreamPlan, mma: bool, early: str) -> int:
         """MK_CUDA_DOWN_L2=after|smem: the epilogue product's weight columns (`after_rows`,
         passed to stream_linear), which each warp asks for behind its last weight loads: into
         the L2 (`after`: kAfterL2, 1), or copied into shared memory behind the stream's own
-        (`smem`: kAfterSmem, 2; `after_smem` is their byte offset, where the product awaits
-        and reads them). CUDA cores, aligned weights in global memory,
+        (`smem`: kAfterSmem, 2; `after_smem` is their byte offset and the rows copied, where
+        the product awaits and reads them: all, or its first steps where they do not fit). CUDA cores, aligned weights in global memory,
         and an epilogue product whose columns are known; for `smem` also one activation chunk
         (no wide room), no merge ahead of the weights, and columns the product takes from
         shared memory (epilogue_in_smem). Which it declared (0: none)."""
@@ -181,13 +181,14 @@ class StreamLinearEmitter(GraphDefEmitter):
         if mode == "after":
             self.lines.append(f"const mk::gpu::AfterRows after_rows{{{at}, {n}, {row}, {ld}}};")
             return 1
-        if early or self.stream_chunks != 1 or not self.epilogue_in_smem(n * row):
+        copied = 0 if early or self.stream_chunks != 1 else self.epilogue_in_smem(n, row)
+        if not copied:
             return 0
         offset = -(-4 * self.smem_floats // 128) * 128
-        self.smem_floats = -(-(offset + n * row) // 4)
-        self.after_smem = offset
+        self.smem_floats = -(-(offset + copied * row) // 4)
+        self.after_smem = (offset, copied)
         self.lines.append(
-            f"const mk::gpu::AfterRows after_rows{{{at}, {n}, {row}, {ld}, "
+            f"const mk::gpu::AfterRows after_rows{{{at}, {copied}, {row}, {ld}, "
             f"mk::gpu::mk_dynamic_smem + {offset}}};"
         )
         return 2

@@ -384,12 +384,12 @@ def epilogue_weights_l2() -> str:
     (opt-in, not yet timed; CUDA cores) asks once each warp has issued its first product's last
     weight loads (stream_linear<..., AfterL2 = true>), in the order the tensor-core attention's
     rows first won with (MK_CUDA_ATTN_ROWS_FIRST). `smem` (opt-in, not yet timed; CUDA cores,
-    one activation chunk, mk::gpu::rows_dot_lanes, at most rows_add.DOWN_SMEM_MAX bytes) copies
-    them into shared memory at the same point with cp.async, so that the product reads them
-    there instead of waiting a round trip to HBM (or, with `after`, to L2) after the barrier
-    that ends the first product: qwen3-0.6b's batch-1 MLP block streams its 48 KiB of down
-    columns after its gate/up product (2.8 us of its 10.5 on the H200, session 56). `0`, the
-    default: off."""
+    one activation chunk, mk::gpu::rows_dot_lanes) copies them, or the first rows that fit
+    rows_add.DOWN_SMEM_MAX, into shared memory at the same point with cp.async, so that the
+    product starts on them there instead of waiting a round trip to HBM (or, with `after`, to
+    L2) after the barrier that ends the first product: qwen3-0.6b's batch-1 MLP block streams
+    its 48 KiB of down columns after its gate/up product (2.8 us of its 10.5 on the H200,
+    session 56). `0`, the default: off."""
     return choice("MK_CUDA_DOWN_L2", ("0", "1", "after", "smem"))
 
 

@@ -13,6 +13,7 @@ import pytest
 import mk
 from mk import compiler
 from mk.backends.cuda import build as cuda_build
+from mk.backends.cuda.rows_add import copied_rows, lanes_rows_per_step
 from mk.compiler import PIPELINE, run_pipeline
 from mk.dialects.mugraph import GraphDefOp, OutputOp
 from mk.inputs import random_inputs
@@ -107,8 +108,8 @@ def _fused(text: str, cache: Path, cols: int, target: str = "cuda") -> mk.Progra
     )
 
 
-def _check_runs(batch: int, cols: int, target: str, cache: Path) -> mk.Program:
-    text = residual_mlp(batch, cols * 16)
+def _check_runs(batch: int, cols: int, target: str, cache: Path, hidden: int = 256) -> mk.Program:
+    text = residual_mlp(batch, cols * 16, hidden)
     prog = _fused(text, cache, cols, target)
     inputs = random_inputs(prog.func, seed=cols)
     (want,) = mk.reference(text, *[x.copy() for x in inputs])
@@ -479,44 +480,65 @@ def test_down_l2_smem_copies_the_epilogue_weights_behind_the_loads(
     """MK_CUDA_DOWN_L2=smem: the gate/up stream's warps copy the down projection's columns
     (256 rows of 48 bytes) into shared memory behind their last weight loads
     (stream_linear<..., kAfterSmem>), right behind the stream's activation chunk, and
-    rows_dot_lanes<..., SmemW> awaits them and reads the rows there, 24 elements apart. The
-    kernel's shared memory grows by them; it builds without spills."""
+    rows_dot_lanes<..., SmemRows = 256> awaits them and reads every row there. The kernel's
+    shared memory grows by them; it builds without spills."""
     monkeypatch.setenv("MK_CUDA_DOWN_L2", "smem")
     prog = _fused(residual_mlp(1, 24 * 16), cache, 24)
     source = prog.cuda_source  # type: ignore[attr-defined]
     body = next(b for b in source.split("__device__ __noinline__") if "rows_dot_" in b)
-    copy = re.search(r"const mk::gpu::AfterRows after_rows\{(.*), 256, 48, 768, mk::gpu::mk_dynamic_smem \+ (\d+)\};", body)
+    copy = re.search(
+        r"const mk::gpu::AfterRows after_rows\{(.*), 256, 48, 768, mk::gpu::mk_dynamic_smem \+ (\d+)\};",
+        body,
+    )
     assert copy is not None
     at = int(copy.group(2))
     assert at % 128 == 0 and at >= 4 * 256  # behind the staged activation row
     assert re.search(r"mk::gpu::stream_linear<1, [^>]*, 0, 0, 2>\(sl, \{\}, after_rows\);", body)
-    dot = body.index("mk::gpu::rows_dot_lanes<1, 24, 256, true, false, true>(")
+    dot = body.index("mk::gpu::rows_dot_lanes<1, 24, 256, true, false, 256>(")
     assert body.index("stream_linear<") < dot and "cp_async_wait" not in body
-    assert f"(mk::gpu::mk_dynamic_smem + {at}), 24, " in body[dot:]
+    assert body[dot:].split(";")[0].endswith(f"(mk::gpu::mk_dynamic_smem + {at}))")
+    assert f", {copy.group(1)}, 384, " in body[dot:]  # the columns in global memory, too
     smem = re.search(r"kRingOffset = (\d+);", source)
     assert smem is not None and int(smem.group(1)) >= at + 256 * 48
     assert _no_spills(prog.cuda_resources), prog.cuda_resources  # type: ignore[attr-defined]
 
 
-def test_down_l2_smem_keeps_what_does_not_fit(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Columns past DOWN_SMEM_MAX (1,024 rows of 128 bytes: a block of 64 columns of a
-    hidden size of 1,024) stay streamed from global memory."""
+def test_down_l2_smem_copies_the_first_steps_of_what_does_not_fit(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Columns past DOWN_SMEM_MAX (1,024 rows of 128 bytes: a block of 64 columns of a hidden
+    size of 1,024) are copied as far as whole steps of rows_dot_lanes fit (512 rows: 16 steps
+    of 32), and the product streams the rest from global memory."""
     monkeypatch.setenv("MK_CUDA_DOWN_L2", "smem")
     monkeypatch.setattr("mk.backends.cuda.build.nvcc", lambda: None)
     monkeypatch.setattr("mk.backends.cuda.nvcc", lambda: None)
     prog = _fused(residual_mlp(1, 64 * 16, hidden=1024), cache, 64)
     source = prog.cuda_source  # type: ignore[attr-defined]
-    assert "after_rows" not in source and "cp_async_wait" not in source
-    assert "rows_dot_lanes<1, 64, 1024, true>(" in source
+    assert re.search(
+        r"AfterRows after_rows\{.*, 512, 128, 2048, mk::gpu::mk_dynamic_smem \+ \d+\};", source
+    )
+    assert "rows_dot_lanes<1, 64, 1024, true, false, 512>(" in source
+
+
+def test_rows_per_step_follows_the_lanes_layout() -> None:
+    """copied_rows cuts at whole steps of rows_dot_lanes: a row's 16-byte pieces on the power
+    of two of lanes at or above them (rows_layout, unpacked), a warp a row past 32 pieces."""
+    steps = [lanes_rows_per_step(kc, 256) for kc in (8, 24, 64, 256, 512, 1024)]
+    assert steps == [256, 64, 32, 8, 8, 8]
+    assert copied_rows(1024, 48, 24, 256) == 1024
+    assert copied_rows(2048, 128, 64, 256) == 512
+    assert copied_rows(4096, 2048, 1024, 256) == 32
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("batch", "cols"), [(1, 24), (1, 96), (2, 24)])
+@pytest.mark.parametrize(
+    ("batch", "cols", "hidden"), [(1, 24, 256), (1, 96, 256), (1, 64, 1024), (2, 24, 256)]
+)
 def test_down_smem_matches_the_reference_on_the_gpu(
-    batch: int, cols: int, cache: Path, monkeypatch: pytest.MonkeyPatch
+    batch: int, cols: int, hidden: int, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The down columns copied into shared memory behind the gate/up loads
-    (MK_CUDA_DOWN_L2=smem) give the reference's result; at batch 2 the tensor-core product
-    keeps its own loads."""
+    (MK_CUDA_DOWN_L2=smem) give the reference's result: all of them, or the first 512 rows of
+    1,024 with the rest streamed; at batch 2 the tensor-core product keeps its own loads."""
     monkeypatch.setenv("MK_CUDA_DOWN_L2", "smem")
-    _check_runs(batch, cols, "cuda", cache)
+    _check_runs(batch, cols, "cuda", cache, hidden)
