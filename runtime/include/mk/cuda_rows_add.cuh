@@ -71,23 +71,20 @@ __device__ __noinline__ void rows_dot_lanes(const float* __restrict__ a,
   struct Pieces {
     uint4 v[kChunks];
   };
+  // A step's pieces: from shared memory below kSmemSteps (the copied rows), else streamed.
   auto load = [&](int step) {
     const int row = row0 + step * kRowsPerStep;
     Pieces x;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
-      x.v[c] = active && row < N ? load_stream(w + row * ld + 8 * part + 8 * kGroup * c)
-                                 : make_uint4(0, 0, 0, 0);
-    }
-    return x;
-  };
-  auto load_copied = [&](int step) {  // a step of the rows copied into shared memory
-    const int row = row0 + step * kRowsPerStep;
-    Pieces x;
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      x.v[c] = active && row < N ? load_shared16(smem + row * KC + 8 * part + 8 * kGroup * c)
-                                 : make_uint4(0, 0, 0, 0);
+      const int col = 8 * part + 8 * kGroup * c;
+      if constexpr (kSmemSteps > 0) {
+        if (step < kSmemSteps) {
+          x.v[c] = active && row < N ? load_shared16(smem + row * KC + col) : make_uint4(0, 0, 0, 0);
+          continue;
+        }
+      }
+      x.v[c] = active && row < N ? load_stream(w + row * ld + col) : make_uint4(0, 0, 0, 0);
     }
     return x;
   };
@@ -129,7 +126,7 @@ __device__ __noinline__ void rows_dot_lanes(const float* __restrict__ a,
     cp_async_wait<0>();
     __syncthreads();
 #pragma unroll 4
-    for (int step = 0; step < kSmemSteps; ++step) use(step, load_copied(step));
+    for (int step = 0; step < kSmemSteps; ++step) use(step, load(step));
   }
 #pragma unroll 1
   for (int b = kSmemSteps; b < kSteps; b += kBatch) {
