@@ -167,10 +167,11 @@ class StreamLinearEmitter(GraphDefEmitter):
         passed to stream_linear), which each warp asks for behind its last weight loads: into
         the L2 (`after`: kAfterL2, 1), or copied into shared memory behind the stream's own
         (`smem`: kAfterSmem, 2; `after_smem` is their byte offset and the rows copied, where
-        the product awaits and reads them: all, or its first steps where they do not fit). CUDA cores, aligned weights in global memory,
-        and an epilogue product whose columns are known; for `smem` also one activation chunk
-        (no wide room), no merge ahead of the weights, and columns the product takes from
-        shared memory (epilogue_in_smem). Which it declared (0: none)."""
+        the product awaits and reads them: all, or its first steps where they do not fit).
+        CUDA cores, aligned weights in global memory, and an epilogue product whose columns
+        are known; for `smem` also one activation chunk (no wide room), no merge ahead of the
+        weights, and columns the product takes from shared memory (epilogue_in_smem). Which
+        it declared (0: none)."""
         mode = switches.epilogue_weights_l2()
         if mode not in ("after", "smem") or mma or self.stage_weights_ahead:
             return 0

@@ -460,7 +460,7 @@ def test_down_l2_after_asks_for_the_epilogue_weights_behind_the_loads(
     cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """MK_CUDA_DOWN_L2=after: the block hands its down projection's columns to the gate/up
-    stream (`l2_after`: the rows_dot weights), whose warps ask the L2 for them behind their last
+    stream (`after_rows`: the rows_dot weights), whose warps ask the L2 for them behind their last
     weight loads (stream_linear<..., AfterL2 = true>), nothing at the start. It builds with
     nvcc, without spills; a value other than 0, 1 or after is an error naming the switch."""
     body, columns, used = _down_l2_body("after", cache, monkeypatch)
