@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the project root with the wheels carried in .whl/:
-#   bash bench/on_gpu.sh [prebuild] [tests] [sanitize] [sanitize-model] [bench] [tables] [gemm] [prefill] [timeline] [generate] [search] [profile] [ncu] [product] [mma] [attention] [chain] [ab] [variants]
+#   bash bench/on_gpu.sh [prebuild] [tests] [sanitize] [sanitize-model] [bench] [tables] [gemm] [prefill] [timeline] [generate] [search] [profile] [ncu] [product] [mma] [attention] [chain] [ab] [variants] [boundary]
 #   (default: tests sanitize bench timeline generate)
 # Installs mk, runs the gpu-marked tests, compute-sanitizer on the examples, the benchmark
 # table (`tables`: it and the presets' ms/token against this card's baselines), the per-grid timelines (TIMELINE_ARGS, e.g. "--model qwen3-0.6b --layers 4") and
@@ -136,6 +136,13 @@ for step in $steps; do
       python3 "$ROOT/bench/chain.py" ${CHAIN_ARGS:-} 2>&1 | tee "$OUT/chain.log" ;;
     timeline)
       python3 "$ROOT/bench/timeline.py" --out "$OUT" ${TIMELINE_ARGS:-} 2>&1 | tee "$OUT/timeline.log" | tail -80 ;;
+    boundary)
+      # bench/boundary.py: what runs between one decode step's lm_head and the next step's first
+      # layer (BOUNDARY_MODELS, PRESET:BATCH, default qwen3-0.6b:1 llama-3.2-1b:1; 8 steps a launch).
+      for mb in ${BOUNDARY_MODELS:-qwen3-0.6b:1 llama-3.2-1b:1}; do
+        python3 "$ROOT/bench/boundary.py" --model "${mb%%:*}" --batch "${mb##*:}" ${BOUNDARY_ARGS:-} 2>&1 \
+          | tee -a "$OUT/boundary.log" | tail -30
+      done ;;
     variants)
       # bench/variants.py for each of VARIANT_MODELS (PRESET:BATCH, default qwen3-0.6b:1
       # llama-3.2-1b:1) over VARIANTS (space-separated, "" for the defaults, e.g. '"" MK_CUDA_DOWN_L2=after'),
