@@ -99,6 +99,8 @@ def run_kernel(op: KernelOp, args: Sequence[np.ndarray]) -> np.ndarray:
         raise ValueError(
             f"{loc + ': ' if loc else ''}error: 'mugraph.kernel' \"{kind}\" {e}"
         ) from None
+    if kind == "embedding":  # its rows may go straight into a reshape of the nn op's result
+        out = out.reshape(tuple(result.get_shape()))
     return out.astype(numpy_dtype(result.element_type), copy=False)
 
 

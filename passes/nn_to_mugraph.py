@@ -25,7 +25,10 @@ Layout ops fold into maps in these cases (elsewhere they are library copy kernel
 - a reshape [..., H·D] -> [..., H, 1, ..., D] feeding a row chain (its blocks read their heads
   from the source and reshape the tile);
 - a reshape whose only user is an `nn.cache_write` (as the new slab): the `cache_write` kernel
-  reads the reshape's source, the slab's elements in row-major order.
+  reads the reshape's source, the slab's elements in row-major order;
+- a reshape of an `nn.embedding` result (its only user): the `embedding` kernel writes its rows
+  straight into the reshape's result type (a library kernel's result may be any reshape of the
+  nn op's, row-major).
 """
 
 from __future__ import annotations
@@ -230,6 +233,11 @@ def plan_units(ops: list[Operation], t: Tiling) -> list[_Unit]:
         if view is not None:
             claim(_Unit([view, op], lambda lookup, o=op, v=view: _cache_write_emit(o, v, lookup)))
     for op in ops:
+        pair = _embedding_view(op, claimed)
+        if pair is not None:
+            emit = lambda lookup, p=pair: _embedding_view_emit(*p, lookup)  # noqa: E731
+            claim(_Unit(list(pair), emit))
+    for op in ops:
         if op not in claimed and is_head_transpose(op):
             claim(_transpose_unit(op, claimed))
     for op in ops:
@@ -264,6 +272,28 @@ def _cache_write_emit(
     kernel.results[0].name_hint = op.results[0].name_hint
     kernel.location = op.location
     return [kernel], {op.results[0]: kernel.results[0]}
+
+
+def _embedding_view(
+    op: Operation, claimed: set[Operation]
+) -> tuple[nn.EmbeddingOp, nn.ReshapeOp] | None:
+    """The embedding a reshape reads, when the reshape is its only user: the gather writes its
+    rows straight into the reshape's result (the same bytes in the same order), so no copy task
+    runs (a decode step's [1, B, H] embedding seen as [B, H])."""
+    if not isinstance(op, nn.ReshapeOp) or op in claimed:
+        return None
+    gather = _sole_unclaimed(op.operands[0], op, claimed)
+    return (gather, op) if isinstance(gather, nn.EmbeddingOp) else None
+
+
+def _embedding_view_emit(
+    gather: nn.EmbeddingOp, view: nn.ReshapeOp, lookup: ValueMap
+) -> tuple[list[Operation], dict[SSAValue, SSAValue]]:
+    operands = [lookup(gather.table), lookup(gather.ids)]
+    kernel = KernelOp("embedding", operands, [view.results[0].type], nn_attributes(gather))
+    kernel.results[0].name_hint = view.results[0].name_hint
+    kernel.location = gather.location  # an id out of range names the embedding's line
+    return [kernel], {view.results[0]: kernel.results[0]}
 
 
 def _sole_unclaimed(value: SSAValue, user: Operation, claimed: set[Operation]) -> Operation | None:

@@ -440,3 +440,20 @@ func.func @read_before_write(%k: tensor<1x2x1x16xbf16>, %p: tensor<1xi32>, %c: t
 // CHECK-NEXT:    %old = mugraph.kernel "mul" (%c, %c)
 // CHECK-NEXT:    %w = mugraph.kernel "cache_write" (%c, %k, %p)
 // CHECK-NEXT:    %s = mugraph.kernel "add" (%w, %old)
+
+// -----
+
+// A reshape of an embedding (its only user) is the gather's own result type: no copy kernel.
+// A reshape of an embedding with another user stays a copy.
+func.func @embedding_view(%embed: tensor<64x16xbf16>, %tok: tensor<1x2xi32>, %ids: tensor<2xi32>) -> (tensor<2x16xbf16>, tensor<2x16xbf16>, tensor<1x32xbf16>) {
+  %x3 = nn.embedding %embed, %tok : (tensor<64x16xbf16>, tensor<1x2xi32>) -> tensor<1x2x16xbf16>
+  %x = nn.reshape %x3 : (tensor<1x2x16xbf16>) -> tensor<2x16xbf16>
+  %y = nn.embedding %embed, %ids : (tensor<64x16xbf16>, tensor<2xi32>) -> tensor<2x16xbf16>
+  %y2 = nn.reshape %y : (tensor<2x16xbf16>) -> tensor<1x32xbf16>
+  func.return %x, %y, %y2 : tensor<2x16xbf16>, tensor<2x16xbf16>, tensor<1x32xbf16>
+}
+// CHECK-LABEL: func.func @embedding_view
+// CHECK-NEXT:    %x = mugraph.kernel "embedding" (%embed, %tok) : (tensor<64x16xbf16>, tensor<1x2xi32>) -> tensor<2x16xbf16>
+// CHECK-NEXT:    %y = mugraph.kernel "embedding" (%embed, %ids) : (tensor<64x16xbf16>, tensor<2xi32>) -> tensor<2x16xbf16>
+// CHECK-NEXT:    %y2 = mugraph.kernel "reshape" (%y)
+// CHECK-NEXT:    func.return %x, %y, %y2
