@@ -26,6 +26,12 @@ Tail grids (marked by task-tails) are in no queue: the SM whose signal completes
 element runs it next. The model runs a tail as soon as its producers finish, on no SM; the pick
 order then says whether a tail could block its SM (late_tails), and such grids are queued.
 
+`fixed-us=T` adds T µs to every task's time (its wait, dispatch and signal, which bytes and
+flops leave out). A decode loop (loop-carried waits, no tails) then gets a second list schedule
+that starts each SM where the first leaves it at the end of an iteration, less its makespan, and
+each task no earlier than its loop-carried producers (task_schedule_loop); its queues replace the
+first's when they run an iteration faster over several iterations in the same model.
+
 Grid-level `prefetch(...)` hints are left as they are: a task may load those weights as soon as
 its SM reaches it in the queue, before its waits fire.
 """
@@ -33,8 +39,9 @@ its SM reaches it in the queue, before its waits fire.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from xdsl.context import Context
@@ -47,32 +54,10 @@ from mk.dialects.task_index import TAIL_ATTR, GraphIndex, check_queues_deadlock_
 from mk.dialects.task_maps import edge_elements, format_coords, linearize
 from mk.dialects.task_schedule import QueueOp, ScheduleOp
 from mk.passes.cost_model import Target
+from mk.passes.task_dag import ListSchedule, TaskDag
+from mk.passes.task_schedule_loop import loop_waits, steady_period, steady_start
 
 FALLBACK_TASK_US = 1.0
-
-
-@dataclass(frozen=True)
-class TaskDag:
-    """Tasks 0..T-1 and counters 0..C-1 (the flat event-element numbering of `GraphIndex`)."""
-
-    cost_us: list[float]  # per task: time on one SM
-    signals: list[list[int]]  # per task: the counters it signals
-    waits: list[list[int]]  # per task: the distinct counters it waits on with distance 0
-    waiters: list[list[int]]  # per counter: the tasks waiting on it with distance 0
-    producer_counts: list[int]  # per counter: how many tasks signal it per iteration
-    producers: list[list[int]]  # per counter: the tasks that signal it
-    tails: frozenset[int] = frozenset()  # tail tasks: run by their event's last signal, unqueued
-
-    @property
-    def num_tasks(self) -> int:
-        return len(self.cost_us)
-
-
-@dataclass(frozen=True)
-class ListSchedule:
-    queues: list[list[int]]  # per SM, in run order (possibly empty)
-    makespan_us: float
-    order: list[int]  # every task, queued or tail, in one order the queues and waits respect
 
 
 def target_for(num_sms: int, bandwidth_gbs: float, peak_tflops: float, pass_name: str) -> Target:
@@ -218,14 +203,18 @@ class _Clock:
     order: list[int]  # tasks in the order they were picked or, for tails, run
 
     @classmethod
-    def start(cls, dag: TaskDag) -> _Clock:
+    def start(cls, dag: TaskDag, ready: Sequence[float] | None = None) -> _Clock:
+        """The clock at the iteration's start; `ready`: each task's earliest start (0)."""
         missing = [len(w) for w in dag.waits]
+        ready_at = list(ready) if ready is not None else [0.0] * dag.num_tasks
         available = [
-            (0.0, t) for t in range(dag.num_tasks) if missing[t] == 0 and t not in dag.tails
+            (ready_at[t], t) for t in range(dag.num_tasks) if missing[t] == 0 and t not in dag.tails
         ]
         counters = len(dag.producer_counts)
         pending = list(dag.producer_counts)
-        return cls(dag, missing, pending, [0.0] * counters, [0.0] * dag.num_tasks, available, [])
+        # -inf: an iteration laid out from its steady start may run before time 0
+        done = [-math.inf] * counters
+        return cls(dag, missing, pending, done, ready_at, available, [])
 
     def finish(self, task: int, end: float) -> list[int]:
         """Records that `task` ends at `end`; waiters whose last producer this was get a time,
@@ -254,13 +243,22 @@ class _Clock:
         return finished
 
 
-def list_schedule(dag: TaskDag, priority: Sequence[float], num_sms: int) -> ListSchedule | None:
-    """Critical-path-first list schedule on `num_sms` SMs, or None if the tasks form a cycle."""
-    clock = _Clock.start(dag)
+def list_schedule(
+    dag: TaskDag,
+    priority: Sequence[float],
+    num_sms: int,
+    sm_free: Sequence[float] | None = None,
+    ready_from: Sequence[float] | None = None,
+) -> ListSchedule | None:
+    """Critical-path-first list schedule on `num_sms` SMs, or None if the tasks form a cycle.
+    `sm_free`: when each SM is free (0); `ready_from`: each task's earliest start (0)."""
+    clock = _Clock.start(dag, ready_from)
     heapq.heapify(clock.available)
     ready: list[tuple[float, int]] = []  # (-priority, task): highest priority, then lowest id
-    sms = [(0.0, sm) for sm in range(num_sms)]  # (time it becomes free, SM): a valid heap
+    free_at = list(sm_free) if sm_free is not None else [0.0] * num_sms
+    sms = sorted((free_at[sm], sm) for sm in range(num_sms))  # (time it is free, SM): a heap
     queues: list[list[int]] = [[] for _ in range(num_sms)]
+    ends = [0.0] * dag.num_tasks
     makespan = 0.0
     for _ in range(dag.num_tasks - len(dag.tails)):
         while True:
@@ -283,12 +281,11 @@ def list_schedule(dag: TaskDag, priority: Sequence[float], num_sms: int) -> List
         queues[sm].append(task)
         clock.order.append(task)
         for done in clock.finish(task, end):
-            makespan = max(
-                makespan, end if done == task else clock.ready_at[done] + dag.cost_us[done]
-            )
+            ends[done] = end if done == task else clock.ready_at[done] + dag.cost_us[done]
+            makespan = max(makespan, ends[done])
     if len(clock.order) < dag.num_tasks:
         return None  # a tail whose event never completes
-    return ListSchedule(queues, makespan, clock.order)
+    return ListSchedule(queues, makespan, clock.order, ends)
 
 
 def queue_makespan(dag: TaskDag, queues: Sequence[Sequence[int]]) -> float | None:
@@ -346,26 +343,35 @@ def late_tails(index: GraphIndex, dag: TaskDag, order: Sequence[int]) -> list[Gr
     return list(late.values())
 
 
-def schedule_graph(graph: GraphOp, num_sms: int, target: Target) -> ListSchedule:
+def schedule_graph(
+    graph: GraphOp, num_sms: int, target: Target, fixed_us: float = 0.0
+) -> ListSchedule:
     """Replaces the graph's task.schedule with a list schedule on `num_sms` SMs; grids marked
     as tails (task-tails) stay out of the queues, unless the schedule could make one block its
-    SM (late_tails): those lose the mark and are queued like the rest."""
+    SM (late_tails): those lose the mark and are queued like the rest. With `fixed_us`, every
+    task costs that much more in the model, and a loop's queues are those of its steady state
+    where that runs an iteration faster (steady_schedule)."""
     for op in list(graph.body.block.ops):
         if isinstance(op, ScheduleOp):
             graph.body.block.erase_op(op)
     while True:
         index = graph.index()
         dag = build_dag(index, target)
+        if fixed_us:
+            dag = replace(dag, cost_us=[cost + fixed_us for cost in dag.cost_us])
         order = topological_order(dag)
         if order is None:
             raise _cycle_error(index, dag)
-        result = list_schedule(dag, bottom_levels(dag, order), num_sms)
+        priority = bottom_levels(dag, order)
+        result = list_schedule(dag, priority, num_sms)
         assert result is not None  # the DAG is acyclic
         late = late_tails(index, dag, result.order)
         if not late:
             break
         for grid in late:
             del grid.attributes[TAIL_ATTR]
+    if fixed_us:
+        result = steady_schedule(index, dag, priority, num_sms, result)
     schedule = ScheduleOp(num_sms)
     for sm, tasks in enumerate(result.queues):
         if tasks:
@@ -376,21 +382,46 @@ def schedule_graph(graph: GraphOp, num_sms: int, target: Target) -> ListSchedule
     return result
 
 
+def steady_schedule(
+    index: GraphIndex, dag: TaskDag, priority: Sequence[float], num_sms: int, first: ListSchedule
+) -> ListSchedule:
+    """For a loop (loop-carried waits, no tails): the list schedule of an iteration that starts
+    where `first` leaves each SM and each loop-carried producer, when its queues run an
+    iteration faster than `first`'s (task_schedule_loop); else `first`."""
+    loop = loop_waits(index)
+    if dag.tails or not any(loop):
+        return first
+    start = steady_start(dag, loop, first)
+    second = list_schedule(dag, priority, num_sms, start.sm_free, start.ready)
+    if second is None:
+        return first
+    before = steady_period(dag, loop, first.queues)
+    after = steady_period(dag, loop, second.queues)
+    return second if before is not None and after is not None and after < before else first
+
+
 def task_graphs(module: ModuleOp) -> list[GraphOp]:
     return [op for op in module.walk() if isinstance(op, GraphOp)]
 
 
 @dataclass(frozen=True)
 class TaskSchedulePass(ModulePass):
-    """`task-schedule{num-sms=132 bandwidth-gbs=4100.0 peak-tflops=740.0}`."""
+    """`task-schedule{num-sms=132 bandwidth-gbs=4100.0 peak-tflops=740.0 fixed-us=0.0}`.
+
+    `fixed-us`: a task's fixed cost in the model (its wait, dispatch and signal), µs; 0 models
+    bytes and flops alone. With it a decode loop's queues are laid out for the steady state.
+    """
 
     name = "task-schedule"
 
     num_sms: int = 132
     bandwidth_gbs: float = 4100.0
     peak_tflops: float = 740.0
+    fixed_us: float = 0.0
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         target = target_for(self.num_sms, self.bandwidth_gbs, self.peak_tflops, self.name)
+        if self.fixed_us < 0:
+            raise MkError(f"{self.name}: fixed-us must be >= 0, got {self.fixed_us}")
         for graph in task_graphs(op):
-            schedule_graph(graph, self.num_sms, target)
+            schedule_graph(graph, self.num_sms, target, self.fixed_us)

@@ -2,6 +2,7 @@
 // RUN: mk-opt %s --split-input-file -p 'task-schedule{num-sms=2 bandwidth-gbs=2.0}' --verify-diagnostics | mk-opt --split-input-file --verify-diagnostics | filecheck %s
 // RUN: mk-opt %s --split-input-file -p 'task-schedule{num-sms=3 bandwidth-gbs=3.0},task-stats{bandwidth-gbs=3.0}' --verify-diagnostics | filecheck %s --check-prefix=SM3
 // RUN: mk-opt %s --split-input-file -p task-schedule --verify-diagnostics | filecheck %s --check-prefix=ERR
+// RUN: mk-opt %s --split-input-file -p 'task-schedule{num-sms=2 bandwidth-gbs=2.0 fixed-us=1.0}' --verify-diagnostics | filecheck %s --check-prefix=LOOP
 
 // With bandwidth-gbs=2.0 on 2 SMs each SM gets 1 GB/s: a task moving 1000 bytes takes 1 µs,
 // as does a task without a cost. On 3 SMs with 3 GB/s the times are the same.
@@ -131,6 +132,45 @@ task.graph @loop iterations 3 arena 512 {
 // SM3-NEXT:      task.queue sm 1 [1, 4]
 // SM3-NEXT:      task.queue sm 2 [2]
 // SM3-NEXT:    }
+
+// -----
+
+// A decode loop's steady state (fixed-us): @first of iteration t + 1 needs @start of t + 1 and
+// @last of t, the end of iteration t's chain. One iteration laid out from t = 0 puts @start on
+// SM 0 (ids: start 0, first 1, mid 2-3, last 4), behind @last, so every iteration's chain runs
+// last -> start -> first -> mid -> last. With a task's fixed cost of 1 µs in the model (2, 2,
+// 5, 2 µs), the second layout starts SM 1 at -2 µs, where iteration t left it: @start moves to
+// SM 1 behind @mid[1], off the chain, and an iteration takes 9 µs instead of 11.
+task.graph @steady iterations 4 arena 0 {
+  task.event @s [1] count 1
+  task.event @e1 [1] count 1
+  task.event @e2 [1] count 2
+  task.event @e3 [1] count 1
+  task.grid @start [1] signals(@s (d0) -> (0)) {
+    task.yield
+  }
+  task.grid @first [1] waits(@s (d0) -> (0), @e3 (d0) -> (0) distance 1) signals(@e1 (d0) -> (0)) {
+    task.yield
+  }
+  task.grid @mid [2] waits(@e1 (d0) -> (0)) signals(@e2 (d0) -> (0)) cost(bytes = 4000, flops = 0) {
+    task.yield
+  }
+  task.grid @last [1] waits(@e2 (d0) -> (0)) signals(@e3 (d0) -> (0)) {
+    task.yield
+  }
+}
+
+// CHECK-LABEL: task.graph @steady
+// CHECK:         task.schedule num_sms 2 {
+// CHECK-NEXT:      task.queue sm 0 [0, 1, 2, 4]
+// CHECK-NEXT:      task.queue sm 1 [3]
+// CHECK-NEXT:    }
+
+// LOOP-LABEL: task.graph @steady
+// LOOP:         task.schedule num_sms 2 {
+// LOOP-NEXT:      task.queue sm 0 [1, 2, 4]
+// LOOP-NEXT:      task.queue sm 1 [0, 3]
+// LOOP-NEXT:    }
 
 // -----
 

@@ -1,0 +1,121 @@
+"""task-schedule's steady state of a decode loop: the loop-carried waits, where the iteration
+before leaves each SM, and the period of static queues run iteration after iteration.
+
+One launch runs every iteration of the same per-SM queues, so an SM reaches iteration t + 1's
+first task once it is done with iteration t's last. A list schedule of one iteration starts
+every SM at 0: the SM that runs the end of the iteration's chain (a decode step's argmax and
+token write) gets the tasks that need nothing yet (the next step's position) as readily as an SM
+idle since the lm_head, and those then wait behind that chain. `steady_start` says when each SM
+and each task can start in iteration t + 1 given iteration t's schedule, and `steady_period`
+measures a candidate's queues over several iterations, loop-carried waits included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from mk.dialects.task_index import GraphIndex
+from mk.dialects.task_maps import edge_elements, linearize
+from mk.passes.task_dag import ListSchedule, TaskDag
+
+
+def loop_waits(index: GraphIndex) -> list[list[tuple[int, int]]]:
+    """Per task: (counter, distance) of each wait on an earlier iteration (distance >= 1)."""
+    waits: list[set[tuple[int, int]]] = [set() for _ in range(index.total_tasks)]
+    for name, edges in index.consumers.items():
+        shape = index.events[name].shape_tuple
+        for grid, edge in edges:
+            distance = edge.distance_value
+            elements = edge_elements(grid, edge)
+            if distance == 0 or elements is None:
+                continue
+            counters = index.counter_bases[name] + linearize(elements, shape)
+            base = index.base_of(grid)
+            for i, counter in enumerate(counters.tolist()):
+                waits[base + i].add((int(counter), distance))
+    return [sorted(w) for w in waits]
+
+
+@dataclass(frozen=True)
+class SteadyStart:
+    """Iteration t + 1 as iteration t's schedule leaves it, in µs from its own start (the
+    earlier iteration's ends less its makespan): when each SM is free and when each task's
+    loop-carried producers are done (a task with no waits at all: as soon as any SM is)."""
+
+    sm_free: list[float]
+    ready: list[float]
+
+
+def steady_start(
+    dag: TaskDag, loop: Sequence[Sequence[tuple[int, int]]], before: ListSchedule
+) -> SteadyStart:
+    period = before.makespan_us
+    sm_free = [(before.ends[q[-1]] if q else 0.0) - period for q in before.queues]
+    done = counter_ends(dag, before.ends)
+    earliest = min(sm_free, default=0.0)
+    ready = []
+    for task in range(dag.num_tasks):
+        carried = [done[c] - d * period for c, d in loop[task]]
+        if carried:
+            ready.append(max(carried))
+        else:
+            ready.append(earliest if not dag.waits[task] else 0.0)
+    return SteadyStart(sm_free, ready)
+
+
+def counter_ends(dag: TaskDag, ends: Sequence[float]) -> list[float]:
+    """Per counter: when its last producer ends."""
+    done = [0.0] * len(dag.producer_counts)
+    for counter, producers in enumerate(dag.producers):
+        if producers:
+            done[counter] = max(ends[p] for p in producers)
+    return done
+
+
+def steady_period(
+    dag: TaskDag,
+    loop: Sequence[Sequence[tuple[int, int]]],
+    queues: Sequence[Sequence[int]],
+    iterations: int = 3,
+) -> float | None:
+    """How long one iteration takes once the loop runs: the last end of the final iteration
+    less that of the one before, when each SM runs its queue once per iteration and every task
+    starts as soon as its SM, this iteration's producers and the earlier iterations' (its
+    loop-carried waits) are done. None if the queues deadlock (or hold a tail task)."""
+    if dag.tails or iterations < 2:
+        return None
+    n, counters = dag.num_tasks, len(dag.producer_counts)
+    pending = np.tile(np.asarray(dag.producer_counts, np.int64), (iterations, 1))
+    done = np.zeros((iterations, counters))
+    ends = np.zeros((iterations, n))
+    sequence = [[(i, t) for i in range(iterations) for t in q] for q in queues]
+    position = [0] * len(queues)
+    sm_time = [0.0] * len(queues)
+    blocked: dict[tuple[int, int], list[int]] = {}
+    work = list(range(len(queues)))
+    finished = 0
+    while work:
+        sm = work.pop()
+        while position[sm] < len(sequence[sm]):
+            i, task = sequence[sm][position[sm]]
+            needs = [(i, c) for c in dag.waits[task]]
+            needs += [(i - d, c) for c, d in loop[task] if i - d >= 0]
+            unmet = next((k for k in needs if pending[k]), None)
+            if unmet is not None:
+                blocked.setdefault(unmet, []).append(sm)
+                break
+            start = max([sm_time[sm], *(done[k] for k in needs)])
+            end = sm_time[sm] = ends[i, task] = start + dag.cost_us[task]
+            position[sm] += 1
+            finished += 1
+            for counter in dag.signals[task]:
+                pending[i, counter] -= 1
+                done[i, counter] = max(done[i, counter], end)
+                if not pending[i, counter]:
+                    work.extend(blocked.pop((i, counter), []))
+    if finished < sum(len(s) for s in sequence):
+        return None
+    return float(ends[-1].max() - ends[-2].max())
