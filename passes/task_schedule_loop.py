@@ -12,6 +12,7 @@ measures a candidate's queues over several iterations, loop-carried waits includ
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -52,6 +53,7 @@ class SteadyStart:
 def steady_start(
     dag: TaskDag, loop: Sequence[Sequence[tuple[int, int]]], before: ListSchedule
 ) -> SteadyStart:
+    """Where `before`, one iteration's schedule, leaves the next iteration (SteadyStart)."""
     period = before.makespan_us
     sm_free = [(before.ends[q[-1]] if q else 0.0) - period for q in before.queues]
     done = counter_ends(dag, before.ends)
@@ -61,8 +63,8 @@ def steady_start(
         carried = [done[c] - d * period for c, d in loop[task]]
         if carried:
             ready.append(max(carried))
-        else:
-            ready.append(earliest if not dag.waits[task] else 0.0)
+        else:  # no waits: any free SM; else this iteration's producers alone say when
+            ready.append(earliest if not dag.waits[task] else -math.inf)
     return SteadyStart(sm_free, ready)
 
 

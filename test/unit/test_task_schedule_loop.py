@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -87,7 +88,7 @@ def test_steady_start_is_where_the_iteration_before_leaves_each_sm() -> None:
     assert start.sm_free == [0.0, -2.0]
     assert start.ready[0] == -2.0  # no waits: as soon as an SM is free
     assert start.ready[1] == 0.0  # @last of the iteration before ends at 11 - 11
-    assert start.ready[2:] == [0.0, 0.0, 0.0]
+    assert start.ready[2:] == [-math.inf] * 3  # this iteration's producers say when
 
 
 def test_the_schedule_keeps_the_faster_layout_only() -> None:
