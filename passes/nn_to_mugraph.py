@@ -28,7 +28,10 @@ Layout ops fold into maps in these cases (elsewhere they are library copy kernel
   reads the reshape's source, the slab's elements in row-major order;
 - a reshape of an `nn.embedding` result (its only user): the `embedding` kernel writes its rows
   straight into the reshape's result type (a library kernel's result may be any reshape of the
-  nn op's, row-major).
+  nn op's, row-major);
+- a reshape [B] -> [1, B] of a rank-2 argmax's indices (their only user): the argmax's reduce
+  writes each row's index at its column (a decode step's next token, which
+  `mugraph-append-writes` then writes into the history from the reduce itself).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import FileLineColLoc, ModuleOp
+from xdsl.dialects.builtin import FileLineColLoc, ModuleOp, TensorType
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
@@ -227,6 +230,9 @@ def plan_units(ops: list[Operation], t: Tiling) -> list[_Unit]:
             if chain is not None:
                 claim(_row_chain_unit(chain, t))
     for op in ops:
+        if _is_last_dim_argmax(op) and (view := _argmax_view(op, claimed)) is not None:
+            claim(_Unit([op, view], lambda lookup, o=op, v=view: _argmax_emit(o, t, lookup, v)))
+    for op in ops:
         if not isinstance(op, nn.CacheWriteOp):
             continue
         view = _cache_write_view(op, claimed)
@@ -346,11 +352,28 @@ def _transpose_unit(op: Operation, claimed: set[Operation]) -> _Unit:
     return _Unit([o for o in (source, op, result) if o is not None], emit)
 
 
+def _argmax_view(op: Operation, claimed: set[Operation]) -> nn.ReshapeOp | None:
+    """The reshape [B] -> [1, B] of a rank-2 argmax's indices, when it is their only user: the
+    reduce writes each row's index at its column of [1, B], so no copy task runs, and a cache
+    write of the row (a decode step's next token into the history) can then go into the reduce
+    too (mugraph-append-writes)."""
+    view = _sole_user(op.results[0]) if op not in claimed else None
+    if not isinstance(view, nn.ReshapeOp) or view in claimed or len(shape_of(op.operands[0])) != 2:
+        return None
+    return view if shape_of(view.results[0]) == (1, *shape_of(op.results[0])) else None
+
+
 def _argmax_emit(
-    op: Operation, t: Tiling, lookup: ValueMap
+    op: Operation, t: Tiling, lookup: ValueMap, view: nn.ReshapeOp | None = None
 ) -> tuple[list[Operation], dict[SSAValue, SSAValue]]:
-    kernels = argmax_kernels(op, t, lookup)
-    return kernels, {op.results[0]: kernels[-1].results[0]}
+    if view is None:
+        kernels = argmax_kernels(op, t, lookup)
+        return kernels, {op.results[0]: kernels[-1].results[0]}
+    viewed = view.results[0].type
+    assert isinstance(viewed, TensorType)
+    kernels = argmax_kernels(op, t, lookup, viewed)
+    kernels[-1].results[0].name_hint = view.results[0].name_hint
+    return kernels, {view.results[0]: kernels[-1].results[0]}
 
 
 # ------------------------------------------------------------------------------------------------

@@ -251,9 +251,12 @@ def argmax_parts(n: int, t: Tiling) -> int:
     return n // chunk
 
 
-def argmax_kernels(op: Operation, t: Tiling, lookup: ValueMap) -> list[Operation]:
+def argmax_kernels(
+    op: Operation, t: Tiling, lookup: ValueMap, view: TensorType | None = None
+) -> list[Operation]:
     """Two graph_defs: each block of the first finds the max of its chunk and its global index
-    (partials with a trailing dim indexed by grid x); the second picks the first best partial."""
+    (partials with a trailing dim indexed by grid x); the second picks the first best partial.
+    `view`: [1, B] for a [B] result seen through a reshape, written as that by the second."""
     x, res = op.operands[0], op.results[0]
     shape = shape_of(x)
     r, parts = len(shape), argmax_parts(shape[-1], t)
@@ -269,12 +272,15 @@ def argmax_kernels(op: Operation, t: Tiling, lookup: ValueMap) -> list[Operation
     partial = finish(b, [f"{name}_pv", f"{name}_pi"])
     rows = shape[0] if r >= 2 else 1
     imap = (0, -1, -1) if r >= 2 else (-1, -1, -1)
-    b = new_builder(list(partial.results), [res.type], (rows, 1, 1), 32, 1, [name])
+    b = new_builder(list(partial.results), [view or res.type], (rows, 1, 1), 32, 1, [name])
     vt = b.input(0, imap, -1, "vt")
     it = b.input(1, imap, -1, "it")
     _, bi = b.add(ArgmaxOp(vt, it, r - 1), "bv", "bi").results
-    out_shape = (1, *lead[1:]) if r >= 2 else ()
-    b.output(reshape(b, bi, out_shape, "id"), 0, imap)
+    if view is not None:  # each row's [1, 1] index tile at column `row` of [1, B]
+        b.output(bi, 0, (1, -1, -1))
+    else:
+        out_shape = (1, *lead[1:]) if r >= 2 else ()
+        b.output(reshape(b, bi, out_shape, "id"), 0, imap)
     return [partial, finish(b, [name])]
 
 

@@ -457,3 +457,55 @@ def test_an_embedding_view_runs_on_the_cpu(tmp_path: Path) -> None:
     assert len(grids) == 3  # the two gathers and %y2's copy: none for %x
     for out, ref in zip(prog(*inputs), mk.reference(EMBEDDING_VIEW, *inputs), strict=True):
         np.testing.assert_array_equal(np.asarray(out), np.asarray(ref))
+
+
+SAMPLE = """
+func.func @sample(%logits: tensor<3x512xbf16>, %tokens: tensor<16x3xi32> {nn.donated}, %p1: tensor<1xi32>) -> tensor<16x3xi32> {
+  %next = nn.argmax %logits {dim = -1 : i64} : (tensor<3x512xbf16>) -> tensor<3xi32>
+  %next2 = nn.reshape %next : (tensor<3xi32>) -> tensor<1x3xi32>
+  %tokens2 = nn.cache_write %tokens, %next2, %p1 {dim = 0 : i64} : (tensor<16x3xi32>, tensor<1x3xi32>, tensor<1xi32>) -> tensor<16x3xi32>
+  func.return %tokens2 : tensor<16x3xi32>
+}
+"""
+# The argmax read by two ops: its reduce writes [3] as before, and the reshape stays a copy.
+SAMPLE_KEPT = SAMPLE.replace(
+    "-> tensor<16x3xi32> {\n", "-> (tensor<16x3xi32>, tensor<3xi32>) {\n"
+).replace(
+    "func.return %tokens2 : tensor<16x3xi32>",
+    "func.return %tokens2, %next : tensor<16x3xi32>, tensor<3xi32>",
+)
+
+
+def _sample_inputs(func: FuncOp) -> list[np.ndarray]:
+    inputs = random_inputs(func, seed=6)
+    inputs[2][:] = 9  # the position the next tokens go to
+    return inputs
+
+
+@pytest.mark.parametrize(("source", "shape"), [(SAMPLE, (1, 3)), (SAMPLE_KEPT, (3,))])
+def test_the_argmax_reduce_writes_its_reshape(source: str, shape: tuple[int, ...]) -> None:
+    lowered = lower(load_module(source))
+    reduce = [k for k in kernels(lowered) if isinstance(k, mg.GraphDefOp)][-1]
+    assert isinstance(reduce.res[0].type, TensorType)
+    assert tuple(reduce.res[0].type.get_shape()) == shape
+    inputs = _sample_inputs(entry_function(load_module(source)))
+    ref_inputs = [x.copy() for x in inputs]
+    got = run_mugraph(lowered, *inputs)
+    for out, want in zip(got, run_reference(load_module(source), *ref_inputs), strict=True):
+        np.testing.assert_array_equal(np.asarray(out), np.asarray(want))
+
+
+def test_the_next_token_written_by_the_reduce_runs_on_the_cpu(tmp_path: Path) -> None:
+    import mk
+
+    prog = mk.compile(SAMPLE, cache_dir=tmp_path)
+    grids = [g.sym_name.data for g in prog.graph.index().grids]  # type: ignore[attr-defined]
+    # The argmax's partials, its reduce writing the history, the history's copy into the
+    # result: no task of its own for the write.
+    assert len(grids) == 3
+    inputs = _sample_inputs(prog.func)
+    ref_inputs = [x.copy() for x in inputs]
+    (out,) = prog(*inputs)
+    (ref,) = mk.reference(SAMPLE, *ref_inputs)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(ref))
+    np.testing.assert_array_equal(inputs[1], ref_inputs[1])  # the history, written in place

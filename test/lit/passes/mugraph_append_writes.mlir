@@ -74,3 +74,24 @@ func.func @prefill_rows(%k: tensor<1x2x96x16xbf16>, %cos: tensor<96x8xbf16>, %si
 // CHECK-NOT:     "cache_write"
 // OFF-LABEL: func.func @prefill_rows
 // OFF:         %kc = mugraph.kernel "cache_write" (%k_cache, %kr, %p)
+
+// -----
+
+// A decode step's next token goes into the donated history by the argmax's reduce itself: each
+// row's index at its column, at the step's position.
+func.func @sample(%logits: tensor<3x512xbf16>, %tokens: tensor<16x3xi32> {nn.donated}, %p1: tensor<1xi32>) -> tensor<16x3xi32> {
+  %next = nn.argmax %logits {dim = -1 : i64} : (tensor<3x512xbf16>) -> tensor<3xi32>
+  %next2 = nn.reshape %next : (tensor<3xi32>) -> tensor<1x3xi32>
+  %tokens2 = nn.cache_write %tokens, %next2, %p1 {dim = 0 : i64} : (tensor<16x3xi32>, tensor<1x3xi32>, tensor<1xi32>) -> tensor<16x3xi32>
+  func.return %tokens2 : tensor<16x3xi32>
+}
+// CHECK-LABEL: func.func @sample
+// CHECK:         %tokens2 = mugraph.graph_def grid [3, 1, 1] threads 32 forloop 1 (%next_pv, %next_pi, %tokens, %p1) attributes {mk.fused = "graph+cache_write"}
+// CHECK:           %tokens2_at = mugraph.input %p1_a imap [-1, -1, -1] fmap -1 : tensor<1xi32> -> tensor<1xi32>
+// CHECK-NEXT:      mugraph.output %bi to %next_r omap [1, -1, -1] at %tokens2_at dim 0 over %tokens_a : tensor<1x1xi32>, tensor<1xi32> -> tensor<16x3xi32>
+// CHECK-NEXT:    }
+// CHECK-NEXT:    func.return %tokens2
+// CHECK-NOT:     "cache_write"
+
+// OFF-LABEL: func.func @sample
+// OFF:         %tokens2 = mugraph.kernel "cache_write" (%tokens, %next2, %p1)

@@ -457,3 +457,20 @@ func.func @embedding_view(%embed: tensor<64x16xbf16>, %tok: tensor<1x2xi32>, %id
 // CHECK-NEXT:    %y = mugraph.kernel "embedding" (%embed, %ids) : (tensor<64x16xbf16>, tensor<2xi32>) -> tensor<2x16xbf16>
 // CHECK-NEXT:    %y2 = mugraph.kernel "reshape" (%y)
 // CHECK-NEXT:    func.return %x, %y, %y2
+
+// -----
+
+// A decode step's next token: the argmax's reduce writes each row's index at its column of the
+// [1, B] reshape (its only user), and the history's cache write reads that (no copy kernel).
+func.func @sample(%logits: tensor<3x512xbf16>, %tokens: tensor<16x3xi32> {nn.donated}, %p1: tensor<1xi32>) -> tensor<16x3xi32> {
+  %next = nn.argmax %logits {dim = -1 : i64} : (tensor<3x512xbf16>) -> tensor<3xi32>
+  %next2 = nn.reshape %next : (tensor<3xi32>) -> tensor<1x3xi32>
+  %tokens2 = nn.cache_write %tokens, %next2, %p1 {dim = 0 : i64} : (tensor<16x3xi32>, tensor<1x3xi32>, tensor<1xi32>) -> tensor<16x3xi32>
+  func.return %tokens2 : tensor<16x3xi32>
+}
+// CHECK-LABEL: func.func @sample
+// CHECK:         %next2 = mugraph.graph_def grid [3, 1, 1] threads 32 forloop 1 (%next_pv, %next_pi) : (tensor<3x2xf32>, tensor<3x2xi32>) -> tensor<1x3xi32> {
+// CHECK:           %bv, %bi = mugraph.argmax %vt, %it dim 1 : (tensor<1x2xf32>, tensor<1x2xi32>) -> (tensor<1x1xf32>, tensor<1x1xi32>)
+// CHECK-NEXT:      mugraph.output %bi to %next_r omap [1, -1, -1] : tensor<1x1xi32> -> tensor<1x3xi32>
+// CHECK-NEXT:    }
+// CHECK-NEXT:    %tokens2 = mugraph.kernel "cache_write" (%tokens, %next2, %p1) {dim = 0 : i64}
