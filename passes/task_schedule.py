@@ -41,7 +41,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 from xdsl.context import Context
@@ -55,7 +55,7 @@ from mk.dialects.task_maps import edge_elements, format_coords, linearize
 from mk.dialects.task_schedule import QueueOp, ScheduleOp
 from mk.passes.cost_model import Target
 from mk.passes.task_dag import ListSchedule, TaskDag
-from mk.passes.task_schedule_loop import loop_waits, steady_period, steady_start
+from mk.passes.task_schedule_loop import loop_waits, steady_start, unrolled
 
 FALLBACK_TASK_US = 1.0
 
@@ -114,8 +114,11 @@ def _group(keys: np.ndarray, values: np.ndarray, size: int) -> list[list[int]]:
     return [flat[at[i] : at[i + 1]] for i in range(size)]
 
 
-def build_dag(index: GraphIndex, target: Target, pass_name: str = "task-schedule") -> TaskDag:
-    """The dependence DAG of one iteration; raises MkError for a wait that nothing signals."""
+def build_dag(
+    index: GraphIndex, target: Target, pass_name: str = "task-schedule", fixed_us: float = 0.0
+) -> TaskDag:
+    """The dependence DAG of one iteration, each task `fixed_us` dearer than its bytes and
+    flops make it; raises MkError for a wait that nothing signals."""
     sig_tasks, sig_counters = _edge_pairs(index, waits=False)
     wait_tasks, wait_counters = _edge_pairs(index, waits=True)
     tasks, counters = index.total_tasks, index.total_counters
@@ -130,7 +133,7 @@ def build_dag(index: GraphIndex, target: Target, pass_name: str = "task-schedule
             op_location(index.graph),
         )
     return TaskDag(
-        cost_us=task_costs_us(index, target),
+        cost_us=[cost + fixed_us for cost in task_costs_us(index, target)],
         signals=_group(sig_tasks, sig_counters, tasks),
         waits=_group(wait_tasks, wait_counters, tasks),
         waiters=_group(wait_counters, wait_tasks, counters),
@@ -322,6 +325,28 @@ def queue_makespan(dag: TaskDag, queues: Sequence[Sequence[int]]) -> float | Non
     return max([*sm_time, tails_end], default=0.0)
 
 
+def steady_period(
+    dag: TaskDag,
+    loop: Sequence[Sequence[tuple[int, int]]],
+    queues: Sequence[Sequence[int]],
+    iterations: int = 3,
+) -> float | None:
+    """How long one iteration takes once the loop runs: the queues' makespan over `iterations`
+    iterations less that over one fewer, each SM running its queue once per iteration and each
+    task waiting for this iteration's producers and the earlier ones' (its loop-carried waits).
+    None if the queues deadlock (or hold a tail task)."""
+    if dag.tails or iterations < 2:
+        return None
+    spans = []
+    for k in (iterations - 1, iterations):
+        n = dag.num_tasks
+        repeated = [[i * n + t for i in range(k) for t in q] for q in queues]
+        spans.append(queue_makespan(unrolled(dag, loop, k), repeated))
+    if spans[0] is None or spans[1] is None:
+        return None
+    return spans[1] - spans[0]
+
+
 def late_tails(index: GraphIndex, dag: TaskDag, order: Sequence[int]) -> list[GridOp]:
     """Tail grids a tail of which could block its SM in `order`: another same-iteration wait
     has a producer later than the first producer of the tail's own element.
@@ -356,9 +381,7 @@ def schedule_graph(
             graph.body.block.erase_op(op)
     while True:
         index = graph.index()
-        dag = build_dag(index, target)
-        if fixed_us:
-            dag = replace(dag, cost_us=[cost + fixed_us for cost in dag.cost_us])
+        dag = build_dag(index, target, fixed_us=fixed_us)
         order = topological_order(dag)
         if order is None:
             raise _cycle_error(index, dag)

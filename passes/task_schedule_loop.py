@@ -16,8 +16,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from mk.dialects.task_index import GraphIndex
 from mk.dialects.task_maps import edge_elements, linearize
 from mk.passes.task_dag import ListSchedule, TaskDag
@@ -77,47 +75,27 @@ def counter_ends(dag: TaskDag, ends: Sequence[float]) -> list[float]:
     return done
 
 
-def steady_period(
-    dag: TaskDag,
-    loop: Sequence[Sequence[tuple[int, int]]],
-    queues: Sequence[Sequence[int]],
-    iterations: int = 3,
-) -> float | None:
-    """How long one iteration takes once the loop runs: the last end of the final iteration
-    less that of the one before, when each SM runs its queue once per iteration and every task
-    starts as soon as its SM, this iteration's producers and the earlier iterations' (its
-    loop-carried waits) are done. None if the queues deadlock (or hold a tail task)."""
-    if dag.tails or iterations < 2:
-        return None
+def unrolled(dag: TaskDag, loop: Sequence[Sequence[tuple[int, int]]], iterations: int) -> TaskDag:
+    """`iterations` copies of one iteration's DAG in one (task i·T + t, counter i·C + c), each
+    loop-carried wait a plain wait on the earlier copy's counter (none before the first)."""
     n, counters = dag.num_tasks, len(dag.producer_counts)
-    pending = np.tile(np.asarray(dag.producer_counts, np.int64), (iterations, 1))
-    done = np.zeros((iterations, counters))
-    ends = np.zeros((iterations, n))
-    sequence = [[(i, t) for i in range(iterations) for t in q] for q in queues]
-    position = [0] * len(queues)
-    sm_time = [0.0] * len(queues)
-    blocked: dict[tuple[int, int], list[int]] = {}
-    work = list(range(len(queues)))
-    finished = 0
-    while work:
-        sm = work.pop()
-        while position[sm] < len(sequence[sm]):
-            i, task = sequence[sm][position[sm]]
-            needs = [(i, c) for c in dag.waits[task]]
-            needs += [(i - d, c) for c, d in loop[task] if i - d >= 0]
-            unmet = next((k for k in needs if pending[k]), None)
-            if unmet is not None:
-                blocked.setdefault(unmet, []).append(sm)
-                break
-            start = max([sm_time[sm], *(done[k] for k in needs)])
-            end = sm_time[sm] = ends[i, task] = start + dag.cost_us[task]
-            position[sm] += 1
-            finished += 1
-            for counter in dag.signals[task]:
-                pending[i, counter] -= 1
-                done[i, counter] = max(done[i, counter], end)
-                if not pending[i, counter]:
-                    work.extend(blocked.pop((i, counter), []))
-    if finished < sum(len(s) for s in sequence):
-        return None
-    return float(ends[-1].max() - ends[-2].max())
+    waits = [
+        [i * counters + c for c in dag.waits[t]]
+        + [(i - d) * counters + c for c, d in loop[t] if i - d >= 0]
+        for i in range(iterations)
+        for t in range(n)
+    ]
+    waiters: list[list[int]] = [[] for _ in range(iterations * counters)]
+    for task, cs in enumerate(waits):
+        for c in cs:
+            waiters[c].append(task)
+    return TaskDag(
+        cost_us=list(dag.cost_us) * iterations,
+        signals=[
+            [i * counters + c for c in dag.signals[t]] for i in range(iterations) for t in range(n)
+        ],
+        waits=waits,
+        waiters=waiters,
+        producer_counts=list(dag.producer_counts) * iterations,
+        producers=[[i * n + p for p in ps] for i in range(iterations) for ps in dag.producers],
+    )

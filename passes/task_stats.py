@@ -155,11 +155,8 @@ def graph_stats(
     index = graph.index()
     if index.schedule is not None:
         num_sms = int_value(index.schedule.num_sms)
-    dag = build_dag(
-        index, target_for(num_sms, bandwidth_gbs, peak_tflops, "task-stats"), "task-stats"
-    )
-    if task_us:
-        dag = replace(dag, cost_us=[cost + task_us for cost in dag.cost_us])
+    target = target_for(num_sms, bandwidth_gbs, peak_tflops, "task-stats")
+    dag = build_dag(index, target, "task-stats", task_us)
     order = topological_order(dag)
     if order is None:
         raise MkError(

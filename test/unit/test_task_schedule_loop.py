@@ -17,9 +17,10 @@ from mk.passes.task_schedule import (
     TaskDag,
     TaskSchedulePass,
     build_dag,
+    steady_period,
     target_for,
 )
-from mk.passes.task_schedule_loop import loop_waits, steady_period, steady_start
+from mk.passes.task_schedule_loop import loop_waits, steady_start
 
 ROOT = Path(__file__).parents[2]
 
@@ -52,11 +53,7 @@ def _graph() -> GraphOp:
 
 
 def _dag(graph: GraphOp, fixed_us: float = 0.0) -> TaskDag:
-    dag = build_dag(graph.index(), target_for(2, 2.0, 740.0, "test"))
-    return TaskDag(
-        [c + fixed_us for c in dag.cost_us], dag.signals, dag.waits, dag.waiters,
-        dag.producer_counts, dag.producers,
-    )  # fmt: skip
+    return build_dag(graph.index(), target_for(2, 2.0, 740.0, "test"), fixed_us=fixed_us)
 
 
 def test_loop_waits_name_the_counter_and_distance() -> None:
