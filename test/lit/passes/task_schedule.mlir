@@ -1,11 +1,12 @@
-// RUN: mk-opt %s --split-input-file -p 'task-schedule{num-sms=2 bandwidth-gbs=2.0}' --verify-diagnostics | filecheck %s
-// RUN: mk-opt %s --split-input-file -p 'task-schedule{num-sms=2 bandwidth-gbs=2.0}' --verify-diagnostics | mk-opt --split-input-file --verify-diagnostics | filecheck %s
-// RUN: mk-opt %s --split-input-file -p 'task-schedule{num-sms=3 bandwidth-gbs=3.0},task-stats{bandwidth-gbs=3.0}' --verify-diagnostics | filecheck %s --check-prefix=SM3
+// RUN: mk-opt %s --split-input-file -p 'task-schedule{num-sms=2 bandwidth-gbs=2.0 fixed-us=0.0}' --verify-diagnostics | filecheck %s
+// RUN: mk-opt %s --split-input-file -p 'task-schedule{num-sms=2 bandwidth-gbs=2.0 fixed-us=0.0}' --verify-diagnostics | mk-opt --split-input-file --verify-diagnostics | filecheck %s
+// RUN: mk-opt %s --split-input-file -p 'task-schedule{num-sms=3 bandwidth-gbs=3.0 fixed-us=0.0},task-stats{bandwidth-gbs=3.0}' --verify-diagnostics | filecheck %s --check-prefix=SM3
 // RUN: mk-opt %s --split-input-file -p task-schedule --verify-diagnostics | filecheck %s --check-prefix=ERR
 // RUN: mk-opt %s --split-input-file -p 'task-schedule{num-sms=2 bandwidth-gbs=2.0 fixed-us=1.0}' --verify-diagnostics | filecheck %s --check-prefix=LOOP
 
 // With bandwidth-gbs=2.0 on 2 SMs each SM gets 1 GB/s: a task moving 1000 bytes takes 1 µs,
-// as does a task without a cost. On 3 SMs with 3 GB/s the times are the same.
+// as does a task without a cost. On 3 SMs with 3 GB/s the times are the same. fixed-us=0.0: the
+// cases are worked out on bytes alone (the default adds 2 µs a task, the LOOP cases 1 µs).
 
 // A chain of three tasks next to three independent ones, the chain declared last (ids 3, 4, 5).
 // Taking tasks by id would run the chain at t = 1, 2, 3 (makespan 4); critical path first runs

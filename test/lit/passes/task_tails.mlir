@@ -1,7 +1,7 @@
 // RUN: mk-opt %s --split-input-file -p 'task-tails{max-tail-tasks=64}' | filecheck %s
 // RUN: mk-opt %s --split-input-file -p 'task-tails{max-tail-tasks=64}' | mk-opt --split-input-file | filecheck %s
 // RUN: mk-opt %s --split-input-file -p 'task-tails{max-tail-tasks=1}' | filecheck %s --check-prefix=ONE
-// RUN: mk-opt %s --split-input-file -p 'task-tails{max-tail-tasks=64},task-schedule{num-sms=2 bandwidth-gbs=2.0}' | filecheck %s --check-prefix=SCHED
+// RUN: mk-opt %s --split-input-file -p 'task-tails{max-tail-tasks=64},task-schedule{num-sms=2 bandwidth-gbs=2.0 fixed-us=0.0}' | filecheck %s --check-prefix=SCHED
 // RUN: mk-opt %s --split-input-file -p task-tails | filecheck %s --check-prefix=OFF
 
 // Splits and their merge: each merge task waits on the element its two splits signal, one task
