@@ -28,6 +28,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from hops import kind_of  # noqa: E402
 
+from mk.dialects.task import GraphOp, GridOp  # noqa: E402
+
 HEAD = "logits"  # the lm_head grid's kind in mk.models' decode programs
 FIRST = re.compile(r"^k\d+_l0_q$")  # the first layer's q/k/v projection
 
@@ -98,7 +100,44 @@ def _task_names(grids: Sequence[str]) -> list[str]:
     return names
 
 
-def print_boundary(first_q: Sequence[float], last_q: Sequence[float], rows: Sequence[Row]) -> None:
+def waits_by_kind(waits: Sequence[tuple[str, Sequence[tuple[str, int]]]]) -> dict[str, str]:
+    """Per grid kind, the kinds it waits on: from (grid, [(producer grid, distance)]) in program
+    order, each producer kind once, `@t-1` for a wait on the iteration before (a step's position
+    waits on the step before's cache writes, which read the position it overwrites)."""
+    out: dict[str, str] = {}
+    for grid, producers in waits:
+        seen: list[str] = []
+        for producer, distance in producers:
+            name = kind_of(producer) + ("@t-1" if distance else "")
+            if name not in seen:
+                seen.append(name)
+        out.setdefault(kind_of(grid), ", ".join(seen) or "-")
+    return out
+
+
+def program_waits(graph: GraphOp) -> list[tuple[str, list[tuple[str, int]]]]:
+    """(grid, [(producer grid, distance)]) of a task.graph's grids, the producers of an event
+    being the grids that signal it."""
+    grids = [op for op in graph.body.block.ops if isinstance(op, GridOp)]
+    signalled_by: dict[str, list[str]] = {}
+    for grid in grids:
+        for edge in grid.signals:
+            signalled_by.setdefault(edge.event_name, []).append(grid.sym_name.data)
+    return [
+        (
+            grid.sym_name.data,
+            [(p, e.distance_value) for e in grid.waits for p in signalled_by.get(e.event_name, [])],
+        )
+        for grid in grids
+    ]
+
+
+def print_boundary(
+    first_q: Sequence[float],
+    last_q: Sequence[float],
+    rows: Sequence[Row],
+    waits: dict[str, str] | None = None,
+) -> None:
     if not first_q:
         print("  (no boundary: one step, or no lm_head / first-layer q grid)")
         return
@@ -107,9 +146,11 @@ def print_boundary(first_q: Sequence[float], last_q: Sequence[float], rows: Sequ
         f"{np.median(first_q):.2f} us (min {min(first_q):.2f}, max {max(first_q):.2f}), "
         f"-> last q start {np.median(last_q):.2f} us"
     )
-    print(f"  {'task':<22}{'SM':>5}{'start us':>10}{'end us':>9}{'run us':>8}")
+    print(f"  {'task':<22}{'SM':>5}{'start us':>10}{'end us':>9}{'run us':>8}  waits on")
     for name, sm, start, end in rows:
-        print(f"  {name:<22}{sm:>5}{start:>10.2f}{end:>9.2f}{end - start:>8.2f}")
+        kind = re.sub(r"(\[\d+\])?(@t-1)?$", "", name)
+        on = (waits or {}).get(kind, "")
+        print(f"  {name:<22}{sm:>5}{start:>10.2f}{end:>9.2f}{end - start:>8.2f}  {on[:60]}")
 
 
 def main() -> int:
@@ -154,7 +195,8 @@ def main() -> int:
             sm_of[int(task)] = sm
     name = f"{args.model} L{config.layers} B{args.batch}, {args.steps} steps a launch"
     print(f"{name}: the step boundary, medians over {args.runs} launches")
-    print_boundary(*boundary_rows(grids, sm_of, timelines))
+    waits = waits_by_kind(program_waits(prog.graph))  # type: ignore[attr-defined]
+    print_boundary(*boundary_rows(grids, sm_of, timelines), waits)
     return 0
 
 
