@@ -30,6 +30,9 @@ launch:
   on every peer's shared-memory barrier, release at cluster scope, and waits for its own): what
   a phase whose consumer needs only a few producers (a head's QK-norm after its q columns) would
   cost if it were cluster-local instead of grid-wide;
+- `directpfw`, `directpfs`, `directpfs2`: `directmk` with thread 0 asking the L2 for its CTA's
+  slab of the next phase (`2`: the one after) by `cp.async.bulk.prefetch.L2`, at its wait
+  (before the phase's own loads) or right after its signal (in the hop);
 - `ringc`, `streamc`: the same with the whole loader warp copying 16 bytes a lane (cp.async,
   through the L1's request queue) instead of one thread's bulk copies (the TMA unit's).
 
@@ -66,6 +69,9 @@ def program_source(
     modes += [("chainr", 0, 0, 0), ("directr", 1, 0, 0)]  # the same, ld.acquire / red.release
     modes += [("chainmk", 0, 0, 0), ("directmk", 1, 0, 0)]  # mk's polls (sleeps) and signal
     modes += [("chainll", 0, 0, 0), ("directll", 1, 0, 0)]  # flagged values, no counters
+    # mk's protocol, each CTA asking the L2 for its next slab (or the one after) at its wait
+    # (before its own loads) or at its signal (in the hop)
+    modes += [("directpfw", 1, 0, 0), ("directpfs", 1, 0, 0), ("directpfs2", 1, 0, 0)]
     if cluster > 1 and local and any(local):
         modes += [("chaincl", 0, 0, 0), ("directcl", 1, 0, 0)]
     for copier, suffix in ((0, ""), (1, "c")):
@@ -117,7 +123,10 @@ static bool ends_with(const char* s, const char* tail) {{
 }}
 
 static void run(const char* name, int mode, int inflight, int copier) {{
-  prm.sync = mode < 2 ? (ends_with(name, "r") ? 1 : ends_with(name, "mk") ? 2 : 0) : 0;
+  const bool pf = strstr(name, "directpf") == name;
+  prm.sync = mode < 2 ? (ends_with(name, "r") ? 1 : ends_with(name, "mk") || pf ? 2 : 0) : 0;
+  prm.pf = pf ? (strstr(name, "pfw") ? 1 : 2) : 0;
+  prm.pf_ahead = ends_with(name, "2") ? 2 : 1;
   prm.local = ends_with(name, "cl");
   prm.ll = ends_with(name, "ll");
   prm.mode = mode;
@@ -223,7 +232,7 @@ def build(src: str, work: Path, nvcc: str = "nvcc") -> Path:
 
 
 MODE_NAMES = ("chain", "direct", "chainr", "directr", "chainmk", "directmk", "chaincl", "directcl")
-MODE_NAMES += ("chainll", "directll")
+MODE_NAMES += ("chainll", "directll", "directpfw", "directpfs", "directpfs2")
 MODE_NAMES += ("ring", "stream", "ringc", "streamc")
 
 

@@ -140,11 +140,29 @@ struct Params {{
   int ll;     // 1: no counters; each value travels with its flag (one 8-byte store), polled
   unsigned long long* lls;  // per phase: the flagged values
   long long act_stride;
+  int pf;        // the next slab into L2 (one bulk prefetch): 0 never, 1 at the wait, 2 at the signal
+  int pf_ahead;  // phases with rows ahead (1: the next)
 }};
 
 __device__ __forceinline__ const uint16_t* slab(const Params& p, int layer, int j) {{
   const long long g = gridDim.x;
   return p.w + ((long long)layer * kLayerRows * g + c_prefix[j] * g + (long long)blockIdx.x * c_rows[j]) * K;
+}}
+
+// Thread 0: asks the L2 for this CTA's slab of the pf_ahead-th phase with rows after (layer, j).
+__device__ __forceinline__ void prefetch_next(const Params& p, int layer, int j) {{
+  int found = 0;
+  for (int l = layer, k = j + 1; l < p.layers; ++l, k = 0)
+    for (; k < kPhases; ++k) {{
+      if (c_rows[k] == 0 || ++found < p.pf_ahead) continue;
+      const char* at = reinterpret_cast<const char*>(slab(p, l, k));
+      const uint32_t bytes = static_cast<uint32_t>(c_rows[k]) * K * 2;
+      for (uint32_t o = 0; o < bytes; o += 65536) {{
+        const uint32_t n = bytes - o < 65536 ? bytes - o : 65536;
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at + o), "r"(n) : "memory");
+      }}
+      return;
+    }}
 }}
 
 {_loader_source()}{_compute_source()}{_entry_source()}"""
@@ -257,6 +275,7 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
         } while (seen < gridDim.x);
         if (p.sync == 0) asm volatile("fence.acq_rel.gpu;" ::: "memory");
       }
+      if (p.pf == 1 && threadIdx.x == 0) prefetch_next(p, layer, j);
       compute_sync();
       // The activation and its norm (every phase: the chain's latency-bound part).
       float ss = 0.f;
@@ -330,6 +349,7 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
         } else {
           asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.counters + phase) : "memory");
         }
+        if (p.pf == 2) prefetch_next(p, layer, j);
       }
     }
 }

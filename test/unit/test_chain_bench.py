@@ -26,6 +26,9 @@ def test_the_program_runs_every_mode_once() -> None:
         'run("directmk", 1, 0, 0);',
         'run("chainll", 0, 0, 0);',
         'run("directll", 1, 0, 0);',
+        'run("directpfw", 1, 0, 0);',
+        'run("directpfs", 1, 0, 0);',
+        'run("directpfs2", 1, 0, 0);',
         'run("ring", 2, 1, 0);',
         'run("ring", 2, 4, 0);',
         f'run("stream", 3, {bench.SLOTS}, 0);',
@@ -35,6 +38,7 @@ def test_the_program_runs_every_mode_once() -> None:
     ]
     assert "__constant__ int c_rows[kPhases] = {32, 0, 16};" in src
     assert "__constant__ int c_prefix[kPhases] = {0, 32, 32};" in src
+    assert "cp.async.bulk.prefetch.L2.global" in src  # the directpf modes' next slab
 
 
 def test_clusters_add_the_cluster_local_modes() -> None:
@@ -43,7 +47,7 @@ def test_clusters_add_the_cluster_local_modes() -> None:
     assert "chaincl" not in plain and "cudaLaunchCooperativeKernel" in plain
     src = bench.program_source([32, 0, 16], 2, [1], local=[False, True, False], cluster=4)
     runs = [line.strip() for line in src.splitlines() if line.strip().startswith('run("')]
-    assert runs[8:10] == ['run("chaincl", 0, 0, 0);', 'run("directcl", 1, 0, 0);']
+    assert runs[11:13] == ['run("chaincl", 0, 0, 0);', 'run("directcl", 1, 0, 0);']
     assert "__constant__ int c_local[kPhases] = {0, 1, 0};" in src
     assert "attrs[0].val.clusterDim.x = 4;" in src
     assert "mbarrier.arrive.release.cluster.shared::cluster.b64" in src
