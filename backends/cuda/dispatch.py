@@ -160,6 +160,7 @@ struct Dispatch {{
   static constexpr int kBuffers = {buffers};  // rows of the buffer table
   static constexpr bool kPrefetchAtWait = {"true" if prefetch_at == "wait" else "false"};  // MK_CUDA_PREFETCH_AT
   static constexpr int kPrefetchDistance = {2 if prefetch_at == "ahead2" else 1};  // queue positions ahead
+  static constexpr bool kPrefetchAtSignal = {"true" if prefetch_at == "signal" else "false"};  // after the body
   static constexpr bool kBatchWaits = {"true" if batch_waits else "false"};  // MK_CUDA_WAIT_BATCH
   static constexpr bool kPipePolls = {"true" if pipe_polls else "false"};  // MK_CUDA_POLL_PIPE
   static constexpr bool kTails = {"true" if tails else "false"};  // some grid is a tail (task-tails)

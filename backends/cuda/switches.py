@@ -55,8 +55,10 @@ def prefetch_at() -> str:
     (the weights of a phase that streams then land while the phase before it runs, when that
     one is a latency-bound attention or merge rather than a stream of its own); `wait` asks for
     a task's own weights once a wait finds its producers unfinished, so a ready task starts
-    without the cost."""
-    return choice("MK_CUDA_PREFETCH_AT", ("ahead", "wait", "ahead2"))
+    without the cost; `signal` asks for the next task's weights once the current task's body
+    is done, while thread 0 signals: in the hop, behind every load of the body, instead of in
+    front of them."""
+    return choice("MK_CUDA_PREFETCH_AT", ("ahead", "wait", "ahead2", "signal"))
 
 
 # Where a tensor-core task streams through the cp.async ring by default (MK_CUDA_MMA_RING=auto):

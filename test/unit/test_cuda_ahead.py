@@ -197,6 +197,20 @@ def test_prefetch_two_tasks_ahead_is_a_build_option(
 
 
 @pytest.mark.usefixtures("no_nvcc")
+def test_prefetch_at_the_signal_is_a_build_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_PREFETCH_AT=signal: the next task's weights are asked for once the current
+    task's body is done, not at its turn (the budget defaults to PREFETCH_MAX)."""
+    text = linear_program(1, 512, 1024, norm=True)
+    assert "kPrefetchAtSignal = false;" in cuda_source(text, tmp_path)
+    monkeypatch.setenv("MK_CUDA_PREFETCH_AT", "signal")
+    at_signal = cuda_source(text, tmp_path)
+    assert "kPrefetchAtSignal = true;" in at_signal and "kPrefetchAtWait = false;" in at_signal
+    assert "if (ahead == mk::gpu::kAheadL2) {" in at_signal
+
+
+@pytest.mark.usefixtures("no_nvcc")
 def test_staging_splits_a_long_row_into_chunks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -201,6 +201,7 @@ def test_a_libraries_resources_read_back_as_written(tmp_path: Path) -> None:
 SWITCHES = [
     {"MK_CUDA_PREFETCH_AT": "wait"},
     {"MK_CUDA_PREFETCH_AT": "ahead2"},
+    {"MK_CUDA_PREFETCH_AT": "signal"},
     {"MK_CUDA_PREFETCH": str(128 << 10)},
     {"MK_CUDA_WEIGHT_L2": "evict_first"},
     {"MK_CUDA_STAGE": "1"},
@@ -277,6 +278,7 @@ SWITCH_BUILDS = [
                    "MK_CUDA_RAW_FENCE": "chunk", "MK_CUDA_RAW_BARS": "launch"}),
     ("decode_loop", {"MK_CUDA_PREFETCH_AT": "ahead2", "MK_CUDA_ATTN_KV_EARLY": "0"}),
     ("decode_loop", {"MK_CUDA_RAW_BARS": "launch", "MK_CUDA_SMEM_ALIGN": "16"}),
+    ("decode_loop", {"MK_CUDA_PREFETCH_AT": "signal"}),
     ("decoder_block", {"MK_CUDA_MERGE_EARLY": "1", "MK_CUDA_ATTN_ROWS_FIRST": "0",
                        "MK_CUDA_STAGE_FIRST": "1"}),
     ("decoder_block", {"MK_CUDA_DOWN_L2": "smem", "MK_CUDA_STAGE_FIRST": "1"}),

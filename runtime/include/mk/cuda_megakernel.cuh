@@ -296,7 +296,7 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
           load_entry<Dispatch>(p, next, entry[after], slots[after], table);
           const TaskDesc& ahead = entry[after].near.desc;
           // Two positions ahead, the launch's second task is asked for at its first turn.
-          if constexpr (!Dispatch::kPrefetchAtWait) {
+          if constexpr (!Dispatch::kPrefetchAtWait && !Dispatch::kPrefetchAtSignal) {
             if (Dispatch::kPrefetchDistance == 1 || (q == begin && t == 0)) {
               Dispatch::prefetch(ahead.kind, &ahead, slots[after], arena, t_next);
             }
@@ -341,6 +341,15 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
       arena.stage_bar = &stage_bars[cur];
       arena.stage_parity = staged[cur].parity;
       if (!run_task(entry[cur], slots[cur])) return leave();
+      if constexpr (Dispatch::kPrefetchAtSignal) {
+        // The next task's weights, asked for behind every load of the body just done (its set
+        // stays as thread 32 filled it until the next turn), while thread 0 signals.
+        const int32_t next = after_q(q, t);
+        if (threadIdx.x == 32 && next >= 0) {
+          const TaskDesc& ahead = entry[after].near.desc;
+          Dispatch::prefetch(ahead.kind, &ahead, slots[after], arena, next > q ? t : t + 1);
+        }
+      }
       // A program without tails leaves this code out: the dispatcher runs at every task, and
       // what it holds beside its executed path still takes instruction-cache room.
       if (!Dispatch::kTails || !has_tails(entry[cur].near)) continue;
