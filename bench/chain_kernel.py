@@ -142,10 +142,15 @@ struct Params {{
   long long act_stride;
   int pf;        // the next slab into L2 (one bulk prefetch): 0 never, 1 at the wait, 2 at the signal
   int pf_ahead;  // phases with rows ahead (1: the next)
+  int spare;     // the last `spare` CTAs compute nothing: with pf 3 they ask the L2 for the
+                 // slabs of every computing CTA, pf_ahead phases with rows ahead, as each phase starts
 }};
 
+// The CTAs that compute (and signal); the spare ones after them only prefetch.
+__device__ __forceinline__ int ctas(const Params& p) {{ return static_cast<int>(gridDim.x) - p.spare; }}
+
 __device__ __forceinline__ const uint16_t* slab(const Params& p, int layer, int j) {{
-  const long long g = gridDim.x;
+  const long long g = ctas(p);
   return p.w + ((long long)layer * kLayerRows * g + c_prefix[j] * g + (long long)blockIdx.x * c_rows[j]) * K;
 }}
 
@@ -162,6 +167,38 @@ __device__ __forceinline__ void prefetch_next(const Params& p, int layer, int j)
         asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at + o), "r"(n) : "memory");
       }}
       return;
+    }}
+}}
+
+// A spare CTA's thread 0: as each phase starts (the phase before it signalled by every
+// computing CTA), its share of the 64 KB pieces of the pf_ahead-th phase with rows after it, for
+// all computing CTAs at once (their slabs of a phase are one contiguous block).
+__device__ __noinline__ void prefetch_spare(const Params& p, int rank) {{
+  const long long n = ctas(p);
+  int phase = 0;
+  for (int layer = 0; layer < p.layers; ++layer)
+    for (int j = 0; j < kPhases; ++j, ++phase) {{
+      if (phase > 0) {{
+        unsigned seen, nap = 32;
+        do {{
+          asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(p.counters + phase - 1) : "memory");
+          if (seen < n) {{ __nanosleep(nap); nap = nap < 128 ? 2 * nap : 128; }}
+        }} while (seen < n);
+      }}
+      int found = 0;
+      for (int l = layer, k = j + 1; l < p.layers && found < p.pf_ahead; ++l, k = 0)
+        for (; k < kPhases; ++k) {{
+          if (c_rows[k] == 0 || ++found < p.pf_ahead) continue;
+          const char* at = reinterpret_cast<const char*>(p.w + ((long long)l * kLayerRows * n + c_prefix[k] * n) * K);
+          const long long bytes = n * c_rows[k] * K * 2;
+          long long piece = 0;
+          for (long long o = 0; o < bytes; o += 65536, ++piece) {{
+            if (piece % p.spare != rank) continue;
+            const uint32_t m = static_cast<uint32_t>(bytes - o < 65536 ? bytes - o : 65536);
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at + o), "r"(m) : "memory");
+          }}
+          break;
+        }}
     }}
 }}
 
@@ -225,8 +262,9 @@ __device__ __forceinline__ float ll_take(const unsigned long long* in, float* xs
   return ss;
 }
 // A phase of rows writes them; a weightless one forwards its share of the values it read.
-__device__ __forceinline__ void ll_give(unsigned long long* out, int rows, const float* res, const float* raw) {
-  const int n = rows > 0 ? rows : (K + gridDim.x - 1) / gridDim.x;
+__device__ __forceinline__ void ll_give(unsigned long long* out, int rows, const float* res, const float* raw,
+                                        int ctas) {
+  const int n = rows > 0 ? rows : (K + ctas - 1) / ctas;
   const long long at = (long long)blockIdx.x * n;
   for (int r = threadIdx.x; r < n && (rows > 0 || at + r < K); r += 256) {
     const float v = rows > 0 ? res[r] : raw[at + r];
@@ -268,11 +306,11 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
           } else {
             asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(ctr) : "memory");
           }
-          if (p.sync == 2 && seen < gridDim.x) {  // mk's poll: a sleep of 32 ns doubling to 128
+          if (p.sync == 2 && seen < ctas(p)) {  // mk's poll: a sleep of 32 ns doubling to 128
             __nanosleep(nap);
             nap = nap < 128 ? 2 * nap : 128;
           }
-        } while (seen < gridDim.x);
+        } while (seen < ctas(p));
         if (p.sync == 0) asm volatile("fence.acq_rel.gpu;" ::: "memory");
       }
       if (p.pf == 1 && threadIdx.x == 0) prefetch_next(p, layer, j);
@@ -333,7 +371,7 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
         for (int r = threadIdx.x; r < rows; r += 256) out[r] = xs[(blockIdx.x * rows + r) % K];
       }
       compute_sync();
-      if (p.ll) ll_give(p.lls + (long long)(phase + 1) * p.act_stride, rows, res, raw);
+      if (p.ll) ll_give(p.lls + (long long)(phase + 1) * p.act_stride, rows, res, raw, ctas(p));
       if (rows > 0 && p.mode != STREAM) {
         src = p.act + (long long)(phase + 1) * p.act_stride;
         src_rows = rows;
@@ -377,7 +415,9 @@ __global__ void __launch_bounds__(288, 1) chain(const __grid_constant__ Params p
   __syncthreads();
   cluster_sync_all();  // every peer's barrier is initialised before the first remote arrival
   const bool ringed = p.mode == RING || p.mode == STREAM;
-  if (warp == 8) {
+  if (static_cast<int>(blockIdx.x) >= ctas(p)) {  // a spare CTA
+    if (p.pf == 3 && threadIdx.x == 0) prefetch_spare(p, static_cast<int>(blockIdx.x) - ctas(p));
+  } else if (warp == 8) {
     if (ringed && (p.copier == 1 || lane == 0)) load_ahead(p, ring, full, empty, lane);
   } else {
     compute(p, ring, xs, xs + K, xs + 2 * K, full, empty, &cbar, part, crank, csize);

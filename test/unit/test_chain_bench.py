@@ -29,6 +29,9 @@ def test_the_program_runs_every_mode_once() -> None:
         'run("directpfw", 1, 0, 0);',
         'run("directpfs", 1, 0, 0);',
         'run("directpfs2", 1, 0, 0);',
+        'run("directsp0", 1, 0, 0);',
+        'run("directsp", 1, 0, 0);',
+        'run("directsp2", 1, 0, 0);',
         'run("ring", 2, 1, 0);',
         'run("ring", 2, 4, 0);',
         f'run("stream", 3, {bench.SLOTS}, 0);',
@@ -39,6 +42,7 @@ def test_the_program_runs_every_mode_once() -> None:
     assert "__constant__ int c_rows[kPhases] = {32, 0, 16};" in src
     assert "__constant__ int c_prefix[kPhases] = {0, 32, 32};" in src
     assert "cp.async.bulk.prefetch.L2.global" in src  # the directpf modes' next slab
+    assert f"constexpr int SPARE = {bench.SPARE};" in src  # the directsp modes' prefetching CTAs
 
 
 def test_clusters_add_the_cluster_local_modes() -> None:
@@ -47,7 +51,7 @@ def test_clusters_add_the_cluster_local_modes() -> None:
     assert "chaincl" not in plain and "cudaLaunchCooperativeKernel" in plain
     src = bench.program_source([32, 0, 16], 2, [1], local=[False, True, False], cluster=4)
     runs = [line.strip() for line in src.splitlines() if line.strip().startswith('run("')]
-    assert runs[11:13] == ['run("chaincl", 0, 0, 0);', 'run("directcl", 1, 0, 0);']
+    assert runs[14:16] == ['run("chaincl", 0, 0, 0);', 'run("directcl", 1, 0, 0);']
     assert "__constant__ int c_local[kPhases] = {0, 1, 0};" in src
     assert "attrs[0].val.clusterDim.x = 4;" in src
     assert "mbarrier.arrive.release.cluster.shared::cluster.b64" in src
@@ -93,8 +97,9 @@ def test_the_ring_sums_what_the_direct_stream_sums(
 ) -> None:
     args = ["--phases", "32,0,16,48", "--layers", "4", "--inflight", "1,12"]
     out = run_main("chain", args, monkeypatch, capsys)
-    rows = [r for r in out if r.startswith(("| ring", "| directr", "| directmk", "| directll"))]
-    assert len(rows) == 7 and all(r.rstrip().endswith("| yes |") for r in rows), rows
+    checked = ("| ring", "| directr", "| directmk", "| directll", "| directpf", "| directsp |")
+    rows = [r for r in out if r.startswith((*checked, "| directsp2 |"))]
+    assert len(rows) == 12 and all(r.rstrip().endswith("| yes |") for r in rows), rows
 
 
 @pytest.mark.gpu
@@ -105,6 +110,7 @@ def test_cluster_local_phases_run(
     out = run_main("chain", args, monkeypatch, capsys)
     assert [r.split("|")[1].strip() for r in out if r.startswith("| ")][1:] == [
         "chain", "direct", "chainr", "directr", "chainmk", "directmk", "chainll", "directll",
+        "directpfw", "directpfs", "directpfs2", "directsp0", "directsp", "directsp2",
         "chaincl", "directcl",
         "ring", "stream", "ringc", "streamc",
     ]  # fmt: skip
