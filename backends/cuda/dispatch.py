@@ -18,6 +18,10 @@ DYNAMIC_SMEM = SMEM_PER_CTA - STATIC_SMEM_MARGIN
 # attention merge spilled to global scratch and the qwen3-0.6b step lost 30 % (bench/RESULTS.md).
 ARENA_KEEP = ARENA_SMEM
 
+# MK_CUDA_PREFETCH_AT values that ask for the next task's weights after the body: by thread 32
+# while thread 0 signals (`signal`), or by thread 0 once it has signalled (`signalled`).
+AFTER_BODY_BY = {"signal": 32, "signalled": 0}
+
 
 def device_function(fn: SharedFunction, inline: bool) -> str:
     """A shared body as a device function: a call of its own, or inlined into the dispatcher
@@ -160,7 +164,7 @@ struct Dispatch {{
   static constexpr int kBuffers = {buffers};  // rows of the buffer table
   static constexpr bool kPrefetchAtWait = {"true" if prefetch_at == "wait" else "false"};  // MK_CUDA_PREFETCH_AT
   static constexpr int kPrefetchDistance = {2 if prefetch_at == "ahead2" else 1};  // queue positions ahead
-  static constexpr bool kPrefetchAtSignal = {"true" if prefetch_at == "signal" else "false"};  // after the body
+  static constexpr int kPrefetchAfterBodyBy = {AFTER_BODY_BY.get(prefetch_at, -1)};  // the thread asking for the next task's weights after the body (-1: none)
   static constexpr bool kBatchWaits = {"true" if batch_waits else "false"};  // MK_CUDA_WAIT_BATCH
   static constexpr bool kPipePolls = {"true" if pipe_polls else "false"};  // MK_CUDA_POLL_PIPE
   static constexpr bool kTails = {"true" if tails else "false"};  // some grid is a tail (task-tails)

@@ -56,9 +56,10 @@ def prefetch_at() -> str:
     one is a latency-bound attention or merge rather than a stream of its own); `wait` asks for
     a task's own weights once a wait finds its producers unfinished, so a ready task starts
     without the cost; `signal` asks for the next task's weights once the current task's body
-    is done, while thread 0 signals: in the hop, behind every load of the body, instead of in
-    front of them."""
-    return choice("MK_CUDA_PREFETCH_AT", ("ahead", "wait", "ahead2", "signal"))
+    is done, by thread 32 while thread 0 signals: in the hop, behind every load of the body,
+    instead of in front of them; `signalled` by thread 0 right after its signals, so that they
+    do not go out beside the fence and the reduction either (bench/chain.py's `directpfs`)."""
+    return choice("MK_CUDA_PREFETCH_AT", ("ahead", "wait", "ahead2", "signal", "signalled"))
 
 
 # Where a tensor-core task streams through the cp.async ring by default (MK_CUDA_MMA_RING=auto):

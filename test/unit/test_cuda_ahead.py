@@ -200,14 +200,16 @@ def test_prefetch_two_tasks_ahead_is_a_build_option(
 def test_prefetch_at_the_signal_is_a_build_option(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MK_CUDA_PREFETCH_AT=signal: the next task's weights are asked for once the current
-    task's body is done, not at its turn (the budget defaults to PREFETCH_MAX)."""
+    """MK_CUDA_PREFETCH_AT=signal / signalled: the next task's weights are asked for once the
+    current task's body is done (by thread 32 beside the signal, or by thread 0 after it), not
+    at its turn (the budget defaults to PREFETCH_MAX)."""
     text = linear_program(1, 512, 1024, norm=True)
-    assert "kPrefetchAtSignal = false;" in cuda_source(text, tmp_path)
-    monkeypatch.setenv("MK_CUDA_PREFETCH_AT", "signal")
-    at_signal = cuda_source(text, tmp_path)
-    assert "kPrefetchAtSignal = true;" in at_signal and "kPrefetchAtWait = false;" in at_signal
-    assert "if (ahead == mk::gpu::kAheadL2) {" in at_signal
+    assert "kPrefetchAfterBodyBy = -1;" in cuda_source(text, tmp_path)
+    for value, thread in (("signal", 32), ("signalled", 0)):
+        monkeypatch.setenv("MK_CUDA_PREFETCH_AT", value)
+        after = cuda_source(text, tmp_path)
+        assert f"kPrefetchAfterBodyBy = {thread};" in after and "kPrefetchAtWait = false;" in after
+        assert "if (ahead == mk::gpu::kAheadL2) {" in after
 
 
 @pytest.mark.usefixtures("no_nvcc")

@@ -296,7 +296,7 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
           load_entry<Dispatch>(p, next, entry[after], slots[after], table);
           const TaskDesc& ahead = entry[after].near.desc;
           // Two positions ahead, the launch's second task is asked for at its first turn.
-          if constexpr (!Dispatch::kPrefetchAtWait && !Dispatch::kPrefetchAtSignal) {
+          if constexpr (!Dispatch::kPrefetchAtWait && Dispatch::kPrefetchAfterBodyBy < 0) {
             if (Dispatch::kPrefetchDistance == 1 || (q == begin && t == 0)) {
               Dispatch::prefetch(ahead.kind, &ahead, slots[after], arena, t_next);
             }
@@ -341,11 +341,12 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
       arena.stage_bar = &stage_bars[cur];
       arena.stage_parity = staged[cur].parity;
       if (!run_task(entry[cur], slots[cur])) return leave();
-      if constexpr (Dispatch::kPrefetchAtSignal) {
+      if constexpr (Dispatch::kPrefetchAfterBodyBy >= 0) {
         // The next task's weights, asked for behind every load of the body just done (its set
-        // stays as thread 32 filled it until the next turn), while thread 0 signals.
+        // stays as thread 32 filled it until the next turn): by thread 32 while thread 0
+        // signals, or by thread 0 once its signals are out.
         const int32_t next = after_q(q, t);
-        if (threadIdx.x == 32 && next >= 0) {
+        if (static_cast<int>(threadIdx.x) == Dispatch::kPrefetchAfterBodyBy && next >= 0) {
           const TaskDesc& ahead = entry[after].near.desc;
           Dispatch::prefetch(ahead.kind, &ahead, slots[after], arena, next > q ? t : t + 1);
         }
