@@ -297,13 +297,21 @@ def list_schedule(
 def queue_makespan(dag: TaskDag, queues: Sequence[Sequence[int]]) -> float | None:
     """When the last task ends if each SM runs its queue in order and every task starts as
     soon as its SM and its producers are done, or None if the queues deadlock."""
+    ends = queue_ends(dag, queues)
+    return None if ends is None else max(ends, default=0.0)
+
+
+def queue_ends(dag: TaskDag, queues: Sequence[Sequence[int]]) -> list[float] | None:
+    """Each task's end if each SM runs its queue in order and every task starts as soon as its
+    SM and its producers are done (tails as soon as their element completes), or None if the
+    queues deadlock."""
     clock = _Clock.start(dag)
     position = [0] * len(queues)
     sm_time = [0.0] * len(queues)
+    ends = [0.0] * dag.num_tasks
     blocked: dict[int, list[int]] = {}  # counter -> SMs whose next task waits on it
     work = list(range(len(queues)))
     done = 0
-    tails_end = 0.0
     while work:
         sm = work.pop()
         queue = queues[sm]
@@ -318,14 +326,14 @@ def queue_makespan(dag: TaskDag, queues: Sequence[Sequence[int]]) -> float | Non
             position[sm] += 1
             for finished in clock.finish(task, sm_time[sm]):
                 done += 1
-                if finished != task:
-                    tails_end = max(tails_end, clock.ready_at[finished] + dag.cost_us[finished])
+                if finished == task:
+                    ends[task] = sm_time[sm]
+                else:
+                    ends[finished] = clock.ready_at[finished] + dag.cost_us[finished]
                 for counter in dag.signals[finished]:
                     if not clock.pending[counter]:
                         work.extend(blocked.pop(counter, []))
-    if done < dag.num_tasks:
-        return None
-    return max([*sm_time, tails_end], default=0.0)
+    return ends if done == dag.num_tasks else None
 
 
 def steady_period(
@@ -337,17 +345,20 @@ def steady_period(
     """How long one iteration takes once the loop runs: the queues' makespan over `iterations`
     iterations less that over one fewer, each SM running its queue once per iteration and each
     task waiting for this iteration's producers and the earlier ones' (its loop-carried waits).
-    None if the queues deadlock (or hold a tail task)."""
+    None if the queues deadlock (or hold a tail task).
+
+    One run of `iterations` gives both: an SM runs an iteration's tasks before any of the next
+    one's, and no task waits on a later iteration, so the earlier iterations end as they would
+    without the last."""
     if dag.tails or iterations < 2:
         return None
-    spans = []
-    for k in (iterations - 1, iterations):
-        n = dag.num_tasks
-        repeated = [[i * n + t for i in range(k) for t in q] for q in queues]
-        spans.append(queue_makespan(unrolled(dag, loop, k), repeated))
-    if spans[0] is None or spans[1] is None:
+    n = dag.num_tasks
+    repeated = [[i * n + t for i in range(iterations) for t in q] for q in queues]
+    ends = queue_ends(unrolled(dag, loop, iterations), repeated)
+    if ends is None:
         return None
-    return spans[1] - spans[0]
+    before_last = (iterations - 1) * n
+    return max(ends, default=0.0) - max(ends[:before_last], default=0.0)
 
 
 def late_tails(index: GraphIndex, dag: TaskDag, order: Sequence[int]) -> list[GridOp]:
