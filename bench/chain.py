@@ -37,6 +37,10 @@ launch:
   nothing (`sp0`) or, as each phase starts, ask the L2 for the next phase's slabs of every
   computing CTA (`2`: the phase after), in 64 KB bulk prefetches: HBM idle in the hops and
   weightless phases fills the L2 without a computing CTA issuing anything;
+- with phases marked `l` in `--phases` (e.g. `l32,l0,16,72`: q/k/v and the attention hand
+  their values on with flags, the o-projection and the MLP, whose outputs mk accumulates, keep
+  their counters), `chainmix` / `directmix` take those hops by flags and the rest by mk's
+  counters: how much of `directll`'s gain a decode layer could take;
 - `ringc`, `streamc`: the same with the whole loader warp copying 16 bytes a lane (cp.async,
   through the L1's request queue) instead of one thread's bulk copies (the TMA unit's).
 
@@ -66,6 +70,7 @@ def program_source(
     slots: int = SLOTS,
     local: list[bool] | None = None,
     cluster: int = 1,
+    flagged: list[bool] | None = None,
 ) -> str:
     """The kernel and a main that times each mode (20 launches after 3, median) and prints
     `mode inflight median_us checksum_bits`, then `copy GB/s`, `bytes N` and `ctas N`. With
@@ -83,6 +88,8 @@ def program_source(
     modes += [("directsp0", 1, 0, 0), ("directsp", 1, 0, 0), ("directsp2", 1, 0, 0)]
     if cluster > 1 and local and any(local):
         modes += [("chaincl", 0, 0, 0), ("directcl", 1, 0, 0)]
+    if flagged and any(flagged):  # the flagged phases' hops by flags, the others' by counters
+        modes += [("chainmix", 0, 0, 0), ("directmix", 1, 0, 0)]
     for copier, suffix in ((0, ""), (1, "c")):
         modes += [(f"ring{suffix}", 2, f, copier) for f in inflight]
         modes.append((f"stream{suffix}", 3, slots, copier))
@@ -96,7 +103,7 @@ def program_source(
 #include <cstdlib>
 #include <cstring>
 #include <vector>
-{kernel_source(phases, slots, local)}
+{kernel_source(phases, slots, local, flagged)}
 __global__ void fill(uint16_t* w, size_t n) {{
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {{
     uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ static_cast<uint32_t>(i >> 32) * 40503u;
@@ -134,12 +141,14 @@ static bool ends_with(const char* s, const char* tail) {{
 
 static void run(const char* name, int mode, int inflight, int copier) {{
   const bool pf = strstr(name, "directpf") == name, sp = strstr(name, "directsp") == name;
-  prm.sync = mode < 2 ? (ends_with(name, "r") ? 1 : ends_with(name, "mk") || pf || sp ? 2 : 0) : 0;
+  const bool mk_sync = ends_with(name, "mk") || ends_with(name, "mix") || pf || sp;
+  prm.sync = mode < 2 ? (ends_with(name, "r") ? 1 : mk_sync ? 2 : 0) : 0;
   prm.pf = pf ? (strstr(name, "pfw") ? 1 : 2) : sp && !ends_with(name, "sp0") ? 3 : 0;
   prm.pf_ahead = ends_with(name, "2") ? 2 : 1;
   prm.spare = sp ? SPARE : 0;
   prm.local = ends_with(name, "cl");
-  prm.ll = ends_with(name, "ll");
+  prm.ll = ends_with(name, "ll") || ends_with(name, "mix");
+  prm.ll_all = ends_with(name, "ll");
   prm.mode = mode;
   prm.copier = copier;
   prm.inflight = inflight;
@@ -161,7 +170,7 @@ static void run(const char* name, int mode, int inflight, int copier) {{
   const size_t last = act_floats - prm.act_stride;
   std::vector<float> h(prm.act_stride);
   CHECK(cudaMemcpy(h.data(), prm.act + last, prm.act_stride * sizeof(float), cudaMemcpyDeviceToHost));
-  if (prm.ll) {{  // the values of the last phase's flagged words
+  if (prm.ll && (prm.ll_all || kLastFlagged)) {{  // the values of the last phase's flagged words
     std::vector<unsigned long long> l(prm.act_stride);
     CHECK(cudaMemcpy(l.data(), prm.lls + last, l.size() * 8, cudaMemcpyDeviceToHost));
     for (size_t e = 0; e < l.size(); ++e) {{
@@ -248,7 +257,25 @@ def build(src: str, work: Path, nvcc: str = "nvcc") -> Path:
 
 MODE_NAMES = ("chain", "direct", "chainr", "directr", "chainmk", "directmk", "chaincl", "directcl")
 MODE_NAMES += ("chainll", "directll", "directpfw", "directpfs", "directpfs2")
-MODE_NAMES += ("directsp0", "directsp", "directsp2")
+MODE_NAMES += ("directsp0", "directsp", "directsp2", "chainmix", "directmix")
+
+
+def flag_problem(phases: list[int], flagged: list[bool]) -> str | None:
+    """Why the mix modes cannot run these phases, or None: a phase that waits on a counter reads
+    the plain values of the last phase with rows before it, so that one must not be flagged."""
+    n = len(phases)
+    for j in range(n):
+        if flagged[j - 1]:
+            continue  # read by flags
+        last = next((k % n for k in range(j - 1, j - 1 - n, -1) if phases[k % n] > 0), None)
+        if last is not None and flagged[last]:
+            return (
+                f"phase {j} waits on a counter but the values it reads (phase {last}'s) are "
+                "flagged: flag the phases in between too"
+            )
+    return None
+
+
 MODE_NAMES += ("ring", "stream", "ringc", "streamc")
 
 
@@ -281,15 +308,19 @@ def main() -> None:
     ap.add_argument(
         "--phases",
         default="32,0,0,16,48,24",
-        help="rows per SM of each phase; a leading c marks a phase that needs only its cluster",
+        help="rows per SM of each phase; a leading c marks a phase that needs only its "
+        "cluster, a leading l one that hands its values on with flags (the mix modes)",
     )
     ap.add_argument("--cluster", type=int, default=1, help="CTAs per cluster (1-16)")
     ap.add_argument("--layers", type=int, default=28)
     ap.add_argument("--inflight", default="1,2,4,12", help="chunks in flight for the ring")
     args = ap.parse_args()
     items = args.phases.split(",")
-    phases = [int(x.removeprefix("c")) for x in items]
+    phases = [int(x.removeprefix("c").removeprefix("l")) for x in items]
     local = [x.startswith("c") for x in items]
+    flagged = [x.startswith("l") for x in items]
+    if any(flagged) and (problem := flag_problem(phases, flagged)):
+        raise SystemExit(problem)
     if not 1 <= args.cluster <= 16:
         raise SystemExit("a cluster is 1 to 16 CTAs")
     if any(r % CHUNK_ROWS for r in phases):
@@ -297,7 +328,9 @@ def main() -> None:
     inflight = [int(x) for x in args.inflight.split(",")]
     if any(not 1 <= f <= SLOTS for f in inflight):
         raise SystemExit(f"chunks in flight must be 1..{SLOTS}")
-    src = program_source(phases, args.layers, inflight, local=local, cluster=args.cluster)
+    src = program_source(
+        phases, args.layers, inflight, local=local, cluster=args.cluster, flagged=flagged
+    )
     with tempfile.TemporaryDirectory() as tmp:
         exe = build(src, Path(tmp))
         out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout

@@ -9,11 +9,18 @@ SLOTS = 12  # 192 KB of ring
 GROUP = 4  # chunks a warp takes at once: four rows' loads in flight per lane
 
 
-def kernel_source(phases: list[int], slots: int, local: list[bool] | None = None) -> str:
+def kernel_source(
+    phases: list[int],
+    slots: int,
+    local: list[bool] | None = None,
+    flagged: list[bool] | None = None,
+) -> str:
     """The megakernel-shaped chain: compute warps 0-7, loader warp 8. A `local` phase (with the
-    cl modes) waits for its cluster's CTAs only, through shared-memory barriers, not the grid."""
+    cl modes) waits for its cluster's CTAs only, through shared-memory barriers, not the grid; a
+    `flagged` one (with the mix modes) hands its values on with their flags, not a counter."""
     n = len(phases)
     local = local or [False] * n
+    flagged = flagged or [False] * n
     prefix = [sum(phases[:i]) for i in range(n)]
     return f"""
 constexpr int K = {K}, kRows = {CHUNK_ROWS}, kSlots = {slots}, kPhases = {n}, kGroup = {GROUP};
@@ -21,6 +28,8 @@ constexpr int kChunk = kRows * K * 2;
 __constant__ int c_rows[kPhases] = {{{", ".join(map(str, phases))}}};
 __constant__ int c_prefix[kPhases] = {{{", ".join(map(str, prefix))}}};
 __constant__ int c_local[kPhases] = {{{", ".join(str(int(x)) for x in local)}}};
+__constant__ int c_flagged[kPhases] = {{{", ".join(str(int(x)) for x in flagged)}}};
+constexpr bool kLastFlagged = {"true" if flagged[-1] else "false"};
 constexpr int kLayerRows = {sum(phases)};
 enum Mode {{ CHAIN = 0, DIRECT = 1, RING = 2, STREAM = 3 }};
 
@@ -138,6 +147,7 @@ struct Params {{
              // 2: as 1, with mk's sleeps between polls
   int local;  // 1: the phases marked local wait for their cluster only
   int ll;     // 1: no counters; each value travels with its flag (one 8-byte store), polled
+  int ll_all; // with ll: every phase so (the ll modes), else the c_flagged ones (the mix modes)
   unsigned long long* lls;  // per phase: the flagged values
   long long act_stride;
   int pf;        // the next slab into L2 (one bulk prefetch): 0 never, 1 at the wait, 2 at the signal
@@ -295,9 +305,12 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
     for (int j = 0; j < kPhases; ++j, ++phase) {
       const int rows = c_rows[j];
       const bool local = p.local && c_local[j] && phase > 0;
+      // Flagged phases hand their values on with flags; the others store and signal a counter.
+      const bool in_ll = p.ll && phase > 0 && (p.ll_all || c_flagged[j == 0 ? kPhases - 1 : j - 1]);
+      const bool out_ll = p.ll && (p.ll_all || c_flagged[j]);
       if (local && threadIdx.x == 0) cluster_meet(cbar, csize, locals & 1);
       locals += local;
-      if (!local && !p.ll && phase > 0 && p.mode != STREAM && threadIdx.x == 0) {
+      if (!local && !in_ll && phase > 0 && p.mode != STREAM && threadIdx.x == 0) {
         const unsigned* ctr = p.counters + phase - 1;
         unsigned seen, nap = 32;
         do {
@@ -321,7 +334,7 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
       const bool near = local && prev_rows > 0;
       const long long base = near ? (long long)(blockIdx.x - crank) * src_rows : 0;
       const int span = near ? static_cast<int>(csize) * src_rows : K;
-      if (p.ll && phase > 0) {
+      if (in_ll) {
         ss = ll_take(p.lls + (long long)phase * p.act_stride, xs, raw);
       } else {
         for (int e = threadIdx.x; e < K; e += 256) {
@@ -340,7 +353,7 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
       const float scale = rsqrtf(total / K + 1e-6f);
       for (int e = threadIdx.x; e < K; e += 256) xs[e] *= scale;
       compute_sync();
-      float* out = p.ll ? res : p.act + (long long)(phase + 1) * p.act_stride + (long long)blockIdx.x * rows;
+      float* out = out_ll ? res : p.act + (long long)(phase + 1) * p.act_stride + (long long)blockIdx.x * rows;
       if (p.mode == DIRECT) {
         const uint16_t* w = slab(p, layer, j);
         // Row `warp` of chunks c..c+3 (rows warp + 8c...), as the ring takes them below.
@@ -371,13 +384,13 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
         for (int r = threadIdx.x; r < rows; r += 256) out[r] = xs[(blockIdx.x * rows + r) % K];
       }
       compute_sync();
-      if (p.ll) ll_give(p.lls + (long long)(phase + 1) * p.act_stride, rows, res, raw, ctas(p));
-      if (rows > 0 && p.mode != STREAM) {
+      if (out_ll) ll_give(p.lls + (long long)(phase + 1) * p.act_stride, rows, res, raw, ctas(p));
+      if (rows > 0 && p.mode != STREAM && !out_ll) {
         src = p.act + (long long)(phase + 1) * p.act_stride;
         src_rows = rows;
       }
       prev_rows = rows;
-      if (threadIdx.x == 0 && !p.ll) {
+      if (threadIdx.x == 0 && !out_ll) {
         if (p.sync == 0) {
           asm volatile("fence.acq_rel.gpu;" ::: "memory");
           atomicAdd(p.counters + phase, 1u);

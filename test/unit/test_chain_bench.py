@@ -57,6 +57,24 @@ def test_clusters_add_the_cluster_local_modes() -> None:
     assert "mbarrier.arrive.release.cluster.shared::cluster.b64" in src
 
 
+def test_flagged_phases_add_the_mix_modes() -> None:
+    """Phases marked `l` hand their values on with flags in chainmix / directmix, the rest wait
+    on counters; a counter wait must not read the plain values of a flagged phase."""
+    bench = load("chain")
+    assert "directmix" not in bench.program_source([32, 0, 16], 2, [1])
+    flagged = [True, True, False, False]
+    src = bench.program_source([32, 0, 16, 72], 2, [1], flagged=flagged)
+    runs = [line.strip() for line in src.splitlines() if line.strip().startswith('run("')]
+    assert runs[14:16] == ['run("chainmix", 0, 0, 0);', 'run("directmix", 1, 0, 0);']
+    assert "__constant__ int c_flagged[kPhases] = {1, 1, 0, 0};" in src
+    assert "constexpr bool kLastFlagged = false;" in src
+    assert bench.flag_problem([32, 0, 16, 72], flagged) is None
+    assert bench.flag_problem([32, 0, 16, 72], [True, False, False, False]) == (
+        "phase 2 waits on a counter but the values it reads (phase 0's) are flagged: "
+        "flag the phases in between too"
+    )
+
+
 def test_the_table_is_per_layer_against_the_floor() -> None:
     bench = load("chain")
     out = "chain 0 100.00 -1\ndirect 0 400.00 -1\nring 2 200.00 1\nring 4 210.00 0\n"
@@ -75,6 +93,9 @@ def test_bad_phases_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
         bench.main()
     monkeypatch.setattr("sys.argv", ["chain.py", "--inflight", "0"])
     with pytest.raises(SystemExit, match="in flight must be"):
+        bench.main()
+    monkeypatch.setattr("sys.argv", ["chain.py", "--phases", "l32,0,16"])
+    with pytest.raises(SystemExit, match="phase 2 waits on a counter"):
         bench.main()
     monkeypatch.setattr("sys.argv", ["chain.py", "--cluster", "17"])
     with pytest.raises(SystemExit, match="1 to 16 CTAs"):
@@ -95,11 +116,11 @@ def test_the_program_builds_without_local_memory(tmp_path: Path) -> None:
 def test_the_ring_sums_what_the_direct_stream_sums(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    args = ["--phases", "32,0,16,48", "--layers", "4", "--inflight", "1,12"]
+    args = ["--phases", "l32,l0,16,48", "--layers", "4", "--inflight", "1,12"]
     out = run_main("chain", args, monkeypatch, capsys)
     checked = ("| ring", "| directr", "| directmk", "| directll", "| directpf", "| directsp |")
-    rows = [r for r in out if r.startswith((*checked, "| directsp2 |"))]
-    assert len(rows) == 12 and all(r.rstrip().endswith("| yes |") for r in rows), rows
+    rows = [r for r in out if r.startswith((*checked, "| directsp2 |", "| directmix"))]
+    assert len(rows) == 13 and all(r.rstrip().endswith("| yes |") for r in rows), rows
 
 
 @pytest.mark.gpu
