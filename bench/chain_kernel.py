@@ -164,25 +164,35 @@ __device__ __forceinline__ const uint16_t* slab(const Params& p, int layer, int 
   return p.w + ((long long)layer * kLayerRows * g + c_prefix[j] * g + (long long)blockIdx.x * c_rows[j]) * K;
 }}
 
+// The pf_ahead-th phase with rows after (layer, j), as (l, k); false past the last layer.
+__device__ __forceinline__ bool phase_ahead(const Params& p, int layer, int j, int& l, int& k) {{
+  int found = 0;
+  for (l = layer, k = j + 1; l < p.layers; ++l, k = 0)
+    for (; k < kPhases; ++k)
+      if (c_rows[k] > 0 && ++found == p.pf_ahead) return true;
+  return false;
+}}
+
+// Asks the L2 for [at, at + bytes) in 64 KB bulk prefetches, the pieces i with i % n == rank.
+__device__ __forceinline__ void prefetch_pieces(const char* at, long long bytes, int rank, int n) {{
+  long long piece = 0;
+  for (long long o = 0; o < bytes; o += 65536, ++piece) {{
+    if (piece % n != rank) continue;
+    const uint32_t m = static_cast<uint32_t>(bytes - o < 65536 ? bytes - o : 65536);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at + o), "r"(m) : "memory");
+  }}
+}}
+
 // Thread 0: asks the L2 for this CTA's slab of the pf_ahead-th phase with rows after (layer, j).
 __device__ __forceinline__ void prefetch_next(const Params& p, int layer, int j) {{
-  int found = 0;
-  for (int l = layer, k = j + 1; l < p.layers; ++l, k = 0)
-    for (; k < kPhases; ++k) {{
-      if (c_rows[k] == 0 || ++found < p.pf_ahead) continue;
-      const char* at = reinterpret_cast<const char*>(slab(p, l, k));
-      const uint32_t bytes = static_cast<uint32_t>(c_rows[k]) * K * 2;
-      for (uint32_t o = 0; o < bytes; o += 65536) {{
-        const uint32_t n = bytes - o < 65536 ? bytes - o : 65536;
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at + o), "r"(n) : "memory");
-      }}
-      return;
-    }}
+  int l, k;
+  if (!phase_ahead(p, layer, j, l, k)) return;
+  prefetch_pieces(reinterpret_cast<const char*>(slab(p, l, k)), (long long)c_rows[k] * K * 2, 0, 1);
 }}
 
 // A spare CTA's thread 0: as each phase starts (the phase before it signalled by every
-// computing CTA), its share of the 64 KB pieces of the pf_ahead-th phase with rows after it, for
-// all computing CTAs at once (their slabs of a phase are one contiguous block).
+// computing CTA), its share of the pieces of the pf_ahead-th phase with rows after it, for all
+// computing CTAs at once (their slabs of a phase are one contiguous block).
 __device__ __noinline__ void prefetch_spare(const Params& p, int rank) {{
   const long long n = ctas(p);
   int phase = 0;
@@ -195,20 +205,10 @@ __device__ __noinline__ void prefetch_spare(const Params& p, int rank) {{
           if (seen < n) {{ __nanosleep(nap); nap = nap < 128 ? 2 * nap : 128; }}
         }} while (seen < n);
       }}
-      int found = 0;
-      for (int l = layer, k = j + 1; l < p.layers && found < p.pf_ahead; ++l, k = 0)
-        for (; k < kPhases; ++k) {{
-          if (c_rows[k] == 0 || ++found < p.pf_ahead) continue;
-          const char* at = reinterpret_cast<const char*>(p.w + ((long long)l * kLayerRows * n + c_prefix[k] * n) * K);
-          const long long bytes = n * c_rows[k] * K * 2;
-          long long piece = 0;
-          for (long long o = 0; o < bytes; o += 65536, ++piece) {{
-            if (piece % p.spare != rank) continue;
-            const uint32_t m = static_cast<uint32_t>(bytes - o < 65536 ? bytes - o : 65536);
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at + o), "r"(m) : "memory");
-          }}
-          break;
-        }}
+      int l, k;
+      if (!phase_ahead(p, layer, j, l, k)) continue;
+      const uint16_t* block = p.w + ((long long)l * kLayerRows * n + c_prefix[k] * n) * K;
+      prefetch_pieces(reinterpret_cast<const char*>(block), n * c_rows[k] * K * 2, rank, p.spare);
     }}
 }}
 

@@ -6,8 +6,9 @@ first task once it is done with iteration t's last. A list schedule of one itera
 every SM at 0: the SM that runs the end of the iteration's chain (a decode step's argmax and
 token write) gets the tasks that need nothing yet (the next step's position) as readily as an SM
 idle since the lm_head, and those then wait behind that chain. `steady_start` says when each SM
-and each task can start in iteration t + 1 given iteration t's schedule, and `steady_period`
-measures a candidate's queues over several iterations, loop-carried waits included.
+and each task can start in iteration t + 1 given iteration t's schedule, and `unrolled` gives
+the DAG of several iterations in which task_schedule's `steady_period` runs a candidate's queues,
+loop-carried waits included.
 """
 
 from __future__ import annotations
