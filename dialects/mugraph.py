@@ -337,8 +337,9 @@ class GraphDefOp(IRDLOperation):
 class PositionOp(BlockGraphOp):
     """`%p = mugraph.position %lt dim 1 : tensor<8x2048xbf16> -> tensor<8x2048xi32>`.
 
-    The index along `dim` of the full input tensor of each element of an input tile (so
-    argmax can report global indices).
+    The index along `dim` of the full tensor of each element of an input tile, or of a tile
+    the graph writes with a plain `mugraph.output` (so argmax can report global indices, also
+    where it runs as the epilogue of the kernel that computes its values).
     """
 
     name = "mugraph.position"
@@ -358,15 +359,31 @@ class PositionOp(BlockGraphOp):
         assert isinstance(self.x.owner, InputOp)
         return self.x.owner
 
+    def written_by(self) -> OutputOp | None:
+        """The plain output (no position, no accumulation) that writes x, if one does."""
+        for use in self.x.uses:
+            op = use.operation
+            if isinstance(op, OutputOp) and use.index == 0 and op.position() is None:
+                if op.accumulate is None:
+                    return op
+        return None
+
     def positions(self, block: Sequence[int], iteration: int) -> range:
         """The positions along `dim` this tile covers for `block` in `iteration`."""
-        s = self.input_op().tile_slices(block, iteration)[self.dim.value.data]
+        if isinstance(self.x.owner, InputOp):
+            s = self.input_op().tile_slices(block, iteration)[self.dim.value.data]
+        else:
+            out = self.written_by()
+            assert out is not None
+            s = out.tile_slices(block)[self.dim.value.data]
         return range(s.start, s.stop)
 
     def verify_block_op(self, parent: GraphDefOp) -> None:
         require(
-            isinstance(self.x.owner, InputOp),
-            lambda: f"{value_name(self.x)} must be a mugraph.input tile",
+            isinstance(self.x.owner, InputOp) or self.written_by() is not None,
+            lambda: (
+                f"{value_name(self.x)} must be a mugraph.input tile or one a plain mugraph.output writes"
+            ),
         )
         d, rank = self.dim.value.data, len(shape_of(self.x))
         require(0 <= d < rank, lambda: f"dim {d} is out of range for rank {rank}")

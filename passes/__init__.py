@@ -37,6 +37,12 @@ def _mugraph_fuse_accumulate() -> type[ModulePass]:
     return MugraphFuseAccumulatePass
 
 
+def _mugraph_fuse_epilogue() -> type[ModulePass]:
+    from mk.passes.mugraph_fuse_epilogue import MugraphFuseEpiloguePass
+
+    return MugraphFuseEpiloguePass
+
+
 def _mugraph_fuse_loop() -> type[ModulePass]:
     from mk.passes.mugraph_fuse_loop import MugraphFuseLoopPass
 
@@ -106,6 +112,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "nn-to-mugraph": _nn_to_mugraph,
         "mugraph-append-writes": _mugraph_append_writes,
         "mugraph-fuse-accumulate": _mugraph_fuse_accumulate,
+        "mugraph-fuse-epilogue": _mugraph_fuse_epilogue,
         "mugraph-fuse-loop": _mugraph_fuse_loop,
         "mugraph-split-loop": _mugraph_split_loop,
         "mugraph-stats": _mugraph_stats,

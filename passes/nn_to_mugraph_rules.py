@@ -251,6 +251,22 @@ def argmax_parts(n: int, t: Tiling) -> int:
     return n // chunk
 
 
+def producer_parts(x: SSAValue) -> int | None:
+    """The blocks along grid x of the graph_def that writes `x` split only its last dim into,
+    so that a partial argmax takes each block's tile (mugraph-fuse-epilogue then runs it in
+    that block); None for any other producer."""
+    g = x.owner
+    if not isinstance(g, GraphDefOp):
+        return None
+    outs = [o for o in g.output_ops() if o.dest is g.result_args()[g.res.index(x)]]
+    grid, last = g.grid_shape(), len(shape_of(x)) - 1
+    if len(outs) != 1 or outs[0].position() is not None or outs[0].accumulate is not None:
+        return None
+    if outs[0].omap_dims() != (last, -1, -1) or grid[1:] != (1, 1) or grid[0] < 2:
+        return None
+    return grid[0]
+
+
 def argmax_kernels(
     op: Operation, t: Tiling, lookup: ValueMap, view: TensorType | None = None
 ) -> list[Operation]:
@@ -259,7 +275,8 @@ def argmax_kernels(
     `view`: [1, B] for a [B] result seen through a reshape, written as that by the second."""
     x, res = op.operands[0], op.results[0]
     shape = shape_of(x)
-    r, parts = len(shape), argmax_parts(shape[-1], t)
+    r = len(shape)
+    parts = producer_parts(lookup(x)) or argmax_parts(shape[-1], t)
     lead = shape[:-1]
     pv_type, pi_type = TensorType(f32, (*lead, parts)), TensorType(i32, (*lead, parts))
     name = res.name_hint or "idx"

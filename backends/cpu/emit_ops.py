@@ -348,7 +348,8 @@ class GraphDefEmitter:
                 emit(f"{v(op.res)} = mk::cpu::as_float({v(op.x)});")
         elif isinstance(op, PositionOp):
             d = op.dim.value.data
-            start = self.input_starts(op.input_op(), it)[d]
+            out = op.written_by() if not isinstance(op.x.owner, InputOp) else None
+            start = self.output_starts(out)[d] if out else self.input_starts(op.input_op(), it)[d]
             emit(f"mk::cpu::position_tile({v(op.res)}, {dims(shape_of(op.x))}, {d}, {start});")
         elif isinstance(op, ArgmaxOp):
             emit(

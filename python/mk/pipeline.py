@@ -14,7 +14,7 @@ from xdsl.passes import PassPipeline
 # to every pass of a stage that declares them (num_sms reaches nn-to-mugraph and the scheduler).
 MUGRAPH_PASSES = (
     "nn-to-mugraph", "mugraph-append-writes", "mugraph-fuse-loop", "mugraph-fuse-accumulate",
-    "mugraph-split-loop",
+    "mugraph-split-loop", "mugraph-fuse-epilogue",
 )  # fmt: skip
 PIPELINE: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("nn", ()),  # parse + verify

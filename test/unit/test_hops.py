@@ -78,7 +78,7 @@ def test_program_hops_recover_a_simulated_schedule(
     prog.trace(tmp_path / "t.json")  # type: ignore[attr-defined]
     timeline = hops.read_trace(tmp_path / "t.json", n)
     rows = hops.hops_of(hops.Run(prog, timeline))
-    assert {kind for kind, *_ in rows} >= {"logits", "next_pv", "tokens"}
+    assert {kind for kind, *_ in rows} >= {"logits", "tokens"}
     kinds = np.array([hops.kind_of(index.locate(t)[0].sym_name.data) for t in range(n)])
     for kind, count, _, dispatch, run in rows:
         assert count == (kinds == kind).sum()

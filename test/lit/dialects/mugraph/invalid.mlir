@@ -476,7 +476,7 @@ func.func @position_of_computed_tile(%x: tensor<8x64xbf16>) -> tensor<8x64xi32> 
   ^bb0(%xa: tensor<8x64xbf16>, %ya: tensor<8x64xi32>):
     %t = mugraph.input %xa imap [-1, -1, -1] fmap -1 : tensor<8x64xbf16> -> tensor<8x64xbf16>
     %e = mugraph.unary "exp" %t : tensor<8x64xbf16> -> tensor<8x64xf32>
-// CHECK: invalid.mlir:[[# @LINE + 1]]:{{[0-9]+}}: error: 'mugraph.position' %e must be a mugraph.input tile
+// CHECK: invalid.mlir:[[# @LINE + 1]]:{{[0-9]+}}: error: 'mugraph.position' %e must be a mugraph.input tile or one a plain mugraph.output writes
     %p = mugraph.position %e dim 1 : tensor<8x64xf32> -> tensor<8x64xi32>
     mugraph.output %p to %ya omap [-1, -1, -1] : tensor<8x64xi32> -> tensor<8x64xi32>
   }

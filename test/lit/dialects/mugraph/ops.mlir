@@ -209,6 +209,29 @@ func.func @argmax(%logits: tensor<8x32768xbf16>) -> tensor<8xi32> {
 
 // -----
 
+// The partial argmax as the epilogue of the kernel that computes the logits: the positions of a
+// tile the graph writes are where its plain output puts them.
+func.func @argmax_of_written(%x: tensor<8x64xf32>, %w: tensor<32768x64xbf16>) -> (tensor<8x32768xbf16>, tensor<8x16xf32>, tensor<8x16xi32>) {
+  %l, %pv, %pi = mugraph.graph_def grid [16, 1, 1] threads 256 forloop 1 (%x, %w) : (tensor<8x64xf32>, tensor<32768x64xbf16>) -> (tensor<8x32768xbf16>, tensor<8x16xf32>, tensor<8x16xi32>) {
+  ^bb0(%xa: tensor<8x64xf32>, %wa: tensor<32768x64xbf16>, %la: tensor<8x32768xbf16>, %pva: tensor<8x16xf32>, %pia: tensor<8x16xi32>):
+    %xt = mugraph.input %xa imap [-1, -1, -1] fmap -1 : tensor<8x64xf32> -> tensor<8x64xf32>
+    %wt = mugraph.input %wa imap [0, -1, -1] fmap -1 : tensor<32768x64xbf16> -> tensor<2048x64xbf16>
+    %p = mugraph.matmul %xt, %wt transpose_b : (tensor<8x64xf32>, tensor<2048x64xbf16>) -> tensor<8x2048xf32>
+    %lt = mugraph.unary "exp" %p : tensor<8x2048xf32> -> tensor<8x2048xbf16>
+    mugraph.output %lt to %la omap [1, -1, -1] : tensor<8x2048xbf16> -> tensor<8x32768xbf16>
+    %pos = mugraph.position %lt dim 1 : tensor<8x2048xbf16> -> tensor<8x2048xi32>
+    %mv, %mi = mugraph.argmax %lt, %pos dim 1 : (tensor<8x2048xbf16>, tensor<8x2048xi32>) -> (tensor<8x1xf32>, tensor<8x1xi32>)
+    mugraph.output %mv to %pva omap [1, -1, -1] : tensor<8x1xf32> -> tensor<8x16xf32>
+    mugraph.output %mi to %pia omap [1, -1, -1] : tensor<8x1xi32> -> tensor<8x16xi32>
+  }
+  func.return %l, %pv, %pi : tensor<8x32768xbf16>, tensor<8x16xf32>, tensor<8x16xi32>
+}
+// CHECK-LABEL: func.func @argmax_of_written
+// CHECK:        mugraph.output %lt to %la omap [1, -1, -1]
+// CHECK-NEXT:   %pos = mugraph.position %lt dim 1 : tensor<8x2048xbf16> -> tensor<8x2048xi32>
+
+// -----
+
 // The remaining tile ops: rms_norm on a whole row, concat, reduce "mean", the *_last
 // accumulator kinds, a thread_map with two results, and a discardable attribute on an input.
 func.func @tile_ops(%x: tensor<8x4096xbf16>, %g: tensor<4096xbf16>) -> (tensor<8x4096xbf16>, tensor<8x6xf32>) {
