@@ -124,7 +124,7 @@ LIBRARY_KINDS: dict[str, tuple[int, int | None, tuple[str, ...]]] = {
     "scale": (1, 1, ("factor",)),
     "rms_norm": (2, 2, ()),
     "rope": (3, 3, ()),
-    "embedding": (2, 2, ()),
+    "embedding": (2, 3, ()),  # (table, ids) or (table, ids, at): table[ids[at]]
     "attention": (3, 4, ("scale",)),
     "transpose": (1, 1, ("perm",)),
     "slice": (1, 1, ("offsets", "sizes")),

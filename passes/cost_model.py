@@ -496,10 +496,12 @@ def library_cost(op: KernelOp, target: Target = H200) -> KernelCost:
 def _library_read_bytes(op: KernelOp, index: int) -> int:
     kind, v = op.kind.data, op.args[index]
     full = tensor_bytes(v.type)
-    if kind == "embedding" and index == 0:
+    if kind == "embedding" and index < len(op.args) - 1:  # a table: the rows picked
         rows, row_elems = shape_of(v)[0], pymath.prod(shape_of(v)[1:])
-        gathered = min(rows, _elements(op.args[1]))
-        return gathered * row_elems * _elem_bytes(v)
+        picked = _elements(op.args[-1])
+        if index == 0 and len(op.args) == 3:  # table[ids[at]]: a row per picked id
+            picked *= pymath.prod(shape_of(op.args[1])[1:])
+        return min(rows, picked) * row_elems * _elem_bytes(v)
     if kind == "slice":
         return _elements(op.res[0]) * _elem_bytes(v)
     if kind == "cache_write" and index == 0:

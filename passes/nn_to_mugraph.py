@@ -239,10 +239,10 @@ def plan_units(ops: list[Operation], t: Tiling) -> list[_Unit]:
         if view is not None:
             claim(_Unit([view, op], lambda lookup, o=op, v=view: _cache_write_emit(o, v, lookup)))
     for op in ops:
-        pair = _embedding_view(op, claimed)
-        if pair is not None:
-            emit = lambda lookup, p=pair: _embedding_view_emit(*p, lookup)  # noqa: E731
-            claim(_Unit(list(pair), emit))
+        found = _embedding_view(op, claimed)
+        if found is not None:
+            emit = lambda lookup, p=found: _embedding_view_emit(*p, lookup)  # noqa: E731
+            claim(_Unit([o for o in found if o is not None], emit))
     for op in ops:
         if op not in claimed and is_head_transpose(op):
             claim(_transpose_unit(op, claimed))
@@ -282,20 +282,27 @@ def _cache_write_emit(
 
 def _embedding_view(
     op: Operation, claimed: set[Operation]
-) -> tuple[nn.EmbeddingOp, nn.ReshapeOp] | None:
+) -> tuple[nn.EmbeddingOp, nn.ReshapeOp, nn.EmbeddingOp | None] | None:
     """The embedding a reshape reads, when the reshape is its only user: the gather writes its
     rows straight into the reshape's result (the same bytes in the same order), so no copy task
-    runs (a decode step's [1, B, H] embedding seen as [B, H])."""
+    runs (a decode step's [1, B, H] embedding seen as [B, H]). With it, the embedding that picks
+    its ids, when the gather is that one's only user (a decode step's token ids picked from the
+    token history at the step's position): one kernel gathers table[ids[at]], so no task and
+    no hop stand between the position and the embedded rows."""
     if not isinstance(op, nn.ReshapeOp) or op in claimed:
         return None
     gather = _sole_unclaimed(op.operands[0], op, claimed)
-    return (gather, op) if isinstance(gather, nn.EmbeddingOp) else None
+    if not isinstance(gather, nn.EmbeddingOp):
+        return None
+    inner = _sole_unclaimed(gather.ids, gather, claimed)
+    return gather, op, inner if isinstance(inner, nn.EmbeddingOp) else None
 
 
 def _embedding_view_emit(
-    gather: nn.EmbeddingOp, view: nn.ReshapeOp, lookup: ValueMap
+    gather: nn.EmbeddingOp, view: nn.ReshapeOp, inner: nn.EmbeddingOp | None, lookup: ValueMap
 ) -> tuple[list[Operation], dict[SSAValue, SSAValue]]:
-    operands = [lookup(gather.table), lookup(gather.ids)]
+    ids = [lookup(gather.ids)] if inner is None else [lookup(inner.table), lookup(inner.ids)]
+    operands = [lookup(gather.table), *ids]
     kernel = KernelOp("embedding", operands, [view.results[0].type], nn_attributes(gather))
     kernel.results[0].name_hint = view.results[0].name_hint
     kernel.location = gather.location  # an id out of range names the embedding's line

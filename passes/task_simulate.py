@@ -48,8 +48,8 @@ def _int_bounds(buffer: BufferOp, graph: GraphOp) -> tuple[int, int]:
 
 def _refine(op: Operation, operand: int, low: int, high: int) -> tuple[int, int]:
     shapes = [tuple(t.get_shape()) for t in op.operand_types if isinstance(t, TensorType)]
-    if isinstance(op, KernelOp) and op.kind.data == "embedding" and operand == 1:
-        return low, min(high, shapes[0][0])
+    if isinstance(op, KernelOp) and op.kind.data == "embedding" and operand >= 1:
+        return low, min(high, shapes[operand - 1][0])  # ids of the table before them
     if isinstance(op, KernelOp) and op.kind.data == "attention" and operand == 3:
         return max(low, 1), min(high, shapes[1][2] + 1)
     if isinstance(op, GraphDefOp):

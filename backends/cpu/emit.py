@@ -370,31 +370,65 @@ class LibraryEmitter:
             )
 
     def gather(self) -> list[str]:
-        """An embedding copies the bytes of the rows it picks: the table is never converted."""
-        table, ids = self.operands
+        """An embedding copies the bytes of the rows it picks: the table is never converted.
+        With three operands (table, ids, at) it picks table[ids[at]]: the ids first."""
+        table, ids, *at = self.operands
         (out, _), *_ = self.results
         s = self.shapes
-        if is_float(self.op.operands[1].type):
+        if any(is_float(v.type) for v in self.op.operands[1:]):
             raise MkError("embedding ids must be integers", op_location(self.op))
         size = numpy_dtype(tensor_type(self.op.operands[0]).element_type).itemsize
-        self.lines += [
-            "std::vector<int64_t> a1;",
-            f"mk::cpu::load_all(a1, buffers[{ids.index}], {ids.dtype}, {dims(ids.shape)});",
+        if at:
+            self.pick_ids(ids, at[0])
+            picked = "r"
+        else:
+            self.lines += [
+                "std::vector<int64_t> a1;",
+                f"mk::cpu::load_all(a1, buffers[{ids.index}], {ids.dtype}, {dims(ids.shape)});",
+            ]
+            picked = "a1"
+        self.lines.append(
             f"const int64_t bad = mk::cpu::gather_rows(buffers[{out.index}], "
-            f"buffers[{table.index}], a1, {s[0][0]}, {math.prod(s[0][1:]) * size});",
-        ]
-        self.embedding_failure()
+            f"buffers[{table.index}], {picked}, {s[0][0]}, {math.prod(s[0][1:]) * size});"
+        )
+        self.embedding_failure(picked)
         return self.lines
 
-    def embedding_failure(self) -> None:
-        s, rows = self.shapes, self.shapes[0][0]
+    def pick_ids(self, ids: BufferRef, at: BufferRef) -> None:
+        """ids[at] into `r` (sized for the result, which holds at least as many rows as there
+        are ids): the rows of the ids table at the positions `at` holds."""
+        s = self.shapes
+        self.lines += [
+            "std::vector<int64_t> a2;",
+            f"mk::cpu::load_all(a2, buffers[{at.index}], {at.dtype}, {dims(at.shape)});",
+            "std::vector<int64_t> r;",
+            f"const int64_t bad_at = mk::cpu::pick_ids(r, buffers[{ids.index}], {ids.dtype}, "
+            f"{s[1][0]}, {math.prod(s[1][1:])}, a2);",
+        ]
+        self.pick_failure()
+
+    def pick_failure(self) -> None:
+        s, rows = self.shapes, self.shapes[1][0]
         loc = op_location(self.op)
         prefix = f"{loc}: " if loc else ""
         self.lines += [
+            "if (bad_at >= 0) {",
+            f'  return fail("{prefix}error: \'mugraph.kernel\' \\"embedding\\" id " + '
+            f'std::to_string(a2[bad_at]) + " at index " + mk::cpu::format_index(bad_at, '
+            f'{dims(s[2])}) + " is out of range for a table of {rows} rows");',
+            "}",
+        ]
+
+    def embedding_failure(self, picked: str) -> None:
+        s, rows = self.shapes, self.shapes[0][0]
+        loc = op_location(self.op)
+        prefix = f"{loc}: " if loc else ""
+        ids = s[1] if picked == "a1" else (*s[2], *s[1][1:])  # the picked ids' shape
+        self.lines += [
             "if (bad >= 0) {",
             f'  return fail("{prefix}error: \'mugraph.kernel\' \\"embedding\\" id " + '
-            f'std::to_string(a1[bad]) + " at index " + mk::cpu::format_index(bad, '
-            f'{dims(s[1])}) + " is out of range for a table of {rows} rows");',
+            f'std::to_string({picked}[bad]) + " at index " + mk::cpu::format_index(bad, '
+            f'{dims(ids)}) + " is out of range for a table of {rows} rows");',
             "}",
         ]
 

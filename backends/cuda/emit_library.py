@@ -10,6 +10,7 @@ from mk.backends.cpu.emit import LibraryEmitter, int_list
 from mk.backends.cpu.emit_ops import BINARY_ENUM, BufferRef
 from mk.backends.cpu.emit_scalar import dtype_code, is_float
 from mk.backends.cuda.elementwise import element_offset
+from mk.backends.cuda.failures import PICK_CODE
 from mk.inputs import numpy_dtype, tensor_type
 
 
@@ -111,5 +112,11 @@ class DeviceLibraryEmitter(LibraryEmitter):
             f"if (bad >= 0) return mk::gpu::cache_write_code(a2.p[bad * a2.n / {outer}]);"
         )
 
-    def embedding_failure(self) -> None:
+    def embedding_failure(self, picked: str) -> None:
         self.lines.append("if (bad >= 0) return static_cast<int32_t>(bad) + 1;")
+
+    def pick_failure(self) -> None:
+        # A position out of the ids table: its index in `at`, above the picked ids' codes.
+        self.lines.append(
+            f"if (bad_at >= 0) return static_cast<int32_t>(bad_at) + 1 + {PICK_CODE};"
+        )

@@ -13,6 +13,9 @@ from mk.dialects.mugraph import KernelOp
 # dim of at least n), clamped into ±START_LIMIT: a detail code stays clear of the dispatcher's
 # own (mk::kTailOverflow and the staging's lost copy, near 2^31). mk::gpu::cache_write_code.
 START_LIMIT = 1 << 30
+# A gather of gathers, table[ids[at]], fails with the index into `at` from here up when a
+# position is out of the ids table, below it with the index into the picked ids.
+PICK_CODE = 1 << 30
 
 
 def _shape(op: Operation, i: int) -> tuple[int, ...]:
@@ -38,8 +41,16 @@ def _cache_write(op: KernelOp, detail: int) -> str:
 
 
 def _embedding(op: KernelOp, flat: int) -> str:
-    """An id out of range from its flat index in the ids (the id itself is not returned)."""
+    """An id out of range from its flat index in the ids (the id itself is not returned); with
+    (table, ids, at) from PICK_CODE up, a position in `at` out of the ids table's rows, else an
+    index into the picked ids, ids[at]."""
     rows, ids = _shape(op, 0)[0], _shape(op, 1)
+    if len(op.operands) == 3:
+        at = _shape(op, 2)
+        if flat >= PICK_CODE:
+            rows, ids, flat = ids[0], at, flat - PICK_CODE
+        else:
+            ids = (*at, *ids[1:])
     index = tuple(int(i) for i in np.unravel_index(flat, ids))
     return (
         f"error: 'mugraph.kernel' \"embedding\" id at index {index} is out of range for a "

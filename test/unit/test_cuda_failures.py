@@ -8,12 +8,13 @@ import sys
 from pathlib import Path
 from unittest import mock
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 import mk
 import mk.backends.cuda
-from mk.backends.cuda.failures import START_LIMIT, kernel_failure
+from mk.backends.cuda.failures import PICK_CODE, START_LIMIT, kernel_failure
 from mk.inputs import random_inputs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -82,6 +83,58 @@ def test_embedding_names_the_index_of_the_id_out_of_range() -> None:
         == "'mugraph.kernel' \"embedding\" id at index (1, 2) is out of range for a table of 10 rows"
     )
     assert "id 10 at index (1, 2) is out of range for a table of 10 rows" in cpu
+
+
+# A token history, the positions picked from it and their embedding: one gather of gathers.
+PICKED = """
+func.func @picked(%table: tensor<10x8xbf16>, %history: tensor<6x2xi32>, %at: tensor<3xi32>) -> tensor<6x8xbf16> {
+  %ids = nn.embedding %history, %at : (tensor<6x2xi32>, tensor<3xi32>) -> tensor<3x2xi32>
+  %e = nn.embedding %table, %ids : (tensor<10x8xbf16>, tensor<3x2xi32>) -> tensor<3x2x8xbf16>
+  %v = nn.reshape %e : (tensor<3x2x8xbf16>) -> tensor<6x8xbf16>
+  func.return %v : tensor<6x8xbf16>
+}
+"""
+
+
+def _picked_inputs() -> list[np.ndarray]:
+    rng = np.random.default_rng(3)
+    table = rng.standard_normal((10, 8)).astype(ml_dtypes.bfloat16)
+    history = rng.integers(0, 10, (6, 2)).astype(np.int32)
+    return [table, history, np.array([5, 0, 2], np.int32)]
+
+
+def test_a_gather_of_gathers_is_one_kernel_that_matches_the_reference() -> None:
+    """table[history[at]] in one kernel: the rows NumPy picks, and the reference's."""
+    prog = mk.compile(PICKED, target="cpu")
+    assert prog.ir("mugraph").count('mugraph.kernel "embedding"') == 1
+    table, history, at = _picked_inputs()
+    (got,) = prog(table, history, at)
+    (want,) = mk.reference(PICKED, table, history, at)
+    picked = table[history[at].reshape(-1)]
+    np.testing.assert_array_equal(np.asarray(got), picked)
+    np.testing.assert_array_equal(np.asarray(want, np.float32), picked.astype(np.float32))
+
+
+@pytest.mark.parametrize(
+    ("bad", "words"),
+    [
+        ("position", "id at index (1,) is out of range for a table of 6 rows"),
+        ("id", "id at index (2, 1) is out of range for a table of 10 rows"),
+    ],
+)
+def test_a_gather_of_gathers_names_what_was_out_of_range(bad: str, words: str) -> None:
+    """A position out of the history, or a picked id out of the table: the CPU executor's and
+    the GPU's words (from the task's code) name the same index and table."""
+    table, history, at = _picked_inputs()
+    if bad == "position":
+        at[1], detail = 6, PICK_CODE + 1
+    else:
+        history[at[2], 1], detail = 10, 5  # picked ids [3, 2]: (2, 1) is flat index 5
+    cpu = _cpu_message(PICKED, [table, history, at])
+    gpu = kernel_failure(_failing_grid(_cuda(PICKED)), detail)
+    assert gpu is not None and gpu.startswith("<source>:4:3: ")  # the outer nn.embedding
+    assert gpu.endswith(f'"embedding" {words}'), gpu
+    assert words.replace("id at", f"id {6 if bad == 'position' else 10} at") in cpu, cpu
 
 
 def test_a_body_without_a_failing_op_has_no_words() -> None:

@@ -68,6 +68,21 @@ inline int64_t gather_rows(void* out, const void* table, const std::vector<int64
   return -1;
 }
 
+// ids[at] of an integer ids table of `rows` rows of `row_elems` each: the rows at the positions
+// `at` holds, one after another, into `out`; returns the index in `at` of the first position out
+// of range, or -1.
+inline int64_t pick_ids(std::vector<int64_t>& out, const void* ids, int32_t dtype, int64_t rows,
+                        int64_t row_elems, const std::vector<int64_t>& at) {
+  for (size_t i = 0; i < at.size(); ++i)
+    if (at[i] < 0 || at[i] >= rows) return static_cast<int64_t>(i);
+  out.resize(at.size() * static_cast<size_t>(row_elems));
+  for (size_t i = 0; i < at.size(); ++i)
+    for (int64_t k = 0; k < row_elems; ++k)
+      out[i * static_cast<size_t>(row_elems) + static_cast<size_t>(k)] =
+          load_elem_i(ids, dtype, at[i] * row_elems + k);
+  return -1;
+}
+
 // base + add broadcast to `oshape` (NumPy rules): the value of a decode-loop step.
 inline void lib_step(std::vector<int64_t>& out, const Dims& oshape, const std::vector<int64_t>& base,
                      const Dims& bshape, int64_t add) {

@@ -104,6 +104,26 @@ __device__ inline int64_t gather_rows(void* out, const void* table, const Tile<i
   return -1;
 }
 
+// ids[at] (gather_rows' ids, picked from an integer ids table of `rows` rows of `row_elems`)
+// into `out`, by every thread of the CTA; returns (to every thread) the index in `at` of the
+// first position out of range, or -1.
+__device__ inline int64_t pick_ids(Tile<int64_t>& out, const void* ids, int32_t dtype, int64_t rows,
+                                   int64_t row_elems, const Tile<int64_t>& at) {
+  int bad = 0;
+  MK_FOR_EACH(i, at.n) bad |= at.p[i] < 0 || at.p[i] >= rows;
+  if (__syncthreads_or(bad)) {
+    for (int64_t i = 0; i < at.n; ++i)
+      if (at.p[i] < 0 || at.p[i] >= rows) return i;
+  }
+  out.resize(at.n * row_elems);
+  MK_FOR_EACH(e, out.n) {
+    const int64_t i = u32(e) / u32(row_elems), k = u32(e) % u32(row_elems);
+    out.p[e] = load_elem_i(ids, dtype, at.p[i] * row_elems + k);
+  }
+  __syncthreads();
+  return -1;
+}
+
 // base + add broadcast to `oshape` (NumPy rules): the value of a decode-loop step.
 __device__ inline void lib_step(Tile<int64_t>& out, const Dims& oshape, const Tile<int64_t>& base,
                                 const Dims& bshape, int64_t add) {
