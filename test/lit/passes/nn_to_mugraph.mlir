@@ -460,6 +460,25 @@ func.func @embedding_view(%embed: tensor<64x16xbf16>, %tok: tensor<1x2xi32>, %id
 
 // -----
 
+// The ids of an embedding picked by an embedding (its only user): one kernel gathers
+// table[ids[at]]. Picked ids with another user stay a kernel of their own.
+func.func @gather_of_gathers(%embed: tensor<64x16xbf16>, %tokens: tensor<8x2xi32>, %p: tensor<1xi32>) -> (tensor<2x16xbf16>, tensor<2x16xbf16>, tensor<1x2xi32>) {
+  %tok = nn.embedding %tokens, %p : (tensor<8x2xi32>, tensor<1xi32>) -> tensor<1x2xi32>
+  %x3 = nn.embedding %embed, %tok : (tensor<64x16xbf16>, tensor<1x2xi32>) -> tensor<1x2x16xbf16>
+  %x = nn.reshape %x3 : (tensor<1x2x16xbf16>) -> tensor<2x16xbf16>
+  %kept = nn.embedding %tokens, %p : (tensor<8x2xi32>, tensor<1xi32>) -> tensor<1x2xi32>
+  %y3 = nn.embedding %embed, %kept : (tensor<64x16xbf16>, tensor<1x2xi32>) -> tensor<1x2x16xbf16>
+  %y = nn.reshape %y3 : (tensor<1x2x16xbf16>) -> tensor<2x16xbf16>
+  func.return %x, %y, %kept : tensor<2x16xbf16>, tensor<2x16xbf16>, tensor<1x2xi32>
+}
+// CHECK-LABEL: func.func @gather_of_gathers
+// CHECK-NEXT:    %x = mugraph.kernel "embedding" (%embed, %tokens, %p) : (tensor<64x16xbf16>, tensor<8x2xi32>, tensor<1xi32>) -> tensor<2x16xbf16>
+// CHECK-NEXT:    %kept = mugraph.kernel "embedding" (%tokens, %p) : (tensor<8x2xi32>, tensor<1xi32>) -> tensor<1x2xi32>
+// CHECK-NEXT:    %y = mugraph.kernel "embedding" (%embed, %kept) : (tensor<64x16xbf16>, tensor<1x2xi32>) -> tensor<2x16xbf16>
+// CHECK-NEXT:    func.return %x, %y, %kept
+
+// -----
+
 // A decode step's next token: the argmax's reduce writes each row's index at its column of the
 // [1, B] reshape (its only user), and the history's cache write reads that (no copy kernel).
 func.func @sample(%logits: tensor<3x512xbf16>, %tokens: tensor<16x3xi32> {nn.donated}, %p1: tensor<1xi32>) -> tensor<16x3xi32> {
