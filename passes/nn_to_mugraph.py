@@ -239,7 +239,7 @@ def plan_units(ops: list[Operation], t: Tiling) -> list[_Unit]:
         if view is not None:
             claim(_Unit([view, op], lambda lookup, o=op, v=view: _cache_write_emit(o, v, lookup)))
     for op in ops:
-        found = _embedding_view(op, claimed)
+        found = _embedding_view(op, claimed, t.gather_pairs == 1)
         if found is not None:
             emit = lambda lookup, p=found: _embedding_view_emit(*p, lookup)  # noqa: E731
             claim(_Unit([o for o in found if o is not None], emit))
@@ -281,7 +281,7 @@ def _cache_write_emit(
 
 
 def _embedding_view(
-    op: Operation, claimed: set[Operation]
+    op: Operation, claimed: set[Operation], pairs: bool
 ) -> tuple[nn.EmbeddingOp, nn.ReshapeOp, nn.EmbeddingOp | None] | None:
     """The embedding a reshape reads, when the reshape is its only user: the gather writes its
     rows straight into the reshape's result (the same bytes in the same order), so no copy task
@@ -294,7 +294,7 @@ def _embedding_view(
     gather = _sole_unclaimed(op.operands[0], op, claimed)
     if not isinstance(gather, nn.EmbeddingOp):
         return None
-    inner = _sole_unclaimed(gather.ids, gather, claimed)
+    inner = _sole_unclaimed(gather.ids, gather, claimed) if pairs else None
     return gather, op, inner if isinstance(inner, nn.EmbeddingOp) else None
 
 
@@ -454,7 +454,7 @@ def lower_block(block: Block, t: Tiling) -> None:
 @dataclass(frozen=True)
 class NnToMugraphPass(ModulePass):
     """`nn-to-mugraph{num-sms=132 tile-n=64 tile-k=64 tile-m=0 kv-chunk=64 kv-splits=0
-    k-splits=1 attention-fold=1 task-us=3 norm-rows=16 merge-rows=1 split-loop=1}`."""
+    k-splits=1 attention-fold=1 task-us=3 norm-rows=16 merge-rows=1 split-loop=1 gather-pairs=1}`."""
 
     name = "nn-to-mugraph"
 
@@ -495,6 +495,9 @@ class NnToMugraphPass(ModulePass):
     # N > 0 (1 by default): mugraph-split-loop gives each o-projection block N KV heads'
     # partials of a folded merge, so the batch-1 splits need not be two chunks long (kv-splits 0).
     split_loop: int = 1
+    # 1: an embedding whose ids an embedding picks (its only user) is one kernel,
+    # table[ids[at]] (a decode step's token and its embedding); 0 keeps two kernels.
+    gather_pairs: int = 1
 
     def tiling(self) -> Tiling:
         for option in ("num_sms", "tile_k", "kv_chunk"):
@@ -507,13 +510,15 @@ class NnToMugraphPass(ModulePass):
             raise MkError("nn-to-mugraph: split-loop must be >= 0")
         if self.merge_rows < 1:
             raise MkError("nn-to-mugraph: merge-rows must be >= 1")
+        if self.gather_pairs not in (0, 1):
+            raise MkError("nn-to-mugraph: gather-pairs must be 0 or 1")
         if self.attention_fold not in (0, 1, 2, 3):
             raise MkError("nn-to-mugraph: attention-fold must be 0, 1, 2 or 3")
         return Tiling(
             self.num_sms, self.tile_n, self.tile_k, self.kv_chunk, self.kv_splits,
             tile_m=self.tile_m, k_splits=self.k_splits, attention_fold=self.attention_fold,
             task_us=self.task_us, norm_rows=self.norm_rows, merge_rows=self.merge_rows,
-            split_loop=self.split_loop,
+            split_loop=self.split_loop, gather_pairs=self.gather_pairs,
         )  # fmt: skip
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:

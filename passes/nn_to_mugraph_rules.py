@@ -54,6 +54,7 @@ class Tiling:
     norm_rows: int = 16  # an RMSNorm fuses into its linears up to this many rows (0: any count)
     merge_rows: int = 1  # decode attention's merge folds into the o-projection up to this batch
     split_loop: int = 1  # mugraph-split-loop will split the folded merge's loop (kv_splits)
+    gather_pairs: int = 1  # an embedding of ids an embedding picks is one kernel (1) or two (0)
 
     def row_tile(self) -> int:
         """Rows per block (tile_m, else DEFAULT_TILE_M); a linear of many rows may take more

@@ -7,6 +7,7 @@
 // RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{attention-fold=1 kv-splits=2}' | filecheck %s --check-prefix=FOLD
 // RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{k-splits=1 norm-rows=4}' | filecheck %s --check-prefix=NORM
 // RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{kv-splits=2 kv-chunk=16 k-splits=1 merge-rows=2}' | filecheck %s --check-prefix=ROWS
+// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{k-splits=1 gather-pairs=0}' | filecheck %s --check-prefix=PAIRS0
 
 // RMSNorm + Linear: one graph_def. Grid x over the 1024 output columns (64 per block), the
 // for-loop over K = 512 in chunks of tile-k; x·g feeds the matmul while Σx² accumulates in the
@@ -476,6 +477,9 @@ func.func @gather_of_gathers(%embed: tensor<64x16xbf16>, %tokens: tensor<8x2xi32
 // CHECK-NEXT:    %kept = mugraph.kernel "embedding" (%tokens, %p) : (tensor<8x2xi32>, tensor<1xi32>) -> tensor<1x2xi32>
 // CHECK-NEXT:    %y = mugraph.kernel "embedding" (%embed, %kept) : (tensor<64x16xbf16>, tensor<1x2xi32>) -> tensor<2x16xbf16>
 // CHECK-NEXT:    func.return %x, %y, %kept
+// PAIRS0-LABEL: func.func @gather_of_gathers
+// PAIRS0-NEXT:    %tok = mugraph.kernel "embedding" (%tokens, %p)
+// PAIRS0-NEXT:    %x = mugraph.kernel "embedding" (%embed, %tok)
 
 // -----
 
