@@ -39,7 +39,7 @@ from mk.interp.mugraph_tiles import (
     make_accumulator,
 )
 from mk.interp.nn import reachable_functions, run_interpreted
-from mk.interp.nn_ops import KERNELS, KernelError
+from mk.interp.nn_ops import KERNELS, KernelError, check_ids
 from mk.source import Source
 
 __all__ = ["MugraphRunError", "run_graph_def", "run_kernel", "run_mugraph"]
@@ -82,18 +82,6 @@ def _nn_defaults(kind: str) -> dict[str, Attribute | None]:
     return {n: d.default_value for n, d in cls.get_irdl_definition().properties.items()}
 
 
-def _picked_ids(ids: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """ids[at] as the inner embedding of a gather of gathers computes it, exactly (integers)."""
-    rows = ids.shape[0]
-    bad = (at < 0) | (at >= rows)
-    if np.any(bad):
-        first = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise KernelError(
-            f"id {int(at[first])} at index {first} is out of range for a table of {rows} rows"
-        )
-    return ids[at.astype(np.int64)]
-
-
 def run_kernel(op: KernelOp, args: Sequence[np.ndarray]) -> np.ndarray:
     """One library kernel on whole tensors: the nn op of the same name, rounded to the result."""
     kind = op.kind.data
@@ -106,7 +94,7 @@ def run_kernel(op: KernelOp, args: Sequence[np.ndarray]) -> np.ndarray:
     assert isinstance(result, TensorType)
     try:
         if kind == "embedding" and len(args) == 3:  # table[ids[at]]: the ids picked first
-            args = [args[0], _picked_ids(args[1], args[2])]
+            args = [args[0], args[1][check_ids(args[2], args[1].shape[0])]]
         out = np.asarray(KERNELS[f"nn.{kind}"](args, attrs, tuple(result.get_shape())))
     except KernelError as e:
         loc = op_location(op)

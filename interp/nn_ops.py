@@ -109,16 +109,21 @@ def _linear(args: Sequence[np.ndarray], _attrs: Attrs, _shape: Shape) -> np.ndar
     return np.matmul(_f32(args[0]), _f32(args[1]).T)
 
 
-def _embedding(args: Sequence[np.ndarray], _attrs: Attrs, _shape: Shape) -> np.ndarray:
-    table, ids = args[0], args[1]
-    rows = table.shape[0]
+def check_ids(ids: np.ndarray, rows: int) -> np.ndarray:
+    """The ids as int64 indices into a table of `rows` rows; KernelError names the first one
+    out of range and its index."""
     bad = (ids < 0) | (ids >= rows)
     if np.any(bad):
         first = tuple(int(i) for i in np.argwhere(bad)[0])
         raise KernelError(
             f"id {int(ids[first])} at index {first} is out of range for a table of {rows} rows"
         )
-    return _f32(table)[ids.astype(np.int64)]
+    return ids.astype(np.int64)
+
+
+def _embedding(args: Sequence[np.ndarray], _attrs: Attrs, _shape: Shape) -> np.ndarray:
+    table, ids = args[0], args[1]
+    return _f32(table)[check_ids(ids, table.shape[0])]
 
 
 def _argmax(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.ndarray:
