@@ -45,11 +45,15 @@ class Epilogue:
     written: OutputOp
 
 
-def _written(producer: GraphDefOp, index: int) -> OutputOp | None:
-    """The one plain output that writes the producer's result `index`."""
+def plain_writer(producer: GraphDefOp, index: int) -> OutputOp | None:
+    """The one plain output that writes the producer's result `index`, of a tile of the
+    result's element type (what a reader of the result loads is that tile)."""
     arg = producer.result_args()[index]
     outs = [u.operation for u in arg.uses if isinstance(u.operation, OutputOp)]
     if len(outs) != 1 or outs[0].position() is not None or outs[0].accumulate is not None:
+        return None
+    value = producer.res[index]
+    if tensor_type(outs[0].tile).element_type != tensor_type(value).element_type:
         return None
     return outs[0]
 
@@ -73,11 +77,10 @@ def match_epilogue(consumer: GraphDefOp) -> Epilogue | None:
     producer = value.owner
     if not isinstance(producer, GraphDefOp) or producer.grid_shape() != consumer.grid_shape():
         return None
-    written = _written(producer, producer.res.index(value))
+    written = plain_writer(producer, producer.res.index(value))
     if written is None or written.omap_dims() != read.imap_dims():
         return None
-    tile = tensor_type(written.tile)
-    if tile != read.tile.type or tile.element_type != tensor_type(value).element_type:
+    if written.tile.type != read.tile.type:
         return None
     return Epilogue(producer, consumer, read, written)
 

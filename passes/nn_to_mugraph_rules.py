@@ -22,6 +22,7 @@ from mk.dialects.mugraph_tiles import (
     RMSNormOp,
     RopeOp,
 )
+from mk.passes.mugraph_fuse_epilogue import plain_writer
 
 # A masked score: finite so that e^(masked - m) is exactly 0 once any real score is seen, and a
 # fully masked row never produces inf - inf; the merge turns rows whose max stayed here into 0.
@@ -259,11 +260,9 @@ def producer_parts(x: SSAValue) -> int | None:
     g = x.owner
     if not isinstance(g, GraphDefOp):
         return None
-    outs = [o for o in g.output_ops() if o.dest is g.result_args()[g.res.index(x)]]
+    out = plain_writer(g, g.res.index(x))
     grid, last = g.grid_shape(), len(shape_of(x)) - 1
-    if len(outs) != 1 or outs[0].position() is not None or outs[0].accumulate is not None:
-        return None
-    if outs[0].omap_dims() != (last, -1, -1) or grid[1:] != (1, 1) or grid[0] < 2:
+    if out is None or out.omap_dims() != (last, -1, -1) or grid[1:] != (1, 1) or grid[0] < 2:
         return None
     return grid[0]
 

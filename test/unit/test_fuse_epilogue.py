@@ -142,3 +142,17 @@ def test_graph_defs_keep_their_results_in_order() -> None:
     fuse_epilogues(module)
     graphs = [op for op in module.walk() if isinstance(op, GraphDefOp)]
     assert [r.name_hint for r in graphs[0].res] == ["l", "pv", "pi"]
+
+
+def test_nn_to_mugraph_chunks_an_argmax_as_its_producer_blocks_only_where_it_fuses() -> None:
+    """The lm_head-shaped producer gives its 16 blocks; one that rounds its f32 sums as it
+    stores them (its tile is not what a reader loads) gives none, and the argmax keeps its own
+    chunks."""
+    from mk.passes.nn_to_mugraph_rules import producer_parts
+
+    parts = []
+    for text in (_cases()[0], _cases()[2]):
+        module = load_module(text)
+        first = next(op for op in module.walk() if isinstance(op, GraphDefOp))
+        parts.append(producer_parts(first.res[0]))
+    assert parts == [16, None]
