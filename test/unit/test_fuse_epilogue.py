@@ -92,7 +92,7 @@ def test_tiny_generates_the_same_tokens_with_and_without(name: str, cache: Path)
     prompt = random_prompt(config, 2)
     args = program_inputs(config, weights, 2, 5, prompt)
     outs = [
-        _decode(name, cache, "cpu", epilogues=on)(*[np.copy(a) for a in args])
+        _decode(name, cache, "cpu", epilogues=on, gather_pairs=int(on))(*[np.copy(a) for a in args])
         for on in (True, False)
     ]
     for got, want in zip(outs[0], outs[1], strict=True):
