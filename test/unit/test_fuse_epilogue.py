@@ -104,16 +104,9 @@ def test_tiny_generates_the_same_tokens_with_and_without(name: str, cache: Path)
     assert result.ok, result.problems
 
 
-def test_the_cuda_body_takes_positions_from_its_output(
-    cache: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("no_nvcc")
+def test_the_cuda_body_takes_positions_from_its_output(cache: Path) -> None:
     """The lm_head's body stores its logits and finds their maximum at the rows it wrote."""
-    import mk.backends.cuda
-    from mk.backends.cuda import build as cuda_build
-
-    # The source alone: a machine without nvcc compiles it without building it.
-    monkeypatch.setattr(cuda_build, "nvcc", lambda: None)
-    monkeypatch.setattr(mk.backends.cuda, "nvcc", lambda: None)
     src = _decode("tiny", cache, "cuda").cuda_source  # type: ignore[attr-defined]
     body = src[src.index("// task.grid @k") :]
     lm_head = next(b for b in body.split("// task.grid @")[1:] if "_logits" in b.split("\n")[0])
@@ -156,3 +149,12 @@ def test_nn_to_mugraph_chunks_an_argmax_as_its_producer_blocks_only_where_it_fus
         first = next(op for op in module.walk() if isinstance(op, GraphDefOp))
         parts.append(producer_parts(first.res[0]))
     assert parts == [16, None]
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_the_fused_decode_is_deterministic(cache: Path) -> None:
+    """Two compiles of one decode give byte-identical task IR and CUDA source."""
+    first, second = (_decode("tiny-qwen3", cache, "cuda") for _ in range(2))
+    assert first.ir("task") == second.ir("task")
+    assert first.cuda_source == second.cuda_source  # type: ignore[attr-defined]
+    assert "mk::gpu::pick_ids(" in first.cuda_source  # type: ignore[attr-defined]
