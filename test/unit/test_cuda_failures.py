@@ -174,3 +174,22 @@ def test_cpu_executor_failure_raises_on_the_gpu_machine() -> None:
     )
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert "index 3 writes positions [3, 5) outside [0, 4) of dim 1" in done.stdout, done.stdout
+
+
+@pytest.mark.gpu
+def test_a_gather_of_gathers_on_the_gpu() -> None:
+    """table[history[at]] on the GPU: NumPy's rows; a position out of the history fails the
+    run with the located words the host makes of the task's code."""
+    from mk.backends.cuda.host import CudaRunError
+
+    prog = mk.compile(PICKED, target="cuda")
+    table, history, at = _picked_inputs()
+    (got,) = prog(table, history, at)
+    np.testing.assert_array_equal(np.asarray(got), table[history[at].reshape(-1)])
+    at[1] = 6
+    with pytest.raises(CudaRunError) as caught:
+        prog(table, history, at)
+    assert str(caught.value).endswith(
+        "<source>:4:3: error: 'mugraph.kernel' \"embedding\" id at index (1,) is out of range "
+        "for a table of 6 rows"
+    ), str(caught.value)
