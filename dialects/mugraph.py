@@ -359,28 +359,31 @@ class PositionOp(BlockGraphOp):
         assert isinstance(self.x.owner, InputOp)
         return self.x.owner
 
-    def written_by(self) -> OutputOp | None:
-        """The plain output (no position, no accumulation) that writes x, if one does."""
-        for use in self.x.uses:
-            op = use.operation
-            if isinstance(op, OutputOp) and use.index == 0 and op.position() is None:
-                if op.accumulate is None:
-                    return op
-        return None
+    def source(self) -> InputOp | OutputOp | None:
+        """The input op that reads x, or else the plain output that writes it: what places x
+        in the full tensor."""
+        if isinstance(self.x.owner, InputOp):
+            return self.x.owner
+        uses = ((u.operation, u.index) for u in self.x.uses)
+        return next(
+            (op for op, i in uses if isinstance(op, OutputOp) and i == 0 and op.is_plain()), None
+        )
 
     def positions(self, block: Sequence[int], iteration: int) -> range:
         """The positions along `dim` this tile covers for `block` in `iteration`."""
-        if isinstance(self.x.owner, InputOp):
-            s = self.input_op().tile_slices(block, iteration)[self.dim.value.data]
-        else:
-            out = self.written_by()
-            assert out is not None
-            s = out.tile_slices(block)[self.dim.value.data]
+        src = self.source()
+        assert src is not None
+        where = (
+            src.tile_slices(block, iteration)
+            if isinstance(src, InputOp)
+            else src.tile_slices(block)
+        )
+        s = where[self.dim.value.data]
         return range(s.start, s.stop)
 
     def verify_block_op(self, parent: GraphDefOp) -> None:
         require(
-            isinstance(self.x.owner, InputOp) or self.written_by() is not None,
+            self.source() is not None,
             lambda: (
                 f"{value_name(self.x)} must be a mugraph.input tile or one a plain mugraph.output writes"
             ),

@@ -231,6 +231,10 @@ class OutputOp(BlockGraphOp):
         assert isinstance(over, BlockArgument)
         return self.dynamic[0], self.at_dim.value.data, over
 
+    def is_plain(self) -> bool:
+        """Whether it writes its tile where the omap puts it: no position, no accumulation."""
+        return not self.dynamic
+
     def accumulated(self) -> BlockArgument | None:
         """The operand an accumulating output adds to, else None."""
         if self.accumulate is None or len(self.dynamic) != 1:

@@ -50,7 +50,7 @@ def plain_writer(producer: GraphDefOp, index: int) -> OutputOp | None:
     result's element type (what a reader of the result loads is that tile)."""
     arg = producer.result_args()[index]
     outs = [u.operation for u in arg.uses if isinstance(u.operation, OutputOp)]
-    if len(outs) != 1 or outs[0].position() is not None or outs[0].accumulate is not None:
+    if len(outs) != 1 or not outs[0].is_plain():
         return None
     value = producer.res[index]
     if tensor_type(outs[0].tile).element_type != tensor_type(value).element_type:
@@ -69,9 +69,7 @@ def match_epilogue(consumer: GraphDefOp) -> Epilogue | None:
         return None
     size = math.prod(shape_of(read.tile))
     for out in consumer.output_ops():
-        if out.position() is not None or out.accumulate is not None:
-            return None
-        if math.prod(shape_of(out.tile)) >= size:
+        if not out.is_plain() or math.prod(shape_of(out.tile)) >= size:
             return None
     value = consumer.args[0]
     producer = value.owner

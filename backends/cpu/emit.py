@@ -380,18 +380,18 @@ class LibraryEmitter:
         size = numpy_dtype(tensor_type(self.op.operands[0]).element_type).itemsize
         if at:
             self.pick_ids(ids, at[0])
-            picked = "r"
+            picked, shape = "r", (*s[2], *s[1][1:])  # ids[at]
         else:
             self.lines += [
                 "std::vector<int64_t> a1;",
                 f"mk::cpu::load_all(a1, buffers[{ids.index}], {ids.dtype}, {dims(ids.shape)});",
             ]
-            picked = "a1"
+            picked, shape = "a1", s[1]
         self.lines.append(
             f"const int64_t bad = mk::cpu::gather_rows(buffers[{out.index}], "
             f"buffers[{table.index}], {picked}, {s[0][0]}, {math.prod(s[0][1:]) * size});"
         )
-        self.embedding_failure(picked)
+        self.embedding_failure(picked, shape)
         return self.lines
 
     def pick_ids(self, ids: BufferRef, at: BufferRef) -> None:
@@ -419,16 +419,16 @@ class LibraryEmitter:
             "}",
         ]
 
-    def embedding_failure(self, picked: str) -> None:
-        s, rows = self.shapes, self.shapes[0][0]
+    def embedding_failure(self, picked: str, shape: Sequence[int]) -> None:
+        """Fails the task naming the id of `picked` (ids of `shape`) out of the table."""
+        rows = self.shapes[0][0]
         loc = op_location(self.op)
         prefix = f"{loc}: " if loc else ""
-        ids = s[1] if picked == "a1" else (*s[2], *s[1][1:])  # the picked ids' shape
         self.lines += [
             "if (bad >= 0) {",
             f'  return fail("{prefix}error: \'mugraph.kernel\' \\"embedding\\" id " + '
             f'std::to_string({picked}[bad]) + " at index " + mk::cpu::format_index(bad, '
-            f'{dims(ids)}) + " is out of range for a table of {rows} rows");',
+            f'{dims(shape)}) + " is out of range for a table of {rows} rows");',
             "}",
         ]
 

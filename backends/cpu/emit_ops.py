@@ -348,8 +348,12 @@ class GraphDefEmitter:
                 emit(f"{v(op.res)} = mk::cpu::as_float({v(op.x)});")
         elif isinstance(op, PositionOp):
             d = op.dim.value.data
-            out = op.written_by() if not isinstance(op.x.owner, InputOp) else None
-            start = self.output_starts(out)[d] if out else self.input_starts(op.input_op(), it)[d]
+            src = op.source()
+            assert src is not None
+            starts = (
+                self.input_starts(src, it) if isinstance(src, InputOp) else self.output_starts(src)
+            )
+            start = starts[d]
             emit(f"mk::cpu::position_tile({v(op.res)}, {dims(shape_of(op.x))}, {d}, {start});")
         elif isinstance(op, ArgmaxOp):
             emit(

@@ -5,6 +5,7 @@ codes."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from mk.backends.cpu.emit import LibraryEmitter, int_list
 from mk.backends.cpu.emit_ops import BINARY_ENUM, BufferRef
@@ -112,7 +113,7 @@ class DeviceLibraryEmitter(LibraryEmitter):
             f"if (bad >= 0) return mk::gpu::cache_write_code(a2.p[bad * a2.n / {outer}]);"
         )
 
-    def embedding_failure(self, picked: str) -> None:
+    def embedding_failure(self, picked: str, shape: Sequence[int]) -> None:
         self.lines.append("if (bad >= 0) return static_cast<int32_t>(bad) + 1;")
 
     def pick_failure(self) -> None:
