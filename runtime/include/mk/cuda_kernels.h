@@ -451,36 +451,48 @@ __device__ inline bool argmax_better(float x, int64_t kx, float y, int64_t ky) {
   return x > y || (x == y && kx < ky);
 }
 
-// argmax_tile for few, long lines: warp w takes line w, its lanes stride over the line and a
-// butterfly of shuffles combines them (one thread per line would scan thousands of values).
+// argmax_tile for few, long lines: each line gets the CTA's warps / lines warps (at batch 1 an
+// lm_head epilogue's one line gets all eight, not one warp while seven idle); a warp's lanes
+// stride over its share and a butterfly of shuffles combines them, then the first warp of a
+// line combines its warps' bests through shared memory, lowest share first.
+__device__ inline void argmax_combine(float& bv, long long& bk, float ov, long long ok) {
+  if (ok >= 0 && (bk < 0 || argmax_better(ov, ok, bv, bk))) {
+    bv = ov;
+    bk = ok;
+  }
+}
+
 template <class P>
 MK_COOPERATIVE void argmax_lines_by_warp(Tile<float>& vmax, Tile<P>& arg, const Tile<float>& v,
                                      const Tile<P>& payload, int64_t outer, int64_t inner,
                                      int64_t n) {
+  constexpr int kMaxWarps = 32;
+  __shared__ float share_v[kMaxWarps];
+  __shared__ long long share_k[kMaxWarps];
+  const int64_t warps = MK_CTA_THREADS / 32, lines = outer * inner;
+  const int64_t per_line = warps / lines;  // >= 1: argmax_tile takes this path only then
   const int64_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (warp < outer * inner) {
-    const int64_t o = warp / inner, i = warp % inner;
-    float bv = 0.0f;
-    long long bk = -1;
-    for (int64_t k = lane; k < n; k += 32) {
-      const float x = v.p[(o * n + k) * inner + i];
-      if (bk < 0 || argmax_better(x, k, bv, bk)) {
-        bv = x;
-        bk = k;
-      }
+  const int64_t line = warp / per_line, part = warp % per_line;
+  const int64_t o = line / inner, i = line % inner;
+  float bv = 0.0f;
+  long long bk = -1;
+  if (line < lines) {
+    for (int64_t k = part * 32 + lane; k < n; k += 32 * per_line) {
+      argmax_combine(bv, bk, v.p[(o * n + k) * inner + i], k);
     }
     for (int s = 16; s > 0; s >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, s);
-      const long long ok = __shfl_xor_sync(0xffffffffu, bk, s);
-      if (ok >= 0 && (bk < 0 || argmax_better(ov, ok, bv, bk))) {
-        bv = ov;
-        bk = ok;
-      }
+      argmax_combine(bv, bk, __shfl_xor_sync(0xffffffffu, bv, s), __shfl_xor_sync(0xffffffffu, bk, s));
     }
     if (lane == 0) {
-      vmax.p[warp] = v.p[(o * n + bk) * inner + i];
-      arg.p[warp] = payload.p[(o * n + bk) * inner + i];
+      share_v[warp] = bv;
+      share_k[warp] = bk;
     }
+  }
+  __syncthreads();
+  if (line < lines && part == 0 && lane == 0) {
+    for (int64_t w = warp + 1; w < warp + per_line; ++w) argmax_combine(bv, bk, share_v[w], share_k[w]);
+    vmax.p[line] = v.p[(o * n + bk) * inner + i];
+    arg.p[line] = payload.p[(o * n + bk) * inner + i];
   }
   __syncthreads();
 }
