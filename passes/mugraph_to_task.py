@@ -254,11 +254,18 @@ class _Lowering:
         for n, (value, name) in enumerate(self.copies):
             self.buffers[self.buffer_of[value]].readers.append(len(self.kernels) + n)
             self.buffers[name].writer = len(self.kernels) + n
-        if self.options.flag_values:
+        if self.options.flag_values or self.options.flag_rows:
             value_of = {name: value for value, name in self.buffer_of.items()}
             weight = is_weight_value(self.buffers, self.buffer_of)
             plain = [b for name, b in self.buffers.items() if name not in self.summed]
-            flag_buffers(plain, self.kernels, value_of, weight)
+            flag_buffers(
+                plain,
+                self.kernels,
+                value_of,
+                weight,
+                values=self.options.flag_values,
+                rows=self.options.flag_rows,
+            )
 
     def grid_plan(self, pos: int, kernel: Kernel) -> _GridPlan:
         shape = task_shape(kernel)
@@ -388,7 +395,8 @@ def _declaration_order(buffers: Iterable[BufferPlan]) -> list[BufferPlan]:
 
 @dataclass(frozen=True)
 class MugraphToTaskPass(ModulePass):
-    """`mugraph-to-task{align=256 iterations=1 merge-events=true flag-values=false}`."""
+    """`mugraph-to-task{align=256 iterations=1 merge-events=true flag-values=false
+    flag-rows=false}`."""
 
     name = "mugraph-to-task"
 
@@ -397,6 +405,8 @@ class MugraphToTaskPass(ModulePass):
     merge_events: bool = True  # one event per producer grouping, shared by its consumers
     # Activations that only plain loads read carry each element's flag (mugraph_to_task_flags).
     flag_values: bool = False
+    # A decode attention's head rows (q, the new K/V rows) carry their flags too.
+    flag_rows: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.align < 1 or self.align % ARENA_ALIGNMENT:

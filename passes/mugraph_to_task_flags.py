@@ -7,10 +7,18 @@ is stored with the flag of the iteration that wrote it, so a reader's load is it
 read-after-write dependences through such buffers become `flagged` events
 (mugraph_to_task_events), which a backend may realise by the flags alone; every other
 dependence keeps its counter.
+
+With `flag-rows`, a decode attention's head rows can wait on their flags too: the query rows and
+the new K and V rows it reads in place (an input taken whole, through reshapes and an optional
+RMSNorm and RoPE, into the scores' left side or a row select's new row), and a `cache_write`
+kernel's new rows. A buffer is then flagged when an attention reads it so and its every reader
+can wait on the flags: the hop from a layer's q/k/v projection to its attention takes no fence,
+counter or poll of its own.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type
@@ -35,6 +43,8 @@ Kernel = GraphDefOp | KernelOp
 # Tile ops whose operands the emitters load element-wise (load_runs), never in place.
 _LOADED = (ThreadMapOp, BinaryOp, UnaryOp, ReduceOp, RMSNormOp, RopeOp)
 _FLAG_TYPES = (BFloat16Type, Float16Type, Float32Type)
+# A head row the attention takes whole: at most 8 query rows of a head dim up to 256.
+_MAX_ROW_ELEMENTS = 8 * 256
 
 
 def _weight_tile(
@@ -61,24 +71,72 @@ def _plain_use(tile: SSAValue, kernel: GraphDefOp, is_weight: Callable[[SSAValue
     return True
 
 
-def reads_plainly(kernel: Kernel, value: SSAValue, is_weight: Callable[[SSAValue], bool]) -> bool:
-    """Whether `kernel` reads `value` only in ways that can wait on its flags."""
-    if not isinstance(kernel, GraphDefOp):
-        return False
+def _row_end(value: SSAValue) -> bool:
+    """Whether `value` reaches an attention's query side or a row select's new row through
+    reshapes and an optional RMSNorm and RoPE (each the row's own, one use each)."""
+    while True:
+        uses = list(value.uses)
+        if len(uses) != 1:
+            return False
+        use = uses[0]
+        op = use.operation
+        if isinstance(op, ReshapeOp) or (isinstance(op, RMSNormOp | RopeOp) and use.index == 0):
+            value = op.results[0]
+        elif isinstance(op, MatmulOp):
+            return use.index == 0 and op.transpose_b is not None
+        else:
+            return isinstance(op, ThreadMapOp) and len(op.args) == 4 and use.index == 2
+
+
+def head_row_inputs(kernel: GraphDefOp) -> set[InputOp]:
+    """The inputs a decode attention reads as head rows (see the module docstring): taken whole
+    (not walked by the loop), at most 8 rows of 256 elements."""
     ops = list(kernel.body.block.ops)
-    if any(isinstance(op, AccumSoftmaxOp) for op in ops):
+    if not any(isinstance(op, AccumSoftmaxOp) for op in ops):
+        return set()
+    return {
+        op
+        for op in ops
+        if isinstance(op, InputOp)
+        and op.fmap_dim() < 0
+        and math.prod(op.tile_shape()) <= _MAX_ROW_ELEMENTS
+        and _row_end(op.tile)
+    }
+
+
+def reads_plainly(
+    kernel: Kernel, value: SSAValue, is_weight: Callable[[SSAValue], bool], rows: bool = False
+) -> bool:
+    """Whether `kernel` reads `value` only in ways that can wait on its flags (with `rows`, a
+    decode attention's head rows and a cache write's new rows too)."""
+    if isinstance(kernel, KernelOp):
+        return rows and kernel.kind.data == "cache_write" and kernel.operands[1] is value
+    ops = list(kernel.body.block.ops)
+    attention = any(isinstance(op, AccumSoftmaxOp) for op in ops)
+    if attention and not rows:
         return False  # attention reads its q (and new k/v rows) in place
     if any(isinstance(op, ReduceOp) and op.dim.value.data == 0 for op in ops):
         # A reduction over the leading (split) dim merges split partials, which a backend may
         # do with one call that reads them in place (the CUDA merge).
         return False
+    head_rows = head_row_inputs(kernel) if attention else set()
     args = [a for i, a in enumerate(kernel.input_args()) if kernel.operands[i] is value]
     for arg in args:
         for use in arg.uses:
             op = use.operation
-            if not isinstance(op, InputOp) or not _plain_use(op.tile, kernel, is_weight):
+            if not isinstance(op, InputOp):
+                return False
+            if op not in head_rows and (attention or not _plain_use(op.tile, kernel, is_weight)):
                 return False
     return True
+
+
+def _read_as_head_rows(kernel: Kernel, value: SSAValue) -> bool:
+    """Whether an attention kernel reads `value` as head rows."""
+    if not isinstance(kernel, GraphDefOp):
+        return False
+    rows = head_row_inputs(kernel)
+    return any(kernel.operands[op.source_index()] is value for op in rows)
 
 
 def flag_buffers(
@@ -86,8 +144,11 @@ def flag_buffers(
     kernels: Sequence[Kernel],
     value_of: dict[str, SSAValue],
     is_weight: Callable[[SSAValue], bool],
+    values: bool = True,
+    rows: bool = False,
 ) -> None:
-    """Marks every activation that can be flagged (see the module docstring)."""
+    """Marks every activation that can be flagged (see the module docstring): with `values`,
+    those that only plain loads read; with `rows`, those an attention reads as head rows."""
     for buf in buffers:
         value = value_of.get(buf.name)
         if buf.kind != "activation" or value is None or buf.writer is None:
@@ -99,7 +160,9 @@ def flag_buffers(
         readers = set(buf.readers)
         if not readers or any(r >= len(kernels) or r <= buf.writer for r in readers):
             continue
-        if all(reads_plainly(kernels[r], value, is_weight) for r in readers):
+        if not all(reads_plainly(kernels[r], value, is_weight, rows) for r in readers):
+            continue
+        if values or any(_read_as_head_rows(kernels[r], value) for r in readers):
             buf.flagged = True
 
 

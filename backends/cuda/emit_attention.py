@@ -61,10 +61,14 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         emit("mk::gpu::StreamAttention sa{};")
         if op_marks.enabled():
             emit("sa.arena = &arena;")  # marks between its phases (op_marks.ATTENTION_PHASES)
+        flagged = self.flagged_rows(plan, q_row)
+        if flagged:
+            emit(f"sa.flagged = {flagged};")
+            emit("sa.flags = &arena;")
         if isinstance(plan.q, InputOp):
-            self.row_source("sa.q", plan.q)
+            self.row_source("sa.q", plan.q, flags=True)
         elif q_row is not None:
-            self.row_source("sa.q", q_row.x)
+            self.row_source("sa.q", q_row.x, flags=True)
             self.row_ops("sa.q_ops", q_row)
         else:
             emit(f"sa.q = {self.var(plan.q)}.data();")
@@ -73,7 +77,7 @@ class StreamAttentionEmitter(StreamLinearEmitter):
             if new is None:
                 continue
             if (row := plan.head_row(new.new)) is not None:
-                self.row_source(f"sa.{name}_new", row.x)
+                self.row_source(f"sa.{name}_new", row.x, flags=True)
                 if name == "k":
                     self.row_ops("sa.k_ops", row)
             else:
@@ -99,6 +103,20 @@ class StreamAttentionEmitter(StreamLinearEmitter):
             emit(f"mk::gpu::stream_attention<{plan.rows}, {plan.head_dim}>(sa, score);")
         emit("}")
 
+    def flagged_rows(self, plan: AttentionPlan, q_row: HeadRow | None) -> int:
+        """StreamAttention::flagged: the bits (kFlagQ 1, kFlagKNew 2, kFlagVNew 4) of the rows
+        read from flagged buffers (mugraph-to-task's flag-rows), which the call polls."""
+        q = plan.q if isinstance(plan.q, InputOp) else q_row.x if q_row is not None else None
+        news = [None if new is None else plan.head_row(new.new) for new in (plan.k_new, plan.v_new)]
+        rows = [
+            (1, q),
+            *((bit, None if r is None else r.x) for bit, r in zip((2, 4), news, strict=True)),
+        ]
+        return sum(bit for bit, op in rows if op is not None and self.is_flagged(op))
+
+    def is_flagged(self, op: InputOp) -> bool:
+        return self.operands[op.source_index()].flagged
+
     def prepared_rows(self, plan: AttentionPlan, q_row: HeadRow | None) -> list[InputOp]:
         """The inputs whose rows the call reads before its keys, in place: q's rows, the new K
         and V rows, and the ops' norm weights and RoPE tables (a tile's rows are the arena's,
@@ -118,7 +136,7 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         """Each input's tile asked into the L1 (mk::gpu::prefetch_l1), whole lines, once (q's
         and the new K row's RoPE share their tables)."""
         asks: dict[str, int] = {}
-        for op in rows:
+        for op in (r for r in rows if not self.is_flagged(r)):  # a flagged row is polled
             bits = getattr(tensor_type(op.source).element_type, "bitwidth", 32)
             nbytes = math.prod(op.tile_shape()) * max(1, int(bits) // 8)
             at = self.row_pointer(op)
@@ -230,14 +248,19 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         for field, value in (("o", plan.acc.o), ("m", plan.acc.m), ("l", plan.acc.l)):
             emit(f"{name}.{field} = {self.var(value)}.data();")
 
-    def row_pointer(self, op: InputOp) -> str:
-        """A pointer to the first element of an input's tile, in place."""
-        ref = plain(self.operands[op.source_index()], self.op, "in place")
+    def row_pointer(self, op: InputOp, flags: bool = False) -> str:
+        """A pointer to the first element of an input's tile, in place (with `flags`, to the
+        first word of a flagged buffer's tile, which the call polls)."""
+        ref = self.operands[op.source_index()]
+        if flags and ref.flagged:
+            return f"static_cast<const uint64_t*>(buffers[{ref.index}]) + {self.flat_start(op)}"
+        plain(ref, self.op, "in place")
         return f"mk::gpu::elem_at(buffers[{ref.index}], {ref.dtype}, {self.flat_start(op)})"
 
-    def row_source(self, field: str, op: InputOp) -> None:
-        """`field` (a pointer) and its `_dtype` for the rows an input's tile covers, in place."""
-        self.lines.append(f"{field} = {self.row_pointer(op)};")
+    def row_source(self, field: str, op: InputOp, flags: bool = False) -> None:
+        """`field` (a pointer) and its `_dtype` for the rows an input's tile covers, in place
+        (a head row of a flagged buffer: its words, StreamAttention::flagged)."""
+        self.lines.append(f"{field} = {self.row_pointer(op, flags)};")
         self.lines.append(f"{field}_dtype = {self.operands[op.source_index()].dtype};")
 
     def row_ops(self, field: str, row: HeadRow) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from mk.backends.cpu.emit import LibraryEmitter, int_list
 from mk.backends.cpu.emit_ops import BINARY_ENUM, BufferRef
-from mk.backends.cpu.emit_scalar import dtype_code, is_float
+from mk.backends.cpu.emit_scalar import dims, dtype_code, is_float
 from mk.backends.cuda.elementwise import element_offset
 from mk.backends.cuda.failures import PICK_CODE
 from mk.inputs import numpy_dtype, tensor_type
@@ -105,6 +105,28 @@ class DeviceLibraryEmitter(LibraryEmitter):
             "__syncthreads();",
             "}",
         ]
+
+    def cache_write(self) -> list[str]:
+        """The CPU form, or for new rows in a flagged buffer (mugraph-to-task's flag-rows)
+        mk::gpu::cache_write_flagged, which polls each word for its flag."""
+        cache, new, index = self.operands
+        if not new.flagged:
+            return super().cache_write()
+        (out, _), *_ = self.results
+        s = self.shapes
+        dim = self.dim("dim", len(s[0]))
+        n = math.prod(s[1]) * s[0][dim] // max(math.prod(s[0]), 1)
+        dtype = dtype_code(tensor_type(self.op.operands[0]).element_type)
+        self.lines += [
+            "std::vector<int64_t> a2;",
+            f"mk::cpu::load_all(a2, buffers[{index.index}], {index.dtype}, {dims(index.shape)});",
+            f"const int64_t bad = mk::gpu::cache_write_flagged(buffers[{out.index}], "
+            f"buffers[{cache.index}], buffers[{new.index}], a2, {dims(s[0])}, {dim}, {n}, "
+            f"{dtype}, {numpy_dtype(tensor_type(self.op.operands[0]).element_type).itemsize}, "
+            "arena);",
+        ]
+        self.cache_write_failure(dim, n, s[0][dim])
+        return self.lines
 
     def cache_write_failure(self, dim: int, n: int, extent: int) -> None:
         # The bad start itself, which the host words as the CPU executor does (failures.py).

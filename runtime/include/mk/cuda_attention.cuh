@@ -57,11 +57,18 @@ struct StreamAttention {
   // sin) aligned at each lane's 8 elements, so each is one or two vector loads, not 8 scalar
   // loads and their addresses (a batch-1 QK-norm + RoPE: ~6 KB of SASS less).
   bool rows_aligned = false;
+  // Rows whose buffers are flagged (flag-rows: kFlagQ, kFlagKNew, kFlagVNew): q, k_new and
+  // v_new then point at 8-byte words, which each lane polls until they carry the task's flag
+  // (`flags`' flag): the load is the wait on the q/k/v projection.
+  uint32_t flagged = 0;
+  const Arena* flags = nullptr;
 #if defined(MK_OP_MARKS)
   // A profile build's marks between the phases (op_marks.py's ATTENTION_PHASES).
   Arena* arena = nullptr;
 #endif
 };
+
+constexpr uint32_t kFlagQ = 1, kFlagKNew = 2, kFlagVNew = 4;
 
 // Op marks between a streamed attention's phases: its rows prepared, its keys, its merge.
 #if defined(MK_OP_MARKS)
@@ -153,6 +160,22 @@ __device__ inline void load_row8(float (&x)[8], const void* base, int32_t dtype,
   load8_f(x, base, dtype, first + lane * 8, vec);
 }
 
+// load_row8 of a flagged row (words of value bits and flag): each lane's 8 words polled until
+// they carry the task's flag (16-byte loads where the rows are aligned).
+__device__ inline void load_row8_flagged(float (&x)[8], const void* base, int64_t first, int lane,
+                                         bool vec, const Arena& flags) {
+  const uint64_t* w = static_cast<const uint64_t*>(base) + first + lane * 8;
+  uint64_t v[1][8];
+  if (vec) {
+    const uint64_t* const runs[1] = {w};
+    flag_poll8<1>(v, runs, flags);
+  } else {
+    flag_poll<8>(v[0], [&](int k) -> const uint64_t* { return w + k; }, flags);
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) x[i] = flag_value(v[0][i]);
+}
+
 // The exponent's offset for a running max: the max itself, or 0 while it is not finite (as the
 // CPU kernel does, so a row that has seen only -inf scores does not turn into NaN).
 __device__ inline float softmax_shift(float m) { return isfinite(m) ? m : 0.0f; }
@@ -198,6 +221,12 @@ __device__ inline void softmax_round(float (&o)[R][8], float (&m)[R], float (&l)
 
 // Whether the query rows go through ops (q's per-head norm and RoPE folded into the attention).
 __device__ inline bool has_ops(const RowOps& ops) { return ops.g != nullptr || ops.cos != nullptr; }
+
+// Whether the call takes its query rows through prepare_rows (into shared memory) rather than
+// loading q itself: for their ops, for the new key's rows, or to wait on q's flags.
+__device__ inline bool prepares_rows(const StreamAttention& a, int jn) {
+  return has_ops(a.q_ops) || jn < a.keys || (a.flagged & kFlagQ) != 0;
+}
 
 // x or y field by field: the fields both hold the same (dtypes, in a body) stay constants, which
 // a select of the structs' addresses would turn into loads (and every element load into a switch
@@ -252,7 +281,12 @@ __device__ inline RowJob load_row_job(const StreamAttention& a, int jobs, int jo
   none.g = none.cos = none.sin = nullptr;
   none.out_dtype = dtype;
   j.ops = pick_ops(q, a.q_ops, pick_ops(k && fresh != nullptr, a.k_ops, none));
-  load_row8(j.x, src, dtype, q ? j.row * D : 0, lane, q || fresh != nullptr ? a.rows_aligned : cache_vec);
+  const uint32_t flag_bit = q ? kFlagQ : fresh == nullptr ? 0u : k ? kFlagKNew : kFlagVNew;
+  if (a.flagged & flag_bit) {
+    load_row8_flagged(j.x, src, q ? j.row * D : 0, lane, a.rows_aligned, *a.flags);
+  } else {
+    load_row8(j.x, src, dtype, q ? j.row * D : 0, lane, q || fresh != nullptr ? a.rows_aligned : cache_vec);
+  }
   load_row_operands<D / 8>(j.o, j.ops, lane, a.rows_aligned);
   return j;
 }
@@ -299,9 +333,15 @@ __device__ void prepare_rows_early(const StreamAttention& a, bool owns_new, int 
   const int jobs = R + (owns_new ? 2 : 0), warp_group = static_cast<int>(threadIdx.x & ~31u) / L;
   const bool has_job = warp_group < jobs;  // the same for a whole warp
   RowJob j{};
-  if (has_job) j = load_row_job<R, D>(a, jobs, static_cast<int>(threadIdx.x) / L, jn, lane);
-  __syncthreads();
-  early();
+  if (a.flagged) {
+    // The rows come when their producers store them: the keys need not wait behind them.
+    early();
+    if (has_job) j = load_row_job<R, D>(a, jobs, static_cast<int>(threadIdx.x) / L, jn, lane);
+  } else {
+    if (has_job) j = load_row_job<R, D>(a, jobs, static_cast<int>(threadIdx.x) / L, jn, lane);
+    __syncthreads();
+    early();
+  }
   if (has_job) finish_row_job<D>(j, lane, rows);
   __syncthreads();
 }
@@ -532,7 +572,7 @@ __device__ void stream_attention(const StreamAttention& a, Score score) {
   auto load_first = [&] {
     if (kEarly && vec) load_key_round<D, U, true>(a, slot, jn, first);
   };
-  if (has_ops(a.q_ops) || jn < a.keys) {
+  if (prepares_rows(a, jn)) {
     if constexpr (kEarly) {
       prepare_rows_early<R, D>(a, jn < a.keys, jn, rows, load_first);
     } else {

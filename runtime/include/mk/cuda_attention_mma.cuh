@@ -112,7 +112,7 @@ __device__ void stream_attention_mma(const StreamAttention& a, Score score) {
     for (int c = 0; c < kEarly; ++c) stage_chunk(c);
   };
   // The rows' ops run while the first chunks land.
-  const bool prepared = has_ops(a.q_ops) || jn < a.keys;
+  const bool prepared = prepares_rows(a, jn);
   const bool rows_first = kAttnRowsFirst > 0 && prepared;
   if (rows_first) prepare_rows_early<R, D>(a, jn < a.keys, jn, rows, stage_early);
 #pragma unroll

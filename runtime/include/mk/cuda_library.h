@@ -2,6 +2,7 @@
 // semantics of mk/cpu_library.h, made cooperative like mk/cuda_kernels.h.
 #pragma once
 
+#include "mk/cuda_flags.cuh"
 #include "mk/cuda_kernels.h"
 
 namespace mk {
@@ -190,6 +191,45 @@ __device__ inline int64_t cache_write_bytes(void* out, const void* cache, const 
     MK_FOR_EACH(b, outer * run) {
       const int64_t o = u32(b) / u32(run), k = u32(b) % u32(run);
       dst[(o * extent + start_of(o)) * inner + k] = from[o * run + k];
+    }
+  }
+  __syncthreads();
+  return -1;
+}
+
+// cache_write_bytes for new rows in a flagged buffer (flag-rows): words of value bits and flag,
+// each polled until it carries the task's flag (four a thread in flight) and stored in the
+// cache's dtype. Returns (to every thread) the first bad run, or -1.
+__device__ inline int64_t cache_write_flagged(void* out, const void* cache, const void* src,
+                                              const Tile<int64_t>& starts, const Dims& cshape,
+                                              int64_t dim, int64_t n, int32_t dtype, int64_t esize,
+                                              const Arena& a) {
+  constexpr int kGroup = 4;
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= cshape.v[d];
+  for (int64_t d = dim + 1; d < cshape.n; ++d) inner *= cshape.v[d];
+  const int64_t extent = cshape.v[dim], rows = starts.n;
+  for (int64_t o = 0; o < outer; ++o) {
+    const int64_t s = starts.p[o * rows / outer];
+    if (s < 0 || s + n > extent) return o;
+  }
+  if (out != cache) {
+    copy_bytes(out, cache, outer * extent * inner * esize);
+    __syncthreads();
+  }
+  const int64_t run = n * inner, total = outer * run, step = MK_CTA_THREADS;
+  const uint64_t* words = static_cast<const uint64_t*>(src);
+  for (int64_t e0 = threadIdx.x; e0 < total; e0 += kGroup * step) {
+    uint64_t v[kGroup];
+    flag_poll<kGroup>(v, [&](int k) -> const uint64_t* {
+      return e0 + k * step < total ? words + e0 + k * step : nullptr;
+    }, a);
+#pragma unroll
+    for (int k = 0; k < kGroup; ++k) {
+      const int64_t e = e0 + k * step;
+      if (e >= total) break;
+      const int64_t o = e / run, at = starts.p[o * rows / outer];
+      store_elem(out, dtype, (o * extent + at) * inner + e % run, flag_value(v[k]));
     }
   }
   __syncthreads();

@@ -2,6 +2,8 @@
 // RUN: mk-opt %s --split-input-file --verify-diagnostics -p 'mugraph-to-task{iterations=2}' | filecheck %s --check-prefix=ITER
 // RUN: mk-opt %s --split-input-file --verify-diagnostics -p 'mugraph-to-task{iterations=2 merge-events=false}' | filecheck %s --check-prefix=NOMERGE
 // RUN: mk-opt %S/../../../examples/rmsnorm_linear.mlir -p nn-to-mugraph,mugraph-to-task | filecheck %s --check-prefix=RMS
+// RUN: mk-opt %S/../../../examples/decode_loop.mlir -p 'nn-to-mugraph,mugraph-append-writes,mugraph-fuse-loop,mugraph-fuse-accumulate,mugraph-split-loop,mugraph-fuse-epilogue,mugraph-to-task{flag-rows=true}' | filecheck %s --check-prefix=ROWS
+// RUN: mk-opt %S/../../../examples/decode_loop.mlir -p 'nn-to-mugraph,mugraph-append-writes,mugraph-fuse-loop,mugraph-fuse-accumulate,mugraph-split-loop,mugraph-fuse-epilogue,mugraph-to-task' | filecheck %s --check-prefix=NOROWS
 
 // An elementwise chain with changing tiles: 4 tiles -> 4 tiles (identity event), 4 -> 2 (pairs of
 // producers per element), 2 -> 8 (each consumer waits on a coarser element), then a library
@@ -182,3 +184,19 @@ func.func @caller(%x: tensor<4xf32>) -> tensor<4xf32> {
 // RMS-NEXT:     %y_1 = mugraph.graph_def grid [16, 1, 1] threads 128 forloop 8 (%x, %g, %w)
 // RMS:          task.yield %y_1 : tensor<8x1024xbf16>
 
+// flag-rows: the attention's query rows and the new K/V rows are flagged buffers; its wait on
+// the projection that writes them is a flagged event (a backend polls the words instead), and so
+// are the cache writes' waits on the new rows. Without the option nothing is flagged.
+// ROWS:       task.buffer @q activation flagged
+// ROWS:       task.buffer @k4 activation flagged
+// ROWS:       task.buffer @v4 activation flagged
+// ROWS:       task.event @k6_q_flags [1] count 1 flagged
+// ROWS-LABEL: task.grid @k7_att2
+// ROWS:         waits({{.*}}@k6_q_flags (d0, d1, d2) -> (0)
+// ROWS-NOT:     @k6_q_done
+// ROWS-SAME:    )
+// ROWS-LABEL: task.grid @k8_k_cache
+// ROWS:         waits(@k6_q_flags (d0, d1) -> (0), @k7_att2_done
+// ROWS-LABEL: task.grid @k9_v_cache
+// ROWS:         waits(@k6_q_flags (d0) -> (0), @k7_att2_done_1
+// NOROWS-NOT: flagged

@@ -1,0 +1,133 @@
+"""Flagged head rows (mugraph-to-task{flag-rows}): which inputs an attention reads as head rows,
+the flagged buffers and events of a decode loop, the CPU executor's tokens, and the CUDA body
+that polls the rows and the cache write that polls the new V row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mk
+from mk import compiler
+from mk.backends.cuda import build as cuda_build
+from mk.dialects.mugraph import GraphDefOp
+from mk.dialects.mugraph_tiles import AccumSoftmaxOp
+from mk.dialects.task import BufferOp, EventOp
+from mk.inputs import random_inputs
+from mk.models import (
+    decode_program,
+    generated_tokens,
+    preset,
+    program_inputs,
+    random_prompt,
+    random_weights,
+    reference_generate,
+)
+from mk.models.reference import compare
+from mk.passes.mugraph_to_task_flags import head_row_inputs
+from mk.source import load_module
+
+ROOT = Path(__file__).resolve().parents[2]
+DECODE = ROOT / "examples" / "decode_loop.mlir"
+HAS_NVCC = cuda_build.nvcc() is not None
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("mk-flag-rows-cache")
+
+
+def _attention(module_text: str) -> GraphDefOp:
+    mugraph = load_module(compiler.run_pipeline(load_module(module_text), {})["mugraph"])
+    return next(
+        op
+        for op in mugraph.walk()
+        if isinstance(op, GraphDefOp)
+        and any(isinstance(o, AccumSoftmaxOp) for o in op.body.block.ops)
+    )
+
+
+def test_the_head_rows_are_the_query_and_the_new_key_and_value() -> None:
+    attention = _attention(DECODE.read_text())
+    sources = {attention.operands[op.source_index()] for op in head_row_inputs(attention)}
+    # The attention also reads the caches (walked by the loop), the norm weights, the RoPE
+    # tables and scalars: none of them is a head row.
+    assert {v.name_hint for v in sources} == {"q", "k4", "v4"}
+
+
+def test_flagged_buffers_and_events_of_a_decode_loop(cache: Path) -> None:
+    prog = mk.compile(DECODE, target="cpu", flag_rows=True, cache_dir=cache)
+    flagged = {op.sym_name.data for op in prog.graph.body.block.ops if _flagged_buffer(op)}
+    assert flagged == {"q", "k4", "v4"}
+    events = [op for op in prog.graph.body.block.ops if isinstance(op, EventOp) and op.is_flagged]
+    assert [e.sym_name.data for e in events] == ["k6_q_flags"]
+    plain = mk.compile(DECODE, target="cpu", cache_dir=cache)
+    assert not any(_flagged_buffer(op) for op in plain.graph.body.block.ops)
+
+
+def _flagged_buffer(op: object) -> bool:
+    return isinstance(op, BufferOp) and op.flagged is not None
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-qwen3"])
+def test_the_cpu_executor_generates_the_same_tokens(name: str, cache: Path) -> None:
+    config = preset(name)
+    weights = random_weights(config)
+    prompt = random_prompt(config, 2)
+    runs = []
+    for options in ({}, {"flag_rows": True}):
+        prog = mk.compile(decode_program(config, 2, 5, 4), target="cpu", cache_dir=cache, **options)
+        runs.append(prog(*program_inputs(config, weights, 2, 5, prompt)))
+    for got, want in zip(*runs, strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_the_attention_polls_its_rows_and_the_cache_write_its_new_row(cache: Path) -> None:
+    config = preset("tiny-qwen3")
+    src = mk.compile(
+        decode_program(config, 1, 5, 2), target="cuda", cache_dir=cache, flag_rows=True
+    ).cuda_source
+    assert "sa.flagged = 7;" in src and "sa.flags = &arena;" in src
+    assert "sa.q = static_cast<const uint64_t*>(" in src
+    assert "mk::gpu::cache_write_flagged(" in src and "cache_write_bytes" not in src
+    assert "load_flag_runs" in src  # the K cache write's norm and RoPE read the new K row
+    plain = mk.compile(decode_program(config, 1, 5, 2), target="cuda", cache_dir=cache)
+    assert "sa.flagged" not in plain.cuda_source
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
+def test_nvcc_builds_a_decode_loop_with_flagged_rows(cache: Path) -> None:
+    prog = mk.compile(DECODE, target="cuda", flag_rows=True, cache_dir=cache)
+    used = prog.cuda_resources
+    assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
+    assert used.warnings == (), used.warnings
+
+
+@pytest.mark.gpu
+def test_the_decode_example_matches_the_reference_on_the_gpu(cache: Path) -> None:
+    prog = mk.compile(DECODE, target="cuda", flag_rows=True, cache_dir=cache)
+    for seed in (0, 1, 2):  # later launches use later flags: stale words must not pass
+        inputs = random_inputs(prog.func, seed=seed)
+        refs = mk.reference(DECODE, *[x.copy() for x in inputs])
+        for out, ref in zip(prog(*inputs), refs, strict=True):
+            error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
+            assert error <= bound
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["tiny", "tiny-qwen3"])
+def test_tiny_generates_the_reference_tokens_on_the_gpu(name: str, cache: Path) -> None:
+    config = preset(name)
+    weights = random_weights(config)
+    prompt = random_prompt(config, 2)
+    prog = mk.compile(
+        decode_program(config, 2, 5, 4), target="cuda", cache_dir=cache, flag_rows=True
+    )
+    tokens, logits = prog(*program_inputs(config, weights, 2, 5, prompt))
+    got = generated_tokens(tokens, 0, 4)
+    ref = reference_generate(config, weights, prompt, 4, context=5, forced=got)
+    result = compare(got, ref.logits, {3: np.asarray(logits).astype(np.float32)})
+    assert result.ok, result.problems
