@@ -17,7 +17,13 @@ are dropped, and with `merge` an event with the same producer grouping serves ev
 
 A read-after-write through a flagged buffer gets a `flagged` event of its own, built after the
 others: a backend that waits on the flags instead drops it, so it implies nothing for the
-pruning (a reader that saw some flagged words knows nothing of the writer's other writes).
+pruning (a reader that saw some flagged words knows nothing of the writer's other writes). It
+implies one thing: a task stores its outputs only after every value it loaded has been used (a
+body loads, computes, then stores), so a reader that saw a task's flagged words knows that
+task's reads are over. The next iteration's write after those reads (a decode step's embedding
+over the x that the last step's q projection read) then needs no wait of its own where every
+task of a grid it waits for in the previous iteration saw the flags of every producer task, and
+the producer, with no counter left to signal, skips its fence.
 """
 
 from __future__ import annotations
@@ -131,6 +137,23 @@ class Needs:
 
     same: dict[int, list[Thunk]] = field(default_factory=dict)  # distance 0
     carried: dict[int, list[Thunk]] = field(default_factory=dict)  # distance 1
+    # Writes after the reads of a grid that does not write those bytes (what flagged reads can
+    # imply), in this iteration and after the previous one's.
+    same_reads: dict[int, list[Thunk]] = field(default_factory=dict)
+    carried_reads: dict[int, list[Thunk]] = field(default_factory=dict)
+
+    def table(self, same: bool, reads: bool) -> dict[int, list[Thunk]]:
+        """Where a write-after-access need goes: this iteration or the previous one's, after a
+        grid's reads only (`reads`) or after its writes too."""
+        if same:
+            return self.same_reads if reads else self.same
+        return self.carried_reads if reads else self.carried
+
+    def of(self, producer: int, carried: bool) -> list[Thunk]:
+        """Every need on `producer` at distance 1 (`carried`) or 0 (flagged reads aside)."""
+        both = (self.carried, self.carried_reads) if carried else (self.same, self.same_reads)
+        return [t for table in both for t in table.get(producer, [])]
+
     flags: dict[int, list[Thunk]] = field(default_factory=dict)  # distance 0, flagged buffers
 
     @staticmethod
@@ -177,16 +200,17 @@ def collect_needs(
             target = buffers[write.buffer]
             for i, other in accessors[write.buffer]:
                 rect = functools.partial(rect_overlap, write, other)
+                read = other not in grids[i].writes
                 if i < j and other in grids[i].reads:  # an in-place write after earlier reads
-                    Needs.add(needs.same, i, rect)
+                    Needs.add(needs.table(True, read), i, rect)
                 if i > j and carry:  # next iteration's write after this one's reads
-                    Needs.add(needs.carried, i, rect)
+                    Needs.add(needs.table(False, read), i, rect)
             for name in _sharing(target, spans):
                 for i, other in accessors[name]:
                     if i == j or (i > j and not carry):
                         continue
                     span = functools.partial(arena_overlap, write, target, other, buffers[name])
-                    Needs.add(needs.same if i < j else needs.carried, i, span)
+                    Needs.add(needs.table(i < j, other not in grids[i].writes), i, span)
         result.append(needs)
     return result
 
@@ -476,11 +500,17 @@ def build_events(
     # attention splits, waits through them on every head's QK-norm).
     cover: list[set[int]] = [set() for _ in grids]
     chosen: list[list[tuple[int, Choice]]] = [[] for _ in grids]
+    # Grids whose every task some task of j saw the flagged words of (its reads are over then).
+    seen = [
+        {i for i, thunks in needs[j].flags.items() if Needs.matrix(thunks).any(axis=0).all()}
+        for j in range(len(grids))
+    ]
     for j, grid in enumerate(grids):
-        for i in sorted(needs[j].same, reverse=True):  # nearest producers imply the most
-            if i in whole[j]:
-                continue
-            need = Needs.matrix(needs[j].same[i])
+        producers = needs[j].same.keys() | needs[j].same_reads.keys()
+        for i in sorted(producers, reverse=True):  # nearest producers imply the most
+            if i in whole[j] or (i not in needs[j].same and any(i in seen[m] for m in whole[j])):
+                continue  # ordered already, or its reads are over (flags seen)
+            need = Needs.matrix(needs[j].of(i, carried=False))
             if (need & ~ancestors.implied(ancestors.same, grid, grids[i])).any():
                 choice = choose_event(need, grids[i].shape, grid.shape)
                 builder.wait(j, i, choice, 0)
@@ -505,10 +535,13 @@ def build_events(
             ancestors.inherit(grid, grids[i], choice)
         for m in whole[j] | some[j]:
             previous[j] |= previous[m]
-        for i in sorted(needs[j].carried, reverse=True):
-            if i in previous[j]:
-                continue
-            need = Needs.matrix(needs[j].carried[i])
+        producers = needs[j].carried.keys() | needs[j].carried_reads.keys()
+        for i in sorted(producers, reverse=True):
+            if i in previous[j] or (
+                i not in needs[j].carried and any(i in seen[m] for m in previous[j])
+            ):
+                continue  # ordered already, or its reads are over (flags seen)
+            need = Needs.matrix(needs[j].of(i, carried=True))
             if (need & ~ancestors.implied(ancestors.prev, grid, grids[i])).any():
                 choice = choose_event(need, grids[i].shape, grid.shape)
                 builder.wait(j, i, choice, 1)

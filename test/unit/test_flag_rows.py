@@ -14,7 +14,7 @@ from mk import compiler
 from mk.backends.cuda import build as cuda_build
 from mk.dialects.mugraph import GraphDefOp
 from mk.dialects.mugraph_tiles import AccumSoftmaxOp
-from mk.dialects.task import BufferOp, EventOp
+from mk.dialects.task import BufferOp, EventOp, GridOp
 from mk.inputs import random_inputs
 from mk.models import (
     decode_program,
@@ -65,6 +65,41 @@ def test_flagged_buffers_and_events_of_a_decode_loop(cache: Path) -> None:
     assert [e.sym_name.data for e in events] == ["k6_q_flags"]
     plain = mk.compile(DECODE, target="cpu", cache_dir=cache)
     assert not any(_flagged_buffer(op) for op in plain.graph.body.block.ops)
+
+
+def _grid(prog: mk.Program, name: str) -> GridOp:
+    return next(
+        op
+        for op in prog.graph.body.block.ops
+        if isinstance(op, GridOp) and op.sym_name.data == name
+    )
+
+
+def _edges(grid: GridOp, kind: str) -> list[str]:
+    return [e.event_name for e in getattr(grid, kind)]
+
+
+def test_a_projection_whose_flags_were_seen_signals_no_counter(cache: Path) -> None:
+    """The attention saw the flags of every q task, so their reads of x are over by the time
+    the next step's embedding (which waits for the last step's tokens) writes x, and by the
+    time the logits write over x's arena bytes (they wait for r, which waits for every
+    attention task): neither waits on q, and q signals only its flagged event."""
+    prog = mk.compile(DECODE, target="cpu", flag_rows=True, cache_dir=cache)
+    assert _edges(_grid(prog, "k6_q"), "signals") == ["k6_q_flags"]
+    for name in ("k3_x", "k11_logits"):
+        assert not any(e.startswith("k6_q") for e in _edges(_grid(prog, name), "waits")), name
+    plain = mk.compile(DECODE, target="cpu", cache_dir=cache)
+    assert "k6_q_done" in _edges(_grid(plain, "k6_q"), "signals")
+
+
+def test_the_decode_example_matches_the_reference_on_the_cpu(cache: Path) -> None:
+    prog = mk.compile(DECODE, target="cpu", flag_rows=True, cache_dir=cache)
+    for seed in (0, 1):
+        inputs = random_inputs(prog.func, seed=seed)
+        refs = mk.reference(DECODE, *[x.copy() for x in inputs])
+        for out, ref in zip(prog(*inputs), refs, strict=True):
+            error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
+            assert error <= bound
 
 
 def _flagged_buffer(op: object) -> bool:

@@ -191,6 +191,13 @@ func.func @caller(%x: tensor<4xf32>) -> tensor<4xf32> {
 // ROWS:       task.buffer @k4 activation flagged
 // ROWS:       task.buffer @v4 activation flagged
 // ROWS:       task.event @k6_q_flags [1] count 1 flagged
+// The projection's reads are over once the attention saw its flags: the next step's write of
+// x (its input) and the logits' write over x's arena bytes need no wait on it, so it signals
+// only its flagged event.
+// ROWS-LABEL: task.grid @k3_x
+// ROWS:         waits(@k0_p_done (d0) -> (0), @k12_tokens_done (d0) -> (0) distance 1)
+// ROWS-LABEL: task.grid @k6_q
+// ROWS:         signals(@k6_q_flags (d0) -> (0))
 // ROWS-LABEL: task.grid @k7_att2
 // ROWS:         waits({{.*}}@k6_q_flags (d0, d1, d2) -> (0)
 // ROWS-NOT:     @k6_q_done
@@ -199,4 +206,6 @@ func.func @caller(%x: tensor<4xf32>) -> tensor<4xf32> {
 // ROWS:         waits(@k6_q_flags (d0, d1) -> (0), @k7_att2_done
 // ROWS-LABEL: task.grid @k9_v_cache
 // ROWS:         waits(@k6_q_flags (d0) -> (0), @k7_att2_done_1
+// ROWS-LABEL: task.grid @k11_logits
+// ROWS:         waits(@k10_r_done (d0) -> (0))
 // NOROWS-NOT: flagged
