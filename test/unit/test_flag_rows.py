@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tiny_generation
 
 import mk
 from mk import compiler
@@ -16,16 +17,7 @@ from mk.dialects.mugraph import GraphDefOp
 from mk.dialects.mugraph_tiles import AccumSoftmaxOp
 from mk.dialects.task import BufferOp, EventOp, GridOp
 from mk.inputs import random_inputs
-from mk.models import (
-    decode_program,
-    generated_tokens,
-    preset,
-    program_inputs,
-    random_prompt,
-    random_weights,
-    reference_generate,
-)
-from mk.models.reference import compare
+from mk.models import decode_program, preset
 from mk.passes.mugraph_to_task_flags import head_row_inputs
 from mk.source import load_module
 
@@ -108,13 +100,11 @@ def _flagged_buffer(op: object) -> bool:
 
 @pytest.mark.parametrize("name", ["tiny", "tiny-qwen3"])
 def test_the_cpu_executor_generates_the_same_tokens(name: str, cache: Path) -> None:
-    config = preset(name)
-    weights = random_weights(config)
-    prompt = random_prompt(config, 2)
-    runs = []
-    for options in ({}, {"flag_rows": True}):
-        prog = mk.compile(decode_program(config, 2, 5, 4), target="cpu", cache_dir=cache, **options)
-        runs.append(prog(*program_inputs(config, weights, 2, 5, prompt)))
+    args = tiny_generation.inputs(name)
+    runs = [
+        tiny_generation.decode(name, cache, "cpu", **options)(*[np.copy(a) for a in args])
+        for options in ({}, {"flag_rows": True})
+    ]
     for got, want in zip(*runs, strict=True):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
@@ -155,14 +145,5 @@ def test_the_decode_example_matches_the_reference_on_the_gpu(cache: Path) -> Non
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["tiny", "tiny-qwen3"])
 def test_tiny_generates_the_reference_tokens_on_the_gpu(name: str, cache: Path) -> None:
-    config = preset(name)
-    weights = random_weights(config)
-    prompt = random_prompt(config, 2)
-    prog = mk.compile(
-        decode_program(config, 2, 5, 4), target="cuda", cache_dir=cache, flag_rows=True
-    )
-    tokens, logits = prog(*program_inputs(config, weights, 2, 5, prompt))
-    got = generated_tokens(tokens, 0, 4)
-    ref = reference_generate(config, weights, prompt, 4, context=5, forced=got)
-    result = compare(got, ref.logits, {3: np.asarray(logits).astype(np.float32)})
-    assert result.ok, result.problems
+    prog = tiny_generation.decode(name, cache, "cuda", flag_rows=True)
+    tiny_generation.assert_generates_the_reference(name, prog)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tiny_generation
 
 import mk
 from mk.dialects.mugraph import GraphDefOp
@@ -118,15 +119,7 @@ def test_the_cuda_body_takes_positions_from_its_output(cache: Path) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["tiny", "tiny-qwen3"])
 def test_tiny_generates_the_reference_tokens_on_the_gpu(name: str, cache: Path) -> None:
-    config = preset(name)
-    weights = random_weights(config)
-    prompt = random_prompt(config, 2)
-    prog = _decode(name, cache, "cuda")
-    tokens, logits = prog(*program_inputs(config, weights, 2, 5, prompt))
-    got = generated_tokens(tokens, 0, 4)
-    ref = reference_generate(config, weights, prompt, 4, context=5, forced=got)
-    result = compare(got, ref.logits, {3: np.asarray(logits).astype(np.float32)})
-    assert result.ok, result.problems
+    tiny_generation.assert_generates_the_reference(name, _decode(name, cache, "cuda"))
 
 
 def test_graph_defs_keep_their_results_in_order() -> None:

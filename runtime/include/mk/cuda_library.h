@@ -158,24 +158,42 @@ __device__ inline int32_t cache_write_code(int64_t start) {
 // The cache write of mk/cpu_library.h (`cache_write_bytes`), by every thread of the CTA: a copy
 // of the cache first unless it is written in place, then the new positions, 4 bytes at a time
 // where the runs allow it. Returns (to every thread) the first bad run, or -1.
+// A cache write's runs: `outer` runs along dim, `inner` elements after it, run o starting at
+// starts[o·rows/outer].
+struct CacheRuns {
+  int64_t outer = 1, inner = 1, extent = 0, rows = 0;
+};
+
+// What both cache writes do first: the runs, the first run whose start leaves the cache
+// (returned, or -1), and the copy of the cache when the write is not in place. (Checking each
+// start once instead, and finding a run's start in 32 bits, left the batch-8 V-cache write's
+// 5.8 us as it was on the H200.)
+__device__ inline int64_t cache_write_begin(CacheRuns& r, void* out, const void* cache,
+                                            const Tile<int64_t>& starts, const Dims& cshape,
+                                            int64_t dim, int64_t n, int64_t esize) {
+  for (int64_t d = 0; d < dim; ++d) r.outer *= cshape.v[d];
+  for (int64_t d = dim + 1; d < cshape.n; ++d) r.inner *= cshape.v[d];
+  r.extent = cshape.v[dim];
+  r.rows = starts.n;
+  for (int64_t o = 0; o < r.outer; ++o) {
+    const int64_t s = starts.p[o * r.rows / r.outer];
+    if (s < 0 || s + n > r.extent) return o;
+  }
+  if (out != cache) {
+    copy_bytes(out, cache, r.outer * r.extent * r.inner * esize);
+    __syncthreads();
+  }
+  return -1;
+}
+
 __device__ inline int64_t cache_write_bytes(void* out, const void* cache, const void* src,
                                             const Tile<int64_t>& starts, const Dims& cshape,
                                             int64_t dim, int64_t n, int64_t esize) {
-  int64_t outer = 1, inner = esize;
-  for (int64_t d = 0; d < dim; ++d) outer *= cshape.v[d];
-  for (int64_t d = dim + 1; d < cshape.n; ++d) inner *= cshape.v[d];
-  const int64_t extent = cshape.v[dim], rows = starts.n;
-  // Run o starts at starts[o·rows/outer]. (Checking each start once instead, and finding a
-  // run's start in 32 bits, left the batch-8 V-cache write's 5.8 us as it was on the H200.)
-  for (int64_t o = 0; o < outer; ++o) {
-    const int64_t s = starts.p[o * rows / outer];
-    if (s < 0 || s + n > extent) return o;
-  }
+  CacheRuns r;
+  const int64_t bad = cache_write_begin(r, out, cache, starts, cshape, dim, n, esize);
+  if (bad >= 0) return bad;
+  const int64_t outer = r.outer, inner = r.inner * esize, extent = r.extent, rows = r.rows;
   const auto start_of = [&](int64_t o) { return starts.p[o * rows / outer]; };
-  if (out != cache) {
-    copy_bytes(out, cache, outer * extent * inner);
-    __syncthreads();
-  }
   const int64_t run = n * inner;
   char* dst = static_cast<char*>(out);
   const char* from = static_cast<const char*>(src);
@@ -205,18 +223,10 @@ __device__ inline int64_t cache_write_flagged(void* out, const void* cache, cons
                                               int64_t dim, int64_t n, int32_t dtype, int64_t esize,
                                               const Arena& a) {
   constexpr int kGroup = 4;
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < dim; ++d) outer *= cshape.v[d];
-  for (int64_t d = dim + 1; d < cshape.n; ++d) inner *= cshape.v[d];
-  const int64_t extent = cshape.v[dim], rows = starts.n;
-  for (int64_t o = 0; o < outer; ++o) {
-    const int64_t s = starts.p[o * rows / outer];
-    if (s < 0 || s + n > extent) return o;
-  }
-  if (out != cache) {
-    copy_bytes(out, cache, outer * extent * inner * esize);
-    __syncthreads();
-  }
+  CacheRuns r;
+  const int64_t bad = cache_write_begin(r, out, cache, starts, cshape, dim, n, esize);
+  if (bad >= 0) return bad;
+  const int64_t outer = r.outer, inner = r.inner, extent = r.extent, rows = r.rows;
   const int64_t run = n * inner, total = outer * run, step = MK_CTA_THREADS;
   const uint64_t* words = static_cast<const uint64_t*>(src);
   for (int64_t e0 = threadIdx.x; e0 < total; e0 += kGroup * step) {
