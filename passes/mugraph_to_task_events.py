@@ -23,7 +23,10 @@ body loads, computes, then stores), so a reader that saw a task's flagged words 
 task's reads are over. The next iteration's write after those reads (a decode step's embedding
 over the x that the last step's q projection read) then needs no wait of its own where every
 task of a grid it waits for in the previous iteration saw the flags of every producer task, and
-the producer, with no counter left to signal, skips its fence.
+the producer, with no counter left to signal, skips its fence. And since a flagged read implies
+nothing of what its writer waited for, the reader waits for the grids its writer waited for
+whole (a decode layer's attention, for the previous layer's output its q projection waited
+for): one wait that implies the reader's other producers, met long before the flags come.
 """
 
 from __future__ import annotations
@@ -462,6 +465,10 @@ class _Ancestors:
             self.prev[_span(consumer)] |= self._reach(choice, producer, self.prev, itself=False)
 
 
+def _every_task(consumer: GridInfo, producer: GridInfo) -> np.ndarray:
+    return np.ones((consumer.num_tasks, producer.num_tasks), dtype=bool)
+
+
 def _span(grid: GridInfo) -> slice:
     return slice(grid.base, grid.base + grid.num_tasks)
 
@@ -506,6 +513,13 @@ def build_events(
         for j in range(len(grids))
     ]
     for j, grid in enumerate(grids):
+        # A flagged read implies nothing of what its writer waited for: the reader waits for
+        # that too, where the writer waited for all of a grid (one wait, met long before the
+        # flags come and often remembered on the SM, that implies the reader's other producers).
+        for i in needs[j].flags:
+            for m, choice in chosen[i]:
+                if choice.waits.all():
+                    Needs.add(needs[j].same, m, functools.partial(_every_task, grid, grids[m]))
         producers = needs[j].same.keys() | needs[j].same_reads.keys()
         for i in sorted(producers, reverse=True):  # nearest producers imply the most
             if i in whole[j] or (i not in needs[j].same and any(i in seen[m] for m in whole[j])):

@@ -84,6 +84,24 @@ def test_a_projection_whose_flags_were_seen_signals_no_counter(cache: Path) -> N
     assert "k6_q_done" in _edges(_grid(plain, "k6_q"), "signals")
 
 
+def test_each_layers_attention_waits_for_what_its_projection_waited_for(cache: Path) -> None:
+    """Past the first layer the attention's one counter wait is the previous layer's output,
+    which its projection waited for: it implies the kv length, the RoPE tables and the previous
+    step's o-projection, which the flagged read of q does not."""
+    config = preset("tiny-qwen3").with_(layers=3)
+    prog = mk.compile(
+        decode_program(config, 2, 5, 4), target="cpu", cache_dir=cache, flag_rows=True
+    )
+    events = {op.sym_name.data: op for op in prog.graph.body.block.ops if isinstance(op, EventOp)}
+    for layer in (1, 2):
+        q = _grid(prog, f"k{6 * layer + 6}_l{layer}_q")
+        attention = _grid(prog, f"k{6 * layer + 7}_l{layer}_att2")
+        waits = _edges(attention, "waits")
+        counters = [w for w in waits if not events[w].is_flagged]
+        assert counters == _edges(q, "waits") == [f"k{6 * layer + 5}_l{layer - 1}_y_acc_done"]
+        assert [w for w in waits if events[w].is_flagged] == [f"k{6 * layer + 6}_l{layer}_q_flags"]
+
+
 def test_the_decode_example_matches_the_reference_on_the_cpu(cache: Path) -> None:
     prog = mk.compile(DECODE, target="cpu", flag_rows=True, cache_dir=cache)
     for seed in (0, 1):
