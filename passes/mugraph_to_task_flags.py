@@ -25,6 +25,7 @@ from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type
 from xdsl.ir import BlockArgument, SSAValue
 
 from mk.dialects.mugraph import GraphDefOp, InputOp, KernelOp
+from mk.dialects.mugraph_base import shape_of
 from mk.dialects.mugraph_tiles import (
     AccumOp,
     AccumSoftmaxOp,
@@ -43,8 +44,10 @@ Kernel = GraphDefOp | KernelOp
 # Tile ops whose operands the emitters load element-wise (load_runs), never in place.
 _LOADED = (ThreadMapOp, BinaryOp, UnaryOp, ReduceOp, RMSNormOp, RopeOp)
 _FLAG_TYPES = (BFloat16Type, Float16Type, Float32Type)
-# A head row the attention takes whole: at most 8 query rows of a head dim up to 256.
-_MAX_ROW_ELEMENTS = 8 * 256
+# Head rows the attention takes whole: at most 8 query rows (more are a prefill's block) of a
+# head dim up to 256.
+_MAX_ROWS = 8
+_MAX_ROW_ELEMENTS = _MAX_ROWS * 256
 
 
 def _weight_tile(
@@ -83,7 +86,8 @@ def _row_end(value: SSAValue) -> bool:
         if isinstance(op, ReshapeOp) or (isinstance(op, RMSNormOp | RopeOp) and use.index == 0):
             value = op.results[0]
         elif isinstance(op, MatmulOp):
-            return use.index == 0 and op.transpose_b is not None
+            rows = shape_of(op.operands[0])[0]
+            return use.index == 0 and op.transpose_b is not None and rows <= _MAX_ROWS
         else:
             return isinstance(op, ThreadMapOp) and len(op.args) == 4 and use.index == 2
 

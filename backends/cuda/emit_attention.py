@@ -31,7 +31,7 @@ def plain(ref: BufferRef, kernel: Operation, how: str) -> BufferRef:
     if ref.flagged:
         raise MkError(
             f"a flagged buffer (buffers[{ref.index}]) is read {how}, which cannot wait on its "
-            "flags: compile without flag-values",
+            "flags: compile without flag-values and flag-rows",
             op_location(kernel),
         )
     return ref

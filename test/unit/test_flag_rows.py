@@ -17,7 +17,7 @@ from mk.dialects.mugraph import GraphDefOp
 from mk.dialects.mugraph_tiles import AccumSoftmaxOp
 from mk.dialects.task import BufferOp, EventOp, GridOp
 from mk.inputs import random_inputs
-from mk.models import decode_program, preset
+from mk.models import decode_program, prefill_program, preset
 from mk.passes.mugraph_to_task_flags import head_row_inputs
 from mk.source import load_module
 
@@ -139,6 +139,18 @@ def test_the_attention_polls_its_rows_and_the_cache_write_its_new_row(cache: Pat
     assert "load_flag_runs" in src  # the K cache write's norm and RoPE read the new K row
     plain = mk.compile(decode_program(config, 1, 5, 2), target="cuda", cache_dir=cache)
     assert "sa.flagged" not in plain.cuda_source
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize("length", [4, 16])
+def test_a_prefill_flags_nothing(length: int, cache: Path) -> None:
+    """A prefill's queries are no decode step's head rows (several positions, causally masked):
+    with the option its program compiles as without it, no buffer flagged."""
+    text = prefill_program(preset("tiny-qwen3"), 1, length, 32)
+    prog = mk.compile(text, target="cuda", cache_dir=cache, flag_rows=True)
+    assert not any(_flagged_buffer(op) for op in prog.graph.body.block.ops)
+    plain = mk.compile(text, target="cuda", cache_dir=cache)
+    assert prog.cuda_source == plain.cuda_source
 
 
 @pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
