@@ -5,10 +5,12 @@ discardable attribute
 
     task.stats = {tasks, grids, events, event_elements, waits, max_waits_per_task,
                   mean_waits_per_task, critical_path_us, est_us, coarse_events,
-                  stacked_queues}
+                  stacked_queues, flagged_waits}
 
 on each `task.graph` and changes nothing else. `waits` counts every (task, wait) pair, the
-loop-carried ones included, since each is a wait the megakernel executes. Times are for one
+loop-carried ones included, since each is a wait the megakernel executes; `flagged_waits`
+counts those on `flagged` events, which a backend that waits on the flags drops (the CPU
+executor keeps them). Times are for one
 iteration, from the cost model of `task-schedule` (a task's share of one SM's bandwidth and
 peak): `critical_path_us` is the longest chain of task times along distance-0 dependences, and
 `est_us` is the makespan of the graph's own `task.schedule` when it has one (each SM runs its
@@ -72,6 +74,7 @@ class GraphStats:
     est_us: float
     coarse_events: int
     stacked_queues: int
+    flagged_waits: int = 0
 
     @property
     def mean_waits_per_task(self) -> float:
@@ -85,6 +88,7 @@ class GraphStats:
         values["est_us"] = FloatAttr(_short(self.est_us), f64)
         values["coarse_events"] = IntegerAttr(self.coarse_events, i64)
         values["stacked_queues"] = IntegerAttr(self.stacked_queues, i64)
+        values["flagged_waits"] = IntegerAttr(self.flagged_waits, i64)
         return DictionaryAttr(values)
 
 
@@ -176,6 +180,10 @@ def graph_stats(
         est_us=est_us,
         coarse_events=sum(COARSE_ATTR in e.attributes for e in index.events.values()),
         stacked_queues=stacked_queues(index, queues, num_sms, critical_tasks(dag, queues)),
+        flagged_waits=sum(
+            grid.num_tasks * sum(index.events[e.event_name].is_flagged for e in grid.waits)
+            for grid in index.grids
+        ),
     )
 
 

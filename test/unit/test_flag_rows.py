@@ -13,12 +13,15 @@ import tiny_generation
 import mk
 from mk import compiler
 from mk.backends.cuda import build as cuda_build
+from mk.dialects import make_context
 from mk.dialects.mugraph import GraphDefOp
 from mk.dialects.mugraph_tiles import AccumSoftmaxOp
 from mk.dialects.task import BufferOp, EventOp, GridOp
+from mk.dialects.task import GraphOp as TaskGraphOp
 from mk.inputs import random_inputs
 from mk.models import decode_program, prefill_program, preset
 from mk.passes.mugraph_to_task_flags import head_row_inputs
+from mk.passes.task_stats import STATS_ATTR, TaskStatsPass
 from mk.source import load_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,6 +103,21 @@ def test_each_layers_attention_waits_for_what_its_projection_waited_for(cache: P
         counters = [w for w in waits if not events[w].is_flagged]
         assert counters == _edges(q, "waits") == [f"k{6 * layer + 5}_l{layer - 1}_y_acc_done"]
         assert [w for w in waits if events[w].is_flagged] == [f"k{6 * layer + 6}_l{layer}_q_flags"]
+
+
+def test_task_stats_count_the_flagged_waits() -> None:
+    """task-stats' flagged_waits: the (task, wait) pairs a backend that waits on flags drops."""
+    module = load_module(DECODE.read_text())
+    compiler.run_pipeline(module, {"flag_rows": True})
+    TaskStatsPass().apply(make_context(), module)
+    graph = next(op for op in module.walk() if isinstance(op, TaskGraphOp))
+    stats = graph.attributes[STATS_ATTR].data  # type: ignore[attr-defined]
+    events = {op.sym_name.data: op for op in graph.body.block.ops if isinstance(op, EventOp)}
+    grids = [op for op in graph.body.block.ops if isinstance(op, GridOp)]
+    flagged = sum(
+        grid.num_tasks * sum(events[w].is_flagged for w in _edges(grid, "waits")) for grid in grids
+    )
+    assert flagged > 0 and stats["flagged_waits"].value.data == flagged
 
 
 def test_the_decode_example_matches_the_reference_on_the_cpu(cache: Path) -> None:

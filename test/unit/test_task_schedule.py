@@ -296,7 +296,8 @@ def test_stats_count_waits_and_elements() -> None:
     stats = _graph(module).attributes[STATS_ATTR]
     assert isinstance(stats, DictionaryAttr)
     expected = {"tasks": 12, "grids": 3, "events": 3, "event_elements": 6, "waits": 8,
-                "max_waits_per_task": 2, "coarse_events": 0, "stacked_queues": 0}  # fmt: skip
+                "max_waits_per_task": 2, "coarse_events": 0, "stacked_queues": 0,
+                "flagged_waits": 0}  # fmt: skip
     assert {k: _int(stats, k) for k in expected} == expected
     assert _float(stats, "mean_waits_per_task") == pytest.approx(8 / 12, abs=1e-3)
     assert _float(stats, "critical_path_us") == 3.0
@@ -304,6 +305,7 @@ def test_stats_count_waits_and_elements() -> None:
     assert list(stats.data) == [
         "tasks", "grids", "events", "event_elements", "waits", "max_waits_per_task",
         "mean_waits_per_task", "critical_path_us", "est_us", "coarse_events", "stacked_queues",
+        "flagged_waits",
     ]  # fmt: skip
 
 

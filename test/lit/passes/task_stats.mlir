@@ -68,14 +68,14 @@ task.graph @rms_linear iterations 4 arena 622592 {
   }
 }
 
-// CHECK:      task.graph @rms_linear iterations 4 arena 622592 attributes {task.stats = {tasks = 80 : i64, grids = 4 : i64, events = 5 : i64, event_elements = 15 : i64, waits = 96 : i64, max_waits_per_task = 2 : i64, mean_waits_per_task = 1.200000e+00 : f64, critical_path_us = 7.955760e+02 : f64, est_us = 3.186300e+03 : f64, coarse_events = 0 : i64, stacked_queues = 0 : i64}} {
+// CHECK:      task.graph @rms_linear iterations 4 arena 622592 attributes {task.stats = {tasks = 80 : i64, grids = 4 : i64, events = 5 : i64, event_elements = 15 : i64, waits = 96 : i64, max_waits_per_task = 2 : i64, mean_waits_per_task = 1.200000e+00 : f64, critical_path_us = 7.955760e+02 : f64, est_us = 3.186300e+03 : f64, coarse_events = 0 : i64, stacked_queues = 0 : i64, flagged_waits = 0 : i64}} {
 // CHECK-NEXT:   task.buffer @x input 0 : tensor<8x6144xbf16>
 // CHECK:        task.schedule num_sms 4 {
 // CHECK-NEXT:     task.queue sm 0 [0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60, 64, 68, 72, 76]
 
 // The schedule's num_sms (4) sets the SM share whatever num-sms says: with the H200 defaults a
 // linear task takes 792576 B / 1025 GB/s = 0.773 µs.
-// DEFAULT:    task.graph @rms_linear iterations 4 arena 622592 attributes {task.stats = {{{.*}} critical_path_us = 3.773000e+00 : f64, est_us = 1.909300e+01 : f64, coarse_events = 0 : i64, stacked_queues = 0 : i64}}
+// DEFAULT:    task.graph @rms_linear iterations 4 arena 622592 attributes {task.stats = {{{.*}} critical_path_us = 3.773000e+00 : f64, est_us = 1.909300e+01 : f64, coarse_events = 0 : i64, stacked_queues = 0 : i64, flagged_waits = 0 : i64}}
 
 // task-us=1 adds 1 µs to every task: the critical path's four tasks give 799.576 µs; each SM's
 // queue, 12 norms (24) + 4 linears (3174.304) + 2 reduces (4) + 2 acts (4) = 3206.304 µs.
@@ -135,12 +135,12 @@ task.graph @rms_linear_unscheduled iterations 4 arena 622592 {
   }
 }
 
-// CHECK:      task.graph @rms_linear_unscheduled iterations 4 arena 622592 attributes {task.stats = {tasks = 80 : i64, grids = 4 : i64, events = 5 : i64, event_elements = 15 : i64, waits = 96 : i64, max_waits_per_task = 2 : i64, mean_waits_per_task = 1.200000e+00 : f64, critical_path_us = 7.955760e+02 : f64, est_us = 3.186300e+03 : f64, coarse_events = 0 : i64, stacked_queues = 0 : i64}} {
+// CHECK:      task.graph @rms_linear_unscheduled iterations 4 arena 622592 attributes {task.stats = {tasks = 80 : i64, grids = 4 : i64, events = 5 : i64, event_elements = 15 : i64, waits = 96 : i64, max_waits_per_task = 2 : i64, mean_waits_per_task = 1.200000e+00 : f64, critical_path_us = 7.955760e+02 : f64, est_us = 3.186300e+03 : f64, coarse_events = 0 : i64, stacked_queues = 0 : i64, flagged_waits = 0 : i64}} {
 // CHECK-NOT:  task.schedule
 
 // On 132 SMs each SM has a 1/132 share of 4.1 TB/s (31 GB/s): a linear task takes 25.517 µs,
 // and with an SM per task the makespan is the critical path.
-// DEFAULT:    task.graph @rms_linear_unscheduled iterations 4 arena 622592 attributes {task.stats = {{{.*}} critical_path_us = 2.851700e+01 : f64, est_us = 2.851700e+01 : f64, coarse_events = 0 : i64, stacked_queues = 0 : i64}}
+// DEFAULT:    task.graph @rms_linear_unscheduled iterations 4 arena 622592 attributes {task.stats = {{{.*}} critical_path_us = 2.851700e+01 : f64, est_us = 2.851700e+01 : f64, coarse_events = 0 : i64, stacked_queues = 0 : i64, flagged_waits = 0 : i64}}
 
 // -----
 
@@ -160,7 +160,7 @@ task.graph @coarse iterations 1 arena 0 {
   }
 }
 
-// CHECK:      task.graph @coarse iterations 1 arena 0 attributes {task.stats = {tasks = 8 : i64, grids = 3 : i64, events = 2 : i64, event_elements = 3 : i64, waits = 4 : i64, max_waits_per_task = 1 : i64, mean_waits_per_task = 5.000000e-01 : f64, critical_path_us = 3.000000e+00 : f64, est_us = 3.000000e+00 : f64, coarse_events = 1 : i64, stacked_queues = 0 : i64}} {
+// CHECK:      task.graph @coarse iterations 1 arena 0 attributes {task.stats = {tasks = 8 : i64, grids = 3 : i64, events = 2 : i64, event_elements = 3 : i64, waits = 4 : i64, max_waits_per_task = 1 : i64, mean_waits_per_task = 5.000000e-01 : f64, critical_path_us = 3.000000e+00 : f64, est_us = 3.000000e+00 : f64, coarse_events = 1 : i64, stacked_queues = 0 : i64, flagged_waits = 0 : i64}} {
 // CHECK-NEXT:   task.event @all [1] count 4 attributes {mk.coarse}
 
 // -----
@@ -181,7 +181,7 @@ task.graph @stacked iterations 1 arena 0 {
   }
 }
 
-// CHECK:      task.graph @stacked iterations 1 arena 0 attributes {task.stats = {{{.*}} coarse_events = 0 : i64, stacked_queues = 1 : i64}}
+// CHECK:      task.graph @stacked iterations 1 arena 0 attributes {task.stats = {{{.*}} coarse_events = 0 : i64, stacked_queues = 1 : i64, flagged_waits = 0 : i64}}
 
 // -----
 
@@ -210,7 +210,7 @@ task.graph @stacked_slack iterations 1 arena 0 {
   }
 }
 
-// CHECK:      task.graph @stacked_slack iterations 1 arena 0 attributes {task.stats = {{{.*}} critical_path_us = 3.000000e+00 : f64, est_us = 3.000000e+00 : f64, coarse_events = 0 : i64, stacked_queues = 0 : i64}}
+// CHECK:      task.graph @stacked_slack iterations 1 arena 0 attributes {task.stats = {{{.*}} critical_path_us = 3.000000e+00 : f64, est_us = 3.000000e+00 : f64, coarse_events = 0 : i64, stacked_queues = 0 : i64, flagged_waits = 0 : i64}}
 
 // -----
 
@@ -237,7 +237,7 @@ task.graph @stacked_late iterations 1 arena 0 {
   }
 }
 
-// CHECK:      task.graph @stacked_late iterations 1 arena 0 attributes {task.stats = {{{.*}} critical_path_us = 3.000000e+00 : f64, est_us = 5.000000e+00 : f64, coarse_events = 0 : i64, stacked_queues = 1 : i64}}
+// CHECK:      task.graph @stacked_late iterations 1 arena 0 attributes {task.stats = {{{.*}} critical_path_us = 3.000000e+00 : f64, est_us = 5.000000e+00 : f64, coarse_events = 0 : i64, stacked_queues = 1 : i64, flagged_waits = 0 : i64}}
 
 // -----
 
@@ -245,7 +245,7 @@ task.graph @stacked_late iterations 1 arena 0 {
 task.graph @empty iterations 1 arena 0 {
 }
 
-// CHECK:      task.graph @empty iterations 1 arena 0 attributes {task.stats = {tasks = 0 : i64, grids = 0 : i64, events = 0 : i64, event_elements = 0 : i64, waits = 0 : i64, max_waits_per_task = 0 : i64, mean_waits_per_task = 0.000000e+00 : f64, critical_path_us = 0.000000e+00 : f64, est_us = 0.000000e+00 : f64, coarse_events = 0 : i64, stacked_queues = 0 : i64}} {
+// CHECK:      task.graph @empty iterations 1 arena 0 attributes {task.stats = {tasks = 0 : i64, grids = 0 : i64, events = 0 : i64, event_elements = 0 : i64, waits = 0 : i64, max_waits_per_task = 0 : i64, mean_waits_per_task = 0.000000e+00 : f64, critical_path_us = 0.000000e+00 : f64, est_us = 0.000000e+00 : f64, coarse_events = 0 : i64, stacked_queues = 0 : i64, flagged_waits = 0 : i64}} {
 
 // -----
 
