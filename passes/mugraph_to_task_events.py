@@ -23,10 +23,14 @@ body loads, computes, then stores), so a reader that saw a task's flagged words 
 task's reads are over. The next iteration's write after those reads (a decode step's embedding
 over the x that the last step's q projection read) then needs no wait of its own where every
 task of a grid it waits for in the previous iteration saw the flags of every producer task, and
-the producer, with no counter left to signal, skips its fence. And since a flagged read implies
-nothing of what its writer waited for, the reader waits for the grids its writer waited for
-whole (a decode layer's attention, for the previous layer's output its q projection waited
-for): one wait that implies the reader's other producers, met long before the flags come.
+the producer, with no counter left to signal, skips its fence. (A task's declared reads of
+flagged words stand for loads it makes; a decode attention's new K and V rows are loaded by the
+one split that holds the new key, and one reader of each producer task is all this needs.)
+
+And since a flagged read implies nothing of what its writer waited for, the reader waits for
+the grids its writer waited for whole (a decode layer's attention, for the previous layer's
+output its q projection waited for): one wait that implies the reader's other producers, met
+long before the flags come.
 """
 
 from __future__ import annotations
