@@ -408,26 +408,22 @@ class LibraryEmitter:
         self.pick_failure()
 
     def pick_failure(self) -> None:
-        s, rows = self.shapes, self.shapes[1][0]
-        loc = op_location(self.op)
-        prefix = f"{loc}: " if loc else ""
-        self.lines += [
-            "if (bad_at >= 0) {",
-            f'  return fail("{prefix}error: \'mugraph.kernel\' \\"embedding\\" id " + '
-            f'std::to_string(a2[bad_at]) + " at index " + mk::cpu::format_index(bad_at, '
-            f'{dims(s[2])}) + " is out of range for a table of {rows} rows");',
-            "}",
-        ]
+        """Fails the task naming the position of `at` out of the ids table (its rows)."""
+        self.out_of_range("bad_at", "a2", self.shapes[2], self.shapes[1][0])
 
     def embedding_failure(self, picked: str, shape: Sequence[int]) -> None:
         """Fails the task naming the id of `picked` (ids of `shape`) out of the table."""
-        rows = self.shapes[0][0]
+        self.out_of_range("bad", picked, shape, self.shapes[0][0])
+
+    def out_of_range(self, bad: str, ids: str, shape: Sequence[int], rows: int) -> None:
+        """`if (bad >= 0)`: the task fails naming ids[bad], at its index in `shape`, as out of
+        range for a table of `rows` rows."""
         loc = op_location(self.op)
         prefix = f"{loc}: " if loc else ""
         self.lines += [
-            "if (bad >= 0) {",
+            f"if ({bad} >= 0) {{",
             f'  return fail("{prefix}error: \'mugraph.kernel\' \\"embedding\\" id " + '
-            f'std::to_string({picked}[bad]) + " at index " + mk::cpu::format_index(bad, '
+            f'std::to_string({ids}[{bad}]) + " at index " + mk::cpu::format_index({bad}, '
             f'{dims(shape)}) + " is out of range for a table of {rows} rows");',
             "}",
         ]
