@@ -116,7 +116,7 @@ def dispatch_struct(
 ) -> str:
     """`front`: the streamed bodies' shared memory; `staged`: per function, the bytes its
     weights take in the staging ring (padded rows included); `prefetch_at`, `batch_waits` and
-    `pipe_polls`: MK_CUDA_PREFETCH_AT, MK_CUDA_WAIT_BATCH=1 and MK_CUDA_POLL_PIPE=1;
+    `pipe_polls`: MK_CUDA_PREFETCH_AT, MK_CUDA_WAIT_BATCH (on unless 0) and MK_CUDA_POLL_PIPE=1;
     `arena_want`: the arena's shared-memory part a body asks for beyond the usual; `wide_front`:
     the most shared memory a body whose room reaches into the arena's part takes; `inline_run`:
     `run` is forced inline too (switches.inline_walk); `tails`: some grid is a tail (task-tails),

@@ -121,7 +121,7 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
         device_function(fn, inline or (gemm_only and fn.name in gemm_fns))
         for fn in shared.functions
     ]
-    batch, pipe = switches.flag("MK_CUDA_WAIT_BATCH"), switches.flag("MK_CUDA_POLL_PIPE")
+    batch, pipe = switches.batch_waits(), switches.flag("MK_CUDA_POLL_PIPE")
     out.append(
         dispatch_struct(
             shared,

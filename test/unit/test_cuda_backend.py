@@ -213,7 +213,7 @@ SWITCHES = [
     {"MK_CUDA_MMA_RING": "4"},
     {"MK_CUDA_MMA_SLICES": "rounds"},
     {"MK_CUDA_MMA_SLICES": "balance"},
-    {"MK_CUDA_WAIT_BATCH": "1"},
+    {"MK_CUDA_WAIT_BATCH": "0"},
     {"MK_CUDA_POLL_PIPE": "1"},
     {"MK_CUDA_LEAN": "0"},
     {"MK_CUDA_FUSE_LOOPS": "0"},
@@ -260,7 +260,7 @@ def switch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> d
 # gated_mlp, batch 4). The GPU test below runs each alone.
 SWITCH_BUILDS = [
     ("decoder_block", {"MK_CUDA_PREFETCH_AT": "wait",
-                       "MK_CUDA_WEIGHT_L2": "evict_first", "MK_CUDA_WAIT_BATCH": "1",
+                       "MK_CUDA_WEIGHT_L2": "evict_first", "MK_CUDA_WAIT_BATCH": "0",
                        "MK_CUDA_POLL_PIPE": "1", "MK_CUDA_LOAD_GROUPS": "0",
                        "MK_CUDA_ATTN_KEYS": "8", "MK_CUDA_DOWN_L2": "after"}),
     ("decoder_block", {"MK_CUDA_PREFETCH": str(128 << 10), "MK_CUDA_LEAN": "0",

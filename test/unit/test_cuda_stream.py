@@ -281,12 +281,14 @@ def test_rebound_layers_match_layers_emitted_anew(
 def test_batched_first_look_at_the_waits_is_a_build_option(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MK_CUDA_WAIT_BATCH=1: the dispatcher reads every near wait's counter at once; off by
-    default (not yet measured on the GPU)."""
+    """The dispatcher reads every near wait's counter at once by default;
+    MK_CUDA_WAIT_BATCH=0 looks at one wait at a time."""
     text = linear_program(1, 512, 1024, norm=True)
-    assert "kBatchWaits = false;" in cuda_source(text, tmp_path)
-    monkeypatch.setenv("MK_CUDA_WAIT_BATCH", "1")
-    assert "kBatchWaits = true;" in cuda_source(text, tmp_path)
+    batched = cuda_source(text, tmp_path)
+    assert "kBatchWaits = true;" in batched
+    monkeypatch.setenv("MK_CUDA_WAIT_BATCH", "0")
+    single = cuda_source(text, tmp_path)
+    assert "kBatchWaits = false;" in single
 
 
 @pytest.mark.usefixtures("no_nvcc")
