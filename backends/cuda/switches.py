@@ -241,6 +241,16 @@ def flag_poll_all() -> bool:
     return choice("MK_CUDA_FLAG_POLL", ("watch", "all")) == "all"
 
 
+FLAG_SLEEP_NS = 96  # kFlagSleepNs's default (mk/cuda_flags.cuh)
+
+
+def flag_sleep_ns() -> int:
+    """MK_CUDA_FLAG_SLEEP: the sleep between two looks at a missing flagged word, in ns (default
+    96; 0 spins, as bench/chain.py's `ll` modes do, which gained there what the megakernel's
+    flagged head rows did not)."""
+    return count("MK_CUDA_FLAG_SLEEP", FLAG_SLEEP_NS, 0, 4096, "ns")
+
+
 def gemm() -> str:
     """MK_CUDA_GEMM: the tensor-core instruction of a many-row linear's gemm tile, `wgmma`
     (default; through CuTe, mk/cuda_wgmma_tile.cuh) or `mma` (mma.sync, mk/cuda_mma_tile.cuh)."""
@@ -523,6 +533,8 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_SIGNAL_RELEASE 1")
     if flag_poll_all():
         lines.append("#define MK_FLAG_POLL_ALL 1")
+    if (flag_sleep := flag_sleep_ns()) != FLAG_SLEEP_NS:
+        lines.append(f"#define MK_FLAG_SLEEP_NS {flag_sleep}")
     if flag("MK_CUDA_MMA_L1"):
         lines.append("#define MK_MMA_L1 1")
     if flag("MK_CUDA_MMA_LINES"):

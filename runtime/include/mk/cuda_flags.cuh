@@ -14,8 +14,16 @@ namespace gpu {
 
 // A run status's counter when a flagged value never came (beside real counter ids).
 constexpr int32_t kFlagCounter = -2;
-// The sleep between two looks at a missing flagged word.
+// The sleep between two looks at a missing flagged word (MK_CUDA_FLAG_SLEEP; 0 spins).
+#if defined(MK_FLAG_SLEEP_NS)
+constexpr unsigned kFlagSleepNs = MK_FLAG_SLEEP_NS;
+#else
 constexpr unsigned kFlagSleepNs = 96;
+#endif
+
+__device__ __forceinline__ void flag_sleep() {
+  if constexpr (kFlagSleepNs > 0) __nanosleep(kFlagSleepNs);
+}
 
 __device__ __forceinline__ uint64_t flag_word_load(const uint64_t* w) {
   uint64_t v;
@@ -51,11 +59,11 @@ __device__ inline bool flag_stuck(const Arena& a, uint64_t& start, uint32_t seen
 __device__ inline bool flag_between_rounds(const uint64_t* watch, const Arena& a, uint64_t& start,
                                            uint32_t& rounds) {
 #if defined(MK_FLAG_POLL_ALL)
-  __nanosleep(kFlagSleepNs);
+  flag_sleep();
   return (++rounds & 63) != 0 || !flag_stuck(a, start, static_cast<uint32_t>(flag_word_load(watch) >> 32));
 #else
   for (;;) {
-    __nanosleep(kFlagSleepNs);
+    flag_sleep();
     const uint32_t flag = static_cast<uint32_t>(flag_word_load(watch) >> 32);
     if (flag == a.flag) return true;
     if ((++rounds & 63) == 0 && flag_stuck(a, start, flag)) return false;
