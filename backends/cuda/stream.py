@@ -49,25 +49,34 @@ def loads_in_flight(rows: int, repeated: bool = False) -> int:
     fewer as the sums take registers; MK_CUDA_LOADS (1-64) sets it for every batch (what one SM
     keeps in flight bounds a streamed task: 24 loads × 256 threads is 96 KB). A repeated body
     takes layer_loads' instead, where that is not 0."""
-    return _loads(24 if rows <= 2 else 16 if rows <= 8 else 8, repeated)
+    return _loads(24 if rows <= 2 else 16 if rows <= 8 else 8, repeated, rows)
 
 
-def _loads(default: int, repeated: bool) -> int:
-    """MK_CUDA_LOADS' count (`default` unless set), or for a repeated body layer_loads' where
-    that is not 0."""
+def _loads(default: int, repeated: bool, rows: int) -> int:
+    """MK_CUDA_LOADS' count (`default` unless set), or for a repeated body of `rows` activation
+    rows layer_loads' where that is not 0."""
     loads = switches.count("MK_CUDA_LOADS", default, 1, 64, "loads")
-    return (layer_loads() or loads) if repeated else loads
+    return (layer_loads(rows) or loads) if repeated else loads
 
 
-def layer_loads() -> int:
+LAYER_LOADS = 8  # a repeated body's loads in flight by default
+LAYER_LOADS_ONE_ROW = 16  # ... and with one activation row (batch 1)
+
+
+def layer_loads(rows: int = 0) -> int:
     """MK_CUDA_LAYER_LOADS: the 16-byte loads a lane keeps in flight in a body that several grids
-    run (a model's layers); 8 unless set, 0 for MK_CUDA_LOADS' count. Each such body runs once
-    per layer from an instruction cache that a layer's bodies share (an SM keeps 128-160 KB of
-    code, bench/icache.py), and fewer loads in flight are less unrolled code. On the H200 with 8
-    against 24 (batch 1) or 16 (batch 8): qwen3-8b 5.24 -> 5.19 ms/token at batch 1 and 8.18 ->
-    7.32 at batch 8, qwen3-0.6b 1.104 -> 1.085 (1.940 -> 1.909 at batch 8), llama-3.2-1b 1.168
-    -> 1.143; 4 (qwen3-8b 5.50 at batch 1) and 12 (7.50 at batch 8) were slower."""
-    return switches.count("MK_CUDA_LAYER_LOADS", 8, 0, 64, "loads")
+    run (a model's layers) of `rows` activation rows; unless set, 16 for one row and 8 for more
+    (0 for MK_CUDA_LOADS' count). Each such body runs once per layer from an instruction cache
+    that a layer's bodies share (an SM keeps 128-160 KB of code, bench/icache.py), and fewer
+    loads in flight are less unrolled code. On the H200 with 8 against 24 (batch 1) or 16
+    (batch 8), while the bodies outgrew that cache: qwen3-8b 5.24 -> 5.19 ms/token at batch 1
+    and 8.18 -> 7.32 at batch 8, qwen3-0.6b 1.104 -> 1.085 (1.940 -> 1.909 at batch 8),
+    llama-3.2-1b 1.168 -> 1.143; 4 (qwen3-8b 5.50 at batch 1) and 12 (7.50 at batch 8) were
+    slower. On the H100 with today's smaller bodies (session 79), 16 against 8 at batch 1:
+    qwen3-8b −3.16 %, llama-3.2-1b −1.51 %, qwen3-0.6b −0.47 % (24: −2.07 % on llama-3.2-1b,
+    −0.01 % on qwen3-0.6b); at batch 8 qwen3-0.6b +5.30 % (24: +8.78 %), so batch 8 keeps 8."""
+    default = LAYER_LOADS_ONE_ROW if rows == 1 else LAYER_LOADS
+    return switches.count("MK_CUDA_LAYER_LOADS", default, 0, 64, "loads")
 
 
 @dataclass(frozen=True)
@@ -158,7 +167,7 @@ class StreamPlan:
         (mk::gpu::mma_chunk's U): MMA_LOADS 16-byte loads (MK_CUDA_LOADS sets them) over the G
         groups. More made the gated MLP at batch 8 slower on the H200 (24: 0.160, 32: 0.164
         against 0.157 ms), and with four accumulators a batch-1 task at 24 spills."""
-        return max(1, _loads(MMA_LOADS, self.repeated) // self.mma_groups())
+        return max(1, _loads(MMA_LOADS, self.repeated, self.rows) // self.mma_groups())
 
     def mma_groups(self) -> int:
         """8-row groups a warp takes at once on tensor cores (mk::gpu::mma_chunk's G): 4 for a

@@ -190,10 +190,10 @@ def test_loads_in_flight_is_a_build_option(tmp_path: Path, monkeypatch: pytest.M
         cuda_source(text, tmp_path, 16)
 
 
-def layers_program(layers: int, k: int) -> str:
+def layers_program(layers: int, k: int, batch: int = 1) -> str:
     """`layers` norm + linear layers of [k, k] (the same body on other buffers), then a linear
-    of [2k, k] that runs once."""
-    x, w, g = f"tensor<1x{k}xbf16>", f"tensor<{k}x{k}xbf16>", f"tensor<{k}xbf16>"
+    of [2k, k] that runs once, on `batch` activation rows."""
+    x, w, g = f"tensor<{batch}x{k}xbf16>", f"tensor<{k}x{k}xbf16>", f"tensor<{k}xbf16>"
     args = ["%x0: " + x] + [f"%g{i}: {g}, %w{i}: {w}" for i in range(layers)]
     args.append(f"%head: tensor<{2 * k}x{k}xbf16>")
     body = []
@@ -202,8 +202,9 @@ def layers_program(layers: int, k: int) -> str:
             f"%h{i} = nn.rms_norm %x{i}, %g{i} {{epsilon = 1.0e-05 : f32}} : ({x}, {g}) -> {x}"
         )
         body.append(f"%x{i + 1} = nn.linear %h{i}, %w{i} : ({x}, {w}) -> {x}")
-    out = f"tensor<1x{2 * k}xbf16>"
-    body.append(f"%y = nn.linear %x{layers}, %head : ({x}, tensor<{2 * k}x{k}xbf16>) -> {out}")
+    out = f"tensor<{batch}x{2 * k}xbf16>"
+    head = f"tensor<{2 * k}x{k}xbf16>"
+    body.append(f"%y = nn.linear %x{layers}, %head : ({x}, {head}) -> {out}")
     lines = "\n  ".join(body)
     return (
         f"func.func @layers({', '.join(args)}) -> {out} {{\n  {lines}\n  func.return %y : {out}\n}}"
@@ -215,9 +216,10 @@ def test_repeated_bodies_take_the_layer_loads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The bodies that several grids share (a model's layers) keep MK_CUDA_LAYER_LOADS' loads in
-    flight (8 by default) and the others MK_CUDA_LOADS': a layer's 1,024-column rows stream one
+    flight and the others MK_CUDA_LOADS': with 8, a layer's 1,024-column rows stream one
     256-column step at a time, the last linear's two; with 0 the layers take two as well."""
     text = layers_program(3, 1024)
+    monkeypatch.setenv("MK_CUDA_LAYER_LOADS", "8")
     bodies = re.split(r"\n(?=// task.grid)", cuda_source(text, tmp_path, 16))
     layer = [b for b in bodies if "and 2 more grid(s)" in b]
     once = [b for b in bodies if b.startswith("// task.grid") and "more grid(s)" not in b]
@@ -233,6 +235,23 @@ def test_repeated_bodies_take_the_layer_loads(
         mk.MkError, match="MK_CUDA_LAYER_LOADS must be a number of loads from 0 to 64"
     ):
         cuda_source(text, tmp_path, 16)
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(("batch", "default"), [(1, 16), (2, 8), (8, 8)])
+def test_layer_loads_default_by_batch(
+    batch: int, default: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unless MK_CUDA_LAYER_LOADS says, a layer's body of one activation row keeps 16 loads in
+    flight and one of more rows 8: the default build is the build with that count set, and not
+    the build with the other."""
+    text = layers_program(3, 1024, batch)
+    built = cuda_source(text, tmp_path, 16)
+    other = 24 - default
+    monkeypatch.setenv("MK_CUDA_LAYER_LOADS", str(default))
+    assert cuda_source(text, tmp_path, 16) == built
+    monkeypatch.setenv("MK_CUDA_LAYER_LOADS", str(other))
+    assert cuda_source(text, tmp_path, 16) != built
 
 
 def test_a_repeated_body_is_rebound_to_each_grids_buffers() -> None:
