@@ -377,6 +377,13 @@ def _generate(args: argparse.Namespace) -> int:
     from mk.pipeline import parse_pass_options
 
     _check_args(args)
+    if os.environ.get("MK_PASS_OPTIONS"):
+        # bench/ builds take pass options from this variable; a run that means them must say so.
+        print(
+            "mk-generate: note: MK_PASS_OPTIONS (the benchmarks' variable) is not read here; "
+            "give pass options as --option NAME=VALUE",
+            file=sys.stderr,
+        )
     config = preset(args.model)
     if args.layers is not None:
         if not 1 <= args.layers <= config.layers:

@@ -371,6 +371,23 @@ def test_mk_generate_check(
 
 @needs_decode_ops
 @needs_gxx
+def test_mk_generate_says_it_ignores_the_benchmarks_pass_options(
+    cache_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_PASS_OPTIONS is bench/'s variable: mk-generate builds without it and says so, so that
+    a run meant to check a pass option does not pass silently on the default build."""
+    from mk.tools.mk_generate import main
+
+    monkeypatch.setenv("MK_PASS_OPTIONS", "kv_splits=2")
+    argv = ["--model", "tiny", "--batch", "2", "--steps", "4", "--target", "cpu", "--check"]
+    assert main([*argv, "--cache-dir", str(cache_dir)]) == 0
+    captured = capsys.readouterr()
+    assert "MK_PASS_OPTIONS (the benchmarks' variable) is not read here" in captured.err
+    assert "--option NAME=VALUE" in captured.err and "check: ok" in captured.out
+
+
+@needs_decode_ops
+@needs_gxx
 def test_mk_generate_accuracy(cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Logits past --logit-tol pass when mk is about as close to the unrounded model as the
     bf16 reference is (measured only then, unless --accuracy); --no-accuracy keeps the plain
