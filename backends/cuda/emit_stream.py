@@ -341,7 +341,7 @@ class StreamLinearEmitter(GraphDefEmitter):
         tail = [
             _bool(staged),
             str(plan.mma_groups() if mma else 1),
-            str(0 if staged else plan.ring_stages(k)),
+            str(0 if staged else plan.ring_stages(k) if mma else plan.lane_ring(k)),
         ]
         # First: the first round loaded behind the activation's loads (2), else 0.
         tail.append("2" if self.stage_first(plan, mma) else "0")

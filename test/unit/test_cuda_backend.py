@@ -245,6 +245,7 @@ SWITCHES = [
     {"MK_CUDA_STAGE_FIRST": "1"},
     {"MK_CUDA_DOWN_L2": "after"},
     {"MK_CUDA_DOWN_L2": "smem"},
+    {"MK_CUDA_STREAM_RING": "2"},
 ]
 
 
@@ -267,7 +268,7 @@ SWITCH_BUILDS = [
     ("decoder_block", {"MK_CUDA_PREFETCH": str(128 << 10), "MK_CUDA_LEAN": "0",
                        "MK_CUDA_FUSE_LOOPS": "0", "MK_CUDA_LAUNCH": "plain",
                        "MK_CUDA_ATTN_PIPE": "1", "MK_CUDA_ATTN_ROWS_L1": "1",
-                       "MK_CUDA_MERGED_DOT": "1"}),
+                       "MK_CUDA_MERGED_DOT": "1", "MK_CUDA_STREAM_RING": "2"}),
     ("decoder_block", {"MK_CUDA_STAGE": "1", "MK_CUDA_SIGNAL": "release",
                        "MK_CUDA_POLL_SLEEP": "0", "MK_CUDA_FLAG_POLL": "all",
                        "MK_CUDA_FLAG_SLEEP": "0",

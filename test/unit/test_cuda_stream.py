@@ -254,6 +254,50 @@ def test_layer_loads_default_by_batch(
     assert cuda_source(text, tmp_path, 16) != built
 
 
+@pytest.mark.usefixtures("no_nvcc")
+def test_lane_rings_are_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MK_CUDA_STREAM_RING=D streams a CUDA-core linear through each lane's cp.async ring of D
+    rounds (stream_linear's Ring) where the ring fits beside the whole activation, with fewer
+    rounds where D do not; off by default, and never on tensor cores (batch 4)."""
+    ring = re.compile(r"mk::gpu::stream_linear<1, \d+, \d+, \d+, false, false, 1, (\d)>")
+    text = layers_program(3, 1024)
+    assert not ring.search(cuda_source(text, tmp_path, 16))
+    monkeypatch.setenv("MK_CUDA_STREAM_RING", "2")
+    assert set(ring.findall(cuda_source(text, tmp_path, 16))) == {"2"}
+    # On 16 SMs a task's round is 16 pieces a lane (64 KB): 2 rounds fit the 160 KB beside the
+    # activation, 3 do not. On 64 SMs a layer's round is 32 KB, and 3 fit.
+    monkeypatch.setenv("MK_CUDA_STREAM_RING", "3")
+    assert set(ring.findall(cuda_source(text, tmp_path, 16))) == {"2"}
+    assert "3" in ring.findall(cuda_source(text, tmp_path, 64))
+    batch4 = layers_program(3, 1024, 4)
+    ringed = cuda_source(batch4, tmp_path, 16)
+    monkeypatch.delenv("MK_CUDA_STREAM_RING")
+    assert cuda_source(batch4, tmp_path, 16) == ringed
+    monkeypatch.setenv("MK_CUDA_STREAM_RING", "5")
+    with pytest.raises(mk.MkError, match="MK_CUDA_STREAM_RING"):
+        cuda_source(text, tmp_path, 16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rounds", ["2", "3"])
+def test_lane_rings_sum_as_the_register_stream(
+    rounds: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the lane rings (MK_CUDA_STREAM_RING) a layer stack's outputs are bit-identical to
+    the register stream's (the same products in the same order), and agree with the reference;
+    on 64 SMs, where three rounds fit a layer's tasks."""
+    text = layers_program(3, 1024)
+    plain = mk.compile(text, target="cuda", num_sms=64, cache_dir=tmp_path)
+    inputs = random_inputs(plain.func, seed=3)
+    (want,) = plain(*inputs)
+    monkeypatch.setenv("MK_CUDA_STREAM_RING", rounds)
+    ringed = mk.compile(text, target="cuda", num_sms=64, cache_dir=tmp_path)
+    assert ringed.cuda_source != plain.cuda_source  # type: ignore[attr-defined]
+    (got,) = ringed(*inputs)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    agrees_with_the_reference(ringed, text, rounds)
+
+
 def test_a_repeated_body_is_rebound_to_each_grids_buffers() -> None:
     """The first grid of a shared body is emitted again as repeated; the others take its new text
     on their own buffers, slot by slot."""

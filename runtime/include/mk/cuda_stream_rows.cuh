@@ -390,6 +390,81 @@ __device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, 
   }
 }
 
+// stream_group through a lane's own cp.async ring (MK_CUDA_STREAM_RING=D): the lane copies its
+// pieces of D rounds (S steps of RG rows each) into shared memory, so D rounds are in flight
+// with no registers held, and it asks for round r + D as soon as it has multiplied round r: it
+// never waits a whole round trip between two rounds, as stream_group does once it has used a
+// round. Each lane reads back only what it copied (cp.async.wait_group orders its own copies),
+// so no barrier. The same products in the same order as stream_group: the sums are
+// bit-identical. `ring` is the warp's D · S · RG · 32 pieces, a slot's 32 lanes adjacent.
+template <int M, int RG, int S, int D>
+__device__ __forceinline__ void stream_group_ring(const StreamLinear& s, const float* xs, int stride,
+                                                  int kc, int64_t c, int r0, int end, bool store,
+                                                  uint4* ring) {
+  static_assert(D >= 2, "a ring of at least two rounds");
+  const int lane = threadIdx.x & 31;
+  const bool bf16 = s.w_dtype == DTYPE_BF16;
+  const uint16_t* wp[RG];
+  float* op[RG];
+  int32_t os[RG];
+  round_rows<RG>(s, c, r0, end, wp, op, os);
+  float acc[RG][M];
+#pragma unroll
+  for (int j = 0; j < RG; ++j)
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[j][m] = 0.0f;
+  const int first = lane * 8;
+  const int rounds = first < kc ? (kc - first + S * 256 - 1) / (S * 256) : 0;
+  auto piece = [&](int r, int t, int j) { return ring + ((r % D) * S * RG + t * RG + j) * 32 + lane; };
+  auto ask = [&](int r) {
+#pragma unroll
+    for (int t = 0; t < S; ++t) {
+      const int k = first + r * S * 256 + t * 256;
+#pragma unroll
+      for (int j = 0; j < RG; ++j) {
+        const bool in = wp[j] && k < kc;
+        const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(piece(r, t, j)));
+        cp_async16(dst, in ? static_cast<const void*>(wp[j] + k) : static_cast<const void*>(s.w[0].w), in);
+      }
+    }
+  };
+  // Round r is cp.async group r: a group is committed for every round, empty past the last.
+#pragma unroll
+  for (int r = 0; r < D; ++r) {
+    if (r < rounds) ask(r);
+    cp_async_commit();
+  }
+  for (int r = 0; r < rounds; ++r) {
+    cp_async_wait<D - 1>();
+    uint4 v[S][RG];
+#pragma unroll
+    for (int t = 0; t < S; ++t)
+#pragma unroll
+      for (int j = 0; j < RG; ++j) v[t][j] = *piece(r, t, j);
+#pragma unroll
+    for (int t = 0; t < S; ++t) {
+      const int k = first + r * S * 256 + t * 256;
+      if (k < kc) fma_rows<M, RG>(acc, v[t], xs, stride, k, bf16);
+    }
+    // Into the slot just read: its values are in registers and used.
+    if (r + D < rounds) ask(r + D);
+    cp_async_commit();
+  }
+  cp_async_wait<0>();  // the ring is free for the next group
+  group_sums_out<M, RG>(acc, op, os, store);
+}
+
+// stream_rows through each warp's lane rings at `ring` (stream_group_ring): D · S · RG · 32
+// pieces of 16 bytes a warp.
+template <int M, int RG, int S, int D>
+__device__ void stream_rows_ring(const StreamLinear& s, const float* xs, int stride, int kc, int64_t c,
+                                 int begin, int end, bool store, uint4* ring) {
+  uint4* mine = ring + (threadIdx.x >> 5) * (D * S * RG * 32);
+  for (int r0 = begin; r0 < end; r0 += RG) {
+    stream_group_ring<M, RG, S, D>(s, xs, stride, kc, c, r0, end, store, mine);
+  }
+}
+
 // ------------------------------------------------------------------------------ prefetch
 
 // Asks the L2 to fetch the 16-byte-aligned part of [p, p + bytes) with bulk prefetches: one
