@@ -309,6 +309,25 @@ __device__ inline void ask_after(const AfterRows& a) {
   }
 }
 
+// A warp's row group: its weight rows at chunk column c (null past `end`), their sums' outputs
+// and row counts, and the lane's sums, zeroed. Indexed at constant indices only: registers.
+template <int M, int RG>
+struct RowGroup {
+  const uint16_t* wp[RG];
+  float* op[RG];
+  int32_t os[RG];
+  float acc[RG][M];
+  __device__ __forceinline__ RowGroup(const StreamLinear& s, int64_t c, int r0, int end) {
+    round_rows<RG>(s, c, r0, end, wp, op, os);
+#pragma unroll
+    for (int j = 0; j < RG; ++j)
+#pragma unroll
+      for (int m = 0; m < M; ++m) acc[j][m] = 0.0f;
+  }
+  // The sums reduced over the warp and written (or added, !store) by one lane each.
+  __device__ __forceinline__ void finish(bool store) { group_sums_out<M, RG>(acc, op, os, store); }
+};
+
 // A lane's loads of one round of a warp's group: S 256-column steps of RG rows.
 template <int RG, int S>
 struct WeightRound {
@@ -333,15 +352,7 @@ __device__ __forceinline__ void stream_group(const StreamLinear& s, const float*
                                              bool last = false, const AfterRows& after = AfterRows{}) {
   const int lane = threadIdx.x & 31;
   const bool bf16 = s.w_dtype == DTYPE_BF16;
-  const uint16_t* wp[RG];
-  float* op[RG];
-  int32_t os[RG];
-  round_rows<RG>(s, c, r0, end, wp, op, os);
-  float acc[RG][M];
-#pragma unroll
-  for (int j = 0; j < RG; ++j)
-#pragma unroll
-    for (int m = 0; m < M; ++m) acc[j][m] = 0.0f;
+  RowGroup<M, RG> g(s, c, r0, end);
   for (int k = lane * 8; k < kc; k += S * 256) {
     uint4 v[S][RG];
     // One loop either way, the round's steps taken where they were loaded ahead: a branch
@@ -353,7 +364,7 @@ __device__ __forceinline__ void stream_group(const StreamLinear& s, const float*
 #pragma unroll
         for (int j = 0; j < RG; ++j) v[t][j] = first.v[t][j];
       } else {
-        load_rows<RG, Vec, Shared>(v[t], wp, k + t * 256, kc);
+        load_rows<RG, Vec, Shared>(v[t], g.wp, k + t * 256, kc);
       }
     }
     if constexpr (After != kAfterNone) {
@@ -361,14 +372,14 @@ __device__ __forceinline__ void stream_group(const StreamLinear& s, const float*
     }
 #pragma unroll
     for (int t = 0; t < S; ++t) {
-      if (k + t * 256 < kc) fma_rows<M, RG>(acc, v[t], xs, stride, k + t * 256, bf16);
+      if (k + t * 256 < kc) fma_rows<M, RG>(g.acc, v[t], xs, stride, k + t * 256, bf16);
     }
   }
   // Copies into shared memory must not be missed: a lane whose loop ran no step asks now.
   if constexpr (After == kAfterSmem) {
     if (last && lane * 8 >= kc) ask_after<After>(after);
   }
-  group_sums_out<M, RG>(acc, op, os, store);
+  g.finish(store);
 }
 
 // One warp: rows [begin, end) of the concatenated weights against the staged chunk, RG rows at
@@ -404,15 +415,7 @@ __device__ __forceinline__ void stream_group_ring(const StreamLinear& s, const f
   static_assert(D >= 2, "a ring of at least two rounds");
   const int lane = threadIdx.x & 31;
   const bool bf16 = s.w_dtype == DTYPE_BF16;
-  const uint16_t* wp[RG];
-  float* op[RG];
-  int32_t os[RG];
-  round_rows<RG>(s, c, r0, end, wp, op, os);
-  float acc[RG][M];
-#pragma unroll
-  for (int j = 0; j < RG; ++j)
-#pragma unroll
-    for (int m = 0; m < M; ++m) acc[j][m] = 0.0f;
+  RowGroup<M, RG> g(s, c, r0, end);
   const int first = lane * 8;
   const int rounds = first < kc ? (kc - first + S * 256 - 1) / (S * 256) : 0;
   auto piece = [&](int r, int t, int j) { return ring + ((r % D) * S * RG + t * RG + j) * 32 + lane; };
@@ -422,9 +425,9 @@ __device__ __forceinline__ void stream_group_ring(const StreamLinear& s, const f
       const int k = first + r * S * 256 + t * 256;
 #pragma unroll
       for (int j = 0; j < RG; ++j) {
-        const bool in = wp[j] && k < kc;
+        const bool in = g.wp[j] && k < kc;
         const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(piece(r, t, j)));
-        cp_async16(dst, in ? static_cast<const void*>(wp[j] + k) : static_cast<const void*>(s.w[0].w), in);
+        cp_async16(dst, in ? static_cast<const void*>(g.wp[j] + k) : static_cast<const void*>(s.w[0].w), in);
       }
     }
   };
@@ -444,14 +447,14 @@ __device__ __forceinline__ void stream_group_ring(const StreamLinear& s, const f
 #pragma unroll
     for (int t = 0; t < S; ++t) {
       const int k = first + r * S * 256 + t * 256;
-      if (k < kc) fma_rows<M, RG>(acc, v[t], xs, stride, k, bf16);
+      if (k < kc) fma_rows<M, RG>(g.acc, v[t], xs, stride, k, bf16);
     }
     // Into the slot just read: its values are in registers and used.
     if (r + D < rounds) ask(r + D);
     cp_async_commit();
   }
   cp_async_wait<0>();  // the ring is free for the next group
-  group_sums_out<M, RG>(acc, op, os, store);
+  g.finish(store);
 }
 
 // stream_rows through each warp's lane rings at `ring` (stream_group_ring): D · S · RG · 32
