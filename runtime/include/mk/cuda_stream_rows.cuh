@@ -401,71 +401,73 @@ __device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, 
   }
 }
 
-// stream_group through a lane's own cp.async ring (MK_CUDA_STREAM_RING=D): the lane copies its
-// pieces of D rounds (S steps of RG rows each) into shared memory, so D rounds are in flight
-// with no registers held, and it asks for round r + D as soon as it has multiplied round r: it
-// never waits a whole round trip between two rounds, as stream_group does once it has used a
-// round. Each lane reads back only what it copied (cp.async.wait_group orders its own copies),
-// so no barrier. The same products in the same order as stream_group: the sums are
-// bit-identical. `ring` is the warp's D · S · RG · 32 pieces, a slot's 32 lanes adjacent.
+// stream_rows through each lane's own cp.async ring (MK_CUDA_STREAM_RING=D). A warp's share is a
+// sequence of units: the R rounds (S steps of RG rows) of each of its row groups in turn. A lane
+// copies its pieces of D units into shared memory ahead of their use, so D units are in flight
+// with no registers held, and it asks for unit u + D as soon as it has multiplied unit u, across
+// its groups' boundaries: it never waits a whole round trip between two rounds, as stream_group
+// does once it has used a round (and between two groups). Each lane reads back only what it
+// copied (cp.async.wait_group orders its own copies), so no barrier. R is the warp's (lane 0's
+// columns reach furthest): a lane's rounds past its columns copy nothing and multiply nothing,
+// so every lane meets the groups' shuffles together. The same products in the same order as
+// stream_group: the sums are bit-identical. `ring`: D · S · RG · 32 pieces a warp, a slot's 32
+// lanes adjacent.
 template <int M, int RG, int S, int D>
-__device__ __forceinline__ void stream_group_ring(const StreamLinear& s, const float* xs, int stride,
-                                                  int kc, int64_t c, int r0, int end, bool store,
-                                                  uint4* ring) {
-  static_assert(D >= 2, "a ring of at least two rounds");
-  const int lane = threadIdx.x & 31;
+__device__ void stream_rows_ring(const StreamLinear& s, const float* xs, int stride, int kc, int64_t c,
+                                 int begin, int end, bool store, uint4* ring) {
+  static_assert(D >= 2, "a ring of at least two units");
+  const int lane = threadIdx.x & 31, first = lane * 8;
   const bool bf16 = s.w_dtype == DTYPE_BF16;
-  RowGroup<M, RG> g(s, c, r0, end);
-  const int first = lane * 8;
-  const int rounds = first < kc ? (kc - first + S * 256 - 1) / (S * 256) : 0;
-  auto piece = [&](int r, int t, int j) { return ring + ((r % D) * S * RG + t * RG + j) * 32 + lane; };
-  auto ask = [&](int r) {
+  uint4* const mine = ring + (threadIdx.x >> 5) * (D * S * RG * 32);
+  const int groups = begin < end ? (end - begin + RG - 1) / RG : 0;
+  const int rounds = (kc + S * 256 - 1) / (S * 256);
+  const int units = groups * rounds;
+  auto piece = [&](int u, int t, int j) { return mine + ((u % D) * S * RG + t * RG + j) * 32 + lane; };
+  auto ask = [&](int u) {
+    const int g = u / rounds, r = u - g * rounds;
+    const uint16_t* wp[RG];
+    float* op[RG];
+    int32_t os[RG];
+    round_rows<RG>(s, c, begin + g * RG, end, wp, op, os);
 #pragma unroll
     for (int t = 0; t < S; ++t) {
       const int k = first + r * S * 256 + t * 256;
 #pragma unroll
       for (int j = 0; j < RG; ++j) {
-        const bool in = g.wp[j] && k < kc;
-        const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(piece(r, t, j)));
-        cp_async16(dst, in ? static_cast<const void*>(g.wp[j] + k) : static_cast<const void*>(s.w[0].w), in);
+        const bool in = wp[j] && k < kc;
+        const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(piece(u, t, j)));
+        cp_async16(dst, in ? static_cast<const void*>(wp[j] + k) : static_cast<const void*>(s.w[0].w), in);
       }
     }
   };
-  // Round r is cp.async group r: a group is committed for every round, empty past the last.
+  // Unit u is cp.async group u: a group is committed for every unit, empty past the last.
 #pragma unroll
-  for (int r = 0; r < D; ++r) {
-    if (r < rounds) ask(r);
+  for (int u = 0; u < D; ++u) {
+    if (u < units) ask(u);
     cp_async_commit();
   }
-  for (int r = 0; r < rounds; ++r) {
-    cp_async_wait<D - 1>();
-    uint4 v[S][RG];
+  for (int g = 0; g < groups; ++g) {
+    RowGroup<M, RG> grp(s, c, begin + g * RG, end);
+    for (int r = 0; r < rounds; ++r) {
+      const int u = g * rounds + r;
+      cp_async_wait<D - 1>();
+      uint4 v[S][RG];
 #pragma unroll
-    for (int t = 0; t < S; ++t)
+      for (int t = 0; t < S; ++t)
 #pragma unroll
-      for (int j = 0; j < RG; ++j) v[t][j] = *piece(r, t, j);
+        for (int j = 0; j < RG; ++j) v[t][j] = *piece(u, t, j);
 #pragma unroll
-    for (int t = 0; t < S; ++t) {
-      const int k = first + r * S * 256 + t * 256;
-      if (k < kc) fma_rows<M, RG>(g.acc, v[t], xs, stride, k, bf16);
+      for (int t = 0; t < S; ++t) {
+        const int k = first + r * S * 256 + t * 256;
+        if (k < kc) fma_rows<M, RG>(grp.acc, v[t], xs, stride, k, bf16);
+      }
+      // Into the slot just read: its values are in registers and used.
+      if (u + D < units) ask(u + D);
+      cp_async_commit();
     }
-    // Into the slot just read: its values are in registers and used.
-    if (r + D < rounds) ask(r + D);
-    cp_async_commit();
+    grp.finish(store);
   }
-  cp_async_wait<0>();  // the ring is free for the next group
-  g.finish(store);
-}
-
-// stream_rows through each warp's lane rings at `ring` (stream_group_ring): D · S · RG · 32
-// pieces of 16 bytes a warp.
-template <int M, int RG, int S, int D>
-__device__ void stream_rows_ring(const StreamLinear& s, const float* xs, int stride, int kc, int64_t c,
-                                 int begin, int end, bool store, uint4* ring) {
-  uint4* mine = ring + (threadIdx.x >> 5) * (D * S * RG * 32);
-  for (int r0 = begin; r0 < end; r0 += RG) {
-    stream_group_ring<M, RG, S, D>(s, xs, stride, kc, c, r0, end, store, mine);
-  }
+  cp_async_wait<0>();  // the ring is free for the next chunk or task
 }
 
 // ------------------------------------------------------------------------------ prefetch
