@@ -173,12 +173,17 @@ class StreamPlan:
             return 0
         if switches.stage_first() or switches.epilogue_weights_l2() in ("after", "smem"):
             return 0
-        chunk = -(-4 * self.rows * k // 128) * 128
+        chunk = self._whole_float_chunk(k)
         if chunk > self.x_bytes:
             return 0
         while stages >= 2 and chunk + stages * self.lane_ring_round(k) > self.x_bytes:
             stages -= 1
         return stages if stages >= 2 else 0
+
+    def _whole_float_chunk(self, k: int) -> int:
+        """Bytes of all K columns of the activation staged as floats, to the 128 bytes behind
+        which a lane ring starts (mk::gpu::stream_linear)."""
+        return -(-4 * self.rows * k // 128) * 128
 
     def lane_ring_round(self, k: int) -> int:
         """Bytes of one round in every lane's ring: S steps of RG rows, 16 bytes a lane."""
@@ -224,7 +229,7 @@ class StreamPlan:
         """Dynamic shared memory the streamed loop takes: the chunk, and the ring behind it."""
         lanes = self.lane_ring(k)
         if lanes:
-            return -(-4 * self.rows * k // 128) * 128 + lanes * self.lane_ring_round(k)
+            return self._whole_float_chunk(k) + lanes * self.lane_ring_round(k)
         stages = self.ring_stages(k)
         if stages:
             chunk = self.chunk(k)

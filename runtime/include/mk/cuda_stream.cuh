@@ -459,8 +459,9 @@ __device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S
 // need costs instruction fetches). With Ring > 0 (tensor cores, weights from global memory)
 // each warp copies its weights through a Ring-stage cp.async ring behind the packed chunk
 // (mma_ring_walk); on CUDA cores (MK_CUDA_STREAM_RING) each lane keeps Ring rounds in flight
-// through its own cp.async ring behind the float chunk (stream_rows_ring). With First (CUDA cores, aligned weights from global memory) each warp's
-// first round is loaded ahead (load_first_round): First = 1, `first`, loaded by the caller;
+// through its own cp.async ring behind the float chunk (stream_rows_ring). With First (CUDA
+// cores, aligned weights from global memory) each warp's first round is loaded ahead
+// (load_first_round): First = 1, `first`, loaded by the caller;
 // First = 2 (MK_CUDA_STAGE_FIRST=N: its first N steps), here, right behind the activation's
 // first loads, so that its round trip to HBM overlaps theirs and the staging instead of
 // following the staging barrier. With After (CUDA cores, aligned weights), each warp asks for
