@@ -104,6 +104,31 @@ def print_hops(rows: Sequence[tuple[str, int, float, float, float]]) -> None:
         print(f"  {kind:<16}{n:>7}{starved:>12.2f}{dispatch:>13.2f}{run:>9.2f}")
 
 
+def tail_rows(
+    grids: Sequence[str], start: np.ndarray, end: np.ndarray, least: int = 8
+) -> list[tuple[str, int, float, float]]:
+    """(kind, grids, mean µs, most µs) per kind of grid of at least `least` tasks: how long after
+    its tasks' mean end a grid's last task ends, which whatever waits for the whole grid waits
+    beyond the average task. Times in ns; tasks with no start (0) are left out."""
+    by_grid: dict[str, list[int]] = {}
+    for task, grid in enumerate(grids):
+        if start[task] > 0:
+            by_grid.setdefault(grid, []).append(task)
+    tails: dict[str, list[float]] = {}
+    for grid, tasks in by_grid.items():
+        if len(tasks) >= least:
+            ends = end[tasks]
+            tails.setdefault(kind_of(grid), []).append((ends.max() - ends.mean()) / 1e3)
+    rows = [(kind, len(t), float(np.mean(t)), float(np.max(t))) for kind, t in tails.items()]
+    return sorted(rows, key=lambda r: -r[2] * r[1])
+
+
+def print_tails(rows: Sequence[tuple[str, int, float, float]]) -> None:
+    print(f"  {'kind':<16}{'grids':>7}{'mean us':>9}{'most us':>9}")
+    for kind, n, mean, most in rows:
+        print(f"  {kind:<16}{n:>7}{mean:>9.2f}{most:>9.2f}")
+
+
 class Run:
     """What the per-task analyses read of a compiled CUDA program and one iteration's
     [tasks, 2] timeline (ns): start and end per task, each task's kind, the SM queues, and
@@ -117,7 +142,8 @@ class Run:
         self.end = timeline[:, 1].astype(np.float64)
         offsets, tasks = tables.queue_offsets, tables.queue_tasks
         self.queues = [list(tasks[offsets[s] : offsets[s + 1]]) for s in range(len(offsets) - 1)]
-        self.kinds = [kind_of(index.locate(t)[0].sym_name.data) for t in range(self.n)]
+        self.grids = [index.locate(t)[0].sym_name.data for t in range(self.n)]
+        self.kinds = [kind_of(grid) for grid in self.grids]
         self.waits_of = index.waits_of
         table = producer_table(index)
         self.producers_of: Callable[[str, tuple[int, ...]], list[int]] = lambda e, el: table.get(

@@ -32,7 +32,7 @@ from mk.source import entry_function, load_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from critical_path import path_of, print_path  # noqa: E402
-from hops import Run, hops_of, kind_of, print_hops, wait_summary  # noqa: E402
+from hops import Run, hops_of, kind_of, print_hops, print_tails, tail_rows, wait_summary  # noqa: E402
 
 from bench import at_full_context, pass_options, to_torch, workloads  # noqa: E402
 
@@ -190,6 +190,10 @@ def main() -> int:
         run = Run(prog, prog.last_timeline[-1])  # type: ignore[attr-defined]
         print("per kind, mean µs per task (bench/hops.py):")
         print_hops(hops_of(run))
+        print(
+            "how long after its tasks' mean end a grid's last task ends, per kind (bench/hops.py):"
+        )
+        print_tails(tail_rows(run.grids, run.start, run.end))
         print("the critical path, per kind (bench/critical_path.py):")
         print_path(path_of(run))
         if args.ops:

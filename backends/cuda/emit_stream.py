@@ -22,6 +22,14 @@ from mk.backends.cuda.stream import (
 from mk.dialects.mugraph import InputOp
 from mk.dialects.mugraph_base import shape_of
 
+# 16-byte loads a thread may hold through the activation's staging when it loads its weights'
+# first step early by default (MK_CUDA_STAGE_FIRST unset): the first step's rows plus its own
+# activation loads. On the H100 at batch 1 (bench/RESULTS.md, session 80) 7 built without spills
+# on every preset (qwen3-0.6b's q and fused MLP, llama-3.2-1b's q) and made qwen3-0.6b −1.45 %
+# and −0.90 % faster in two calls (llama-3.2-1b level, +0.12 %); 8 (qwen3-8b's q) spilled 24 B,
+# and every eligible body (up to 10) spilled up to 160 B.
+STAGE_FIRST_HELD = 7
+
 
 def _bool(value: bool) -> str:
     return "true" if value else "false"
@@ -147,15 +155,23 @@ class StreamLinearEmitter(GraphDefEmitter):
             return False
         return leaves_a_warp_idle(plan.rows * (min(k, chunk) // 8))
 
-    def stage_first(self, plan: StreamPlan, mma: bool) -> bool:
+    def stage_first(self, plan: StreamPlan, k: int, mma: bool) -> bool:
         """Whether the body loads its weights' first round behind the activation's first loads
         (switches.stage_first): CUDA cores, aligned weights in global memory, and an activation
-        it stages that is not flagged."""
-        if not switches.stage_first() or mma or isinstance(plan.x, MergedX):
+        it stages that is not flagged; by default (auto) only where a thread holds at most
+        STAGE_FIRST_HELD 16-byte loads through the staging (the first step's rows and its own
+        activation loads) and no lane ring takes the stream."""
+        first = switches.stage_first()
+        if not first or mma or isinstance(plan.x, MergedX):
             return False
         if self.stage_weights_ahead or not self.aligned(plan):
             return False
-        return not self.operands[plan.x.source_index()].flagged
+        if self.operands[plan.x.source_index()].flagged:
+            return False
+        if first != switches.STAGE_FIRST_AUTO:
+            return True
+        held = plan.rows_per_round() + plan.loads_per_thread(k)
+        return held <= STAGE_FIRST_HELD and not plan.lane_ring(k)
 
     def epilogue_in_smem(self, rows: int, row_bytes: int) -> int:
         """How many of the epilogue product's `rows` weight rows (`row_bytes` each) it can read
@@ -344,7 +360,7 @@ class StreamLinearEmitter(GraphDefEmitter):
             str(0 if staged else plan.ring_stages(k) if mma else plan.lane_ring(k)),
         ]
         # First: the first round loaded behind the activation's loads (2), else 0.
-        tail.append("2" if self.stage_first(plan, mma) else "0")
+        tail.append("2" if self.stage_first(plan, k, mma) else "0")
         tail.append(str(after))  # After
         while tail and tail[-1] == ("false", "1", "0", "0", "0")[len(tail) - 1]:
             tail.pop()

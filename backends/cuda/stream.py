@@ -166,12 +166,12 @@ class StreamPlan:
         """Rounds in each lane's cp.async ring on CUDA cores (mk::gpu::stream_rows_ring, the
         stream_linear's Ring), 0 for none: switches.stream_ring, where the weights are not
         staged ahead, no other opt-in takes the stream's first round or its last loads
-        (MK_CUDA_STAGE_FIRST, MK_CUDA_DOWN_L2=after|smem), the whole activation is one chunk,
+        (MK_CUDA_STAGE_FIRST=N, MK_CUDA_DOWN_L2=after|smem), the whole activation is one chunk,
         and the ring fits beside it (fewer rounds where D do not)."""
         stages = switches.stream_ring()
         if not stages or not self.ring_ok or self.tensor_cores(k):
             return 0
-        if switches.stage_first() or switches.epilogue_weights_l2() in ("after", "smem"):
+        if switches.stage_first() > 0 or switches.epilogue_weights_l2() in ("after", "smem"):
             return 0
         chunk = self._whole_float_chunk(k)
         if chunk > self.x_bytes:

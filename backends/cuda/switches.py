@@ -396,19 +396,24 @@ def stage_beside() -> bool:
     return flag("MK_CUDA_STAGE_BESIDE")
 
 
+STAGE_FIRST_AUTO = -1  # stage_first unset: one step where the registers allow (emit_stream)
+
+
 def stage_first() -> int:
-    """MK_CUDA_STAGE_FIRST=N (1-4; opt-in, not yet timed; 0, the default: off): a linear on CUDA
-    cores whose activation it stages (not flagged, aligned weights in global memory) loads the
-    first N steps of each warp's first round of weights into registers right behind the
-    activation's first loads and before their staging (stream_linear<..., First = 2>), so that
-    their round trip to HBM overlaps the activation's and the staging barrier instead of
-    following them. The order follows the tensor-core attention's rows first
-    (MK_CUDA_ATTN_ROWS_FIRST): a load asked first lands first, so the activation, needed first,
-    goes out first; MK_CUDA_MERGE_EARLY=1 asked the weights before the partials it merges
-    (+1.3 %), MK_CUDA_STAGE_BESIDE asks the L2 instead of registers (+5.2 %). A whole round
-    (4 steps at batch 1) held through the staging made ptxas spill 144-172 B (2-layer presets);
-    one step spills 16-164 B (docs/cuda-backend.md)."""
-    return count("MK_CUDA_STAGE_FIRST", 0, 0, 4, "steps")
+    """MK_CUDA_STAGE_FIRST=N (1-4; 0: off; unset: STAGE_FIRST_AUTO): a linear on CUDA cores
+    whose activation it stages (not flagged, aligned weights in global memory) loads the first N
+    steps of each warp's first round of weights into registers right behind the activation's
+    first loads and before their staging (stream_linear<..., First = 2>), so that their round
+    trip to HBM overlaps the activation's and the staging barrier instead of following them.
+    The order follows the tensor-core attention's rows first (MK_CUDA_ATTN_ROWS_FIRST): a load
+    asked first lands first, so the activation, needed first, goes out first;
+    MK_CUDA_MERGE_EARLY=1 asked the weights before the partials it merges (+1.3 %),
+    MK_CUDA_STAGE_BESIDE asks the L2 instead of registers (+5.2 %). Held through the staging, a
+    whole round (4 steps at batch 1) made ptxas spill 144-172 B (2-layer presets) and one step
+    of every eligible body 72-160 B on llama-3.2-1b and qwen3-8b; by default a body takes one
+    step where it holds few loads through the staging (emit_stream.STAGE_FIRST_HELD):
+    qwen3-0.6b −1.45 % and −0.90 % at batch 1 on the H100 (docs/cuda-backend.md)."""
+    return count("MK_CUDA_STAGE_FIRST", STAGE_FIRST_AUTO, 0, 4, "steps")
 
 
 def epilogue_weights_l2() -> str:

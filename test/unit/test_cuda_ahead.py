@@ -264,8 +264,9 @@ def test_stage_first_loads_the_first_round_behind_the_activation(
 ) -> None:
     """MK_CUDA_STAGE_FIRST=1 has a CUDA-core linear that stages its activation load its first
     round of weights itself (stream_linear's First = 2): batch 1 with or without the norm, one
-    weight or two; not batch 2 or 8 (tensor cores); off by default."""
+    weight or two; not batch 2 or 8 (tensor cores); 0 turns it off."""
     first = re.compile(r"mk::gpu::stream_linear<1, \d+, \d+, \d+, false, false, 1, 0, 2>\(sl\);")
+    monkeypatch.setenv("MK_CUDA_STAGE_FIRST", "0")
     assert not first.search(cuda_source(linear_program(1, 256, 1024, True), tmp_path))
     monkeypatch.setenv("MK_CUDA_STAGE_FIRST", "1")
     for shape, expected in (
@@ -279,6 +280,24 @@ def test_stage_first_loads_the_first_round_behind_the_activation(
         assert bool(first.search(src)) == expected, shape
         if not expected:
             assert ", 2>(sl)" not in src, shape
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_stage_first_by_default_where_a_thread_holds_few_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unset, MK_CUDA_STAGE_FIRST has a body take one step early where a thread holds at most
+    STAGE_FIRST_HELD 16-byte loads through the staging (the step's rows and its own activation
+    loads): 4 rows a round and one activation load do, 8 rows and two do not (unless set)."""
+    first = re.compile(
+        r"mk::gpu::stream_linear<1, (\d+), \d+, (\d+), false, false, 1, 0, 2>\(sl\);"
+    )
+    few, many = linear_program(1, 256, 1024, True), linear_program(1, 512, 4096, True)
+    assert first.findall(cuda_source(few, tmp_path)) == [("4", "1")]
+    assert not first.search(cuda_source(many, tmp_path))
+    assert "mk::gpu::stream_linear<1, 8, " in cuda_source(many, tmp_path)
+    monkeypatch.setenv("MK_CUDA_STAGE_FIRST", "1")
+    assert first.findall(cuda_source(many, tmp_path)) == [("8", "2")]
 
 
 @pytest.mark.usefixtures("no_nvcc")

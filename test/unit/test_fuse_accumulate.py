@@ -466,7 +466,8 @@ def test_down_l2_after_asks_for_the_epilogue_weights_behind_the_loads(
     body, columns, used = _down_l2_body("after", cache, monkeypatch)
     after = re.search(r"const mk::gpu::AfterRows after_rows\{(.*), 256, 48, 768\};", body)
     assert after is not None and after.group(1) == columns
-    assert re.search(r"mk::gpu::stream_linear<1, [^>]*, 0, 0, 1>\(sl, \{\}, after_rows\);", body)
+    # (First = 2 or 0: the first weight step loaded early by default where few loads are held)
+    assert re.search(r"mk::gpu::stream_linear<1, [^>]*, 0, [02], 1>\(sl, \{\}, after_rows\);", body)
     assert "prefetch_rows_l2" not in body and "cp_async_wait" not in body
     assert _no_spills(used), used
     with pytest.raises(mk.MkError, match="MK_CUDA_DOWN_L2 must be one of 0, 1, after, smem"):
@@ -493,7 +494,7 @@ def test_down_l2_smem_copies_the_epilogue_weights_behind_the_loads(
     assert copy is not None
     at = int(copy.group(2))
     assert at % 128 == 0 and at >= 4 * 256  # behind the staged activation row
-    assert re.search(r"mk::gpu::stream_linear<1, [^>]*, 0, 0, 2>\(sl, \{\}, after_rows\);", body)
+    assert re.search(r"mk::gpu::stream_linear<1, [^>]*, 0, [02], 2>\(sl, \{\}, after_rows\);", body)
     dot = body.index("mk::gpu::rows_dot_lanes<1, 24, 256, true, false, 256>(")
     assert body.index("stream_linear<") < dot and "cp_async_wait" not in body
     assert body[dot:].split(";")[0].endswith(f"(mk::gpu::mk_dynamic_smem + {at}))")

@@ -34,6 +34,21 @@ def test_hop_rows_split_starving_dispatch_and_run() -> None:
     assert got["c"] == (1, 9.0, 3.0, 7.0)  # idle from the launch's start (1) to ready (10)
 
 
+def test_tail_rows_measure_how_late_a_grids_last_task_ends() -> None:
+    """Per kind, the mean and the most over its grids of (last end - mean end); grids of fewer
+    tasks than `least`, and tasks that never started, are left out."""
+    hops = _module()
+    us = 1000.0
+    grids = ["k1_l0_m"] * 4 + ["k2_l1_m"] * 4 + ["k3_x"] * 2
+    start = np.array([1, 1, 1, 0, 1, 1, 1, 1, 1, 1]) * us
+    end = np.array([10, 11, 15, 99, 20, 20, 20, 24, 5, 9]) * us
+    rows = hops.tail_rows(grids, start, end, least=3)
+    assert [(kind, n) for kind, n, _, _ in rows] == [("m", 2)]
+    _, _, mean, most = rows[0]
+    assert most == pytest.approx(3.0)  # 15 - 12 (the task with no start left out)
+    assert mean == pytest.approx(3.0)  # 24 - 21 as well
+
+
 def test_program_hops_recover_a_simulated_schedule(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
