@@ -279,6 +279,26 @@ def test_pipelined_key_loop_is_a_build_option(
     assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_merge_weights_are_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MK_CUDA_ATTN_MERGE_WEIGHTS=1 defines MK_ATTN_MERGE_WEIGHTS (the slots' weights computed
+    once, mk::gpu::merge_slot_weights) and reserves a float per slot and row more: qwen3-8b's
+    heads at batch 1 (4 rows of 128, 16 slots), built without spills; 0 and 1 only."""
+    text = attention(1, 32, 8, 1024, 128)
+    (plan,) = [p for p in _lowered_plans(text).values() if p is not None]
+    floats = plan.smem_floats()
+    monkeypatch.setenv("MK_CUDA_ATTN_MERGE_WEIGHTS", "1")
+    assert plan.smem_floats() - floats == 16 * 4
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    assert "#define MK_ATTN_MERGE_WEIGHTS 1" in src and "mk::gpu::stream_attention<4, 128>(" in src
+    used = prog.cuda_resources  # type: ignore[attr-defined]
+    assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
+    monkeypatch.setenv("MK_CUDA_ATTN_MERGE_WEIGHTS", "2")
+    with pytest.raises(mk.MkError, match="MK_CUDA_ATTN_MERGE_WEIGHTS"):
+        mk.compile(text, target="cuda", cache_dir=tmp_path)
+
+
 @pytest.mark.usefixtures("no_nvcc")
 @pytest.mark.parametrize(
     ("dims", "extra", "mode", "call"),
@@ -429,6 +449,33 @@ def test_streamed_attention_matches_the_reference(
             (ref,) = mk.reference(text, *inputs)
             error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
             assert error <= bound, (dims, splits, seed, error)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("dims", "mma"),
+    [((1, 32, 8, 1024, 128), ""), ((1, 16, 8, 1024, 128), ""), ((3, 2, 2, 96, 16), "1"),
+     ((1, 8, 1, 520, 256), "1")],
+    ids=["4x128", "2x128", "1x16", "8x256"],
+)  # fmt: skip
+def test_merge_weights_merge_as_the_slots_did(
+    dims: tuple[int, ...], mma: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With MK_CUDA_ATTN_MERGE_WEIGHTS=1 the streamed attention's outputs are bit-identical to
+    the default merge's (the same weights and sums in the same order) and agree with the
+    reference: 4 and 2 rows of 128 over 16 slots, one row of 16 over 128 slots, 8 rows of 256
+    over 8 slots."""
+    monkeypatch.setenv("MK_CUDA_ATTN_MMA", mma)
+    text = attention(*dims)
+    plain = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    assert "mk::gpu::stream_attention<" in plain.cuda_source  # type: ignore[attr-defined]
+    inputs = random_inputs(plain.func, seed=5)
+    (want,) = plain(*inputs)
+    monkeypatch.setenv("MK_CUDA_ATTN_MERGE_WEIGHTS", "1")
+    weights = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    (got,) = weights(*inputs)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    matches_the_reference(weights, text, dims)
 
 
 @pytest.mark.gpu

@@ -192,6 +192,12 @@ constexpr bool kAttnKvEarly = false;
 constexpr bool kAttnKvEarly = true;
 #endif
 
+#if defined(MK_ATTN_MERGE_WEIGHTS)
+constexpr bool kAttnMergeWeights = true;
+#else
+constexpr bool kAttnMergeWeights = false;
+#endif
+
 // A round of U keys' scores (reduced over the group; -inf for a key past the end) into the
 // group's online-softmax state at once: one new max, one rescale of o and l and one exp per key
 // and row. Key by key, the softmax was a chain of dependent exps and rescales per key, and the
@@ -531,9 +537,42 @@ __device__ inline void merge_slot_states(const StreamAttention& a, const float* 
   __syncthreads();
 }
 
+// merge_slot_states with each slot's weight of a row, e^(m_s - shift), computed once (by
+// MK_ATTN_MERGE_WEIGHTS: a thread per row and slot, into sw [slots][R] behind sl) instead of by
+// every thread for each of its elements, beside the row's peak over the slots. The same peaks,
+// weights and sums in the same order: the state is bit-identical. Ends with __syncthreads().
+template <int R, int D>
+__device__ inline void merge_slot_weights(const StreamAttention& a, const float* so, const float* sm,
+                                          const float* sl, float* sw, int slots) {
+  for (int t = static_cast<int>(threadIdx.x); t < R * slots; t += static_cast<int>(MK_CTA_THREADS)) {
+    const int r = t / slots, s = t % slots;
+    float peak = -INFINITY;
+#pragma unroll 4
+    for (int i = 0; i < slots; ++i) peak = nan_max(peak, sm[i * R + r]);
+    sw[s * R + r] = __expf(sm[s * R + r] - softmax_shift(peak));
+    if (s == 0) a.m[r] = peak;
+  }
+  __syncthreads();
+  MK_FOR_EACH(e, R * D) {
+    const int r = static_cast<int>(e / D);
+    float out = 0.0f;
+#pragma unroll 4
+    for (int s = 0; s < slots; ++s) out = fmaf(sw[s * R + r], so[(s * R + r) * D + e % D], out);
+    a.o[e] = out;
+    if (e % D == 0) {
+      float total = 0.0f;
+#pragma unroll 4
+      for (int s = 0; s < slots; ++s) total = fmaf(sw[s * R + r], sl[s * R + r], total);
+      a.l[r] = total;
+    }
+  }
+  __syncthreads();
+}
+
 // All threads of the CTA: the final online-softmax state of R query rows over the task's keys,
 // each score passed through score(dot, key position) first. Ends with __syncthreads().
-// Shared memory: attention_smem_floats(R, D) floats.
+// Shared memory: slots · R · (D + 2) floats (the emitter's StreamAttentionPlan.smem_floats),
+// + slots · R with MK_ATTN_MERGE_WEIGHTS.
 template <int R, int D, class Score>
 __device__ void stream_attention(const StreamAttention& a, Score score) {
   static_assert(R >= 1 && R <= kAttentionMaxRows, "stream_attention takes 1..8 query rows");
@@ -617,7 +656,11 @@ __device__ void stream_attention(const StreamAttention& a, Score score) {
     }
   }
   __syncthreads();
-  merge_slot_states<R, D>(a, so, sm, sl, slots);
+  if constexpr (kAttnMergeWeights) {
+    merge_slot_weights<R, D>(a, so, sm, sl, sl + slots * R, slots);
+  } else {
+    merge_slot_states<R, D>(a, so, sm, sl, slots);
+  }
 }
 
 }  // namespace gpu
