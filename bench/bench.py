@@ -1,6 +1,8 @@
 """GPU benchmark: mk vs PyTorch eager vs PyTorch + CUDA graph vs the floor, side by side in one run.
 
-floor = bytes that must move (every input, weight and output once) / measured device copy bandwidth.
+floor = bytes that must move (every input, weight and output once) / measured device copy bandwidth;
+one read = one PyTorch reduction over as many bytes, what a single kernel that only reads them
+takes at that size (its launch, ramp and tail included).
 Each timing is the median of >= 50 runs measured with CUDA events after warm-up, on random data.
 mk is timed as PyTorch + CUDA graph is: its launch captured in a CUDA graph and replayed (the
 megakernel and its flag reset); its error is that of a checked call. Graph replays are timed as
@@ -96,6 +98,14 @@ def copy_bandwidth(runs: int) -> float:
     return 2 * n / (ms * 1e-3)
 
 
+def read_ms(moved: int, runs: int, queued: bool = True) -> float:
+    """One PyTorch reduction (amax) over `moved` bytes of random bf16: what a kernel that only
+    reads a workload's bytes once takes at its size, launch and ramp included, beside the floor
+    (which a whole-GPU copy of 2 GB sets)."""
+    buf = torch.randn(max(1, moved // 2), dtype=torch.bfloat16, device="cuda")
+    return median_ms(capture_graph(lambda: buf.amax()), runs, queued=queued)
+
+
 def pass_options() -> dict[str, int | str]:
     """MK_PASS_OPTIONS ("kv_splits=4+tile_n=64"): mk.compile keywords for an A/B build
     (`bench/on_gpu.sh ab` trees carry environment settings, not arguments)."""
@@ -145,6 +155,7 @@ def bench_one(
     outs = run(*inputs)
     moved = sum(a.nbytes for a in arrays) + sum(o.numel() * o.element_size() for o in outs)
     row: dict[str, object] = {"workload": name, "bytes": moved, "floor_ms": moved / bandwidth * 1e3}
+    row["read_ms"] = read_ms(moved, runs, queued)
     row["eager_ms"] = median_ms(lambda: run(*inputs), runs)
     row["graph_ms"] = median_ms(capture_graph(lambda: run(*inputs)), runs, queued=queued)
     mk_run = mk_runner(text, inputs)
@@ -166,16 +177,18 @@ def table(rows: list[dict[str, object]], bandwidth: float, commit: str, how: str
     head = (
         f"### {datetime.date.today().isoformat()} — {gpu}, commit {commit}, copy bandwidth "
         f"{bandwidth / 1e12:.2f} TB/s (median of runs, CUDA events; graph replays {how})\n\n"
-        "| workload | MB moved | floor ms | mk ms | PyTorch eager ms | PyTorch + CUDA graph ms | mk / floor | mk error |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---:|\n"
+        "| workload | MB moved | floor ms | one read ms | mk ms | PyTorch eager ms | PyTorch + CUDA graph ms | mk / floor | mk error |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
     lines = []
     for r in rows:
         mk_ms = r["mk_ms"]
         mk_txt = f"{mk_ms:.4f}" if isinstance(mk_ms, float) else "—"
+        read = r.get("read_ms")
+        read_txt = f"{read:.4f}" if isinstance(read, float) else "—"
         ratio = f"{mk_ms / r['floor_ms']:.2f}×" if isinstance(mk_ms, float) else "—"  # type: ignore[operator]
         lines.append(
-            f"| {r['workload']} | {r['bytes'] / 1e6:.1f} | {r['floor_ms']:.4f} | {mk_txt} | "  # type: ignore[operator]
+            f"| {r['workload']} | {r['bytes'] / 1e6:.1f} | {r['floor_ms']:.4f} | {read_txt} | {mk_txt} | "  # type: ignore[operator]
             f"{r['eager_ms']:.4f} | {r['graph_ms']:.4f} | {ratio} | {_fmt(r['mk_error'])} |"
         )
     return head + "\n".join(lines) + "\n"

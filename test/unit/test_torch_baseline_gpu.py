@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bench_scripts import load
 
 import mk
 from mk.inputs import random_inputs
@@ -39,3 +40,14 @@ def test_torch_executor_matches_reference(path: Path) -> None:
         else:
             err = np.linalg.norm(g64 - w64) / max(np.linalg.norm(w64), 1e-30)
             assert err <= 2e-2, f"{path.name}: relative error {err}"
+
+
+@pytest.mark.gpu
+def test_one_read_of_a_workloads_bytes_is_timed() -> None:
+    """bench.read_ms (the table's "one read" column): a reduction over 64 MB takes no less than
+    half of what those bytes take at the measured copy bandwidth, and no more than 100 times."""
+    bench = load("bench")
+    moved = 64 << 20
+    floor_ms = moved / bench.copy_bandwidth(50) * 1e3
+    ms = bench.read_ms(moved, 50)
+    assert 0.5 * floor_ms <= ms <= 100 * floor_ms, (ms, floor_ms)
