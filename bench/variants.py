@@ -1,7 +1,7 @@
 """Whole-model ms/token of several builds in one process, side by side.
 
 Usage (on the GPU machine): python bench/variants.py --model PRESET [--batch B] [--runs N]
-                            [--rounds R] [--instances I] [--in-order] VARIANT...
+                            [--rounds R] [--instances I] [--in-order] [--kinds N] VARIANT...
 A VARIANT is "" (the defaults) or NAME=VALUE[,NAME=VALUE...] of MK_CUDA_* build switches and
 MK_PASS_OPTIONS (pass options as bench.py takes them: MK_PASS_OPTIONS=accumulate_columns=128). The
 weights, a 1,000-token prompt and its prefill (PyTorch) are made once; each variant's decode
@@ -17,7 +17,10 @@ lands, its turn in a round, where its code lands) is not known. So each variant 
 instances (programs of the same build, each with its own device state: the arena, the event
 counters), each round takes the (variant, instance) pairs in a seeded shuffled order
 (`--in-order`: as given), and a variant's figure is the median over its instances' rounds,
-printed with the spread of its instances' medians.
+printed with the spread of its instances' medians. With --kinds N each variant's first
+instance then records N launches' timelines, and a table gives the mean µs a task of each kind
+ran in every variant: which bodies a build moved (a 4-layer timeline of each build, one run
+each, moved a kind by up to ~1 µs from run to run).
 """
 
 from __future__ import annotations
@@ -106,6 +109,39 @@ def verdict(median: float, first: float, same: bool) -> str:
     return change if same else f"{change}  MISMATCH: its ids differ from the first variant's"
 
 
+def kind_runs(kinds: list[str], timelines: list[Any]) -> dict[str, float]:
+    """Mean µs a task of each kind ran, over the recorded iterations (each [tasks, 2] start and
+    end ns; tasks that never started left out)."""
+    import numpy as np
+
+    total: dict[str, list[float]] = {}
+    for timeline in timelines:
+        rows = np.asarray(timeline, dtype=np.float64)
+        for task, kind in enumerate(kinds):
+            start, end = rows[task, 0], rows[task, 1]
+            if start > 0:
+                total.setdefault(kind, []).append((end - start) / 1e3)
+    return {kind: float(np.mean(t)) for kind, t in total.items()}
+
+
+def kind_table(runs: dict[str, dict[str, float]], first: str) -> list[str]:
+    """Per kind (largest first), each variant's mean µs a task and its change against the
+    first variant's: which bodies a build moved."""
+    kinds = sorted(runs[first], key=lambda k: -runs[first][k])
+    lines = [f"  {'kind':<16}" + "".join(f"{v or 'default':>28}"[:28] for v in runs)]
+    for kind in kinds:
+        cells = []
+        for v in runs:
+            us = runs[v].get(kind)
+            if us is None:
+                cells.append(f"{'—':>28}")
+                continue
+            delta = "" if v == first else f" ({us - runs[first][kind]:+.2f})"
+            cells.append(f"{f'{us:.2f}{delta}':>28}")
+        lines.append(f"  {kind:<16}" + "".join(cells))
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", required=True)
@@ -114,6 +150,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--instances", type=int, default=2, help="programs per variant")
     parser.add_argument("--in-order", action="store_true", help="no shuffling of the rounds")
+    parser.add_argument(
+        "--kinds",
+        type=int,
+        default=0,
+        help="after the timing, record N launches of each variant's first instance and print "
+        "the mean µs a task of each kind ran (its iterations after the first)",
+    )
     parser.add_argument("variants", nargs="+")
     args = parser.parse_args()
     try:
@@ -165,6 +208,27 @@ def main() -> int:
             f"  {v or 'default':<44} {median:.4f} (spread {100 * spread:.2f} %)  {mark}  [{rounds}]"
         )
         print(f"  {'':<44} tokens {tokens[v]}")
+    if args.kinds > 0:
+        from hops import kind_of
+
+        runs: dict[str, dict[str, float]] = {}
+        for v in variants:
+            prog = progs[v, 0]
+            index = prog.graph.index()
+            kinds = [
+                kind_of(index.locate(t)[0].sym_name.data) for t in range(len(prog.tables.tasks))
+            ]
+            prog.record_timeline = True
+            timelines = []
+            for _ in range(args.kinds):
+                prog(*inputs)
+                timelines.extend(prog.last_timeline[1:])  # the first iteration starts cold
+            prog.record_timeline = False
+            runs[v] = kind_runs(kinds, timelines)
+        print(
+            f"mean µs a task ran, by kind ({args.kinds} launches of {STEPS} steps, the first left out):"
+        )
+        print("\n".join(kind_table(runs, first)))
     return 0
 
 

@@ -78,3 +78,19 @@ def test_each_variant_is_compared_with_the_first(variants: Any) -> None:
     flagged = variants.verdict(0.5, 1.0, False)
     assert flagged.startswith("-50.00 % against the first") and "MISMATCH" in flagged
     assert "tokens" not in flagged
+
+
+def test_kind_runs_average_each_kinds_tasks_over_the_iterations(variants: Any) -> None:
+    """Per kind, the mean µs its tasks ran over every recorded iteration; a task that never
+    started is left out; the table gives each variant's change against the first."""
+    import numpy as np
+
+    us = 1000.0
+    kinds = ["q", "q", "att"]
+    first = np.array([[1, 11], [1, 13], [0, 0]]) * us
+    second = np.array([[2, 12], [2, 16], [5, 9]]) * us
+    runs = variants.kind_runs(kinds, [first, second])
+    assert runs == {"q": (10 + 12 + 10 + 14) / 4, "att": 4.0}
+    table = variants.kind_table({"": runs, "X=1": {"q": 10.0, "att": 5.0}}, "")
+    assert table[1].split()[:2] == ["q", "11.50"] and table[1].endswith("10.00 (-1.50)")
+    assert table[2].split()[:2] == ["att", "4.00"] and table[2].endswith("5.00 (+1.00)")
