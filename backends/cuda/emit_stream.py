@@ -170,6 +170,8 @@ class StreamLinearEmitter(GraphDefEmitter):
             return False
         if first != switches.STAGE_FIRST_AUTO:
             return True
+        if switches.stage_first_held():  # the header loads only the rows that fit
+            return not plan.lane_ring(k)
         held = plan.rows_per_round() + plan.loads_per_thread(k)
         return held <= STAGE_FIRST_HELD and not plan.lane_ring(k)
 

@@ -427,6 +427,21 @@ def stage_first() -> int:
     return count("MK_CUDA_STAGE_FIRST", STAGE_FIRST_AUTO, 0, 4, "steps")
 
 
+def stage_first_held() -> int:
+    """MK_CUDA_STAGE_FIRST_HELD=H (2-16; opt-in, not yet run on a GPU; 0, the default: off):
+    with MK_CUDA_STAGE_FIRST unset, every eligible body loads its first weight step early, but
+    only the step's first H - XB rows of its row group (at least one; XB: the thread's own
+    activation loads), so that a thread holds at most H 16-byte loads through the staging; the
+    rest of the step loads at its turn (mk::gpu::stage_first_rows). Bodies whose whole step fits
+    take it whole, as the default does where H is 7 (emit_stream.STAGE_FIRST_HELD)."""
+    held = count("MK_CUDA_STAGE_FIRST_HELD", 0, 0, 16, "loads")
+    if held == 1:
+        raise MkError(
+            "MK_CUDA_STAGE_FIRST_HELD must be 0 or a number of loads from 2 to 16, got '1'"
+        )
+    return held
+
+
 def epilogue_weights_l2() -> str:
     """MK_CUDA_DOWN_L2=1 (opt-in; +2.5 % on the H200): a block that adds its epilogue product
     into the result (an accumulating gated MLP's down projection, passes/mugraph_fuse_accumulate.py)
@@ -579,6 +594,8 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_ATTN_PIPE 1")
     if (first_steps := stage_first()) > 1:
         lines.append(f"#define MK_STAGE_FIRST_STEPS {first_steps}")
+    if (held := stage_first_held()) and stage_first() == STAGE_FIRST_AUTO:
+        lines.append(f"#define MK_STAGE_FIRST_HELD {held}")
     if (rows_first := attention_rows_first()) != ATTN_ROWS_FIRST:
         lines.append(f"#define MK_ATTN_ROWS_FIRST {rows_first}")
     if not flag("MK_CUDA_ATTN_KV_EARLY", default=True):

@@ -301,6 +301,28 @@ def test_stage_first_by_default_where_a_thread_holds_few_loads(
 
 
 @pytest.mark.usefixtures("no_nvcc")
+def test_stage_first_held_takes_every_body_with_part_of_its_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_STAGE_FIRST_HELD=H: every eligible body loads its first step early (the header
+    keeps H - XB rows of it, MK_STAGE_FIRST_HELD), where by default a body of 8 rows and two
+    activation loads takes none; not with MK_CUDA_STAGE_FIRST set; 1 or past 16 is an error."""
+    first = re.compile(r"mk::gpu::stream_linear<1, 8, \d+, 2, false, false, 1, 0, 2>\(sl\);")
+    many = linear_program(1, 512, 4096, True)
+    assert not first.search(cuda_source(many, tmp_path))
+    monkeypatch.setenv("MK_CUDA_STAGE_FIRST_HELD", "4")
+    src = cuda_source(many, tmp_path)
+    assert first.search(src) and "#define MK_STAGE_FIRST_HELD 4\n" in src
+    monkeypatch.setenv("MK_CUDA_STAGE_FIRST", "1")
+    assert "MK_STAGE_FIRST_HELD" not in cuda_source(many, tmp_path)
+    monkeypatch.delenv("MK_CUDA_STAGE_FIRST")
+    for bad in ("1", "17"):
+        monkeypatch.setenv("MK_CUDA_STAGE_FIRST_HELD", bad)
+        with pytest.raises(mk.MkError, match="MK_CUDA_STAGE_FIRST_HELD"):
+            cuda_source(many, tmp_path)
+
+
+@pytest.mark.usefixtures("no_nvcc")
 def test_stage_first_takes_a_number_of_steps(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -299,6 +299,27 @@ def test_lane_rings_sum_as_the_register_stream(
     agrees_with_the_reference(ringed, text, rounds)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize(("held", "sms"), [("3", 8), ("4", 64)])
+def test_a_first_step_in_part_sums_as_the_register_stream(
+    held: str, sms: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With MK_CUDA_STAGE_FIRST_HELD=H a layer stack's bodies load part of their first step
+    early (H - 1 rows of each warp's first group, the rest at its turn): the outputs are
+    bit-identical to the default's (the same loads, the same products) and agree with the
+    reference."""
+    text = layers_program(3, 1024)
+    plain = mk.compile(text, target="cuda", num_sms=sms, cache_dir=tmp_path)
+    inputs = random_inputs(plain.func, seed=3)
+    (want,) = plain(*inputs)
+    monkeypatch.setenv("MK_CUDA_STAGE_FIRST_HELD", held)
+    part = mk.compile(text, target="cuda", num_sms=sms, cache_dir=tmp_path)
+    assert f"#define MK_STAGE_FIRST_HELD {held}" in part.cuda_source  # type: ignore[attr-defined]
+    (got,) = part(*inputs)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    agrees_with_the_reference(part, text, held)
+
+
 def test_a_repeated_body_is_rebound_to_each_grids_buffers() -> None:
     """The first grid of a shared body is emitted again as repeated; the others take its new text
     on their own buffers, slot by slot."""

@@ -87,6 +87,22 @@ constexpr int kStageFirstSteps = MK_STAGE_FIRST_STEPS;
 constexpr int kStageFirstSteps = 1;
 #endif
 
+// The 16-byte loads a thread may hold through the staging when it loads its first step early
+// (MK_STAGE_FIRST_HELD: MK_CUDA_STAGE_FIRST_HELD=H): the step's first H - XB rows of its row
+// group (at least one), the rest loaded at its turn as usual; 0: every row.
+#if defined(MK_STAGE_FIRST_HELD)
+constexpr int kStageFirstHeld = MK_STAGE_FIRST_HELD;
+#else
+constexpr int kStageFirstHeld = 0;
+#endif
+
+// The rows of the first step that stream_linear<RG, ..., XB, ..., First = 2> loads early.
+template <int RG, int XB>
+constexpr int stage_first_rows() {
+  if (kStageFirstHeld <= 0) return RG;
+  return kStageFirstHeld - XB < 1 ? 1 : kStageFirstHeld - XB > RG ? RG : kStageFirstHeld - XB;
+}
+
 // stage_chunk's `after_loads` where nothing runs there.
 struct NoLoads {
   __device__ void operator()() const {}
@@ -429,8 +445,8 @@ __device__ inline WarpRows warp_rows(int first, int last) {
 // aligned rows), loaded before the activation is ready: stream_linear<..., First> then starts
 // with it (MK_CUDA_MERGE_EARLY: a linear of the attention merge it makes itself, the weights'
 // round trip to HBM overlapping the partials' round trip and the merge).
-// Its first FS steps only with FS < S (the rest load as usual).
-template <int RG, int S, int FS = S>
+// Its first FS steps only with FS < S, and of those its first FR rows (the rest load as usual).
+template <int RG, int S, int FS = S, int FR = RG>
 __device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S>& r) {
   int rows = 0;
 #pragma unroll
@@ -444,7 +460,10 @@ __device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S
   round_rows<RG>(s, 0, share.begin, share.end, wp, op, os);
   const int kc = static_cast<int>(s.k < s.kc ? s.k : s.kc), k = static_cast<int>(threadIdx.x & 31u) * 8;
 #pragma unroll
-  for (int t = 0; t < FS; ++t) load_rows<RG, true, false>(r.v[t], wp, k + t * 256, kc);
+  for (int t = 0; t < FS; ++t) {
+#pragma unroll
+    for (int j = 0; j < FR; ++j) r.v[t][j] = wp[j] && k + t * 256 < kc ? load_stream(wp[j] + k + t * 256) : make_uint4(0, 0, 0, 0);
+  }
 }
 
 // All threads of the CTA: out[m][row] += Σ_k xside[m][k] · w[row][k] for every weight row of
@@ -500,6 +519,7 @@ __device__ bool stream_linear(const StreamLinear& s,
   // First == 2: the round's first steps, loaded behind the activation's loads; held through
   // the staging, the whole round (up to 64 registers) made ptxas spill.
   constexpr int kFirstSteps = First == 2 ? (kStageFirstSteps < S ? kStageFirstSteps : S) : S;
+  constexpr int kFirstRows = First == 2 ? stage_first_rows<RG, XB>() : RG;
   WeightRound<RG, S> own;
   MK_MARK(*s.arena);
   if constexpr (Mma && !Staged) {
@@ -525,7 +545,7 @@ __device__ bool stream_linear(const StreamLinear& s,
     if constexpr (First == 2) {
       // The round is vectorized: only where every weight row is 16-byte aligned.
       auto ask = [&] {
-        if (c == 0 && vec) load_first_round<RG, S, kFirstSteps>(s, own);
+        if (c == 0 && vec) load_first_round<RG, S, kFirstSteps, kFirstRows>(s, own);
       };
       if (!s.x_ready) {
         stage_chunk<M, XB>(s, xs, s.kc, kc, c, pack, ss, ask);
@@ -558,7 +578,7 @@ __device__ bool stream_linear(const StreamLinear& s,
         uint4* ring = reinterpret_cast<uint4*>(mk_dynamic_smem + ((M * s.kc * 4 + 127) & ~127));
         stream_rows_ring<M, RG, S, Ring>(s, xs, s.kc, kc, c, begin, end, s.assign && c == 0, ring);
       } else {
-        stream_rows<M, RG, S, true, Staged, First != 0, kFirstSteps, After>(
+        stream_rows<M, RG, S, true, Staged, First != 0, kFirstSteps, After, kFirstRows>(
             s, xs, s.kc, kc, c, begin, end, s.assign && c == 0, First == 2 ? own : first, c == 0,
             after);
       }

@@ -340,12 +340,12 @@ struct WeightRound {
 // before it multiplies any: a decode task is short, so what bounds it is how many round trips to
 // HBM it waits for, and S·RG loads per lane in flight make a task of up to S·256 columns one
 // round trip (and keep ~64 KB in flight per SM). With First, `first` holds the first FS steps
-// of the group's first round where `has_first` (loaded before the activation was ready:
-// load_first_round). With After, the warp's last group (`last`) asks for `after` once its last
+// (of their first FR rows) of the group's first round where `has_first` (loaded before the
+// activation was ready: load_first_round). With After, the warp's last group (`last`) asks for `after` once its last
 // round's loads are out (MK_CUDA_DOWN_L2=after|smem: ask_after), a lane with no columns of the
 // chunk after its loop.
 template <int M, int RG, int S, bool Vec, bool Shared, bool First = false, int FS = S,
-          int After = kAfterNone>
+          int After = kAfterNone, int FR = RG>
 __device__ __forceinline__ void stream_group(const StreamLinear& s, const float* xs, int stride,
                                              int kc, int64_t c, int r0, int end, bool store,
                                              const WeightRound<RG, S>& first, bool has_first,
@@ -360,9 +360,16 @@ __device__ __forceinline__ void stream_group(const StreamLinear& s, const float*
     const bool ahead = First && has_first && k == lane * 8;
 #pragma unroll
     for (int t = 0; t < S; ++t) {
-      if (t < FS && ahead) {
+      if (t < FS && ahead && FR == RG) {
 #pragma unroll
         for (int j = 0; j < RG; ++j) v[t][j] = first.v[t][j];
+      } else if (t < FS && ahead) {
+        // The first FR rows were loaded ahead, the others go out now.
+#pragma unroll
+        for (int j = 0; j < RG; ++j) {
+          const bool in = g.wp[j] && k + t * 256 < kc;
+          v[t][j] = j < FR ? first.v[t][j] : in ? load_weight8<Vec, Shared>(g.wp[j] + k + t * 256) : make_uint4(0, 0, 0, 0);
+        }
       } else {
         load_rows<RG, Vec, Shared>(v[t], g.wp, k + t * 256, kc);
       }
@@ -383,11 +390,11 @@ __device__ __forceinline__ void stream_group(const StreamLinear& s, const float*
 }
 
 // One warp: rows [begin, end) of the concatenated weights against the staged chunk, RG rows at
-// a time (stream_group); with First, the first FS steps of the first group's first round from
-// `first` where `has_first`; with After, `after` asked for behind the last chunk's last loads
+// a time (stream_group); with First, the first FS steps (FR rows) of the first group's first
+// round from `first` where `has_first`; with After, `after` asked for behind the last chunk's last loads
 // (at once by a warp with no rows).
 template <int M, int RG, int S, bool Vec, bool Shared, bool First = false, int FS = S,
-          int After = kAfterNone>
+          int After = kAfterNone, int FR = RG>
 __device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, int kc, int64_t c,
                             int begin, int end, bool store,
                             const WeightRound<RG, S>& first = WeightRound<RG, S>{},
@@ -395,7 +402,7 @@ __device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, 
   const bool last_chunk = c + kc >= s.k;
   if (After != kAfterNone && last_chunk && begin >= end) ask_after<After>(after);
   for (int r0 = begin; r0 < end; r0 += RG) {
-    stream_group<M, RG, S, Vec, Shared, First, FS, After>(
+    stream_group<M, RG, S, Vec, Shared, First, FS, After, FR>(
         s, xs, stride, kc, c, r0, end, store, first, has_first && r0 == begin,
         last_chunk && r0 + RG >= end, after);
   }
