@@ -278,6 +278,23 @@ def test_lane_rings_are_a_build_option(tmp_path: Path, monkeypatch: pytest.Monke
         cuda_source(text, tmp_path, 16)
 
 
+def sums_as_the_default(
+    name: str, value: str, sms: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[str, str]:
+    """A 3-layer stack's outputs with the build switch `name`=`value` are bit-identical to the
+    default build's and agree with the reference; the two builds' sources."""
+    text = layers_program(3, 1024)
+    plain = mk.compile(text, target="cuda", num_sms=sms, cache_dir=tmp_path)
+    inputs = random_inputs(plain.func, seed=3)
+    (want,) = plain(*inputs)
+    monkeypatch.setenv(name, value)
+    switched = mk.compile(text, target="cuda", num_sms=sms, cache_dir=tmp_path)
+    (got,) = switched(*inputs)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    agrees_with_the_reference(switched, text, value)
+    return plain.cuda_source, switched.cuda_source  # type: ignore[attr-defined]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(("rounds", "sms"), [("2", 8), ("3", 64)])
 def test_lane_rings_sum_as_the_register_stream(
@@ -287,16 +304,8 @@ def test_lane_rings_sum_as_the_register_stream(
     the register stream's (the same products in the same order), and agree with the reference:
     on 8 SMs a warp's share is two or four row groups (the ring runs across them), on 64 SMs
     three rounds fit a layer's tasks."""
-    text = layers_program(3, 1024)
-    plain = mk.compile(text, target="cuda", num_sms=sms, cache_dir=tmp_path)
-    inputs = random_inputs(plain.func, seed=3)
-    (want,) = plain(*inputs)
-    monkeypatch.setenv("MK_CUDA_STREAM_RING", rounds)
-    ringed = mk.compile(text, target="cuda", num_sms=sms, cache_dir=tmp_path)
-    assert ringed.cuda_source != plain.cuda_source  # type: ignore[attr-defined]
-    (got,) = ringed(*inputs)
-    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-    agrees_with_the_reference(ringed, text, rounds)
+    plain, ringed = sums_as_the_default("MK_CUDA_STREAM_RING", rounds, sms, tmp_path, monkeypatch)
+    assert ringed != plain
 
 
 @pytest.mark.gpu
@@ -308,16 +317,8 @@ def test_a_first_step_in_part_sums_as_the_register_stream(
     early (H - 1 rows of each warp's first group, the rest at its turn): the outputs are
     bit-identical to the default's (the same loads, the same products) and agree with the
     reference."""
-    text = layers_program(3, 1024)
-    plain = mk.compile(text, target="cuda", num_sms=sms, cache_dir=tmp_path)
-    inputs = random_inputs(plain.func, seed=3)
-    (want,) = plain(*inputs)
-    monkeypatch.setenv("MK_CUDA_STAGE_FIRST_HELD", held)
-    part = mk.compile(text, target="cuda", num_sms=sms, cache_dir=tmp_path)
-    assert f"#define MK_STAGE_FIRST_HELD {held}" in part.cuda_source  # type: ignore[attr-defined]
-    (got,) = part(*inputs)
-    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-    agrees_with_the_reference(part, text, held)
+    _, part = sums_as_the_default("MK_CUDA_STAGE_FIRST_HELD", held, sms, tmp_path, monkeypatch)
+    assert f"#define MK_STAGE_FIRST_HELD {held}" in part
 
 
 def test_a_repeated_body_is_rebound_to_each_grids_buffers() -> None:
