@@ -129,6 +129,12 @@ def print_tails(rows: Sequence[tuple[str, int, float, float]]) -> None:
         print(f"  {kind:<16}{n:>7}{mean:>9.2f}{most:>9.2f}")
 
 
+def task_grids(prog: object) -> list[str]:
+    """Each task's grid name, in task order."""
+    index = prog.graph.index()  # type: ignore[attr-defined]
+    return [index.locate(t)[0].sym_name.data for t in range(len(prog.tables.tasks))]  # type: ignore[attr-defined]
+
+
 class Run:
     """What the per-task analyses read of a compiled CUDA program and one iteration's
     [tasks, 2] timeline (ns): start and end per task, each task's kind, the SM queues, and
@@ -142,7 +148,7 @@ class Run:
         self.end = timeline[:, 1].astype(np.float64)
         offsets, tasks = tables.queue_offsets, tables.queue_tasks
         self.queues = [list(tasks[offsets[s] : offsets[s + 1]]) for s in range(len(offsets) - 1)]
-        self.grids = [index.locate(t)[0].sym_name.data for t in range(self.n)]
+        self.grids = task_grids(prog)
         self.kinds = [kind_of(grid) for grid in self.grids]
         self.waits_of = index.waits_of
         table = producer_table(index)

@@ -209,15 +209,12 @@ def main() -> int:
         )
         print(f"  {'':<44} tokens {tokens[v]}")
     if args.kinds > 0:
-        from hops import kind_of
+        from hops import kind_of, task_grids
 
         runs: dict[str, dict[str, float]] = {}
         for v in variants:
             prog = progs[v, 0]
-            index = prog.graph.index()
-            kinds = [
-                kind_of(index.locate(t)[0].sym_name.data) for t in range(len(prog.tables.tasks))
-            ]
+            kinds = [kind_of(grid) for grid in task_grids(prog)]
             prog.record_timeline = True
             timelines = []
             for _ in range(args.kinds):

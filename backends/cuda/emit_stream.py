@@ -170,10 +170,11 @@ class StreamLinearEmitter(GraphDefEmitter):
             return False
         if first != switches.STAGE_FIRST_AUTO:
             return True
-        if switches.stage_first_held():  # the header loads only the rows that fit
-            return not plan.lane_ring(k)
+        if plan.lane_ring(k):
+            return False
+        # With MK_CUDA_STAGE_FIRST_HELD the header loads only the rows that fit.
         held = plan.rows_per_round() + plan.loads_per_thread(k)
-        return held <= STAGE_FIRST_HELD and not plan.lane_ring(k)
+        return bool(switches.stage_first_held()) or held <= STAGE_FIRST_HELD
 
     def epilogue_in_smem(self, rows: int, row_bytes: int) -> int:
         """How many of the epilogue product's `rows` weight rows (`row_bytes` each) it can read

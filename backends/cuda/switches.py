@@ -428,18 +428,13 @@ def stage_first() -> int:
 
 
 def stage_first_held() -> int:
-    """MK_CUDA_STAGE_FIRST_HELD=H (2-16; opt-in, not yet run on a GPU; 0, the default: off):
+    """MK_CUDA_STAGE_FIRST_HELD=H (1-16; opt-in, not yet run on a GPU; 0, the default: off):
     with MK_CUDA_STAGE_FIRST unset, every eligible body loads its first weight step early, but
     only the step's first H - XB rows of its row group (at least one; XB: the thread's own
     activation loads), so that a thread holds at most H 16-byte loads through the staging; the
     rest of the step loads at its turn (mk::gpu::stage_first_rows). Bodies whose whole step fits
     take it whole, as the default does where H is 7 (emit_stream.STAGE_FIRST_HELD)."""
-    held = count("MK_CUDA_STAGE_FIRST_HELD", 0, 0, 16, "loads")
-    if held == 1:
-        raise MkError(
-            "MK_CUDA_STAGE_FIRST_HELD must be 0 or a number of loads from 2 to 16, got '1'"
-        )
-    return held
+    return count("MK_CUDA_STAGE_FIRST_HELD", 0, 0, 16, "loads")
 
 
 def epilogue_weights_l2() -> str:

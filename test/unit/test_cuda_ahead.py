@@ -306,7 +306,7 @@ def test_stage_first_held_takes_every_body_with_part_of_its_step(
 ) -> None:
     """MK_CUDA_STAGE_FIRST_HELD=H: every eligible body loads its first step early (the header
     keeps H - XB rows of it, MK_STAGE_FIRST_HELD), where by default a body of 8 rows and two
-    activation loads takes none; not with MK_CUDA_STAGE_FIRST set; 1 or past 16 is an error."""
+    activation loads takes none; not with MK_CUDA_STAGE_FIRST set; past 16 is an error."""
     first = re.compile(r"mk::gpu::stream_linear<1, 8, \d+, 2, false, false, 1, 0, 2>\(sl\);")
     many = linear_program(1, 512, 4096, True)
     assert not first.search(cuda_source(many, tmp_path))
@@ -316,7 +316,7 @@ def test_stage_first_held_takes_every_body_with_part_of_its_step(
     monkeypatch.setenv("MK_CUDA_STAGE_FIRST", "1")
     assert "MK_STAGE_FIRST_HELD" not in cuda_source(many, tmp_path)
     monkeypatch.delenv("MK_CUDA_STAGE_FIRST")
-    for bad in ("1", "17"):
+    for bad in ("17", "four"):
         monkeypatch.setenv("MK_CUDA_STAGE_FIRST_HELD", bad)
         with pytest.raises(mk.MkError, match="MK_CUDA_STAGE_FIRST_HELD"):
             cuda_source(many, tmp_path)

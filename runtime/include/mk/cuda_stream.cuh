@@ -460,10 +460,7 @@ __device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S
   round_rows<RG>(s, 0, share.begin, share.end, wp, op, os);
   const int kc = static_cast<int>(s.k < s.kc ? s.k : s.kc), k = static_cast<int>(threadIdx.x & 31u) * 8;
 #pragma unroll
-  for (int t = 0; t < FS; ++t) {
-#pragma unroll
-    for (int j = 0; j < FR; ++j) r.v[t][j] = wp[j] && k + t * 256 < kc ? load_stream(wp[j] + k + t * 256) : make_uint4(0, 0, 0, 0);
-  }
+  for (int t = 0; t < FS; ++t) load_rows<RG, true, false, FR>(r.v[t], wp, k + t * 256, kc);
 }
 
 // All threads of the CTA: out[m][row] += Σ_k xside[m][k] · w[row][k] for every weight row of

@@ -217,13 +217,17 @@ __device__ inline uint4 load_weight8(const uint16_t* p) {
   }
 }
 
-// The 16 bytes at column k of each of RG rows (zeros past the chunk or for a missing row).
-template <int RG, bool Vec, bool Shared>
+// The 16 bytes at column k of row w (zeros past the chunk or for a missing row).
+template <bool Vec, bool Shared>
+__device__ inline uint4 load_row(const uint16_t* w, int k, int kc) {
+  return w && k < kc ? load_weight8<Vec, Shared>(w + k) : make_uint4(0, 0, 0, 0);
+}
+
+// load_row of each of the first N of RG rows.
+template <int RG, bool Vec, bool Shared, int N = RG>
 __device__ inline void load_rows(uint4 (&v)[RG], const uint16_t* const (&wp)[RG], int k, int kc) {
 #pragma unroll
-  for (int j = 0; j < RG; ++j) {
-    v[j] = wp[j] && k < kc ? load_weight8<Vec, Shared>(wp[j] + k) : make_uint4(0, 0, 0, 0);
-  }
+  for (int j = 0; j < N; ++j) v[j] = load_row<Vec, Shared>(wp[j], k, kc);
 }
 
 template <int M, int RG>
@@ -360,16 +364,10 @@ __device__ __forceinline__ void stream_group(const StreamLinear& s, const float*
     const bool ahead = First && has_first && k == lane * 8;
 #pragma unroll
     for (int t = 0; t < S; ++t) {
-      if (t < FS && ahead && FR == RG) {
+      if (t < FS && ahead) {
+        // The first FR rows were loaded ahead, the others (if any) go out now.
 #pragma unroll
-        for (int j = 0; j < RG; ++j) v[t][j] = first.v[t][j];
-      } else if (t < FS && ahead) {
-        // The first FR rows were loaded ahead, the others go out now.
-#pragma unroll
-        for (int j = 0; j < RG; ++j) {
-          const bool in = g.wp[j] && k + t * 256 < kc;
-          v[t][j] = j < FR ? first.v[t][j] : in ? load_weight8<Vec, Shared>(g.wp[j] + k + t * 256) : make_uint4(0, 0, 0, 0);
-        }
+        for (int j = 0; j < RG; ++j) v[t][j] = j < FR ? first.v[t][j] : load_row<Vec, Shared>(g.wp[j], k + t * 256, kc);
       } else {
         load_rows<RG, Vec, Shared>(v[t], g.wp, k + t * 256, kc);
       }
