@@ -155,26 +155,28 @@ class StreamLinearEmitter(GraphDefEmitter):
             return False
         return leaves_a_warp_idle(plan.rows * (min(k, chunk) // 8))
 
-    def stage_first(self, plan: StreamPlan, k: int, mma: bool) -> bool:
+    def stage_first(self, plan: StreamPlan, k: int, mma: bool) -> int | None:
         """Whether the body loads its weights' first round behind the activation's first loads
-        (switches.stage_first): CUDA cores, aligned weights in global memory, and an activation
-        it stages that is not flagged; by default (auto) only where a thread holds at most
-        STAGE_FIRST_HELD 16-byte loads through the staging (the first step's rows and its own
-        activation loads) and no lane ring takes the stream."""
+        (switches.stage_first): None where it does not; else the 16-byte loads a thread may hold
+        through the staging, 0 for no bound (the whole step). CUDA cores, aligned weights in
+        global memory, and an activation it stages that is not flagged; by default (auto) only
+        where a thread holds at most STAGE_FIRST_HELD loads through the staging (the first
+        step's rows and its own activation loads) and no lane ring takes the stream, and past
+        that, with MK_CUDA_STAGE_FIRST_HELD=H, the step's first H - XB rows."""
         first = switches.stage_first()
         if not first or mma or isinstance(plan.x, MergedX):
-            return False
+            return None
         if self.stage_weights_ahead or not self.aligned(plan):
-            return False
+            return None
         if self.operands[plan.x.source_index()].flagged:
-            return False
+            return None
         if first != switches.STAGE_FIRST_AUTO:
-            return True
+            return 0
         if plan.lane_ring(k):
-            return False
-        # With MK_CUDA_STAGE_FIRST_HELD the header loads only the rows that fit.
-        held = plan.rows_per_round() + plan.loads_per_thread(k)
-        return bool(switches.stage_first_held()) or held <= STAGE_FIRST_HELD
+            return None
+        if plan.rows_per_round() + plan.loads_per_thread(k) <= STAGE_FIRST_HELD:
+            return 0
+        return switches.stage_first_held() or None
 
     def epilogue_in_smem(self, rows: int, row_bytes: int) -> int:
         """How many of the epilogue product's `rows` weight rows (`row_bytes` each) it can read
@@ -362,10 +364,13 @@ class StreamLinearEmitter(GraphDefEmitter):
             str(plan.mma_groups() if mma else 1),
             str(0 if staged else plan.ring_stages(k) if mma else plan.lane_ring(k)),
         ]
-        # First: the first round loaded behind the activation's loads (2), else 0.
-        tail.append("2" if self.stage_first(plan, k, mma) else "0")
+        # First: the first round loaded behind the activation's loads (2), else 0; Held: the
+        # loads a thread keeps of it through the staging (0: all of the step).
+        held = self.stage_first(plan, k, mma)
+        tail.append("0" if held is None else "2")
         tail.append(str(after))  # After
-        while tail and tail[-1] == ("false", "1", "0", "0", "0")[len(tail) - 1]:
+        tail.append(str(held or 0))  # Held
+        while tail and tail[-1] == ("false", "1", "0", "0", "0", "0")[len(tail) - 1]:
             tail.pop()
         call += "".join(f", {a}" for a in tail)
         if not staged and not mma:

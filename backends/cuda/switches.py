@@ -146,14 +146,14 @@ def stream_ring() -> int:
 
 
 def attention_merge_weights() -> bool:
-    """MK_CUDA_ATTN_MERGE_WEIGHTS=1 (opt-in, not yet run on a GPU): the streamed attention's
-    merge of its slots' online-softmax states computes each slot's weight of a row once, a
-    thread per row and slot (mk::gpu::merge_slot_weights), where every thread computes the row's
-    peak over the slots and every slot's weight for each of its elements (merge_slot_states:
-    qwen3-8b at batch 1, 4 rows of 128 over 16 slots, 32 exponentials and 128 shared loads a
-    thread; the merge took 1.41 µs of a 7.1 µs task on the H100, session 79). The same sums in
-    the same order: bit-identical. One barrier more and slots · rows floats of shared memory."""
-    return flag("MK_CUDA_ATTN_MERGE_WEIGHTS")
+    """MK_CUDA_ATTN_MERGE_WEIGHTS (default 1; 0: off): the streamed attention's merge of its
+    slots' online-softmax states computes each slot's weight of a row once, a thread per row and
+    slot (mk::gpu::merge_slot_weights), where every thread computed the row's peak over the
+    slots and every slot's weight for each of its elements (merge_slot_states: qwen3-8b at batch
+    1, 4 rows of 128 over 16 slots, 32 exponentials and 128 shared loads a thread). The same
+    sums in the same order: bit-identical. One barrier more and slots · rows floats of shared
+    memory. On the H100 at batch 1 (one call, session 81): qwen3-0.6b -0.28 %, qwen3-8b -0.09 %."""
+    return flag("MK_CUDA_ATTN_MERGE_WEIGHTS", default=True)
 
 
 def rows_dot() -> str:
@@ -428,12 +428,14 @@ def stage_first() -> int:
 
 
 def stage_first_held() -> int:
-    """MK_CUDA_STAGE_FIRST_HELD=H (1-16; opt-in, not yet run on a GPU; 0, the default: off):
-    with MK_CUDA_STAGE_FIRST unset, every eligible body loads its first weight step early, but
-    only the step's first H - XB rows of its row group (at least one; XB: the thread's own
-    activation loads), so that a thread holds at most H 16-byte loads through the staging; the
-    rest of the step loads at its turn (mk::gpu::stage_first_rows). Bodies whose whole step fits
-    take it whole, as the default does where H is 7 (emit_stream.STAGE_FIRST_HELD)."""
+    """MK_CUDA_STAGE_FIRST_HELD=H (1-16; opt-in; 0, the default: off): with MK_CUDA_STAGE_FIRST
+    unset, the bodies past the default's rule (more than emit_stream.STAGE_FIRST_HELD loads held)
+    load their first weight step early too, but only the step's first H - XB rows of their row
+    group (at least one; XB: the thread's own activation loads), so that a thread holds at most
+    H 16-byte loads through the staging; the rest of the step loads at its turn
+    (stream_linear<..., Held = H>, mk::gpu::stage_first_rows). On the H100 at batch 1 (session
+    81, when every eligible body took H): qwen3-8b -0.03 % with 4, llama-3.2-1b -0.44 % with 3;
+    nvcc spills from 5 up on llama-3.2-1b and qwen3-8b."""
     return count("MK_CUDA_STAGE_FIRST_HELD", 0, 0, 16, "loads")
 
 
@@ -583,14 +585,12 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_ROWS_DOT_PIPE 1")
     if add_spread():
         lines.append("#define MK_ADD_SPREAD 1")
-    if attention_merge_weights():
-        lines.append("#define MK_ATTN_MERGE_WEIGHTS 1")
+    if not attention_merge_weights():
+        lines.append("#define MK_ATTN_MERGE_SLOTS 1")
     if flag("MK_CUDA_ATTN_PIPE"):
         lines.append("#define MK_ATTN_PIPE 1")
     if (first_steps := stage_first()) > 1:
         lines.append(f"#define MK_STAGE_FIRST_STEPS {first_steps}")
-    if (held := stage_first_held()) and stage_first() == STAGE_FIRST_AUTO:
-        lines.append(f"#define MK_STAGE_FIRST_HELD {held}")
     if (rows_first := attention_rows_first()) != ATTN_ROWS_FIRST:
         lines.append(f"#define MK_ATTN_ROWS_FIRST {rows_first}")
     if not flag("MK_CUDA_ATTN_KV_EARLY", default=True):

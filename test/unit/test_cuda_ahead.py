@@ -304,17 +304,20 @@ def test_stage_first_by_default_where_a_thread_holds_few_loads(
 def test_stage_first_held_takes_every_body_with_part_of_its_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MK_CUDA_STAGE_FIRST_HELD=H: every eligible body loads its first step early (the header
-    keeps H - XB rows of it, MK_STAGE_FIRST_HELD), where by default a body of 8 rows and two
-    activation loads takes none; not with MK_CUDA_STAGE_FIRST set; past 16 is an error."""
-    first = re.compile(r"mk::gpu::stream_linear<1, 8, \d+, 2, false, false, 1, 0, 2>\(sl\);")
-    many = linear_program(1, 512, 4096, True)
-    assert not first.search(cuda_source(many, tmp_path))
+    """MK_CUDA_STAGE_FIRST_HELD=H: the bodies past the default's rule load their first step
+    early too, H - XB rows of it (stream_linear's Held = H), where by default a body of 8 rows
+    and two activation loads takes none; a body within the rule still takes its whole step;
+    not with MK_CUDA_STAGE_FIRST set; past 16 is an error."""
+    part = re.compile(r"mk::gpu::stream_linear<1, 8, \d+, 2, false, false, 1, 0, 2, 0, 4>\(sl\);")
+    whole = re.compile(r"mk::gpu::stream_linear<1, 4, \d+, 1, false, false, 1, 0, 2>\(sl\);")
+    few, many = linear_program(1, 256, 1024, True), linear_program(1, 512, 4096, True)
+    assert "false, 1, 0, 2" not in cuda_source(many, tmp_path)
     monkeypatch.setenv("MK_CUDA_STAGE_FIRST_HELD", "4")
-    src = cuda_source(many, tmp_path)
-    assert first.search(src) and "#define MK_STAGE_FIRST_HELD 4\n" in src
+    assert part.search(cuda_source(many, tmp_path))
+    assert whole.search(cuda_source(few, tmp_path))
     monkeypatch.setenv("MK_CUDA_STAGE_FIRST", "1")
-    assert "MK_STAGE_FIRST_HELD" not in cuda_source(many, tmp_path)
+    src = cuda_source(many, tmp_path)
+    assert not part.search(src) and "false, 1, 0, 2>(sl);" in src
     monkeypatch.delenv("MK_CUDA_STAGE_FIRST")
     for bad in ("17", "four"):
         monkeypatch.setenv("MK_CUDA_STAGE_FIRST_HELD", bad)

@@ -281,19 +281,24 @@ def test_pipelined_key_loop_is_a_build_option(
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 def test_merge_weights_are_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """MK_CUDA_ATTN_MERGE_WEIGHTS=1 defines MK_ATTN_MERGE_WEIGHTS (the slots' weights computed
-    once, mk::gpu::merge_slot_weights) and reserves a float per slot and row more: qwen3-8b's
-    heads at batch 1 (4 rows of 128, 16 slots), built without spills; 0 and 1 only."""
+    """The slots' weights are computed once by default (mk::gpu::merge_slot_weights), which
+    reserves a float per slot and row more; MK_CUDA_ATTN_MERGE_WEIGHTS=0 defines
+    MK_ATTN_MERGE_SLOTS (every thread weighs the slots for each of its elements) and gives the
+    floats back. qwen3-8b's heads at batch 1 (4 rows of 128, 16 slots), built without spills
+    either way; 0 and 1 only."""
     text = attention(1, 32, 8, 1024, 128)
     (plan,) = [p for p in _lowered_plans(text).values() if p is not None]
     floats = plan.smem_floats()
-    monkeypatch.setenv("MK_CUDA_ATTN_MERGE_WEIGHTS", "1")
-    assert plan.smem_floats() - floats == 16 * 4
-    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
-    src = prog.cuda_source  # type: ignore[attr-defined]
-    assert "#define MK_ATTN_MERGE_WEIGHTS 1" in src and "mk::gpu::stream_attention<4, 128>(" in src
-    used = prog.cuda_resources  # type: ignore[attr-defined]
-    assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
+    monkeypatch.setenv("MK_CUDA_ATTN_MERGE_WEIGHTS", "0")
+    assert floats - plan.smem_floats() == 16 * 4
+    for value, slots in (("", False), ("0", True)):
+        monkeypatch.setenv("MK_CUDA_ATTN_MERGE_WEIGHTS", value)
+        prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+        src = prog.cuda_source  # type: ignore[attr-defined]
+        assert ("#define MK_ATTN_MERGE_SLOTS 1" in src) == slots
+        assert "mk::gpu::stream_attention<4, 128>(" in src
+        used = prog.cuda_resources  # type: ignore[attr-defined]
+        assert used is not None and (used.spill_stores, used.spilling) == (0, 0), (value, used)
     monkeypatch.setenv("MK_CUDA_ATTN_MERGE_WEIGHTS", "2")
     with pytest.raises(mk.MkError, match="MK_CUDA_ATTN_MERGE_WEIGHTS"):
         mk.compile(text, target="cuda", cache_dir=tmp_path)
@@ -461,17 +466,18 @@ def test_streamed_attention_matches_the_reference(
 def test_merge_weights_merge_as_the_slots_did(
     dims: tuple[int, ...], mma: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With MK_CUDA_ATTN_MERGE_WEIGHTS=1 the streamed attention's outputs are bit-identical to
-    the default merge's (the same weights and sums in the same order) and agree with the
-    reference: 4 and 2 rows of 128 over 16 slots, one row of 16 over 128 slots, 8 rows of 256
-    over 8 slots."""
+    """The default merge (the slots' weights computed once) gives outputs bit-identical to
+    MK_CUDA_ATTN_MERGE_WEIGHTS=0's (the same weights and sums in the same order) and agrees with
+    the reference: 4 and 2 rows of 128 over 16 slots, one row of 16 over 128 slots, 8 rows of
+    256 over 8 slots."""
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", mma)
+    monkeypatch.setenv("MK_CUDA_ATTN_MERGE_WEIGHTS", "0")
     text = attention(*dims)
     plain = mk.compile(text, target="cuda", cache_dir=tmp_path)
     assert "mk::gpu::stream_attention<" in plain.cuda_source  # type: ignore[attr-defined]
     inputs = random_inputs(plain.func, seed=5)
     (want,) = plain(*inputs)
-    monkeypatch.setenv("MK_CUDA_ATTN_MERGE_WEIGHTS", "1")
+    monkeypatch.delenv("MK_CUDA_ATTN_MERGE_WEIGHTS")
     weights = mk.compile(text, target="cuda", cache_dir=tmp_path)
     (got,) = weights(*inputs)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

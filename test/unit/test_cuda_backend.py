@@ -247,7 +247,7 @@ SWITCHES = [
     {"MK_CUDA_DOWN_L2": "after"},
     {"MK_CUDA_DOWN_L2": "smem"},
     {"MK_CUDA_STREAM_RING": "2"},
-    {"MK_CUDA_ATTN_MERGE_WEIGHTS": "1"},
+    {"MK_CUDA_ATTN_MERGE_WEIGHTS": "0"},
     {"MK_CUDA_STAGE_FIRST_HELD": "4"},
 ]
 
@@ -287,7 +287,7 @@ SWITCH_BUILDS = [
                      "MK_CUDA_STAGE_FIRST": "0"}),
     ("decode_loop", {"MK_CUDA_RAW_BARS": "launch", "MK_CUDA_SMEM_ALIGN": "16"}),
     ("decode_loop", {"MK_CUDA_PREFETCH_AT": "signal", "MK_CUDA_STAGE_FIRST_HELD": "4"}),
-    ("decoder_block", {"MK_CUDA_PREFETCH_AT": "signalled", "MK_CUDA_ATTN_MERGE_WEIGHTS": "1"}),
+    ("decoder_block", {"MK_CUDA_PREFETCH_AT": "signalled", "MK_CUDA_ATTN_MERGE_WEIGHTS": "0"}),
     ("decoder_block", {"MK_CUDA_MERGE_EARLY": "1", "MK_CUDA_ATTN_ROWS_FIRST": "0",
                        "MK_CUDA_STAGE_FIRST": "1"}),
     ("decoder_block", {"MK_CUDA_DOWN_L2": "smem", "MK_CUDA_STAGE_FIRST": "1"}),

@@ -309,16 +309,16 @@ def test_lane_rings_sum_as_the_register_stream(
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("held", "sms"), [("3", 8), ("4", 64)])
+@pytest.mark.parametrize(("held", "sms"), [("3", 8), ("5", 16)])
 def test_a_first_step_in_part_sums_as_the_register_stream(
     held: str, sms: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With MK_CUDA_STAGE_FIRST_HELD=H a layer stack's bodies load part of their first step
-    early (H - 1 rows of each warp's first group, the rest at its turn): the outputs are
-    bit-identical to the default's (the same loads, the same products) and agree with the
-    reference."""
+    """With MK_CUDA_STAGE_FIRST_HELD=H a layer stack's bodies past the default's rule load
+    part of their first step early (H - XB rows of each warp's first group, the rest at its
+    turn): the outputs are bit-identical to the default's (the same loads, the same products)
+    and agree with the reference."""
     _, part = sums_as_the_default("MK_CUDA_STAGE_FIRST_HELD", held, sms, tmp_path, monkeypatch)
-    assert f"#define MK_STAGE_FIRST_HELD {held}" in part
+    assert f", 2, 0, {held}>(sl);" in part
 
 
 def test_a_repeated_body_is_rebound_to_each_grids_buffers() -> None:

@@ -192,10 +192,12 @@ constexpr bool kAttnKvEarly = false;
 constexpr bool kAttnKvEarly = true;
 #endif
 
-#if defined(MK_ATTN_MERGE_WEIGHTS)
-constexpr bool kAttnMergeWeights = true;
-#else
+// MK_ATTN_MERGE_SLOTS (MK_CUDA_ATTN_MERGE_WEIGHTS=0): every thread computes the slots' weights
+// for each of its elements (merge_slot_states) instead of merge_slot_weights.
+#if defined(MK_ATTN_MERGE_SLOTS)
 constexpr bool kAttnMergeWeights = false;
+#else
+constexpr bool kAttnMergeWeights = true;
 #endif
 
 // A round of U keys' scores (reduced over the group; -inf for a key past the end) into the
@@ -538,7 +540,7 @@ __device__ inline void merge_slot_states(const StreamAttention& a, const float* 
 }
 
 // merge_slot_states with each slot's weight of a row, e^(m_s - shift), computed once (by
-// MK_ATTN_MERGE_WEIGHTS: a thread per row and slot, into sw [slots][R] behind sl) instead of by
+// default: a thread per row and slot, into sw [slots][R] behind sl) instead of by
 // every thread for each of its elements, beside the row's peak over the slots. The same peaks,
 // weights and sums in the same order: the state is bit-identical. Ends with __syncthreads().
 template <int R, int D>
@@ -572,7 +574,7 @@ __device__ inline void merge_slot_weights(const StreamAttention& a, const float*
 // All threads of the CTA: the final online-softmax state of R query rows over the task's keys,
 // each score passed through score(dot, key position) first. Ends with __syncthreads().
 // Shared memory: slots · R · (D + 2) floats (the emitter's StreamAttentionPlan.smem_floats),
-// + slots · R with MK_ATTN_MERGE_WEIGHTS.
+// + slots · R unless MK_ATTN_MERGE_SLOTS.
 template <int R, int D, class Score>
 __device__ void stream_attention(const StreamAttention& a, Score score) {
   static_assert(R >= 1 && R <= kAttentionMaxRows, "stream_attention takes 1..8 query rows");

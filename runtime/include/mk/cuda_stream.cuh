@@ -87,20 +87,14 @@ constexpr int kStageFirstSteps = MK_STAGE_FIRST_STEPS;
 constexpr int kStageFirstSteps = 1;
 #endif
 
-// The 16-byte loads a thread may hold through the staging when it loads its first step early
-// (MK_STAGE_FIRST_HELD: MK_CUDA_STAGE_FIRST_HELD=H): the step's first H - XB rows of its row
-// group (at least one), the rest loaded at its turn as usual; 0: every row.
-#if defined(MK_STAGE_FIRST_HELD)
-constexpr int kStageFirstHeld = MK_STAGE_FIRST_HELD;
-#else
-constexpr int kStageFirstHeld = 0;
-#endif
-
-// The rows of the first step that stream_linear<RG, ..., XB, ..., First = 2> loads early.
-template <int RG, int XB>
+// The rows of the first step that stream_linear<RG, ..., XB, ..., First = 2, After, Held> loads
+// early: with Held > 0 (MK_CUDA_STAGE_FIRST_HELD=H on a body past emit_stream's rule) the first
+// Held - XB rows of the row group (at least one), so that a thread holds at most Held 16-byte
+// loads through the staging, the rest loaded at their turn as usual; Held = 0: every row.
+template <int RG, int XB, int Held>
 constexpr int stage_first_rows() {
-  if (kStageFirstHeld <= 0) return RG;
-  return kStageFirstHeld - XB < 1 ? 1 : kStageFirstHeld - XB > RG ? RG : kStageFirstHeld - XB;
+  if (Held <= 0) return RG;
+  return Held - XB < 1 ? 1 : Held - XB > RG ? RG : Held - XB;
 }
 
 // stage_chunk's `after_loads` where nothing runs there.
@@ -480,12 +474,13 @@ __device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S
 // (load_first_round): First = 1, `first`, loaded by the caller;
 // First = 2 (MK_CUDA_STAGE_FIRST=N: its first N steps), here, right behind the activation's
 // first loads, so that its round trip to HBM overlaps theirs and the staging instead of
-// following the staging barrier. With After (CUDA cores, aligned weights), each warp asks for
+// following the staging barrier; with Held > 0 only the rows of the step that keep a thread
+// at Held loads through the staging (stage_first_rows). With After (CUDA cores, aligned weights), each warp asks for
 // `after` behind its last weight loads (MK_CUDA_DOWN_L2=after: into the L2; smem: copied into
 // shared memory, which every thread then does exactly once). Ends with __syncthreads(); false if
 // staged weights never landed.
 template <int M, int RG, int S, int XB, bool Mma = false, bool Staged = false, int G = 1,
-          int Ring = 0, int First = 0, int After = kAfterNone>
+          int Ring = 0, int First = 0, int After = kAfterNone, int Held = 0>
 __device__ bool stream_linear(const StreamLinear& s,
                               const WeightRound<RG, S>& first = WeightRound<RG, S>{},
                               const AfterRows& after = AfterRows{}) {
@@ -494,6 +489,7 @@ __device__ bool stream_linear(const StreamLinear& s,
                 "the ring: unstaged, one group; on CUDA cores no first round and no rows after");
   static_assert(!First || (!Mma && !Staged), "a first round loaded early: CUDA cores, unstaged");
   static_assert(First >= 0 && First <= 2, "First: 0, 1 (the caller's round) or 2 (loaded here)");
+  static_assert(Held == 0 || First == 2, "Held: the loads a partial first step keeps (First = 2)");
   static_assert(After == kAfterNone || (!Mma && !Staged), "the rows asked behind the loads: CUDA cores, unstaged");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
   bool vec = true;
@@ -516,7 +512,7 @@ __device__ bool stream_linear(const StreamLinear& s,
   // First == 2: the round's first steps, loaded behind the activation's loads; held through
   // the staging, the whole round (up to 64 registers) made ptxas spill.
   constexpr int kFirstSteps = First == 2 ? (kStageFirstSteps < S ? kStageFirstSteps : S) : S;
-  constexpr int kFirstRows = First == 2 ? stage_first_rows<RG, XB>() : RG;
+  constexpr int kFirstRows = First == 2 ? stage_first_rows<RG, XB, Held>() : RG;
   WeightRound<RG, S> own;
   MK_MARK(*s.arena);
   if constexpr (Mma && !Staged) {
