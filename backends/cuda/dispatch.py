@@ -5,7 +5,7 @@ that mk/cuda_megakernel.cuh's persistent kernel calls."""
 from __future__ import annotations
 
 from mk.backends.cpu.emit import _indent, uses_iteration
-from mk.backends.cuda import switches
+from mk.backends.cuda import switch_values, switches
 from mk.backends.cuda.device_lines import ARENA_SMEM
 from mk.backends.cuda.entries import entry_words
 from mk.backends.shared_bodies import SharedBodies, SharedFunction
@@ -40,7 +40,7 @@ def arena_smem(front: int, want: int = 0) -> tuple[int, int]:
     """(offset, bytes) of the arena's shared-memory part behind `front` bytes (the streamed
     bodies' and the staging ring): ARENA_SMEM, or `want` where a body asks for more;
     MK_CUDA_ARENA_SMEM (bytes) sets the cap, 0 keeps every tile in global scratch."""
-    cap = switches.byte_count("MK_CUDA_ARENA_SMEM", max(ARENA_SMEM, want))
+    cap = switch_values.byte_count("MK_CUDA_ARENA_SMEM", max(ARENA_SMEM, want))
     offset = -(-front // 16) * 16
     room = DYNAMIC_SMEM - offset
     return offset, max(0, min(cap, room)) // 16 * 16

@@ -10,7 +10,7 @@ from xdsl.ir import Operation
 
 from mk.backends.cpu.emit_ops import BufferRef
 from mk.backends.cpu.emit_scalar import dtype_code, float_literal
-from mk.backends.cuda import op_marks, switches
+from mk.backends.cuda import attention_switches, op_marks, switches
 from mk.backends.cuda.emit_stream import StreamLinearEmitter
 from mk.backends.cuda.stream_attention import (
     AttentionPlan,
@@ -45,7 +45,7 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         trip) and its scalars."""
         emit = self.lines.append
         q_row = None if isinstance(plan.q, InputOp) else plan.head_row(plan.q)
-        if not plan.block and switches.attention_rows_l1():
+        if not plan.block and attention_switches.attention_rows_l1():
             self.prefetch_rows(self.prepared_rows(plan, q_row))
         loads = [op for op in plan.prologue if isinstance(op, InputOp)] + plan.scalars()
         for op in [*loads, *(op for op in plan.prologue if not isinstance(op, InputOp))]:
@@ -89,12 +89,12 @@ class StreamAttentionEmitter(StreamLinearEmitter):
             emit("sa.rows_aligned = true;")  # StreamAttention::rows_aligned: vector row loads
         self.key_fields("sa", plan, with_dtype=True)
         self.prefetch_keys(plan)
-        if plan.length is not None and switches.causal_skip():
+        if plan.length is not None and attention_switches.causal_skip():
             self.length_keys(plan.length)
         self.lines += score_lambda(plan, lambda op: f"{self.var(op.tile)}[0]", self.fresh)
         chunks = mma_chunks(self.task_keys(plan))
         if (kv := self.mma_keys(plan, q_row, chunks)) is not None:
-            stages = min(chunks, switches.attention_mma_stages())
+            stages = min(chunks, attention_switches.attention_mma_stages())
             self.smem_floats = mma_smem_floats(plan.rows, plan.head_dim, stages)
             bf16 = "true" if kv == "mk::DTYPE_BF16" else "false"
             call = f"stream_attention_mma<{plan.rows}, {plan.head_dim}, {bf16}, {stages}>"
@@ -159,10 +159,10 @@ class StreamAttentionEmitter(StreamLinearEmitter):
     def mma_keys(self, plan: AttentionPlan, q_row: HeadRow | None, chunks: int) -> str | None:
         """The keys' dtype where the attention runs on tensor cores (MK_CUDA_ATTN_MMA): the
         query rows that reach the call must be exact in it (rows of that type, or rounded to it
-        by their ops), and the head dim 32, 64 or 128 (switches.attention_mma says when, from
+        by their ops), and the head dim 32, 64 or 128 (attention_switches.attention_mma says when, from
         the task's `chunks` of keys and its query rows)."""
         d = plan.head_dim
-        if d not in (32, 64, 128) or not switches.attention_mma(d, chunks, plan.rows):
+        if d not in (32, 64, 128) or not attention_switches.attention_mma(d, chunks, plan.rows):
             return None
         kv = self.operands[plan.k.source_index()].dtype
         if q_row is not None:
@@ -188,7 +188,7 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         emit(f"ba.q_run_ld = {run_ld};")
         emit(f"ba.query0 = {self.input_starts(plan.q, '0')[-2]};")
         self.key_fields("ba", plan)
-        if plan.causal is not None and switches.causal_skip():
+        if plan.causal is not None and attention_switches.causal_skip():
             self.causal_keys(plan, min(plan.rows, run_rows) - 1)
         self.lines += score_lambda(plan, lambda op: f"{self.var(op.tile)}[0]", self.fresh)
         bf16 = "true" if q.dtype == "mk::DTYPE_BF16" else "false"

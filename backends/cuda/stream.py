@@ -17,7 +17,7 @@ from typing import TypeGuard
 from xdsl.ir import Operation, SSAValue
 
 from mk.backends.cpu.emit_scalar import dtype_code
-from mk.backends.cuda import switches
+from mk.backends.cuda import switch_values, switches
 from mk.backends.cuda.split_merge import MergedX, plan_merged_x
 from mk.dialects.mugraph import GraphDefOp, InputOp
 from mk.dialects.mugraph_base import shape_of
@@ -55,7 +55,7 @@ def loads_in_flight(rows: int, repeated: bool = False) -> int:
 def _loads(default: int, repeated: bool, rows: int) -> int:
     """MK_CUDA_LOADS' count (`default` unless set), or for a repeated body of `rows` activation
     rows layer_loads' where that is not 0."""
-    loads = switches.count("MK_CUDA_LOADS", default, 1, 64, "loads")
+    loads = switch_values.count("MK_CUDA_LOADS", default, 1, 64, "loads")
     return (layer_loads(rows) or loads) if repeated else loads
 
 
@@ -76,7 +76,7 @@ def layer_loads(rows: int = 0) -> int:
     qwen3-8b −3.16 %, llama-3.2-1b −1.51 %, qwen3-0.6b −0.47 % (24: −2.07 % on llama-3.2-1b,
     −0.01 % on qwen3-0.6b); at batch 8 qwen3-0.6b +5.30 % (24: +8.78 %), so batch 8 keeps 8."""
     default = LAYER_LOADS_ONE_ROW if rows == 1 else LAYER_LOADS
-    return switches.count("MK_CUDA_LAYER_LOADS", default, 0, 64, "loads")
+    return switch_values.count("MK_CUDA_LAYER_LOADS", default, 0, 64, "loads")
 
 
 @dataclass(frozen=True)
@@ -243,7 +243,7 @@ def stream_room() -> int:
     """MK_CUDA_STREAM_KB: KiB of shared memory a streamed body's activation chunk and mma ring
     take (SMEM_BYTES unless set); the arena's shared-memory part gets what they leave, up to
     its cap."""
-    return switches.count("MK_CUDA_STREAM_KB", SMEM_BYTES >> 10, 32, 208, "KiB") << 10
+    return switch_values.count("MK_CUDA_STREAM_KB", SMEM_BYTES >> 10, 32, 208, "KiB") << 10
 
 
 def ring_bytes(stages: int) -> int:
@@ -263,7 +263,7 @@ def staged_ld(k: int, mma: bool) -> int:
 def staging() -> bool:
     """MK_CUDA_STAGE=1: linear tasks' weights are copied into shared memory ahead of their turn
     (mk/cuda_stage.cuh), while the task before them waits and runs."""
-    return switches.flag("MK_CUDA_STAGE")
+    return switch_values.flag("MK_CUDA_STAGE")
 
 
 def stage_offsets(rows: Sequence[int], k: int, lds: Sequence[int], mma: bool) -> list[int] | None:

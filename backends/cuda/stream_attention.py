@@ -17,7 +17,7 @@ from xdsl.dialects import arith
 from xdsl.ir import Operation, SSAValue
 
 from mk.backends.cpu.emit_scalar import dtype_code, float_literal, is_float, scalar_body
-from mk.backends.cuda import switches
+from mk.backends.cuda import attention_switches
 from mk.backends.cuda.causal import CausalBound, causal_bound, length_bound
 from mk.dialects.mugraph import GraphDefOp, InputOp, PositionOp
 from mk.dialects.mugraph_base import shape_of
@@ -127,7 +127,7 @@ class AttentionPlan:
             return BLOCK_STAGES * 2 * BLOCK_KEYS * (self.head_dim + 8) * 2 // 4
         slots = THREADS // (self.head_dim // 8)
         # The slots' states (o, m, l), and their weights where they are computed once.
-        per_slot_row = self.head_dim + (3 if switches.attention_merge_weights() else 2)
+        per_slot_row = self.head_dim + (3 if attention_switches.attention_merge_weights() else 2)
         return slots * self.rows * per_slot_row
 
 

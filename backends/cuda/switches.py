@@ -3,46 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 
-from mk.diagnostics import MkError
-
-
-def byte_count(name: str, default: int) -> int:
-    """A whole number of bytes (>= 0), or `default` when `name` is unset or empty."""
-    text = os.environ.get(name, "")
-    if not text:
-        return default
-    if not text.isdigit():
-        raise MkError(f"{name} must be a byte count, got {text!r}")
-    return int(text)
-
-
-def count(name: str, default: int, low: int, high: int, unit: str) -> int:
-    """A number of `unit` in [low, high], or `default` when `name` is unset or empty."""
-    text = os.environ.get(name, "")
-    if not text:
-        return default
-    if not text.isdigit() or not low <= int(text) <= high:
-        raise MkError(f"{name} must be a number of {unit} from {low} to {high}, got {text!r}")
-    return int(text)
-
-
-def choice(name: str, choices: Sequence[str]) -> str:
-    """One of `choices` (the first when `name` is unset or empty)."""
-    text = os.environ.get(name, "") or choices[0]
-    if text not in choices:
-        raise MkError(f"{name} must be one of {', '.join(choices)}, got {text!r}")
-    return text
-
-
-def flag(name: str, default: bool = False) -> bool:
-    """0 or 1, or `default` when `name` is unset or empty."""
-    text = os.environ.get(name, "") or ("1" if default else "0")
-    if text not in ("0", "1"):
-        raise MkError(f"{name} must be 0 or 1, got {text!r}")
-    return text == "1"
-
+from mk.backends.cuda.attention_switches import attention_defines
+from mk.backends.cuda.switch_values import byte_count, choice, count, flag
 
 # The budget to try when turning the prefetch on (MK_CUDA_PREFETCH): two tasks' worth on every
 # SM must fit the 50 MB L2 beside the activations, or the prefetch evicts what it fetched.
@@ -143,17 +106,6 @@ def stream_ring() -> int:
     H100 at batch 1 this one lost 3-13 % on every preset (bench/RESULTS.md, session 80)."""
     stages = count("MK_CUDA_STREAM_RING", 0, 0, 4, "rounds")
     return 0 if stages == 1 else stages
-
-
-def attention_merge_weights() -> bool:
-    """MK_CUDA_ATTN_MERGE_WEIGHTS (default 1; 0: off): the streamed attention's merge of its
-    slots' online-softmax states computes each slot's weight of a row once, a thread per row and
-    slot (mk::gpu::merge_slot_weights), where every thread computed the row's peak over the
-    slots and every slot's weight for each of its elements (merge_slot_states: qwen3-8b at batch
-    1, 4 rows of 128 over 16 slots, 32 exponentials and 128 shared loads a thread). The same
-    sums in the same order: bit-identical. One barrier more and slots · rows floats of shared
-    memory. On the H100 at batch 1 (one call, session 81): qwen3-0.6b -0.28 %, qwen3-8b -0.09 %."""
-    return flag("MK_CUDA_ATTN_MERGE_WEIGHTS", default=True)
 
 
 def rows_dot() -> str:
@@ -338,32 +290,6 @@ def wide_room() -> bool:
     return flag("MK_CUDA_WIDE_ROOM", default=True)
 
 
-def causal_skip() -> bool:
-    """MK_CUDA_CAUSAL_SKIP: 1 (default) cuts a causal block attention's keys to those its rows
-    can see, and a decode attention task's at the kv length (backends/cuda/causal.py); 0 walks
-    every key of the cache, masking the rest. With a cache as long as the prompt the block cut
-    measured level on the H200 (qwen3-0.6b's prefill of 999 positions 26.76 -> 26.60 ms); a
-    longer cache's keys past the positions written, all masked, are walked only without it.
-    The decode cut: qwen3-0.6b, prompt 100, cache 2,048, 1.1846 -> 1.1294 ms/token."""
-    return flag("MK_CUDA_CAUSAL_SKIP", default=True)
-
-
-def attention_mma(head_dim: int, chunks: int, rows: int) -> bool:
-    """MK_CUDA_ATTN_MMA: whether a decode attention whose query rows are exact in the keys'
-    16-bit type runs on tensor cores (mk::gpu::stream_attention_mma: K/V chunks of 64 keys staged
-    by cp.async, 8 keys a warp) rather than on CUDA cores (mk::gpu::stream_attention). `auto`
-    (default) for head dims up to 64 and for tasks of 8 query rows times chunks or more (with
-    few, the staging overlaps little and the m16n8k16 tiles are mostly padding, while the CUDA
-    cores' loop keeps keys in flight), `1` for any it takes (head dims 32, 64 and 128), `0`
-    never. On the H200 (bench/RESULTS.md, sessions 54-55, two stages) it took llama-3.2-1b (64)
-    1.122 against 1.159 ms/token at batch 1, qwen3-8b (128, 4 rows, two chunks) 5.051 against
-    5.164, qwen3-0.6b at batch 8 (128, 2 rows, eight chunks) 2.048 against 2.103, but
-    qwen3-0.6b at batch 1 (2 rows) 1.129 against 1.107 with one chunk and 1.112 against 1.098
-    with two."""
-    mode = choice("MK_CUDA_ATTN_MMA", ("auto", "1", "0"))
-    return mode == "1" or (mode == "auto" and (head_dim <= 64 or rows * chunks >= 8))
-
-
 def dispatch_by_kind() -> bool:
     """MK_CUDA_DISPATCH: `body` (default) calls each body function from one place in the
     dispatcher, whatever the kinds (a model's layers) that run it; `kind` keeps a call per kind,
@@ -457,46 +383,12 @@ def epilogue_weights_l2() -> str:
     return choice("MK_CUDA_DOWN_L2", ("0", "1", "after", "smem"))
 
 
-def attention_rows_l1() -> bool:
-    """MK_CUDA_ATTN_ROWS_L1=1 (opt-in; +0.7 % on the H200): a decode attention task asks the L1
-    for the rows it prepares (q, the new K and V rows, their norm weights and RoPE tables)
-    before it loads its scalars (the kv length, the new key's position), so that those rows'
-    round trip to L2 overlaps the scalars' instead of following it."""
-    return flag("MK_CUDA_ATTN_ROWS_L1")
-
-
 def add_spread() -> bool:
     """MK_CUDA_ADD_SPREAD=1 (opt-in, not yet timed): an accumulating output's adds
     (mk::gpu::add_tile_v4) start at a different part of the tile on each CTA, so that the tasks
     of a fused down projection, which finish together, do not reduce into the same L2 lines in
     the same order."""
     return flag("MK_CUDA_ADD_SPREAD")
-
-
-ATTN_ROWS_FIRST = 2  # kAttnRowsFirst's default (mk/cuda_attention_mma.cuh)
-
-
-def attention_rows_first() -> int:
-    """MK_CUDA_ATTN_ROWS_FIRST=N (0-4, default 2): a tensor-core decode attention
-    (mk::gpu::stream_attention_mma) asks for the rows it prepares before it stages its chunks of
-    K and V, N stages (at most its own) between the rows' loads and their ops and the rest
-    after, as the CUDA-core body does with MK_CUDA_ATTN_KV_EARLY; 0 stages every chunk first,
-    and the rows' loads land behind them: a batch-8 task then has no copy in flight from the
-    moment its staged chunks have landed until its rows are ready and its first chunk's math
-    frees a stage. On the H100, 1 to 3 were level and 0 slower: qwen3-0.6b at batch 8 by 2 %,
-    llama-3.2-1b by 0.8 % (bench/RESULTS.md, session 72)."""
-    return count("MK_CUDA_ATTN_ROWS_FIRST", ATTN_ROWS_FIRST, 0, 4, "stages")
-
-
-def attention_mma_stages() -> int:
-    """MK_CUDA_ATTN_MMA_STAGES (1-4, default 3): the most chunks of 64 keys stream_attention_mma
-    keeps staged; a task takes no more than it has chunks. Each is 2 · 64 · (head dim + 8) · 2
-    bytes of the kernel's shared memory (35 KB at head dim 128), which the L1 of every body
-    gives up. With shared memory starting 96 B past 128, two stages had won at batch 8
-    (session 54). At the 128-byte start three won on both cards (bench/RESULTS.md, sessions 69
-    and 70): at batch 8 qwen3-0.6b −1.6 % (H100) and −1.0 % (H200), llama-3.2-1b −0.3 % on
-    both, qwen3-8b −0.2 % (H200), batch 1 level; four cost qwen3-0.6b B8 7.1 % on the H200."""
-    return count("MK_CUDA_ATTN_MMA_STAGES", 3, 1, 4, "stages")
 
 
 # Most task bodies `auto` inlines into one dispatcher: ptxas took minutes over one function
@@ -585,18 +477,9 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_ROWS_DOT_PIPE 1")
     if add_spread():
         lines.append("#define MK_ADD_SPREAD 1")
-    if not attention_merge_weights():
-        lines.append("#define MK_ATTN_MERGE_SLOTS 1")
-    if flag("MK_CUDA_ATTN_PIPE"):
-        lines.append("#define MK_ATTN_PIPE 1")
     if (first_steps := stage_first()) > 1:
         lines.append(f"#define MK_STAGE_FIRST_STEPS {first_steps}")
-    if (rows_first := attention_rows_first()) != ATTN_ROWS_FIRST:
-        lines.append(f"#define MK_ATTN_ROWS_FIRST {rows_first}")
-    if not flag("MK_CUDA_ATTN_KV_EARLY", default=True):
-        lines.append("#define MK_ATTN_KV_LATE 1")
-    if (keys := count("MK_CUDA_ATTN_KEYS", 4, 1, 16, "keys")) != 4:
-        lines.append(f"#define MK_ATTN_KEYS {keys}")
+    lines += attention_defines()
     if plain_launch():
         lines.append("#define MK_PLAIN_LAUNCH 1")
     if ring_walk():
