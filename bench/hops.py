@@ -174,11 +174,14 @@ def read_trace(path: Path, num_tasks: int) -> np.ndarray:
     return timeline
 
 
-def traced_program(doc: str | None) -> tuple[str, object, np.ndarray]:
-    """From the command line (TRACE.json --model PRESET [--layers N] [--batch B]): the model
-    step's name, its CUDA program rebuilt without a GPU (the tables only) and the trace's
-    iteration-0 timeline."""
-    parser = argparse.ArgumentParser(description=doc)
+def traced_program(
+    doc: str | None, parser: argparse.ArgumentParser | None = None
+) -> tuple[str, object, np.ndarray]:
+    """From the command line (TRACE.json --model PRESET [--layers N] [--batch B], and whatever
+    else `parser` takes: read them from its parse_args() after this): the model step's name,
+    its CUDA program rebuilt without a GPU (the tables only) and the trace's iteration-0
+    timeline."""
+    parser = parser or argparse.ArgumentParser(description=doc)
     parser.add_argument("trace", type=Path)
     parser.add_argument("--model", required=True)
     parser.add_argument("--layers", type=int, default=None)

@@ -49,3 +49,40 @@ def run_main(name: str, args: list[str], monkeypatch: Any, capsys: Any) -> list[
     monkeypatch.setattr("sys.argv", [f"{name}.py", *args])
     bench.main()
     return capsys.readouterr().out.splitlines()
+
+
+def simulated_schedule(
+    prog: Any, run_ns: float = 2000.0, gap_ns: float = 1000.0
+) -> tuple[Any, Any, Any]:
+    """A compiled CUDA program's queues walked as the GPU would: each task starts `gap_ns` after
+    the later of its producers' ends and its SM's previous task's end (the first task of a queue
+    with no producer at the launch's start, 1 ms) and runs `run_ns`. (start, end, gap) per
+    task, in ns."""
+    import numpy as np
+
+    index, tables = prog.graph.index(), prog.tables
+    n = len(tables.tasks)
+    offsets, order = tables.queue_offsets, tables.queue_tasks
+    queues = [list(order[offsets[s] : offsets[s + 1]]) for s in range(len(offsets) - 1)]
+    start, end, gap = np.zeros(n), np.zeros(n), np.zeros(n)
+    free, at = [1e6] * len(queues), [0] * len(queues)
+    while any(at[s] < len(q) for s, q in enumerate(queues)):
+        moved = False
+        for s, queue in enumerate(queues):
+            if at[s] == len(queue):
+                continue
+            task = queue[at[s]]
+            producers = [
+                p
+                for event, element, distance in index.waits_of(task)
+                if distance == 0
+                for p in index.producers_of(event, element)
+            ]
+            if any(end[p] == 0 for p in producers):
+                continue
+            ready = max([end[p] for p in producers] + [free[s]])
+            gap[task] = gap_ns if producers or at[s] else 0
+            start[task], end[task] = ready + gap[task], ready + gap[task] + run_ns
+            free[s], at[s], moved = end[task], at[s] + 1, True
+        assert moved, "the simulated queues deadlocked"
+    return start, end, gap

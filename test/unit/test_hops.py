@@ -7,7 +7,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
-from bench_scripts import load
+from bench_scripts import load, simulated_schedule
 
 import mk
 
@@ -64,31 +64,9 @@ def test_program_hops_recover_a_simulated_schedule(
     text = decode_program(preset("tiny"), 1, 64, 1)
     # Queued tasks only: the simulation below walks the queues (a tail is run by no queue).
     prog = mk.compile(text, target="cuda", num_sms=4, cache_dir=tmp_path, max_tail_tasks=0)
-    index, tables = prog.graph.index(), prog.tables  # type: ignore[attr-defined]
-    n = len(tables.tasks)
-    offsets, order = tables.queue_offsets, tables.queue_tasks
-    queues = [list(order[offsets[s] : offsets[s + 1]]) for s in range(len(offsets) - 1)]
-    start, end, gap = np.zeros(n), np.zeros(n), np.zeros(n)
-    free, at = [1e6] * len(queues), [0] * len(queues)
-    while any(at[s] < len(q) for s, q in enumerate(queues)):
-        moved = False
-        for s, queue in enumerate(queues):
-            if at[s] == len(queue):
-                continue
-            task = queue[at[s]]
-            producers = [
-                p
-                for event, element, distance in index.waits_of(task)
-                if distance == 0
-                for p in index.producers_of(event, element)
-            ]
-            if any(end[p] == 0 for p in producers):
-                continue
-            ready = max([end[p] for p in producers] + [free[s]])
-            gap[task] = 1000 if producers or at[s] else 0
-            start[task], end[task] = ready + gap[task], ready + gap[task] + 2000
-            free[s], at[s], moved = end[task], at[s] + 1, True
-        assert moved, "the simulated queues deadlocked"
+    index = prog.graph.index()  # type: ignore[attr-defined]
+    start, end, gap = simulated_schedule(prog)
+    n = len(start)
     prog.last_timeline = np.stack([start, end], axis=1)[None].astype(np.int64)  # type: ignore[attr-defined]
     prog.trace(tmp_path / "t.json")  # type: ignore[attr-defined]
     timeline = hops.read_trace(tmp_path / "t.json", n)
