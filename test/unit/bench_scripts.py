@@ -86,3 +86,22 @@ def simulated_schedule(
             free[s], at[s], moved = end[task], at[s] + 1, True
         assert moved, "the simulated queues deadlocked"
     return start, end, gap
+
+
+def simulated_tiny(tmp_path: Path, monkeypatch: Any) -> tuple[Any, Any, Any]:
+    """tiny's decode step as a CUDA program on 4 SMs (its tables only: no nvcc), with its down
+    projections in grids of their own (fuse_accumulate=0) and no tails, and its queues walked by
+    simulated_schedule: (program, start, end)."""
+    import mk
+    import mk.backends.cuda as backend
+    from mk.backends.cuda import build
+    from mk.models import decode_program, preset
+
+    monkeypatch.setattr(build, "nvcc", lambda: None)
+    monkeypatch.setattr(backend, "nvcc", lambda: None)
+    text = decode_program(preset("tiny"), 1, 64, 1)
+    prog = mk.compile(
+        text, target="cuda", num_sms=4, cache_dir=tmp_path, max_tail_tasks=0, fuse_accumulate=0
+    )
+    start, end, _ = simulated_schedule(prog)
+    return prog, start, end

@@ -6,9 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bench_scripts import load, simulated_schedule
-
-import mk
+from bench_scripts import load, simulated_tiny
 
 
 def test_chunks_are_ready_when_their_last_producer_ends() -> None:
@@ -36,19 +34,9 @@ def test_each_down_projection_finds_its_gate_up_grid(
     walked with 1 µs hops and 2 µs runs: each layer's `y` waits for the whole of its layer's
     `m` and ends 3 µs after it; taking `m` in two chunks cannot make it end later, nor earlier
     than a chunk's hop and half a run after the last chunk."""
-    import mk.backends.cuda as backend
-    from mk.backends.cuda import build
-    from mk.models import decode_program, preset
-
     chunked = load("chunked")
     hops = load("hops")
-    monkeypatch.setattr(build, "nvcc", lambda: None)
-    monkeypatch.setattr(backend, "nvcc", lambda: None)
-    text = decode_program(preset("tiny"), 1, 64, 1)
-    prog = mk.compile(
-        text, target="cuda", num_sms=4, cache_dir=tmp_path, max_tail_tasks=0, fuse_accumulate=0
-    )
-    start, end, _ = simulated_schedule(prog)
+    prog, start, end = simulated_tiny(tmp_path, monkeypatch)
     rows = chunked.boundary_rows(hops.Run(prog, np.stack([start, end], axis=1)), [("m", "y")], 2)
     assert [(grid, producer, n) for grid, producer, n, *_ in rows] == [
         ("k12_l0_y", "k11_l0_m", 4),

@@ -6,9 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bench_scripts import load, simulated_schedule
-
-import mk
+from bench_scripts import load, simulated_tiny
 
 
 def test_idle_sms_take_the_slow_tasks_last_cells() -> None:
@@ -29,18 +27,8 @@ def test_idle_sms_take_the_slow_tasks_last_cells() -> None:
 def test_grids_of_a_program_are_estimated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """tiny's queues walked with 1 µs hops and 2 µs runs, then one `m` task made 4 µs longer: its
     grid (4 tasks) gains more than before, by less than those 4 µs; the other grids as before."""
-    import mk.backends.cuda as backend
-    from mk.backends.cuda import build
-    from mk.models import decode_program, preset
-
     steal, hops = load("steal"), load("hops")
-    monkeypatch.setattr(build, "nvcc", lambda: None)
-    monkeypatch.setattr(backend, "nvcc", lambda: None)
-    text = decode_program(preset("tiny"), 1, 64, 1)
-    prog = mk.compile(
-        text, target="cuda", num_sms=4, cache_dir=tmp_path, max_tail_tasks=0, fuse_accumulate=0
-    )
-    start, end, _ = simulated_schedule(prog)
+    prog, start, end = simulated_tiny(tmp_path, monkeypatch)
 
     def savings(slower_ns: float) -> dict[str, tuple[int, float]]:
         run = hops.Run(prog, np.stack([start, end], axis=1))
