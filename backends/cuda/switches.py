@@ -360,8 +360,8 @@ def stage_first_held() -> int:
     group (at least one; XB: the thread's own activation loads), so that a thread holds at most
     H 16-byte loads through the staging; the rest of the step loads at its turn
     (stream_linear<..., Held = H>, mk::gpu::stage_first_rows). On the H100 at batch 1 (session
-    81, when every eligible body took H): qwen3-8b -0.03 % with 4, llama-3.2-1b -0.44 % with 3;
-    nvcc spills from 5 up on llama-3.2-1b and qwen3-8b."""
+    81): llama-3.2-1b -0.60 % with 2 and -0.56 % with 3, qwen3-8b -0.05 % with 4 and +0.12 %
+    with 3, qwen3-0.6b +0.05 % with 3 and +0.96 % with 5: no value gains on every preset."""
     return count("MK_CUDA_STAGE_FIRST_HELD", 0, 0, 16, "loads")
 
 
