@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hops import Run, kind_of, traced_program  # noqa: E402
+from hops import Run, free_times, kind_of, started_tasks, traced_program  # noqa: E402
 
 
 def chunk_ready(producer_ends: np.ndarray, chunks: int) -> np.ndarray:
@@ -49,32 +49,20 @@ def chunked_end(
     return t
 
 
-def free_times(r: Run) -> np.ndarray:
-    """Each task's SM's previous task's end (the launch's first start where it is the first)."""
-    origin = r.start[r.start > 0].min()
-    free = np.full(r.n, origin)
-    for queue in r.queues:
-        for prev, task in zip(queue, queue[1:], strict=False):
-            free[task] = r.end[prev]
-    return free
-
-
 def boundary_rows(
     r: Run, pairs: Sequence[tuple[str, str]], chunks: int
 ) -> list[tuple[str, str, int, float, float, float]]:
     """(consumer grid, producer grid, consumer tasks, grid end µs from the producer grid's last
     end, saving in order µs, saving in any order µs) for each consumer grid of a pair's kind
     whose every task waits for every task of one producer grid of the pair's kind."""
-    free = free_times(r)
-    tasks_of: dict[str, list[int]] = {}
-    for task, grid in enumerate(r.grids):
-        tasks_of.setdefault(grid, []).append(task)
+    free = free_times(r.queues, r.end, r.start[r.start > 0].min())
+    tasks_of = started_tasks(r.grids, r.start)
     rows = []
     for grid, tasks in tasks_of.items():
         for producer_kind, consumer_kind in pairs:
             if kind_of(grid) != consumer_kind:
                 continue
-            producer = whole_producer(r, tasks, producer_kind)
+            producer = whole_producer(r, tasks, producer_kind, tasks_of)
             if producer is None:
                 continue
             ready = chunk_ready(r.end[tasks_of[producer]], chunks)
@@ -93,9 +81,12 @@ def boundary_rows(
     return rows
 
 
-def whole_producer(r: Run, tasks: Sequence[int], kind: str) -> str | None:
-    """The grid of `kind` whose every task each of `tasks` waits for, if there is one."""
-    grids_of_kind = {g for g in set(r.grids) if kind_of(g) == kind}
+def whole_producer(
+    r: Run, tasks: Sequence[int], kind: str, tasks_of: dict[str, list[int]]
+) -> str | None:
+    """The grid of `kind` (its tasks in `tasks_of`) whose every task each of `tasks` waits for,
+    if there is one."""
+    grids_of_kind = {g for g in tasks_of if kind_of(g) == kind}
     found = None
     for task in tasks:
         producers = {
@@ -110,8 +101,7 @@ def whole_producer(r: Run, tasks: Sequence[int], kind: str) -> str | None:
         (grid,) = grids
         if found not in (None, grid):
             return None
-        whole = {t for t, g in enumerate(r.grids) if g == grid}
-        if not whole <= producers:
+        if not set(tasks_of[grid]) <= producers:
             return None
         found = grid
     return found
@@ -146,10 +136,8 @@ def main() -> int:
     args = parser.parse_args()
     pairs = args.pair or [("m", "y"), ("y", "q")]
     r = Run(prog, timeline)
-    ran = r.start > 0
-    step_us = (r.end[ran].max() - r.start[ran].min()) / 1e3
     print(f"{name}: chunked waits, {args.chunks} chunks a producer grid")
-    print_rows(boundary_rows(r, pairs, args.chunks), step_us)
+    print_rows(boundary_rows(r, pairs, args.chunks), r.step_us())
     return 0
 
 

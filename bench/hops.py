@@ -67,6 +67,24 @@ def producer_table(index: Any) -> dict[tuple[str, tuple[int, ...]], list[int]]:
     return table
 
 
+def free_times(queues: Sequence[Sequence[int]], end: np.ndarray, origin: float) -> np.ndarray:
+    """Each task's SM's previous task's end (`origin`, the launch's start, for a queue's first)."""
+    free = np.full(len(end), float(origin))
+    for queue in queues:
+        for prev, task in zip(queue, queue[1:], strict=False):
+            free[task] = end[prev]
+    return free
+
+
+def started_tasks(grids: Sequence[str], start: np.ndarray) -> dict[str, list[int]]:
+    """Each grid's tasks that ran (a start > 0), in task order."""
+    by_grid: dict[str, list[int]] = {}
+    for task, grid in enumerate(grids):
+        if start[task] > 0:
+            by_grid.setdefault(grid, []).append(task)
+    return by_grid
+
+
 def hop_rows(
     kinds: Sequence[str],
     start: np.ndarray,
@@ -76,15 +94,10 @@ def hop_rows(
 ) -> list[tuple[str, int, float, float, float]]:
     """(kind, tasks, mean starved µs, mean dispatch µs, mean run µs) per kind, by summed
     dispatch + run, largest first. Times in ns; tasks with no start (0) are left out."""
-    free = np.full(len(kinds), np.nan)
-    for queue in queues:
-        prev = np.nan
-        for task in queue:
-            free[task] = prev
-            prev = end[task]
     origin = start[start > 0].min() if (start > 0).any() else 0
-    could = np.fmax(np.nan_to_num(ready, nan=origin), np.nan_to_num(free, nan=origin))
-    starved = np.clip(np.nan_to_num(ready, nan=origin) - np.nan_to_num(free, nan=origin), 0, None)
+    free = free_times(queues, end, origin)
+    could = np.fmax(np.nan_to_num(ready, nan=origin), free)
+    starved = np.clip(np.nan_to_num(ready, nan=origin) - free, 0, None)
     sums: dict[str, np.ndarray] = {}
     for task, kind in enumerate(kinds):
         if start[task] <= 0:
@@ -110,12 +123,8 @@ def tail_rows(
     """(kind, grids, mean µs, most µs) per kind of grid of at least `least` tasks: how long after
     its tasks' mean end a grid's last task ends, which whatever waits for the whole grid waits
     beyond the average task. Times in ns; tasks with no start (0) are left out."""
-    by_grid: dict[str, list[int]] = {}
-    for task, grid in enumerate(grids):
-        if start[task] > 0:
-            by_grid.setdefault(grid, []).append(task)
     tails: dict[str, list[float]] = {}
-    for grid, tasks in by_grid.items():
+    for grid, tasks in started_tasks(grids, start).items():
         if len(tasks) >= least:
             ends = end[tasks]
             tails.setdefault(kind_of(grid), []).append((ends.max() - ends.mean()) / 1e3)
@@ -155,6 +164,11 @@ class Run:
         self.producers_of: Callable[[str, tuple[int, ...]], list[int]] = lambda e, el: table.get(
             (e, tuple(el)), []
         )
+
+    def step_us(self) -> float:
+        """From the first task's start to the last task's end."""
+        ran = self.start > 0
+        return float(self.end[ran].max() - self.start[ran].min()) / 1e3
 
 
 def hops_of(r: Run) -> list[tuple[str, int, float, float, float]]:

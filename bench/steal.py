@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hops import Run, kind_of, traced_program  # noqa: E402
+from hops import Run, kind_of, started_tasks, traced_program  # noqa: E402
 
 
 def stolen_end(start: np.ndarray, run: np.ndarray, cells: int, claim_ns: float) -> float:
@@ -38,21 +38,23 @@ def stolen_end(start: np.ndarray, run: np.ndarray, cells: int, claim_ns: float) 
     front = np.zeros(n, np.int64)  # the owner's next cell
     back = np.full(n, cells, np.int64)  # cells [front, back) not yet taken
     done = start.astype(np.float64).copy()  # when each task's last taken cell ends
+    owner = done.copy()  # when each owner ends the cell it is on
     events = [(float(start[j]), 0, j, j) for j in range(n)]  # (time, thief?, sm, task)
     heapq.heapify(events)
     while events:
         t, thief, sm, task = heapq.heappop(events)
         if not thief and front[task] < back[task]:
             front[task] += 1  # the owner takes its next cell
-            heapq.heappush(events, (t + run[task] / cells, 0, sm, task))
-            done[task] = max(done[task], t + run[task] / cells)
+            owner[task] = t + run[task] / cells
+            heapq.heappush(events, (owner[task], 0, sm, task))
+            done[task] = max(done[task], owner[task])
             continue
         left = back - front
         victim = int(np.argmax(left))
         end = t + claim_ns + run[sm] / cells
         # Only a cell the thief ends before its owner would: the owner, busy with its cell
-        # `front - 1` until `mine`, would end the last one `left` cells later.
-        mine = owner_free(events, victim, t)
+        # `front - 1` until `owner`, would end the last one `left` cells later.
+        mine = max(owner[victim], t)
         if left[victim] < 1 or end >= mine + left[victim] * run[victim] / cells:
             continue
         back[victim] -= 1
@@ -61,22 +63,13 @@ def stolen_end(start: np.ndarray, run: np.ndarray, cells: int, claim_ns: float) 
     return float(done.max())
 
 
-def owner_free(events: list[tuple[float, int, int, int]], task: int, now: float) -> float:
-    """When the owner of `task` ends the cell it is on (`now` if it is on none)."""
-    return min((t for t, thief, _, j in events if not thief and j == task), default=now)
-
-
 def grid_rows(
     r: Run, cells: int, claim_us: float, least: int
 ) -> list[tuple[str, int, float, float, float]]:
     """(grid, tasks, mean task µs, last end − mean end µs, saving µs) for each grid of at least
     `least` tasks that ran."""
-    tasks_of: dict[str, list[int]] = {}
-    for task, grid in enumerate(r.grids):
-        if r.start[task] > 0:
-            tasks_of.setdefault(grid, []).append(task)
     rows = []
-    for grid, tasks in tasks_of.items():
+    for grid, tasks in started_tasks(r.grids, r.start).items():
         if len(tasks) < least:
             continue
         start, end = r.start[tasks], r.end[tasks]
@@ -112,10 +105,8 @@ def main() -> int:
     name, prog, timeline = traced_program(__doc__, parser)
     args = parser.parse_args()
     r = Run(prog, timeline)
-    ran = r.start > 0
-    step_us = (r.end[ran].max() - r.start[ran].min()) / 1e3
     print(f"{name}: work stealing, {args.cells} cells a task, {args.claim_us} us a stolen cell")
-    print_rows(grid_rows(r, args.cells, args.claim_us, args.least), step_us)
+    print_rows(grid_rows(r, args.cells, args.claim_us, args.least), r.step_us())
     return 0
 
 

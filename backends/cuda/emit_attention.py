@@ -159,8 +159,8 @@ class StreamAttentionEmitter(StreamLinearEmitter):
     def mma_keys(self, plan: AttentionPlan, q_row: HeadRow | None, chunks: int) -> str | None:
         """The keys' dtype where the attention runs on tensor cores (MK_CUDA_ATTN_MMA): the
         query rows that reach the call must be exact in it (rows of that type, or rounded to it
-        by their ops), and the head dim 32, 64 or 128 (attention_switches.attention_mma says when, from
-        the task's `chunks` of keys and its query rows)."""
+        by their ops), and the head dim 32, 64 or 128 (attention_switches.attention_mma says
+        when, from the task's `chunks` of keys and its query rows)."""
         d = plan.head_dim
         if d not in (32, 64, 128) or not attention_switches.attention_mma(d, chunks, plan.rows):
             return None

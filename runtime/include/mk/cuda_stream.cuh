@@ -475,10 +475,10 @@ __device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S
 // First = 2 (MK_CUDA_STAGE_FIRST=N: its first N steps), here, right behind the activation's
 // first loads, so that its round trip to HBM overlaps theirs and the staging instead of
 // following the staging barrier; with Held > 0 only the rows of the step that keep a thread
-// at Held loads through the staging (stage_first_rows). With After (CUDA cores, aligned weights), each warp asks for
-// `after` behind its last weight loads (MK_CUDA_DOWN_L2=after: into the L2; smem: copied into
-// shared memory, which every thread then does exactly once). Ends with __syncthreads(); false if
-// staged weights never landed.
+// at Held loads through the staging (stage_first_rows). With After (CUDA cores, aligned
+// weights), each warp asks for `after` behind its last weight loads (MK_CUDA_DOWN_L2=after: into
+// the L2; smem: copied into shared memory, which every thread then does exactly once). Ends
+// with __syncthreads(); false if staged weights never landed.
 template <int M, int RG, int S, int XB, bool Mma = false, bool Staged = false, int G = 1,
           int Ring = 0, int First = 0, int After = kAfterNone, int Held = 0>
 __device__ bool stream_linear(const StreamLinear& s,

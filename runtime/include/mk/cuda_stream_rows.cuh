@@ -345,9 +345,9 @@ struct WeightRound {
 // HBM it waits for, and S·RG loads per lane in flight make a task of up to S·256 columns one
 // round trip (and keep ~64 KB in flight per SM). With First, `first` holds the first FS steps
 // (of their first FR rows) of the group's first round where `has_first` (loaded before the
-// activation was ready: load_first_round). With After, the warp's last group (`last`) asks for `after` once its last
-// round's loads are out (MK_CUDA_DOWN_L2=after|smem: ask_after), a lane with no columns of the
-// chunk after its loop.
+// activation was ready: load_first_round). With After, the warp's last group (`last`) asks for
+// `after` once its last round's loads are out (MK_CUDA_DOWN_L2=after|smem: ask_after), a lane
+// with no columns of the chunk after its loop.
 template <int M, int RG, int S, bool Vec, bool Shared, bool First = false, int FS = S,
           int After = kAfterNone, int FR = RG>
 __device__ __forceinline__ void stream_group(const StreamLinear& s, const float* xs, int stride,
@@ -367,7 +367,9 @@ __device__ __forceinline__ void stream_group(const StreamLinear& s, const float*
       if (t < FS && ahead) {
         // The first FR rows were loaded ahead, the others (if any) go out now.
 #pragma unroll
-        for (int j = 0; j < RG; ++j) v[t][j] = j < FR ? first.v[t][j] : load_row<Vec, Shared>(g.wp[j], k + t * 256, kc);
+        for (int j = 0; j < RG; ++j) {
+          v[t][j] = j < FR ? first.v[t][j] : load_row<Vec, Shared>(g.wp[j], k + t * 256, kc);
+        }
       } else {
         load_rows<RG, Vec, Shared>(v[t], g.wp, k + t * 256, kc);
       }
@@ -389,8 +391,8 @@ __device__ __forceinline__ void stream_group(const StreamLinear& s, const float*
 
 // One warp: rows [begin, end) of the concatenated weights against the staged chunk, RG rows at
 // a time (stream_group); with First, the first FS steps (FR rows) of the first group's first
-// round from `first` where `has_first`; with After, `after` asked for behind the last chunk's last loads
-// (at once by a warp with no rows).
+// round from `first` where `has_first`; with After, `after` asked for behind the last chunk's
+// last loads (at once by a warp with no rows).
 template <int M, int RG, int S, bool Vec, bool Shared, bool First = false, int FS = S,
           int After = kAfterNone, int FR = RG>
 __device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, int kc, int64_t c,

@@ -109,8 +109,8 @@ struct SeenCounters {
 };
 
 // Thread 0, with Dispatch::kBatchWaits (on unless MK_CUDA_WAIT_BATCH=0): every near wait's
-// counter read at once, one round trip to L2 for all of them, then one acquire fence when they all hold;
-// false (look one by one) when one does not, or the task has more waits than are near.
+// counter read at once, one round trip to L2 for all of them, then one acquire fence when they
+// all hold; false (look one by one) when one does not, or the task has more waits than are near.
 __device__ inline bool waits_hold_at_first_look(const LaunchParams& p, const NearTask& near,
                                                 int32_t t, uint32_t base) {
   const int32_t n = near.desc.wait_end - near.desc.wait_begin;
