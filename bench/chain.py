@@ -20,7 +20,10 @@ launch:
   allows; each compute warp takes row `warp` of four chunks at a time once they land (the
   order `direct` reads its rows in) and hands their slots back. F = SLOTS is the burst
   (everything the ring can take, at once);
-- `stream`: the ring at the widest F without the waits: what the weight bytes alone cost;
+- `stream`: the ring at the widest F without the waits (each phase still loads and normalises
+  its activation);
+- `bare`: the ring at the widest F with nothing but the products: what the ring's weight
+  bytes alone cost;
 - `chainr`, `directr`: `chain` and `direct` with acquire loads and release reductions instead
   of relaxed polls and acq_rel fences around the signal's atomic; `chainmk`, `directmk`: with
   the megakernel's own protocol (acquire polls with sleeps of 32 ns doubling to 128 between
@@ -33,6 +36,9 @@ launch:
 - `directpfw`, `directpfs`, `directpfs2`: `directmk` with thread 0 asking the L2 for its CTA's
   slab of the next phase (`2`: the one after) by `cp.async.bulk.prefetch.L2`, at its wait
   (before the phase's own loads) or right after its signal (in the hop);
+- `directpfp4`, `directpfp8`, `directpfp16`: `directmk` with thread 0 asking the L2 for its
+  CTA's own slab of the phase while it waits, one piece of 4, 8 or 16 KB per poll that finds the
+  counter short (paced, so that at most one piece is ahead of the phase's loads at the end);
 - `directsp0`, `directsp`, `directsp2`: `directmk` on all CTAs but the last four, which compute
   nothing (`sp0`) or, as each phase starts, ask the L2 for the next phase's slabs of every
   computing CTA (`2`: the phase after), in 64 KB bulk prefetches: HBM idle in the hops and
@@ -41,7 +47,7 @@ launch:
   their values on with flags, the o-projection and the MLP, whose outputs mk accumulates, keep
   their counters), `chainmix` / `directmix` take those hops by flags and the rest by mk's
   counters: how much of `directll`'s gain a decode layer could take;
-- `ringc`, `streamc`: the same with the whole loader warp copying 16 bytes a lane (cp.async,
+- `ringc`, `streamc`, `barec`: the same with the whole loader warp copying 16 bytes a lane (cp.async,
   through the L1's request queue) instead of one thread's bulk copies (the TMA unit's).
 
 Every mode but `chain`/`stream` computes the same sums in the same order, so the final
@@ -83,6 +89,9 @@ def program_source(
     # mk's protocol, each CTA asking the L2 for its next slab (or the one after) at its wait
     # (before its own loads) or at its signal (in the hop)
     modes += [("directpfw", 1, 0, 0), ("directpfs", 1, 0, 0), ("directpfs2", 1, 0, 0)]
+    # mk's protocol, each CTA asking the L2 for its own slab piece by piece (4, 8, 16 KB) while
+    # its wait finds the producers unfinished
+    modes += [("directpfp4", 1, 0, 0), ("directpfp8", 1, 0, 0), ("directpfp16", 1, 0, 0)]
     # SPARE CTAs that compute nothing: idle (sp0), or asking the L2 for the next phase's slabs
     # (or the one after) of every computing CTA as each phase starts
     modes += [("directsp0", 1, 0, 0), ("directsp", 1, 0, 0), ("directsp2", 1, 0, 0)]
@@ -93,6 +102,7 @@ def program_source(
     for copier, suffix in ((0, ""), (1, "c")):
         modes += [(f"ring{suffix}", 2, f, copier) for f in inflight]
         modes.append((f"stream{suffix}", 3, slots, copier))
+        modes.append((f"bare{suffix}", 4, slots, copier))
     runs = "".join(f'\n  run("{name}", {m}, {f}, {c});' for name, m, f, c in modes)
     rows_max = max(phases)
     smem = slots * CHUNK_ROWS * K * 2 + (2 * K + rows_max) * 4  # ring, xs, raw, res
@@ -143,7 +153,9 @@ static void run(const char* name, int mode, int inflight, int copier) {{
   const bool pf = strstr(name, "directpf") == name, sp = strstr(name, "directsp") == name;
   const bool mk_sync = ends_with(name, "mk") || ends_with(name, "mix") || pf || sp;
   prm.sync = mode < 2 ? (ends_with(name, "r") ? 1 : mk_sync ? 2 : 0) : 0;
-  prm.pf = pf ? (strstr(name, "pfw") ? 1 : 2) : sp && !ends_with(name, "sp0") ? 3 : 0;
+  const bool paced = strstr(name, "directpfp") == name;
+  prm.pf = paced ? 4 : pf ? (strstr(name, "pfw") ? 1 : 2) : sp && !ends_with(name, "sp0") ? 3 : 0;
+  prm.piece = paced ? 1024 * atoi(name + strlen("directpfp")) : 0;
   prm.pf_ahead = ends_with(name, "2") ? 2 : 1;
   prm.spare = sp ? SPARE : 0;
   prm.local = ends_with(name, "cl");
@@ -257,6 +269,7 @@ def build(src: str, work: Path, nvcc: str = "nvcc") -> Path:
 
 MODE_NAMES = ("chain", "direct", "chainr", "directr", "chainmk", "directmk", "chaincl", "directcl")
 MODE_NAMES += ("chainll", "directll", "directpfw", "directpfs", "directpfs2")
+MODE_NAMES += ("directpfp4", "directpfp8", "directpfp16")
 MODE_NAMES += ("directsp0", "directsp", "directsp2", "chainmix", "directmix")
 
 
@@ -276,7 +289,7 @@ def flag_problem(phases: list[int], flagged: list[bool]) -> str | None:
     return None
 
 
-MODE_NAMES += ("ring", "stream", "ringc", "streamc")
+MODE_NAMES += ("ring", "stream", "bare", "ringc", "streamc", "barec")
 
 
 def table(out: str, layers: int) -> str:
@@ -296,7 +309,7 @@ def table(out: str, layers: int) -> str:
         if r[0] in MODE_NAMES:
             us = float(r[2])
             same = {"-1": "", "1": "yes", "0": "**no**"}[r[3]]
-            f = r[1] if r[0].startswith(("ring", "stream")) else ""
+            f = r[1] if r[0].startswith(("ring", "stream", "bare")) else ""
             lines.append(
                 f"| {r[0]} | {f} | {us:.1f} | {us / layers:.2f} | {us / floor:.2f} | {same} |"
             )

@@ -31,7 +31,7 @@ __constant__ int c_local[kPhases] = {{{", ".join(str(int(x)) for x in local)}}};
 __constant__ int c_flagged[kPhases] = {{{", ".join(str(int(x)) for x in flagged)}}};
 constexpr bool kLastFlagged = {"true" if flagged[-1] else "false"};
 constexpr int kLayerRows = {sum(phases)};
-enum Mode {{ CHAIN = 0, DIRECT = 1, RING = 2, STREAM = 3 }};
+enum Mode {{ CHAIN = 0, DIRECT = 1, RING = 2, STREAM = 3, BYTES = 4 }};
 
 __device__ __forceinline__ uint32_t sa(const void* p) {{
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -150,7 +150,9 @@ struct Params {{
   int ll_all; // with ll: every phase so (the ll modes), else the c_flagged ones (the mix modes)
   unsigned long long* lls;  // per phase: the flagged values
   long long act_stride;
-  int pf;        // the next slab into L2 (one bulk prefetch): 0 never, 1 at the wait, 2 at the signal
+  int pf;        // the next slab into L2 (one bulk prefetch): 0 never, 1 at the wait, 2 at the signal;
+                 // 4: the phase's own slab, one piece of `piece` bytes per poll that finds it short
+  int piece;
   int pf_ahead;  // phases with rows ahead (1: the next)
   int spare;     // the last `spare` CTAs compute nothing: with pf 3 they ask the L2 for the
                  // slabs of every computing CTA, pf_ahead phases with rows ahead, as each phase starts
@@ -290,13 +292,44 @@ def _compute_source() -> str:
     return (
         LL_SOURCE
         + """
+// A phase's `rows` from the ring (chunks i on), row `warp` of kGroup chunks at a time once they
+// land, their slots handed back; the chunks taken so far.
+__device__ __forceinline__ long long take_chunks(uint16_t* ring, const float* xs, uint64_t* full, uint64_t* empty,
+                                                 long long i, int rows, float* out) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int c = 0; c < rows / kRows; c += kGroup) {
+    const int n = rows / kRows - c < kGroup ? rows / kRows - c : kGroup;
+    const uint16_t* row[kGroup];
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g) {
+      const long long at = i + g;
+      row[g] = ring + (size_t)(at % kSlots) * (kChunk / 2) + warp * K;
+      if (g < n) mb_wait(&full[at % kSlots], static_cast<uint32_t>((at / kSlots) & 1));
+    }
+    dot_rows<false, kGroup>(row, n, xs, out + c * kRows + warp, kRows);
+    __syncwarp();
+    if (lane == 0)
+      for (int g = 0; g < n; ++g) mb_arrive(&empty[(i + g) % kSlots]);
+    i += n;
+  }
+  return i;
+}
+
 __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs, float* raw, float* res,
                                      uint64_t* full,
                                      uint64_t* empty, uint64_t* cbar, float* part, uint32_t crank,
                                      uint32_t csize) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const bool ringed = p.mode == RING || p.mode == STREAM;
+  const bool ringed = p.mode == RING || p.mode == STREAM || p.mode == BYTES;
   long long i = 0;  // chunks taken
+  if (p.mode == BYTES) {  // the ring's bytes alone: chunks dotted with act_in as they land
+    for (int e = threadIdx.x; e < K; e += 256) xs[e] = p.act[e];
+    compute_sync();
+    float* out = p.act + p.act_stride + (long long)blockIdx.x * kLayerRows;
+    for (int layer = 0; layer < p.layers; ++layer)
+      for (int j = 0; j < kPhases; ++j) i = take_chunks(ring, xs, full, empty, i, c_rows[j], out + c_prefix[j]);
+    return;
+  }
   const float* src = p.act;  // act_in
   int src_rows = 0, prev_rows = 0;  // rows a CTA wrote of src; of the phase before
   uint32_t locals = 0;  // local phases met
@@ -313,11 +346,21 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
       if (!local && !in_ll && phase > 0 && p.mode != STREAM && threadIdx.x == 0) {
         const unsigned* ctr = p.counters + phase - 1;
         unsigned seen, nap = 32;
+        const char* own = reinterpret_cast<const char*>(slab(p, layer, j));
+        const long long own_bytes = p.pf == 4 ? (long long)rows * K * 2 : 0;
+        long long asked = 0;
         do {
           if (p.sync == 0) {
             asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(ctr) : "memory");
           } else {
             asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(ctr) : "memory");
+          }
+          // Paced: the HBM idle in the wait takes a piece per poll, so at most one piece is
+          // still ahead of the phase's own loads when the wait ends.
+          if (asked < own_bytes && seen < ctas(p)) {
+            const uint32_t m = static_cast<uint32_t>(own_bytes - asked < p.piece ? own_bytes - asked : p.piece);
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(own + asked), "r"(m) : "memory");
+            asked += m;
           }
           if (p.sync == 2 && seen < ctas(p)) {  // mk's poll: a sleep of 32 ns doubling to 128
             __nanosleep(nap);
@@ -337,11 +380,16 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
       if (in_ll) {
         ss = ll_take(p.lls + (long long)phase * p.act_stride, xs, raw);
       } else {
-        for (int e = threadIdx.x; e < K; e += 256) {
-          const float v = __ldcg(src + base + e % span);
-          xs[e] = v;
-          raw[e] = v;
-          ss += v * v;
+        // Every load of the activation in flight before its first store (as mk's
+        // load_runs_together): stores into xs first would keep the next load behind them.
+        float v[K / 256];
+#pragma unroll
+        for (int s = 0; s < K / 256; ++s) v[s] = __ldcg(src + base + (threadIdx.x + s * 256) % span);
+#pragma unroll
+        for (int s = 0; s < K / 256; ++s) {
+          xs[threadIdx.x + s * 256] = v[s];
+          raw[threadIdx.x + s * 256] = v[s];
+          ss += v[s] * v[s];
         }
       }
       ss = warp_sum(ss);
@@ -365,21 +413,7 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
           dot_rows<true, kGroup>(row, n, xs, out + c * kRows + warp, kRows);
         }
       } else if (ringed) {
-        for (int c = 0; c < rows / kRows; c += kGroup) {
-          const int n = rows / kRows - c < kGroup ? rows / kRows - c : kGroup;
-          const uint16_t* row[kGroup];
-#pragma unroll
-          for (int g = 0; g < kGroup; ++g) {
-            const long long at = i + g;
-            row[g] = ring + (size_t)(at % kSlots) * (kChunk / 2) + warp * K;
-            if (g < n) mb_wait(&full[at % kSlots], static_cast<uint32_t>((at / kSlots) & 1));
-          }
-          dot_rows<false, kGroup>(row, n, xs, out + c * kRows + warp, kRows);
-          __syncwarp();
-          if (lane == 0)
-            for (int g = 0; g < n; ++g) mb_arrive(&empty[(i + g) % kSlots]);
-          i += n;
-        }
+        i = take_chunks(ring, xs, full, empty, i, rows, out);
       } else {
         for (int r = threadIdx.x; r < rows; r += 256) out[r] = xs[(blockIdx.x * rows + r) % K];
       }
@@ -427,7 +461,7 @@ __global__ void __launch_bounds__(288, 1) chain(const __grid_constant__ Params p
   }
   __syncthreads();
   cluster_sync_all();  // every peer's barrier is initialised before the first remote arrival
-  const bool ringed = p.mode == RING || p.mode == STREAM;
+  const bool ringed = p.mode == RING || p.mode == STREAM || p.mode == BYTES;
   if (static_cast<int>(blockIdx.x) >= ctas(p)) {  // a spare CTA
     if (p.pf == 3 && threadIdx.x == 0) prefetch_spare(p, static_cast<int>(blockIdx.x) - ctas(p));
   } else if (warp == 8) {

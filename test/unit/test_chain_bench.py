@@ -29,15 +29,20 @@ def test_the_program_runs_every_mode_once() -> None:
         'run("directpfw", 1, 0, 0);',
         'run("directpfs", 1, 0, 0);',
         'run("directpfs2", 1, 0, 0);',
+        'run("directpfp4", 1, 0, 0);',
+        'run("directpfp8", 1, 0, 0);',
+        'run("directpfp16", 1, 0, 0);',
         'run("directsp0", 1, 0, 0);',
         'run("directsp", 1, 0, 0);',
         'run("directsp2", 1, 0, 0);',
         'run("ring", 2, 1, 0);',
         'run("ring", 2, 4, 0);',
         f'run("stream", 3, {bench.SLOTS}, 0);',
+        f'run("bare", 4, {bench.SLOTS}, 0);',
         'run("ringc", 2, 1, 1);',
         'run("ringc", 2, 4, 1);',
         f'run("streamc", 3, {bench.SLOTS}, 1);',
+        f'run("barec", 4, {bench.SLOTS}, 1);',
     ]
     assert "__constant__ int c_rows[kPhases] = {32, 0, 16};" in src
     assert "__constant__ int c_prefix[kPhases] = {0, 32, 32};" in src
@@ -51,7 +56,7 @@ def test_clusters_add_the_cluster_local_modes() -> None:
     assert "chaincl" not in plain and "cudaLaunchCooperativeKernel" in plain
     src = bench.program_source([32, 0, 16], 2, [1], local=[False, True, False], cluster=4)
     runs = [line.strip() for line in src.splitlines() if line.strip().startswith('run("')]
-    assert runs[14:16] == ['run("chaincl", 0, 0, 0);', 'run("directcl", 1, 0, 0);']
+    assert runs[17:19] == ['run("chaincl", 0, 0, 0);', 'run("directcl", 1, 0, 0);']
     assert "__constant__ int c_local[kPhases] = {0, 1, 0};" in src
     assert "attrs[0].val.clusterDim.x = 4;" in src
     assert "mbarrier.arrive.release.cluster.shared::cluster.b64" in src
@@ -65,7 +70,7 @@ def test_flagged_phases_add_the_mix_modes() -> None:
     flagged = [True, True, False, False]
     src = bench.program_source([32, 0, 16, 72], 2, [1], flagged=flagged)
     runs = [line.strip() for line in src.splitlines() if line.strip().startswith('run("')]
-    assert runs[14:16] == ['run("chainmix", 0, 0, 0);', 'run("directmix", 1, 0, 0);']
+    assert runs[17:19] == ['run("chainmix", 0, 0, 0);', 'run("directmix", 1, 0, 0);']
     assert "__constant__ int c_flagged[kPhases] = {1, 1, 0, 0};" in src
     assert "constexpr bool kLastFlagged = false;" in src
     assert bench.flag_problem([32, 0, 16, 72], flagged) is None
@@ -120,7 +125,7 @@ def test_the_ring_sums_what_the_direct_stream_sums(
     out = run_main("chain", args, monkeypatch, capsys)
     checked = ("| ring", "| directr", "| directmk", "| directll", "| directpf", "| directsp |")
     rows = [r for r in out if r.startswith((*checked, "| directsp2 |", "| directmix"))]
-    assert len(rows) == 13 and all(r.rstrip().endswith("| yes |") for r in rows), rows
+    assert len(rows) == 16 and all(r.rstrip().endswith("| yes |") for r in rows), rows
 
 
 @pytest.mark.gpu
@@ -131,9 +136,10 @@ def test_cluster_local_phases_run(
     out = run_main("chain", args, monkeypatch, capsys)
     assert [r.split("|")[1].strip() for r in out if r.startswith("| ")][1:] == [
         "chain", "direct", "chainr", "directr", "chainmk", "directmk", "chainll", "directll",
-        "directpfw", "directpfs", "directpfs2", "directsp0", "directsp", "directsp2",
+        "directpfw", "directpfs", "directpfs2", "directpfp4", "directpfp8", "directpfp16",
+        "directsp0", "directsp", "directsp2",
         "chaincl", "directcl",
-        "ring", "stream", "ringc", "streamc",
+        "ring", "stream", "bare", "ringc", "streamc", "barec",
     ]  # fmt: skip
     checked = ("| ring", "| directr", "| directmk", "| directll")
     assert all(r.rstrip().endswith("| yes |") for r in out if r.startswith(checked))
