@@ -113,6 +113,7 @@ def dispatch_struct(
     wide_front: int = 0,
     inline_run: bool = False,
     tails: bool = False,
+    pace_piece: int = 0,
 ) -> str:
     """`front`: the streamed bodies' shared memory; `staged`: per function, the bytes its
     weights take in the staging ring (padded rows included); `prefetch_at`, `batch_waits` and
@@ -120,7 +121,8 @@ def dispatch_struct(
     `arena_want`: the arena's shared-memory part a body asks for beyond the usual; `wide_front`:
     the most shared memory a body whose room reaches into the arena's part takes; `inline_run`:
     `run` is forced inline too (switches.inline_walk); `tails`: some grid is a tail (task-tails),
-    else the dispatcher leaves the tails' code out."""
+    else the dispatcher leaves the tails' code out; `pace_piece`: bytes a poll asks for with
+    MK_CUDA_PREFETCH_AT=paced (0: the whole prefetch at once)."""
     functions, of_kind = body_numbers(shared)
     cases = "\n".join(
         f"      case {i}: return {fn.name}(t, bp, arena, iteration, mk::gpu::kAheadNone);"
@@ -150,6 +152,11 @@ def dispatch_struct(
     want = max(arena_want, DYNAMIC_SMEM if wide_front else 0)
     offset, arena = arena_smem(ring_offset + ring if ring else front, want)
     slots = body_slots(shared)
+    pace = (
+        f"\n  static constexpr unsigned kPacePiece = {pace_piece};  // bytes a poll asks for (paced)"
+        if pace_piece
+        else ""
+    )
     return f"""\
 // The body function of each lowered kind, from KIND_FIRST_LOWERED on (dispatch.body_numbers).
 __constant__ uint16_t kBodyOfKind[{max(1, len(of_kind))}] = {{{table}}};
@@ -162,7 +169,7 @@ struct Dispatch {{
   static constexpr unsigned kSmemBytes = {max(offset + arena, wide_front)};
   static constexpr int kSlots = {slots};  // most buffers one body reads
   static constexpr int kBuffers = {buffers};  // rows of the buffer table
-  static constexpr bool kPrefetchAtWait = {"true" if prefetch_at == "wait" else "false"};  // MK_CUDA_PREFETCH_AT
+  static constexpr bool kPrefetchAtWait = {"true" if prefetch_at in ("wait", "paced") else "false"};  // MK_CUDA_PREFETCH_AT{pace}
   static constexpr int kPrefetchDistance = {2 if prefetch_at == "ahead2" else 1};  // queue positions ahead
   static constexpr int kPrefetchAfterBodyBy = {AFTER_BODY_BY.get(prefetch_at, -1)};  // the thread asking for the next task's weights after the body (-1: none)
   static constexpr bool kBatchWaits = {"true" if batch_waits else "false"};  // MK_CUDA_WAIT_BATCH

@@ -135,6 +135,7 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
             wide_front,
             switches.inline_walk(),
             any(tail_edge(g) is not None for g in grids),
+            pace_piece=switches.prefetch_piece(),
         )  # fmt: skip
     )
     out.append("}  // namespace\n")

@@ -182,6 +182,44 @@ def test_prefetch_at_wait_is_a_build_option(
 
 
 @pytest.mark.usefixtures("no_nvcc")
+def test_paced_prefetch_is_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MK_CUDA_PREFETCH_AT=paced: the dispatcher asks for a task's own weights while its wait
+    misses, one MK_CUDA_PREFETCH_PIECE a poll (8 KB by default), every warp's rows in turn; the
+    default build has none of its code."""
+    text = linear_program(1, 512, 1024, norm=True)
+
+    def source() -> str:
+        return cuda_source(text, tmp_path)
+
+    plain = source()
+    assert "MK_PACED_PREFETCH" not in plain and "kPacePiece" not in plain
+    monkeypatch.setenv("MK_CUDA_PREFETCH_AT", "paced")
+    paced = source()
+    assert "#define MK_PACED_PREFETCH 1" in paced and "kPacePiece = 8192;" in paced
+    assert (
+        "kPrefetchAtWait = true;" in paced
+        and "mk::gpu::prefetch_shares(arena, f, r, l, 1, 1024);" in paced
+    )
+    # The task's whole slab (its wait bounds what is asked for): the rows it streams.
+    rows = re.search(r"StreamWeight\{.*, 1024, (\d+), ", paced)
+    assert rows and f"const int r[] = {{{rows[1]}}};" in paced
+    monkeypatch.setenv("MK_CUDA_PREFETCH_PIECE", "4096")
+    assert "kPacePiece = 4096;" in source()
+    monkeypatch.setenv("MK_CUDA_PREFETCH_PIECE", "1000")
+    with pytest.raises(
+        mk.MkError, match="MK_CUDA_PREFETCH_PIECE must be a multiple of 16, got 1000"
+    ):
+        source()
+    monkeypatch.setenv("MK_CUDA_PREFETCH_PIECE", "128")
+    with pytest.raises(
+        mk.MkError, match="MK_CUDA_PREFETCH_PIECE must be a number of bytes from 256"
+    ):
+        source()
+    monkeypatch.setenv("MK_CUDA_PREFETCH_AT", "wait")  # the piece matters only when paced
+    assert "kPacePiece" not in source()
+
+
+@pytest.mark.usefixtures("no_nvcc")
 def test_prefetch_two_tasks_ahead_is_a_build_option(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -282,10 +282,29 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
           staged[cur].deferred = 0;
         }
         // With kPrefetchAtWait the L2 prefetch of this task's weights is issued only once a
-        // wait finds its producers unfinished: a ready task starts without paying for it.
+        // wait finds its producers unfinished: a ready task starts without paying for it. Paced
+        // (kPacePiece), each poll that finds them unfinished asks for the next piece.
+        bool asked = false;
         go = wait_task<Dispatch::kBatchWaits, Dispatch::kPipePolls>(p, entry[cur].near, entry[cur].id, sm, t, base, known, [&] {
-          if constexpr (Dispatch::kPrefetchAtWait) Dispatch::prefetch(task->kind, task, slots[cur], arena, t);
+          if constexpr (Dispatch::kPrefetchAtWait) {
+            if (asked) return;
+#if defined(MK_PACED_PREFETCH)
+            arena.pace_at = 0;
+            arena.pace_hi = arena.pace_lo + Dispatch::kPacePiece;
+            Dispatch::prefetch(task->kind, task, slots[cur], arena, t);
+            // The walk ended inside the window: nothing is left to ask for.
+            asked = arena.pace_at < arena.pace_hi;
+            arena.pace_lo = arena.pace_hi;
+#else
+            asked = true;
+            Dispatch::prefetch(task->kind, task, slots[cur], arena, t);
+#endif
+          }
         });
+#if defined(MK_PACED_PREFETCH)
+        arena.pace_lo = 0;
+        arena.pace_hi = ~uint64_t{0};
+#endif
       } else if (threadIdx.x == 32) {
         // The next task: its entry and buffers, its weights into the ring behind this task's
         // (and, prefetching ahead, into L2), so HBM streams them while this task waits and

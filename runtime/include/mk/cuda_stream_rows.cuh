@@ -491,25 +491,56 @@ __device__ inline __noinline__ void prefetch_l2(const void* p, uint64_t bytes) {
   }
 }
 
+// The part of `bytes` at p that falls in the arena's prefetch window (MK_CUDA_PREFETCH_AT=paced),
+// the window's count moved past them: a paced wait walks a body's prefetch once a piece.
+__device__ inline void prefetch_l2(Arena& a, const void* p, uint64_t bytes) {
+#if defined(MK_PACED_PREFETCH)
+  const uint64_t at = a.pace_at;
+  a.pace_at = at + bytes;
+  const uint64_t lo = a.pace_lo > at ? a.pace_lo - at : 0;
+  const uint64_t hi = a.pace_hi - at < bytes ? a.pace_hi - at : bytes;
+  if (a.pace_hi > at && lo < hi) prefetch_l2(static_cast<const char*>(p) + lo, hi - lo);
+#else
+  (void)a;
+  prefetch_l2(p, bytes);
+#endif
+}
+
 // A decode task's weights (`rows` rows of `cols` 16-bit elements, `ld` apart), requested before
 // the task waits for its inputs: HBM streams them while the producers finish.
 // Rows apart (a column block of a split o-projection: 64 rows of 512 bytes) take one prefetch
 // each, issued here: one thread issues them while the CTA waits at the dispatcher's barrier.
-__device__ inline __noinline__ void prefetch_rows(const uint16_t* w, int rows, int64_t ld, int64_t cols) {
+__device__ inline __noinline__ void prefetch_rows(Arena& a, const uint16_t* w, int rows, int64_t ld,
+                                                  int64_t cols) {
   const uint64_t bytes = 2 * static_cast<uint64_t>(cols);
   if (ld == cols) {
-    prefetch_l2(w, bytes * rows);
+    prefetch_l2(a, w, bytes * rows);
     return;
   }
-  if ((reinterpret_cast<uintptr_t>(w) & 15) == 0 && ld % 8 == 0 && cols % 8 == 0 && bytes <= 32768) {
-    for (int r = 0; r < rows; ++r) {
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w + r * ld), "r"(static_cast<uint32_t>(bytes))
-                   : "memory");
-    }
-    return;
-  }
-  for (int r = 0; r < rows; ++r) prefetch_l2(w + r * ld, bytes);
+  for (int r = 0; r < rows; ++r) prefetch_l2(a, w + r * ld, bytes);
 }
+
+#if defined(MK_PACED_PREFETCH)
+// MK_CUDA_PREFETCH_AT=paced: the rows of up to kStreamMaxWeights weights (concatenated, as
+// stream_linear's warps share them), row j of every warp's share before row j + 1 of any, so
+// that however few pieces a wait asks for, every warp finds its first rows in L2.
+__device__ inline __noinline__ void prefetch_shares(Arena& a, const uint16_t* const* first, const int* rows,
+                                                    const int64_t* ld, int nw, int64_t cols) {
+  int total = 0;
+  for (int i = 0; i < nw; ++i) total += rows[i];
+  const int warps = static_cast<int>(MK_CTA_THREADS >> 5), per = (total + warps - 1) / warps;
+  for (int j = 0; j < per; ++j) {
+    for (int w = 0; w < warps; ++w) {
+      int r = w * per + j;
+      if (r >= total) continue;
+      int i = 0;
+      while (r >= rows[i]) r -= rows[i++];
+      prefetch_l2(a, first[i] + r * ld[i], 2 * static_cast<uint64_t>(cols));
+      if (a.pace_at >= a.pace_hi) return;  // past the window: nothing more to ask for
+    }
+  }
+}
+#endif
 
 // Thread t of n asks the L2 for every n-th 128-byte line of the rows of chunk 0 (no registers
 // held, unlike load_first_round; MK_CUDA_MERGE_EARLY=behind: the threads that do not merge),

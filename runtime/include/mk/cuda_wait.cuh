@@ -175,8 +175,8 @@ constexpr unsigned kPollSleepNs = 128;
 
 // Thread 0: waits until every wait of `task` holds in iteration t of a launch that `base`
 // iterations preceded since the reset; false if the launch stops.
-// `on_miss` runs once, at the first event found not ready: work worth doing only while the
-// task would otherwise sleep (Dispatch::kPrefetchAtWait).
+// `on_miss` runs at every poll that finds an event not ready (once before pipelined polls):
+// work worth doing only while the task would otherwise sleep (Dispatch::kPrefetchAtWait).
 template <bool Batch, bool Pipe, class OnMiss>
 __device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, int32_t id, int32_t sm,
                                  int32_t t, uint32_t base, SeenCounters& known, OnMiss&& on_miss) {
@@ -184,13 +184,7 @@ __device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, in
   if constexpr (Batch) {
     if (task.wait_end - task.wait_begin > 1 && waits_hold_at_first_look(p, near, t, base)) return true;
   }
-  bool slept = false, missed = false;
-  const auto first_miss = [&] {
-    if (!missed) {
-      missed = true;
-      on_miss();
-    }
-  };
+  bool slept = false;
   for (int32_t w = task.wait_begin; w < task.wait_end; ++w) {
     const int32_t i = w - task.wait_begin;
     const WaitDesc wd = i < kNearWaits ? near.waits[i] : p.waits[w];
@@ -208,14 +202,14 @@ __device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, in
     };
     if constexpr (Pipe) {
       if (!event_ready(p.counters + wd.counter, target.value, &seen)) {
-        first_miss();
+        on_miss();
         const int32_t got = poll_pipelined(p, p.counters + wd.counter, target.value, start, &seen);
         if (got < 0 || (got == RUN_TIMEOUT && timed_out())) return false;
         slept = true;  // look at the abort flag once it holds, as after a plain poll's sleep
       }
     }
     while (!Pipe && !event_ready(p.counters + wd.counter, target.value, &seen)) {
-      first_miss();
+      on_miss();
       // Every poll is a round trip to L2: look at the abort flag only now and then.
       if ((++polls & 15) == 0 && aborted(p)) return false;
       if (timed_out()) return false;
