@@ -81,6 +81,8 @@ struct Arena {
   uint64_t pace_at = 0;
   uint64_t pace_lo = 0;
   uint64_t pace_hi = ~uint64_t{0};
+  int32_t pace_step = 0;     // prefetch_shares: where the next piece's walk resumes (0: the start)
+  uint64_t pace_step_at = 0;  // pace_at there
 #endif
   // Out of line: ~150 bytes of code inline at each of a body's allocations.
   __device__ __noinline__ void* alloc(uint64_t bytes) {

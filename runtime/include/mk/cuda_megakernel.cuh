@@ -304,6 +304,7 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
 #if defined(MK_PACED_PREFETCH)
         arena.pace_lo = 0;
         arena.pace_hi = ~uint64_t{0};
+        arena.pace_step = 0;
 #endif
       } else if (threadIdx.x == 32) {
         // The next task: its entry and buffers, its weights into the ring behind this task's

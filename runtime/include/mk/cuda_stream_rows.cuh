@@ -523,20 +523,32 @@ __device__ inline __noinline__ void prefetch_rows(Arena& a, const uint16_t* w, i
 #if defined(MK_PACED_PREFETCH)
 // MK_CUDA_PREFETCH_AT=paced: the rows of up to kStreamMaxWeights weights (concatenated, as
 // stream_linear's warps share them), row j of every warp's share before row j + 1 of any, so
-// that however few pieces a wait asks for, every warp finds its first rows in L2.
+// that however few pieces a wait asks for, every warp finds its first rows in L2. The walk
+// resumes at the row the last piece ended in (the arena's pace_step), so a poll walks only
+// the rows of its own piece.
 __device__ inline __noinline__ void prefetch_shares(Arena& a, const uint16_t* const* first, const int* rows,
                                                     const int64_t* ld, int nw, int64_t cols) {
   int total = 0;
   for (int i = 0; i < nw; ++i) total += rows[i];
   const int warps = static_cast<int>(MK_CTA_THREADS >> 5), per = (total + warps - 1) / warps;
-  for (int j = 0; j < per; ++j) {
-    for (int w = 0; w < warps; ++w) {
-      int r = w * per + j;
-      if (r >= total) continue;
-      int i = 0;
-      while (r >= rows[i]) r -= rows[i++];
-      prefetch_l2(a, first[i] + r * ld[i], 2 * static_cast<uint64_t>(cols));
-      if (a.pace_at >= a.pace_hi) return;  // past the window: nothing more to ask for
+  const uint64_t bytes = 2 * static_cast<uint64_t>(cols);
+  int k = 0;
+  if (a.pace_step > 0) {
+    k = a.pace_step;
+    a.pace_at = a.pace_step_at;
+  }
+  for (; k < per * warps; ++k) {
+    int r = (k % warps) * per + k / warps;  // row k / warps of warp k % warps
+    if (r >= total) continue;
+    int i = 0;
+    while (r >= rows[i]) r -= rows[i++];
+    const uint64_t at = a.pace_at;
+    prefetch_l2(a, first[i] + r * ld[i], bytes);
+    if (a.pace_at >= a.pace_hi) {  // past the window: the next piece starts in this row or after
+      const bool rest = a.pace_at > a.pace_hi;
+      a.pace_step = rest ? k : k + 1;
+      a.pace_step_at = rest ? at : a.pace_at;
+      return;
     }
   }
 }
