@@ -24,6 +24,9 @@ launch:
   its activation);
 - `bare`: the ring at the widest F with nothing but the products: what the ring's weight
   bytes alone cost;
+- `chainbg F`: `chain` with the loader thread streaming the CTA's weights through the ring
+  beside it, F chunks in flight, that nobody reads: what a full HBM pipe does to the chain's
+  round trips (session 82 found `ring` costing `chain` + `bare`, not their maximum);
 - `chainr`, `directr`: `chain` and `direct` with acquire loads and release reductions instead
   of relaxed polls and acq_rel fences around the signal's atomic; `chainmk`, `directmk`: with
   the megakernel's own protocol (acquire polls with sleeps of 32 ns doubling to 128 between
@@ -99,6 +102,8 @@ def program_source(
         modes += [("chaincl", 0, 0, 0), ("directcl", 1, 0, 0)]
     if flagged and any(flagged):  # the flagged phases' hops by flags, the others' by counters
         modes += [("chainmix", 0, 0, 0), ("directmix", 1, 0, 0)]
+    # the chain with weights streamed beside it that nobody reads (`inflight` chunks at a time)
+    modes += [("chainbg", 5, f, 0) for f in inflight]
     for copier, suffix in ((0, ""), (1, "c")):
         modes += [(f"ring{suffix}", 2, f, copier) for f in inflight]
         modes.append((f"stream{suffix}", 3, slots, copier))
@@ -289,7 +294,7 @@ def flag_problem(phases: list[int], flagged: list[bool]) -> str | None:
     return None
 
 
-MODE_NAMES += ("ring", "stream", "bare", "ringc", "streamc", "barec")
+MODE_NAMES += ("chainbg", "ring", "stream", "bare", "ringc", "streamc", "barec")
 
 
 def table(out: str, layers: int) -> str:
@@ -309,7 +314,7 @@ def table(out: str, layers: int) -> str:
         if r[0] in MODE_NAMES:
             us = float(r[2])
             same = {"-1": "", "1": "yes", "0": "**no**"}[r[3]]
-            f = r[1] if r[0].startswith(("ring", "stream", "bare")) else ""
+            f = r[1] if r[0].startswith(("ring", "stream", "bare", "chainbg")) else ""
             lines.append(
                 f"| {r[0]} | {f} | {us:.1f} | {us / layers:.2f} | {us / floor:.2f} | {same} |"
             )

@@ -31,7 +31,7 @@ __constant__ int c_local[kPhases] = {{{", ".join(str(int(x)) for x in local)}}};
 __constant__ int c_flagged[kPhases] = {{{", ".join(str(int(x)) for x in flagged)}}};
 constexpr bool kLastFlagged = {"true" if flagged[-1] else "false"};
 constexpr int kLayerRows = {sum(phases)};
-enum Mode {{ CHAIN = 0, DIRECT = 1, RING = 2, STREAM = 3, BYTES = 4 }};
+enum Mode {{ CHAIN = 0, DIRECT = 1, RING = 2, STREAM = 3, BYTES = 4, BACKGROUND = 5 }};
 
 __device__ __forceinline__ uint32_t sa(const void* p) {{
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -248,6 +248,31 @@ __device__ __noinline__ void load_ahead(const Params& p, uint16_t* ring, uint64_
 """
 
 
+BACKGROUND_SOURCE = """
+// The chainbg modes: the loader thread streams this CTA's share of the weights through the ring,
+// `inflight` 16 KB chunks at a time, for as long as the chain runs, and nobody reads them: what
+// a full HBM pipe does to the chain's round trips.
+__device__ __noinline__ void load_background(const Params& p, uint16_t* ring, uint64_t* full,
+                                             const volatile int* done) {
+  const long long share = (long long)p.layers * kLayerRows * K;  // elements a CTA has
+  const uint16_t* base = p.w + (long long)blockIdx.x * share;
+  const long long chunks = share / (kChunk / 2);
+  if (chunks == 0) return;  // less than a chunk of weights: nothing to stream
+  long long i = 0;
+  for (; !*done; ++i) {
+    if (i >= p.inflight) {
+      const long long d = i - p.inflight;
+      mb_wait(&full[d % kSlots], static_cast<uint32_t>((d / kSlots) & 1));
+    }
+    bulk(ring + (size_t)(i % kSlots) * (kChunk / 2), base + (i % chunks) * (kChunk / 2), kChunk,
+         &full[i % kSlots]);
+  }
+  // Every copy lands before the CTA may exit.
+  for (long long d = i > p.inflight ? i - p.inflight : 0; d < i; ++d)
+    mb_wait(&full[d % kSlots], static_cast<uint32_t>((d / kSlots) & 1));
+}
+"""
+
 LL_SOURCE = """
 // The ll modes: a value and its flag in one 8-byte store, so a consumer's poll of the values is
 // the wait (no fence, no counter, one round trip fewer), as NCCL's LL protocol does.
@@ -290,7 +315,8 @@ __device__ __forceinline__ void ll_give(unsigned long long* out, int rows, const
 def _compute_source() -> str:
     """The compute warps' phases: wait, activation and norm, product, signal."""
     return (
-        LL_SOURCE
+        BACKGROUND_SOURCE
+        + LL_SOURCE
         + """
 // A phase's `rows` from the ring (chunks i on), row `warp` of kGroup chunks at a time once they
 // land, their slots handed back; the chunks taken so far.
@@ -452,9 +478,11 @@ __global__ void __launch_bounds__(288, 1) chain(const __grid_constant__ Params p
   __shared__ uint64_t full[kSlots], empty[kSlots];
   __shared__ uint64_t cbar;  // a local phase: one arrival from each CTA of the cluster
   __shared__ float part[8];
+  __shared__ volatile int done;  // the chainbg modes: the chain is over
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const uint32_t crank = cluster_rank(), csize = cluster_size();
   if (threadIdx.x == 0) {
+    done = 0;
     for (int s = 0; s < kSlots; ++s) { mb_init(&full[s], p.copier ? 32 : 1); mb_init(&empty[s], 8); }
     mb_init(&cbar, static_cast<int>(csize));
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -466,8 +494,13 @@ __global__ void __launch_bounds__(288, 1) chain(const __grid_constant__ Params p
     if (p.pf == 3 && threadIdx.x == 0) prefetch_spare(p, static_cast<int>(blockIdx.x) - ctas(p));
   } else if (warp == 8) {
     if (ringed && (p.copier == 1 || lane == 0)) load_ahead(p, ring, full, empty, lane);
+    if (p.mode == BACKGROUND && lane == 0) load_background(p, ring, full, &done);
   } else {
     compute(p, ring, xs, xs + K, xs + 2 * K, full, empty, &cbar, part, crank, csize);
+    if (p.mode == BACKGROUND) {
+      compute_sync();
+      if (threadIdx.x == 0) done = 1;
+    }
   }
   cluster_sync_all();
 }

@@ -35,6 +35,8 @@ def test_the_program_runs_every_mode_once() -> None:
         'run("directsp0", 1, 0, 0);',
         'run("directsp", 1, 0, 0);',
         'run("directsp2", 1, 0, 0);',
+        'run("chainbg", 5, 1, 0);',
+        'run("chainbg", 5, 4, 0);',
         'run("ring", 2, 1, 0);',
         'run("ring", 2, 4, 0);',
         f'run("stream", 3, {bench.SLOTS}, 0);',
@@ -138,7 +140,7 @@ def test_cluster_local_phases_run(
         "chain", "direct", "chainr", "directr", "chainmk", "directmk", "chainll", "directll",
         "directpfw", "directpfs", "directpfs2", "directpfp4", "directpfp8", "directpfp16",
         "directsp0", "directsp", "directsp2",
-        "chaincl", "directcl",
+        "chaincl", "directcl", "chainbg",
         "ring", "stream", "bare", "ringc", "streamc", "barec",
     ]  # fmt: skip
     checked = ("| ring", "| directr", "| directmk", "| directll")
