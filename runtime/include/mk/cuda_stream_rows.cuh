@@ -517,6 +517,15 @@ __device__ inline __noinline__ void prefetch_rows(Arena& a, const uint16_t* w, i
     prefetch_l2(a, w, bytes * rows);
     return;
   }
+#if !defined(MK_PACED_PREFETCH)
+  if ((reinterpret_cast<uintptr_t>(w) & 15) == 0 && ld % 8 == 0 && cols % 8 == 0 && bytes <= 32768) {
+    for (int r = 0; r < rows; ++r) {
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w + r * ld), "r"(static_cast<uint32_t>(bytes))
+                   : "memory");
+    }
+    return;
+  }
+#endif
   for (int r = 0; r < rows; ++r) prefetch_l2(a, w + r * ld, bytes);
 }
 
