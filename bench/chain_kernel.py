@@ -31,7 +31,7 @@ __constant__ int c_local[kPhases] = {{{", ".join(str(int(x)) for x in local)}}};
 __constant__ int c_flagged[kPhases] = {{{", ".join(str(int(x)) for x in flagged)}}};
 constexpr bool kLastFlagged = {"true" if flagged[-1] else "false"};
 constexpr int kLayerRows = {sum(phases)};
-enum Mode {{ CHAIN = 0, DIRECT = 1, RING = 2, STREAM = 3, BYTES = 4, BACKGROUND = 5 }};
+enum Mode {{ CHAIN = 0, DIRECT = 1, RING = 2, STREAM = 3, BARE = 4, BACKGROUND = 5 }};
 
 __device__ __forceinline__ uint32_t sa(const void* p) {{
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -346,9 +346,9 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
                                      uint64_t* empty, uint64_t* cbar, float* part, uint32_t crank,
                                      uint32_t csize) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const bool ringed = p.mode == RING || p.mode == STREAM || p.mode == BYTES;
+  const bool ringed = p.mode == RING || p.mode == STREAM || p.mode == BARE;
   long long i = 0;  // chunks taken
-  if (p.mode == BYTES) {  // the ring's bytes alone: chunks dotted with act_in as they land
+  if (p.mode == BARE) {  // the ring's bytes alone: chunks dotted with act_in as they land
     for (int e = threadIdx.x; e < K; e += 256) xs[e] = p.act[e];
     compute_sync();
     float* out = p.act + p.act_stride + (long long)blockIdx.x * kLayerRows;
@@ -489,7 +489,7 @@ __global__ void __launch_bounds__(288, 1) chain(const __grid_constant__ Params p
   }
   __syncthreads();
   cluster_sync_all();  // every peer's barrier is initialised before the first remote arrival
-  const bool ringed = p.mode == RING || p.mode == STREAM || p.mode == BYTES;
+  const bool ringed = p.mode == RING || p.mode == STREAM || p.mode == BARE;
   if (static_cast<int>(blockIdx.x) >= ctas(p)) {  // a spare CTA
     if (p.pf == 3 && threadIdx.x == 0) prefetch_spare(p, static_cast<int>(blockIdx.x) - ctas(p));
   } else if (warp == 8) {

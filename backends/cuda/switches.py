@@ -217,7 +217,8 @@ def merge_tiles() -> bool:
 
 def prefetch_budget() -> int:
     """Most weight bytes a task asks the L2 for ahead of its turn: MK_CUDA_PREFETCH (bytes),
-    else PREFETCH_MAX with MK_CUDA_PREFETCH_AT=wait or ahead2 and 0 without. Off by default: on
+    else PACED_MAX (the whole slab) with MK_CUDA_PREFETCH_AT=paced, PREFETCH_MAX with the other
+    requests (wait, ahead2, signal, signalled) and 0 with the default `ahead`. Off by default: on
     the H200 a qwen3-0.6b step took 308 us without it and 371 us with 128 KB one task ahead
     (bench/RESULTS.md), while the gated MLP and RMSNorm+Linear rows moved within the noise."""
     at = prefetch_at()
