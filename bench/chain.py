@@ -100,6 +100,10 @@ def program_source(
     modes += [("directsp0", 1, 0, 0), ("directsp", 1, 0, 0), ("directsp2", 1, 0, 0)]
     if cluster > 1 and local and any(local):
         modes += [("chaincl", 0, 0, 0), ("directcl", 1, 0, 0)]
+        if dsm_problem(phases, local, cluster) is None:  # the cluster's values in shared memory
+            modes += [("chaindsm", 0, 0, 0), ("directdsm", 1, 0, 0)]
+            modes += [("bgdsm", 5, f, 0) for f in inflight]
+            modes += [("ringdsm", 2, f, 0) for f in inflight]
     if flagged and any(flagged):  # the flagged phases' hops by flags, the others' by counters
         modes += [("chainmix", 0, 0, 0), ("directmix", 1, 0, 0)]
     # the chain with weights streamed beside it that nobody reads (`inflight` chunks at a time)
@@ -110,7 +114,7 @@ def program_source(
         modes.append((f"bare{suffix}", 4, slots, copier))
     runs = "".join(f'\n  run("{name}", {m}, {f}, {c});' for name, m, f, c in modes)
     rows_max = max(phases)
-    smem = slots * CHUNK_ROWS * K * 2 + (2 * K + rows_max) * 4  # ring, xs, raw, res
+    smem = slots * CHUNK_ROWS * K * 2 + (4 * K + max(rows_max, 1)) * 4  # ring, xs, raw, res, rx
     return f"""#include <cuda_runtime.h>
 #include <stdint.h>
 #include <algorithm>
@@ -135,7 +139,7 @@ __global__ void fill(uint16_t* w, size_t n) {{
 static int sms;
 static Params prm;
 static size_t act_floats;
-static std::vector<float> reference, spare_reference;
+static std::vector<float> reference, spare_reference, cluster_reference;
 constexpr int SPARE = {SPARE};
 
 static cudaLaunchConfig_t config;
@@ -163,7 +167,8 @@ static void run(const char* name, int mode, int inflight, int copier) {{
   prm.piece = paced ? 1024 * atoi(name + strlen("directpfp")) : 0;
   prm.pf_ahead = ends_with(name, "2") ? 2 : 1;
   prm.spare = sp ? SPARE : 0;
-  prm.local = ends_with(name, "cl");
+  prm.dsm = strstr(name, "dsm") != nullptr;
+  prm.local = ends_with(name, "cl") || prm.dsm;
   prm.ll = ends_with(name, "ll") || ends_with(name, "mix");
   prm.ll_all = ends_with(name, "ll");
   prm.mode = mode;
@@ -198,6 +203,10 @@ static void run(const char* name, int mode, int inflight, int copier) {{
   int same = -1;  // -1: not checked
   if (mode == 1 && reference.empty()) {{
     reference = h;
+  }} else if (mode == 1 && prm.local && !prm.dsm) {{  // directcl: the sums of the cluster-local reads
+    cluster_reference = h;
+  }} else if (prm.dsm && (mode == 1 || mode == 2)) {{  // the same values through shared memory
+    same = memcmp(h.data(), cluster_reference.data(), h.size() * sizeof(float)) == 0;
   }} else if (prm.spare && ends_with(name, "sp0")) {{  // fewer computing CTAs: other sums
     spare_reference = h;
   }} else if (prm.spare) {{
@@ -294,6 +303,20 @@ def flag_problem(phases: list[int], flagged: list[bool]) -> str | None:
     return None
 
 
+def dsm_problem(phases: list[int], local: list[bool], cluster: int) -> str | None:
+    """Why the dsm modes cannot run these phases, or None: every local phase after the first
+    reads the rows of the phase before it from the cluster's shared memory, so that phase needs
+    rows, and a receive buffer of K floats holds a cluster's rows."""
+    n = len(phases)
+    for j in range(n):
+        if local[j] and phases[j - 1] == 0:
+            return f"local phase {j} follows a phase without rows"
+        if local[j] and cluster * phases[j - 1] > K:
+            return f"a cluster of {cluster} CTAs has more than {K} values of phase {(j - 1) % n}"
+    return None
+
+
+MODE_NAMES += ("chaindsm", "directdsm", "bgdsm", "ringdsm")
 MODE_NAMES += ("chainbg", "ring", "stream", "bare", "ringc", "streamc", "barec")
 
 
@@ -314,7 +337,7 @@ def table(out: str, layers: int) -> str:
         if r[0] in MODE_NAMES:
             us = float(r[2])
             same = {"-1": "", "1": "yes", "0": "**no**"}[r[3]]
-            f = r[1] if r[0].startswith(("ring", "stream", "bare", "chainbg")) else ""
+            f = r[1] if r[0].startswith(("ring", "stream", "bare", "chainbg", "bgdsm")) else ""
             lines.append(
                 f"| {r[0]} | {f} | {us:.1f} | {us / layers:.2f} | {us / floor:.2f} | {same} |"
             )

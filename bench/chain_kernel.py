@@ -22,6 +22,7 @@ def kernel_source(
     local = local or [False] * n
     flagged = flagged or [False] * n
     prefix = [sum(phases[:i]) for i in range(n)]
+    push = [int(phases[j] > 0 and local[(j + 1) % n]) for j in range(n)]
     return f"""
 constexpr int K = {K}, kRows = {CHUNK_ROWS}, kSlots = {slots}, kPhases = {n}, kGroup = {GROUP};
 constexpr int kChunk = kRows * K * 2;
@@ -29,8 +30,10 @@ __constant__ int c_rows[kPhases] = {{{", ".join(map(str, phases))}}};
 __constant__ int c_prefix[kPhases] = {{{", ".join(map(str, prefix))}}};
 __constant__ int c_local[kPhases] = {{{", ".join(str(int(x)) for x in local)}}};
 __constant__ int c_flagged[kPhases] = {{{", ".join(str(int(x)) for x in flagged)}}};
+__constant__ int c_push[kPhases] = {{{", ".join(map(str, push))}}};
 constexpr bool kLastFlagged = {"true" if flagged[-1] else "false"};
 constexpr int kLayerRows = {sum(phases)};
+constexpr int kRowsMax = {max(max(phases), 1)};
 enum Mode {{ CHAIN = 0, DIRECT = 1, RING = 2, STREAM = 3, BARE = 4, BACKGROUND = 5 }};
 
 __device__ __forceinline__ uint32_t sa(const void* p) {{
@@ -85,6 +88,17 @@ __device__ __forceinline__ void cluster_meet(uint64_t* bar, uint32_t n, uint32_t
         "{{\\n .reg .pred p;\\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\\n"
         " selp.u32 %0, 1, 0, p;\\n}}"
         : "=r"(ok) : "r"(sa(bar)), "r"(parity) : "memory");
+  }}
+}}
+
+// The dsm modes: this CTA's `rows` values (in res) stored at crank * rows of every peer's
+// receive buffer `rx` (its own included), through the cluster's shared memory.
+__device__ __forceinline__ void push_rows(const float* res, float* rx, int rows, uint32_t crank, uint32_t n) {{
+  for (int t = threadIdx.x; t < rows * static_cast<int>(n); t += 256) {{
+    const int r = t % rows;
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(sa(rx + crank * rows + r)), "r"(t / rows));
+    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(res[r]) : "memory");
   }}
 }}
 
@@ -146,6 +160,8 @@ struct Params {{
   int sync;  // 0: relaxed polls + acq_rel fences around an atomic; 1: ld.acquire, red.release;
              // 2: as 1, with mk's sleeps between polls
   int local;  // 1: the phases marked local wait for their cluster only
+  int dsm;    // with local: a local phase's values come through the peers' shared memory (each
+              // producer stores its rows into every peer's receive buffer), not the L2
   int ll;     // 1: no counters; each value travels with its flag (one 8-byte store), polled
   int ll_all; // with ll: every phase so (the ll modes), else the c_flagged ones (the mix modes)
   unsigned long long* lls;  // per phase: the flagged values
@@ -342,7 +358,7 @@ __device__ __forceinline__ long long take_chunks(uint16_t* ring, const float* xs
 }
 
 __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs, float* raw, float* res,
-                                     uint64_t* full,
+                                     float* rx, uint64_t* full,
                                      uint64_t* empty, uint64_t* cbar, float* part, uint32_t crank,
                                      uint32_t csize) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -359,6 +375,7 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
   const float* src = p.act;  // act_in
   int src_rows = 0, prev_rows = 0;  // rows a CTA wrote of src; of the phase before
   uint32_t locals = 0;  // local phases met
+  int pushed = 0;  // the dsm modes: rows stored into the peers' receive buffers (two, in turn)
   int phase = 0;
   for (int layer = 0; layer < p.layers; ++layer)
     for (int j = 0; j < kPhases; ++j, ++phase) {
@@ -405,6 +422,17 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
       const int span = near ? static_cast<int>(csize) * src_rows : K;
       if (in_ll) {
         ss = ll_take(p.lls + (long long)phase * p.act_stride, xs, raw);
+      } else if (near && p.dsm) {  // what the cluster stored here: the same values as `near` reads
+        const float* got = rx + ((pushed - 1) & 1) * K;
+        float v[K / 256];
+#pragma unroll
+        for (int s = 0; s < K / 256; ++s) v[s] = got[(threadIdx.x + s * 256) % span];
+#pragma unroll
+        for (int s = 0; s < K / 256; ++s) {
+          xs[threadIdx.x + s * 256] = v[s];
+          raw[threadIdx.x + s * 256] = v[s];
+          ss += v[s] * v[s];
+        }
       } else {
         // Every load of the activation in flight before its first store (as mk's
         // load_runs_together): stores into xs first would keep the next load behind them.
@@ -427,7 +455,9 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
       const float scale = rsqrtf(total / K + 1e-6f);
       for (int e = threadIdx.x; e < K; e += 256) xs[e] *= scale;
       compute_sync();
-      float* out = out_ll ? res : p.act + (long long)(phase + 1) * p.act_stride + (long long)blockIdx.x * rows;
+      const bool push = p.dsm && c_push[j];
+      float* const act_out = p.act + (long long)(phase + 1) * p.act_stride + (long long)blockIdx.x * rows;
+      float* out = out_ll || push ? res : act_out;
       if (p.mode == DIRECT) {
         const uint16_t* w = slab(p, layer, j);
         // Row `warp` of chunks c..c+3 (rows warp + 8c...), as the ring takes them below.
@@ -444,13 +474,20 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
         for (int r = threadIdx.x; r < rows; r += 256) out[r] = xs[(blockIdx.x * rows + r) % K];
       }
       compute_sync();
+      if (push) {  // the peers' copy, and the plain one for the phases that read all CTAs' values
+        for (int r = threadIdx.x; r < rows; r += 256) act_out[r] = res[r];
+        push_rows(res, rx + (pushed & 1) * K, rows, crank, csize);
+        ++pushed;
+        compute_sync();
+      }
       if (out_ll) ll_give(p.lls + (long long)(phase + 1) * p.act_stride, rows, res, raw, ctas(p));
       if (rows > 0 && p.mode != STREAM && !out_ll) {
         src = p.act + (long long)(phase + 1) * p.act_stride;
         src_rows = rows;
       }
       prev_rows = rows;
-      if (threadIdx.x == 0 && !out_ll) {
+      // The dsm modes: a local phase next waits for its cluster, not this counter.
+      if (threadIdx.x == 0 && !out_ll && !(p.dsm && c_local[(j + 1) % kPhases])) {
         if (p.sync == 0) {
           asm volatile("fence.acq_rel.gpu;" ::: "memory");
           atomicAdd(p.counters + phase, 1u);
@@ -496,7 +533,7 @@ __global__ void __launch_bounds__(288, 1) chain(const __grid_constant__ Params p
     if (ringed && (p.copier == 1 || lane == 0)) load_ahead(p, ring, full, empty, lane);
     if (p.mode == BACKGROUND && lane == 0) load_background(p, ring, full, &done);
   } else {
-    compute(p, ring, xs, xs + K, xs + 2 * K, full, empty, &cbar, part, crank, csize);
+    compute(p, ring, xs, xs + K, xs + 2 * K, xs + 2 * K + kRowsMax, full, empty, &cbar, part, crank, csize);
     if (p.mode == BACKGROUND) {
       compute_sync();
       if (threadIdx.x == 0) done = 1;

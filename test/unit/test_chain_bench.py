@@ -64,6 +64,32 @@ def test_clusters_add_the_cluster_local_modes() -> None:
     assert "mbarrier.arrive.release.cluster.shared::cluster.b64" in src
 
 
+def test_clusters_add_the_shared_memory_modes() -> None:
+    """Where every local phase follows one with rows that fit a receive buffer, the dsm modes
+    take those values through the peers' shared memory."""
+    bench = load("chain")
+    src = bench.program_source([32, 16, 48], 2, [1, 4], local=[True, True, False], cluster=4)
+    runs = [line.strip() for line in src.splitlines() if line.strip().startswith('run("')]
+    assert runs[17:25] == [
+        'run("chaincl", 0, 0, 0);', 'run("directcl", 1, 0, 0);',
+        'run("chaindsm", 0, 0, 0);', 'run("directdsm", 1, 0, 0);',
+        'run("bgdsm", 5, 1, 0);', 'run("bgdsm", 5, 4, 0);',
+        'run("ringdsm", 2, 1, 0);', 'run("ringdsm", 2, 4, 0);',
+    ]  # fmt: skip
+    # phase 2's rows feed phase 0 (local) of the next layer, phase 0's feed phase 1
+    assert "__constant__ int c_push[kPhases] = {1, 0, 1};" in src
+    assert "st.shared::cluster.f32" in src
+    after_empty = bench.program_source([32, 0, 16], 2, [1], local=[False, True, True], cluster=4)
+    assert "chaincl" in after_empty and "chaindsm" not in after_empty
+    assert bench.dsm_problem([32, 0, 16], [False, True, True], 4) == (
+        "local phase 2 follows a phase without rows"
+    )
+    assert bench.dsm_problem([72, 48], [False, True], 16) == (
+        "a cluster of 16 CTAs has more than 1024 values of phase 0"
+    )
+    assert bench.dsm_problem([32, 48], [False, True], 16) is None
+
+
 def test_flagged_phases_add_the_mix_modes() -> None:
     """Phases marked `l` hand their values on with flags in chainmix / directmix, the rest wait
     on counters; a counter wait must not read the plain values of a flagged phase."""
@@ -145,3 +171,13 @@ def test_cluster_local_phases_run(
     ]  # fmt: skip
     checked = ("| ring", "| directr", "| directmk", "| directll")
     assert all(r.rstrip().endswith("| yes |") for r in out if r.startswith(checked))
+
+
+@pytest.mark.gpu
+def test_shared_memory_phases_sum_what_the_cluster_local_ones_sum(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ["--phases", "c32,c0,16,c48", "--layers", "4", "--inflight", "2", "--cluster", "4"]
+    out = run_main("chain", args, monkeypatch, capsys)
+    rows = [r for r in out if r.startswith(("| directdsm", "| ringdsm"))]
+    assert len(rows) == 2 and all(r.rstrip().endswith("| yes |") for r in rows), rows
