@@ -36,6 +36,12 @@ launch:
   on every peer's shared-memory barrier, release at cluster scope, and waits for its own): what
   a phase whose consumer needs only a few producers (a head's QK-norm after its q columns) would
   cost if it were cluster-local instead of grid-wide;
+- `chaindsm`, `directdsm`, `bgdsm F`, `ringdsm F` (with `--cluster N`, where every `c` phase
+  follows one with rows): as `chaincl` / `directcl` / `chainbg` / `ring`, but a local phase's
+  values come through the cluster's shared memory (each CTA stores its rows into every peer's
+  receive buffer, then arrives on their barriers), not through the L2, and the phase before it
+  signals no counter: whether a hop that never touches the L2 keeps its speed while the HBM
+  pipe is full (`directdsm` and `ringdsm` must sum what `directcl` sums);
 - `directpfw`, `directpfs`, `directpfs2`: `directmk` with thread 0 asking the L2 for its CTA's
   slab of the next phase (`2`: the one after) by `cp.async.bulk.prefetch.L2`, at its wait
   (before the phase's own loads) or right after its signal (in the hop);
