@@ -36,6 +36,8 @@ launch:
   on every peer's shared-memory barrier, release at cluster scope, and waits for its own): what
   a phase whose consumer needs only a few producers (a head's QK-norm after its q columns) would
   cost if it were cluster-local instead of grid-wide;
+- `bgll F`, `ringll F`, `ringcll F`: `chainbg`, `ring` and `ringc` with every hop by flags (as
+  `chainll`): whether a chain of fewer round trips lets the ring's overlap win;
 - `chaindsm`, `directdsm`, `bgdsm F`, `ringdsm F` (with `--cluster N`, where every `c` phase
   follows one with rows): as `chaincl` / `directcl` / `chainbg` / `ring`, but a local phase's
   values come through the cluster's shared memory (each CTA stores its rows into every peer's
@@ -118,6 +120,9 @@ def program_source(
         modes += [(f"ring{suffix}", 2, f, copier) for f in inflight]
         modes.append((f"stream{suffix}", 3, slots, copier))
         modes.append((f"bare{suffix}", 4, slots, copier))
+    # every hop by flags: beside an unread stream, and with the ring (by bulk copies, cp.async)
+    modes += [("bgll", 5, f, 0) for f in inflight]
+    modes += [("ringll", 2, f, 0) for f in inflight] + [("ringcll", 2, f, 1) for f in inflight]
     runs = "".join(f'\n  run("{name}", {m}, {f}, {c});' for name, m, f, c in modes)
     rows_max = max(phases)
     smem = slots * CHUNK_ROWS * K * 2 + (4 * K + max(rows_max, 1)) * 4  # ring, xs, raw, res, rx
@@ -324,6 +329,7 @@ def dsm_problem(phases: list[int], local: list[bool], cluster: int) -> str | Non
 
 MODE_NAMES += ("chaindsm", "directdsm", "bgdsm", "ringdsm")
 MODE_NAMES += ("chainbg", "ring", "stream", "bare", "ringc", "streamc", "barec")
+MODE_NAMES += ("bgll", "ringll", "ringcll")
 
 
 def table(out: str, layers: int) -> str:
@@ -343,7 +349,11 @@ def table(out: str, layers: int) -> str:
         if r[0] in MODE_NAMES:
             us = float(r[2])
             same = {"-1": "", "1": "yes", "0": "**no**"}[r[3]]
-            f = r[1] if r[0].startswith(("ring", "stream", "bare", "chainbg", "bgdsm")) else ""
+            f = (
+                r[1]
+                if r[0].startswith(("ring", "stream", "bare", "chainbg", "bgdsm", "bgll"))
+                else ""
+            )
             lines.append(
                 f"| {r[0]} | {f} | {us:.1f} | {us / layers:.2f} | {us / floor:.2f} | {same} |"
             )

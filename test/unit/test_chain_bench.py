@@ -45,6 +45,12 @@ def test_the_program_runs_every_mode_once() -> None:
         'run("ringc", 2, 4, 1);',
         f'run("streamc", 3, {bench.SLOTS}, 1);',
         f'run("barec", 4, {bench.SLOTS}, 1);',
+        'run("bgll", 5, 1, 0);',
+        'run("bgll", 5, 4, 0);',
+        'run("ringll", 2, 1, 0);',
+        'run("ringll", 2, 4, 0);',
+        'run("ringcll", 2, 1, 1);',
+        'run("ringcll", 2, 4, 1);',
     ]
     assert "__constant__ int c_rows[kPhases] = {32, 0, 16};" in src
     assert "__constant__ int c_prefix[kPhases] = {0, 32, 32};" in src
@@ -153,7 +159,7 @@ def test_the_ring_sums_what_the_direct_stream_sums(
     out = run_main("chain", args, monkeypatch, capsys)
     checked = ("| ring", "| directr", "| directmk", "| directll", "| directpf", "| directsp |")
     rows = [r for r in out if r.startswith((*checked, "| directsp2 |", "| directmix"))]
-    assert len(rows) == 16 and all(r.rstrip().endswith("| yes |") for r in rows), rows
+    assert len(rows) == 20 and all(r.rstrip().endswith("| yes |") for r in rows), rows
 
 
 @pytest.mark.gpu
@@ -166,8 +172,8 @@ def test_cluster_local_phases_run(
         "chain", "direct", "chainr", "directr", "chainmk", "directmk", "chainll", "directll",
         "directpfw", "directpfs", "directpfs2", "directpfp4", "directpfp8", "directpfp16",
         "directsp0", "directsp", "directsp2",
-        "chaincl", "directcl", "chainbg",
-        "ring", "stream", "bare", "ringc", "streamc", "barec",
+        "chaincl", "directcl", "chaindsm", "directdsm", "bgdsm", "ringdsm", "chainbg",
+        "ring", "stream", "bare", "ringc", "streamc", "barec", "bgll", "ringll", "ringcll",
     ]  # fmt: skip
     checked = ("| ring", "| directr", "| directmk", "| directll")
     assert all(r.rstrip().endswith("| yes |") for r in out if r.startswith(checked))
