@@ -26,7 +26,8 @@ launch:
   bytes alone cost;
 - `chainbg F`: `chain` with the loader thread streaming the CTA's weights through the ring
   beside it, F chunks in flight, that nobody reads: what a full HBM pipe does to the chain's
-  round trips (session 82 found `ring` costing `chain` + `bare`, not their maximum);
+  round trips (session 82 found `ring` costing `chain` + `bare`, not their maximum); the table's
+  last column is the rate that unread stream reached meanwhile;
 - `chainr`, `directr`: `chain` and `direct` with acquire loads and release reductions instead
   of relaxed polls and acq_rel fences around the signal's atomic; `chainmk`, `directmk`: with
   the megakernel's own protocol (acquire polls with sleeps of 32 ns doubling to 128 between
@@ -188,7 +189,9 @@ static void run(const char* name, int mode, int inflight, int copier) {{
   cudaEvent_t a, b;
   cudaEventCreate(&a); cudaEventCreate(&b);
   std::vector<float> times;
+  double streamed_bytes = 0, streamed_us = 0;  // the bg modes' unread stream, timed launches
   for (int r = 0; r < 23; ++r) {{
+    CHECK(cudaMemset(prm.streamed, 0, sms * sizeof(unsigned long long)));
     CHECK(cudaMemset(prm.counters, 0, {len(phases)} * prm.layers * sizeof(unsigned)));
     CHECK(cudaMemset(prm.act + prm.act_stride, 0xff, (act_floats - prm.act_stride) * sizeof(float)));  // NaN
     CHECK(cudaMemset(prm.lls, 0, act_floats * sizeof(unsigned long long)));  // no flags
@@ -198,6 +201,12 @@ static void run(const char* name, int mode, int inflight, int copier) {{
     CHECK(cudaEventSynchronize(b));
     float ms; cudaEventElapsedTime(&ms, a, b);
     if (r >= 3) times.push_back(ms * 1e3f);
+    if (r >= 3 && mode == 5) {{
+      std::vector<unsigned long long> chunks(sms);
+      CHECK(cudaMemcpy(chunks.data(), prm.streamed, sms * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+      for (unsigned long long c : chunks) streamed_bytes += (double)c * kChunk;
+      streamed_us += ms * 1e3;
+    }}
   }}
   std::sort(times.begin(), times.end());
   const size_t last = act_floats - prm.act_stride;
@@ -225,7 +234,8 @@ static void run(const char* name, int mode, int inflight, int copier) {{
   }} else if ((mode == 1 && !prm.local) || mode == 2) {{  // the same sums, however they wait
     same = memcmp(h.data(), reference.data(), h.size() * sizeof(float)) == 0;
   }}
-  printf("%s %d %.2f %d\\n", name, inflight, times[times.size() / 2], same);
+  const double stream_gbs = streamed_us > 0 ? streamed_bytes / (streamed_us * 1e3) : 0;
+  printf("%s %d %.2f %d %.0f\\n", name, inflight, times[times.size() / 2], same, stream_gbs);
 }}
 
 int main() {{
@@ -257,6 +267,7 @@ int main() {{
   act_floats = (size_t)prm.act_stride * ({len(phases)} * {layers} + 1);
   CHECK(cudaMalloc(&prm.act, act_floats * sizeof(float)));
   CHECK(cudaMalloc(&prm.lls, act_floats * sizeof(unsigned long long)));
+  CHECK(cudaMalloc(&prm.streamed, sms * sizeof(unsigned long long)));
   std::vector<float> in(prm.act_stride);
   for (size_t e = 0; e < in.size(); ++e) in[e] = 0.5f + static_cast<float>((e * 7919) % 1000) / 1000.f;
   CHECK(cudaMemcpy(prm.act, in.data(), in.size() * sizeof(float), cudaMemcpyHostToDevice));
@@ -342,8 +353,9 @@ def table(out: str, layers: int) -> str:
     lines = [
         f"weights {nbytes / 1e6:.0f} MB, copy {copy:.0f} GB/s, floor {floor:.1f} µs "
         f"({floor / layers:.2f} µs a layer), {ctas} CTAs",
-        "| mode | in flight (16 KB chunks) | µs | µs a layer | × floor | same sums as direct |",
-        "|---|---:|---:|---:|---:|---|",
+        "| mode | in flight (16 KB chunks) | µs | µs a layer | × floor | same sums as direct "
+        "| unread stream GB/s |",
+        "|---|---:|---:|---:|---:|---|---:|",
     ]
     for r in rows:
         if r[0] in MODE_NAMES:
@@ -354,8 +366,10 @@ def table(out: str, layers: int) -> str:
                 if r[0].startswith(("ring", "stream", "bare", "chainbg", "bgdsm", "bgll"))
                 else ""
             )
+            gbs = r[4] if len(r) > 4 and r[4] != "0" else ""
             lines.append(
-                f"| {r[0]} | {f} | {us:.1f} | {us / layers:.2f} | {us / floor:.2f} | {same} |"
+                f"| {r[0]} | {f} | {us:.1f} | {us / layers:.2f} | {us / floor:.2f} | {same} "
+                f"| {gbs} |"
             )
     return "\n".join(lines)
 

@@ -166,6 +166,7 @@ struct Params {{
   int ll;     // 1: no counters; each value travels with its flag (one 8-byte store), polled
   int ll_all; // with ll: every phase so (the ll modes), else the c_flagged ones (the mix modes)
   unsigned long long* lls;  // per phase: the flagged values
+  unsigned long long* streamed;  // the bg modes: chunks each CTA's unread stream moved
   long long act_stride;
   int pf;        // the next slab into L2 (one bulk prefetch): 0 never, 1 at the wait, 2 at the signal;
                  // 4: the phase's own slab, one piece of `piece` bytes per poll that finds it short
@@ -287,6 +288,7 @@ __device__ __noinline__ void load_background(const Params& p, uint16_t* ring, ui
   // Every copy lands before the CTA may exit.
   for (long long d = i > p.inflight ? i - p.inflight : 0; d < i; ++d)
     mb_wait(&full[d % kSlots], static_cast<uint32_t>((d / kSlots) & 1));
+  p.streamed[blockIdx.x] = static_cast<unsigned long long>(i);  // chunks this CTA moved
 }
 """
 
