@@ -183,13 +183,6 @@ def test_cluster_local_phases_run(
     ]  # fmt: skip
     checked = ("| ring", "| directr", "| directmk", "| directll")
     assert all(_same(r) == "yes" for r in out if r.startswith(checked))
-
-
-@pytest.mark.gpu
-def test_shared_memory_phases_sum_what_the_cluster_local_ones_sum(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    args = ["--phases", "c32,c0,16,c48", "--layers", "4", "--inflight", "2", "--cluster", "4"]
-    out = run_main("chain", args, monkeypatch, capsys)
-    rows = [r for r in out if r.startswith(("| directdsm", "| ringdsm"))]
-    assert len(rows) == 2 and all(_same(r) == "yes" for r in rows), rows
+    # the values through the peers' shared memory: directcl's sums
+    dsm = [r for r in out if r.startswith(("| directdsm", "| ringdsm"))]
+    assert len(dsm) == 2 and all(_same(r) == "yes" for r in dsm), dsm
