@@ -425,23 +425,17 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
       const int span = near ? static_cast<int>(csize) * src_rows : K;
       if (in_ll) {
         ss = ll_take(p.lls + (long long)phase * p.act_stride, xs, raw);
-      } else if (near && p.dsm) {  // what the cluster stored here: the same values as `near` reads
-        const float* got = rx + ((pushed - 1) & 1) * K;
-        float v[K / 256];
-#pragma unroll
-        for (int s = 0; s < K / 256; ++s) v[s] = got[(threadIdx.x + s * 256) % span];
-#pragma unroll
-        for (int s = 0; s < K / 256; ++s) {
-          xs[threadIdx.x + s * 256] = v[s];
-          raw[threadIdx.x + s * 256] = v[s];
-          ss += v[s] * v[s];
-        }
       } else {
         // Every load of the activation in flight before its first store (as mk's
-        // load_runs_together): stores into xs first would keep the next load behind them.
+        // load_runs_together): stores into xs first would keep the next load behind them. The
+        // dsm modes' near phases read the same values where the cluster stored them here.
+        const float* got = near && p.dsm ? rx + ((pushed - 1) & 1) * K : nullptr;
         float v[K / 256];
 #pragma unroll
-        for (int s = 0; s < K / 256; ++s) v[s] = __ldcg(src + base + (threadIdx.x + s * 256) % span);
+        for (int s = 0; s < K / 256; ++s) {
+          const int e = (threadIdx.x + s * 256) % span;
+          v[s] = got ? got[e] : __ldcg(src + base + e);
+        }
 #pragma unroll
         for (int s = 0; s < K / 256; ++s) {
           xs[threadIdx.x + s * 256] = v[s];
