@@ -60,7 +60,17 @@ launch:
   their counters), `chainmix` / `directmix` take those hops by flags and the rest by mk's
   counters: how much of `directll`'s gain a decode layer could take;
 - `ringc`, `streamc`, `barec`: the same with the whole loader warp copying 16 bytes a lane (cp.async,
-  through the L1's request queue) instead of one thread's bulk copies (the TMA unit's).
+  through the L1's request queue) instead of one thread's bulk copies (the TMA unit's);
+- `ringdyn F`: `ringll F` with each phase's chunks (of every CTA's rows) claimed from a counter
+  by whichever loader asks next, so SMs that stream faster take more: whether the ring's
+  coupled phases run at the slowest SM's rate. The table's last column gives the fewest and
+  most chunks a CTA moved against the mean (for the `bg` modes too: how evenly the unread
+  stream is served).
+
+A phase's outputs are interleaved over the CTAs (row r of CTA c at r × CTAs + c), so the K
+values the next phase reads hold rows of every CTA and each consumer waits for every producer,
+as a decode layer's do (until session 84 they were in blocks, and a flagged read waited for the
+first K ÷ rows CTAs only).
 
 Every mode but `chain`/`stream` computes the same sums in the same order, so the final
 activations must be bit-identical (checked). The floor is the weight bytes at the copy
@@ -124,6 +134,8 @@ def program_source(
     # every hop by flags: beside an unread stream, and with the ring (by bulk copies, cp.async)
     modes += [("bgll", 5, f, 0) for f in inflight]
     modes += [("ringll", 2, f, 0) for f in inflight] + [("ringcll", 2, f, 1) for f in inflight]
+    # every hop by flags, each phase's chunks claimed by whichever loader asks first
+    modes += [("ringdyn", 2, f, 0) for f in inflight]
     runs = "".join(f'\n  run("{name}", {m}, {f}, {c});' for name, m, f, c in modes)
     rows_max = max(phases)
     smem = slots * CHUNK_ROWS * K * 2 + (4 * K + max(rows_max, 1)) * 4  # ring, xs, raw, res, rx
@@ -181,8 +193,9 @@ static void run(const char* name, int mode, int inflight, int copier) {{
   prm.spare = sp ? SPARE : 0;
   prm.dsm = strstr(name, "dsm") != nullptr;
   prm.local = ends_with(name, "cl") || prm.dsm;
-  prm.ll = ends_with(name, "ll") || ends_with(name, "mix");
-  prm.ll_all = ends_with(name, "ll");
+  prm.dyn = ends_with(name, "dyn");
+  prm.ll = ends_with(name, "ll") || ends_with(name, "mix") || prm.dyn;
+  prm.ll_all = ends_with(name, "ll") || prm.dyn;
   prm.mode = mode;
   prm.copier = copier;
   prm.inflight = inflight;
@@ -190,9 +203,11 @@ static void run(const char* name, int mode, int inflight, int copier) {{
   cudaEventCreate(&a); cudaEventCreate(&b);
   std::vector<float> times;
   double streamed_bytes = 0, streamed_us = 0;  // the bg modes' unread stream, timed launches
+  double low = 0, high = 0;  // the bg and dyn modes: the fewest and most chunks a CTA moved ÷ the mean
   for (int r = 0; r < 23; ++r) {{
     CHECK(cudaMemset(prm.streamed, 0, sms * sizeof(unsigned long long)));
     CHECK(cudaMemset(prm.counters, 0, {len(phases)} * prm.layers * sizeof(unsigned)));
+    CHECK(cudaMemset(prm.claims, 0, {len(phases)} * prm.layers * sizeof(unsigned)));
     CHECK(cudaMemset(prm.act + prm.act_stride, 0xff, (act_floats - prm.act_stride) * sizeof(float)));  // NaN
     CHECK(cudaMemset(prm.lls, 0, act_floats * sizeof(unsigned long long)));  // no flags
     cudaEventRecord(a);
@@ -201,11 +216,18 @@ static void run(const char* name, int mode, int inflight, int copier) {{
     CHECK(cudaEventSynchronize(b));
     float ms; cudaEventElapsedTime(&ms, a, b);
     if (r >= 3) times.push_back(ms * 1e3f);
-    if (r >= 3 && mode == 5) {{
+    if (r >= 3 && (mode == 5 || prm.dyn)) {{
       std::vector<unsigned long long> chunks(sms);
       CHECK(cudaMemcpy(chunks.data(), prm.streamed, sms * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
-      for (unsigned long long c : chunks) streamed_bytes += (double)c * kChunk;
-      streamed_us += ms * 1e3;
+      double sum = 0;
+      for (unsigned long long c : chunks) sum += (double)c;
+      const auto [lo, hi] = std::minmax_element(chunks.begin(), chunks.end());
+      low += *lo * (double)sms / sum / 20;
+      high += *hi * (double)sms / sum / 20;
+      if (mode == 5) {{
+        streamed_bytes += sum * kChunk;
+        streamed_us += ms * 1e3;
+      }}
     }}
   }}
   std::sort(times.begin(), times.end());
@@ -235,7 +257,7 @@ static void run(const char* name, int mode, int inflight, int copier) {{
     same = memcmp(h.data(), reference.data(), h.size() * sizeof(float)) == 0;
   }}
   const double stream_gbs = streamed_us > 0 ? streamed_bytes / (streamed_us * 1e3) : 0;
-  printf("%s %d %.2f %d %.0f\\n", name, inflight, times[times.size() / 2], same, stream_gbs);
+  printf("%s %d %.2f %d %.0f %.2f %.2f\\n", name, inflight, times[times.size() / 2], same, stream_gbs, low, high);
 }}
 
 int main() {{
@@ -272,6 +294,7 @@ int main() {{
   for (size_t e = 0; e < in.size(); ++e) in[e] = 0.5f + static_cast<float>((e * 7919) % 1000) / 1000.f;
   CHECK(cudaMemcpy(prm.act, in.data(), in.size() * sizeof(float), cudaMemcpyHostToDevice));
   CHECK(cudaMalloc(&prm.counters, {len(phases)} * {layers} * sizeof(unsigned)));
+  CHECK(cudaMalloc(&prm.claims, {len(phases)} * {layers} * sizeof(unsigned)));
 {runs}
   // The copy bandwidth: read + write of a buffer far larger than the L2.
   const size_t cb = size_t{{1}} << 30;
@@ -340,7 +363,7 @@ def dsm_problem(phases: list[int], local: list[bool], cluster: int) -> str | Non
 
 MODE_NAMES += ("chaindsm", "directdsm", "bgdsm", "ringdsm")
 MODE_NAMES += ("chainbg", "ring", "stream", "bare", "ringc", "streamc", "barec")
-MODE_NAMES += ("bgll", "ringll", "ringcll")
+MODE_NAMES += ("bgll", "ringll", "ringcll", "ringdyn")
 
 
 def table(out: str, layers: int) -> str:
@@ -354,8 +377,8 @@ def table(out: str, layers: int) -> str:
         f"weights {nbytes / 1e6:.0f} MB, copy {copy:.0f} GB/s, floor {floor:.1f} µs "
         f"({floor / layers:.2f} µs a layer), {ctas} CTAs",
         "| mode | in flight (16 KB chunks) | µs | µs a layer | × floor | same sums as direct "
-        "| unread stream GB/s |",
-        "|---|---:|---:|---:|---:|---|---:|",
+        "| unread stream GB/s | chunks a CTA moved ÷ the mean, fewest–most |",
+        "|---|---:|---:|---:|---:|---|---:|---:|",
     ]
     for r in rows:
         if r[0] in MODE_NAMES:
@@ -367,9 +390,10 @@ def table(out: str, layers: int) -> str:
                 else ""
             )
             gbs = r[4] if len(r) > 4 and r[4] != "0" else ""
+            share = f"{r[5]}–{r[6]}" if len(r) > 6 and r[6] != "0.00" else ""
             lines.append(
                 f"| {r[0]} | {f} | {us:.1f} | {us / layers:.2f} | {us / floor:.2f} | {same} "
-                f"| {gbs} |"
+                f"| {gbs} | {share} |"
             )
     return "\n".join(lines)
 

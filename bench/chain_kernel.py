@@ -115,6 +115,12 @@ __device__ __forceinline__ uint4 ld16(const uint16_t* p) {{
   return v;
 }}
 
+// Where row r of CTA `cta`'s share of a phase's outputs goes: rows interleaved over the CTAs, so
+// the K values a phase reads hold the first rows of every CTA and its every consumer waits for
+// every producer, as a decode layer's do (a flagged read of a block of K values would wait for
+// a few CTAs only).
+__device__ __forceinline__ long long row_at(int cta, int r, int ctas) {{ return (long long)r * ctas + cta; }}
+
 __device__ __forceinline__ float warp_sum(float v) {{
 #pragma unroll
   for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -166,7 +172,9 @@ struct Params {{
   int ll;     // 1: no counters; each value travels with its flag (one 8-byte store), polled
   int ll_all; // with ll: every phase so (the ll modes), else the c_flagged ones (the mix modes)
   unsigned long long* lls;  // per phase: the flagged values
-  unsigned long long* streamed;  // the bg modes: chunks each CTA's unread stream moved
+  unsigned long long* streamed;  // the bg and dyn modes: chunks each CTA's loader moved
+  int dyn;            // the dyn modes: a loader claims a phase's chunks from `claims`, as many
+  unsigned* claims;   // as it can take, so faster SMs stream more (one counter a phase)
   long long act_stride;
   int pf;        // the next slab into L2 (one bulk prefetch): 0 never, 1 at the wait, 2 at the signal;
                  // 4: the phase's own slab, one piece of `piece` bytes per poll that finds it short
@@ -237,7 +245,8 @@ __device__ __noinline__ void prefetch_spare(const Params& p, int rank) {{
 
 def _loader_source() -> str:
     """The loader warp's walk over every chunk of every phase, into the ring."""
-    return """
+    return (
+        """
 __device__ __noinline__ void load_ahead(const Params& p, uint16_t* ring, uint64_t* full, uint64_t* empty,
                                         int lane) {
     long long i = 0;
@@ -264,7 +273,49 @@ __device__ __noinline__ void load_ahead(const Params& p, uint16_t* ring, uint64_
         }
 }
 """
+        + CLAIM_LOADER_SOURCE
+    )
 
+
+CLAIM_LOADER_SOURCE = """
+// The dyn modes: the loader claims chunks of each phase (of every CTA's rows) one at a time from
+// the phase's counter until none is left, so an SM that streams faster takes more of them, and
+// ends the phase's run in the ring with a slot that names no chunk (chunk_of -1). Its next
+// claim is asked for as soon as a copy is out, its round trip hidden behind the ring's waits.
+__device__ __noinline__ void load_claimed(const Params& p, uint16_t* ring, uint64_t* full, uint64_t* empty,
+                                          int* chunk_of) {
+  const int n = ctas(p);
+  long long i = 0, moved = 0;
+  for (int layer = 0; layer < p.layers; ++layer)
+    for (int j = 0; j < kPhases; ++j) {
+      if (c_rows[j] == 0) continue;
+      unsigned* claim = p.claims + layer * kPhases + j;
+      const int total = n * c_rows[j] / kRows;
+      const uint16_t* block = p.w + ((long long)layer * kLayerRows + c_prefix[j]) * n * K;
+      int c = static_cast<int>(atomicAdd(claim, 1u));
+      for (;;) {
+        const int slot = static_cast<int>(i % kSlots);
+        const long long use = i / kSlots;
+        if (use > 0) mb_wait(&empty[slot], static_cast<uint32_t>((use - 1) & 1));
+        if (i >= p.inflight) {
+          const long long d = i - p.inflight;
+          mb_wait(&full[d % kSlots], static_cast<uint32_t>((d / kSlots) & 1));
+        }
+        ++i;
+        if (c >= total) {
+          chunk_of[slot] = -1;
+          mb_arrive(&full[slot]);
+          break;
+        }
+        chunk_of[slot] = c;
+        bulk(ring + (size_t)slot * (kChunk / 2), block + (long long)c * (kChunk / 2), kChunk, &full[slot]);
+        ++moved;
+        c = static_cast<int>(atomicAdd(claim, 1u));
+      }
+    }
+  p.streamed[blockIdx.x] = static_cast<unsigned long long>(moved);  // chunks this CTA claimed
+}
+"""
 
 BACKGROUND_SOURCE = """
 // The chainbg modes: the loader thread streams this CTA's share of the weights through the ring,
@@ -295,6 +346,10 @@ __device__ __noinline__ void load_background(const Params& p, uint16_t* ring, ui
 LL_SOURCE = """
 // The ll modes: a value and its flag in one 8-byte store, so a consumer's poll of the values is
 // the wait (no fence, no counter, one round trip fewer), as NCCL's LL protocol does.
+__device__ __forceinline__ void ll_put(unsigned long long* at, float v) {
+  const unsigned long long w = (1ull << 32) | __float_as_uint(v);
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(at), "l"(w) : "memory");
+}
 __device__ __forceinline__ float ll_take(const unsigned long long* in, float* xs, float* raw) {
   unsigned long long v[K / 256];
   unsigned pending = (1u << (K / 256)) - 1;
@@ -318,14 +373,12 @@ __device__ __forceinline__ float ll_take(const unsigned long long* in, float* xs
   return ss;
 }
 // A phase of rows writes them; a weightless one forwards its share of the values it read.
+// (Every CTA forwards values e = blockIdx.x mod ctas, so the next phase waits for all of them.)
 __device__ __forceinline__ void ll_give(unsigned long long* out, int rows, const float* res, const float* raw,
                                         int ctas) {
-  const int n = rows > 0 ? rows : (K + ctas - 1) / ctas;
-  const long long at = (long long)blockIdx.x * n;
-  for (int r = threadIdx.x; r < n && (rows > 0 || at + r < K); r += 256) {
-    const float v = rows > 0 ? res[r] : raw[at + r];
-    const unsigned long long w = (1ull << 32) | __float_as_uint(v);
-    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(out + at + r), "l"(w) : "memory");
+  for (int r = threadIdx.x; rows > 0 ? r < rows : row_at(blockIdx.x, r, ctas) < K; r += 256) {
+    const long long at = row_at(blockIdx.x, r, ctas);
+    ll_put(out + at, rows > 0 ? res[r] : raw[at]);
   }
 }
 """
@@ -340,7 +393,7 @@ def _compute_source() -> str:
 // A phase's `rows` from the ring (chunks i on), row `warp` of kGroup chunks at a time once they
 // land, their slots handed back; the chunks taken so far.
 __device__ __forceinline__ long long take_chunks(uint16_t* ring, const float* xs, uint64_t* full, uint64_t* empty,
-                                                 long long i, int rows, float* out) {
+                                                 long long i, int rows, float* out, int ostep) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int c = 0; c < rows / kRows; c += kGroup) {
     const int n = rows / kRows - c < kGroup ? rows / kRows - c : kGroup;
@@ -351,7 +404,7 @@ __device__ __forceinline__ long long take_chunks(uint16_t* ring, const float* xs
       row[g] = ring + (size_t)(at % kSlots) * (kChunk / 2) + warp * K;
       if (g < n) mb_wait(&full[at % kSlots], static_cast<uint32_t>((at / kSlots) & 1));
     }
-    dot_rows<false, kGroup>(row, n, xs, out + c * kRows + warp, kRows);
+    dot_rows<false, kGroup>(row, n, xs, out + (long long)(c * kRows + warp) * ostep, kRows * ostep);
     __syncwarp();
     if (lane == 0)
       for (int g = 0; g < n; ++g) mb_arrive(&empty[(i + g) % kSlots]);
@@ -360,10 +413,34 @@ __device__ __forceinline__ long long take_chunks(uint16_t* ring, const float* xs
   return i;
 }
 
+// The dyn modes: the chunks the loader claimed for a phase, up to its end slot; row `warp` of
+// each goes out flagged where its owner in the static modes stores it (chunk c holds rows
+// c * kRows.. of the phase's block, whose row g is row g % rows of CTA g / rows): the same sums.
+__device__ __forceinline__ long long take_claimed(uint16_t* ring, const float* xs, uint64_t* full, uint64_t* empty,
+                                                  const int* chunk_of, long long i, int rows, int ctas,
+                                                  unsigned long long* out) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (;; ++i) {
+    const int slot = static_cast<int>(i % kSlots);
+    mb_wait(&full[slot], static_cast<uint32_t>((i / kSlots) & 1));
+    const int c = chunk_of[slot];
+    if (c >= 0) {
+      const uint16_t* row[1] = {ring + (size_t)slot * (kChunk / 2) + warp * K};
+      float v;
+      dot_rows<false, 1>(row, 1, xs, &v, 1);
+      const int g = c * kRows + warp;
+      if (lane == 0) ll_put(out + row_at(g / rows, g % rows, ctas), v);
+    }
+    __syncwarp();
+    if (lane == 0) mb_arrive(&empty[slot]);
+    if (c < 0) return i + 1;
+  }
+}
+
 __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs, float* raw, float* res,
                                      float* rx, uint64_t* full,
-                                     uint64_t* empty, uint64_t* cbar, float* part, uint32_t crank,
-                                     uint32_t csize) {
+                                     uint64_t* empty, uint64_t* cbar, float* part, const int* chunk_of,
+                                     uint32_t crank, uint32_t csize) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const bool ringed = p.mode == RING || p.mode == STREAM || p.mode == BARE;
   long long i = 0;  // chunks taken
@@ -372,7 +449,7 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
     compute_sync();
     float* out = p.act + p.act_stride + (long long)blockIdx.x * kLayerRows;
     for (int layer = 0; layer < p.layers; ++layer)
-      for (int j = 0; j < kPhases; ++j) i = take_chunks(ring, xs, full, empty, i, c_rows[j], out + c_prefix[j]);
+      for (int j = 0; j < kPhases; ++j) i = take_chunks(ring, xs, full, empty, i, c_rows[j], out + c_prefix[j], 1);
     return;
   }
   const float* src = p.act;  // act_in
@@ -421,7 +498,7 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
       float ss = 0.f;
       // A local phase reads only what its cluster wrote of the phase before.
       const bool near = local && prev_rows > 0;
-      const long long base = near ? (long long)(blockIdx.x - crank) * src_rows : 0;
+      const int first = static_cast<int>(blockIdx.x - crank);  // the cluster's first CTA
       const int span = near ? static_cast<int>(csize) * src_rows : K;
       if (in_ll) {
         ss = ll_take(p.lls + (long long)phase * p.act_stride, xs, raw);
@@ -434,7 +511,9 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
 #pragma unroll
         for (int s = 0; s < K / 256; ++s) {
           const int e = (threadIdx.x + s * 256) % span;
-          v[s] = got ? got[e] : __ldcg(src + base + e);
+          // near: the cluster's CTA e / src_rows, its row e % src_rows
+          const long long at = near ? row_at(first + e / src_rows, e % src_rows, ctas(p)) : e;
+          v[s] = got ? got[e] : __ldcg(src + at);
         }
 #pragma unroll
         for (int s = 0; s < K / 256; ++s) {
@@ -453,8 +532,9 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
       for (int e = threadIdx.x; e < K; e += 256) xs[e] *= scale;
       compute_sync();
       const bool push = p.dsm && c_push[j];
-      float* const act_out = p.act + (long long)(phase + 1) * p.act_stride + (long long)blockIdx.x * rows;
+      float* const act_out = p.act + (long long)(phase + 1) * p.act_stride + blockIdx.x;  // row r at r * ctas
       float* out = out_ll || push ? res : act_out;
+      const int ostep = out == act_out ? ctas(p) : 1;
       if (p.mode == DIRECT) {
         const uint16_t* w = slab(p, layer, j);
         // Row `warp` of chunks c..c+3 (rows warp + 8c...), as the ring takes them below.
@@ -463,21 +543,25 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
           const uint16_t* row[kGroup];
 #pragma unroll
           for (int g = 0; g < kGroup; ++g) row[g] = w + (long long)((c + g) * kRows + warp) * K;
-          dot_rows<true, kGroup>(row, n, xs, out + c * kRows + warp, kRows);
+          dot_rows<true, kGroup>(row, n, xs, out + (long long)(c * kRows + warp) * ostep, kRows * ostep);
         }
+      } else if (ringed && p.dyn) {
+        if (rows > 0)
+          i = take_claimed(ring, xs, full, empty, chunk_of, i, rows, ctas(p), p.lls + (long long)(phase + 1) * p.act_stride);
       } else if (ringed) {
-        i = take_chunks(ring, xs, full, empty, i, rows, out);
+        i = take_chunks(ring, xs, full, empty, i, rows, out, ostep);
       } else {
-        for (int r = threadIdx.x; r < rows; r += 256) out[r] = xs[(blockIdx.x * rows + r) % K];
+        for (int r = threadIdx.x; r < rows; r += 256) out[r * ostep] = xs[(blockIdx.x * rows + r) % K];
       }
       compute_sync();
       if (push) {  // the peers' copy, and the plain one for the phases that read all CTAs' values
-        for (int r = threadIdx.x; r < rows; r += 256) act_out[r] = res[r];
+        for (int r = threadIdx.x; r < rows; r += 256) act_out[(long long)r * ctas(p)] = res[r];
         push_rows(res, rx + (pushed & 1) * K, rows, crank, csize);
         ++pushed;
         compute_sync();
       }
-      if (out_ll) ll_give(p.lls + (long long)(phase + 1) * p.act_stride, rows, res, raw, ctas(p));
+      if (out_ll && !(p.dyn && rows > 0))  // a dyn phase's rows went out as they were computed
+        ll_give(p.lls + (long long)(phase + 1) * p.act_stride, rows, res, raw, ctas(p));
       if (rows > 0 && p.mode != STREAM && !out_ll) {
         src = p.act + (long long)(phase + 1) * p.act_stride;
         src_rows = rows;
@@ -512,6 +596,7 @@ __global__ void __launch_bounds__(288, 1) chain(const __grid_constant__ Params p
   __shared__ uint64_t full[kSlots], empty[kSlots];
   __shared__ uint64_t cbar;  // a local phase: one arrival from each CTA of the cluster
   __shared__ float part[8];
+  __shared__ int chunk_of[kSlots];  // the dyn modes: the chunk in each slot (-1: the phase's end)
   __shared__ volatile int done;  // the chainbg modes: the chain is over
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const uint32_t crank = cluster_rank(), csize = cluster_size();
@@ -527,10 +612,12 @@ __global__ void __launch_bounds__(288, 1) chain(const __grid_constant__ Params p
   if (static_cast<int>(blockIdx.x) >= ctas(p)) {  // a spare CTA
     if (p.pf == 3 && threadIdx.x == 0) prefetch_spare(p, static_cast<int>(blockIdx.x) - ctas(p));
   } else if (warp == 8) {
-    if (ringed && (p.copier == 1 || lane == 0)) load_ahead(p, ring, full, empty, lane);
+    if (ringed && p.dyn && lane == 0) load_claimed(p, ring, full, empty, chunk_of);
+    if (ringed && !p.dyn && (p.copier == 1 || lane == 0)) load_ahead(p, ring, full, empty, lane);
     if (p.mode == BACKGROUND && lane == 0) load_background(p, ring, full, &done);
   } else {
-    compute(p, ring, xs, xs + K, xs + 2 * K, xs + 2 * K + kRowsMax, full, empty, &cbar, part, crank, csize);
+    compute(p, ring, xs, xs + K, xs + 2 * K, xs + 2 * K + kRowsMax, full, empty, &cbar, part, chunk_of, crank,
+            csize);
     if (p.mode == BACKGROUND) {
       compute_sync();
       if (threadIdx.x == 0) done = 1;

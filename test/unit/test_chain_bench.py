@@ -56,11 +56,15 @@ def test_the_program_runs_every_mode_once() -> None:
         'run("ringll", 2, 4, 0);',
         'run("ringcll", 2, 1, 1);',
         'run("ringcll", 2, 4, 1);',
+        'run("ringdyn", 2, 1, 0);',
+        'run("ringdyn", 2, 4, 0);',
     ]
     assert "__constant__ int c_rows[kPhases] = {32, 0, 16};" in src
     assert "__constant__ int c_prefix[kPhases] = {0, 32, 32};" in src
     assert "cp.async.bulk.prefetch.L2.global" in src  # the directpf modes' next slab
     assert f"constexpr int SPARE = {bench.SPARE};" in src  # the directsp modes' prefetching CTAs
+    assert "atomicAdd(claim, 1u)" in src  # the dyn modes' loader claims its chunks
+    assert "return (long long)r * ctas + cta;" in src  # every phase's rows interleaved
 
 
 def test_clusters_add_the_cluster_local_modes() -> None:
@@ -122,13 +126,16 @@ def test_flagged_phases_add_the_mix_modes() -> None:
 def test_the_table_is_per_layer_against_the_floor() -> None:
     bench = load("chain")
     out = "chain 0 100.00 -1 0\ndirect 0 400.00 -1 0\nring 2 200.00 1 0\nring 4 210.00 0 0\n"
-    out += "chainbg 1 150.00 -1 2750\ncopy 4000.0\nbytes 400000000\nctas 132\n"
+    out += "chainbg 1 150.00 -1 2750 0.91 1.07\nringdyn 1 120.00 1 0 0.80 1.25\n"
+    out += "copy 4000.0\nbytes 400000000\nctas 132\n"
     text = bench.table(out, 4)
     assert "floor 100.0 µs (25.00 µs a layer), 132 CTAs" in text
-    assert "| direct |  | 400.0 | 100.00 | 4.00 |  |  |" in text
-    assert "| ring | 2 | 200.0 | 50.00 | 2.00 | yes |  |" in text
-    assert "| ring | 4 | 210.0 | 52.50 | 2.10 | **no** |  |" in text
-    assert "| chainbg | 1 | 150.0 | 37.50 | 1.50 |  | 2750 |" in text  # the unread stream's rate
+    assert "| direct |  | 400.0 | 100.00 | 4.00 |  |  |  |" in text
+    assert "| ring | 2 | 200.0 | 50.00 | 2.00 | yes |  |  |" in text
+    assert "| ring | 4 | 210.0 | 52.50 | 2.10 | **no** |  |  |" in text
+    # the unread stream's rate, and how evenly the CTAs moved chunks
+    assert "| chainbg | 1 | 150.0 | 37.50 | 1.50 |  | 2750 | 0.91–1.07 |" in text
+    assert "| ringdyn | 1 | 120.0 | 30.00 | 1.20 | yes |  | 0.80–1.25 |" in text
 
 
 def test_bad_phases_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -165,7 +172,12 @@ def test_the_ring_sums_what_the_direct_stream_sums(
     out = run_main("chain", args, monkeypatch, capsys)
     checked = ("| ring", "| directr", "| directmk", "| directll", "| directpf", "| directsp |")
     rows = [r for r in out if r.startswith((*checked, "| directsp2 |", "| directmix"))]
-    assert len(rows) == 20 and all(_same(r) == "yes" for r in rows), rows
+    assert len(rows) == 22 and all(_same(r) == "yes" for r in rows), rows
+    # every chunk claimed once: the shares of a CTA's mean around 1
+    shares = [r.split("|")[8].strip() for r in rows if r.startswith("| ringdyn")]
+    assert len(shares) == 2 and all(
+        0 < float(s.split("–")[0]) <= 1 <= float(s.split("–")[1]) for s in shares
+    ), shares
 
 
 @pytest.mark.gpu
@@ -180,6 +192,7 @@ def test_cluster_local_phases_run(
         "directsp0", "directsp", "directsp2",
         "chaincl", "directcl", "chaindsm", "directdsm", "bgdsm", "ringdsm", "chainbg",
         "ring", "stream", "bare", "ringc", "streamc", "barec", "bgll", "ringll", "ringcll",
+        "ringdyn",
     ]  # fmt: skip
     checked = ("| ring", "| directr", "| directmk", "| directll")
     assert all(_same(r) == "yes" for r in out if r.startswith(checked))
