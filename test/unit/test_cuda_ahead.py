@@ -380,3 +380,42 @@ def test_stage_first_takes_a_number_of_steps(
         monkeypatch.setenv("MK_CUDA_STAGE_FIRST", bad)
         with pytest.raises(mk.MkError, match="MK_CUDA_STAGE_FIRST must be a number of steps"):
             cuda_source(text, tmp_path)
+
+
+def _first_steps(src: str) -> dict[str, str]:
+    """Each body's stream_linear template arguments, by grid."""
+    found = {}
+    for body in re.split(r"\n(?=// task.grid)", src):
+        grid = re.search(r"// task.grid @(\S+)", body)
+        args = re.search(r"mk::gpu::stream_linear<([^>]*)>\(sl\);", body)
+        if grid and args:
+            found[grid.group(1)] = args.group(1)
+    return found
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_an_f32_activation_goes_out_before_the_first_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A body that stages an f32 activation (a model's residual stream) asks for it before its
+    weights' first step (mk::gpu::stage_chunk_f32), so the default's rule counts each of its
+    groups as two loads: qwen3-0.6b's q/k/v projection (4 rows a round) still takes the step
+    early, its fused MLP (6 rows) no longer does. MK_CUDA_X_BEHIND=1 asks for the step first,
+    as before session 84, and both take it."""
+    from dataclasses import replace
+
+    from mk.models.build import decode_program
+    from mk.models.config import preset
+
+    text = decode_program(replace(preset("qwen3-0.6b"), layers=2), 1, 1024, 1)
+    src = cuda_source(text, tmp_path, 132)
+    steps = _first_steps(src)
+    assert "#define MK_STAGE_X_BEHIND" not in src
+    assert steps["k13_l1_q"] == "1, 4, 4, 1, false, false, 1, 0, 2"
+    assert steps["k12_l0_y_acc"] == "1, 6, 2, 1, false"
+    monkeypatch.setenv("MK_CUDA_X_BEHIND", "1")
+    src = cuda_source(text, tmp_path, 132)
+    steps = _first_steps(src)
+    assert "#define MK_STAGE_X_BEHIND 1" in src
+    assert steps["k13_l1_q"] == "1, 4, 4, 1, false, false, 1, 0, 2"
+    assert steps["k12_l0_y_acc"] == "1, 6, 2, 1, false, false, 1, 0, 2"
