@@ -168,17 +168,13 @@ class StreamLinearEmitter(GraphDefEmitter):
             return None
         if self.stage_weights_ahead or not self.aligned(plan):
             return None
-        x = self.operands[plan.x.source_index()]
-        if x.flagged:
+        if self.operands[plan.x.source_index()].flagged:
             return None
         if first != switches.STAGE_FIRST_AUTO:
             return 0
         if plan.lane_ring(k):
             return None
-        # An f32 activation holds two 16-byte loads a group through the staging (stage_chunk_f32,
-        # which asks for it before the weights' first step; MK_CUDA_X_BEHIND=1 asks after).
-        per_group = 2 if x.dtype == "mk::DTYPE_F32" and not switches.x_behind() else 1
-        if plan.rows_per_round() + per_group * plan.loads_per_thread(k) <= STAGE_FIRST_HELD:
+        if plan.rows_per_round() + plan.loads_per_thread(k) <= STAGE_FIRST_HELD:
             return 0
         return switches.stage_first_held() or None
 

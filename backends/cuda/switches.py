@@ -377,16 +377,6 @@ def stage_first() -> int:
     return count("MK_CUDA_STAGE_FIRST", STAGE_FIRST_AUTO, 0, 4, "steps")
 
 
-def x_behind() -> bool:
-    """MK_CUDA_X_BEHIND=1 (opt-in, the order before session 84): a linear that stages an f32
-    activation (the residual stream a layer's fused MLP and q/k/v projection read) and loads its
-    weights' first step early (MK_CUDA_STAGE_FIRST) asks for that step before the activation,
-    whose round trip then queues behind it. By default it asks for the activation first
-    (mk::gpu::stage_chunk_f32), as a 16-bit one always did, and such a body takes the step early
-    only where the rule counts each group's two loads."""
-    return flag("MK_CUDA_X_BEHIND")
-
-
 def stage_first_held() -> int:
     """MK_CUDA_STAGE_FIRST_HELD=H (1-16; opt-in; 0, the default: off): with MK_CUDA_STAGE_FIRST
     unset, the bodies past the default's rule (more than emit_stream.STAGE_FIRST_HELD loads held)
@@ -511,8 +501,6 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_ROWS_DOT_PIPE 1")
     if add_spread():
         lines.append("#define MK_ADD_SPREAD 1")
-    if x_behind():
-        lines.append("#define MK_STAGE_X_BEHIND 1")
     if (first_steps := stage_first()) > 1:
         lines.append(f"#define MK_STAGE_FIRST_STEPS {first_steps}")
     lines += attention_defines()

@@ -250,7 +250,6 @@ SWITCHES = [
     {"MK_CUDA_STREAM_RING": "2"},
     {"MK_CUDA_ATTN_MERGE_WEIGHTS": "0"},
     {"MK_CUDA_STAGE_FIRST_HELD": "4"},
-    {"MK_CUDA_X_BEHIND": "1"},
 ]
 
 
@@ -289,8 +288,7 @@ SWITCH_BUILDS = [
                      "MK_CUDA_STAGE_FIRST": "0"}),
     ("decode_loop", {"MK_CUDA_RAW_BARS": "launch", "MK_CUDA_SMEM_ALIGN": "16",
                      "MK_CUDA_PREFETCH_AT": "paced", "MK_CUDA_PREFETCH_PIECE": "4096"}),
-    ("decode_loop", {"MK_CUDA_PREFETCH_AT": "signal", "MK_CUDA_STAGE_FIRST_HELD": "4",
-                     "MK_CUDA_X_BEHIND": "1"}),
+    ("decode_loop", {"MK_CUDA_PREFETCH_AT": "signal", "MK_CUDA_STAGE_FIRST_HELD": "4"}),
     ("decoder_block", {"MK_CUDA_PREFETCH_AT": "signalled", "MK_CUDA_ATTN_MERGE_WEIGHTS": "0"}),
     ("decoder_block", {"MK_CUDA_MERGE_EARLY": "1", "MK_CUDA_ATTN_ROWS_FIRST": "0",
                        "MK_CUDA_STAGE_FIRST": "1"}),

@@ -262,28 +262,6 @@ def test_gpu_decode_loop_updates_donated_tensors_in_place(tmp_path: Path) -> Non
     np.testing.assert_array_equal(numpy_inputs[0], ref_inputs[0])
 
 
-@pytest.mark.gpu
-def test_gpu_an_f32_activation_asked_first_sums_as_behind(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The fused MLP stages its f32 residual stream with its weights' first step loaded early:
-    with the activation asked for first (the default, mk::gpu::stage_chunk_f32) or behind that
-    step (MK_CUDA_X_BEHIND=1), the outputs are bit-identical (the same loads, the same sums) and
-    match the reference."""
-    outs = []
-    for behind in ("0", "1"):
-        monkeypatch.setenv("MK_CUDA_X_BEHIND", behind)
-        prog = mk.compile(DECODE, target="cuda", cache_dir=tmp_path)
-        assert ", 0, 2>(sl);" in prog.cuda_source  # type: ignore[attr-defined]
-        outs.append([np.asarray(o) for o in prog(*random_inputs(prog.func, 5))])
-    for first, behind in zip(*outs, strict=True):
-        np.testing.assert_array_equal(first, behind)
-    want = mk.reference(DECODE, *random_inputs(prog.func, 5))
-    for got, ref in zip(outs[0], want, strict=True):
-        error, bound = mk.compiler.output_error(got, np.asarray(ref))
-        assert error <= bound, error
-
-
 @pytest.mark.parametrize("name", ["tiny", "tiny-qwen3"])
 def test_grid_level_pruning_alone_keeps_a_model_decode_loop_race_free(
     name: str, monkeypatch: pytest.MonkeyPatch

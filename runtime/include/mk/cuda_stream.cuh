@@ -223,40 +223,10 @@ __device__ void stage_chunk_flagged(const StreamLinear& s, float* xs, int stride
   }
 }
 
-// stage_chunk for an f32 activation (a residual stream other tasks accumulate), 32-byte aligned,
-// with a 16-bit norm weight or none: each thread's first eight columns are asked for before
-// `after_loads`, as stage_chunk_16bit does, so that the weights' first round queues behind the
-// activation rather than the activation behind it (a layer's fused MLP and q/k/v projection read
-// such a stream: staging it took 1.9 and 1.25 µs against 0.7 for a 16-bit one on the H100,
-// session 84). MK_STAGE_X_BEHIND (MK_CUDA_X_BEHIND=1) keeps the old order, the weights first.
-template <int M, class AfterLoads>
-__device__ void stage_chunk_f32(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
-                                const Packing& pack, float (&ss)[M], const AfterLoads& after_loads) {
-  const float* x = static_cast<const float*>(s.x) + c;
-  const uint16_t* g = s.g ? static_cast<const uint16_t*>(s.g) + c : nullptr;
-  const bool g_bf16 = s.g_dtype == DTYPE_BF16;
-  const int groups = kc / 8, items = M * groups;
-  bool asked = false;
-  for (int e = threadIdx.x; e < items; e += MK_CTA_THREADS) {
-    const int m = e / groups, k = (e - m * groups) * 8;
-    const float4 a = *reinterpret_cast<const float4*>(x + m * s.x_ld + k);
-    const float4 b = *reinterpret_cast<const float4*>(x + m * s.x_ld + k + 4);
-    const uint4 gv = g ? *reinterpret_cast<const uint4*>(g + k) : make_uint4(0, 0, 0, 0);
-    if (!asked) after_loads();
-    asked = true;
-    const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-    float gf[8];
-    unpack8(gf, gv, g_bf16);
-    stage_eight<M>(xs, stride, m, k, kc, xv, gf, g != nullptr, pack, ss);
-  }
-  if (!asked) after_loads();
-}
-
 // Stages columns [c, c + kc) of the activation side into xs and adds their squares to ss. Each
 // thread takes eight columns per step with one 16-byte load (two with the norm weight); 16-bit
-// aligned rows go through stage_chunk_16bit, several steps' loads in flight at once, and f32 ones
-// with a 16-bit norm weight through stage_chunk_f32. `after_loads` as stage_chunk_16bit's; the
-// other paths run it first.
+// aligned rows go through stage_chunk_16bit, several steps' loads in flight at once.
+// `after_loads` as stage_chunk_16bit's; the other paths run it first.
 template <int M, int XB, class AfterLoads = NoLoads>
 __device__ void stage_chunk(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
                             const Packing& pack, float (&ss)[M],
@@ -273,12 +243,6 @@ __device__ void stage_chunk(const StreamLinear& s, float* xs, int stride, int kc
     stage_chunk_16bit<M, XB>(s, xs, stride, kc, c, pack, ss, after_loads);
     return;
   }
-#if !defined(MK_STAGE_X_BEHIND)
-  if (vec && s.x_dtype == DTYPE_F32 && (!s.g || s.g_dtype == DTYPE_BF16 || s.g_dtype == DTYPE_F16)) {
-    stage_chunk_f32<M>(s, xs, stride, kc, c, pack, ss, after_loads);
-    return;
-  }
-#endif
   after_loads();
   const int groups = (kc + 7) / 8;
   for (int e = threadIdx.x; e < M * groups; e += MK_CTA_THREADS) {
