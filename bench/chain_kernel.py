@@ -247,19 +247,26 @@ def _loader_source() -> str:
     """The loader warp's walk over every chunk of every phase, into the ring."""
     return (
         """
+// The ring's i-th use: its slot once the compute warps handed it back and fewer than `inflight`
+// copies are still landing.
+__device__ __forceinline__ int ring_slot(const Params& p, uint64_t* full, uint64_t* empty, long long i) {
+  const int slot = static_cast<int>(i % kSlots);
+  const long long use = i / kSlots;
+  if (use > 0) mb_wait(&empty[slot], static_cast<uint32_t>((use - 1) & 1));
+  if (i >= p.inflight) {
+    const long long d = i - p.inflight;
+    mb_wait(&full[d % kSlots], static_cast<uint32_t>((d / kSlots) & 1));
+  }
+  return slot;
+}
+
 __device__ __noinline__ void load_ahead(const Params& p, uint16_t* ring, uint64_t* full, uint64_t* empty,
                                         int lane) {
     long long i = 0;
     for (int layer = 0; layer < p.layers; ++layer)
       for (int j = 0; j < kPhases; ++j)
         for (int c = 0; c < c_rows[j] / kRows; ++c, ++i) {
-          const int slot = static_cast<int>(i % kSlots);
-          const long long use = i / kSlots;
-          if (use > 0) mb_wait(&empty[slot], static_cast<uint32_t>((use - 1) & 1));
-          if (i >= p.inflight) {
-            const long long d = i - p.inflight;
-            mb_wait(&full[d % kSlots], static_cast<uint32_t>((d / kSlots) & 1));
-          }
+          const int slot = ring_slot(p, full, empty, i);
           uint16_t* dst = ring + (size_t)slot * (kChunk / 2);
           const uint16_t* from = slab(p, layer, j) + (size_t)c * kRows * K;
           if (p.copier == 0) {
@@ -294,14 +301,7 @@ __device__ __noinline__ void load_claimed(const Params& p, uint16_t* ring, uint6
       const uint16_t* block = p.w + ((long long)layer * kLayerRows + c_prefix[j]) * n * K;
       int c = static_cast<int>(atomicAdd(claim, 1u));
       for (;;) {
-        const int slot = static_cast<int>(i % kSlots);
-        const long long use = i / kSlots;
-        if (use > 0) mb_wait(&empty[slot], static_cast<uint32_t>((use - 1) & 1));
-        if (i >= p.inflight) {
-          const long long d = i - p.inflight;
-          mb_wait(&full[d % kSlots], static_cast<uint32_t>((d / kSlots) & 1));
-        }
-        ++i;
+        const int slot = ring_slot(p, full, empty, i++);
         if (c >= total) {
           chunk_of[slot] = -1;
           mb_arrive(&full[slot]);
