@@ -138,6 +138,30 @@ def print_tails(rows: Sequence[tuple[str, int, float, float]]) -> None:
         print(f"  {kind:<16}{n:>7}{mean:>9.2f}{most:>9.2f}")
 
 
+def phase_rows(
+    grids: Sequence[str], start: np.ndarray, end: np.ndarray, least: int = 8
+) -> list[tuple[str, int, float, float]]:
+    """(kind, grids, mean µs, most µs) per kind of grid of at least `least` tasks: the grids in
+    the order their last tasks end, each one's phase from the last end of the grid before it to
+    its own last end (the first grid's from the launch's first start). What a layer's chain of
+    whole-grid waits costs phase by phase, whether a grid's readers wait on counters or on
+    flags (session 84 compared two builds this way). Times in ns; tasks with no start (0) are
+    left out."""
+    ordered = sorted(
+        (end[tasks].max(), grid)
+        for grid, tasks in started_tasks(grids, start).items()
+        if len(tasks) >= least
+    )
+    first = start[start > 0].min() if (start > 0).any() else 0
+    phases: dict[str, list[float]] = {}
+    before = first
+    for last, grid in ordered:
+        phases.setdefault(kind_of(grid), []).append((last - before) / 1e3)
+        before = last
+    rows = [(kind, len(p), float(np.mean(p)), float(np.max(p))) for kind, p in phases.items()]
+    return sorted(rows, key=lambda r: -r[2] * r[1])
+
+
 def task_grids(prog: object) -> list[str]:
     """Each task's grid name, in task order."""
     index = prog.graph.index()  # type: ignore[attr-defined]

@@ -7,8 +7,9 @@ For each task.grid: its tasks, the span from its first start to its last end (µ
 launch's first task start) and the mean task time. Also writes a Chrome trace per workload.
 With --model, one decode step of a model preset (positions at the end of a 1,024-slot cache),
 summed per kind of grid over the layers (`k12_l3_q` counts as `q`), and how long each kind's
-tasks starve, take to start once they could, and run (bench/hops.py), and the critical path per
-kind (bench/critical_path.py); with --grids also grid by grid, so that layer 0 (whose
+tasks starve, take to start once they could, and run, how late each grid's last task ends and
+each grid's phase from the last end before it (bench/hops.py), and the critical path per kind
+(bench/critical_path.py); with --grids also grid by grid, so that layer 0 (whose
 code comes from a cold instruction cache) shows against the rest. With --prefill P, the
 model's prefill program of P positions (mk.models.prefill_program) instead of a decode step. With --ops, a profile build
 (op marks, backends/cuda/op_marks.py) also says how long each statement of a task body takes.
@@ -32,7 +33,16 @@ from mk.source import entry_function, load_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from critical_path import path_of, print_path  # noqa: E402
-from hops import Run, hops_of, kind_of, print_hops, print_tails, tail_rows, wait_summary  # noqa: E402
+from hops import (  # noqa: E402
+    Run,
+    hops_of,
+    kind_of,
+    phase_rows,
+    print_hops,
+    print_tails,
+    tail_rows,
+    wait_summary,
+)
 
 from bench import at_full_context, pass_options, to_torch, workloads  # noqa: E402
 
@@ -194,6 +204,8 @@ def main() -> int:
             "how long after its tasks' mean end a grid's last task ends, per kind (bench/hops.py):"
         )
         print_tails(tail_rows(run.grids, run.start, run.end))
+        print("a grid's phase: from the last end of the grid before it to its own (bench/hops.py):")
+        print_tails(phase_rows(run.grids, run.start, run.end))
         print("the critical path, per kind (bench/critical_path.py):")
         print_path(path_of(run))
         if args.ops:

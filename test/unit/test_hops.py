@@ -49,6 +49,23 @@ def test_tail_rows_measure_how_late_a_grids_last_task_ends() -> None:
     assert mean == pytest.approx(3.0)  # 24 - 21 as well
 
 
+def test_phase_rows_measure_a_grid_from_the_last_end_before_it() -> None:
+    """Grids of at least `least` tasks in the order their last tasks end: each one's phase runs
+    from the previous one's last end (the first from the launch's first start) to its own; per
+    kind the mean and the most; a grid too small to count is skipped over."""
+    hops = _module()
+    us = 1000.0
+    grids = ["k1_l0_q"] * 3 + ["k2_x"] * 2 + ["k3_l0_m"] * 3 + ["k4_l1_q"] * 3
+    start = np.array([2, 2, 3, 5, 5, 9, 9, 9, 15, 15, 15]) * us
+    end = np.array([6, 8, 7, 9, 9, 12, 14, 13, 17, 21, 18]) * us
+    rows = {kind: (n, mean, most) for kind, n, mean, most in hops.phase_rows(grids, start, end, 3)}
+    assert set(rows) == {"q", "m"}
+    assert rows["m"] == (1, pytest.approx(6.0), pytest.approx(6.0))  # 14 - 8
+    assert rows["q"][0] == 2
+    assert rows["q"][1] == pytest.approx(6.5)  # (8 - 2 + 21 - 14) / 2
+    assert rows["q"][2] == pytest.approx(7.0)
+
+
 def test_program_hops_recover_a_simulated_schedule(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
