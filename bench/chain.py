@@ -61,6 +61,10 @@ launch:
   counters: how much of `directll`'s gain a decode layer could take;
 - `ringc`, `streamc`, `barec`: the same with the whole loader warp copying 16 bytes a lane (cp.async,
   through the L1's request queue) instead of one thread's bulk copies (the TMA unit's);
+- `directlls`, `directllsw`: `directll` with mk's signal after each phase's flagged values (a
+  fence, then a reduction nobody waits for), and with a wait too on the counter two phases back
+  (long satisfied, as a megakernel's flagged reader waits for what its writer waited for): what
+  the megakernel's flagged tasks keep of the counter protocol;
 - `ringdyn F`: `ringll F` with each phase's chunks (of every CTA's rows) claimed from a counter
   by whichever loader asks next, so SMs that stream faster take more: whether the ring's
   coupled phases run at the slowest SM's rate. The table's last column gives the fewest and
@@ -108,6 +112,8 @@ def program_source(
     modes += [("chainr", 0, 0, 0), ("directr", 1, 0, 0)]  # the same, ld.acquire / red.release
     modes += [("chainmk", 0, 0, 0), ("directmk", 1, 0, 0)]  # mk's polls (sleeps) and signal
     modes += [("chainll", 0, 0, 0), ("directll", 1, 0, 0)]  # flagged values, no counters
+    # flagged values plus mk's signal; and a wait on the counter two phases back
+    modes += [("directlls", 1, 0, 0), ("directllsw", 1, 0, 0)]
     # mk's protocol, each CTA asking the L2 for its next slab (or the one after) at its wait
     # (before its own loads) or at its signal (in the hop)
     modes += [("directpfw", 1, 0, 0), ("directpfs", 1, 0, 0), ("directpfs2", 1, 0, 0)]
@@ -184,7 +190,8 @@ static bool ends_with(const char* s, const char* tail) {{
 
 static void run(const char* name, int mode, int inflight, int copier) {{
   const bool pf = strstr(name, "directpf") == name, sp = strstr(name, "directsp") == name;
-  const bool mk_sync = ends_with(name, "mk") || ends_with(name, "mix") || pf || sp;
+  const bool mk_sync = ends_with(name, "mk") || ends_with(name, "mix") || pf || sp || ends_with(name, "lls") ||
+                       ends_with(name, "llsw");
   prm.sync = mode < 2 ? (ends_with(name, "r") ? 1 : mk_sync ? 2 : 0) : 0;
   const bool paced = strstr(name, "directpfp") == name;
   prm.pf = paced ? 4 : pf ? (strstr(name, "pfw") ? 1 : 2) : sp && !ends_with(name, "sp0") ? 3 : 0;
@@ -194,8 +201,9 @@ static void run(const char* name, int mode, int inflight, int copier) {{
   prm.dsm = strstr(name, "dsm") != nullptr;
   prm.local = ends_with(name, "cl") || prm.dsm;
   prm.dyn = ends_with(name, "dyn");
-  prm.ll = ends_with(name, "ll") || ends_with(name, "mix") || prm.dyn;
-  prm.ll_all = ends_with(name, "ll") || prm.dyn;
+  prm.extra = ends_with(name, "lls") ? 1 : ends_with(name, "llsw") ? 3 : 0;
+  prm.ll = ends_with(name, "ll") || ends_with(name, "mix") || prm.dyn || prm.extra;
+  prm.ll_all = ends_with(name, "ll") || prm.dyn || prm.extra;
   prm.mode = mode;
   prm.copier = copier;
   prm.inflight = inflight;
@@ -327,7 +335,15 @@ def build(src: str, work: Path, nvcc: str = "nvcc") -> Path:
 
 
 MODE_NAMES = ("chain", "direct", "chainr", "directr", "chainmk", "directmk", "chaincl", "directcl")
-MODE_NAMES += ("chainll", "directll", "directpfw", "directpfs", "directpfs2")
+MODE_NAMES += (
+    "chainll",
+    "directll",
+    "directlls",
+    "directllsw",
+    "directpfw",
+    "directpfs",
+    "directpfs2",
+)
 MODE_NAMES += ("directpfp4", "directpfp8", "directpfp16")
 MODE_NAMES += ("directsp0", "directsp", "directsp2", "chainmix", "directmix")
 

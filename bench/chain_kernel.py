@@ -175,6 +175,8 @@ struct Params {{
   unsigned long long* streamed;  // the bg and dyn modes: chunks each CTA's loader moved
   int dyn;            // the dyn modes: a loader claims a phase's chunks from `claims`, as many
   unsigned* claims;   // as it can take, so faster SMs stream more (one counter a phase)
+  int extra;  // with ll: what a megakernel task adds to a flagged hop; 1 mk's signal (a fence and a
+              // reduction), 2 also a wait on the counter two phases back (the lls, llsw modes)
   long long act_stride;
   int pf;        // the next slab into L2 (one bulk prefetch): 0 never, 1 at the wait, 2 at the signal;
                  // 4: the phase's own slab, one piece of `piece` bytes per poll that finds it short
@@ -466,8 +468,11 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
       const bool out_ll = p.ll && (p.ll_all || c_flagged[j]);
       if (local) cluster_meet(cbar, csize, locals & 1);
       locals += local;
-      if (!local && !in_ll && phase > 0 && p.mode != STREAM && threadIdx.x == 0) {
-        const unsigned* ctr = p.counters + phase - 1;
+      // The llsw modes: a flagged reader that also waits on the counter two phases back, as a
+      // megakernel's flagged reader waits for what its writer waited for.
+      const bool inherited = in_ll && (p.extra & 2) && phase > 1;
+      if (!local && (!in_ll || inherited) && phase > 0 && p.mode != STREAM && threadIdx.x == 0) {
+        const unsigned* ctr = p.counters + phase - (inherited ? 2 : 1);
         unsigned seen, nap = 32;
         const char* own = reinterpret_cast<const char*>(slab(p, layer, j));
         const long long own_bytes = p.pf == 4 ? (long long)rows * K * 2 : 0;
@@ -568,7 +573,10 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
       }
       prev_rows = rows;
       // The dsm modes: a local phase next waits for its cluster, not this counter.
-      if (threadIdx.x == 0 && !out_ll && !(p.dsm && c_local[(j + 1) % kPhases])) {
+      // The lls modes signal a counter beside their flagged values (mk's signal, which nobody
+      // reads but the llsw modes' inherited waits).
+      const bool signals = !out_ll || (p.extra & 1);
+      if (threadIdx.x == 0 && signals && !(p.dsm && c_local[(j + 1) % kPhases])) {
         if (p.sync == 0) {
           asm volatile("fence.acq_rel.gpu;" ::: "memory");
           atomicAdd(p.counters + phase, 1u);

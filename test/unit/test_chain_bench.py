@@ -31,6 +31,8 @@ def test_the_program_runs_every_mode_once() -> None:
         'run("directmk", 1, 0, 0);',
         'run("chainll", 0, 0, 0);',
         'run("directll", 1, 0, 0);',
+        'run("directlls", 1, 0, 0);',
+        'run("directllsw", 1, 0, 0);',
         'run("directpfw", 1, 0, 0);',
         'run("directpfs", 1, 0, 0);',
         'run("directpfs2", 1, 0, 0);',
@@ -73,7 +75,7 @@ def test_clusters_add_the_cluster_local_modes() -> None:
     assert "chaincl" not in plain and "cudaLaunchCooperativeKernel" in plain
     src = bench.program_source([32, 0, 16], 2, [1], local=[False, True, False], cluster=4)
     runs = [line.strip() for line in src.splitlines() if line.strip().startswith('run("')]
-    assert runs[17:19] == ['run("chaincl", 0, 0, 0);', 'run("directcl", 1, 0, 0);']
+    assert runs[19:21] == ['run("chaincl", 0, 0, 0);', 'run("directcl", 1, 0, 0);']
     assert "__constant__ int c_local[kPhases] = {0, 1, 0};" in src
     assert "attrs[0].val.clusterDim.x = 4;" in src
     assert "mbarrier.arrive.release.cluster.shared::cluster.b64" in src
@@ -85,7 +87,7 @@ def test_clusters_add_the_shared_memory_modes() -> None:
     bench = load("chain")
     src = bench.program_source([32, 16, 48], 2, [1, 4], local=[True, True, False], cluster=4)
     runs = [line.strip() for line in src.splitlines() if line.strip().startswith('run("')]
-    assert runs[17:25] == [
+    assert runs[19:27] == [
         'run("chaincl", 0, 0, 0);', 'run("directcl", 1, 0, 0);',
         'run("chaindsm", 0, 0, 0);', 'run("directdsm", 1, 0, 0);',
         'run("bgdsm", 5, 1, 0);', 'run("bgdsm", 5, 4, 0);',
@@ -113,7 +115,7 @@ def test_flagged_phases_add_the_mix_modes() -> None:
     flagged = [True, True, False, False]
     src = bench.program_source([32, 0, 16, 72], 2, [1], flagged=flagged)
     runs = [line.strip() for line in src.splitlines() if line.strip().startswith('run("')]
-    assert runs[17:19] == ['run("chainmix", 0, 0, 0);', 'run("directmix", 1, 0, 0);']
+    assert runs[19:21] == ['run("chainmix", 0, 0, 0);', 'run("directmix", 1, 0, 0);']
     assert "__constant__ int c_flagged[kPhases] = {1, 1, 0, 0};" in src
     assert "constexpr bool kLastFlagged = false;" in src
     assert bench.flag_problem([32, 0, 16, 72], flagged) is None
@@ -172,7 +174,7 @@ def test_the_ring_sums_what_the_direct_stream_sums(
     out = run_main("chain", args, monkeypatch, capsys)
     checked = ("| ring", "| directr", "| directmk", "| directll", "| directpf", "| directsp |")
     rows = [r for r in out if r.startswith((*checked, "| directsp2 |", "| directmix"))]
-    assert len(rows) == 22 and all(_same(r) == "yes" for r in rows), rows
+    assert len(rows) == 24 and all(_same(r) == "yes" for r in rows), rows
     # every chunk claimed once: the shares of a CTA's mean around 1
     shares = [r.split("|")[8].strip() for r in rows if r.startswith("| ringdyn")]
     assert len(shares) == 2 and all(
@@ -188,6 +190,7 @@ def test_cluster_local_phases_run(
     out = run_main("chain", args, monkeypatch, capsys)
     assert [r.split("|")[1].strip() for r in out if r.startswith("| ")][1:] == [
         "chain", "direct", "chainr", "directr", "chainmk", "directmk", "chainll", "directll",
+        "directlls", "directllsw",
         "directpfw", "directpfs", "directpfs2", "directpfp4", "directpfp8", "directpfp16",
         "directsp0", "directsp", "directsp2",
         "chaincl", "directcl", "chaindsm", "directdsm", "bgdsm", "ringdsm", "chainbg",
