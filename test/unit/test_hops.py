@@ -102,6 +102,11 @@ def test_program_hops_recover_a_simulated_schedule(
     run, hop, queue = (sum(r[i] for r in path) for i in (2, 3, 4))
     assert run == pytest.approx(2.0 * tasks) and hop + queue == pytest.approx(tasks - 1.0)
     assert run + hop + queue == pytest.approx((timeline[:, 1].max() - timeline[:, 0].min()) / 1e3)
+    # The grids' phases of a run (every grid counted) tile it from the first start to the last end.
+    r = hops.Run(prog, timeline)
+    phases = hops.phase_rows(r.grids, r.start, r.end, least=1)
+    total = sum(n * mean for _, n, mean, _ in phases)
+    assert total == pytest.approx((timeline[:, 1].max() - timeline[:, 0].min()) / 1e3)
 
 
 def test_critical_path_follows_whichever_ended_last() -> None:
