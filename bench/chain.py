@@ -190,8 +190,8 @@ static bool ends_with(const char* s, const char* tail) {{
 
 static void run(const char* name, int mode, int inflight, int copier) {{
   const bool pf = strstr(name, "directpf") == name, sp = strstr(name, "directsp") == name;
-  const bool mk_sync = ends_with(name, "mk") || ends_with(name, "mix") || pf || sp || ends_with(name, "lls") ||
-                       ends_with(name, "llsw");
+  prm.extra = ends_with(name, "lls") ? 1 : ends_with(name, "llsw") ? 3 : 0;
+  const bool mk_sync = ends_with(name, "mk") || ends_with(name, "mix") || pf || sp || prm.extra;
   prm.sync = mode < 2 ? (ends_with(name, "r") ? 1 : mk_sync ? 2 : 0) : 0;
   const bool paced = strstr(name, "directpfp") == name;
   prm.pf = paced ? 4 : pf ? (strstr(name, "pfw") ? 1 : 2) : sp && !ends_with(name, "sp0") ? 3 : 0;
@@ -201,7 +201,6 @@ static void run(const char* name, int mode, int inflight, int copier) {{
   prm.dsm = strstr(name, "dsm") != nullptr;
   prm.local = ends_with(name, "cl") || prm.dsm;
   prm.dyn = ends_with(name, "dyn");
-  prm.extra = ends_with(name, "lls") ? 1 : ends_with(name, "llsw") ? 3 : 0;
   prm.ll = ends_with(name, "ll") || ends_with(name, "mix") || prm.dyn || prm.extra;
   prm.ll_all = ends_with(name, "ll") || prm.dyn || prm.extra;
   prm.mode = mode;
