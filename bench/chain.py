@@ -103,11 +103,15 @@ def program_source(
     local: list[bool] | None = None,
     cluster: int = 1,
     flagged: list[bool] | None = None,
+    acc: list[bool] | None = None,
+    acc_nap: int = 0,
+    acc_spread: bool = False,
 ) -> str:
     """The kernel and a main that times each mode (20 launches after 3, median) and prints
     `mode inflight median_us checksum_bits`, then `copy GB/s`, `bytes N` and `ctas N`. With
     `cluster` > 1 every mode runs in clusters of that many CTAs (as many as fit at once), and
-    chaincl / directcl wait only for their cluster before the `local` phases."""
+    chaincl / directcl wait only for their cluster before the `local` phases. With `acc` phases
+    (split-K partials added into every output) only the modes of ACC_MODES run."""
     modes = [("chain", 0, 0, 0), ("direct", 1, 0, 0)]
     modes += [("chainr", 0, 0, 0), ("directr", 1, 0, 0)]  # the same, ld.acquire / red.release
     modes += [("chainmk", 0, 0, 0), ("directmk", 1, 0, 0)]  # mk's polls (sleeps) and signal
@@ -142,6 +146,16 @@ def program_source(
     modes += [("ringll", 2, f, 0) for f in inflight] + [("ringcll", 2, f, 1) for f in inflight]
     # every hop by flags, each phase's chunks claimed by whichever loader asks first
     modes += [("ringdyn", 2, f, 0) for f in inflight]
+    if acc and any(acc):
+        modes = [m for m in modes if m[0] in ACC_MODES]
+    acc = acc or [False] * len(phases)
+    # An accumulated phase's outputs start at zero (the others' at NaN: unwritten ones show).
+    zero = "".join(
+        f"\n    for (int l = 0; l < prm.layers; ++l) CHECK(cudaMemset(prm.act + prm.act_stride * "
+        f"(1 + (long long)l * {len(phases)} + {j}), 0, K * sizeof(float)));"
+        for j, a in enumerate(acc)
+        if a
+    )
     runs = "".join(f'\n  run("{name}", {m}, {f}, {c});' for name, m, f, c in modes)
     rows_max = max(phases)
     smem = slots * CHUNK_ROWS * K * 2 + (4 * K + max(rows_max, 1)) * 4  # ring, xs, raw, res, rx
@@ -150,9 +164,10 @@ def program_source(
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
 #include <vector>
-{kernel_source(phases, slots, local, flagged)}
+{kernel_source(phases, slots, local, flagged, acc, acc_nap, acc_spread)}
 __global__ void fill(uint16_t* w, size_t n) {{
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {{
     uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ static_cast<uint32_t>(i >> 32) * 40503u;
@@ -216,7 +231,7 @@ static void run(const char* name, int mode, int inflight, int copier) {{
     CHECK(cudaMemset(prm.counters, 0, {len(phases)} * prm.layers * sizeof(unsigned)));
     CHECK(cudaMemset(prm.claims, 0, {len(phases)} * prm.layers * sizeof(unsigned)));
     CHECK(cudaMemset(prm.act + prm.act_stride, 0xff, (act_floats - prm.act_stride) * sizeof(float)));  // NaN
-    CHECK(cudaMemset(prm.lls, 0, act_floats * sizeof(unsigned long long)));  // no flags
+    CHECK(cudaMemset(prm.lls, 0, act_floats * sizeof(unsigned long long)));  // no flags{zero}
     cudaEventRecord(a);
     CHECK(launch());
     cudaEventRecord(b);
@@ -247,6 +262,7 @@ static void run(const char* name, int mode, int inflight, int copier) {{
     for (size_t e = 0; e < l.size(); ++e) {{
       const uint32_t bits = (l[e] >> 32) ? static_cast<uint32_t>(l[e]) : 0xffffffffu;  // unwritten: NaN
       memcpy(&h[e], &bits, 4);
+      if (kLastAcc) h[e] = e >= K || acc_count(l[e]) != (unsigned)sms ? NAN : acc_value(l[e]);
     }}
   }}
   int same = -1;  // -1: not checked
@@ -260,6 +276,10 @@ static void run(const char* name, int mode, int inflight, int copier) {{
     spare_reference = h;
   }} else if (prm.spare) {{
     same = memcmp(h.data(), spare_reference.data(), h.size() * sizeof(float)) == 0;
+  }} else if ({int(any(acc))} && (mode == 1 || mode == 2)) {{  // f32 reductions: sums in any order
+    same = 2;
+    for (int e = 0; e < K; ++e)
+      if (!(fabsf(h[e] - reference[e]) <= 1e-3f * (1.f + fabsf(reference[e])))) same = 0;
   }} else if ((mode == 1 && !prm.local) || mode == 2) {{  // the same sums, however they wait
     same = memcmp(h.data(), reference.data(), h.size() * sizeof(float)) == 0;
   }}
@@ -379,6 +399,9 @@ def dsm_problem(phases: list[int], local: list[bool], cluster: int) -> str | Non
 MODE_NAMES += ("chaindsm", "directdsm", "bgdsm", "ringdsm")
 MODE_NAMES += ("chainbg", "ring", "stream", "bare", "ringc", "streamc", "barec")
 MODE_NAMES += ("bgll", "ringll", "ringcll", "ringdyn")
+# With accumulated phases: mk's counters against counted words, with and without weights and the
+# ring, and the ring's bytes alone.
+ACC_MODES = ("chainmk", "directmk", "chainll", "directll", "directlls", "bare", "ringll", "bgll")
 
 
 def table(out: str, layers: int) -> str:
@@ -398,7 +421,7 @@ def table(out: str, layers: int) -> str:
     for r in rows:
         if r[0] in MODE_NAMES:
             us = float(r[2])
-            same = {"-1": "", "1": "yes", "0": "**no**"}[r[3]]
+            same = {"-1": "", "1": "yes", "2": "within 1e-3", "0": "**no**"}[r[3]]
             f = (
                 r[1]
                 if r[0].startswith(("ring", "stream", "bare", "chainbg", "bgdsm", "bgll"))
@@ -419,16 +442,26 @@ def main() -> None:
         "--phases",
         default="32,0,0,16,48,24",
         help="rows per SM of each phase; a leading c marks a phase that needs only its "
-        "cluster, a leading l one that hands its values on with flags (the mix modes)",
+        "cluster, a leading l one that hands its values on with flags (the mix modes), a leading "
+        "a one whose CTAs add their values into every output (a split-K projection)",
     )
     ap.add_argument("--cluster", type=int, default=1, help="CTAs per cluster (1-16)")
     ap.add_argument("--layers", type=int, default=28)
     ap.add_argument("--inflight", default="1,2,4,12", help="chunks in flight for the ring")
+    ap.add_argument("--acc-nap", type=int, default=0, help="ns between polls of counted sums")
+    ap.add_argument(
+        "--acc-spread", action="store_true", help="each CTA adds its terms from its own quarter"
+    )
     args = ap.parse_args()
     items = args.phases.split(",")
-    phases = [int(x.removeprefix("c").removeprefix("l")) for x in items]
+    phases = [int(x.lstrip("cla")) for x in items]
+    acc = [x.startswith("a") for x in items]
+    if any(a and r == 0 for a, r in zip(acc, phases, strict=True)):
+        raise SystemExit("an accumulated phase needs rows")
     local = [x.startswith("c") for x in items]
     flagged = [x.startswith("l") for x in items]
+    if any(acc) and (any(flagged) or any(local)):
+        raise SystemExit("accumulated phases run with neither c nor l phases")
     if any(flagged) and (problem := flag_problem(phases, flagged)):
         raise SystemExit(problem)
     if not 1 <= args.cluster <= 16:
@@ -439,7 +472,15 @@ def main() -> None:
     if any(not 1 <= f <= SLOTS for f in inflight):
         raise SystemExit(f"chunks in flight must be 1..{SLOTS}")
     src = program_source(
-        phases, args.layers, inflight, local=local, cluster=args.cluster, flagged=flagged
+        phases,
+        args.layers,
+        inflight,
+        local=local,
+        cluster=args.cluster,
+        flagged=flagged,
+        acc=acc,
+        acc_nap=args.acc_nap,
+        acc_spread=args.acc_spread,
     )
     with tempfile.TemporaryDirectory() as tmp:
         exe = build(src, Path(tmp))

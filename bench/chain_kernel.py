@@ -3,6 +3,8 @@ loader warp 8), as CUDA source. bench/chain.py wraps it in a host program that t
 
 from __future__ import annotations
 
+from chain_ll import LL_SOURCE
+
 K = 1024  # columns of every weight row (bf16): a 2 KB row, a 16 KB chunk of eight rows
 CHUNK_ROWS = 8
 SLOTS = 12  # 192 KB of ring
@@ -14,23 +16,32 @@ def kernel_source(
     slots: int,
     local: list[bool] | None = None,
     flagged: list[bool] | None = None,
+    acc: list[bool] | None = None,
+    acc_nap: int = 0,
+    acc_spread: bool = False,
 ) -> str:
     """The megakernel-shaped chain: compute warps 0-7, loader warp 8. A `local` phase (with the
     cl modes) waits for its cluster's CTAs only, through shared-memory barriers, not the grid; a
-    `flagged` one (with the mix modes) hands its values on with their flags, not a counter."""
+    `flagged` one (with the mix modes) hands its values on with their flags, not a counter; an
+    `acc` one adds its rows' values into every output (a split-K projection's partials)."""
     n = len(phases)
     local = local or [False] * n
     flagged = flagged or [False] * n
+    acc = acc or [False] * n
     prefix = [sum(phases[:i]) for i in range(n)]
     push = [int(phases[j] > 0 and local[(j + 1) % n]) for j in range(n)]
     return f"""
 constexpr int K = {K}, kRows = {CHUNK_ROWS}, kSlots = {slots}, kPhases = {n}, kGroup = {GROUP};
 constexpr int kChunk = kRows * K * 2;
+constexpr unsigned kAccNap = {acc_nap};  // ns between the polls of counted words (0: spin)
+constexpr bool kAccSpread = {"true" if acc_spread else "false"};
 __constant__ int c_rows[kPhases] = {{{", ".join(map(str, phases))}}};
 __constant__ int c_prefix[kPhases] = {{{", ".join(map(str, prefix))}}};
 __constant__ int c_local[kPhases] = {{{", ".join(str(int(x)) for x in local)}}};
 __constant__ int c_flagged[kPhases] = {{{", ".join(str(int(x)) for x in flagged)}}};
 __constant__ int c_push[kPhases] = {{{", ".join(map(str, push))}}};
+__constant__ int c_acc[kPhases] = {{{", ".join(str(int(x)) for x in acc)}}};
+constexpr bool kLastAcc = {"true" if acc[-1] else "false"};
 constexpr bool kLastFlagged = {"true" if flagged[-1] else "false"};
 constexpr int kLayerRows = {sum(phases)};
 constexpr int kRowsMax = {max(max(phases), 1)};
@@ -345,46 +356,6 @@ __device__ __noinline__ void load_background(const Params& p, uint16_t* ring, ui
 }
 """
 
-LL_SOURCE = """
-// The ll modes: a value and its flag in one 8-byte store, so a consumer's poll of the values is
-// the wait (no fence, no counter, one round trip fewer), as NCCL's LL protocol does.
-__device__ __forceinline__ void ll_put(unsigned long long* at, float v) {
-  const unsigned long long w = (1ull << 32) | __float_as_uint(v);
-  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(at), "l"(w) : "memory");
-}
-__device__ __forceinline__ float ll_take(const unsigned long long* in, float* xs, float* raw) {
-  unsigned long long v[K / 256];
-  unsigned pending = (1u << (K / 256)) - 1;
-  while (pending) {  // every load of a round in flight at once
-#pragma unroll
-    for (int s = 0; s < K / 256; ++s)
-      if (pending & (1u << s))
-        asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v[s]) : "l"(in + threadIdx.x + s * 256) : "memory");
-#pragma unroll
-    for (int s = 0; s < K / 256; ++s)
-      if ((pending & (1u << s)) && (v[s] >> 32) == 1u) pending &= ~(1u << s);
-  }
-  float ss = 0.f;  // in the plain path's order: the same sums
-#pragma unroll
-  for (int s = 0; s < K / 256; ++s) {
-    const float x = __uint_as_float(static_cast<uint32_t>(v[s]));
-    xs[threadIdx.x + s * 256] = x;
-    raw[threadIdx.x + s * 256] = x;
-    ss += x * x;
-  }
-  return ss;
-}
-// A phase of rows writes them; a weightless one forwards its share of the values it read.
-// (Every CTA forwards values e = blockIdx.x mod ctas, so the next phase waits for all of them.)
-__device__ __forceinline__ void ll_give(unsigned long long* out, int rows, const float* res, const float* raw,
-                                        int ctas) {
-  for (int r = threadIdx.x; rows > 0 ? r < rows : row_at(blockIdx.x, r, ctas) < K; r += 256) {
-    const long long at = row_at(blockIdx.x, r, ctas);
-    ll_put(out + at, rows > 0 ? res[r] : raw[at]);
-  }
-}
-"""
-
 
 def _compute_source() -> str:
     """The compute warps' phases: wait, activation and norm, product, signal."""
@@ -505,7 +476,10 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
       const bool near = local && prev_rows > 0;
       const int first = static_cast<int>(blockIdx.x - crank);  // the cluster's first CTA
       const int span = near ? static_cast<int>(csize) * src_rows : K;
-      if (in_ll) {
+      const bool in_acc = phase > 0 && c_acc[j == 0 ? kPhases - 1 : j - 1];
+      if (in_ll && in_acc) {
+        ss = acc_take(p.lls + (long long)phase * p.act_stride, xs, raw, static_cast<unsigned>(ctas(p)));
+      } else if (in_ll) {
         ss = ll_take(p.lls + (long long)phase * p.act_stride, xs, raw);
       } else {
         // Every load of the activation in flight before its first store (as mk's
@@ -538,7 +512,8 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
       compute_sync();
       const bool push = p.dsm && c_push[j];
       float* const act_out = p.act + (long long)(phase + 1) * p.act_stride + blockIdx.x;  // row r at r * ctas
-      float* out = out_ll || push ? res : act_out;
+      const bool acc = c_acc[j] && rows > 0;
+      float* out = out_ll || push || acc ? res : act_out;
       const int ostep = out == act_out ? ctas(p) : 1;
       if (p.mode == DIRECT) {
         const uint16_t* w = slab(p, layer, j);
@@ -565,7 +540,11 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
         ++pushed;
         compute_sync();
       }
-      if (out_ll && !(p.dyn && rows > 0))  // a dyn phase's rows went out as they were computed
+      if (acc) {  // every output's term, then (with a counter) a barrier before the signal
+        acc_give(out_ll ? p.lls + (long long)(phase + 1) * p.act_stride : nullptr,
+                 out_ll ? nullptr : act_out - blockIdx.x, rows, res);
+        compute_sync();
+      } else if (out_ll && !(p.dyn && rows > 0))  // a dyn phase's rows went out as they were computed
         ll_give(p.lls + (long long)(phase + 1) * p.act_stride, rows, res, raw, ctas(p));
       if (rows > 0 && p.mode != STREAM && !out_ll) {
         src = p.act + (long long)(phase + 1) * p.act_stride;

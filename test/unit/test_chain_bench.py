@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,69 @@ def test_flagged_phases_add_the_mix_modes() -> None:
     )
 
 
+def test_accumulated_phases_run_the_counted_modes() -> None:
+    """Phases marked `a` add their rows into every output: mk's f32 reductions and counter
+    against counted words (a sum and its terms' count in one 8-byte word)."""
+    bench = load("chain")
+    src = bench.program_source([32, 0, 16, 72], 2, [1], acc=[False, False, True, True])
+    runs = [line.strip() for line in src.splitlines() if line.strip().startswith('run("')]
+    assert [r.split('"')[1] for r in runs] == [
+        "chainmk", "directmk", "chainll", "directll", "directlls", "bare", "bgll", "ringll",
+    ]  # fmt: skip
+    assert "__constant__ int c_acc[kPhases] = {0, 0, 1, 1};" in src
+    assert "red.relaxed.gpu.global.add.u64" in src and "atomicAdd(plain + e" in src
+    # the accumulated phases' outputs start at zero, the third and fourth of each layer's
+    assert "prm.act_stride * (1 + (long long)l * 4 + 2), 0, K * sizeof(float)" in src
+    assert "prm.act_stride * (1 + (long long)l * 4 + 3), 0, K * sizeof(float)" in src
+    assert "constexpr unsigned kAccNap = 0;" in src and "kAccSpread = false;" in src
+    tuned = bench.program_source([32, 16], 2, [1], acc=[False, True], acc_nap=64, acc_spread=True)
+    assert "constexpr unsigned kAccNap = 64;" in tuned and "kAccSpread = true;" in tuned
+
+
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+def test_counted_words_sum_in_any_order(tmp_path: Path) -> None:
+    """The counted word's decoding on the host: terms of both signs, added as 64-bit integers in
+    two orders, give the same word, their count and their sum to the fixed point's step."""
+    ll = load("chain_ll")
+    main = (
+        r"""
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+constexpr int K = 1024;
+constexpr unsigned kAccNap = 0;
+constexpr bool kAccSpread = false;
+__device__ long long row_at(int cta, int r, int ctas) { return (long long)r * ctas + cta; }
+"""
+        + ll.LL_SOURCE
+        + r"""
+unsigned long long term(float v) {
+  return (1ull << kCountShift) + static_cast<unsigned long long>(llrint(static_cast<double>(v) * kFixed));
+}
+int main() {
+  unsigned long long up = 0, down = 0;
+  double exact = 0;
+  for (int t = 0; t < 200; ++t) {
+    const float v = ((t * 7919) % 2001 - 1000) * 0.0137f;  // -13.7 .. 13.7
+    up += term(v);
+    down += term(((199 - t) * 7919 % 2001 - 1000) * 0.0137f);
+    exact += v;
+  }
+  printf("%d %u %.9g %.9g\n", up == down, acc_count(up), acc_value(up), exact);
+  return 0;
+}
+"""
+    )
+    cu, exe = tmp_path / "words.cu", tmp_path / "words"
+    cu.write_text(main)
+    subprocess.run([str(NVCC), "-std=c++17", "-o", str(exe), str(cu)], check=True)
+    same, count, value, exact = subprocess.run(
+        [str(exe)], check=True, capture_output=True, text=True
+    ).stdout.split()
+    assert same == "1" and count == "200"
+    assert abs(float(value) - float(exact)) < 200 * 2.0**-30 + 1e-6 * abs(float(exact))
+
+
 def test_the_table_is_per_layer_against_the_floor() -> None:
     bench = load("chain")
     out = "chain 0 100.00 -1 0\ndirect 0 400.00 -1 0\nring 2 200.00 1 0\nring 4 210.00 0 0\n"
@@ -150,6 +214,12 @@ def test_bad_phases_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
         bench.main()
     monkeypatch.setattr("sys.argv", ["chain.py", "--phases", "l32,0,16"])
     with pytest.raises(SystemExit, match="phase 2 waits on a counter"):
+        bench.main()
+    monkeypatch.setattr("sys.argv", ["chain.py", "--phases", "32,a0,16"])
+    with pytest.raises(SystemExit, match="accumulated phase needs rows"):
+        bench.main()
+    monkeypatch.setattr("sys.argv", ["chain.py", "--phases", "l32,0,a16"])
+    with pytest.raises(SystemExit, match="neither c nor l"):
         bench.main()
     monkeypatch.setattr("sys.argv", ["chain.py", "--cluster", "17"])
     with pytest.raises(SystemExit, match="1 to 16 CTAs"):
@@ -202,3 +272,13 @@ def test_cluster_local_phases_run(
     # the values through the peers' shared memory: directcl's sums
     dsm = [r for r in out if r.startswith(("| directdsm", "| ringdsm"))]
     assert len(dsm) == 2 and all(_same(r) == "yes" for r in dsm), dsm
+
+
+@pytest.mark.gpu
+def test_counted_words_sum_what_the_counters_sum(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ["--phases", "32,0,a16,a72", "--layers", "4", "--inflight", "1"]
+    out = run_main("chain", args, monkeypatch, capsys)
+    rows = [r for r in out if r.startswith(("| directll", "| directlls", "| ringll"))]
+    assert len(rows) == 3 and all(_same(r) == "within 1e-3" for r in rows), rows
