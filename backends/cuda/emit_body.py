@@ -318,7 +318,10 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         n, tile = runs.rows * runs.cols, self.var(op.tile)
         self.lines.append(f"{tile}.resize({n});")
         load = (
-            f"mk::gpu::load_flag_runs<{n}, {runs.cols}>({tile}, buffers[{ref.index}], "
+            f"mk::gpu::load_flag_runs<{n}, {runs.cols}, true>({tile}, buffers[{ref.index}], "
+            f"{first}, {runs.ld}, arena, {ref.counted});  // load, waiting on the counts"
+            if ref.counted
+            else f"mk::gpu::load_flag_runs<{n}, {runs.cols}>({tile}, buffers[{ref.index}], "
             f"{first}, {runs.ld}, arena);  // load, waiting on the flags"
             if ref.flagged
             else f"mk::gpu::load_runs<{ref.dtype}, {n}, {runs.cols}>({tile}, buffers[{ref.index}], "
@@ -339,7 +342,10 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
             return
         at = f"{flat_offset(ref.shape, starts)}, {runs.ld}, e, {self.var(op.tile)}[e]"
         store = (
-            f"mk::gpu::store_flag_run_elem<{ref.dtype}, {runs.cols}>(buffers[{ref.index}], "
+            f"mk::gpu::store_count_run_elem<{runs.cols}>(buffers[{ref.index}], "
+            f"{at}, arena.flag);  // the sum's first term"
+            if ref.counted
+            else f"mk::gpu::store_flag_run_elem<{ref.dtype}, {runs.cols}>(buffers[{ref.index}], "
             f"{at}, arena.flag);  // store with the flag"
             if ref.flagged
             else f"mk::gpu::store_run_elem<{ref.dtype}, {runs.cols}>(buffers[{ref.index}], "
@@ -348,6 +354,9 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         self.element_loop(runs.rows * runs.cols, [(op.tile, "e")], [], [store])
 
     def add_box(self, ref: BufferRef, starts: Sequence[str], op: OutputOp) -> None:
+        if ref.counted:
+            self.add_count_box(ref, starts, op)
+            return
         ref = plain(ref, self.op, "added to")
         if self.rows_add is not None and op is self.rows_add.out:
             self.lines.append(
@@ -363,6 +372,26 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
             )
         at = f"{flat_offset(ref.shape, starts)}, {runs.ld}, e, {self.var(op.tile)}[e]"
         add = f"mk::gpu::add_run_elem<{runs.cols}>(buffers[{ref.index}], {at});  // add"
+        self.element_loop(runs.rows * runs.cols, [(op.tile, "e")], [], [add])
+
+    def add_count_box(self, ref: BufferRef, starts: Sequence[str], op: OutputOp) -> None:
+        """add_box into a counted sum: each element's term with its count, one 64-bit add."""
+        first = flat_offset(ref.shape, starts)
+        if self.rows_add is not None and op is self.rows_add.out:
+            self.lines.append(
+                f"mk::gpu::add_count_tile(static_cast<uint64_t*>(buffers[{ref.index}]) + {first}, "
+                f"{self.var(op.tile)}.data(), {math.prod(shape_of(op.tile))});  // add its terms"
+            )
+            return
+        runs = box_runs(ref.shape, shape_of(op.tile))
+        if runs is None:
+            raise MkError(
+                "an accumulating output's tile must be runs of its result", op_location(self.op)
+            )
+        at = f"{first}, {runs.ld}, e, {self.var(op.tile)}[e]"
+        add = (
+            f"mk::gpu::add_count_run_elem<{runs.cols}>(buffers[{ref.index}], {at});  // add a term"
+        )
         self.element_loop(runs.rows * runs.cols, [(op.tile, "e")], [], [add])
 
     def epilogue_weights(self) -> tuple[str, int, int, int] | None:

@@ -107,7 +107,8 @@ def _device_bytes(array: np.ndarray) -> Any:
 
 class _DeviceState:
     """What a program keeps on the GPU between launches: the tables, the arena (0xFF-filled
-    once, so a read of an unwritten intermediate shows as NaN), per-CTA scratch, the buffer
+    at the first launch and after a failed one, so a read of an unwritten intermediate shows as
+    NaN), per-CTA scratch, the buffer
     pointers of the last launch, and the flags (counters, status, abort) and per-CTA epochs.
     Those are zeroed at the first launch and after a failed one only: a launch's iterations
     continue the earlier launches' counters (mk/events.h), so a launch is one graph node."""
@@ -145,6 +146,9 @@ class _DeviceState:
         if self.needs_reset:
             self.flags.zero_()
             self.epoch.zero_()
+            # The epochs restart: a flagged or counted word a failed launch left could pass for
+            # one of the next launch's.
+            self.arena.fill_(0xFF)
             self.needs_reset = False
 
     def status(self) -> Any:

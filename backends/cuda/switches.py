@@ -242,6 +242,15 @@ def flag_poll_all() -> bool:
     return choice("MK_CUDA_FLAG_POLL", ("watch", "all")) == "all"
 
 
+def count_poll_threads() -> bool:
+    """MK_CUDA_COUNT_POLL: `cta` (default) has one thread of a task watch one word of a counted
+    sum until its terms are in before every thread loads its words; `threads` lets every thread
+    poll its own words from the start, as flagged reads do. A counted sum's words complete
+    together, with its last adder, and 128 tasks' threads polling the lines that the adders'
+    reductions go to slowed those reductions (session 85: qwen3-0.6b +5.15 % with `threads`)."""
+    return choice("MK_CUDA_COUNT_POLL", ("cta", "threads")) == "threads"
+
+
 FLAG_SLEEP_NS = 96  # kFlagSleepNs's default (mk/cuda_flags.cuh)
 
 
@@ -491,6 +500,8 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_SIGNAL_RELEASE 1")
     if flag_poll_all():
         lines.append("#define MK_FLAG_POLL_ALL 1")
+    if count_poll_threads():
+        lines.append("#define MK_COUNT_POLL_THREADS 1")
     if (flag_sleep := flag_sleep_ns()) != FLAG_SLEEP_NS:
         lines.append(f"#define MK_FLAG_SLEEP_NS {flag_sleep}")
     if flag("MK_CUDA_MMA_L1"):

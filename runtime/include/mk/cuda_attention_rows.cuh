@@ -166,9 +166,9 @@ __device__ inline void load_row8_flagged(float (&x)[8], const void* base, int64_
   uint64_t v[1][8];
   if (vec) {
     const uint64_t* const runs[1] = {w};
-    flag_poll8<1>(v, runs, flags);
+    flag_poll8<1>(v, runs, flags, flags.flag);
   } else {
-    flag_poll<8>(v[0], [&](int k) -> const uint64_t* { return w + k; }, flags);
+    flag_poll<8>(v[0], [&](int k) -> const uint64_t* { return w + k; }, flags, flags.flag);
   }
 #pragma unroll
   for (int i = 0; i < 8; ++i) x[i] = flag_value(v[0][i]);

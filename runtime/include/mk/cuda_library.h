@@ -233,7 +233,7 @@ __device__ inline int64_t cache_write_flagged(void* out, const void* cache, cons
     uint64_t v[kGroup];
     flag_poll<kGroup>(v, [&](int k) -> const uint64_t* {
       return e0 + k * step < total ? words + e0 + k * step : nullptr;
-    }, a);
+    }, a, a.flag);
 #pragma unroll
     for (int k = 0; k < kGroup; ++k) {
       const int64_t e = e0 + k * step;
