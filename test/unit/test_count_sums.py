@@ -108,8 +108,13 @@ def test_the_megakernel_stores_adds_and_polls_counts(
 
 
 @pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
-def test_nvcc_builds_a_counted_megakernel(cache: Path) -> None:
+@pytest.mark.parametrize("poll", ["cta", "threads"])
+def test_nvcc_builds_a_counted_megakernel(
+    poll: str, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MK_CUDA_COUNT_POLL", poll)
     prog = mk.compile(BLOCK, target="cuda", count_sums=True, cache_dir=cache)
+    assert ("#define MK_COUNT_POLL_THREADS 1" in prog.cuda_source) == (poll == "threads")
     assert prog.library_path is not None and Path(prog.library_path).exists()
     used = prog.cuda_resources
     assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
