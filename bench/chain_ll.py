@@ -96,14 +96,22 @@ __device__ __forceinline__ float acc_take(const unsigned long long* in, float* x
   return ss;
 }
 // Every CTA adds its rows' values (cycled) to all K outputs: a split-K projection's partial sums,
-// by counted words (ll) or by f32 reductions that a counter then publishes.
+// by counted words (ll: one 64-bit reduction an output) or by f32 reductions of four outputs
+// each (red.add.v4.f32, as mk's fused down projection adds) that a counter then publishes.
 __device__ __forceinline__ void acc_give(unsigned long long* words, float* plain, int rows, const float* res) {
   // kAccSpread: each CTA starts at its own quarter, so the CTAs' reductions meet fewer at once
   const int first = kAccSpread ? (blockIdx.x % 4) * 256 : 0;
-  for (int s = 0; s < K; s += 256) {
-    const int e = (first + s + threadIdx.x) % K;
-    if (words) acc_add(words + e, res[e % rows]);
-    else atomicAdd(plain + e, res[e % rows]);
+  if (words) {
+    for (int s = 0; s < K; s += 256) {
+      const int e = (first + s + threadIdx.x) % K;
+      acc_add(words + e, res[e % rows]);
+    }
+    return;
+  }
+  for (int q = threadIdx.x; q < K / 4; q += 256) {
+    const int e = (first + 4 * q) % K;
+    atomicAdd(reinterpret_cast<float4*>(plain + e),
+              make_float4(res[e % rows], res[(e + 1) % rows], res[(e + 2) % rows], res[(e + 3) % rows]));
   }
 }
 """

@@ -136,7 +136,8 @@ def test_accumulated_phases_run_the_counted_modes() -> None:
         "chainmk", "directmk", "chainll", "directll", "directlls", "bare", "bgll", "ringll",
     ]  # fmt: skip
     assert "__constant__ int c_acc[kPhases] = {0, 0, 1, 1};" in src
-    assert "red.relaxed.gpu.global.add.u64" in src and "atomicAdd(plain + e" in src
+    assert "red.relaxed.gpu.global.add.u64" in src  # the counted words' terms
+    assert "atomicAdd(reinterpret_cast<float4*>(plain + e)" in src  # mk's red.add.v4.f32
     # the accumulated phases' outputs start at zero, the third and fourth of each layer's
     assert "prm.act_stride * (1 + (long long)l * 4 + 2), 0, K * sizeof(float)" in src
     assert "prm.act_stride * (1 + (long long)l * 4 + 3), 0, K * sizeof(float)" in src
@@ -181,7 +182,10 @@ int main() {
     )
     cu, exe = tmp_path / "words.cu", tmp_path / "words"
     cu.write_text(main)
-    subprocess.run([str(NVCC), "-std=c++17", "-o", str(exe), str(cu)], check=True)
+    subprocess.run(
+        [str(NVCC), "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-o", str(exe), str(cu)],
+        check=True,
+    )  # fmt: skip
     same, count, value, exact = subprocess.run(
         [str(exe)], check=True, capture_output=True, text=True
     ).stdout.split()
