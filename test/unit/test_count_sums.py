@@ -107,6 +107,29 @@ def test_the_megakernel_stores_adds_and_polls_counts(
     assert "count" not in plain.replace("account", "")
 
 
+def test_a_stuck_sum_names_its_terms(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watchdog's record of a counted sum that never completed (mk::gpu::kCountCounter) as
+    the host reports it: the terms seen of those wanted, and whether the word was the previous
+    iteration's (its parity bit)."""
+    import mk.backends.cuda as backend
+    from mk.backends.cuda.host import COUNT_COUNTER, RUN_TIMEOUT
+    from mk.runtime_tables import RUN_STATUS
+
+    monkeypatch.setattr(cuda_build, "nvcc", lambda: None)
+    monkeypatch.setattr(backend, "nvcc", lambda: None)
+    prog = mk.compile(BLOCK, target="cuda", count_sums=True, cache_dir=cache)
+    status = np.zeros((), RUN_STATUS)
+    status["error"], status["sm"], status["task"] = RUN_TIMEOUT, 3, 0
+    status["counter"], status["iteration"], status["wait_ms"] = COUNT_COUNTER, 2, 300
+    status["value"], status["threshold"] = 45, 67
+    text = str(prog._run_error(status[()]))  # type: ignore[attr-defined]
+    assert "on SM 3 waits for the sum of a counted buffer it reads" in text
+    assert "saw 45 of its 67 terms in iteration 2 after 300 ms" in text
+    status["value"] = 512 | 67  # the last iteration's complete sum
+    text = str(prog._run_error(status[()]))  # type: ignore[attr-defined]
+    assert "saw 67 of its 67 terms (of the iteration before)" in text
+
+
 @pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
 @pytest.mark.parametrize("poll", ["cta", "threads"])
 def test_nvcc_builds_a_counted_megakernel(

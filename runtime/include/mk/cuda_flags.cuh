@@ -12,8 +12,10 @@
 namespace mk {
 namespace gpu {
 
-// A run status's counter when a flagged value never came (beside real counter ids).
+// A run status's counter when a flagged value never came, or a counted sum's terms (beside real
+// counter ids).
 constexpr int32_t kFlagCounter = -2;
+constexpr int32_t kCountCounter = -3;
 // The sleep between two looks at a missing flagged word (MK_CUDA_FLAG_SLEEP; 0 spins).
 #if defined(MK_FLAG_SLEEP_NS)
 constexpr unsigned kFlagSleepNs = MK_FLAG_SLEEP_NS;
@@ -59,17 +61,19 @@ __device__ __forceinline__ uint32_t word_tag(uint64_t w) {
   }
 }
 
-// Whether to give up on a flag: the watchdog's timeout (recorded as the task's failure) or
-// another CTA's failure. The caller returns stale values; the launch stops at its next wait.
-__device__ inline bool flag_stuck(const Arena& a, uint64_t& start, uint32_t seen) {
+// Whether to give up on a flag: the watchdog's timeout (recorded as the task's failure, with the
+// tag seen and the one wanted) or another CTA's failure. The caller returns stale values; the
+// launch stops at its next wait.
+__device__ inline bool flag_stuck(const Arena& a, uint64_t& start, uint32_t seen, uint32_t want,
+                                  int32_t counter = kFlagCounter) {
   const LaunchParams& p = *static_cast<const LaunchParams*>(a.params);
   const uint64_t now = globaltimer();
   if (start == 0) start = now;
   if (aborted(p)) return true;
   const uint64_t waited = now - start;
   if (static_cast<int64_t>(waited) <= p.timeout_ns) return false;
-  record_failure(p, RunStatus{RUN_TIMEOUT, static_cast<int32_t>(blockIdx.x), a.task, kFlagCounter, a.t,
-                              seen, a.flag, static_cast<int32_t>(waited / 1000000)});
+  record_failure(p, RunStatus{RUN_TIMEOUT, static_cast<int32_t>(blockIdx.x), a.task, counter, a.t,
+                              seen, want, static_cast<int32_t>(waited / 1000000)});
   return true;
 }
 
@@ -85,13 +89,14 @@ __device__ inline bool flag_between_rounds(const uint64_t* watch, const Arena& a
                                            uint32_t& rounds, uint32_t want) {
 #if defined(MK_FLAG_POLL_ALL)
   flag_sleep();
-  return (++rounds & 63) != 0 || !flag_stuck(a, start, word_tag<Counted>(flag_word_load(watch)));
+  return (++rounds & 63) != 0 ||
+         !flag_stuck(a, start, word_tag<Counted>(flag_word_load(watch)), want, Counted ? kCountCounter : kFlagCounter);
 #else
   for (;;) {
     flag_sleep();
     const uint32_t tag = word_tag<Counted>(flag_word_load(watch));
     if (tag == want) return true;
-    if ((++rounds & 63) == 0 && flag_stuck(a, start, tag)) return false;
+    if ((++rounds & 63) == 0 && flag_stuck(a, start, tag, want, Counted ? kCountCounter : kFlagCounter)) return false;
   }
 #endif
 }
