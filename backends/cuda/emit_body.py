@@ -354,33 +354,19 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         self.element_loop(runs.rows * runs.cols, [(op.tile, "e")], [], [store])
 
     def add_box(self, ref: BufferRef, starts: Sequence[str], op: OutputOp) -> None:
-        if ref.counted:
-            self.add_count_box(ref, starts, op)
-            return
-        ref = plain(ref, self.op, "added to")
-        if self.rows_add is not None and op is self.rows_add.out:
-            self.lines.append(
-                f"mk::gpu::add_tile_v4(static_cast<float*>(buffers[{ref.index}]) + "
-                f"{flat_offset(ref.shape, starts)}, {self.var(op.tile)}.data(), "
-                f"{math.prod(shape_of(op.tile))});  // add"
-            )
-            return
-        runs = box_runs(ref.shape, shape_of(op.tile))
-        if runs is None:
-            raise MkError(
-                "an accumulating output's tile must be runs of its result", op_location(self.op)
-            )
-        at = f"{flat_offset(ref.shape, starts)}, {runs.ld}, e, {self.var(op.tile)}[e]"
-        add = f"mk::gpu::add_run_elem<{runs.cols}>(buffers[{ref.index}], {at});  // add"
-        self.element_loop(runs.rows * runs.cols, [(op.tile, "e")], [], [add])
-
-    def add_count_box(self, ref: BufferRef, starts: Sequence[str], op: OutputOp) -> None:
-        """add_box into a counted sum: each element's term with its count, one 64-bit add."""
+        """The tile added into its f32 result, or into a counted sum as terms with their count
+        (one 64-bit add each): the fused down projection's whole product at once, else by runs."""
+        if not ref.counted:
+            ref = plain(ref, self.op, "added to")
         first = flat_offset(ref.shape, starts)
         if self.rows_add is not None and op is self.rows_add.out:
+            tile = f"{self.var(op.tile)}.data(), {math.prod(shape_of(op.tile))}"
             self.lines.append(
                 f"mk::gpu::add_count_tile(static_cast<uint64_t*>(buffers[{ref.index}]) + {first}, "
-                f"{self.var(op.tile)}.data(), {math.prod(shape_of(op.tile))});  // add its terms"
+                f"{tile});  // add its terms"
+                if ref.counted
+                else f"mk::gpu::add_tile_v4(static_cast<float*>(buffers[{ref.index}]) + {first}, "
+                f"{tile});  // add"
             )
             return
         runs = box_runs(ref.shape, shape_of(op.tile))
@@ -388,10 +374,9 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
             raise MkError(
                 "an accumulating output's tile must be runs of its result", op_location(self.op)
             )
+        name = "add_count_run_elem" if ref.counted else "add_run_elem"
         at = f"{first}, {runs.ld}, e, {self.var(op.tile)}[e]"
-        add = (
-            f"mk::gpu::add_count_run_elem<{runs.cols}>(buffers[{ref.index}], {at});  // add a term"
-        )
+        add = f"mk::gpu::{name}<{runs.cols}>(buffers[{ref.index}], {at});  // add"
         self.element_loop(runs.rows * runs.cols, [(op.tile, "e")], [], [add])
 
     def epilogue_weights(self) -> tuple[str, int, int, int] | None:
