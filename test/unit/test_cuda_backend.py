@@ -223,6 +223,7 @@ SWITCHES = [
     {"MK_CUDA_FLAG_POLL": "all"},
     {"MK_CUDA_FLAG_SLEEP": "0"},
     {"MK_CUDA_COUNT_POLL": "threads"},
+    {"MK_CUDA_COUNT_POLL": "cta-early"},
     {"MK_CUDA_LOAD_GROUPS": "0"},
     {"MK_CUDA_LAUNCH": "plain"},
     {"MK_CUDA_ATTN_PIPE": "1"},
@@ -293,7 +294,8 @@ SWITCH_BUILDS = [
     ("decoder_block", {"MK_CUDA_PREFETCH_AT": "signalled", "MK_CUDA_ATTN_MERGE_WEIGHTS": "0"}),
     ("decoder_block", {"MK_CUDA_MERGE_EARLY": "1", "MK_CUDA_ATTN_ROWS_FIRST": "0",
                        "MK_CUDA_STAGE_FIRST": "1"}),
-    ("decoder_block", {"MK_CUDA_DOWN_L2": "smem", "MK_CUDA_STAGE_FIRST": "1"}),
+    ("decoder_block", {"MK_CUDA_DOWN_L2": "smem", "MK_CUDA_STAGE_FIRST": "1",
+                       "MK_CUDA_COUNT_POLL": "cta-early"}),
     ("llama3_8b_block", {"MK_CUDA_MERGE_EARLY": "beside", "MK_CUDA_STAGE_BESIDE": "1"}),
 ]  # fmt: skip
 

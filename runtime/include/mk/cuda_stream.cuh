@@ -238,8 +238,16 @@ __device__ void stage_chunk(const StreamLinear& s, float* xs, int stride, int kc
     return;
   }
   if (s.x_count) {
+    // The sum's last term first, then the weights' first step (as a counter wait gates it),
+    // unless MK_COUNT_WEIGHTS_FIRST or MK_COUNT_POLL_THREADS (no watch) asks for it at once.
+    const uint64_t* last = static_cast<const uint64_t*>(s.x) + (M - 1) * s.x_ld + kc - 1;
+#if defined(MK_COUNT_WEIGHTS_FIRST) || defined(MK_COUNT_POLL_THREADS)
     after_loads();
-    if (c == 0) count_watch(static_cast<const uint64_t*>(s.x) + (M - 1) * s.x_ld + kc - 1, *s.arena, s.x_count);
+    if (c == 0) count_watch(last, *s.arena, s.x_count);
+#else
+    if (c == 0) count_watch(last, *s.arena, s.x_count);
+    after_loads();
+#endif
     stage_chunk_flagged<M, 2, true>(s, xs, stride, kc, c, pack, ss);
     return;
   }
