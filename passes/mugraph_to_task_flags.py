@@ -222,10 +222,10 @@ def count_sum(
         return
     if not isinstance(kernels[buf.writer], GraphDefOp) or writes_per_element(buf.writer) != 1:
         return
-    counts = [writes_per_element(a) for a in adders]
-    if any(c is None for c in counts):
+    counts = [c for a in adders if (c := writes_per_element(a)) is not None]
+    if len(counts) < len(adders):
         return
-    terms = 1 + sum(c for c in counts if c is not None)
+    terms = 1 + sum(counts)
     readers = [r for r in buf.readers if r not in adders]
     if terms > MAX_COUNTED_TERMS or not readers:
         return

@@ -124,9 +124,8 @@ class _DeviceState:
             "queue_offsets": _device_bytes(tables.queue_offsets.astype(np.int32)),
             "queue_entries": _device_bytes(entries),
         }
-        self.arena = torch.full(
-            (max(tables.arena_bytes, 1),), 0xFF, dtype=torch.uint8, device="cuda"
-        )
+        # 0xFF-filled by reset_if_needed, before the first launch.
+        self.arena = torch.empty(max(tables.arena_bytes, 1), dtype=torch.uint8, device="cuda")
         self.scratch = torch.empty(num_sms * scratch_per_sm, dtype=torch.uint8, device="cuda")
         self.counter_bytes = -(-max(tables.num_counters, 1) * 4 // 256) * 256
         self.flags = torch.zeros(self.counter_bytes + 256 + 256, dtype=torch.uint8, device="cuda")

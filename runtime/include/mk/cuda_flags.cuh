@@ -87,16 +87,16 @@ __device__ inline bool flag_stuck(const Arena& a, uint64_t& start, uint32_t seen
 template <bool Counted = false>
 __device__ inline bool flag_between_rounds(const uint64_t* watch, const Arena& a, uint64_t& start,
                                            uint32_t& rounds, uint32_t want) {
+  constexpr int32_t kCounter = Counted ? kCountCounter : kFlagCounter;
 #if defined(MK_FLAG_POLL_ALL)
   flag_sleep();
-  return (++rounds & 63) != 0 ||
-         !flag_stuck(a, start, word_tag<Counted>(flag_word_load(watch)), want, Counted ? kCountCounter : kFlagCounter);
+  return (++rounds & 63) != 0 || !flag_stuck(a, start, word_tag<Counted>(flag_word_load(watch)), want, kCounter);
 #else
   for (;;) {
     flag_sleep();
     const uint32_t tag = word_tag<Counted>(flag_word_load(watch));
     if (tag == want) return true;
-    if ((++rounds & 63) == 0 && flag_stuck(a, start, tag, want, Counted ? kCountCounter : kFlagCounter)) return false;
+    if ((++rounds & 63) == 0 && flag_stuck(a, start, tag, want, kCounter)) return false;
   }
 #endif
 }
@@ -198,7 +198,8 @@ __device__ inline void store_flag_run_elem(void* base, int64_t first, int64_t ld
 template <uint32_t Cols, class T>
 __device__ inline void store_count_run_elem(void* base, int64_t first, int64_t ld, uint32_t e, T value,
                                             uint32_t flag) {
-  const uint64_t w = count_term(static_cast<float>(value)) + (static_cast<uint64_t>(flag & 1u) << (kCountShift + 9));
+  // count_term's count of 1, with the tag bits of the iteration's parity beside it
+  const uint64_t w = count_term(static_cast<float>(value)) + (static_cast<uint64_t>(count_expect(flag, 0)) << kCountShift);
   uint64_t* at = static_cast<uint64_t*>(base) + run_index<Cols>(first, ld, e);
   asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(at), "l"(w) : "memory");
 }
