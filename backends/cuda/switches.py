@@ -427,6 +427,14 @@ def add_spread() -> bool:
     return flag("MK_CUDA_ADD_SPREAD")
 
 
+def add_bulk() -> bool:
+    """MK_CUDA_ADD_BULK=1 (opt-in): an accumulating output's whole-tile adds
+    (mk::gpu::add_tile_v4) go out as one bulk reduction by the copy engine
+    (cp.reduce.async.bulk ... add.f32) where the tile is in shared memory: 32 line-wide
+    reductions a qwen3-0.6b fused down projection task instead of 256 16-byte ones."""
+    return flag("MK_CUDA_ADD_BULK")
+
+
 # Most task bodies `auto` inlines into one dispatcher: ptxas took minutes over one function
 # holding many bodies (qwen3-0.6b's prefill of 999 positions with the generic attention loop:
 # not done in 15 minutes, against 32 s with the bodies called; with block_attention, 2 layers
@@ -519,6 +527,8 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_ROWS_DOT_PIPE 1")
     if add_spread():
         lines.append("#define MK_ADD_SPREAD 1")
+    if add_bulk():
+        lines.append("#define MK_ADD_BULK 1")
     if (first_steps := stage_first()) > 1:
         lines.append(f"#define MK_STAGE_FIRST_STEPS {first_steps}")
     lines += attention_defines()

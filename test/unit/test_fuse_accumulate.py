@@ -367,27 +367,32 @@ def test_rows_dot_on_tensor_cores_matches_the_reference_on_the_gpu(
     _check_runs(batch, cols, "cuda", cache)
 
 
+ADD_SWITCHES = [("MK_CUDA_ADD_SPREAD", "MK_ADD_SPREAD"), ("MK_CUDA_ADD_BULK", "MK_ADD_BULK")]
+
+
 @pytest.mark.usefixtures("no_nvcc")
-@pytest.mark.parametrize("spread", ["", "0", "1"])
-def test_spread_adds_are_a_build_option(
-    spread: str, cache: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("switch", "define"), ADD_SWITCHES)
+@pytest.mark.parametrize("value", ["", "0", "1"])
+def test_add_switches_are_build_options(
+    switch: str, define: str, value: str, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MK_CUDA_ADD_SPREAD=1 defines MK_ADD_SPREAD for add_tile_v4 (mk/cuda_rows_add.cuh); the
-    call itself is the same."""
-    monkeypatch.setenv("MK_CUDA_ADD_SPREAD", spread)
+    """MK_CUDA_ADD_SPREAD=1 and MK_CUDA_ADD_BULK=1 define MK_ADD_SPREAD and MK_ADD_BULK for
+    add_tile_v4 (mk/cuda_rows_add.cuh); the call itself is the same."""
+    monkeypatch.setenv(switch, value)
     src = _fused(residual_mlp(8, 24 * 16), cache, 24).cuda_source  # type: ignore[attr-defined]
-    assert ("#define MK_ADD_SPREAD 1" in src) == (spread == "1")
+    assert (f"#define {define} 1" in src) == (value == "1")
     assert src.count("mk::gpu::add_tile_v4(") == 1
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("switch", [s for s, _ in ADD_SWITCHES])
 @pytest.mark.parametrize(("batch", "cols"), [(8, 24), (8, 112), (1, 24)])
-def test_spread_adds_match_the_reference_on_the_gpu(
-    batch: int, cols: int, cache: Path, monkeypatch: pytest.MonkeyPatch
+def test_add_switches_match_the_reference_on_the_gpu(
+    switch: str, batch: int, cols: int, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every CTA starting its adds elsewhere in the tile (MK_CUDA_ADD_SPREAD=1) still adds each
-    element once."""
-    monkeypatch.setenv("MK_CUDA_ADD_SPREAD", "1")
+    """Every CTA starting its adds elsewhere in the tile (MK_CUDA_ADD_SPREAD=1), or handing
+    the tile to one bulk reduction (MK_CUDA_ADD_BULK=1), still adds each element once."""
+    monkeypatch.setenv(switch, "1")
     _check_runs(batch, cols, "cuda", cache)
 
 
