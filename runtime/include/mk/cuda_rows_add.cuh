@@ -331,7 +331,7 @@ constexpr bool kAddSpread = false;
 // and wraps around, so concurrent CTAs add into different lines.
 __device__ inline void add_tile_v4(float* out, const float* t, int32_t n) {
 #if defined(MK_ADD_BULK)
-  if (__isShared(t)) {
+  if (__isShared(t) && (reinterpret_cast<uintptr_t>(out) & 15) == 0) {
     add_tile_bulk(out, t, n);
     return;
   }
