@@ -193,6 +193,14 @@ def batch_waits() -> bool:
     return flag("MK_CUDA_WAIT_BATCH", default=True)
 
 
+def wait_remember() -> bool:
+    """MK_CUDA_WAIT_REMEMBER=1 (opt-in): the batched first look at a task's waits skips the
+    counters its CTA already saw reach their targets and remembers the ones it reads (the
+    one-by-one polls always did both). A counted sum's reader then waits for the sum's start
+    with no round trip where its SM ran one of the sum's adders."""
+    return flag("MK_CUDA_WAIT_REMEMBER")
+
+
 def release_signals() -> bool:
     """MK_CUDA_SIGNAL: `fence` (default) signals a task's events with one fence.acq_rel and a
     relaxed add per event; `release` with a red.release (atom.release for a tail) per event and
@@ -529,6 +537,8 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_ADD_SPREAD 1")
     if add_bulk():
         lines.append("#define MK_ADD_BULK 1")
+    if wait_remember():
+        lines.append("#define MK_WAIT_REMEMBER 1")
     if (first_steps := stage_first()) > 1:
         lines.append(f"#define MK_STAGE_FIRST_STEPS {first_steps}")
     lines += attention_defines()

@@ -150,13 +150,18 @@ def test_nvcc_builds_a_counted_megakernel(
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     "env",
-    [{}, {"MK_CUDA_ADD_BULK": "1"}, {"MK_CUDA_COUNT_POLL": "cta-early"}],
-    ids=["default", "bulk", "cta-early"],
+    [
+        {},
+        {"MK_CUDA_ADD_BULK": "1", "MK_CUDA_WAIT_REMEMBER": "1"},
+        {"MK_CUDA_COUNT_POLL": "cta-early"},
+    ],
+    ids=["default", "bulk-remember", "cta-early"],
 )
 def test_counted_sums_match_the_reference_on_the_gpu(
     env: dict[str, str], cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Also with the fused down projection's terms in one bulk reduction (MK_CUDA_ADD_BULK)."""
+    """Also with the fused down projection's terms in one bulk reduction (MK_CUDA_ADD_BULK) and
+    the start's wait skipped where the SM saw it hold (MK_CUDA_WAIT_REMEMBER)."""
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     prog = mk.compile(BLOCK, target="cuda", count_sums=True, cache_dir=cache)
