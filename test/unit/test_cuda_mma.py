@@ -21,6 +21,12 @@ from mk.diagnostics import MkError
 NVCC = cuda_build.nvcc()  # before any test patches it out
 
 
+# A tensor-core weight fragment's load, past the L1 (the default) or through it; a lane shuffle.
+NO_ALLOCATE = "ld.global.nc.L1::no_allocate.L2::256B.v4.u32"
+THROUGH_L1 = "ld.global.nc.L2::256B.v4.u32"
+SHUFFLE = r"shfl\.sync\.idx\.b32"
+
+
 def _mma_chains(ptx: str) -> tuple[int, int]:
     """(mma instructions, those whose accumulator input is the previous mma's output)."""
     mma = re.findall(
@@ -103,9 +109,13 @@ def test_tensor_core_products_build_with_and_without_the_pipeline(
     text = cuda_source(linear_program(8, 256, 1024, norm=True), tmp_path)
     assert ("#define MK_MMA_PIPE 1" in text) == (pipe == "1")
     assert re.search(rf"stream_linear<8, \d+, {MMA_LOADS}, \d+, true>", text)
-    count, chained = _mma_chains(_ptx_of(text, tmp_path))
+    ptx = _ptx_of(text, tmp_path)
+    count, chained = _mma_chains(ptx)
     assert count >= 2 * MMA_LOADS  # every step of a batch unrolled
     assert chained <= count // 10, (chained, count)  # no mma waits for the one before
+    # The load kinds and shuffles that MK_CUDA_MMA_L1 and MK_CUDA_MMA_LINES change (below).
+    assert ptx.count(NO_ALLOCATE) >= MMA_LOADS and ptx.count(THROUGH_L1) == 0
+    assert not re.search(SHUFFLE, ptx)
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
@@ -113,19 +123,13 @@ def test_tensor_core_weights_through_the_l1_are_opt_in(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """MK_CUDA_MMA_L1=1 loads a tensor-core warp's weight fragments through the L1 (no
-    L1::no_allocate), so the two halves of a 128-byte line may share one line request."""
+    L1::no_allocate), so the two halves of a 128-byte line may share one line request. (The
+    build without it is the pipeline test's, which checks its loads.)"""
     monkeypatch.setenv("MK_CUDA_MMA_RING", "0")
     text = linear_program(8, 256, 1024, norm=True)
-    loads: dict[str, tuple[int, int]] = {}
-    for l1 in ("0", "1"):
-        ptx = _switch_ptx(text, tmp_path, monkeypatch, "MK_CUDA_MMA_L1", l1, "MK_MMA_L1")
-        loads[l1] = (
-            ptx.count("ld.global.nc.L1::no_allocate.L2::256B.v4.u32"),
-            ptx.count("ld.global.nc.L2::256B.v4.u32"),
-        )
+    ptx = _switch_ptx(text, tmp_path, monkeypatch, "MK_CUDA_MMA_L1", "1", "MK_MMA_L1")
     # The program's only weight stream is the tensor-core one: all of its loads change kind.
-    assert loads["0"][0] >= MMA_LOADS and loads["1"][0] == 0
-    assert loads["0"][1] == 0 and loads["1"][1] >= MMA_LOADS
+    assert ptx.count(NO_ALLOCATE) == 0 and ptx.count(THROUGH_L1) >= MMA_LOADS
 
 
 @pytest.mark.parametrize(
@@ -419,22 +423,17 @@ def test_tensor_core_weights_as_whole_lines_are_opt_in(
 ) -> None:
     """MK_CUDA_MMA_LINES=1 loads a tensor-core warp's weights as whole 128-byte lines (eight
     lanes a row) and makes the mma fragments with shuffles: still L1::no_allocate loads, now
-    with shfl.sync, and the mma not one chain, with and without MK_CUDA_MMA_PIPE."""
+    with shfl.sync (the build without it has none: the pipeline test), and the mma not one
+    chain, with and without MK_CUDA_MMA_PIPE."""
     monkeypatch.setenv("MK_CUDA_MMA_RING", "0")
     monkeypatch.setenv("MK_CUDA_MMA_PIPE", pipe)
     text = linear_program(8, 256, 1024, norm=True)
-    counts: dict[str, tuple[int, int]] = {}
-    for lines in ("0", "1"):
-        ptx = _switch_ptx(text, tmp_path, monkeypatch, "MK_CUDA_MMA_LINES", lines, "MK_MMA_LINES")
-        counts[lines] = (
-            ptx.count("ld.global.nc.L1::no_allocate.L2::256B.v4.u32"),
-            len(re.findall(r"shfl\.sync\.idx\.b32", ptx)),
-        )
-        count, chained = _mma_chains(ptx)
-        assert count >= 2 * MMA_LOADS and chained <= count // 10, (lines, count, chained)
-    assert counts["0"][0] >= MMA_LOADS and counts["1"][0] >= MMA_LOADS
+    ptx = _switch_ptx(text, tmp_path, monkeypatch, "MK_CUDA_MMA_LINES", "1", "MK_MMA_LINES")
+    count, chained = _mma_chains(ptx)
+    assert count >= 2 * MMA_LOADS and chained <= count // 10, (count, chained)
+    assert ptx.count(NO_ALLOCATE) >= MMA_LOADS
     # Two shuffle rounds of four words per pair of steps: four shuffles per 16 bytes loaded.
-    assert counts["1"][1] - counts["0"][1] >= 4 * MMA_LOADS
+    assert len(re.findall(SHUFFLE, ptx)) >= 4 * MMA_LOADS
 
 
 @pytest.mark.gpu
