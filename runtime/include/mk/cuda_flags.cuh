@@ -216,24 +216,14 @@ __device__ inline void add_count_run_elem(void* base, int64_t first, int64_t ld,
 
 // add_tile_v4 for a counted sum: a term of each of the n elements, spread over the CTA's threads.
 // With MK_ADD_BULK the terms go into shared memory (from the arena `a`) and out as one bulk
-// 64-bit reduction, as add_tile_bulk does for f32 (cuda_rows_add.cuh): 64 line-wide reductions
-// of a qwen3-0.6b fused down projection's task instead of 1,024 scalar ones.
+// 64-bit reduction (cta_bulk_add), as add_tile_v4's f32 ones do: 64 line-wide reductions of a
+// qwen3-0.6b fused down projection's task instead of 1,024 scalar ones.
 __device__ inline void add_count_tile(uint64_t* out, const float* t, int32_t n, Arena& a) {
 #if defined(MK_ADD_BULK)
   uint64_t* terms = static_cast<uint64_t*>(a.alloc(static_cast<uint64_t>(n) * 8));
   if (__isShared(terms) && n % 2 == 0 && (reinterpret_cast<uintptr_t>(out) & 15) == 0) {
     for (int32_t e = static_cast<int32_t>(threadIdx.x); e < n; e += kCudaThreads) terms[e] = count_term(t[e]);
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      const uint32_t src = static_cast<uint32_t>(__cvta_generic_to_shared(terms));
-      asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u64 [%0], [%1], %2;"
-                   ::"l"(out), "r"(src), "r"(static_cast<uint32_t>(n) * 8u) : "memory");
-      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-      asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-      asm volatile("fence.proxy.async.global;" ::: "memory");
-    }
-    __syncthreads();
+    cta_bulk_add<true>(out, terms, static_cast<uint32_t>(n) * 8u);
     return;
   }
 #else

@@ -294,28 +294,6 @@ __device__ __noinline__ void rows_dot_mma(const float* __restrict__ a,
   __syncthreads();  // a cooperative helper: d is whole when it returns
 }
 
-#if defined(MK_ADD_BULK)
-// add_tile_v4 by the copy engine (MK_CUDA_ADD_BULK=1): thread 0 hands the whole tile, which is in
-// shared memory, to one cp.reduce.async.bulk, so the L2 takes a fused down projection's product
-// as 32 line-wide reductions a task instead of 256 16-byte ones. The threads' stores into the
-// tile reach the async proxy through their proxy fences and the barrier; the issuing thread
-// waits for the reduction to complete (the task's signal follows it) and the barrier after it
-// keeps the tile's bytes until the engine has read them.
-__device__ inline void add_tile_bulk(float* out, const float* t, int32_t n) {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const uint32_t src = static_cast<uint32_t>(__cvta_generic_to_shared(t));
-    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
-                 ::"l"(out), "r"(src), "r"(static_cast<uint32_t>(n) * 4u) : "memory");
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-  }
-  __syncthreads();
-}
-#endif
-
 #if defined(MK_ADD_SPREAD)
 constexpr bool kAddSpread = true;
 #else
@@ -331,8 +309,10 @@ constexpr bool kAddSpread = false;
 // and wraps around, so concurrent CTAs add into different lines.
 __device__ inline void add_tile_v4(float* out, const float* t, int32_t n) {
 #if defined(MK_ADD_BULK)
+  // By the copy engine (MK_CUDA_ADD_BULK=1) where the tile is in shared memory: 32 line-wide
+  // reductions of a qwen3-0.6b batch-1 task instead of 256 16-byte ones.
   if (__isShared(t) && (reinterpret_cast<uintptr_t>(out) & 15) == 0) {
-    add_tile_bulk(out, t, n);
+    cta_bulk_add<false>(out, t, static_cast<uint32_t>(n) * 4u);
     return;
   }
 #endif
