@@ -220,8 +220,10 @@ __device__ inline void add_count_run_elem(void* base, int64_t first, int64_t ld,
 // qwen3-0.6b fused down projection's task instead of 1,024 scalar ones.
 __device__ inline void add_count_tile(uint64_t* out, const float* t, int32_t n, Arena& a) {
 #if defined(MK_ADD_BULK)
-  uint64_t* terms = static_cast<uint64_t*>(a.alloc(static_cast<uint64_t>(n) * 8));
-  if (__isShared(terms) && n % 2 == 0 && (reinterpret_cast<uintptr_t>(out) & 15) == 0) {
+  uint64_t* terms = n % 2 == 0 && (reinterpret_cast<uintptr_t>(out) & 15) == 0
+                        ? static_cast<uint64_t*>(a.alloc(static_cast<uint64_t>(n) * 8))
+                        : nullptr;
+  if (terms != nullptr && __isShared(terms)) {
     for (int32_t e = static_cast<int32_t>(threadIdx.x); e < n; e += kCudaThreads) terms[e] = count_term(t[e]);
     cta_bulk_add<true>(out, terms, static_cast<uint32_t>(n) * 8u);
     return;
