@@ -531,8 +531,6 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_MMA_L1 1")
     if flag("MK_CUDA_MMA_LINES"):
         lines.append("#define MK_MMA_LINES 1")
-    if flag("MK_CUDA_ROWS_DOT_PIPE"):
-        lines.append("#define MK_ROWS_DOT_PIPE 1")
     if add_spread():
         lines.append("#define MK_ADD_SPREAD 1")
     if add_bulk():

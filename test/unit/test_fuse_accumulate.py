@@ -331,23 +331,17 @@ def test_packed_lanes_build_without_spills(
 MMA_RUNS = [(8, 24), (8, 64), (2, 96), (16, 128), (1, 24)]
 
 
-# The opt-in pipeline (MK_CUDA_ROWS_DOT_PIPE=1) on the runs with the most and the fewest
-# registers: each build is seconds of nvcc.
 @pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
-@pytest.mark.parametrize(
-    ("batch", "cols", "pipe"), [*((b, c, "0") for b, c in MMA_RUNS), (16, 128, "1"), (1, 24, "1")]
-)
+@pytest.mark.parametrize(("batch", "cols"), MMA_RUNS)
 def test_rows_dot_on_tensor_cores_builds_without_spills(
-    batch: int, cols: int, pipe: str, cache: Path, monkeypatch: pytest.MonkeyPatch
+    batch: int, cols: int, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """MK_CUDA_ROWS_DOT=mma: 2..16 activation rows take rows_dot_mma, one row stays on lanes;
-    with mma-all one row takes rows_dot_mma too; MK_CUDA_ROWS_DOT_PIPE=1 pipelines its batches."""
-    monkeypatch.setenv("MK_CUDA_ROWS_DOT_PIPE", pipe)
+    with mma-all one row takes rows_dot_mma too."""
     monkeypatch.setenv("MK_CUDA_ROWS_DOT", "mma-all" if batch == 1 else "mma")
     text = residual_mlp(batch, cols * 16)
     prog = _fused(text, cache, cols)
     src = prog.cuda_source  # type: ignore[attr-defined]
-    assert ("#define MK_ROWS_DOT_PIPE 1" in src) == (pipe == "1")
     name = "mma"
     if batch == 1:
         monkeypatch.setenv("MK_CUDA_ROWS_DOT", "mma")
@@ -359,13 +353,11 @@ def test_rows_dot_on_tensor_cores_builds_without_spills(
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("pipe", ["0", "1"])
 @pytest.mark.parametrize(("batch", "cols"), [*MMA_RUNS, (8, 112)])
 def test_rows_dot_on_tensor_cores_matches_the_reference_on_the_gpu(
-    batch: int, cols: int, pipe: str, cache: Path, monkeypatch: pytest.MonkeyPatch
+    batch: int, cols: int, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Also 112 columns at batch 8 (the 8B-shaped MLP fused: 16 batches of tiles a warp)."""
-    monkeypatch.setenv("MK_CUDA_ROWS_DOT_PIPE", pipe)
     monkeypatch.setenv("MK_CUDA_ROWS_DOT", "mma-all")
     _check_runs(batch, cols, "cuda", cache)
 

@@ -209,12 +209,6 @@ __device__ inline uint4 packed_cols(const float* a, int m, int c) {
 // the weights' type as the mma operand (a product's input already is), stay in registers for
 // every tile: a tile costs a load and two mma a step, where CUDA cores spend M dot products and
 // their shuffles on every row.
-#if defined(MK_ROWS_DOT_PIPE)
-constexpr bool kRowsDotPipe = true;
-#else
-constexpr bool kRowsDotPipe = false;
-#endif
-
 template <int M, int KC, int N, bool BF16>
 __device__ __noinline__ void rows_dot_mma(const float* __restrict__ a,
                                           const uint16_t* __restrict__ w, int64_t ld,
@@ -223,10 +217,9 @@ __device__ __noinline__ void rows_dot_mma(const float* __restrict__ a,
   constexpr int kSteps = (KC + 31) / 32;
   constexpr int kWarps = kCudaThreads / 32;
   constexpr int kPerWarp = ((N + 7) / 8 + kWarps - 1) / kWarps;  // tiles a warp takes
-  // 16 loads in flight a lane: one batch at a time, or with MK_ROWS_DOT_PIPE
-  // (MK_CUDA_ROWS_DOT_PIPE=1) two half batches, the next one's loads out while this one's mma
-  // run, so a warp with more tiles than one batch keeps streaming between batches.
-  constexpr int kMost = (kRowsDotPipe ? 8 : 16) / kSteps;  // kSteps <= 4
+  // 16 loads in flight a lane, one batch at a time. (Two half batches, the next one's loads out
+  // while this one's mma run, measured no faster on the gated MLP at batch 8.)
+  constexpr int kMost = 16 / kSteps;  // kSteps <= 4
   constexpr int kBatch = kPerWarp < kMost ? kPerWarp : kMost;
   const int lane = static_cast<int>(threadIdx.x & 31u), g = lane >> 2, t = lane & 3;
   const int warp = static_cast<int>(threadIdx.x >> 5);
@@ -270,26 +263,11 @@ __device__ __noinline__ void rows_dot_mma(const float* __restrict__ a,
       }
     }
   };
-  if constexpr (kRowsDotPipe) {
-    uint4 cur[kBatch][kSteps];
-    load(0, cur);
 #pragma unroll 1
-    for (int i0 = 0; i0 < kPerWarp; i0 += kBatch) {
-      uint4 next[kBatch][kSteps];
-      load(i0 + kBatch, next);  // past the last tile: loads nothing
-      use(i0, cur);
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b)
-#pragma unroll
-        for (int s = 0; s < kSteps; ++s) cur[b][s] = next[b][s];
-    }
-  } else {
-#pragma unroll 1
-    for (int i0 = 0; i0 < kPerWarp; i0 += kBatch) {
-      uint4 v[kBatch][kSteps];
-      load(i0, v);
-      use(i0, v);
-    }
+  for (int i0 = 0; i0 < kPerWarp; i0 += kBatch) {
+    uint4 v[kBatch][kSteps];
+    load(i0, v);
+    use(i0, v);
   }
   __syncthreads();  // a cooperative helper: d is whole when it returns
 }
