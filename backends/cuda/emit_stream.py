@@ -35,12 +35,6 @@ def _bool(value: bool) -> str:
     return "true" if value else "false"
 
 
-def rows_dot_columns(k: int) -> bool:
-    """Whether mk::gpu::rows_dot_lanes takes rows of k 16-bit columns: up to 256, or whole runs
-    of 256 up to 1,024 (a warp a row)."""
-    return k % 8 == 0 and (k <= 256 or (k % 256 == 0 and k <= 1024))
-
-
 class StreamLinearEmitter(GraphDefEmitter):
     """The statements of a streamed decode linear, for the device emitter (emit.py), which sets
     these attributes."""
@@ -85,15 +79,13 @@ class StreamLinearEmitter(GraphDefEmitter):
     def merged_x(self, x: MergedX, beside: str = "") -> None:
         """The partials merged straight into the staged activation (one chunk: all of K); with
         `beside`, what the threads that do not merge run meanwhile (merged_x_lines)."""
-        self.merged_x_into(x, "reinterpret_cast<float*>(mk::gpu::mk_dynamic_smem)", beside)
-        self.lines.append("sl.x_ready = true;")
-
-    def merged_x_into(self, x: MergedX, into: str, beside: str = "") -> None:
         def source(op: InputOp) -> str:
             ref = self.operands[op.source_index()]
             return f"static_cast<const float*>(buffers[{ref.index}]) + {self.flat_start(op)}"
 
+        into = "reinterpret_cast<float*>(mk::gpu::mk_dynamic_smem)"
         self.lines += merged_x_lines(x, dtype_code(x.norm.res[0].type), into, source, beside)
+        self.lines.append("sl.x_ready = true;")
 
     def before_stream(self) -> None:
         """Statements of the body before its stream (none here)."""
@@ -102,36 +94,6 @@ class StreamLinearEmitter(GraphDefEmitter):
         """The weight columns of an epilogue product the body streams after this one: first
         element, rows, bytes apart, bytes a row (none here)."""
         return None
-
-    def merged_dot(self, plan: StreamPlan, k: int) -> bool:
-        """MK_CUDA_MERGED_DOT=1: the merge into shared memory, then rows_dot_lanes over it,
-        where the stream would take one activation row of a merge (MergedX), one 16-bit weight
-        of aligned rows whose columns rows_dot_lanes takes, and nothing else; whether it did."""
-        x = plan.x
-        if not (switches.merged_dot() and isinstance(x, MergedX) and plan.rows == 1):
-            return False
-        if len(plan.products) != 1 or plan.g is not None or plan.sum_sq is not None:
-            return False
-        (w, acc), n = plan.products[0], plan.products[0][0].tile_shape()[0]
-        ref = self.operands[w.source_index()]
-        if not rows_dot_columns(k) or plan.tensor_cores(k) or not self.aligned(plan):
-            return False
-        if ref.dtype not in ("mk::DTYPE_BF16", "mk::DTYPE_F16") or acc.res not in self.assigned:
-            return False
-        n0, k0 = self.input_starts(w, "0")
-        smem = "reinterpret_cast<float*>(mk::gpu::mk_dynamic_smem)"
-        bf16 = "true" if ref.dtype == "mk::DTYPE_BF16" else "false"
-        self.smem_floats = max(self.smem_floats, k)
-        self.lines.append("{")
-        self.merged_x_into(x, smem)
-        self.lines += [
-            "__syncthreads();  // the merged row, every thread's part",
-            f"mk::gpu::rows_dot_lanes<1, {k}, {n}, {bf16}>({smem}, "
-            f"static_cast<const uint16_t*>(buffers[{ref.index}]) + ({n0}) * {ref.shape[1]} + {k0}, "
-            f"{ref.shape[1]}, {self.var(acc.res)}.data());",
-            "}",
-        ]
-        return True
 
     def merge_early(self, plan: StreamPlan, mma: bool) -> str:
         """Where the body asks for the stream's weights, if not after the merge that
@@ -221,8 +183,6 @@ class StreamLinearEmitter(GraphDefEmitter):
         self.smem_floats = -(-plan.smem_bytes(k) // 4)
         self.stream_chunks = -(-k // chunk)
         self.before_stream()
-        if self.merged_dot(plan, k):
-            return
         self.lines += ["{", "mk::gpu::StreamLinear sl{};", "sl.arena = &arena;"]
         mma = plan.tensor_cores(k)
         early = self.merge_early(plan, mma)

@@ -342,15 +342,6 @@ def dispatch_by_kind() -> bool:
     return choice("MK_CUDA_DISPATCH", ("body", "kind")) == "kind"
 
 
-def merged_dot() -> bool:
-    """MK_CUDA_MERGED_DOT=1 (opt-in; level on the H200): a linear of one activation row whose
-    input is an attention merge it makes itself (the split o-projection: 256 columns of 64
-    rows at qwen3-0.6b's batch 1) multiplies with mk::gpu::rows_dot_lanes, not stream_linear:
-    the same 16-byte loads in flight a lane, lanes sharing rows, 5.3 KB of code against the
-    stream's 11.9 (qwen3-0.6b's `r` body 20.9 KB)."""
-    return flag("MK_CUDA_MERGED_DOT")
-
-
 def merge_early() -> str:
     """MK_CUDA_MERGE_EARLY: where a linear on CUDA cores whose activation is an attention merge
     it makes itself (the split o-projection at batch 1) asks for its weights, so that their

@@ -205,26 +205,6 @@ def test_the_split_oproj_streams_one_kv_heads_merge(batch: int, runs: str, tmp_p
     assert "mk::gpu::add_run_elem<" in body
 
 
-def test_merged_dot_multiplies_the_merged_row_with_rows_dot(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """MK_CUDA_MERGED_DOT=1: the split o-projection's block merges its head's partials into
-    shared memory and multiplies that row with rows_dot_lanes (no stream_linear); off by
-    default; a merge of a batch's rows (merge_rows=3) keeps the stream. nvcc builds it."""
-    body = _split_body(cuda_source(ATTN_OPROJ, tmp_path, **OPTIONS))
-    assert "mk::gpu::stream_linear<" in body and "rows_dot_lanes" not in body
-    monkeypatch.setenv("MK_CUDA_MERGED_DOT", "1")
-    body = _split_body(cuda_source(ATTN_OPROJ, tmp_path, **OPTIONS))
-    assert "mk::gpu::stream_linear<" not in body and "StreamLinear" not in body
-    merge, sync = body.index("mk::gpu::merge_rows<4, 16>("), body.index("__syncthreads();")
-    dot = re.search(r"mk::gpu::rows_dot_lanes<1, 32, 32, true>\((.*)\);", body)
-    assert dot is not None and merge < sync < body.index("rows_dot_lanes")
-    assert "(32 * bx) * 64 + 32 * bz" in dot.group(1)  # the block's rows, its head's columns
-    batch = _split_body(cuda_source(ATTN_OPROJ_B3, tmp_path, merge_rows=3, **OPTIONS))
-    assert "mk::gpu::stream_linear<" in batch and "rows_dot_lanes" not in batch
-    _assert_builds_without_spills(tmp_path)
-
-
 def test_merge_early_loads_the_first_round_before_the_merge(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -273,26 +253,6 @@ def test_merge_early_beside_asks_for_the_weights_while_the_partials_load(
     monkeypatch.setenv("MK_CUDA_MERGE_EARLY", "ahead")
     with pytest.raises(mk.MkError, match="MK_CUDA_MERGE_EARLY must be one of 0, 1, beside"):
         cuda_source(ATTN_OPROJ, tmp_path, **OPTIONS)
-
-
-@pytest.mark.usefixtures("no_nvcc")
-def test_merged_dot_takes_whole_runs_of_256_columns(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Four query heads of 128 a KV head (qwen3-8b's): 512 columns a block, a warp a row in two
-    runs of 256 (rows_layout); 384 columns are neither, and keep the stream."""
-    from mk.backends.cuda.emit_stream import rows_dot_columns
-
-    monkeypatch.setenv("MK_CUDA_MERGED_DOT", "1")
-    text = attention_oproj(8, 2, 256, 128, 64)
-    src = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path, tile_n=16, kv_splits=4)
-    assert "mk::gpu::rows_dot_lanes<1, 512, 32, true>(" in src.cuda_source  # type: ignore[attr-defined]
-    assert [k for k in (24, 256, 384, 512, 1024, 1280) if rows_dot_columns(k)] == [
-        24,
-        256,
-        512,
-        1024,
-    ]
 
 
 def _assert_builds_without_spills(tmp_path: Path) -> None:
