@@ -42,14 +42,6 @@ def attention_mma(head_dim: int, chunks: int, rows: int) -> bool:
     return mode == "1" or (mode == "auto" and (head_dim <= 64 or rows * chunks >= 8))
 
 
-def attention_rows_l1() -> bool:
-    """MK_CUDA_ATTN_ROWS_L1=1 (opt-in; +0.7 % on the H200): a decode attention task asks the L1
-    for the rows it prepares (q, the new K and V rows, their norm weights and RoPE tables)
-    before it loads its scalars (the kv length, the new key's position), so that those rows'
-    round trip to L2 overlaps the scalars' instead of following it."""
-    return flag("MK_CUDA_ATTN_ROWS_L1")
-
-
 ATTN_ROWS_FIRST = 2  # kAttnRowsFirst's default (mk/cuda_attention_mma.cuh)
 
 

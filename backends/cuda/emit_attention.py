@@ -4,8 +4,6 @@ check that what a body reads in place or as keys is a plain buffer."""
 
 from __future__ import annotations
 
-import math
-
 from xdsl.ir import Operation
 
 from mk.backends.cpu.emit_ops import BufferRef
@@ -22,7 +20,6 @@ from mk.backends.cuda.stream_attention import (
 )
 from mk.diagnostics import MkError, op_location
 from mk.dialects.mugraph import InputOp
-from mk.dialects.mugraph_base import tensor_type
 
 
 def plain(ref: BufferRef, kernel: Operation, how: str) -> BufferRef:
@@ -45,8 +42,6 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         trip) and its scalars."""
         emit = self.lines.append
         q_row = None if isinstance(plan.q, InputOp) else plan.head_row(plan.q)
-        if not plan.block and attention_switches.attention_rows_l1():
-            self.prefetch_rows(self.prepared_rows(plan, q_row))
         loads = [op for op in plan.prologue if isinstance(op, InputOp)] + plan.scalars()
         for op in [*loads, *(op for op in plan.prologue if not isinstance(op, InputOp))]:
             self.step(op, "0")
@@ -131,17 +126,6 @@ class StreamAttentionEmitter(StreamLinearEmitter):
                 rows += [row.g] if row.norm is not None and row.g is not None else []
                 rows += list(row.tables or ())
         return rows + ([v_row.x] if v_row is not None else [])
-
-    def prefetch_rows(self, rows: list[InputOp]) -> None:
-        """Each input's tile asked into the L1 (mk::gpu::prefetch_l1), whole lines, once (q's
-        and the new K row's RoPE share their tables)."""
-        asks: dict[str, int] = {}
-        for op in (r for r in rows if not self.is_flagged(r)):  # a flagged row is polled
-            bits = getattr(tensor_type(op.source).element_type, "bitwidth", 32)
-            nbytes = math.prod(op.tile_shape()) * max(1, int(bits) // 8)
-            at = self.row_pointer(op)
-            asks[at] = max(asks.get(at, 0), nbytes)
-        self.lines += [f"mk::gpu::prefetch_l1({at}, {n});" for at, n in asks.items()]
 
     def prefetch_keys(self, plan: AttentionPlan) -> None:
         """The task's K and V rows asked into the L2 before its turn, as a streamed linear's

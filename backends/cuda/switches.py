@@ -72,13 +72,6 @@ def ring_cols() -> int:
     return int(choice("MK_CUDA_RING_COLS", ("256", "512")))
 
 
-def raw_fence_per_chunk() -> bool:
-    """MK_CUDA_RAW_FENCE: `task` (default) orders the producers' writes of a raw activation
-    before its bulk copies with one proxy fence a task; `chunk` fences before every chunk's
-    copy, as before."""
-    return choice("MK_CUDA_RAW_FENCE", ("task", "chunk")) == "chunk"
-
-
 def smem_align() -> int:
     """MK_CUDA_SMEM_ALIGN: the alignment in bytes of the dynamic shared memory's start (128, the
     default; 16, its start then following the static shared memory; 1024). The bodies lay their
@@ -418,14 +411,6 @@ def epilogue_weights_l2() -> str:
     return choice("MK_CUDA_DOWN_L2", ("0", "1", "after", "smem"))
 
 
-def add_spread() -> bool:
-    """MK_CUDA_ADD_SPREAD=1 (opt-in, not yet timed): an accumulating output's adds
-    (mk::gpu::add_tile_v4) start at a different part of the tile on each CTA, so that the tasks
-    of a fused down projection, which finish together, do not reduce into the same L2 lines in
-    the same order."""
-    return flag("MK_CUDA_ADD_SPREAD")
-
-
 def add_bulk() -> bool:
     """MK_CUDA_ADD_BULK=1 (opt-in): an accumulating output's whole-tile adds
     (mk::gpu::add_tile_v4) go out as one bulk reduction by the copy engine
@@ -522,8 +507,6 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_MMA_L1 1")
     if flag("MK_CUDA_MMA_LINES"):
         lines.append("#define MK_MMA_LINES 1")
-    if add_spread():
-        lines.append("#define MK_ADD_SPREAD 1")
     if add_bulk():
         lines.append("#define MK_ADD_BULK 1")
     if wait_remember():
@@ -539,8 +522,6 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_RING_WALK 1")
     if (cols := ring_cols()) != 256:
         lines.append(f"#define MK_RING_COLS {cols}")
-    if raw_fence_per_chunk():
-        lines.append("#define MK_RAW_FENCE_CHUNK 1")
     if raw_bars_kept():
         lines.append("#define MK_RAW_BARS_LAUNCH 1")
     if (align := smem_align()) != 128:

@@ -37,26 +37,6 @@ def test_the_rows_a_decode_attention_prepares_are_read_by_vector_loads(tmp_path:
 
 
 @pytest.mark.usefixtures("no_nvcc")
-def test_rows_l1_asks_for_the_prepared_rows_before_the_scalars(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """MK_CUDA_ATTN_ROWS_L1=1: the decode attention body asks the L1 for each row it will
-    prepare (q, the new K and V rows, two norm weights, the shared RoPE tables: 7) before it
-    loads the kv length and the new key's position; off by default."""
-    text = _tiny_decode()
-
-    assert "prefetch_l1" not in _attention_body(text, tmp_path)
-    monkeypatch.setenv("MK_CUDA_ATTN_ROWS_L1", "1")
-    body = _attention_body(text, tmp_path)
-    asks = [line for line in body.splitlines() if "mk::gpu::prefetch_l1(" in line]
-    assert len(asks) == len(set(asks)) == 7
-    assert body.index("prefetch_l1") < body.index("load_runs_together") < body.index("sa.q =")
-    monkeypatch.setenv("MK_CUDA_ATTN_ROWS_L1", "yes")
-    with pytest.raises(mk.MkError, match="MK_CUDA_ATTN_ROWS_L1 must be 0 or 1"):
-        _attention_body(text, tmp_path)
-
-
-@pytest.mark.usefixtures("no_nvcc")
 def test_rows_first_is_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """MK_CUDA_ATTN_ROWS_FIRST=N defines MK_ATTN_ROWS_FIRST N (mk/cuda_attention_mma.cuh: the
     rows' loads before the chunks' copies, N stages of them before the rows' ops); the header's

@@ -362,7 +362,7 @@ def test_rows_dot_on_tensor_cores_matches_the_reference_on_the_gpu(
     _check_runs(batch, cols, "cuda", cache)
 
 
-ADD_SWITCHES = [("MK_CUDA_ADD_SPREAD", "MK_ADD_SPREAD"), ("MK_CUDA_ADD_BULK", "MK_ADD_BULK")]
+ADD_SWITCHES = [("MK_CUDA_ADD_BULK", "MK_ADD_BULK")]
 
 
 @pytest.mark.usefixtures("no_nvcc")
@@ -371,8 +371,8 @@ ADD_SWITCHES = [("MK_CUDA_ADD_SPREAD", "MK_ADD_SPREAD"), ("MK_CUDA_ADD_BULK", "M
 def test_add_switches_are_build_options(
     switch: str, define: str, value: str, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MK_CUDA_ADD_SPREAD=1 and MK_CUDA_ADD_BULK=1 define MK_ADD_SPREAD and MK_ADD_BULK for
-    add_tile_v4 (mk/cuda_rows_add.cuh); the call itself is the same."""
+    """MK_CUDA_ADD_BULK=1 defines MK_ADD_BULK for add_tile_v4 (mk/cuda_rows_add.cuh); the
+    call itself is the same."""
     monkeypatch.setenv(switch, value)
     src = _fused(residual_mlp(8, 24 * 16), cache, 24).cuda_source  # type: ignore[attr-defined]
     assert (f"#define {define} 1" in src) == (value == "1")
@@ -385,8 +385,8 @@ def test_add_switches_are_build_options(
 def test_add_switches_match_the_reference_on_the_gpu(
     switch: str, batch: int, cols: int, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every CTA starting its adds elsewhere in the tile (MK_CUDA_ADD_SPREAD=1), or handing
-    the tile to one bulk reduction (MK_CUDA_ADD_BULK=1), still adds each element once."""
+    """Handing the tile to one bulk reduction (MK_CUDA_ADD_BULK=1) still adds each element
+    once."""
     monkeypatch.setenv(switch, "1")
     _check_runs(batch, cols, "cuda", cache)
 

@@ -142,16 +142,6 @@ __device__ inline void row_ops(float (&x)[8], const RowOps& ops, const RowOperan
   round_row(x, ops.out_dtype);
 }
 
-// All threads: asks the L1 for the lines of `bytes` bytes at p, a line a thread, the first
-// blockDim.x lines (MK_CUDA_ATTN_ROWS_L1: rows the call will load, a few lines each, asked for
-// before the task's scalars).
-__device__ inline void prefetch_l1(const void* p, int bytes) {
-  const uintptr_t at = (reinterpret_cast<uintptr_t>(p) & ~uintptr_t{127}) + 128u * threadIdx.x;
-  if (at < reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes)) {
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(at));
-  }
-}
-
 // A lane's 8 elements of the row starting at element `first` (`vec`: by vector loads).
 __device__ inline void load_row8(float (&x)[8], const void* base, int32_t dtype, int64_t first,
                                  int lane, bool vec) {

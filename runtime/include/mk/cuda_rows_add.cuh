@@ -272,19 +272,12 @@ __device__ __noinline__ void rows_dot_mma(const float* __restrict__ a,
   __syncthreads();  // a cooperative helper: d is whole when it returns
 }
 
-#if defined(MK_ADD_SPREAD)
-constexpr bool kAddSpread = true;
-#else
-constexpr bool kAddSpread = false;
-#endif
-
 // out[e] += t[e] for the n elements of a tile (n a multiple of 4, both 16-byte aligned): one
 // red.global.add.v4.f32 per four elements, spread over the CTA's threads. A batch-8 fused down
 // projection's 128 tasks each add a whole [8, N] product, all in the same order and mostly at
 // the same time, so the L2 takes their reductions into one group of lines after another (add
-// and signal: 3.0 µs of a qwen3-0.6b task at batch 8 against 1.2 at batch 1). With
-// MK_CUDA_ADD_SPREAD=1 (MK_ADD_SPREAD) CTA b starts at b / gridDim of the tile (on 512 bytes)
-// and wraps around, so concurrent CTAs add into different lines.
+// and signal: 3.0 µs of a qwen3-0.6b task at batch 8 against 1.2 at batch 1). Starting each
+// CTA at its own part of the tile measured level (H200, session 71).
 __device__ inline void add_tile_v4(float* out, const float* t, int32_t n) {
 #if defined(MK_ADD_BULK)
   // By the copy engine (MK_CUDA_ADD_BULK=1) where the tile is in shared memory: 32 line-wide
@@ -295,11 +288,8 @@ __device__ inline void add_tile_v4(float* out, const float* t, int32_t n) {
   }
 #endif
   const int32_t units = n / 4;
-  const int32_t first =
-      kAddSpread ? static_cast<int32_t>(static_cast<int64_t>(blockIdx.x) * units / gridDim.x) & ~31 : 0;
   for (int32_t u = static_cast<int32_t>(threadIdx.x); u < units; u += kCudaThreads) {
-    const int32_t v = kAddSpread && u + first >= units ? u + first - units : u + first;
-    atomicAdd(reinterpret_cast<float4*>(out) + v, reinterpret_cast<const float4*>(t)[v]);
+    atomicAdd(reinterpret_cast<float4*>(out) + u, reinterpret_cast<const float4*>(t)[u]);
   }
 }
 

@@ -313,20 +313,14 @@ __device__ inline bool raw_activation(const StreamLinear& s) {
 // activation's generic writes by producer tasks (which the dispatcher's acquire made visible
 // here) before their reads, and where buf held chunk c - 2, the generic reads of it by that
 // chunk's products (published by a __syncthreads()) before their writes.
-#if defined(MK_RAW_FENCE_CHUNK)
-constexpr bool kRawFenceChunk = true;
-#else
-constexpr bool kRawFenceChunk = false;
-#endif
-
 template <int M>
 __device__ inline void copy_raw_chunk(const StreamLinear& s, uint16_t* buf, int64_t c, uint64_t* bar) {
   if (c >= s.k) return;
   const uint32_t bytes = 2 * static_cast<uint32_t>(s.k - c < s.kc ? s.k - c : s.kc);
   const uint16_t* x = static_cast<const uint16_t*>(s.x) + c;
   // The producers' writes were ordered before every copy of the task once, at its first
-  // (MK_CUDA_RAW_FENCE=chunk: before each).
-  if (kRawFenceChunk || c == 0) asm volatile("fence.proxy.async.global;" ::: "memory");
+  // (a fence before each chunk measured no different).
+  if (c == 0) asm volatile("fence.proxy.async.global;" ::: "memory");
   // A buffer refilled (c >= 2 kc) was read by the generic proxy: expect_bytes' proxy fence
   // orders those reads before this copy.
   expect_bytes(smem_address(bar), M * bytes);
