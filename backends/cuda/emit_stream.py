@@ -11,7 +11,13 @@ from xdsl.ir import SSAValue
 from mk.backends.cpu.emit_ops import GraphDefEmitter
 from mk.backends.cpu.emit_scalar import dtype_code
 from mk.backends.cuda import switches
-from mk.backends.cuda.split_merge import MergedX, idle_warps, leaves_a_warp_idle, merged_x_lines
+from mk.backends.cuda.split_merge import (
+    MergedX,
+    idle_warps,
+    leaves_a_warp_idle,
+    merged_x_lines,
+    mostly_idle,
+)
 from mk.backends.cuda.stream import (
     STAGE_LOST,
     StreamPlan,
@@ -79,6 +85,7 @@ class StreamLinearEmitter(GraphDefEmitter):
     def merged_x(self, x: MergedX, beside: str = "") -> None:
         """The partials merged straight into the staged activation (one chunk: all of K); with
         `beside`, what the threads that do not merge run meanwhile (merged_x_lines)."""
+
         def source(op: InputOp) -> str:
             ref = self.operands[op.source_index()]
             return f"static_cast<const float*>(buffers[{ref.index}]) + {self.flat_start(op)}"
@@ -105,6 +112,8 @@ class StreamLinearEmitter(GraphDefEmitter):
             return ""
         if mma or self.stage_weights_ahead or not self.aligned(plan):
             return ""
+        if mode == "auto":
+            return "beside" if mostly_idle(x) else ""
         return "" if mode == "beside" and not idle_warps(x) else mode
 
     def stage_beside(self, plan: StreamPlan, k: int, chunk: int, mma: bool) -> bool:

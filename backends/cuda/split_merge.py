@@ -308,6 +308,12 @@ def idle_warps(x: MergedX) -> bool:
     return leaves_a_warp_idle(x.rows * (x.merge.width // 4))
 
 
+def mostly_idle(x: MergedX) -> bool:
+    """Whether a CTA's merge takes at most a quarter of its threads (an item, four elements of a
+    row, a thread): where the warps beside it asking for the weights paid off."""
+    return x.rows * (x.merge.width // 4) <= THREADS // 4
+
+
 def leaves_a_warp_idle(items: int) -> bool:
     """Whether `items`, one a thread from thread 0, leave a CTA's last warp or more without one."""
     return items <= THREADS - 32

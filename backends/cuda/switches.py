@@ -339,7 +339,10 @@ def merge_early() -> str:
     """MK_CUDA_MERGE_EARLY: where a linear on CUDA cores whose activation is an attention merge
     it makes itself (the split o-projection at batch 1) asks for its weights, so that their
     round trip to HBM overlaps the partials' round trip and the merge instead of following them.
-    `0` (default): after the merge; `1`: each warp's first round loaded into registers before
+    `auto` (default): `beside` where the merge takes at most a quarter of the CTA's threads
+    (qwen3-0.6b and llama-3.2-1b at batch 1: 64 of 256; on the H100, session 87, −1.34 % and
+    −0.36 %), else `0` (qwen3-8b's 512 columns a block: 128 threads, +1.17 % with `beside`);
+    `0`: after the merge; `1`: each warp's first round loaded into registers before
     the merge's loads (mk::gpu::load_first_round; +1.3 % at qwen3-0.6b batch 1 on the H200,
     session 62: the partials, needed first, then queue behind 32 KB of weights); `beside`: the
     warps that do not merge ask the L2 for the weights while the others load the partials
@@ -348,7 +351,7 @@ def merge_early() -> str:
     Every streamed linear loading its first round before its activation spilled (llama-3.2-1b
     and qwen3-8b at batch 1: 16-64 B of spill stores in each of five or six bodies, the lm_head,
     q and the gated MLP's among them), so only these do."""
-    return choice("MK_CUDA_MERGE_EARLY", ("0", "1", "beside"))
+    return choice("MK_CUDA_MERGE_EARLY", ("auto", "0", "1", "beside"))
 
 
 def stage_beside() -> bool:

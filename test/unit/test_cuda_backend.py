@@ -230,6 +230,7 @@ SWITCHES = [
     {"MK_CUDA_ATTN_KEYS": "8"},
     {"MK_CUDA_ATTN_KV_EARLY": "0"},
     {"MK_CUDA_MERGE_EARLY": "1"},
+    {"MK_CUDA_MERGE_EARLY": "0"},
     {"MK_CUDA_MERGE_EARLY": "beside"},
     {"MK_CUDA_STAGE_BESIDE": "1"},
     {"MK_CUDA_MMA_RING": "4", "MK_CUDA_RING_WALK": "0"},

@@ -168,12 +168,14 @@ def test_emitted_merged_activation(
     batch: int, split_loop: int, splits: int, rows: int, tmp_path: Path
 ) -> None:
     """One call merges every partial row (batch rows x query heads) into the staged activation;
-    split by KV head (mugraph-split-loop), a block's own 2 rows."""
+    split by KV head (mugraph-split-loop), a block's own 2 rows, with the idle warps beside it
+    asking for the weights (MK_CUDA_MERGE_EARLY=auto: 64 of 256 threads merge)."""
     text = attention_oproj(16, 8, 1024, 128, 1024, batch=batch)
     options = {"merge_rows": batch} if batch > 1 else {}
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path, split_loop=split_loop, **options)
     src = prog.cuda_source  # type: ignore[attr-defined]
-    assert src.count(f"mk::gpu::merge_rows<{splits}, 128>(") == 1 and "sl.x_ready = true;" in src
+    call = "merge_rows_beside" if split_loop else "merge_rows"
+    assert src.count(f"mk::gpu::{call}<{splits}, 128>(") == 1 and "sl.x_ready = true;" in src
     stride = batch * 16  # the maxima's split stride, then the rows
     assert f", {stride}, {rows}, -1e+29f," in src
     assert "merge_splits<" not in src  # no merge kernel left

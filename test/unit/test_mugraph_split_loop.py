@@ -193,12 +193,13 @@ def test_a_split_decode_generates_the_reference_tokens(tmp_path: Path) -> None:
 def test_the_split_oproj_streams_one_kv_heads_merge(batch: int, runs: str, tmp_path: Path) -> None:
     """CUDA: the split block merges its own head's partials (offset by grid z; at batch 3 a run
     of 2 heads every 4 partial rows) into the staged activation, streams its weight columns and
-    adds its sums into r."""
+    adds its sums into r. The merge takes a few threads: by default (MK_CUDA_MERGE_EARLY=auto)
+    the warps beside it ask for the weights."""
     text = ATTN_OPROJ if batch == 1 else ATTN_OPROJ_B3
     src = cuda_source(text, tmp_path, merge_rows=batch, **OPTIONS)
     body = src[src.index("// task.grid @k2_r") :]
     body = body[: body.index("\n}\n")]
-    merge = re.search(rf"mk::gpu::merge_rows<4, 16{runs}>\((.*)\);", body)
+    merge = re.search(rf"mk::gpu::merge_rows_beside<4, 16{runs}>\((.*)\);", body)
     assert merge is not None and "2 * bz" in merge.group(1)
     assert f", {2 * batch}, -1e+29f," in merge.group(1)  # the block's rows
     assert "mk::gpu::stream_linear<" in body and "mma_tile" not in body
@@ -251,8 +252,39 @@ def test_merge_early_beside_asks_for_the_weights_while_the_partials_load(
         assert weights < merge.start() < body.index("sl.x_ready = true;") < call.start()
     _assert_builds_without_spills(tmp_path)
     monkeypatch.setenv("MK_CUDA_MERGE_EARLY", "ahead")
-    with pytest.raises(mk.MkError, match="MK_CUDA_MERGE_EARLY must be one of 0, 1, beside"):
+    with pytest.raises(mk.MkError, match="MK_CUDA_MERGE_EARLY must be one of auto, 0, 1, beside"):
         cuda_source(ATTN_OPROJ, tmp_path, **OPTIONS)
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(
+    ("dims", "beside"),
+    [((16, 8, 1024, 128, 1024), True), ((32, 8, 1024, 64, 2048), True),
+     ((32, 8, 4096, 128, 4096), False)],
+)  # fmt: skip
+def test_merge_early_auto_asks_beside_only_a_small_merge(
+    dims: tuple[int, int, int, int, int], beside: bool, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """MK_CUDA_MERGE_EARLY=auto (the default): the split o-projection's idle warps ask for its
+    weights beside the merge where the merge takes at most a quarter of the CTA's threads
+    (qwen3-0.6b's and llama-3.2-1b's shapes: 2 or 4 heads of 128 or 64 columns a KV head, 64
+    of 256 threads), not at qwen3-8b's (4 heads of 128: 128 threads); `auto` and unset are the
+    same build."""
+
+    def source() -> str:
+        prog = mk.compile(
+            attention_oproj(*dims), target="cuda", num_sms=132, cache_dir=tmp_path, split_loop=1
+        )
+        return prog.cuda_source  # type: ignore[attr-defined]
+
+    src = source()
+    assert ("mk::gpu::merge_rows_beside<" in src) == beside
+    assert ("mk::gpu::merge_rows<" in src) == (not beside)
+    if beside:
+        assert "[&](int t, int n) { mk::gpu::prefetch_rows_l2_by(sl, t, n); });" in src
+    monkeypatch.setenv("MK_CUDA_MERGE_EARLY", "auto")
+    assert source() == src
 
 
 def _assert_builds_without_spills(tmp_path: Path) -> None:
