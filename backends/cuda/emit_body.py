@@ -363,7 +363,7 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
             tile = f"{self.var(op.tile)}.data(), {math.prod(shape_of(op.tile))}"
             self.lines.append(
                 f"mk::gpu::add_count_tile(static_cast<uint64_t*>(buffers[{ref.index}]) + {first}, "
-                f"{tile}, arena);  // add its terms"
+                f"{tile});  // add its terms"
                 if ref.counted
                 else f"mk::gpu::add_tile_v4(static_cast<float*>(buffers[{ref.index}]) + {first}, "
                 f"{tile});  // add"

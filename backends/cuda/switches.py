@@ -186,14 +186,6 @@ def batch_waits() -> bool:
     return flag("MK_CUDA_WAIT_BATCH", default=True)
 
 
-def wait_remember() -> bool:
-    """MK_CUDA_WAIT_REMEMBER=1 (opt-in): the batched first look at a task's waits skips the
-    counters its CTA already saw reach their targets and remembers the ones it reads (the
-    one-by-one polls always did both). A counted sum's reader then waits for the sum's start
-    with no round trip where its SM ran one of the sum's adders."""
-    return flag("MK_CUDA_WAIT_REMEMBER")
-
-
 def release_signals() -> bool:
     """MK_CUDA_SIGNAL: `fence` (default) signals a task's events with one fence.acq_rel and a
     relaxed add per event; `release` with a red.release (atom.release for a tail) per event and
@@ -414,14 +406,6 @@ def epilogue_weights_l2() -> str:
     return choice("MK_CUDA_DOWN_L2", ("0", "1", "after", "smem"))
 
 
-def add_bulk() -> bool:
-    """MK_CUDA_ADD_BULK=1 (opt-in): an accumulating output's whole-tile adds
-    (mk::gpu::add_tile_v4) go out as one bulk reduction by the copy engine
-    (cp.reduce.async.bulk ... add.f32) where the tile is in shared memory: 32 line-wide
-    reductions a qwen3-0.6b fused down projection task instead of 256 16-byte ones."""
-    return flag("MK_CUDA_ADD_BULK")
-
-
 # Most task bodies `auto` inlines into one dispatcher: ptxas took minutes over one function
 # holding many bodies (qwen3-0.6b's prefill of 999 positions with the generic attention loop:
 # not done in 15 minutes, against 32 s with the bodies called; with block_attention, 2 layers
@@ -510,10 +494,6 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_MMA_L1 1")
     if flag("MK_CUDA_MMA_LINES"):
         lines.append("#define MK_MMA_LINES 1")
-    if add_bulk():
-        lines.append("#define MK_ADD_BULK 1")
-    if wait_remember():
-        lines.append("#define MK_WAIT_REMEMBER 1")
     if (first_steps := stage_first()) > 1:
         lines.append(f"#define MK_STAGE_FIRST_STEPS {first_steps}")
     lines += attention_defines()

@@ -131,17 +131,11 @@ def test_a_stuck_sum_names_its_terms(cache: Path, monkeypatch: pytest.MonkeyPatc
 
 
 @pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
-@pytest.mark.parametrize("bulk", ["0", "1"])
-def test_nvcc_builds_a_counted_megakernel(
-    bulk: str, cache: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_nvcc_builds_a_counted_megakernel(cache: Path) -> None:
     """With one watcher a reading task (MK_CUDA_COUNT_POLL=cta, the default; `threads` only
-    empties count_watch, which test_cuda_backend's switch builds compile that way), and with
-    the MLP's terms in one bulk 64-bit reduction (MK_CUDA_ADD_BULK=1)."""
-    monkeypatch.setenv("MK_CUDA_ADD_BULK", bulk)
+    empties count_watch, which test_cuda_backend's switch builds compile that way)."""
     prog = mk.compile(BLOCK, target="cuda", count_sums=True, cache_dir=cache)
     assert "MK_COUNT_POLL_THREADS" not in prog.cuda_source
-    assert ("#define MK_ADD_BULK 1" in prog.cuda_source) == (bulk == "1")
     assert prog.library_path is not None and Path(prog.library_path).exists()
     used = prog.cuda_resources
     assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
@@ -152,16 +146,14 @@ def test_nvcc_builds_a_counted_megakernel(
     "env",
     [
         {},
-        {"MK_CUDA_ADD_BULK": "1", "MK_CUDA_WAIT_REMEMBER": "1"},
         {"MK_CUDA_COUNT_POLL": "cta-early"},
     ],
-    ids=["default", "bulk-remember", "cta-early"],
+    ids=["default", "cta-early"],
 )
 def test_counted_sums_match_the_reference_on_the_gpu(
     env: dict[str, str], cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Also with the fused down projection's terms in one bulk reduction (MK_CUDA_ADD_BULK) and
-    the start's wait skipped where the SM saw it hold (MK_CUDA_WAIT_REMEMBER)."""
+    """Also with the readers' first weights asked for before their watch (cta-early)."""
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     prog = mk.compile(BLOCK, target="cuda", count_sums=True, cache_dir=cache)

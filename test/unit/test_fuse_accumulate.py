@@ -362,35 +362,6 @@ def test_rows_dot_on_tensor_cores_matches_the_reference_on_the_gpu(
     _check_runs(batch, cols, "cuda", cache)
 
 
-ADD_SWITCHES = [("MK_CUDA_ADD_BULK", "MK_ADD_BULK")]
-
-
-@pytest.mark.usefixtures("no_nvcc")
-@pytest.mark.parametrize(("switch", "define"), ADD_SWITCHES)
-@pytest.mark.parametrize("value", ["", "0", "1"])
-def test_add_switches_are_build_options(
-    switch: str, define: str, value: str, cache: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """MK_CUDA_ADD_BULK=1 defines MK_ADD_BULK for add_tile_v4 (mk/cuda_rows_add.cuh); the
-    call itself is the same."""
-    monkeypatch.setenv(switch, value)
-    src = _fused(residual_mlp(8, 24 * 16), cache, 24).cuda_source  # type: ignore[attr-defined]
-    assert (f"#define {define} 1" in src) == (value == "1")
-    assert src.count("mk::gpu::add_tile_v4(") == 1
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("switch", [s for s, _ in ADD_SWITCHES])
-@pytest.mark.parametrize(("batch", "cols"), [(8, 24), (8, 112), (1, 24)])
-def test_add_switches_match_the_reference_on_the_gpu(
-    switch: str, batch: int, cols: int, cache: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Handing the tile to one bulk reduction (MK_CUDA_ADD_BULK=1) still adds each element
-    once."""
-    monkeypatch.setenv(switch, "1")
-    _check_runs(batch, cols, "cuda", cache)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows", ["threads", "lanes", "packed"])
 @pytest.mark.parametrize(("batch", "cols"), SHORT_RUNS)

@@ -215,22 +215,8 @@ __device__ inline void add_count_run_elem(void* base, int64_t first, int64_t ld,
 }
 
 // add_tile_v4 for a counted sum: a term of each of the n elements, spread over the CTA's threads.
-// With MK_ADD_BULK the terms go into shared memory (from the arena `a`) and out as one bulk
-// 64-bit reduction (cta_bulk_add), as add_tile_v4's f32 ones do: 64 line-wide reductions of a
-// qwen3-0.6b fused down projection's task instead of 1,024 scalar ones.
-__device__ inline void add_count_tile(uint64_t* out, const float* t, int32_t n, Arena& a) {
-#if defined(MK_ADD_BULK)
-  uint64_t* terms = n % 2 == 0 && (reinterpret_cast<uintptr_t>(out) & 15) == 0
-                        ? static_cast<uint64_t*>(a.alloc(static_cast<uint64_t>(n) * 8))
-                        : nullptr;
-  if (terms != nullptr && __isShared(terms)) {
-    for (int32_t e = static_cast<int32_t>(threadIdx.x); e < n; e += kCudaThreads) terms[e] = count_term(t[e]);
-    cta_bulk_add<true>(out, terms, static_cast<uint32_t>(n) * 8u);
-    return;
-  }
-#else
-  (void)a;
-#endif
+// (One bulk 64-bit reduction of the terms staged in shared memory measured slower: session 87.)
+__device__ inline void add_count_tile(uint64_t* out, const float* t, int32_t n) {
   for (int32_t e = static_cast<int32_t>(threadIdx.x); e < n; e += kCudaThreads) count_add(out + e, t[e]);
 }
 

@@ -21,31 +21,6 @@ namespace gpu {
 
 // ------------------------------------------------------------------------------ shapes, memory
 
-// Every thread, after its stores into `src` (shared memory): `bytes` (a multiple of 16) of it
-// added into `out` (global; both 16-byte aligned) element-wise, as u64 words or f32, by one
-// cp.reduce.async.bulk of thread 0. The stores reach the async proxy through each thread's
-// proxy fence and the barrier; thread 0 then waits until the reduction is complete (a signal
-// may follow), and the barrier after it keeps src's bytes until the copy engine has read them.
-template <bool U64>
-__device__ inline void cta_bulk_add(void* out, const void* src, uint32_t bytes) {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const uint32_t from = static_cast<uint32_t>(__cvta_generic_to_shared(src));
-    if constexpr (U64) {
-      asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u64 [%0], [%1], %2;"
-                   ::"l"(out), "r"(from), "r"(bytes) : "memory");
-    } else {
-      asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
-                   ::"l"(out), "r"(from), "r"(bytes) : "memory");
-    }
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-  }
-  __syncthreads();
-}
-
 constexpr int kMaxDims = 8;
 
 struct Dims {

@@ -277,16 +277,9 @@ __device__ __noinline__ void rows_dot_mma(const float* __restrict__ a,
 // projection's 128 tasks each add a whole [8, N] product, all in the same order and mostly at
 // the same time, so the L2 takes their reductions into one group of lines after another (add
 // and signal: 3.0 µs of a qwen3-0.6b task at batch 8 against 1.2 at batch 1). Starting each
-// CTA at its own part of the tile measured level (H200, session 71).
+// CTA at its own part of the tile measured level (H200, session 71), and one bulk reduction of
+// the tile by the copy engine slower (H100, session 87).
 __device__ inline void add_tile_v4(float* out, const float* t, int32_t n) {
-#if defined(MK_ADD_BULK)
-  // By the copy engine (MK_CUDA_ADD_BULK=1) where the tile is in shared memory: 32 line-wide
-  // reductions of a qwen3-0.6b batch-1 task instead of 256 16-byte ones.
-  if (__isShared(t) && (reinterpret_cast<uintptr_t>(out) & 15) == 0) {
-    cta_bulk_add<false>(out, t, static_cast<uint32_t>(n) * 4u);
-    return;
-  }
-#endif
   const int32_t units = n / 4;
   for (int32_t u = static_cast<int32_t>(threadIdx.x); u < units; u += kCudaThreads) {
     atomicAdd(reinterpret_cast<float4*>(out) + u, reinterpret_cast<const float4*>(t)[u]);
