@@ -108,7 +108,6 @@ def dispatch_struct(
     buffers: int,
     prefetch_at: str = "ahead",
     batch_waits: bool = False,
-    pipe_polls: bool = False,
     arena_want: int = 0,
     wide_front: int = 0,
     inline_run: bool = False,
@@ -116,8 +115,8 @@ def dispatch_struct(
     pace_piece: int = 0,
 ) -> str:
     """`front`: the streamed bodies' shared memory; `staged`: per function, the bytes its
-    weights take in the staging ring (padded rows included); `prefetch_at`, `batch_waits` and
-    `pipe_polls`: MK_CUDA_PREFETCH_AT, MK_CUDA_WAIT_BATCH (on unless 0) and MK_CUDA_POLL_PIPE=1;
+    weights take in the staging ring (padded rows included); `prefetch_at` and
+    `batch_waits`: MK_CUDA_PREFETCH_AT and MK_CUDA_WAIT_BATCH (on unless 0);
     `arena_want`: the arena's shared-memory part a body asks for beyond the usual; `wide_front`:
     the most shared memory a body whose room reaches into the arena's part takes; `inline_run`:
     `run` is forced inline too (switches.inline_walk); `tails`: some grid is a tail (task-tails),
@@ -173,7 +172,6 @@ struct Dispatch {{
   static constexpr int kPrefetchDistance = {2 if prefetch_at == "ahead2" else 1};  // queue positions ahead
   static constexpr int kPrefetchAfterBodyBy = {AFTER_BODY_BY.get(prefetch_at, -1)};  // the thread asking for the next task's weights after the body (-1: none)
   static constexpr bool kBatchWaits = {"true" if batch_waits else "false"};  // MK_CUDA_WAIT_BATCH
-  static constexpr bool kPipePolls = {"true" if pipe_polls else "false"};  // MK_CUDA_POLL_PIPE
   static constexpr bool kTails = {"true" if tails else "false"};  // some grid is a tail (task-tails)
   // The function number of a task's kind; -1 for a kind this program does not have.
   __device__ static int body(int32_t kind) {{

@@ -16,7 +16,7 @@ from mk.backends.cpu.emit import (
 )
 from mk.backends.cpu.emit_ops import BufferRef
 from mk.backends.cpu.emit_scalar import dtype_code
-from mk.backends.cuda import op_marks, switch_values, switches
+from mk.backends.cuda import op_marks, switches
 from mk.backends.cuda.device_lines import device_lines
 from mk.backends.cuda.dispatch import (
     DYNAMIC_SMEM,
@@ -121,7 +121,6 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
         device_function(fn, inline or (gemm_only and fn.name in gemm_fns))
         for fn in shared.functions
     ]
-    batch, pipe = switches.batch_waits(), switch_values.flag("MK_CUDA_POLL_PIPE")
     out.append(
         dispatch_struct(
             shared,
@@ -129,8 +128,7 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
             staged,
             len(buffers),
             switches.prefetch_at(),
-            batch,
-            pipe,
+            switches.batch_waits(),
             max((need.arena for _, need in bodies), default=0),
             wide_front,
             switches.inline_walk(),

@@ -215,7 +215,6 @@ SWITCHES = [
     {"MK_CUDA_MMA_SLICES": "rounds"},
     {"MK_CUDA_MMA_SLICES": "balance"},
     {"MK_CUDA_WAIT_BATCH": "0"},
-    {"MK_CUDA_POLL_PIPE": "1"},
     {"MK_CUDA_LEAN": "0"},
     {"MK_CUDA_FUSE_LOOPS": "0"},
     {"MK_CUDA_SIGNAL": "release"},
@@ -265,7 +264,7 @@ def switch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> d
 SWITCH_BUILDS = [
     ("decoder_block", {"MK_CUDA_PREFETCH_AT": "wait",
                        "MK_CUDA_WEIGHT_L2": "evict_first", "MK_CUDA_WAIT_BATCH": "0",
-                       "MK_CUDA_POLL_PIPE": "1", "MK_CUDA_LOAD_GROUPS": "0",
+                       "MK_CUDA_LOAD_GROUPS": "0",
                        "MK_CUDA_ATTN_KEYS": "8", "MK_CUDA_DOWN_L2": "after"}),
     ("decoder_block", {"MK_CUDA_PREFETCH": str(128 << 10), "MK_CUDA_LEAN": "0",
                        "MK_CUDA_FUSE_LOOPS": "0", "MK_CUDA_LAUNCH": "plain",
@@ -441,16 +440,7 @@ def test_switches_on_the_gpu(cache: Path, example: str) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(
-    "env",
-    [{}, {"MK_CUDA_POLL_PIPE": "1"}],
-    ids=["polls", "pipelined-polls"],
-)
-def test_dropped_signal_trips_the_watchdog(
-    env: dict[str, str], cache: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+def test_dropped_signal_trips_the_watchdog(cache: Path) -> None:
     prog = mk.compile(
         ROOT / "examples" / "decoder_block.mlir", target="cuda", num_sms=8, cache_dir=cache
     )

@@ -395,21 +395,6 @@ def test_lean_linears_are_a_build_option(
     assert src.count("// init") == (0 if assigned else 3)
 
 
-@pytest.mark.usefixtures("no_nvcc")
-def test_pipelined_polls_are_a_build_option(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """MK_CUDA_POLL_PIPE=1: a wait found unready keeps several counter reads in flight; off by
-    default (not yet measured on the GPU); anything but 0 or 1 is refused."""
-    text = linear_program(1, 512, 1024, norm=True)
-    assert "kPipePolls = false;" in cuda_source(text, tmp_path)
-    monkeypatch.setenv("MK_CUDA_POLL_PIPE", "1")
-    assert "kPipePolls = true;" in cuda_source(text, tmp_path)
-    monkeypatch.setenv("MK_CUDA_POLL_PIPE", "yes")
-    with pytest.raises(mk.MkError, match="MK_CUDA_POLL_PIPE must be 0 or 1"):
-        cuda_source(text, tmp_path)
-
-
 def _ptx_functions(ptx: str) -> dict[str, str]:
     """Each function of a PTX file, by (mangled) name: its text up to the next function."""
     parts = re.split(r"^(?=\.func|\.visible \.entry|\.entry)", ptx, flags=re.M)

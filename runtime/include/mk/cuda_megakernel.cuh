@@ -285,7 +285,7 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
         // wait finds its producers unfinished: a ready task starts without paying for it. Paced
         // (kPacePiece), each poll that finds them unfinished asks for the next piece.
         bool asked = false;
-        go = wait_task<Dispatch::kBatchWaits, Dispatch::kPipePolls>(p, entry[cur].near, entry[cur].id, sm, t, base, known, [&] {
+        go = wait_task<Dispatch::kBatchWaits>(p, entry[cur].near, entry[cur].id, sm, t, base, known, [&] {
           if constexpr (Dispatch::kPrefetchAtWait) {
             if (asked) return;
 #if defined(MK_PACED_PREFETCH)
@@ -383,7 +383,7 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
         __syncthreads();  // every thread has read tail_top
         if (threadIdx.x == 0) {
           load_entry<Dispatch>(p, tail_stack[--tail_top], entry[ts], slots[ts], table);
-          go = wait_task<Dispatch::kBatchWaits, Dispatch::kPipePolls>(p, entry[ts].near, entry[ts].id, sm, t, base, known, [] {});
+          go = wait_task<Dispatch::kBatchWaits>(p, entry[ts].near, entry[ts].id, sm, t, base, known, [] {});
         }
         __syncthreads();
         if (!go || !run_task(entry[ts], slots[ts])) return leave();
