@@ -14,7 +14,6 @@ from mk.backends.cuda import switches
 from mk.backends.cuda.split_merge import (
     MergedX,
     idle_warps,
-    leaves_a_warp_idle,
     merged_x_lines,
     mostly_idle,
 )
@@ -115,16 +114,6 @@ class StreamLinearEmitter(GraphDefEmitter):
         if mode == "auto":
             return "beside" if mostly_idle(x) else ""
         return "" if mode == "beside" and not idle_warps(x) else mode
-
-    def stage_beside(self, plan: StreamPlan, k: int, chunk: int, mma: bool) -> bool:
-        """Whether the warps that stage none of the activation's first chunk ask the L2 for its
-        weights meanwhile (switches.stage_beside): CUDA cores, a staged activation that is not
-        flagged, and a chunk that leaves a warp idle."""
-        if not switches.stage_beside() or mma or isinstance(plan.x, MergedX):
-            return False
-        if self.operands[plan.x.source_index()].flagged:
-            return False
-        return leaves_a_warp_idle(plan.rows * (min(k, chunk) // 8))
 
     def stage_first(self, plan: StreamPlan, k: int, mma: bool) -> int | None:
         """Whether the body loads its weights' first round behind the activation's first loads
@@ -249,8 +238,6 @@ class StreamLinearEmitter(GraphDefEmitter):
         emit(f"sl.nw = {len(plan.products)};")
         if self.aligned(plan) and not self.stage_weights_ahead:
             emit("sl.aligned = true;")
-            if self.stage_beside(plan, k, chunk, mma):
-                emit("sl.l2_beside = true;")
 
     def stream_weights(
         self, plan: StreamPlan, k: int, mma: bool

@@ -346,16 +346,6 @@ def merge_early() -> str:
     return choice("MK_CUDA_MERGE_EARLY", ("auto", "0", "1", "beside"))
 
 
-def stage_beside() -> bool:
-    """MK_CUDA_STAGE_BESIDE=1 (opt-in, not yet measured): a linear on CUDA cores whose staged
-    activation chunk leaves some warps without a load (batch 1: 128 of the 256 threads stage
-    1,024 columns) has those warps ask the L2 for the chunk's weight rows meanwhile
-    (StreamLinear::l2_beside, mk::gpu::prefetch_rows_l2_by), so the weights' round trip to HBM
-    overlaps the activation's instead of following its staging barrier; the activation's loads
-    stay the only loads of the threads that stage it."""
-    return flag("MK_CUDA_STAGE_BESIDE")
-
-
 STAGE_FIRST_AUTO = -1  # stage_first unset: one step where the registers allow (emit_stream)
 
 
@@ -368,7 +358,7 @@ def stage_first() -> int:
     The order follows the tensor-core attention's rows first (MK_CUDA_ATTN_ROWS_FIRST): a load
     asked first lands first, so the activation, needed first, goes out first;
     MK_CUDA_MERGE_EARLY=1 asked the weights before the partials it merges (+1.3 %),
-    MK_CUDA_STAGE_BESIDE asks the L2 instead of registers (+5.2 %). Held through the staging, a
+    asking the L2 instead of registers (MK_CUDA_STAGE_BESIDE, retired) cost 5.2 %. Held through the staging, a
     whole round (4 steps at batch 1) made ptxas spill 144-172 B (2-layer presets) and one step
     of every eligible body 72-160 B on llama-3.2-1b and qwen3-8b; by default a body takes one
     step where it holds few loads through the staging (emit_stream.STAGE_FIRST_HELD):

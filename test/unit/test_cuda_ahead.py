@@ -277,26 +277,6 @@ def test_weight_l2_priority_is_a_build_option(
 
 
 @pytest.mark.usefixtures("no_nvcc")
-def test_stage_beside_asks_for_the_weights_where_warps_stage_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """MK_CUDA_STAGE_BESIDE=1 sets StreamLinear::l2_beside where the first chunk leaves a warp
-    without a load: batch 1 of 1,024 columns (128 threads stage it), with or without the norm,
-    not batch 8 (1,024 threads' worth) nor an unaligned stream; off by default."""
-    beside = (1, 256, 1024, True, 1)
-    assert "l2_beside" not in cuda_source(linear_program(*beside), tmp_path)
-    monkeypatch.setenv("MK_CUDA_STAGE_BESIDE", "1")
-    for shape, expected in (
-        (beside, True),
-        ((1, 256, 1024, False, 2), True),
-        ((8, 256, 1024, True, 1), False),
-        ((5, 40, 100, True, 1), False),
-    ):
-        src = cuda_source(linear_program(*shape), tmp_path)
-        assert ("sl.l2_beside = true;" in src) == expected, shape
-
-
-@pytest.mark.usefixtures("no_nvcc")
 def test_stage_first_loads_the_first_round_behind_the_activation(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -231,7 +231,6 @@ SWITCHES = [
     {"MK_CUDA_MERGE_EARLY": "1"},
     {"MK_CUDA_MERGE_EARLY": "0"},
     {"MK_CUDA_MERGE_EARLY": "beside"},
-    {"MK_CUDA_STAGE_BESIDE": "1"},
     {"MK_CUDA_MMA_RING": "4", "MK_CUDA_RING_WALK": "0"},
     {"MK_CUDA_MMA_RING": "2", "MK_CUDA_RING_COLS": "512", "MK_CUDA_STREAM_KB": "192"},
     {"MK_CUDA_RAW_BARS": "launch"},
@@ -291,7 +290,7 @@ SWITCH_BUILDS = [
                        "MK_CUDA_STAGE_FIRST": "1"}),
     ("decoder_block", {"MK_CUDA_DOWN_L2": "smem", "MK_CUDA_STAGE_FIRST": "1",
                        "MK_CUDA_COUNT_POLL": "cta-early"}),
-    ("llama3_8b_block", {"MK_CUDA_MERGE_EARLY": "beside", "MK_CUDA_STAGE_BESIDE": "1"}),
+    ("llama3_8b_block", {"MK_CUDA_MERGE_EARLY": "beside"}),
 ]  # fmt: skip
 
 

@@ -536,14 +536,6 @@ __device__ bool stream_linear(const StreamLinear& s,
     // Tensor cores take the activation in the weights' 16-bit type: staged that way, once.
     const Packing pack{Mma && vec && kc % 32 == 0 && s.kc % 8 == 0, s.w_dtype == DTYPE_BF16};
     __syncthreads();
-    if (s.l2_beside && c == 0 && !s.x_ready) {
-      // The warps with no group of the chunk to stage (stage_chunk: a thread a group of eight
-      // columns of a row) ask for the weights meanwhile; the activation's loads, needed first,
-      // are the others' only loads.
-      const int busy = (M * (kc / 8) + 31) / 32 * 32;
-      const int t = static_cast<int>(threadIdx.x) - busy;
-      if (t >= 0) prefetch_rows_l2_by(s, t, static_cast<int>(MK_CTA_THREADS) - busy);
-    }
     if constexpr (First == 2) {
       // The round is vectorized: only where every weight row is 16-byte aligned.
       auto ask = [&] {

@@ -63,10 +63,6 @@ struct StreamLinear {
   // paths were two thirds of a streamed body's machine code, which a decode step fetches into
   // a cold instruction cache at every layer.
   bool aligned;
-  // MK_CUDA_STAGE_BESIDE=1: while the activation's first chunk is staged, the threads of the
-  // warps that stage none of it ask the L2 for the weights' rows of that chunk (set as a
-  // constant in the body, as `aligned`).
-  bool l2_beside;
 };
 
 // MK_CUDA_DOWN_L2=after|smem: the rows a body's epilogue product reads next (`rows` rows of
