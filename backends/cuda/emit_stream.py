@@ -132,8 +132,6 @@ class StreamLinearEmitter(GraphDefEmitter):
             return None
         if first != switches.STAGE_FIRST_AUTO:
             return 0
-        if plan.lane_ring(k):
-            return None
         if plan.rows_per_round() + plan.loads_per_thread(k) <= STAGE_FIRST_HELD:
             return 0
         return switches.stage_first_held() or None
@@ -324,7 +322,7 @@ class StreamLinearEmitter(GraphDefEmitter):
         tail = [
             _bool(staged),
             str(plan.mma_groups() if mma else 1),
-            str(0 if staged else plan.ring_stages(k) if mma else plan.lane_ring(k)),
+            str(plan.ring_stages(k) if mma and not staged else 0),
         ]
         # First: the first round loaded behind the activation's loads (2), else 0; Held: the
         # loads a thread keeps of it through the staging (0: all of the step).

@@ -162,33 +162,6 @@ class StreamPlan:
             stages -= 1
         return stages if stages >= 2 else 0
 
-    def lane_ring(self, k: int) -> int:
-        """Rounds in each lane's cp.async ring on CUDA cores (mk::gpu::stream_rows_ring, the
-        stream_linear's Ring), 0 for none: switches.stream_ring, where the weights are not
-        staged ahead, no other opt-in takes the stream's first round or its last loads
-        (MK_CUDA_STAGE_FIRST=N, MK_CUDA_DOWN_L2=after|smem), the whole activation is one chunk,
-        and the ring fits beside it (fewer rounds where D do not)."""
-        stages = switches.stream_ring()
-        if not stages or not self.ring_ok or self.tensor_cores(k):
-            return 0
-        if switches.stage_first() > 0 or switches.epilogue_weights_l2() in ("after", "smem"):
-            return 0
-        chunk = self._whole_float_chunk(k)
-        if chunk > self.x_bytes:
-            return 0
-        while stages >= 2 and chunk + stages * self.lane_ring_round(k) > self.x_bytes:
-            stages -= 1
-        return stages if stages >= 2 else 0
-
-    def _whole_float_chunk(self, k: int) -> int:
-        """Bytes of all K columns of the activation staged as floats, to the 128 bytes behind
-        which a lane ring starts (mk::gpu::stream_linear)."""
-        return -(-4 * self.rows * k // 128) * 128
-
-    def lane_ring_round(self, k: int) -> int:
-        """Bytes of one round in every lane's ring: S steps of RG rows, 16 bytes a lane."""
-        return WARPS * 32 * 16 * self.rows_per_round() * self.steps_in_flight(k)
-
     def mma_steps(self) -> int:
         """32-column steps whose loads a lane of a tensor-core warp issues before its first mma
         (mk::gpu::mma_chunk's U): MMA_LOADS 16-byte loads (MK_CUDA_LOADS sets them) over the G
@@ -227,9 +200,6 @@ class StreamPlan:
 
     def smem_bytes(self, k: int) -> int:
         """Dynamic shared memory the streamed loop takes: the chunk, and the ring behind it."""
-        lanes = self.lane_ring(k)
-        if lanes:
-            return self._whole_float_chunk(k) + lanes * self.lane_ring_round(k)
         stages = self.ring_stages(k)
         if stages:
             chunk = self.chunk(k)

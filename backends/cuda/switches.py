@@ -108,20 +108,6 @@ def mma_ring(warp_bytes: int, columns: int) -> int:
     return 0 if stages == 1 else stages
 
 
-def stream_ring() -> int:
-    """MK_CUDA_STREAM_RING=D (2-4; opt-in; 0, the default: off): a linear
-    on CUDA cores (a decode batch of one or two rows, weights in global memory) streams through
-    each lane's own cp.async ring of D rounds in shared memory (mk::gpu::stream_rows_ring)
-    instead of registers: D rounds in flight and no wait of a whole round trip between two
-    rounds or two row groups, where the register stream holds one round at a time (layer
-    bodies: 16 loads a lane at batch 1, 64 KB an SM). The ring must fit beside the task's whole
-    activation in the stream's shared memory, else fewer rounds, else none. On the tensor cores
-    a warp's ring took an SM's stream from 21 to 31 GB/s on the H200 (MK_CUDA_MMA_RING); on the
-    H100 at batch 1 this one lost 3-13 % on every preset (bench/RESULTS.md, session 80)."""
-    stages = count("MK_CUDA_STREAM_RING", 0, 0, 4, "rounds")
-    return 0 if stages == 1 else stages
-
-
 def rows_dot() -> str:
     """MK_CUDA_ROWS_DOT: how an accumulating output's product streams its weight columns
     (mk/cuda_rows_add.cuh). `mma` (default): 2..16 activation rows of up to 128 columns on

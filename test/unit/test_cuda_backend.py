@@ -243,7 +243,6 @@ SWITCHES = [
     {"MK_CUDA_STAGE_FIRST": "0"},
     {"MK_CUDA_DOWN_L2": "after"},
     {"MK_CUDA_DOWN_L2": "smem"},
-    {"MK_CUDA_STREAM_RING": "2"},
     {"MK_CUDA_ATTN_MERGE_WEIGHTS": "0"},
     {"MK_CUDA_STAGE_FIRST_HELD": "4"},
 ]
@@ -267,8 +266,7 @@ SWITCH_BUILDS = [
                        "MK_CUDA_ATTN_KEYS": "8", "MK_CUDA_DOWN_L2": "after"}),
     ("decoder_block", {"MK_CUDA_PREFETCH": str(128 << 10), "MK_CUDA_LEAN": "0",
                        "MK_CUDA_FUSE_LOOPS": "0", "MK_CUDA_LAUNCH": "plain",
-                       "MK_CUDA_ATTN_PIPE": "1",
-                       "MK_CUDA_STREAM_RING": "2"}),
+                       "MK_CUDA_ATTN_PIPE": "1"}),
     ("decoder_block", {"MK_CUDA_STAGE": "1", "MK_CUDA_SIGNAL": "release",
                        "MK_CUDA_POLL_SLEEP": "0", "MK_CUDA_FLAG_POLL": "all",
                        "MK_CUDA_FLAG_SLEEP": "0", "MK_CUDA_COUNT_POLL": "threads",

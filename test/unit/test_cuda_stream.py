@@ -254,30 +254,6 @@ def test_layer_loads_default_by_batch(
     assert cuda_source(text, tmp_path, 16) != built
 
 
-@pytest.mark.usefixtures("no_nvcc")
-def test_lane_rings_are_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """MK_CUDA_STREAM_RING=D streams a CUDA-core linear through each lane's cp.async ring of D
-    rounds (stream_linear's Ring) where the ring fits beside the whole activation, with fewer
-    rounds where D do not; off by default, and never on tensor cores (batch 4)."""
-    ring = re.compile(r"mk::gpu::stream_linear<1, \d+, \d+, \d+, false, false, 1, (\d)>")
-    text = layers_program(3, 1024)
-    assert not ring.search(cuda_source(text, tmp_path, 16))
-    monkeypatch.setenv("MK_CUDA_STREAM_RING", "2")
-    assert set(ring.findall(cuda_source(text, tmp_path, 16))) == {"2"}
-    # On 16 SMs a task's round is 16 pieces a lane (64 KB): 2 rounds fit the 160 KB beside the
-    # activation, 3 do not. On 64 SMs a layer's round is 32 KB, and 3 fit.
-    monkeypatch.setenv("MK_CUDA_STREAM_RING", "3")
-    assert set(ring.findall(cuda_source(text, tmp_path, 16))) == {"2"}
-    assert "3" in ring.findall(cuda_source(text, tmp_path, 64))
-    batch4 = layers_program(3, 1024, 4)
-    ringed = cuda_source(batch4, tmp_path, 16)
-    monkeypatch.delenv("MK_CUDA_STREAM_RING")
-    assert cuda_source(batch4, tmp_path, 16) == ringed
-    monkeypatch.setenv("MK_CUDA_STREAM_RING", "5")
-    with pytest.raises(mk.MkError, match="MK_CUDA_STREAM_RING"):
-        cuda_source(text, tmp_path, 16)
-
-
 def sums_as_the_default(
     name: str, value: str, sms: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[str, str]:
@@ -293,19 +269,6 @@ def sums_as_the_default(
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     agrees_with_the_reference(switched, text, value)
     return plain.cuda_source, switched.cuda_source  # type: ignore[attr-defined]
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize(("rounds", "sms"), [("2", 8), ("3", 64)])
-def test_lane_rings_sum_as_the_register_stream(
-    rounds: str, sms: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Through the lane rings (MK_CUDA_STREAM_RING) a layer stack's outputs are bit-identical to
-    the register stream's (the same products in the same order), and agree with the reference:
-    on 8 SMs a warp's share is two or four row groups (the ring runs across them), on 64 SMs
-    three rounds fit a layer's tasks."""
-    plain, ringed = sums_as_the_default("MK_CUDA_STREAM_RING", rounds, sms, tmp_path, monkeypatch)
-    assert ringed != plain
 
 
 @pytest.mark.gpu

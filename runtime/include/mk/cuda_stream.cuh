@@ -477,8 +477,7 @@ __device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S
 // activation columns at once (the emitter sizes it to the chunk: unrolled code the task does not
 // need costs instruction fetches). With Ring > 0 (tensor cores, weights from global memory)
 // each warp copies its weights through a Ring-stage cp.async ring behind the packed chunk
-// (mma_ring_walk); on CUDA cores (MK_CUDA_STREAM_RING) each lane keeps Ring rounds in flight
-// through its own cp.async ring behind the float chunk (stream_rows_ring). With First (CUDA
+// (mma_ring_walk). With First (CUDA
 // cores, aligned weights from global memory) each warp's first round is loaded ahead
 // (load_first_round): First = 1, `first`, loaded by the caller;
 // First = 2 (MK_CUDA_STAGE_FIRST=N: its first N steps), here, right behind the activation's
@@ -494,8 +493,7 @@ __device__ bool stream_linear(const StreamLinear& s,
                               const WeightRound<RG, S>& first = WeightRound<RG, S>{},
                               const AfterRows& after = AfterRows{}) {
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
-  static_assert(Ring == 0 || (!Staged && G == 1 && (Mma || (First == 0 && After == kAfterNone))),
-                "the ring: unstaged, one group; on CUDA cores no first round and no rows after");
+  static_assert(Ring == 0 || (Mma && !Staged && G == 1), "the ring: tensor cores, unstaged, one group");
   static_assert(!First || (!Mma && !Staged), "a first round loaded early: CUDA cores, unstaged");
   static_assert(First >= 0 && First <= 2, "First: 0, 1 (the caller's round) or 2 (loaded here)");
   static_assert(Held == 0 || First == 2, "Held: the loads a partial first step keeps (First = 2)");
@@ -567,15 +565,9 @@ __device__ bool stream_linear(const StreamLinear& s,
       uint16_t* ring = reinterpret_cast<uint16_t*>(mk_dynamic_smem + ((M * s.kc * 2 + 127) & ~127));
       mma_chunk<M, Staged, G, S, Ring>(s, reinterpret_cast<const uint16_t*>(xs), s.kc, kc, c, rows, ring);
     } else if (vec && !Mma) {
-      if constexpr (Ring > 0 && !Mma) {
-        // The lane rings sit behind the float chunk (the emitter reserves both).
-        uint4* ring = reinterpret_cast<uint4*>(mk_dynamic_smem + ((M * s.kc * 4 + 127) & ~127));
-        stream_rows_ring<M, RG, S, Ring>(s, xs, s.kc, kc, c, begin, end, s.assign && c == 0, ring);
-      } else {
-        stream_rows<M, RG, S, true, Staged, First != 0, kFirstSteps, After, kFirstRows>(
-            s, xs, s.kc, kc, c, begin, end, s.assign && c == 0, First == 2 ? own : first, c == 0,
-            after);
-      }
+      stream_rows<M, RG, S, true, Staged, First != 0, kFirstSteps, After, kFirstRows>(
+          s, xs, s.kc, kc, c, begin, end, s.assign && c == 0, First == 2 ? own : first, c == 0,
+          after);
     } else {
       // Weights not 16-byte aligned (the emitter plans tensor cores only for aligned chunks):
       // rare, so this loop is not unrolled. Every unrolled variant adds kilobytes of code to
