@@ -30,10 +30,10 @@ from mk.backends.cuda.local_tiles import localise_tiles
 from mk.backends.cuda.mma_tile import GemmPlan, gemm_lines, mma_tile, plan_gemm
 from mk.backends.cuda.pair_loops import pair_loops
 from mk.backends.cuda.row_ops import static_row_op
-from mk.backends.cuda.rows_add import RowsAdd, copied_rows, plan_rows_add
+from mk.backends.cuda.rows_add import RowsAdd, plan_rows_add
 from mk.backends.cuda.split_merge import MergedX, MergePlan, merge_lines, plan_merge
 from mk.backends.cuda.stream import STAGE_X_BYTES, StreamPlan, plan_stream
-from mk.backends.cuda.stream_attention import THREADS, AttentionPlan, plan_attention
+from mk.backends.cuda.stream_attention import AttentionPlan, plan_attention
 from mk.backends.cuda.whole_calls import whole_calls
 from mk.diagnostics import MkError, op_location
 from mk.dialects import mugraph_maps as maps
@@ -100,7 +100,6 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
                 if self.plan.sum_sq is not None:
                     self.assigned.add(self.plan.sum_sq.res)
         self.smem_floats = 0
-        self.after_smem: tuple[int, int] | None = None
         self.staged_bytes = 0  # weights the body stages in the ring
         self.views: set[SSAValue] = set()
         self.prefetch: list[str] = []
@@ -379,26 +378,6 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         add = f"mk::gpu::{name}<{runs.cols}>(buffers[{ref.index}], {at});  // add"
         self.element_loop(runs.rows * runs.cols, [(op.tile, "e")], [], [add])
 
-    def epilogue_weights(self) -> tuple[str, int, int, int] | None:
-        """The epilogue product's weight columns (MK_CUDA_DOWN_L2): their first element, rows,
-        bytes apart and bytes a row; None where the columns move with the loop (the body's last
-        iteration is not known yet) or there is no such product."""
-        plan = self.rows_add
-        if plan is None or plan.w.fmap_dim() >= 0:
-            return None
-        w = self.operands[plan.w.source_index()]
-        n0, k0 = self.input_starts(plan.w, "last")
-        _, kc = shape_of(plan.matmul.operands[0])
-        at = f"static_cast<const uint16_t*>(buffers[{w.index}]) + ({n0}) * {w.shape[1]} + {k0}"
-        return at, shape_of(plan.w.tile)[0], 2 * w.shape[1], 2 * kc
-
-    def before_stream(self) -> None:
-        """MK_CUDA_DOWN_L2=1: the epilogue product's weight columns asked into L2 at the start."""
-        cols = self.epilogue_weights()
-        if cols is not None and switches.epilogue_weights_l2() == "1":
-            at, n, ld, row = cols
-            self.lines.append(f"mk::gpu::prefetch_rows_l2({at}, {n}, {ld}, {row});")
-
     def rows_dot_kind(self, plan: RowsAdd) -> str:
         """How the product streams its weight columns: switches.rows_dot, where tensor cores
         take one row (unless mma-all) or a tile's registers hold the columns, else lanes."""
@@ -409,18 +388,8 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
             how = "mma" if fits else "lanes"
         return how
 
-    def epilogue_in_smem(self, rows: int, row_bytes: int) -> int:
-        """MK_CUDA_DOWN_L2=smem: where rows_dot_lanes (unpacked) reads the columns, 16-byte
-        aligned wherever the task is, the rows that fit DOWN_SMEM_MAX (copied_rows)."""
-        plan = self.rows_add
-        if plan is None or self.rows_dot_kind(plan) != "lanes" or not self.rows_aligned(plan.w):
-            return 0
-        kc = shape_of(plan.matmul.operands[0])[1]
-        return copied_rows(rows, row_bytes, kc, THREADS)
-
     def rows_dot(self, plan: RowsAdd) -> None:
-        """The product tile, its weight columns streamed (not loaded as a tile), or read from
-        shared memory where the stream copied them (after_smem)."""
+        """The product tile, its weight columns streamed (not loaded as a tile)."""
         w = self.operands[plan.w.source_index()]
         n0, k0 = self.input_starts(plan.w, "last")
         m, kc = shape_of(plan.matmul.operands[0])
@@ -431,15 +400,9 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         name = {"threads": "rows_dot_threads", "mma": "rows_dot_mma"}.get(how, "rows_dot_lanes")
         packed = ", true" if how == "packed" else ""
         at = f"static_cast<const uint16_t*>(buffers[{w.index}]) + ({n0}) * {w.shape[1]} + {k0}"
-        smem, what = "", "its weight streamed"
-        if self.after_smem is not None:
-            offset, rows = self.after_smem
-            packed = f", false, {rows}"
-            smem = f", reinterpret_cast<const uint16_t*>(mk::gpu::mk_dynamic_smem + {offset})"
-            what = f"{'all' if rows == n else rows} of its weight rows in shared memory"
         self.lines.append(f"{d}.resize({m * n});")
         self.lines.append(
             f"mk::gpu::{name}<{m}, {kc}, {n}, {bf16}{packed}>("
-            f"{self.var(plan.matmul.operands[0])}.data(), {at}, {w.shape[1]}, {d}.data(){smem});"
-            f"  // the product, {what}"
+            f"{self.var(plan.matmul.operands[0])}.data(), {at}, {w.shape[1]}, {d}.data());"
+            "  // the product, its weight streamed"
         )

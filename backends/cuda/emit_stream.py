@@ -47,7 +47,6 @@ class StreamLinearEmitter(GraphDefEmitter):
     assigned: set[SSAValue]  # accumulators stream_linear writes whole (StreamLinear::assign)
     stage_weights_ahead: bool
     smem_floats: int
-    after_smem: tuple[int, int] | None  # MK_CUDA_DOWN_L2=smem: byte offset, rows copied
     staged_bytes: int
     prefetch: list[str]  # what one thread runs before the task's turn: the L2 prefetch
     stage: list[str]  # and the copy into the staging ring
@@ -93,14 +92,6 @@ class StreamLinearEmitter(GraphDefEmitter):
         self.lines += merged_x_lines(x, dtype_code(x.norm.res[0].type), into, source, beside)
         self.lines.append("sl.x_ready = true;")
 
-    def before_stream(self) -> None:
-        """Statements of the body before its stream (none here)."""
-
-    def epilogue_weights(self) -> tuple[str, int, int, int] | None:
-        """The weight columns of an epilogue product the body streams after this one: first
-        element, rows, bytes apart, bytes a row (none here)."""
-        return None
-
     def merge_early(self, plan: StreamPlan, mma: bool) -> str:
         """Where the body asks for the stream's weights, if not after the merge that
         makes its activation (switches.merge_early): `1` before the merge, `beside` by the warps
@@ -136,49 +127,11 @@ class StreamLinearEmitter(GraphDefEmitter):
             return 0
         return switches.stage_first_held() or None
 
-    def epilogue_in_smem(self, rows: int, row_bytes: int) -> int:
-        """How many of the epilogue product's `rows` weight rows (`row_bytes` each) it can read
-        from shared memory (MK_CUDA_DOWN_L2=smem; none here)."""
-        return 0
-
-    def after_rows(self, plan: StreamPlan, mma: bool, early: str) -> int:
-        """MK_CUDA_DOWN_L2=after|smem: the epilogue product's weight columns (`after_rows`,
-        passed to stream_linear), which each warp asks for behind its last weight loads: into
-        the L2 (`after`: kAfterL2, 1), or copied into shared memory behind the stream's own
-        (`smem`: kAfterSmem, 2; `after_smem` is their byte offset and the rows copied, where
-        the product awaits and reads them: all, or its first steps where they do not fit).
-        CUDA cores, aligned weights in global memory, and an epilogue product whose columns
-        are known; for `smem` also one activation chunk (no wide room), no merge ahead of the
-        weights, and columns the product takes from shared memory (epilogue_in_smem). Which
-        it declared (0: none)."""
-        mode = switches.epilogue_weights_l2()
-        if mode not in ("after", "smem") or mma or self.stage_weights_ahead:
-            return 0
-        cols = self.epilogue_weights()
-        if cols is None or not self.aligned(plan):
-            return 0
-        at, n, ld, row = cols
-        if mode == "after":
-            self.lines.append(f"const mk::gpu::AfterRows after_rows{{{at}, {n}, {row}, {ld}}};")
-            return 1
-        copied = 0 if early or self.stream_chunks != 1 else self.epilogue_in_smem(n, row)
-        if not copied:
-            return 0
-        offset = -(-4 * self.smem_floats // 128) * 128
-        self.smem_floats = -(-(offset + copied * row) // 4)
-        self.after_smem = (offset, copied)
-        self.lines.append(
-            f"const mk::gpu::AfterRows after_rows{{{at}, {copied}, {row}, {ld}, "
-            f"mk::gpu::mk_dynamic_smem + {offset}}};"
-        )
-        return 2
-
     def stream_linear(self, plan: StreamPlan) -> None:
         k = self.forloop * shape_of(plan.x.tile)[1]
         chunk = plan.chunk(k)
         self.smem_floats = -(-plan.smem_bytes(k) // 4)
         self.stream_chunks = -(-k // chunk)
-        self.before_stream()
         self.lines += ["{", "mk::gpu::StreamLinear sl{};", "sl.arena = &arena;"]
         mma = plan.tensor_cores(k)
         early = self.merge_early(plan, mma)
@@ -188,10 +141,9 @@ class StreamLinearEmitter(GraphDefEmitter):
             self.merged_x(plan.x)
         g_at = self.stream_norm_weight(plan)
         self.stream_fields(plan, k, chunk, mma)
-        after = self.after_rows(plan, mma, early)
         firsts, lds, rows, staged = self.stream_weights(plan, k, mma)
         self.plan_prefetch(plan, firsts, lds, rows, g_at, k, mma)
-        self.stream_call(plan, k, mma, early, staged is not None, after)
+        self.stream_call(plan, k, mma, early, staged is not None)
         for op in plan.invariant:
             self.load(op, "0")
 
@@ -294,14 +246,10 @@ class StreamLinearEmitter(GraphDefEmitter):
         if budget:
             self.prefetch = fetch
 
-    def stream_call(
-        self, plan: StreamPlan, k: int, mma: bool, early: str, staged: bool, after: int
-    ) -> None:
+    def stream_call(self, plan: StreamPlan, k: int, mma: bool, early: str, staged: bool) -> None:
         """The mk::gpu::stream_linear call (after the merge where MK_CUDA_MERGE_EARLY asks the
-        weights first; `after`: with after_rows asked for behind the loads) and the
-        descriptor's closing brace."""
+        weights first) and the descriptor's closing brace."""
         emit = self.lines.append
-        l2 = ", after_rows" if after else ""  # stream_linear's `after` argument
         steps = plan.mma_steps() if mma else plan.steps_in_flight(k)
         call = (
             f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}, {steps}, "
@@ -315,7 +263,7 @@ class StreamLinearEmitter(GraphDefEmitter):
             emit("mk::gpu::load_first_round(sl, first);")
             assert isinstance(plan.x, MergedX)
             self.merged_x(plan.x)
-            emit(f"{call}, false, 1, 0, 1{f', {after}' if after else ''}>(sl, first{l2});")
+            emit(f"{call}, false, 1, 0, 1>(sl, first);")
             emit("}")
             return
         # The template's trailing arguments (Staged, G, Ring), defaults left off.
@@ -328,13 +276,12 @@ class StreamLinearEmitter(GraphDefEmitter):
         # loads a thread keeps of it through the staging (0: all of the step).
         held = self.stage_first(plan, k, mma)
         tail.append("0" if held is None else "2")
-        tail.append(str(after))  # After
         tail.append(str(held or 0))  # Held
-        while tail and tail[-1] == ("false", "1", "0", "0", "0", "0")[len(tail) - 1]:
+        while tail and tail[-1] == ("false", "1", "0", "0", "0")[len(tail) - 1]:
             tail.pop()
         call += "".join(f", {a}" for a in tail)
         if not staged and not mma:
-            emit(f"{call}>(sl{', {}' + l2 if after else ''});")
+            emit(f"{call}>(sl);")
         else:  # weights staged ahead, or a raw activation's bulk copies on tensor cores
             emit(f"if (!{call}>(sl)) return {STAGE_LOST};")
         emit("}")

@@ -20,9 +20,8 @@ from mk.backends.cuda.stream_attention import THREADS
 
 _LOAD = re.compile(r"^mk::gpu::load_runs<(\w+::\w+|\w+), (\d+), (\d+)>\((.*)\);  // load$")
 _RESIZE = re.compile(r"^\w+\.resize\(\d+\);$")
-# A streamed product that waits for nothing inside (its weights not staged), with or without
-# the epilogue weights it asks for behind its loads (MK_CUDA_DOWN_L2=after|smem: after_rows).
-_PLAIN_PRODUCT = re.compile(r"^mk::gpu::stream_linear<[^>]*>\(sl(?:, \{\}, after_rows)?\);$")
+# A streamed product that waits for nothing inside (its weights not staged).
+_PLAIN_PRODUCT = re.compile(r"^mk::gpu::stream_linear<[^>]*>\(sl\);$")
 MOST_HELD = 16  # values a thread holds between a group's loads and its stores (load_runs' cap)
 
 

@@ -16,28 +16,6 @@ from mk.dialects.mugraph_base import shape_of
 from mk.dialects.mugraph_tiles import MatmulOp
 
 WEIGHT_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16")
-# Most bytes of weight columns MK_CUDA_DOWN_L2=smem copies into shared memory: qwen3-0.6b's
-# batch-1 block (1,024 rows of 48 bytes) takes 48 KiB beside a 4 KiB activation chunk; of
-# llama-3.2-1b's (2,048 rows of 128 bytes) the first 512 rows go.
-DOWN_SMEM_MAX = 64 << 10
-
-
-def lanes_rows_per_step(kc: int, threads: int) -> int:
-    """Rows one step of mk::gpu::rows_dot_lanes (unpacked) covers over the CTA: a row's kc / 8
-    16-byte pieces on the power of two of lanes at or above them (a warp a row past 32), as
-    rows_layout lays them."""
-    vec = kc // 8
-    group = 32 if vec > 32 else 1 << (vec - 1).bit_length()
-    return threads // 32 * (32 // group)
-
-
-def copied_rows(rows: int, row_bytes: int, kc: int, threads: int) -> int:
-    """The rows MK_CUDA_DOWN_L2=smem copies: all `rows` where they fit DOWN_SMEM_MAX, else the
-    whole steps of rows_dot_lanes that do (0: none)."""
-    if rows * row_bytes <= DOWN_SMEM_MAX:
-        return rows
-    step = lanes_rows_per_step(kc, threads)
-    return DOWN_SMEM_MAX // row_bytes // step * step
 
 
 @dataclass(frozen=True)

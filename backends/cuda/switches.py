@@ -364,24 +364,6 @@ def stage_first_held() -> int:
     return count("MK_CUDA_STAGE_FIRST_HELD", 0, 0, 16, "loads")
 
 
-def epilogue_weights_l2() -> str:
-    """MK_CUDA_DOWN_L2=1 (opt-in; +2.5 % on the H200): a block that adds its epilogue product
-    into the result (an accumulating gated MLP's down projection, passes/mugraph_fuse_accumulate.py)
-    asks the L2 for that product's weight columns when it starts, so that HBM streams them while
-    its first product (gate/up) runs instead of after it; those requests then go out before the
-    activation's loads and the first product's weights, which are needed first. `after`
-    (opt-in, not yet timed; CUDA cores) asks once each warp has issued its first product's last
-    weight loads (stream_linear<..., AfterL2 = true>), in the order the tensor-core attention's
-    rows first won with (MK_CUDA_ATTN_ROWS_FIRST). `smem` (opt-in, not yet timed; CUDA cores,
-    one activation chunk, mk::gpu::rows_dot_lanes) copies them, or the first rows that fit
-    rows_add.DOWN_SMEM_MAX, into shared memory at the same point with cp.async, so that the
-    product starts on them there instead of waiting a round trip to HBM (or, with `after`, to
-    L2) after the barrier that ends the first product: qwen3-0.6b's batch-1 MLP block streams
-    its 48 KiB of down columns after its gate/up product (2.8 us of its 10.5 on the H200,
-    session 56). `0`, the default: off."""
-    return choice("MK_CUDA_DOWN_L2", ("0", "1", "after", "smem"))
-
-
 # Most task bodies `auto` inlines into one dispatcher: ptxas took minutes over one function
 # holding many bodies (qwen3-0.6b's prefill of 999 positions with the generic attention loop:
 # not done in 15 minutes, against 32 s with the bodies called; with block_attention, 2 layers

@@ -75,18 +75,9 @@ def _product(call: str) -> list[str]:
 
 
 @pytest.mark.usefixtures("grouping")
-@pytest.mark.parametrize(
-    "call",
-    [
-        "mk::gpu::stream_linear<1, 1, 8, 1, false>(sl);",
-        "mk::gpu::stream_linear<1, 1, 8, 1, false, false, 1, 0, 0, 2>(sl, {}, after_rows);",
-    ],
-    ids=["plain", "after_rows"],
-)
-def test_a_residual_after_a_product_is_loaded_before_it(call: str) -> None:
-    """The loads right after a streamed product go out before its block; their stores stay.
-    So with the epilogue weights it asks for behind its loads (MK_CUDA_DOWN_L2=after|smem)."""
-    block = _product(call)
+def test_a_residual_after_a_product_is_loaded_before_it() -> None:
+    """The loads right after a streamed product go out before its block; their stores stay."""
+    block = _product("mk::gpu::stream_linear<1, 1, 8, 1, false>(sl);")
     lines = ["a.resize(1);", *block, "r.resize(8);", _load("r", 8, 2), "MK_FOR_EACH_U32(e, 8) {"]
     out = group_loads(lines)
     assert out == [

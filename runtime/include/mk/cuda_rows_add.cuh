@@ -41,16 +41,11 @@ __host__ __device__ constexpr RowsLayout rows_layout(int vec, int m, bool packed
 // instead of 32 scattered pieces. Each lane keeps up to kBatch loads in flight and issues the
 // next batch before it uses the last; the lanes of a row then sum by shuffles. A lane holds its
 // columns of a in registers: the rows' products and sums are then independent of each other and
-// of the stores, and their latencies overlap. With SmemRows > 0 the first rows (whole steps of
-// them, at most SmemRows) are in shared memory at `smem`, KC elements apart, copied there by
-// every thread's cp.async (the first product's stream: MK_CUDA_DOWN_L2=smem): the first batch
-// of the other rows' loads goes out, then the copies are awaited and published (one barrier)
-// and multiplied while those loads fly. Cooperative: every thread calls it.
-template <int M, int KC, int N, bool BF16, bool Packed = false, int SmemRows = 0>
+// of the stores, and their latencies overlap. Cooperative: every thread calls it.
+template <int M, int KC, int N, bool BF16, bool Packed = false>
 __device__ __noinline__ void rows_dot_lanes(const float* __restrict__ a,
                                             const uint16_t* __restrict__ w, int64_t ld,
-                                            float* __restrict__ d,
-                                            const uint16_t* __restrict__ smem = nullptr) {
+                                            float* __restrict__ d) {
   static_assert(KC % 8 == 0 && (KC <= 256 || (KC % 256 == 0 && KC <= 1024)),
                 "a row's columns: at most 32 16-byte loads, or whole runs of 32 up to 128");
   constexpr int kVec = KC / 8;
@@ -61,9 +56,7 @@ __device__ __noinline__ void rows_dot_lanes(const float* __restrict__ a,
   constexpr int kRowsPerStep = (kCudaThreads / 32) * kRowsPerWarp;
   constexpr int kSteps = (N + kRowsPerStep - 1) / kRowsPerStep;
   constexpr int kMost = (M > 4 ? 4 : 16) / kChunks;  // loads in flight a batch: registers for M sums
-  constexpr int kSmemSteps = SmemRows >= N ? kSteps : SmemRows / kRowsPerStep;
-  constexpr int kGlobalSteps = kSteps - kSmemSteps;
-  constexpr int kBatch = kGlobalSteps < kMost ? kGlobalSteps : kMost;
+  constexpr int kBatch = kSteps < kMost ? kSteps : kMost;
   const int lane = static_cast<int>(threadIdx.x & 31u), part = lane % kGroup;
   const int row0 = static_cast<int>(threadIdx.x >> 5) * kRowsPerWarp + lane / kGroup;
   constexpr bool kAllRows = kRowsPerWarp * kGroup == 32;  // no lanes past the warp's last row
@@ -71,19 +64,12 @@ __device__ __noinline__ void rows_dot_lanes(const float* __restrict__ a,
   struct Pieces {
     uint4 v[kChunks];
   };
-  // A step's pieces: from shared memory below kSmemSteps (the copied rows), else streamed.
   auto load = [&](int step) {
     const int row = row0 + step * kRowsPerStep;
     Pieces x;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       const int col = 8 * part + 8 * kGroup * c;
-      if constexpr (kSmemSteps > 0) {
-        if (step < kSmemSteps) {
-          x.v[c] = active && row < N ? load_shared16(smem + row * KC + col) : make_uint4(0, 0, 0, 0);
-          continue;
-        }
-      }
       x.v[c] = active && row < N ? load_stream(w + row * ld + col) : make_uint4(0, 0, 0, 0);
     }
     return x;
@@ -121,15 +107,9 @@ __device__ __noinline__ void rows_dot_lanes(const float* __restrict__ a,
   };
   Pieces cur[kBatch > 0 ? kBatch : 1], next[kBatch > 0 ? kBatch : 1];
 #pragma unroll
-  for (int i = 0; i < kBatch; ++i) cur[i] = load(kSmemSteps + i);
-  if constexpr (kSmemSteps > 0) {
-    cp_async_wait<0>();
-    __syncthreads();
-#pragma unroll 4
-    for (int step = 0; step < kSmemSteps; ++step) use(step, load(step));
-  }
+  for (int i = 0; i < kBatch; ++i) cur[i] = load(i);
 #pragma unroll 1
-  for (int b = kSmemSteps; b < kSteps; b += kBatch) {
+  for (int b = 0; b < kSteps; b += kBatch) {
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) next[i] = b + kBatch + i < kSteps ? load(b + kBatch + i) : cur[i];
 #pragma unroll

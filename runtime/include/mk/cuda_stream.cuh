@@ -87,7 +87,7 @@ constexpr int kStageFirstSteps = MK_STAGE_FIRST_STEPS;
 constexpr int kStageFirstSteps = 1;
 #endif
 
-// The rows of the first step that stream_linear<RG, ..., XB, ..., First = 2, After, Held> loads
+// The rows of the first step that stream_linear<RG, ..., XB, ..., First = 2, Held> loads
 // early: with Held > 0 (MK_CUDA_STAGE_FIRST_HELD=H on a body past emit_stream's rule) the first
 // Held - XB rows of the row group (at least one), so that a thread holds at most Held 16-byte
 // loads through the staging, the rest loaded at their turn as usual; Held = 0: every row.
@@ -483,21 +483,17 @@ __device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S
 // First = 2 (MK_CUDA_STAGE_FIRST=N: its first N steps), here, right behind the activation's
 // first loads, so that its round trip to HBM overlaps theirs and the staging instead of
 // following the staging barrier; with Held > 0 only the rows of the step that keep a thread
-// at Held loads through the staging (stage_first_rows). With After (CUDA cores, aligned
-// weights), each warp asks for `after` behind its last weight loads (MK_CUDA_DOWN_L2=after: into
-// the L2; smem: copied into shared memory, which every thread then does exactly once). Ends
-// with __syncthreads(); false if staged weights never landed.
+// at Held loads through the staging (stage_first_rows). Ends with __syncthreads(); false if
+// staged weights never landed.
 template <int M, int RG, int S, int XB, bool Mma = false, bool Staged = false, int G = 1,
-          int Ring = 0, int First = 0, int After = kAfterNone, int Held = 0>
+          int Ring = 0, int First = 0, int Held = 0>
 __device__ bool stream_linear(const StreamLinear& s,
-                              const WeightRound<RG, S>& first = WeightRound<RG, S>{},
-                              const AfterRows& after = AfterRows{}) {
+                              const WeightRound<RG, S>& first = WeightRound<RG, S>{}) {
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
   static_assert(Ring == 0 || (Mma && !Staged && G == 1), "the ring: tensor cores, unstaged, one group");
   static_assert(!First || (!Mma && !Staged), "a first round loaded early: CUDA cores, unstaged");
   static_assert(First >= 0 && First <= 2, "First: 0, 1 (the caller's round) or 2 (loaded here)");
   static_assert(Held == 0 || First == 2, "Held: the loads a partial first step keeps (First = 2)");
-  static_assert(After == kAfterNone || (!Mma && !Staged), "the rows asked behind the loads: CUDA cores, unstaged");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
   bool vec = true;
   #pragma unroll
@@ -565,18 +561,14 @@ __device__ bool stream_linear(const StreamLinear& s,
       uint16_t* ring = reinterpret_cast<uint16_t*>(mk_dynamic_smem + ((M * s.kc * 2 + 127) & ~127));
       mma_chunk<M, Staged, G, S, Ring>(s, reinterpret_cast<const uint16_t*>(xs), s.kc, kc, c, rows, ring);
     } else if (vec && !Mma) {
-      stream_rows<M, RG, S, true, Staged, First != 0, kFirstSteps, After, kFirstRows>(
-          s, xs, s.kc, kc, c, begin, end, s.assign && c == 0, First == 2 ? own : first, c == 0,
-          after);
+      stream_rows<M, RG, S, true, Staged, First != 0, kFirstSteps, kFirstRows>(
+          s, xs, s.kc, kc, c, begin, end, s.assign && c == 0, First == 2 ? own : first, c == 0);
     } else {
       // Weights not 16-byte aligned (the emitter plans tensor cores only for aligned chunks):
       // rare, so this loop is not unrolled. Every unrolled variant adds kilobytes of code to
       // each body that streams, and a decode step runs each body once per layer, from a cold
       // instruction cache.
       stream_rows<M, 1, 1, false, Staged>(s, xs, s.kc, kc, c, begin, end, s.assign && c == 0);
-      if constexpr (After == kAfterSmem) {
-        if (c + kc >= s.k) ask_after<After>(after);  // the copy the body waits for
-      }
     }
   }
   MK_MARK(*s.arena);

@@ -25,18 +25,6 @@ struct StreamWeight {
   float* out;         // [M][rows] sums, added to
 };
 
-// All threads: asks the L2 for `rows` rows of `bytes` bytes, `ld_bytes` apart, a row a thread
-// (MK_CUDA_DOWN_L2: the epilogue product's weight columns, asked for when the block starts,
-// or, with `after`, once each thread's warp has asked for its last weights).
-__device__ inline void prefetch_rows_l2(const void* w, int rows, int64_t ld_bytes, int bytes) {
-  for (int r = static_cast<int>(threadIdx.x); r < rows; r += static_cast<int>(MK_CTA_THREADS)) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(w) + static_cast<uintptr_t>(r * ld_bytes);
-    for (uintptr_t line = a & ~uintptr_t{127}; line < a + static_cast<uintptr_t>(bytes); line += 128) {
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
-    }
-  }
-}
-
 struct StreamLinear {
   const void* x;      // element (first row, first column) of the activation
   int32_t x_dtype;
@@ -64,22 +52,6 @@ struct StreamLinear {
   // a cold instruction cache at every layer.
   bool aligned;
 };
-
-// MK_CUDA_DOWN_L2=after|smem: the rows a body's epilogue product reads next (`rows` rows of
-// `bytes` bytes, `ld` bytes apart), asked for a row a thread once the thread's warp has issued
-// its last weight loads (stream_linear<..., After>): into the L2 (kAfterL2), or copied into
-// shared memory at `smem`, row r at smem + r · bytes (kAfterSmem). Not a field of StreamLinear:
-// a larger descriptor changed the default build's machine code.
-struct AfterRows {
-  const void* w;
-  int32_t rows;
-  int32_t bytes;
-  int64_t ld;
-  uint8_t* smem;
-};
-constexpr int kAfterNone = 0;
-constexpr int kAfterL2 = 1;
-constexpr int kAfterSmem = 2;
 
 __device__ inline const void* elem_at(const void* base, int32_t dtype, int64_t i) {
   return static_cast<const unsigned char*>(base) + i * dtype_size(dtype);
@@ -109,15 +81,7 @@ __device__ inline uint4 load_stream(const uint16_t* p) {
   return v;
 }
 
-// 16 bytes of the CTA's shared memory at generic address p (rows copied there by ask_after).
-__device__ inline uint4 load_shared16(const uint16_t* p) {
-  uint4 v;
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(a));
-  return v;
-}
+
 
 // 16 read-only bytes through the L1: tensor-core fragment loads (cuda_mma.cuh, MK_MMA_L1).
 __device__ inline uint4 load_stream_l1(const uint16_t* p) {
@@ -286,30 +250,6 @@ __device__ inline void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-// One thread's rows of `a` (threadIdx.x, threadIdx.x + the CTA's threads, ...) copied into
-// shared memory with cp.async, as one group. Out of line: a body calls it from two places.
-__device__ __noinline__ inline void copy_rows_async(const AfterRows& a) {
-  const int step = static_cast<int>(MK_CTA_THREADS);
-  for (int r = static_cast<int>(threadIdx.x); r < a.rows; r += step) {
-    const uint8_t* src = static_cast<const uint8_t*>(a.w) + r * a.ld;
-    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(a.smem + r * a.bytes));
-    for (int b = 0; b < a.bytes; b += 16) cp_async16(dst + b, src + b, true);
-  }
-  cp_async_commit();
-}
-
-// One thread's part of `after` (AfterRows), asked for as After says. With kAfterSmem every
-// thread must call it once, then wait for its copies (cp_async_wait<0>) before the CTA's
-// barrier that publishes them.
-template <int After>
-__device__ inline void ask_after(const AfterRows& a) {
-  if constexpr (After == kAfterL2) {
-    prefetch_rows_l2(a.w, a.rows, a.ld, a.bytes);
-  } else if constexpr (After == kAfterSmem) {
-    copy_rows_async(a);
-  }
-}
-
 // A warp's row group: its weight rows at chunk column c (null past `end`), their sums' outputs
 // and row counts, and the lane's sums, zeroed. Indexed at constant indices only: registers.
 template <int M, int RG>
@@ -342,15 +282,11 @@ struct WeightRound {
 // HBM it waits for, and S·RG loads per lane in flight make a task of up to S·256 columns one
 // round trip (and keep ~64 KB in flight per SM). With First, `first` holds the first FS steps
 // (of their first FR rows) of the group's first round where `has_first` (loaded before the
-// activation was ready: load_first_round). With After, the warp's last group (`last`) asks for
-// `after` once its last round's loads are out (MK_CUDA_DOWN_L2=after|smem: ask_after), a lane
-// with no columns of the chunk after its loop.
-template <int M, int RG, int S, bool Vec, bool Shared, bool First = false, int FS = S,
-          int After = kAfterNone, int FR = RG>
+// activation was ready: load_first_round).
+template <int M, int RG, int S, bool Vec, bool Shared, bool First = false, int FS = S, int FR = RG>
 __device__ __forceinline__ void stream_group(const StreamLinear& s, const float* xs, int stride,
                                              int kc, int64_t c, int r0, int end, bool store,
-                                             const WeightRound<RG, S>& first, bool has_first,
-                                             bool last = false, const AfterRows& after = AfterRows{}) {
+                                             const WeightRound<RG, S>& first, bool has_first) {
   const int lane = threadIdx.x & 31;
   const bool bf16 = s.w_dtype == DTYPE_BF16;
   RowGroup<M, RG> g(s, c, r0, end);
@@ -371,37 +307,25 @@ __device__ __forceinline__ void stream_group(const StreamLinear& s, const float*
         load_rows<RG, Vec, Shared>(v[t], g.wp, k + t * 256, kc);
       }
     }
-    if constexpr (After != kAfterNone) {
-      if (last && k + S * 256 >= kc) ask_after<After>(after);
-    }
 #pragma unroll
     for (int t = 0; t < S; ++t) {
       if (k + t * 256 < kc) fma_rows<M, RG>(g.acc, v[t], xs, stride, k + t * 256, bf16);
     }
-  }
-  // Copies into shared memory must not be missed: a lane whose loop ran no step asks now.
-  if constexpr (After == kAfterSmem) {
-    if (last && lane * 8 >= kc) ask_after<After>(after);
   }
   g.finish(store);
 }
 
 // One warp: rows [begin, end) of the concatenated weights against the staged chunk, RG rows at
 // a time (stream_group); with First, the first FS steps (FR rows) of the first group's first
-// round from `first` where `has_first`; with After, `after` asked for behind the last chunk's
-// last loads (at once by a warp with no rows).
-template <int M, int RG, int S, bool Vec, bool Shared, bool First = false, int FS = S,
-          int After = kAfterNone, int FR = RG>
+// round from `first` where `has_first`.
+template <int M, int RG, int S, bool Vec, bool Shared, bool First = false, int FS = S, int FR = RG>
 __device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, int kc, int64_t c,
                             int begin, int end, bool store,
                             const WeightRound<RG, S>& first = WeightRound<RG, S>{},
-                            bool has_first = false, const AfterRows& after = AfterRows{}) {
-  const bool last_chunk = c + kc >= s.k;
-  if (After != kAfterNone && last_chunk && begin >= end) ask_after<After>(after);
+                            bool has_first = false) {
   for (int r0 = begin; r0 < end; r0 += RG) {
-    stream_group<M, RG, S, Vec, Shared, First, FS, After, FR>(
-        s, xs, stride, kc, c, r0, end, store, first, has_first && r0 == begin,
-        last_chunk && r0 + RG >= end, after);
+    stream_group<M, RG, S, Vec, Shared, First, FS, FR>(s, xs, stride, kc, c, r0, end, store, first,
+                                                       has_first && r0 == begin);
   }
 }
 
