@@ -148,7 +148,7 @@ for step in $steps; do
       done ;;
     variants)
       # bench/variants.py for each of VARIANT_MODELS (PRESET:BATCH, default qwen3-0.6b:1
-      # llama-3.2-1b:1) over VARIANTS (space-separated, "" for the defaults, e.g. '"" MK_CUDA_DOWN_L2=after'),
+      # llama-3.2-1b:1) over VARIANTS (space-separated, "" for the defaults, e.g. '"" MK_CUDA_MERGE_EARLY=0'),
       # every variant's build made first, in parallel (VARIANT_TIMEOUT seconds a model, 240).
       eval "variants=(${VARIANTS:-\"\"})"
       specs=; for mb in ${VARIANT_MODELS:-qwen3-0.6b:1 llama-3.2-1b:1}; do specs="$specs gen:$mb"; done

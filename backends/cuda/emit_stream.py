@@ -94,9 +94,9 @@ class StreamLinearEmitter(GraphDefEmitter):
 
     def merge_early(self, plan: StreamPlan, mma: bool) -> str:
         """Where the body asks for the stream's weights, if not after the merge that
-        makes its activation (switches.merge_early): `1` before the merge, `beside` by the warps
-        that do not merge while the others load the partials (where some do not), else "". CUDA
-        cores, weights from global memory, aligned rows."""
+        makes its activation (switches.merge_early): `beside` by the warps that do not merge
+        while the others load the partials (where some do not), else "". CUDA cores, weights
+        from global memory, aligned rows."""
         mode, x = switches.merge_early(), plan.x
         if mode == "0" or not isinstance(x, MergedX):
             return ""
@@ -104,7 +104,7 @@ class StreamLinearEmitter(GraphDefEmitter):
             return ""
         if mode == "auto":
             return "beside" if mostly_idle(x) else ""
-        return "" if mode == "beside" and not idle_warps(x) else mode
+        return mode if idle_warps(x) else ""
 
     def stage_first(self, plan: StreamPlan, k: int, mma: bool) -> int | None:
         """Whether the body loads its weights' first round behind the activation's first loads
@@ -255,17 +255,9 @@ class StreamLinearEmitter(GraphDefEmitter):
             f"mk::gpu::stream_linear<{plan.rows}, {plan.rows_per_round()}, {steps}, "
             f"{plan.loads_per_thread(k)}, {_bool(mma)}"
         )
-        if early == "beside":  # the weights asked into L2 beside the partials' loads
+        if early:  # the weights asked into L2 beside the partials' loads
             assert isinstance(plan.x, MergedX)
             self.merged_x(plan.x, "mk::gpu::prefetch_rows_l2_by(sl, t, n);")
-        elif early:
-            emit(f"mk::gpu::WeightRound<{plan.rows_per_round()}, {steps}> first;")
-            emit("mk::gpu::load_first_round(sl, first);")
-            assert isinstance(plan.x, MergedX)
-            self.merged_x(plan.x)
-            emit(f"{call}, false, 1, 0, 1>(sl, first);")
-            emit("}")
-            return
         # The template's trailing arguments (Staged, G, Ring), defaults left off.
         tail = [
             _bool(staged),

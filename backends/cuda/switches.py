@@ -320,16 +320,13 @@ def merge_early() -> str:
     `auto` (default): `beside` where the merge takes at most a quarter of the CTA's threads
     (qwen3-0.6b and llama-3.2-1b at batch 1: 64 of 256; on the H100, session 87, −1.34 % and
     −0.36 %), else `0` (qwen3-8b's 512 columns a block: 128 threads, +1.17 % with `beside`);
-    `0`: after the merge; `1`: each warp's first round loaded into registers before
-    the merge's loads (mk::gpu::load_first_round; +1.3 % at qwen3-0.6b batch 1 on the H200,
-    session 62: the partials, needed first, then queue behind 32 KB of weights); `beside`: the
-    warps that do not merge ask the L2 for the weights while the others load the partials
-    (mk::gpu::merge_rows_beside, where the merge leaves a warp idle; no registers held: a round
-    held in registers through the merge spilled 64 B), and the stream then finds them there.
-    Every streamed linear loading its first round before its activation spilled (llama-3.2-1b
-    and qwen3-8b at batch 1: 16-64 B of spill stores in each of five or six bodies, the lm_head,
-    q and the gated MLP's among them), so only these do."""
-    return choice("MK_CUDA_MERGE_EARLY", ("auto", "0", "1", "beside"))
+    `0`: after the merge; `beside`: the warps that do not merge ask the L2 for the weights
+    while the others load the partials (mk::gpu::merge_rows_beside, where the merge leaves a
+    warp idle; no registers held), and the stream then finds them there. Each warp's first
+    round loaded into registers before the merge's loads (`1`, retired) cost 1.3 % at
+    qwen3-0.6b batch 1 on the H200 (session 62): the partials, needed first, then queued
+    behind 32 KB of weights."""
+    return choice("MK_CUDA_MERGE_EARLY", ("auto", "0", "beside"))
 
 
 STAGE_FIRST_AUTO = -1  # stage_first unset: one step where the registers allow (emit_stream)
@@ -343,8 +340,9 @@ def stage_first() -> int:
     trip to HBM overlaps the activation's and the staging barrier instead of following them.
     The order follows the tensor-core attention's rows first (MK_CUDA_ATTN_ROWS_FIRST): a load
     asked first lands first, so the activation, needed first, goes out first;
-    MK_CUDA_MERGE_EARLY=1 asked the weights before the partials it merges (+1.3 %),
-    asking the L2 instead of registers (MK_CUDA_STAGE_BESIDE, retired) cost 5.2 %. Held through the staging, a
+    asking for the weights before the partials a merge loads (MK_CUDA_MERGE_EARLY=1, retired)
+    cost 1.3 %, and asking the L2 instead of registers (MK_CUDA_STAGE_BESIDE, retired) 5.2 %.
+    Held through the staging, a
     whole round (4 steps at batch 1) made ptxas spill 144-172 B (2-layer presets) and one step
     of every eligible body 72-160 B on llama-3.2-1b and qwen3-8b; by default a body takes one
     step where it holds few loads through the staging (emit_stream.STAGE_FIRST_HELD):

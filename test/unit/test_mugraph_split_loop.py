@@ -206,32 +206,6 @@ def test_the_split_oproj_streams_one_kv_heads_merge(batch: int, runs: str, tmp_p
     assert "mk::gpu::add_run_elem<" in body
 
 
-def test_merge_early_loads_the_first_round_before_the_merge(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """MK_CUDA_MERGE_EARLY=1: the split o-projection's block loads its warps' first round of
-    weights (load_first_round) before it merges its head's partials, and the stream starts
-    with that round; off by default; at batch 3 too. nvcc builds it without spills."""
-    body = _split_body(cuda_source(ATTN_OPROJ, tmp_path, **OPTIONS))
-    assert "load_first_round" not in body and ", 1>(sl, first);" not in body
-    monkeypatch.setenv("MK_CUDA_MERGE_EARLY", "1")
-    for text, extra in ((ATTN_OPROJ, {}), (ATTN_OPROJ_B3, {"merge_rows": 3})):
-        body = _split_body(cuda_source(text, tmp_path, **extra, **OPTIONS))
-        weights = body.index("sl.w[0] = ")
-        first = body.index("mk::gpu::load_first_round(sl, first);")
-        merge = body.index("mk::gpu::merge_rows<")
-        call = re.search(
-            r"mk::gpu::stream_linear<(\d+), (\d+), (\d+), \d+, false, false, 1, 0, 1>\(sl, first\);",
-            body,
-        )
-        assert (
-            call is not None
-            and weights < first < merge < body.index("sl.x_ready = true;") < call.start()
-        )
-        assert f"mk::gpu::WeightRound<{call.group(2)}, {call.group(3)}> first;" in body
-    _assert_builds_without_spills(tmp_path)
-
-
 def test_merge_early_beside_asks_for_the_weights_while_the_partials_load(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -252,7 +226,7 @@ def test_merge_early_beside_asks_for_the_weights_while_the_partials_load(
         assert weights < merge.start() < body.index("sl.x_ready = true;") < call.start()
     _assert_builds_without_spills(tmp_path)
     monkeypatch.setenv("MK_CUDA_MERGE_EARLY", "ahead")
-    with pytest.raises(mk.MkError, match="MK_CUDA_MERGE_EARLY must be one of auto, 0, 1, beside"):
+    with pytest.raises(mk.MkError, match="MK_CUDA_MERGE_EARLY must be one of auto, 0, beside"):
         cuda_source(ATTN_OPROJ, tmp_path, **OPTIONS)
 
 

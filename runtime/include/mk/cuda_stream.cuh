@@ -445,9 +445,8 @@ __device__ inline WarpRows warp_rows(int first, int last) {
 }
 
 // A lane's first round of the weights its warp streams (the warp's first group, chunk 0, 16-byte
-// aligned rows), loaded before the activation is ready: stream_linear<..., First> then starts
-// with it (MK_CUDA_MERGE_EARLY: a linear of the attention merge it makes itself, the weights'
-// round trip to HBM overlapping the partials' round trip and the merge).
+// aligned rows), loaded while the activation is staged: stream_linear<..., First = 2> then
+// starts with it.
 // Its first FS steps only with FS < S, and of those its first FR rows (the rest load as usual).
 template <int RG, int S, int FS = S, int FR = RG>
 __device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S>& r) {
@@ -477,22 +476,20 @@ __device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S
 // activation columns at once (the emitter sizes it to the chunk: unrolled code the task does not
 // need costs instruction fetches). With Ring > 0 (tensor cores, weights from global memory)
 // each warp copies its weights through a Ring-stage cp.async ring behind the packed chunk
-// (mma_ring_walk). With First (CUDA
-// cores, aligned weights from global memory) each warp's first round is loaded ahead
-// (load_first_round): First = 1, `first`, loaded by the caller;
-// First = 2 (MK_CUDA_STAGE_FIRST=N: its first N steps), here, right behind the activation's
+// (mma_ring_walk). With First = 2 (CUDA cores, aligned weights from global memory) each warp's
+// first round is loaded ahead (load_first_round; MK_CUDA_STAGE_FIRST=N: its first N steps),
+// right behind the activation's
 // first loads, so that its round trip to HBM overlaps theirs and the staging instead of
 // following the staging barrier; with Held > 0 only the rows of the step that keep a thread
 // at Held loads through the staging (stage_first_rows). Ends with __syncthreads(); false if
 // staged weights never landed.
 template <int M, int RG, int S, int XB, bool Mma = false, bool Staged = false, int G = 1,
           int Ring = 0, int First = 0, int Held = 0>
-__device__ bool stream_linear(const StreamLinear& s,
-                              const WeightRound<RG, S>& first = WeightRound<RG, S>{}) {
+__device__ bool stream_linear(const StreamLinear& s) {
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
   static_assert(Ring == 0 || (Mma && !Staged && G == 1), "the ring: tensor cores, unstaged, one group");
   static_assert(!First || (!Mma && !Staged), "a first round loaded early: CUDA cores, unstaged");
-  static_assert(First >= 0 && First <= 2, "First: 0, 1 (the caller's round) or 2 (loaded here)");
+  static_assert(First == 0 || First == 2, "First: 0, or 2 (the first round loaded here)");
   static_assert(Held == 0 || First == 2, "Held: the loads a partial first step keeps (First = 2)");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
   bool vec = true;
@@ -562,7 +559,7 @@ __device__ bool stream_linear(const StreamLinear& s,
       mma_chunk<M, Staged, G, S, Ring>(s, reinterpret_cast<const uint16_t*>(xs), s.kc, kc, c, rows, ring);
     } else if (vec && !Mma) {
       stream_rows<M, RG, S, true, Staged, First != 0, kFirstSteps, kFirstRows>(
-          s, xs, s.kc, kc, c, begin, end, s.assign && c == 0, First == 2 ? own : first, c == 0);
+          s, xs, s.kc, kc, c, begin, end, s.assign && c == 0, own, c == 0);
     } else {
       // Weights not 16-byte aligned (the emitter plans tensor cores only for aligned chunks):
       // rare, so this loop is not unrolled. Every unrolled variant adds kilobytes of code to
