@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -15,6 +16,11 @@ from mk.dialects.mugraph_base import shape_of, tensor_type
 from mk.dialects.mugraph_tiles import ThreadMapOp, YieldOp, scalar_type
 
 OpT = TypeVar("OpT", bound=Operation)
+
+# xDSL's ImplicitBuilder replaces Operation.__post_init__ for the whole process while a thread's
+# outermost builder is open: two threads opening one at once wrapped it twice, and an op was
+# inserted twice ("already attached to a block"). One lock lets embedders compile in threads.
+_IMPLICIT_BUILDER = threading.RLock()
 
 
 class BlockGraphBuilder:
@@ -80,7 +86,7 @@ class BlockGraphBuilder:
     ) -> ThreadMapOp:
         """A thread_map whose scalar body `body(*scalars)` builds arith/math ops and returns results."""
         block = Block(arg_types=[scalar_type(a.type) for a in args])
-        with ImplicitBuilder(block) as scalars:
+        with _IMPLICIT_BUILDER, ImplicitBuilder(block) as scalars:
             YieldOp(*body(*scalars))
         return self.add(ThreadMapOp(args, result_types, Region(block)), *names)
 

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -301,6 +302,34 @@ def test_second_compile_hits_the_cache(fake_backend: SimpleNamespace, tmp_path: 
     other = mk.compile(ADD_RELU, num_sms=3, cache_dir=tmp_path)  # options are part of the key
     assert fake_backend.builds == 2 and other.library_path != first.library_path
     np.testing.assert_array_equal(second(*add_inputs())[0], first(*add_inputs())[0])
+
+
+def test_programs_compile_in_threads(fake_backend: SimpleNamespace, tmp_path: Path) -> None:
+    """mk.compile from three threads at once (an embedding compiler's workers), three times
+    each: every compile lowers as a lone one does. (xDSL's implicit builder patches every op's
+    initialiser for the whole process; unguarded, two threads inserted an op twice.)"""
+    from mk.models.build import decode_program
+    from mk.models.config import preset
+
+    text = decode_program(preset("tiny"), 1, 64, 8)
+    want = mk.compile(text, num_sms=8, cache_dir=tmp_path).ir("task")
+    got: list[str] = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(3):
+                got.append(mk.compile(text, num_sms=8, cache_dir=tmp_path).ir("task"))
+        except BaseException as e:  # reported below, in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert got == [want] * 9
 
 
 def test_cache_dir_defaults_to_the_environment(
