@@ -141,7 +141,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=4096, help="columns")
     ap.add_argument("--rings", default="2,3,4", help="ring depths to time beside the registers")
     ap.add_argument(
-        "--define", action="append", default=[], help="a macro for the build, e.g. MK_MMA_LINES"
+        "--define", action="append", default=[], help="a macro for the build, e.g. MK_MMA_PIPE"
     )
     args = ap.parse_args()
     rings = [int(d) for d in args.rings.split(",") if d]

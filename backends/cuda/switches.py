@@ -448,8 +448,6 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append(f"#define MK_FLAG_SLEEP_NS {flag_sleep}")
     if flag("MK_CUDA_MMA_L1"):
         lines.append("#define MK_MMA_L1 1")
-    if flag("MK_CUDA_MMA_LINES"):
-        lines.append("#define MK_MMA_LINES 1")
     if (first_steps := stage_first()) > 1:
         lines.append(f"#define MK_STAGE_FIRST_STEPS {first_steps}")
     lines += attention_defines()

@@ -113,7 +113,7 @@ def test_tensor_core_products_build_with_and_without_the_pipeline(
     count, chained = _mma_chains(ptx)
     assert count >= 2 * MMA_LOADS  # every step of a batch unrolled
     assert chained <= count // 10, (chained, count)  # no mma waits for the one before
-    # The load kinds and shuffles that MK_CUDA_MMA_L1 and MK_CUDA_MMA_LINES change (below).
+    # The load kinds that MK_CUDA_MMA_L1 changes (below), and no shuffles.
     assert ptx.count(NO_ALLOCATE) >= MMA_LOADS and ptx.count(THROUGH_L1) == 0
     assert not re.search(SHUFFLE, ptx)
 
@@ -414,43 +414,6 @@ def test_slices_by_rounds_and_fill_match_the_reference(
     prog = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path)
     assert ("#define MK_MMA_ROUNDS 1" in prog.cuda_source) == (rule == "rounds")  # type: ignore[attr-defined]
     agrees_with_the_reference(prog, text, (rule, ring))
-
-
-@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize("pipe", ["0", "1"])
-def test_tensor_core_weights_as_whole_lines_are_opt_in(
-    tmp_path: Path, pipe: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """MK_CUDA_MMA_LINES=1 loads a tensor-core warp's weights as whole 128-byte lines (eight
-    lanes a row) and makes the mma fragments with shuffles: still L1::no_allocate loads, now
-    with shfl.sync (the build without it has none: the pipeline test), and the mma not one
-    chain, with and without MK_CUDA_MMA_PIPE."""
-    monkeypatch.setenv("MK_CUDA_MMA_RING", "0")
-    monkeypatch.setenv("MK_CUDA_MMA_PIPE", pipe)
-    text = linear_program(8, 256, 1024, norm=True)
-    ptx = _switch_ptx(text, tmp_path, monkeypatch, "MK_CUDA_MMA_LINES", "1", "MK_MMA_LINES")
-    count, chained = _mma_chains(ptx)
-    assert count >= 2 * MMA_LOADS and chained <= count // 10, (count, chained)
-    assert ptx.count(NO_ALLOCATE) >= MMA_LOADS
-    # Two shuffle rounds of four words per pair of steps: four shuffles per 16 bytes loaded.
-    assert len(re.findall(SHUFFLE, ptx)) >= 4 * MMA_LOADS
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize(("rows", "k"), [(2, 1024), (8, 1056), (16, 4096)])
-@pytest.mark.parametrize("pipe", ["0", "1"])
-def test_whole_lines_match_the_reference(
-    rows: int, k: int, pipe: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """On the GPU, MK_CUDA_MMA_LINES=1: ragged last units (4608 columns over the warps), an odd
-    count of 32-column steps (1056), slices on eight SMs."""
-    monkeypatch.setenv("MK_CUDA_MMA_LINES", "1")
-    monkeypatch.setenv("MK_CUDA_MMA_RING", "0")
-    monkeypatch.setenv("MK_CUDA_MMA_PIPE", pipe)
-    text = linear_program(rows, 4608, k, True)
-    prog = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path)
-    assert "#define MK_MMA_LINES 1" in prog.cuda_source  # type: ignore[attr-defined]
-    agrees_with_the_reference(prog, text, (rows, k, pipe))
 
 
 def _wide_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wide: str, k: int = 14336) -> str:

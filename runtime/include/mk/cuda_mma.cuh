@@ -71,65 +71,6 @@ __device__ inline void mma_load(uint4 (&w)[N][G], const uint16_t* const (&wp)[G]
   }
 }
 
-#if defined(MK_MMA_LINES)
-constexpr bool kMmaLines = true;
-#else
-constexpr bool kMmaLines = false;
-#endif
-
-// Whether a product of N steps loads whole lines (mma_load_lines) instead of fragments.
-template <int N, bool Shared>
-constexpr bool kLinesFor = kMmaLines && !Shared && !kMmaL1 && N % 2 == 0;
-
-// With MK_MMA_LINES: N 32-column steps from column k as whole 128-byte lines, in pairs of
-// steps. Lane (r, c) = (lane / 8, lane % 8) loads 16 bytes at column k + 64v + 8c of rows
-// r and r + 4 of each group (lp[i][0], lp[i][1]), so a warp-wide load asks for four whole
-// lines where a fragment load asks for halves of eight (mma_load). w[2v][i] and w[2v + 1][i]
-// hold them raw until mma_arrange_lines swaps them into fragments.
-template <int N, int G>
-__device__ inline void mma_load_lines(uint4 (&w)[N][G], const uint16_t* const (&lp)[G][2], int k,
-                                      int k1, int lane) {
-  const int col = k + 8 * (lane & 7);
-#pragma unroll
-  for (int v = 0; v < N / 2; ++v) {
-#pragma unroll
-    for (int i = 0; i < G; ++i) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const bool in = lp[i][h] && col + 64 * v < k1;
-        w[2 * v + h][i] = in ? load_weight8<true, false>(lp[i][h] + col + 64 * v) : make_uint4(0, 0, 0, 0);
-      }
-    }
-  }
-}
-
-__device__ inline uint4 shfl4(uint4 v, int src) {
-  return make_uint4(__shfl_sync(0xffffffffu, v.x, src), __shfl_sync(0xffffffffu, v.y, src),
-                    __shfl_sync(0xffffffffu, v.z, src), __shfl_sync(0xffffffffu, v.w, src));
-}
-
-// Lines into fragments, two shuffle rounds per pair of steps: lane (g, t) needs row g's
-// columns 8t of both steps, held by lanes 8(g % 4) + t (first step) and 8(g % 4) + 4 + t
-// (second), in their first register for g < 4 and their second for g >= 4. A lane with c < 4
-// offers its first register in round 0 and its second in round 1, one with c >= 4 the
-// reverse, so every offer has exactly one taker.
-template <int N, int G>
-__device__ inline void mma_arrange_lines(uint4 (&w)[N][G], int lane) {
-  const int g = lane >> 2, t = lane & 3;
-  const bool low = g < 4, first = (lane & 7) < 4;
-  const int src0 = 8 * (g & 3) + t + (low ? 0 : 4), src1 = src0 ^ 4;
-#pragma unroll
-  for (int v = 0; v < N / 2; ++v) {
-#pragma unroll
-    for (int i = 0; i < G; ++i) {
-      const uint4 a = w[2 * v][i], b = w[2 * v + 1][i];
-      const uint4 r0 = shfl4(first ? a : b, src0), r1 = shfl4(first ? b : a, src1);
-      w[2 * v][i] = low ? r0 : r1;
-      w[2 * v + 1][i] = low ? r1 : r0;
-    }
-  }
-}
-
 // Independent accumulators per group on tensor cores: consecutive mma of a group go to
 // different ones, so a warp's mma are not one chain of dependent instructions (ncu on the gated
 // MLP at batch 8 with a single accumulator: "wait" and short-scoreboard stalls led, DRAM 42 %).
@@ -170,30 +111,17 @@ template <int M, int U, int G, bool BF16, bool Shared>
 __device__ void mma_rows(const StreamLinear& s, const uint16_t* xs, int stride, int64_t c, int r0,
                          int rows, int k0, int k1) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  constexpr bool kLines = kLinesFor<(kMmaPipe && U > 1 ? U / 2 : U), Shared>;
   float* unused;
   int32_t unused_rows;
-  // Fragments: lane (g, t) reads row 8i + g of group i. Lines: lane (r, c) rows 8i + r and
-  // 8i + 4 + r.
+  // Fragments: lane (g, t) reads row 8i + g of group i. (Whole 128-byte lines, shuffled into
+  // fragments, measured level on the gated MLP at batch 8 and slower on the models.)
   const uint16_t* wp[G];
-  const uint16_t* lp[G][2];
 #pragma unroll
   for (int i = 0; i < G; ++i) {
-    const int row = r0 + 8 * i + (kLines ? lane >> 3 : g);
+    const int row = r0 + 8 * i + g;
     wp[i] = row < rows ? weight_row(s, row, c, &unused, &unused_rows) : nullptr;
-    lp[i][0] = wp[i];
-    lp[i][1] = kLines && row + 4 < rows ? weight_row(s, row + 4, c, &unused, &unused_rows) : nullptr;
   }
-  auto load = [&](auto& w, int k) {
-    if constexpr (kLines) {
-      mma_load_lines(w, lp, k, k1, lane);
-    } else {
-      mma_load<sizeof(w) / sizeof(w[0]), G, Shared>(w, wp, k, k1, t);
-    }
-  };
-  auto arrange = [&](auto& w) {
-    if constexpr (kLines) mma_arrange_lines(w, lane);
-  };
+  auto load = [&](auto& w, int k) { mma_load<sizeof(w) / sizeof(w[0]), G, Shared>(w, wp, k, k1, t); };
   constexpr int A = kMmaAccumulators<G>;
   float d[A][G][4];
 #pragma unroll
@@ -206,17 +134,14 @@ __device__ void mma_rows(const StreamLinear& s, const uint16_t* xs, int stride, 
     load(wa, k0);
     for (int k = k0; k < k1; k += 64 * H) {
       load(wb, k + 32 * H);
-      arrange(wa);
       mma_steps<M, H, G, BF16>(d, wa, xs, stride, g, t, k, k1);
       load(wa, k + 64 * H);
-      arrange(wb);
       mma_steps<M, H, G, BF16>(d, wb, xs, stride, g, t, k + 32 * H, k1);
     }
   } else {
     for (int k = k0; k < k1; k += 32 * U) {
       uint4 w[U][G];
       load(w, k);
-      arrange(w);
       mma_steps<M, U, G, BF16>(d, w, xs, stride, g, t, k, k1);
     }
   }
@@ -286,13 +211,12 @@ __device__ inline void ring_fill(uint16_t* stage, const uint16_t* mine, int kb, 
 }
 
 // Columns [k0, k1) of the column slice that mma_chunk's unit takes (mma_slices cut `steps`
-// 32-column steps into `slices`; slice unit / blocks). With `even` the inner bounds fall on an
-// even step (whole lines want slices that start on a line).
+// 32-column steps into `slices`; slice unit / blocks).
 __device__ inline void mma_unit_columns(int unit, int blocks, int slices, int steps, int& k0,
-                                        int& k1, bool even = false) {
-  const int sl = unit / blocks, mask = even ? ~1 : ~0;
-  k0 = (steps * sl / slices & mask) * 32;
-  k1 = (sl + 1 == slices ? steps : steps * (sl + 1) / slices & mask) * 32;
+                                        int& k1) {
+  const int sl = unit / blocks;
+  k0 = steps * sl / slices * 32;
+  k1 = (sl + 1 == slices ? steps : steps * (sl + 1) / slices) * 32;
 }
 
 // Row r0 + (lane % 8) of unit `unit` (rows [r0, r0 + 8), r0 = 8·(unit % blocks)) at chunk
@@ -536,7 +460,7 @@ __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride,
   for (int unit = warp; unit < blocks * slices; unit += warps) {
     const int rb = unit % blocks;
     int k0, k1;
-    mma_unit_columns(unit, blocks, slices, steps, k0, k1, kMmaLines && !Shared);
+    mma_unit_columns(unit, blocks, slices, steps, k0, k1);
     if (bf16) {
       mma_rows<M, U, G, true, Shared>(s, xs, stride, c, rb * 8 * G, rows, k0, k1);
     } else {
