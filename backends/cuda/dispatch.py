@@ -18,10 +18,6 @@ DYNAMIC_SMEM = SMEM_PER_CTA - STATIC_SMEM_MARGIN
 # attention merge spilled to global scratch and the qwen3-0.6b step lost 30 % (bench/RESULTS.md).
 ARENA_KEEP = ARENA_SMEM
 
-# MK_CUDA_PREFETCH_AT values that ask for the next task's weights after the body: by thread 32
-# while thread 0 signals (`signal`), or by thread 0 once it has signalled (`signalled`).
-AFTER_BODY_BY = {"signal": 32, "signalled": 0}
-
 
 def device_function(fn: SharedFunction, inline: bool) -> str:
     """A shared body as a device function: a call of its own, or inlined into the dispatcher
@@ -106,22 +102,19 @@ def dispatch_struct(
     front: int,
     staged: dict[str, int],
     buffers: int,
-    prefetch_at: str = "ahead",
     batch_waits: bool = False,
     arena_want: int = 0,
     wide_front: int = 0,
     inline_run: bool = False,
     tails: bool = False,
-    pace_piece: int = 0,
 ) -> str:
     """`front`: the streamed bodies' shared memory; `staged`: per function, the bytes its
-    weights take in the staging ring (padded rows included); `prefetch_at` and
-    `batch_waits`: MK_CUDA_PREFETCH_AT and MK_CUDA_WAIT_BATCH (on unless 0);
+    weights take in the staging ring (padded rows included); `batch_waits`: MK_CUDA_WAIT_BATCH
+    (on unless 0);
     `arena_want`: the arena's shared-memory part a body asks for beyond the usual; `wide_front`:
     the most shared memory a body whose room reaches into the arena's part takes; `inline_run`:
     `run` is forced inline too (switches.inline_walk); `tails`: some grid is a tail (task-tails),
-    else the dispatcher leaves the tails' code out; `pace_piece`: bytes a poll asks for with
-    MK_CUDA_PREFETCH_AT=paced (0: the whole prefetch at once)."""
+    else the dispatcher leaves the tails' code out."""
     functions, of_kind = body_numbers(shared)
     cases = "\n".join(
         f"      case {i}: return {fn.name}(t, bp, arena, iteration, mk::gpu::kAheadNone);"
@@ -151,11 +144,6 @@ def dispatch_struct(
     want = max(arena_want, DYNAMIC_SMEM if wide_front else 0)
     offset, arena = arena_smem(ring_offset + ring if ring else front, want)
     slots = body_slots(shared)
-    pace = (
-        f"\n  static constexpr unsigned kPacePiece = {pace_piece};  // bytes a poll asks for (paced)"
-        if pace_piece
-        else ""
-    )
     return f"""\
 // The body function of each lowered kind, from KIND_FIRST_LOWERED on (dispatch.body_numbers).
 __constant__ uint16_t kBodyOfKind[{max(1, len(of_kind))}] = {{{table}}};
@@ -168,9 +156,6 @@ struct Dispatch {{
   static constexpr unsigned kSmemBytes = {max(offset + arena, wide_front)};
   static constexpr int kSlots = {slots};  // most buffers one body reads
   static constexpr int kBuffers = {buffers};  // rows of the buffer table
-  static constexpr bool kPrefetchAtWait = {"true" if prefetch_at in ("wait", "paced") else "false"};  // MK_CUDA_PREFETCH_AT{pace}
-  static constexpr int kPrefetchDistance = {2 if prefetch_at == "ahead2" else 1};  // queue positions ahead
-  static constexpr int kPrefetchAfterBodyBy = {AFTER_BODY_BY.get(prefetch_at, -1)};  // the thread asking for the next task's weights after the body (-1: none)
   static constexpr bool kBatchWaits = {"true" if batch_waits else "false"};  // MK_CUDA_WAIT_BATCH
   static constexpr bool kTails = {"true" if tails else "false"};  // some grid is a tail (task-tails)
   // The function number of a task's kind; -1 for a kind this program does not have.

@@ -127,13 +127,11 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
             front,
             staged,
             len(buffers),
-            switches.prefetch_at(),
             switches.batch_waits(),
             max((need.arena for _, need in bodies), default=0),
             wide_front,
             switches.inline_walk(),
             any(tail_edge(g) is not None for g in grids),
-            pace_piece=switches.prefetch_piece(),
         )  # fmt: skip
     )
     out.append("}  // namespace\n")

@@ -236,13 +236,10 @@ class StreamLinearEmitter(GraphDefEmitter):
         if plan.g is not None:  # the norm weight: the staging's first load
             g = self.operands[plan.g.source_index()]
             fetch.append(f"mk::gpu::prefetch_l2(arena, {g_at}, {k} * mk::dtype_size({g.dtype}));")
-        if switches.prefetch_piece() and not mma:
-            fetch.append(paced_shares(firsts, rows, lds, k))
-        else:
-            fetch += [
-                f"mk::gpu::prefetch_rows(arena, {firsts[i]} + {r0} * {lds[i]}, {n}, {lds[i]}, {k});"
-                for i, r0, n in prefetch_spans(rows, 2 * k, budget)
-            ]
+        fetch += [
+            f"mk::gpu::prefetch_rows(arena, {firsts[i]} + {r0} * {lds[i]}, {n}, {lds[i]}, {k});"
+            for i, r0, n in prefetch_spans(rows, 2 * k, budget)
+        ]
         if budget:
             self.prefetch = fetch
 
@@ -294,15 +291,3 @@ class StreamLinearEmitter(GraphDefEmitter):
             for off, first, n, src_ld in zip(offsets, firsts, rows, lds, strict=True)
         ]
         self.staged_bytes = offsets[-1] + 2 * rows[-1] * ld
-
-
-def paced_shares(firsts: list[str], rows: list[int], lds: list[int], k: int) -> str:
-    """MK_CUDA_PREFETCH_AT=paced: one call that walks every warp's rows in turn
-    (mk::gpu::prefetch_shares), so that the pieces a wait asks for serve every warp alike."""
-    n = len(rows)
-    return (
-        f"{{ const uint16_t* const f[] = {{{', '.join(firsts)}}}; "
-        f"const int r[] = {{{', '.join(map(str, rows))}}}; "
-        f"const int64_t l[] = {{{', '.join(map(str, lds))}}}; "
-        f"mk::gpu::prefetch_shares(arena, f, r, l, {n}, {k}); }}"
-    )

@@ -6,46 +6,10 @@ import os
 
 from mk.backends.cuda.attention_switches import attention_defines
 from mk.backends.cuda.switch_values import byte_count, choice, count, flag
-from mk.diagnostics import MkError
 
 # The budget to try when turning the prefetch on (MK_CUDA_PREFETCH): two tasks' worth on every
 # SM must fit the 50 MB L2 beside the activations, or the prefetch evicts what it fetched.
 PREFETCH_MAX = 128 << 10
-# MK_CUDA_PREFETCH_AT=paced: a task's whole slab (its wait bounds how much is asked for).
-PACED_MAX = 64 << 20
-
-
-def prefetch_at() -> str:
-    """MK_CUDA_PREFETCH_AT: `ahead` (default) asks the L2 for the next task's weights while the
-    current one waits and runs; `ahead2` for those of the task after it, a whole task earlier
-    (the weights of a phase that streams then land while the phase before it runs, when that
-    one is a latency-bound attention or merge rather than a stream of its own); `wait` asks for
-    a task's own weights once a wait finds its producers unfinished, so a ready task starts
-    without the cost; `signal` asks for the next task's weights once the current task's body
-    is done, by thread 32 while thread 0 signals: in the hop, behind every load of the body,
-    instead of in front of them; `signalled` by thread 0 right after its signals, so that they
-    do not go out beside the fence and the reduction either (bench/chain.py's `directpfs`);
-    `paced` asks for a task's own weights while its wait finds its producers unfinished, one
-    piece of MK_CUDA_PREFETCH_PIECE bytes a poll, every warp's next rows in turn, so that HBM
-    idle in the wait streams them and at most one piece is ahead of the task's own loads when
-    the wait ends (bench/chain.py's `directpfp`). On an H100 (session 82) qwen3-0.6b at batch 1
-    took 21.4 % longer with `paced` and 34.5 % with `signalled`."""
-    return choice(
-        "MK_CUDA_PREFETCH_AT", ("ahead", "wait", "ahead2", "signal", "signalled", "paced")
-    )
-
-
-def prefetch_piece() -> int:
-    """MK_CUDA_PREFETCH_PIECE: bytes asked for per poll with MK_CUDA_PREFETCH_AT=paced (a
-    multiple of 16 from 256 to 65536; 8192 by default; 0 with any other MK_CUDA_PREFETCH_AT)."""
-    if prefetch_at() != "paced":
-        return 0
-    piece = count("MK_CUDA_PREFETCH_PIECE", 8192, 256, 65536, "bytes")
-    if piece % 16:
-        raise MkError(f"MK_CUDA_PREFETCH_PIECE must be a multiple of 16, got {piece}")
-    return piece
-
-
 # Where a tensor-core task streams through the cp.async ring by default (MK_CUDA_MMA_RING=auto):
 # its warps stream at least RING_AUTO_BYTES each, in rows of at least RING_AUTO_COLUMNS. On the
 # H200 (bench/RESULTS.md, session 39), with the ring walking a raw activation's chunks as one
@@ -195,14 +159,11 @@ def merge_tiles() -> bool:
 
 
 def prefetch_budget() -> int:
-    """Most weight bytes a task asks the L2 for ahead of its turn: MK_CUDA_PREFETCH (bytes),
-    else PACED_MAX (the whole slab) with MK_CUDA_PREFETCH_AT=paced, PREFETCH_MAX with the other
-    requests (wait, ahead2, signal, signalled) and 0 with the default `ahead`. Off by default: on
+    """Most weight bytes a task asks the L2 for ahead of its turn, while the task before it waits
+    and runs: MK_CUDA_PREFETCH (bytes; PREFETCH_MAX is the budget to try). Off by default: on
     the H200 a qwen3-0.6b step took 308 us without it and 371 us with 128 KB one task ahead
     (bench/RESULTS.md), while the gated MLP and RMSNorm+Linear rows moved within the noise."""
-    at = prefetch_at()
-    most = PACED_MAX if at == "paced" else PREFETCH_MAX if at != "ahead" else 0
-    return byte_count("MK_CUDA_PREFETCH", most)
+    return byte_count("MK_CUDA_PREFETCH", 0)
 
 
 def weights_evict_first() -> bool:
@@ -453,8 +414,6 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
     lines += attention_defines()
     if plain_launch():
         lines.append("#define MK_PLAIN_LAUNCH 1")
-    if prefetch_piece():
-        lines.append("#define MK_PACED_PREFETCH 1")
     if ring_walk():
         lines.append("#define MK_RING_WALK 1")
     if (cols := ring_cols()) != 256:

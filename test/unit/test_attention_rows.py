@@ -61,13 +61,13 @@ def test_rows_first_is_a_build_option(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_the_prefetch_asks_for_the_keys_of_a_decode_attention(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With an L2 prefetch budget (MK_CUDA_PREFETCH, or PREFETCH_AT=ahead2's default) the
-    decode attention body asks for its task's K and V rows before its turn, every row of the
-    task (the kv length is read only at the turn); a budget under their bytes asks for none."""
+    """With an L2 prefetch budget (MK_CUDA_PREFETCH=PREFETCH_MAX) the decode attention body asks
+    for its task's K and V rows before its turn, every row of the task (the kv length is read
+    only at the turn); a budget under their bytes asks for none."""
     text = _tiny_decode()
 
     assert "kAheadL2" not in _attention_body(text, tmp_path)
-    monkeypatch.setenv("MK_CUDA_PREFETCH_AT", "ahead2")
+    monkeypatch.setenv("MK_CUDA_PREFETCH", str(PREFETCH_MAX))
     body = _attention_body(text, tmp_path)
     ahead = next(line for line in body.splitlines() if "if (ahead == mk::gpu::kAheadL2) {" in line)
     keys = int(body.split("sa.keys = ")[1].split(";")[0])

@@ -199,11 +199,6 @@ def test_a_libraries_resources_read_back_as_written(tmp_path: Path) -> None:
 
 # Build switches that change the emitted CUDA beyond the default (bench/RESULTS.md measures them).
 SWITCHES = [
-    {"MK_CUDA_PREFETCH_AT": "wait"},
-    {"MK_CUDA_PREFETCH_AT": "ahead2"},
-    {"MK_CUDA_PREFETCH_AT": "signal"},
-    {"MK_CUDA_PREFETCH_AT": "signalled"},
-    {"MK_CUDA_PREFETCH_AT": "paced", "MK_CUDA_PREFETCH_PIECE": "4096"},
     {"MK_CUDA_PREFETCH": str(128 << 10)},
     {"MK_CUDA_WEIGHT_L2": "evict_first"},
     {"MK_CUDA_STAGE": "1"},
@@ -255,8 +250,7 @@ def switch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> d
 # switches that can go together, and each on an example whose code it changes (tensor cores:
 # gated_mlp, batch 4). The GPU test below runs each alone.
 SWITCH_BUILDS = [
-    ("decoder_block", {"MK_CUDA_PREFETCH_AT": "wait",
-                       "MK_CUDA_WEIGHT_L2": "evict_first", "MK_CUDA_WAIT_BATCH": "0",
+    ("decoder_block", {"MK_CUDA_WEIGHT_L2": "evict_first", "MK_CUDA_WAIT_BATCH": "0",
                        "MK_CUDA_LOAD_GROUPS": "0",
                        "MK_CUDA_ATTN_KEYS": "8"}),
     ("decoder_block", {"MK_CUDA_PREFETCH": str(128 << 10), "MK_CUDA_LEAN": "0",
@@ -271,12 +265,10 @@ SWITCH_BUILDS = [
                    "MK_CUDA_RING_WALK": "0"}),
     ("gated_mlp", {"MK_CUDA_MMA_RING": "2", "MK_CUDA_RING_COLS": "512", "MK_CUDA_STREAM_KB": "192",
                    "MK_CUDA_RAW_BARS": "launch"}),
-    ("decode_loop", {"MK_CUDA_PREFETCH_AT": "ahead2", "MK_CUDA_ATTN_KV_EARLY": "0",
-                     "MK_CUDA_STAGE_FIRST": "0"}),
-    ("decode_loop", {"MK_CUDA_RAW_BARS": "launch", "MK_CUDA_SMEM_ALIGN": "16",
-                     "MK_CUDA_PREFETCH_AT": "paced", "MK_CUDA_PREFETCH_PIECE": "4096"}),
-    ("decode_loop", {"MK_CUDA_PREFETCH_AT": "signal", "MK_CUDA_STAGE_FIRST_HELD": "4"}),
-    ("decoder_block", {"MK_CUDA_PREFETCH_AT": "signalled", "MK_CUDA_ATTN_MERGE_WEIGHTS": "0"}),
+    ("decode_loop", {"MK_CUDA_ATTN_KV_EARLY": "0", "MK_CUDA_STAGE_FIRST": "0"}),
+    ("decode_loop", {"MK_CUDA_RAW_BARS": "launch", "MK_CUDA_SMEM_ALIGN": "16"}),
+    ("decode_loop", {"MK_CUDA_STAGE_FIRST_HELD": "4"}),
+    ("decoder_block", {"MK_CUDA_ATTN_MERGE_WEIGHTS": "0"}),
     ("decoder_block", {"MK_CUDA_MERGE_EARLY": "0", "MK_CUDA_ATTN_ROWS_FIRST": "0",
                        "MK_CUDA_STAGE_FIRST": "1"}),
     ("decoder_block", {"MK_CUDA_STAGE_FIRST": "1", "MK_CUDA_COUNT_POLL": "cta-early"}),

@@ -75,15 +75,6 @@ struct Arena {
   const void* params;
   int32_t task;
   int32_t t;
-#if defined(MK_PACED_PREFETCH)
-  // The L2 prefetch's window (MK_CUDA_PREFETCH_AT=paced): of the bytes a body's prefetch walks,
-  // counted in its order from 0 (pace_at), only those in [pace_lo, pace_hi) are asked for.
-  uint64_t pace_at = 0;
-  uint64_t pace_lo = 0;
-  uint64_t pace_hi = ~uint64_t{0};
-  int32_t pace_step = 0;     // prefetch_shares: where the next piece's walk resumes (0: the start)
-  uint64_t pace_step_at = 0;  // pace_at there
-#endif
   // Out of line: ~150 bytes of code inline at each of a body's allocations.
   __device__ __noinline__ void* alloc(uint64_t bytes) {
     const uint64_t near = (fast_top + 15) & ~uint64_t{15};

@@ -113,19 +113,6 @@ __device__ inline void prefetch_entry(const LaunchParams& p, int32_t q) {
   }
 }
 
-// Thread 32 with Dispatch::kPrefetchDistance == 2 (MK_CUDA_PREFETCH_AT=ahead2): asks the L2 for
-// the weights of the task at queue position q in iteration t, two positions past the task about
-// to run. Its entry goes into a record of the thread's own: the three sets are the running
-// tasks'. Not inlined: the dispatcher runs at every task, and only one thread needs this.
-template <class Dispatch>
-__device__ __noinline__ void prefetch_far(const LaunchParams& p, int32_t q, int32_t t,
-                                          void* const* table, gpu::Arena& arena) {
-  QueueEntry<Dispatch::kSlots> far;
-  void* slots[Dispatch::kSlots];
-  load_entry<Dispatch>(p, q, far, slots, table);
-  Dispatch::prefetch(far.near.desc.kind, &far.near.desc, slots, arena, t);
-}
-
 // MK_INLINE_WALK (MK_CUDA_INLINE_BODIES=walk): the walk runs a task inline at both of its places,
 // so that with the bodies inlined the megakernel makes no call that a body's wgmma pipeline
 // would cross (ptxas C7510).
@@ -204,7 +191,7 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
       // From the global table: the other threads are still filling the shared one.
       load_entry<Dispatch>(p, begin, entry[0], slots[0], p.buffers);
       const TaskDesc* first = &entry[0].near.desc;
-      if constexpr (!Dispatch::kPrefetchAtWait) Dispatch::prefetch(first->kind, first, slots[0], arena, 0);
+      Dispatch::prefetch(first->kind, first, slots[0], arena, 0);
       // A launch that stops at once stages nothing: it would leave copies in flight.
       staged[0].bytes = error == RUN_OK ? Dispatch::stage_bytes(first->kind) : 0;
       if (staged[0].bytes) stage_set(0, first, 0);
@@ -281,31 +268,7 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
           stage_set(cur, task, t);
           staged[cur].deferred = 0;
         }
-        // With kPrefetchAtWait the L2 prefetch of this task's weights is issued only once a
-        // wait finds its producers unfinished: a ready task starts without paying for it. Paced
-        // (kPacePiece), each poll that finds them unfinished asks for the next piece.
-        bool asked = false;
-        go = wait_task<Dispatch::kBatchWaits>(p, entry[cur].near, entry[cur].id, sm, t, base, known, [&] {
-          if constexpr (Dispatch::kPrefetchAtWait) {
-            if (asked) return;
-#if defined(MK_PACED_PREFETCH)
-            arena.pace_at = 0;
-            arena.pace_hi = arena.pace_lo + Dispatch::kPacePiece;
-            Dispatch::prefetch(task->kind, task, slots[cur], arena, t);
-            // The walk ended inside the window: nothing is left to ask for.
-            asked = arena.pace_at < arena.pace_hi;
-            arena.pace_lo = arena.pace_hi;
-#else
-            asked = true;
-            Dispatch::prefetch(task->kind, task, slots[cur], arena, t);
-#endif
-          }
-        });
-#if defined(MK_PACED_PREFETCH)
-        arena.pace_lo = 0;
-        arena.pace_hi = ~uint64_t{0};
-        arena.pace_step = 0;
-#endif
+        go = wait_task<Dispatch::kBatchWaits>(p, entry[cur].near, entry[cur].id, sm, t, base, known);
       } else if (threadIdx.x == 32) {
         // The next task: its entry and buffers, its weights into the ring behind this task's
         // (and, prefetching ahead, into L2), so HBM streams them while this task waits and
@@ -315,12 +278,7 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
           const int32_t t_next = next > q ? t : t + 1;
           load_entry<Dispatch>(p, next, entry[after], slots[after], table);
           const TaskDesc& ahead = entry[after].near.desc;
-          // Two positions ahead, the launch's second task is asked for at its first turn.
-          if constexpr (!Dispatch::kPrefetchAtWait && Dispatch::kPrefetchAfterBodyBy < 0) {
-            if (Dispatch::kPrefetchDistance == 1 || (q == begin && t == 0)) {
-              Dispatch::prefetch(ahead.kind, &ahead, slots[after], arena, t_next);
-            }
-          }
+          Dispatch::prefetch(ahead.kind, &ahead, slots[after], arena, t_next);
           const uint32_t bytes = Dispatch::stage_bytes(ahead.kind);
           staged[after] = gpu::StagePlace{0, bytes, 0, 0};
           if (bytes) {
@@ -333,18 +291,7 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
             }
           }
           const int32_t later = after_q(next, t_next);
-          if constexpr (Dispatch::kPrefetchDistance == 2) {
-            // The entry after `later` into L1 instead: `later`'s is loaded here, and again (an
-            // L1 hit) at the next turn.
-            if (later >= 0) {
-              const int32_t t_later = later > next ? t_next : t_next + 1;
-              prefetch_far<Dispatch>(p, later, t_later, table, arena);
-              const int32_t then = after_q(later, t_later);
-              if (then >= 0) prefetch_entry<Dispatch>(p, then);
-            }
-          } else if (later >= 0) {
-            prefetch_entry<Dispatch>(p, later);
-          }
+          if (later >= 0) prefetch_entry<Dispatch>(p, later);
           // Its tails' entries too: a tail is loaded right after the signal that completes it.
           if constexpr (Dispatch::kTails) {
 #pragma unroll
@@ -361,16 +308,6 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
       arena.stage_bar = &stage_bars[cur];
       arena.stage_parity = staged[cur].parity;
       if (!run_task(entry[cur], slots[cur])) return leave();
-      if constexpr (Dispatch::kPrefetchAfterBodyBy >= 0) {
-        // The next task's weights, asked for behind every load of the body just done (its set
-        // stays as thread 32 filled it until the next turn): by thread 32 while thread 0
-        // signals, or by thread 0 once its signals are out.
-        const int32_t next = after_q(q, t);
-        if (static_cast<int>(threadIdx.x) == Dispatch::kPrefetchAfterBodyBy && next >= 0) {
-          const TaskDesc& ahead = entry[after].near.desc;
-          Dispatch::prefetch(ahead.kind, &ahead, slots[after], arena, next > q ? t : t + 1);
-        }
-      }
       // A program without tails leaves this code out: the dispatcher runs at every task, and
       // what it holds beside its executed path still takes instruction-cache room.
       if (!Dispatch::kTails || !has_tails(entry[cur].near)) continue;
@@ -383,7 +320,7 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
         __syncthreads();  // every thread has read tail_top
         if (threadIdx.x == 0) {
           load_entry<Dispatch>(p, tail_stack[--tail_top], entry[ts], slots[ts], table);
-          go = wait_task<Dispatch::kBatchWaits>(p, entry[ts].near, entry[ts].id, sm, t, base, known, [] {});
+          go = wait_task<Dispatch::kBatchWaits>(p, entry[ts].near, entry[ts].id, sm, t, base, known);
         }
         __syncthreads();
         if (!go || !run_task(entry[ts], slots[ts])) return leave();

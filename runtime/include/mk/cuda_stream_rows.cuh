@@ -343,19 +343,11 @@ __device__ inline __noinline__ void prefetch_l2(const void* p, uint64_t bytes) {
   }
 }
 
-// The part of `bytes` at p that falls in the arena's prefetch window (MK_CUDA_PREFETCH_AT=paced),
-// the window's count moved past them: a paced wait walks a body's prefetch once a piece.
+// A body's prefetch of `bytes` at p. The arena stays in the signature, as the emitted calls
+// pass it: a prefetch paced by the arena's window measured slower and was retired.
 __device__ inline void prefetch_l2(Arena& a, const void* p, uint64_t bytes) {
-#if defined(MK_PACED_PREFETCH)
-  const uint64_t at = a.pace_at;
-  a.pace_at = at + bytes;
-  const uint64_t lo = a.pace_lo > at ? a.pace_lo - at : 0;
-  const uint64_t hi = a.pace_hi - at < bytes ? a.pace_hi - at : bytes;
-  if (a.pace_hi > at && lo < hi) prefetch_l2(static_cast<const char*>(p) + lo, hi - lo);
-#else
   (void)a;
   prefetch_l2(p, bytes);
-#endif
 }
 
 // A decode task's weights (`rows` rows of `cols` 16-bit elements, `ld` apart), requested before
@@ -369,7 +361,6 @@ __device__ inline __noinline__ void prefetch_rows(Arena& a, const uint16_t* w, i
     prefetch_l2(a, w, bytes * rows);
     return;
   }
-#if !defined(MK_PACED_PREFETCH)
   if ((reinterpret_cast<uintptr_t>(w) & 15) == 0 && ld % 8 == 0 && cols % 8 == 0 && bytes <= 32768) {
     for (int r = 0; r < rows; ++r) {
       asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w + r * ld), "r"(static_cast<uint32_t>(bytes))
@@ -377,43 +368,8 @@ __device__ inline __noinline__ void prefetch_rows(Arena& a, const uint16_t* w, i
     }
     return;
   }
-#endif
   for (int r = 0; r < rows; ++r) prefetch_l2(a, w + r * ld, bytes);
 }
-
-#if defined(MK_PACED_PREFETCH)
-// MK_CUDA_PREFETCH_AT=paced: the rows of up to kStreamMaxWeights weights (concatenated, as
-// stream_linear's warps share them), row j of every warp's share before row j + 1 of any, so
-// that however few pieces a wait asks for, every warp finds its first rows in L2. The walk
-// resumes at the row the last piece ended in (the arena's pace_step), so a poll walks only
-// the rows of its own piece.
-__device__ inline __noinline__ void prefetch_shares(Arena& a, const uint16_t* const* first, const int* rows,
-                                                    const int64_t* ld, int nw, int64_t cols) {
-  int total = 0;
-  for (int i = 0; i < nw; ++i) total += rows[i];
-  const int warps = static_cast<int>(MK_CTA_THREADS >> 5), per = (total + warps - 1) / warps;
-  const uint64_t bytes = 2 * static_cast<uint64_t>(cols);
-  int k = 0;
-  if (a.pace_step > 0) {
-    k = a.pace_step;
-    a.pace_at = a.pace_step_at;
-  }
-  for (; k < per * warps; ++k) {
-    int r = (k % warps) * per + k / warps;  // row k / warps of warp k % warps
-    if (r >= total) continue;
-    int i = 0;
-    while (r >= rows[i]) r -= rows[i++];
-    const uint64_t at = a.pace_at;
-    prefetch_l2(a, first[i] + r * ld[i], bytes);
-    if (a.pace_at >= a.pace_hi) {  // past the window: the next piece starts in this row or after
-      const bool rest = a.pace_at > a.pace_hi;
-      a.pace_step = rest ? k : k + 1;
-      a.pace_step_at = rest ? at : a.pace_at;
-      return;
-    }
-  }
-}
-#endif
 
 // Thread t of n asks the L2 for every n-th 128-byte line of the rows of chunk 0 (no registers
 // held, unlike load_first_round; MK_CUDA_MERGE_EARLY=behind: the threads that do not merge),

@@ -152,12 +152,11 @@ constexpr unsigned kPollSleepNs = 128;
 
 // Thread 0: waits until every wait of `task` holds in iteration t of a launch that `base`
 // iterations preceded since the reset; false if the launch stops.
-// `on_miss` runs at every poll that finds an event not ready: work worth doing only while the
-// task would otherwise sleep (Dispatch::kPrefetchAtWait). (Keeping several reads of a counter
-// in flight instead of one poll at a time made every dispatch 0.1-0.55 us longer on the H200.)
-template <bool Batch, class OnMiss>
+// (Keeping several reads of a counter in flight instead of one poll at a time made every
+// dispatch 0.1-0.55 us longer on the H200.)
+template <bool Batch>
 __device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, int32_t id, int32_t sm,
-                                 int32_t t, uint32_t base, SeenCounters& known, OnMiss&& on_miss) {
+                                 int32_t t, uint32_t base, SeenCounters& known) {
   const TaskDesc& task = near.desc;
   if constexpr (Batch) {
     if (task.wait_end - task.wait_begin > 1 && waits_hold_at_first_look(p, near, t, base)) return true;
@@ -179,7 +178,6 @@ __device__ inline bool wait_task(const LaunchParams& p, const NearTask& near, in
       return true;
     };
     while (!event_ready(p.counters + wd.counter, target.value, &seen)) {
-      on_miss();
       // Every poll is a round trip to L2: look at the abort flag only now and then.
       if ((++polls & 15) == 0 && aborted(p)) return false;
       if (timed_out()) return false;
