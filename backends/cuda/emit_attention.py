@@ -138,9 +138,7 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         for op in (plan.k, plan.v):
             ref = self.operands[op.source_index()]
             at = f"static_cast<const uint16_t*>(buffers[{ref.index}]) + {self.flat_start(op)}"
-            self.prefetch.append(
-                f"mk::gpu::prefetch_rows(arena, {at}, {keys}, {ref.shape[-1]}, {d});"
-            )
+            self.prefetch.append(f"mk::gpu::prefetch_rows({at}, {keys}, {ref.shape[-1]}, {d});")
 
     def mma_keys(self, plan: AttentionPlan, q_row: HeadRow | None, chunks: int) -> str | None:
         """The keys' dtype where the attention runs on tensor cores (MK_CUDA_ATTN_MMA): the

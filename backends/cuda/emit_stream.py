@@ -235,9 +235,9 @@ class StreamLinearEmitter(GraphDefEmitter):
         fetch = []
         if plan.g is not None:  # the norm weight: the staging's first load
             g = self.operands[plan.g.source_index()]
-            fetch.append(f"mk::gpu::prefetch_l2(arena, {g_at}, {k} * mk::dtype_size({g.dtype}));")
+            fetch.append(f"mk::gpu::prefetch_l2({g_at}, {k} * mk::dtype_size({g.dtype}));")
         fetch += [
-            f"mk::gpu::prefetch_rows(arena, {firsts[i]} + {r0} * {lds[i]}, {n}, {lds[i]}, {k});"
+            f"mk::gpu::prefetch_rows({firsts[i]} + {r0} * {lds[i]}, {n}, {lds[i]}, {k});"
             for i, r0, n in prefetch_spans(rows, 2 * k, budget)
         ]
         if budget:

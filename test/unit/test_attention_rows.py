@@ -72,7 +72,7 @@ def test_the_prefetch_asks_for_the_keys_of_a_decode_attention(
     ahead = next(line for line in body.splitlines() if "if (ahead == mk::gpu::kAheadL2) {" in line)
     keys = int(body.split("sa.keys = ")[1].split(";")[0])
     ld = int(body.split("sa.ld = ")[1].split(";")[0])
-    asks = ahead.split("mk::gpu::prefetch_rows(arena, ")[1:]
+    asks = ahead.split("mk::gpu::prefetch_rows(")[1:]
     assert len(asks) == 2 and keys * ld * 2 * 2 <= PREFETCH_MAX
     for field, call in zip(("sa.k", "sa.v"), asks, strict=True):
         start = body.split(f"{field} = ")[1].split(";")[0]

@@ -343,22 +343,14 @@ __device__ inline __noinline__ void prefetch_l2(const void* p, uint64_t bytes) {
   }
 }
 
-// A body's prefetch of `bytes` at p. The arena stays in the signature, as the emitted calls
-// pass it: a prefetch paced by the arena's window measured slower and was retired.
-__device__ inline void prefetch_l2(Arena& a, const void* p, uint64_t bytes) {
-  (void)a;
-  prefetch_l2(p, bytes);
-}
-
 // A decode task's weights (`rows` rows of `cols` 16-bit elements, `ld` apart), requested before
 // the task waits for its inputs: HBM streams them while the producers finish.
 // Rows apart (a column block of a split o-projection: 64 rows of 512 bytes) take one prefetch
 // each, issued here: one thread issues them while the CTA waits at the dispatcher's barrier.
-__device__ inline __noinline__ void prefetch_rows(Arena& a, const uint16_t* w, int rows, int64_t ld,
-                                                  int64_t cols) {
+__device__ inline __noinline__ void prefetch_rows(const uint16_t* w, int rows, int64_t ld, int64_t cols) {
   const uint64_t bytes = 2 * static_cast<uint64_t>(cols);
   if (ld == cols) {
-    prefetch_l2(a, w, bytes * rows);
+    prefetch_l2(w, bytes * rows);
     return;
   }
   if ((reinterpret_cast<uintptr_t>(w) & 15) == 0 && ld % 8 == 0 && cols % 8 == 0 && bytes <= 32768) {
@@ -368,7 +360,7 @@ __device__ inline __noinline__ void prefetch_rows(Arena& a, const uint16_t* w, i
     }
     return;
   }
-  for (int r = 0; r < rows; ++r) prefetch_l2(a, w + r * ld, bytes);
+  for (int r = 0; r < rows; ++r) prefetch_l2(w + r * ld, bytes);
 }
 
 // Thread t of n asks the L2 for every n-th 128-byte line of the rows of chunk 0 (no registers
