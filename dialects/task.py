@@ -37,9 +37,6 @@ A `flagged` activation buffer stores each element with the iteration that wrote 
 an element in the arena, shared with no other buffer), and a `flagged` event orders only reads
 of flagged buffers: a backend may then drop the event's signals and waits and let each read wait
 for its element's flag instead (the CUDA backend does; the CPU executor keeps the counters).
-A `flagged counted N` buffer is an f32 sum that several grids add into: each element takes N
-terms (a first one stored, the others added in any order), and a backend may store each element
-with its count of terms, so that a read waits for all N (the CUDA backend's counted sums).
 
 `task.grid` and `task.yield` live in `task_grid`, `task.schedule` and `task.queue` in
 `task_schedule`.
@@ -53,7 +50,6 @@ from weakref import WeakKeyDictionary
 import numpy as np
 from xdsl.dialects.builtin import (
     DenseArrayBase,
-    Float32Type,
     IntegerAttr,
     StringAttr,
     SymbolNameConstraint,
@@ -97,7 +93,6 @@ from .task_schedule import QueueOp, ScheduleOp
 
 ARENA_ALIGNMENT = 128
 FLAGGED_ELEMENT_BYTES = 8  # a flagged element: its float bits, then its flag
-MAX_COUNTED_TERMS = 511  # a counted element's terms: its word's count field has 9 bits
 ARENA_KINDS = ("activation", "workspace")
 BUFFER_KINDS = ("input", "weight", "output", "activation", "workspace")
 
@@ -227,7 +222,6 @@ class BufferOp(IRDLOperation):
     index = opt_prop_def(IntegerAttr.constr(type=i64))
     offset = opt_prop_def(IntegerAttr.constr(type=i64))
     flagged = opt_prop_def(UnitAttr)
-    counted = opt_prop_def(IntegerAttr.constr(type=i64))
 
     traits = lazy_traits_def(lambda: (SymbolOpInterface(), HasParent(GraphOp)))
 
@@ -239,7 +233,6 @@ class BufferOp(IRDLOperation):
         index: int | None = None,
         offset: int | None = None,
         flagged: bool = False,
-        counted: int | None = None,
     ) -> None:
         props: dict[str, Attribute] = {
             "sym_name": StringAttr(name),
@@ -252,8 +245,6 @@ class BufferOp(IRDLOperation):
             props["offset"] = IntegerAttr(offset, i64)
         if flagged:
             props["flagged"] = UnitAttr()
-        if counted is not None:
-            props["counted"] = IntegerAttr(counted, i64)
         super().__init__(properties=props)
 
     @property
@@ -263,11 +254,6 @@ class BufferOp(IRDLOperation):
     @property
     def is_flagged(self) -> bool:
         return self.flagged is not None
-
-    @property
-    def terms(self) -> int:
-        """The terms of each element of a counted sum; 0 for any other buffer."""
-        return int_value(self.counted) if self.counted is not None else 0
 
     @property
     def nbytes(self) -> int:
@@ -298,18 +284,6 @@ class BufferOp(IRDLOperation):
             raise VerifyException(
                 f"only an activation buffer can be flagged, not {_article(kind)} {kind}"
             )
-        if self.counted is not None:
-            self._verify_counted()
-
-    def _verify_counted(self) -> None:
-        if not self.is_flagged:
-            raise VerifyException("a counted buffer must be flagged")
-        if not isinstance(self.buffer_type.get_element_type(), Float32Type):
-            raise VerifyException(f"a counted buffer holds f32 sums, not {self.buffer_type}")
-        if not 2 <= self.terms <= MAX_COUNTED_TERMS:
-            raise VerifyException(
-                f"a counted buffer's elements take 2 to {MAX_COUNTED_TERMS} terms, not {self.terms}"
-            )
 
     def _verify_offset(self, offset: int) -> None:
         name = self.sym_name.data
@@ -331,8 +305,6 @@ class BufferOp(IRDLOperation):
         printer.print_string(f" {self.kind.data}")
         if self.is_flagged:
             printer.print_string(" flagged")
-        if self.counted is not None:
-            printer.print_string(f" counted {self.terms}")
         if self.index is not None:
             printer.print_string(f" {int_value(self.index)}")
         if self.offset is not None:
@@ -349,9 +321,6 @@ class BufferOp(IRDLOperation):
         if kind is None:
             parser.raise_error(f"expected a buffer kind, one of {', '.join(BUFFER_KINDS)}", start)
         flagged = parser.parse_optional_keyword("flagged") is not None
-        counted = None
-        if parser.parse_optional_keyword("counted") is not None:
-            counted = parser.parse_integer(allow_boolean=False)
         index = parser.parse_optional_integer(allow_boolean=False)
         offset = None
         if parser.parse_optional_keyword("offset") is not None:
@@ -362,7 +331,7 @@ class BufferOp(IRDLOperation):
         buffer_type = parser.parse_type()
         if not isinstance(buffer_type, TensorType):
             parser.raise_error("a task.buffer must have a tensor type", start, parser.pos)
-        op = cls(name, buffer_type, kind, index, offset, flagged, counted)
+        op = cls(name, buffer_type, kind, index, offset, flagged)
         op.attributes |= attrs
         return op
 

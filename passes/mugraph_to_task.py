@@ -25,7 +25,6 @@ is a mugraph kernel graph by a `task.graph` of the same name:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -51,7 +50,7 @@ from mk.passes.mugraph_to_task_buffers import (
     raw_ancestors,
 )
 from mk.passes.mugraph_to_task_events import Access, EventPlan, GridInfo, build_events
-from mk.passes.mugraph_to_task_flags import count_sum, flag_buffers, is_weight_value
+from mk.passes.mugraph_to_task_flags import flag_buffers, is_weight_value
 
 Kernel = GraphDefOp | KernelOp
 # Per tensor dim: the grid axis partitioning it (None: read whole) and the chunk size.
@@ -133,23 +132,6 @@ def _write_partition(kernel: GraphDefOp, index: int, shape: tuple[int, ...]) -> 
     if (at := out.position()) is not None:  # lands at a run-time position: all of that dim
         omap = tuple(-1 if d == at[1] else d for d in omap)
     return _partition(shape, kernel.grid_shape(), omap)
-
-
-def _writes_per_element(kernel: Kernel, value: SSAValue) -> int | None:
-    """How many of a graph_def's tasks write each element of its result `value` (None: a
-    library kernel, or tasks that do not cover the result evenly)."""
-    if not isinstance(kernel, GraphDefOp):
-        return None
-    shape = _shape(value)
-    grid = kernel.grid_shape()
-    parts = _write_partition(kernel, kernel.results.index(value), shape)
-    axes = [axis for axis, _ in parts if axis is not None]
-    if len(set(axes)) != len(axes):
-        return None
-    for (axis, chunk), size in zip(parts, shape, strict=True):
-        if (size if axis is None else grid[axis] * chunk) != size:
-            return None
-    return math.prod(grid) // math.prod(grid[a] for a in axes)
 
 
 def _accumulator_start(kernel: Kernel, value: SSAValue) -> SSAValue | None:
@@ -269,8 +251,6 @@ class _Lowering:
         # Blocks add into these in any order: no element's flag could say it is complete.
         self.summed = {self.buffer_of[value] for value in starts}
         self.start_values = set(starts.values())
-        if self.options.count_sums:
-            self.count_sums(starts)
         for n, (value, name) in enumerate(self.copies):
             self.buffers[self.buffer_of[value]].readers.append(len(self.kernels) + n)
             self.buffers[name].writer = len(self.kernels) + n
@@ -286,27 +266,6 @@ class _Lowering:
                 values=self.options.flag_values,
                 rows=self.options.flag_rows,
             )
-
-    def count_sums(self, starts: dict[SSAValue, SSAValue]) -> None:
-        """count-sums: the sums whose readers can wait on counts become counted buffers."""
-        adders: dict[str, list[tuple[int, SSAValue]]] = {}
-        for pos, kernel in enumerate(self.kernels):
-            for value in kernel.results:
-                if value in starts:
-                    adders.setdefault(self.buffer_of[value], []).append((pos, value))
-        weight = is_weight_value(self.buffers, self.buffer_of)
-        for name, adds in adders.items():
-            buf = self.buffers[name]
-            results = {pos: value for pos, value in adds}
-            start = starts[adds[0][1]]
-            if buf.writer is not None:
-                results[buf.writer] = start
-
-            def per_element(pos: int, results: dict[int, SSAValue] = results) -> int | None:
-                return _writes_per_element(self.kernels[pos], results[pos])
-
-            count_sum(buf, self.kernels, list(results.keys() - {buf.writer}), adds[-1][1],
-                      weight, per_element)  # fmt: skip
 
     def grid_plan(self, pos: int, kernel: Kernel) -> _GridPlan:
         shape = task_shape(kernel)
@@ -394,10 +353,7 @@ class _Lowering:
         graph.location = self.func.location
         block = graph.body.block
         for buf in _declaration_order(self.buffers.values()):
-            counted = buf.counted or None
-            block.add_op(
-                BufferOp(buf.name, buf.type, buf.kind, buf.index, buf.offset, buf.flagged, counted)
-            )
+            block.add_op(BufferOp(buf.name, buf.type, buf.kind, buf.index, buf.offset, buf.flagged))
         for event in events.events:
             op = EventOp(event.name, event.shape, event.count, event.flagged)
             if event.coarse is not None:
@@ -440,7 +396,7 @@ def _declaration_order(buffers: Iterable[BufferPlan]) -> list[BufferPlan]:
 @dataclass(frozen=True)
 class MugraphToTaskPass(ModulePass):
     """`mugraph-to-task{align=256 iterations=1 merge-events=true flag-values=false
-    flag-rows=false count-sums=false}`."""
+    flag-rows=false}`."""
 
     name = "mugraph-to-task"
 
@@ -451,8 +407,6 @@ class MugraphToTaskPass(ModulePass):
     flag_values: bool = False
     # A decode attention's head rows (q, the new K/V rows) carry their flags too.
     flag_rows: bool = False
-    # Sums that grids add into carry each element's count of terms (mugraph_to_task_flags).
-    count_sums: bool = False
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.align < 1 or self.align % ARENA_ALIGNMENT:

@@ -36,7 +36,6 @@ class BufferPlan:
     writer: int | None = None
     readers: list[int] = field(default_factory=list)
     flagged: bool = False  # each element stored with its iteration's flag (mugraph_to_task_flags)
-    counted: int = 0  # a counted sum's terms per element (mugraph_to_task_flags.count_sum)
 
     @property
     def element_bytes(self) -> int:

@@ -27,10 +27,6 @@ the producer, with no counter left to signal, skips its fence. (A task's declare
 flagged words stand for loads it makes; a decode attention's new K and V rows are loaded by the
 one split that holds the new key, and one reader of each producer task is all this needs.)
 
-A counted sum (mugraph_to_task_flags.count_sum) is read as a flagged buffer, and the grids that
-add into it wait for its first store only: their adds commute, and the store, through its own
-waits, follows every access of the previous iteration.
-
 And since a flagged read implies nothing of what its writer waited for, the reader waits for
 the grids its writer waited for whole (a decode layer's attention, for the previous layer's
 output its q projection waited for): one wait that implies the reader's other producers, met
@@ -195,27 +191,20 @@ def collect_needs(
             accessors.setdefault(access.buffer, []).append((i, access))
     carry = iterations > 1
     spans = _arena_spans(buffers)
-    adders = _sum_adders(grids, buffers)
     result: list[Needs] = []
     for j, grid in enumerate(grids):
         needs = Needs()
         for read in grid.reads:
-            adds = adders.get(read.buffer, set())
             for i, other in accessors[read.buffer]:
                 if other not in grids[i].writes:
                     continue
                 rect = functools.partial(rect_overlap, read, other)
-                if j in adds:  # an add into a counted sum: after its first store only
-                    if i < j and i not in adds:
-                        Needs.add(needs.same, i, rect)
-                elif i < j:
+                if i < j:
                     Needs.add(needs.flags if buffers[read.buffer].flagged else needs.same, i, rect)
                 elif i > j and carry:  # written in place later: the previous step's value
                     Needs.add(needs.carried, i, rect)
         for write in grid.writes:
             target = buffers[write.buffer]
-            if j in adders.get(write.buffer, set()):
-                continue  # ordered by its wait for the sum's first store (above)
             for i, other in accessors[write.buffer]:
                 rect = functools.partial(rect_overlap, write, other)
                 read = other not in grids[i].writes
@@ -231,16 +220,6 @@ def collect_needs(
                     Needs.add(needs.table(i < j, other not in grids[i].writes), i, span)
         result.append(needs)
     return result
-
-
-def _sum_adders(grids: Sequence[GridInfo], buffers: dict[str, BufferPlan]) -> dict[str, set[int]]:
-    """The grids that add into each counted sum: those that read and write it."""
-    adders: dict[str, set[int]] = {}
-    for j, grid in enumerate(grids):
-        for write in grid.writes:
-            if buffers[write.buffer].counted and any(r.buffer == write.buffer for r in grid.reads):
-                adders.setdefault(write.buffer, set()).add(j)
-    return adders
 
 
 def _arena_spans(buffers: dict[str, BufferPlan]) -> list[tuple[int, int, str]]:

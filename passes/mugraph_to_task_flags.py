@@ -14,13 +14,6 @@ RMSNorm and RoPE, into the scores' left side or a row select's new row), and a `
 kernel's new rows. A buffer is then flagged when an attention reads it so and its every reader
 can wait on the flags: the hop from a layer's q/k/v projection to its attention takes no fence,
 counter or poll of its own.
-
-With `count-sums`, a sum that grids add into (a start stored by its writer, then accumulating
-outputs mugraph-fuse-accumulate made) becomes `counted` when every element takes the same number
-of terms (its writer's one store and the adders' tasks over it), at most 511, and every reader
-after the last adder loads it plainly (or copies it into another sum's start): a backend may
-store each element with its count of terms, so that a reader's load waits for all of them. The
-adders then need not wait for each other (their adds commute), only for the start's store.
 """
 
 from __future__ import annotations
@@ -31,7 +24,7 @@ from collections.abc import Callable, Sequence
 from xdsl.dialects.builtin import BFloat16Type, Float16Type, Float32Type
 from xdsl.ir import BlockArgument, SSAValue
 
-from mk.dialects.mugraph import GraphDefOp, InputOp, KernelOp, OutputOp
+from mk.dialects.mugraph import GraphDefOp, InputOp, KernelOp
 from mk.dialects.mugraph_base import shape_of
 from mk.dialects.mugraph_tiles import (
     AccumOp,
@@ -45,7 +38,6 @@ from mk.dialects.mugraph_tiles import (
     ThreadMapOp,
     UnaryOp,
 )
-from mk.dialects.task import MAX_COUNTED_TERMS
 from mk.passes.mugraph_to_task_buffers import BufferPlan
 
 Kernel = GraphDefOp | KernelOp
@@ -66,19 +58,14 @@ def _weight_tile(
     return isinstance(op, InputOp) and is_weight(kernel.operands[op.source_index()])
 
 
-def _plain_use(
-    tile: SSAValue, kernel: GraphDefOp, is_weight: Callable[[SSAValue], bool], copies: bool = False
-) -> bool:
+def _plain_use(tile: SSAValue, kernel: GraphDefOp, is_weight: Callable[[SSAValue], bool]) -> bool:
     """Whether every use of a tile read from a flagged buffer has a flagged read: a streamed
-    linear's activation (the matmul's left side against a weight, its Σx²) or a load (with
-    `copies`, also one stored as it is)."""
+    linear's activation (the matmul's left side against a weight, its Σx²) or a load."""
     for use in tile.uses:
         op = use.operation
         if isinstance(op, ReshapeOp):
-            if not _plain_use(op.res, kernel, is_weight, copies):
+            if not _plain_use(op.res, kernel, is_weight):
                 return False
-        elif copies and isinstance(op, OutputOp) and op.accumulated() is None:
-            continue
         elif isinstance(op, MatmulOp):
             if use.index != 0 or not _weight_tile(op.operands[1], kernel, is_weight):
                 return False
@@ -126,11 +113,9 @@ def reads_plainly(
     value: SSAValue,
     is_weight: Callable[[SSAValue], bool],
     rows: bool = False,
-    copies: bool = False,
 ) -> bool:
     """Whether `kernel` reads `value` only in ways that can wait on its flags (with `rows`, a
-    decode attention's head rows and a cache write's new rows too; with `copies`, tiles stored
-    as they are)."""
+    decode attention's head rows and a cache write's new rows too)."""
     if isinstance(kernel, KernelOp):
         return rows and kernel.kind.data == "cache_write" and kernel.operands[1] is value
     ops = list(kernel.body.block.ops)
@@ -148,9 +133,7 @@ def reads_plainly(
             op = use.operation
             if not isinstance(op, InputOp):
                 return False
-            if op not in head_rows and (
-                attention or not _plain_use(op.tile, kernel, is_weight, copies)
-            ):
+            if op not in head_rows and (attention or not _plain_use(op.tile, kernel, is_weight)):
                 return False
     return True
 
@@ -202,35 +185,3 @@ def is_weight_value(
         )
 
     return weight
-
-
-def count_sum(
-    buf: BufferPlan,
-    kernels: Sequence[Kernel],
-    adders: Sequence[int],
-    final: SSAValue,
-    is_weight: Callable[[SSAValue], bool],
-    writes_per_element: Callable[[int], int | None],
-) -> None:
-    """Marks the sum in `buf` counted (see the module docstring) where it can be: its writer's
-    store, then the `adders` (kernel positions) adding into it, then readers of `final` (the
-    last adder's result). `writes_per_element(pos)`: how many of kernel pos's tasks write each
-    element of the buffer (None: not the same number for all)."""
-    if buf.kind != "activation" or buf.writer is None or not adders:
-        return
-    if not isinstance(buf.type.get_element_type(), Float32Type):
-        return
-    if not isinstance(kernels[buf.writer], GraphDefOp) or writes_per_element(buf.writer) != 1:
-        return
-    counts = [c for a in adders if (c := writes_per_element(a)) is not None]
-    if len(counts) < len(adders):
-        return
-    terms = 1 + sum(counts)
-    readers = [r for r in buf.readers if r not in adders]
-    if terms > MAX_COUNTED_TERMS or not readers:
-        return
-    if any(r <= max(adders) or r >= len(kernels) for r in readers):
-        return
-    if all(reads_plainly(kernels[r], final, is_weight, copies=True) for r in readers):
-        buf.flagged = True
-        buf.counted = terms

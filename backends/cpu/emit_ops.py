@@ -49,14 +49,12 @@ REDUCE_ENUM = {"sum": "mk::cpu::R_SUM", "max": "mk::cpu::R_MAX", "mean": "mk::cp
 @dataclass(frozen=True)
 class BufferRef:
     """Where a kernel operand or result lives: its buffers[] index, storage dtype and shape, and
-    whether its elements carry flags (a flagged task.buffer) or counts of the terms of a sum
-    (`counted`: that many terms; the CUDA emitter's concern)."""
+    whether its elements carry flags (a flagged task.buffer)."""
 
     index: int
     dtype: str
     shape: tuple[int, ...]
     flagged: bool = False
-    counted: int = 0
 
 
 def _affine(terms: Sequence[tuple[int, str]]) -> str:

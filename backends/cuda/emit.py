@@ -89,7 +89,7 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
     buffers = [op for op in g.body.block.ops if isinstance(op, BufferOp)]
     grids = [op for op in g.body.block.ops if isinstance(op, GridOp)]
     refs = {
-        b.sym_name.data: BufferRef(i, dtype_code(b.buffer_type, b), b.shape, b.is_flagged, b.terms)
+        b.sym_name.data: BufferRef(i, dtype_code(b.buffer_type, b), b.shape, b.is_flagged)
         for i, b in enumerate(buffers)
     }
     profile = op_marks.enabled()

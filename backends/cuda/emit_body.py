@@ -317,10 +317,7 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         n, tile = runs.rows * runs.cols, self.var(op.tile)
         self.lines.append(f"{tile}.resize({n});")
         load = (
-            f"mk::gpu::load_flag_runs<{n}, {runs.cols}, true>({tile}, buffers[{ref.index}], "
-            f"{first}, {runs.ld}, arena, {ref.counted});  // load, waiting on the counts"
-            if ref.counted
-            else f"mk::gpu::load_flag_runs<{n}, {runs.cols}>({tile}, buffers[{ref.index}], "
+            f"mk::gpu::load_flag_runs<{n}, {runs.cols}>({tile}, buffers[{ref.index}], "
             f"{first}, {runs.ld}, arena);  // load, waiting on the flags"
             if ref.flagged
             else f"mk::gpu::load_runs<{ref.dtype}, {n}, {runs.cols}>({tile}, buffers[{ref.index}], "
@@ -341,10 +338,7 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
             return
         at = f"{flat_offset(ref.shape, starts)}, {runs.ld}, e, {self.var(op.tile)}[e]"
         store = (
-            f"mk::gpu::store_count_run_elem<{runs.cols}>(buffers[{ref.index}], "
-            f"{at}, arena.flag);  // the sum's first term"
-            if ref.counted
-            else f"mk::gpu::store_flag_run_elem<{ref.dtype}, {runs.cols}>(buffers[{ref.index}], "
+            f"mk::gpu::store_flag_run_elem<{ref.dtype}, {runs.cols}>(buffers[{ref.index}], "
             f"{at}, arena.flag);  // store with the flag"
             if ref.flagged
             else f"mk::gpu::store_run_elem<{ref.dtype}, {runs.cols}>(buffers[{ref.index}], "
@@ -353,18 +347,14 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         self.element_loop(runs.rows * runs.cols, [(op.tile, "e")], [], [store])
 
     def add_box(self, ref: BufferRef, starts: Sequence[str], op: OutputOp) -> None:
-        """The tile added into its f32 result, or into a counted sum as terms with their count
-        (one 64-bit add each): the fused down projection's whole product at once, else by runs."""
-        if not ref.counted:
-            ref = plain(ref, self.op, "added to")
+        """The tile added into its f32 result: the fused down projection's whole product at once,
+        else by runs."""
+        ref = plain(ref, self.op, "added to")
         first = flat_offset(ref.shape, starts)
         if self.rows_add is not None and op is self.rows_add.out:
             tile = f"{self.var(op.tile)}.data(), {math.prod(shape_of(op.tile))}"
             self.lines.append(
-                f"mk::gpu::add_count_tile(static_cast<uint64_t*>(buffers[{ref.index}]) + {first}, "
-                f"{tile});  // add its terms"
-                if ref.counted
-                else f"mk::gpu::add_tile_v4(static_cast<float*>(buffers[{ref.index}]) + {first}, "
+                f"mk::gpu::add_tile_v4(static_cast<float*>(buffers[{ref.index}]) + {first}, "
                 f"{tile});  // add"
             )
             return
@@ -373,9 +363,8 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
             raise MkError(
                 "an accumulating output's tile must be runs of its result", op_location(self.op)
             )
-        name = "add_count_run_elem" if ref.counted else "add_run_elem"
         at = f"{first}, {runs.ld}, e, {self.var(op.tile)}[e]"
-        add = f"mk::gpu::{name}<{runs.cols}>(buffers[{ref.index}], {at});  // add"
+        add = f"mk::gpu::add_run_elem<{runs.cols}>(buffers[{ref.index}], {at});  // add"
         self.element_loop(runs.rows * runs.cols, [(op.tile, "e")], [], [add])
 
     def rows_dot_kind(self, plan: RowsAdd) -> str:

@@ -160,9 +160,7 @@ class StreamLinearEmitter(GraphDefEmitter):
             f"sl.x_dtype = {'mk::DTYPE_F32' if x.flagged else x.dtype};",
             f"sl.x_ld = {x.shape[1]};",
         ]
-        if x.counted:
-            self.lines.append(f"sl.x_count = mk::gpu::count_expect(arena.flag, {x.counted});")
-        elif x.flagged:
+        if x.flagged:
             self.lines.append("sl.x_flag = arena.flag;")
 
     def stream_norm_weight(self, plan: StreamPlan) -> str:

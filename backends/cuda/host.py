@@ -23,7 +23,6 @@ from mk.runtime_tables import RUN_STATUS
 DEFAULT_NUM_SMS = 132  # an H200's SMs: one queue per SM
 RUN_TIMEOUT, RUN_KERNEL_FAILED = 1, 2
 FLAG_COUNTER = -2  # mk::gpu::kFlagCounter: a flagged value that never came
-COUNT_COUNTER = -3  # mk::gpu::kCountCounter: a counted sum whose terms never all came
 TAIL_OVERFLOW = 0x7FFFFFFD  # mk::kTailOverflow: a run status detail
 # Every buffer the megakernel is given starts on this many bytes: its bodies' 16-byte vector
 # loads and bulk copies take an aligned start for granted where the offsets are
@@ -146,7 +145,7 @@ class _DeviceState:
         if self.needs_reset:
             self.flags.zero_()
             self.epoch.zero_()
-            # The epochs restart: a flagged or counted word a failed launch left could pass for
+            # The epochs restart: a flagged word a failed launch left could pass for
             # one of the next launch's.
             self.arena.fill_(0xFF)
             self.needs_reset = False
@@ -418,14 +417,6 @@ class CudaProgram(Program):
                 f"buffer it reads: the watchdog saw flag {int(status['value'])}, not "
                 f"{int(status['threshold'])}, in iteration {int(status['iteration'])} after "
                 f"{int(status['wait_ms'])} ms"
-            )
-        elif int(status["error"]) == RUN_TIMEOUT and int(status["counter"]) == COUNT_COUNTER:
-            seen, want = int(status["value"]), int(status["threshold"])
-            text = (
-                f"@{self.name}: {index.describe(task)} on SM {sm} waits for the sum of a counted "
-                f"buffer it reads: the watchdog saw {seen & 511} of its {want & 511} terms"
-                f"{' (of the iteration before)' if (seen ^ want) & 512 else ''} in iteration "
-                f"{int(status['iteration'])} after {int(status['wait_ms'])} ms"
             )
         elif int(status["error"]) == RUN_TIMEOUT:
             event, element = index.locate_counter(int(status["counter"]))

@@ -182,18 +182,6 @@ def flag_poll_all() -> bool:
     return choice("MK_CUDA_FLAG_POLL", ("watch", "all")) == "all"
 
 
-def count_poll() -> str:
-    """MK_CUDA_COUNT_POLL: `cta` (default) has one thread of a reading task watch one word of a
-    counted sum until its terms are in, then the task asks for its first weight step
-    (MK_CUDA_STAGE_FIRST) and every thread loads its words; `cta-early` asks for the weight step
-    before the watch; `threads` lets every thread poll its own words from the start, as flagged
-    reads do (the weight step first). A counted sum's words complete together, with its last
-    adder; with no counter to wait for, a reader starts as soon as its SM is free, and 128 tasks'
-    threads polling the lines that the adders' reductions go to, beside their early weight
-    steps, slowed the adders (session 85: qwen3-0.6b +5.15 % with `threads`)."""
-    return choice("MK_CUDA_COUNT_POLL", ("cta", "cta-early", "threads"))
-
-
 FLAG_SLEEP_NS = 96  # kFlagSleepNs's default (mk/cuda_flags.cuh)
 
 
@@ -399,12 +387,6 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_SIGNAL_RELEASE 1")
     if flag_poll_all():
         lines.append("#define MK_FLAG_POLL_ALL 1")
-    if (poll := count_poll()) != "cta":
-        lines.append(
-            "#define MK_COUNT_POLL_THREADS 1"
-            if poll == "threads"
-            else "#define MK_COUNT_WEIGHTS_FIRST 1"
-        )
     if (flag_sleep := flag_sleep_ns()) != FLAG_SLEEP_NS:
         lines.append(f"#define MK_FLAG_SLEEP_NS {flag_sleep}")
     if flag("MK_CUDA_MMA_L1"):

@@ -215,8 +215,6 @@ SWITCHES = [
     {"MK_CUDA_POLL_SLEEP": "0"},
     {"MK_CUDA_FLAG_POLL": "all"},
     {"MK_CUDA_FLAG_SLEEP": "0"},
-    {"MK_CUDA_COUNT_POLL": "threads"},
-    {"MK_CUDA_COUNT_POLL": "cta-early"},
     {"MK_CUDA_LOAD_GROUPS": "0"},
     {"MK_CUDA_LAUNCH": "plain"},
     {"MK_CUDA_ATTN_PIPE": "1"},
@@ -258,7 +256,7 @@ SWITCH_BUILDS = [
                        "MK_CUDA_ATTN_PIPE": "1"}),
     ("decoder_block", {"MK_CUDA_STAGE": "1", "MK_CUDA_SIGNAL": "release",
                        "MK_CUDA_POLL_SLEEP": "0", "MK_CUDA_FLAG_POLL": "all",
-                       "MK_CUDA_FLAG_SLEEP": "0", "MK_CUDA_COUNT_POLL": "threads",
+                       "MK_CUDA_FLAG_SLEEP": "0",
                        "MK_CUDA_DISPATCH": "kind"}),
     ("gated_mlp", {"MK_CUDA_MMA_PIPE": "1", "MK_CUDA_MMA_SLICES": "rounds"}),
     ("gated_mlp", {"MK_CUDA_MMA_RING": "4", "MK_CUDA_MMA_L1": "1", "MK_CUDA_MMA_SLICES": "balance",
@@ -271,7 +269,6 @@ SWITCH_BUILDS = [
     ("decoder_block", {"MK_CUDA_ATTN_MERGE_WEIGHTS": "0"}),
     ("decoder_block", {"MK_CUDA_MERGE_EARLY": "0", "MK_CUDA_ATTN_ROWS_FIRST": "0",
                        "MK_CUDA_STAGE_FIRST": "1"}),
-    ("decoder_block", {"MK_CUDA_STAGE_FIRST": "1", "MK_CUDA_COUNT_POLL": "cta-early"}),
     ("llama3_8b_block", {"MK_CUDA_MERGE_EARLY": "beside"}),
 ]  # fmt: skip
 

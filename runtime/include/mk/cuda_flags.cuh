@@ -12,10 +12,8 @@
 namespace mk {
 namespace gpu {
 
-// A run status's counter when a flagged value never came, or a counted sum's terms (beside real
-// counter ids).
+// A run status's counter when a flagged value never came (beside real counter ids).
 constexpr int32_t kFlagCounter = -2;
-constexpr int32_t kCountCounter = -3;
 // The sleep between two looks at a missing flagged word (MK_CUDA_FLAG_SLEEP; 0 spins).
 #if defined(MK_FLAG_SLEEP_NS)
 constexpr unsigned kFlagSleepNs = MK_FLAG_SLEEP_NS;
@@ -37,42 +35,20 @@ __device__ __forceinline__ float flag_value(uint64_t w) {
   return __uint_as_float(static_cast<uint32_t>(w));
 }
 
-// Counted sums (mugraph-to-task{count-sums}): an f32 sum that several tasks add into, each
-// element one 8-byte word whose top 10 bits hold the parity of the iteration that began it and
-// the count of terms added, and whose low 54 bits hold the sum in two's complement fixed point
-// (2^-26, |sum| < 2^27). The first term is stored (count 1, the parity of the task's flag), every
-// other is one 64-bit integer add of its count and value together, so a reader's poll of the
-// words is its wait, as for flagged words: complete once the count is the buffer's term count,
-// with no fence and no counter, and the sum is the same in any order of the adds. The parity
-// tells a complete sum of this iteration from the last one's, which the first store overwrites
-// only after the last one's readers are done.
-// A word is ready once its tag, a flagged word's flag or a counted one's parity and count, is the
-// one the reader wants.
-constexpr int kCountShift = 54;
-constexpr float kCountFixed = 67108864.0f;  // 2^26
-constexpr float kCountMax = 134217727.0f;   // a term's magnitude is clamped below 2^27
-template <bool Counted>
-__device__ __forceinline__ uint32_t word_tag(uint64_t w) {
-  if constexpr (Counted) {
-    // The low bits hold a signed sum: rounding the tag undoes a negative sum's borrow.
-    return static_cast<uint32_t>((w + (1ull << (kCountShift - 1))) >> kCountShift);
-  } else {
-    return static_cast<uint32_t>(w >> 32);
-  }
-}
+// The flag a word carries.
+__device__ __forceinline__ uint32_t flag_tag(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
 
 // Whether to give up on a flag: the watchdog's timeout (recorded as the task's failure, with the
 // tag seen and the one wanted) or another CTA's failure. The caller returns stale values; the
 // launch stops at its next wait.
-__device__ inline bool flag_stuck(const Arena& a, uint64_t& start, uint32_t seen, uint32_t want,
-                                  int32_t counter = kFlagCounter) {
+__device__ inline bool flag_stuck(const Arena& a, uint64_t& start, uint32_t seen, uint32_t want) {
   const LaunchParams& p = *static_cast<const LaunchParams*>(a.params);
   const uint64_t now = globaltimer();
   if (start == 0) start = now;
   if (aborted(p)) return true;
   const uint64_t waited = now - start;
   if (static_cast<int64_t>(waited) <= p.timeout_ns) return false;
-  record_failure(p, RunStatus{RUN_TIMEOUT, static_cast<int32_t>(blockIdx.x), a.task, counter, a.t,
+  record_failure(p, RunStatus{RUN_TIMEOUT, static_cast<int32_t>(blockIdx.x), a.task, kFlagCounter, a.t,
                               seen, want, static_cast<int32_t>(waited / 1000000)});
   return true;
 }
@@ -84,28 +60,26 @@ __device__ inline bool flag_stuck(const Arena& a, uint64_t& start, uint32_t seen
 // MK_FLAG_POLL_ALL (MK_CUDA_FLAG_POLL=all) it only sleeps, and the next round loads every
 // missing word again: one round trip less after the last word lands. False once the watchdog
 // gives up.
-template <bool Counted = false>
 __device__ inline bool flag_between_rounds(const uint64_t* watch, const Arena& a, uint64_t& start,
                                            uint32_t& rounds, uint32_t want) {
-  constexpr int32_t kCounter = Counted ? kCountCounter : kFlagCounter;
 #if defined(MK_FLAG_POLL_ALL)
   flag_sleep();
-  return (++rounds & 63) != 0 || !flag_stuck(a, start, word_tag<Counted>(flag_word_load(watch)), want, kCounter);
+  return (++rounds & 63) != 0 || !flag_stuck(a, start, flag_tag(flag_word_load(watch)), want);
 #else
   for (;;) {
     flag_sleep();
-    const uint32_t tag = word_tag<Counted>(flag_word_load(watch));
+    const uint32_t tag = flag_tag(flag_word_load(watch));
     if (tag == want) return true;
-    if ((++rounds & 63) == 0 && flag_stuck(a, start, tag, want, kCounter)) return false;
+    if ((++rounds & 63) == 0 && flag_stuck(a, start, tag, want)) return false;
   }
 #endif
 }
 
-// Words at(k) (null: none), k < G, into v[k] once each carries the tag `want` (a flagged word:
-// the task's flag); every load of a round in flight at once. Addresses come from `at` each round
+// Words at(k) (null: none), k < G, into v[k] once each carries the flag `want` (the task's);
+// every load of a round in flight at once. Addresses come from `at` each round
 // rather than from an array: a poll's registers add to the heaviest body's, and the megakernel
 // has 255 for all of them.
-template <int G, bool Counted = false, class At>
+template <int G, class At>
 __device__ inline void flag_poll(uint64_t (&v)[G], At at, const Arena& a, uint32_t want) {
   static_assert(G <= 32, "a poll group is one bit mask");
   uint32_t pending = 0;
@@ -119,8 +93,8 @@ __device__ inline void flag_poll(uint64_t (&v)[G], At at, const Arena& a, uint32
       if (pending >> k & 1u) v[k] = flag_word_load(at(k));
 #pragma unroll
     for (int k = 0; k < G; ++k)
-      if ((pending >> k & 1u) && word_tag<Counted>(v[k]) == want) pending &= ~(1u << k);
-    if (pending && !flag_between_rounds<Counted>(at(__ffs(pending) - 1), a, start, rounds, want)) return;
+      if ((pending >> k & 1u) && flag_tag(v[k]) == want) pending &= ~(1u << k);
+    if (pending && !flag_between_rounds(at(__ffs(pending) - 1), a, start, rounds, want)) return;
   }
 }
 
@@ -130,9 +104,9 @@ __device__ __forceinline__ void flag_pair_load(uint64_t& lo, uint64_t& hi, const
 }
 
 // R runs of eight consecutive words (base[r], 16-byte aligned; null: none) into v[r] once every
-// word carries the tag `want`: four 16-byte loads a run, every pending pair of a round in flight
+// word carries the flag `want`: four 16-byte loads a run, every pending pair of a round in flight
 // at once.
-template <int R, bool Counted = false>
+template <int R>
 __device__ inline void flag_poll8(uint64_t (&v)[R][8], const uint64_t* const (&base)[R], const Arena& a,
                                   uint32_t want) {
   static_assert(R <= 8, "a poll group is one bit mask");
@@ -150,32 +124,16 @@ __device__ inline void flag_poll8(uint64_t (&v)[R][8], const uint64_t* const (&b
     for (int b = 0; b < 4 * R; ++b) {
       if (!(pending >> b & 1u)) continue;
       const uint64_t lo = v[b / 4][b % 4 * 2], hi = v[b / 4][b % 4 * 2 + 1];
-      if (word_tag<Counted>(lo) != want) {
+      if (flag_tag(lo) != want) {
         if (!watch) watch = base[b / 4] + b % 4 * 2;
-      } else if (word_tag<Counted>(hi) != want) {
+      } else if (flag_tag(hi) != want) {
         if (!watch) watch = base[b / 4] + b % 4 * 2 + 1;
       } else {
         pending &= ~(1u << b);
       }
     }
-    if (watch && !flag_between_rounds<Counted>(watch, a, start, rounds, want)) return;
+    if (watch && !flag_between_rounds(watch, a, start, rounds, want)) return;
   }
-}
-
-__device__ __forceinline__ float count_value(uint64_t w) {
-  const uint64_t tag = word_tag<true>(w);
-  return __ll2float_rn(static_cast<int64_t>(w - (tag << kCountShift))) * (1.0f / kCountFixed);
-}
-
-// One term of a counted sum: its count and its value, added as one integer.
-__device__ __forceinline__ uint64_t count_term(float v) {
-  const float c = fminf(fmaxf(v, -kCountMax), kCountMax);
-  return (1ull << kCountShift) + static_cast<uint64_t>(__float2ll_rn(c * kCountFixed));
-}
-
-// The tag of a sum of n terms begun in the iteration of `flag`.
-__device__ __forceinline__ uint32_t count_expect(uint32_t flag, uint32_t n) {
-  return (flag & 1u) << 9 | n;
 }
 
 template <uint32_t Cols>
@@ -194,66 +152,24 @@ __device__ inline void store_flag_run_elem(void* base, int64_t first, int64_t ld
   asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(at), "l"(w) : "memory");
 }
 
-// A counted sum's first term, stored: the sum begins in the iteration of `flag`.
-template <uint32_t Cols, class T>
-__device__ inline void store_count_run_elem(void* base, int64_t first, int64_t ld, uint32_t e, T value,
-                                            uint32_t flag) {
-  // count_term's count of 1, with the tag bits of the iteration's parity beside it
-  const uint64_t w = count_term(static_cast<float>(value)) + (static_cast<uint64_t>(count_expect(flag, 0)) << kCountShift);
-  uint64_t* at = static_cast<uint64_t*>(base) + run_index<Cols>(first, ld, e);
-  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(at), "l"(w) : "memory");
-}
-
-__device__ __forceinline__ void count_add(uint64_t* at, float value) {
-  asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;" ::"l"(at), "l"(count_term(value)) : "memory");
-}
-
-// add_run_elem for a counted sum: one more term of element e.
-template <uint32_t Cols, class T>
-__device__ inline void add_count_run_elem(void* base, int64_t first, int64_t ld, uint32_t e, T value) {
-  count_add(static_cast<uint64_t*>(base) + run_index<Cols>(first, ld, e), static_cast<float>(value));
-}
-
-// add_tile_v4 for a counted sum: a term of each of the n elements, spread over the CTA's threads.
-// (One bulk 64-bit reduction of the terms staged in shared memory measured slower: session 87.)
-__device__ inline void add_count_tile(uint64_t* out, const float* t, int32_t n) {
-  for (int32_t e = static_cast<int32_t>(threadIdx.x); e < n; e += kCudaThreads) count_add(out + e, t[e]);
-}
-
-// Before a task's threads poll a counted sum's words: one thread watches the word at `w` until the
-// sum's terms are in (they land together, with the last adder's), then the CTA's barrier; the
-// threads' loads then mostly find every word complete. Without it (MK_COUNT_POLL_THREADS) every
-// thread polls its words from the start, onto the lines the adders' reductions go to.
-__device__ inline void count_watch(const uint64_t* w, const Arena& a, uint32_t want) {
-#if !defined(MK_COUNT_POLL_THREADS)
-  if (threadIdx.x == 0 && word_tag<true>(flag_word_load(w)) != want) {
-    uint64_t start = 0;
-    uint32_t rounds = 0;
-    flag_between_rounds<true>(w, a, start, rounds, want);
-  }
-  __syncthreads();
-#endif
-}
-
-// load_runs for a flagged buffer, or with Counted a counted sum of n terms: element e by thread
-// e mod kCudaThreads, no barrier.
-template <uint32_t N, uint32_t Cols, bool Counted = false, class T>
+// load_runs for a flagged buffer: element e by thread e mod kCudaThreads, no barrier.
+template <uint32_t N, uint32_t Cols, class T>
 __device__ inline void load_flag_runs(Tile<T>& tile, const void* base, int64_t first, int64_t ld,
-                                      const Arena& a, uint32_t n = 0) {
-  const uint32_t want = Counted ? count_expect(a.flag, n) : a.flag;
+                                      const Arena& a) {
+  const uint32_t want = a.flag;
   constexpr uint32_t kPer = (N + kCudaThreads - 1) / kCudaThreads, kGroup = kPer < 8 ? kPer : 8;
   const uint64_t* w = static_cast<const uint64_t*>(base);
   for (uint32_t g = 0; g < kPer; g += kGroup) {
     const uint32_t e0 = threadIdx.x + g * kCudaThreads;
     uint64_t v[kGroup];
-    flag_poll<kGroup, Counted>(v, [&](int k) -> const uint64_t* {
+    flag_poll<kGroup>(v, [&](int k) -> const uint64_t* {
       const uint32_t e = e0 + k * kCudaThreads;
       return e < N ? w + run_index<Cols>(first, ld, e) : nullptr;
     }, a, want);
 #pragma unroll
     for (uint32_t k = 0; k < kGroup; ++k) {
       const uint32_t e = e0 + k * kCudaThreads;
-      if (e < N) tile.p[e] = static_cast<T>(Counted ? count_value(v[k]) : flag_value(v[k]));
+      if (e < N) tile.p[e] = static_cast<T>(flag_value(v[k]));
     }
   }
 }

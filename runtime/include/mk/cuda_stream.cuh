@@ -169,26 +169,25 @@ __device__ __forceinline__ void stage_eight(float* xs, int stride, int m, int k,
 
 // stage_chunk_flagged's poll where runs are not whole or 16-byte aligned: word by word, and not
 // inlined (inlined, its address arithmetic took the megakernel past 255 registers into spills).
-template <int R, bool Counted>
+template <int R>
 __device__ __noinline__ void flag_poll_ragged(uint64_t (&v)[R][8], const uint64_t* const (&run)[R], int kc,
                                               int groups, int e0, int step, const Arena& a, uint32_t want) {
   uint64_t(&flat)[8 * R] = *reinterpret_cast<uint64_t(*)[8 * R]>(&v[0][0]);
-  flag_poll<8 * R, Counted>(flat, [&](int j) -> const uint64_t* {
+  flag_poll<8 * R>(flat, [&](int j) -> const uint64_t* {
     const int e = e0 + (j / 8) * step, k = (e % groups) * 8 + j % 8;
     return run[j / 8] && k < kc ? run[j / 8] + j % 8 : nullptr;
   }, a, want);
 }
 
-// stage_chunk for a flagged activation (s.x_flag) or, with Counted, a counted sum (s.x_count):
-// each thread polls R runs of eight words at once (16-byte loads where the run is whole and
+// stage_chunk for a flagged activation (s.x_flag): each thread polls R runs of eight words at once (16-byte loads where the run is whole and
 // aligned), then stages them as the plain path does (the same Σx² order).
-template <int M, int R, bool Counted = false>
+template <int M, int R>
 __device__ void stage_chunk_flagged(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
                                     const Packing& pack, float (&ss)[M]) {
   const uint64_t* x = static_cast<const uint64_t*>(s.x) + c;
   const int groups = (kc + 7) / 8, items = M * groups, step = static_cast<int>(MK_CTA_THREADS);
   const bool pairs = kc % 8 == 0 && s.x_ld % 2 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  const uint32_t want = Counted ? s.x_count : s.arena->flag;
+  const uint32_t want = s.arena->flag;
   for (int e0 = threadIdx.x; e0 < items; e0 += R * step) {
     uint64_t v[R][8];
     const uint64_t* run[R];
@@ -198,9 +197,9 @@ __device__ void stage_chunk_flagged(const StreamLinear& s, float* xs, int stride
       run[b] = e < items ? x + m * s.x_ld + k : nullptr;
     }
     if (pairs) {
-      flag_poll8<R, Counted>(v, run, *s.arena, want);
+      flag_poll8<R>(v, run, *s.arena, want);
     } else {
-      flag_poll_ragged<R, Counted>(v, run, kc, groups, e0, step, *s.arena, want);
+      flag_poll_ragged<R>(v, run, kc, groups, e0, step, *s.arena, want);
     }
 #pragma unroll
     for (int b = 0; b < R; ++b) {
@@ -218,7 +217,7 @@ __device__ void stage_chunk_flagged(const StreamLinear& s, float* xs, int stride
       }
       float xv[8];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) xv[j] = k + j < kc ? (Counted ? count_value(v[b][j]) : flag_value(v[b][j])) : 0.0f;
+      for (int j = 0; j < 8; ++j) xv[j] = k + j < kc ? flag_value(v[b][j]) : 0.0f;
       stage_eight<M>(xs, stride, m, k, kc, xv, g, s.g != nullptr, pack, ss);
     }
   }
@@ -235,20 +234,6 @@ __device__ void stage_chunk(const StreamLinear& s, float* xs, int stride, int kc
   if (s.x_flag) {
     after_loads();
     stage_chunk_flagged<M, 2>(s, xs, stride, kc, c, pack, ss);
-    return;
-  }
-  if (s.x_count) {
-    // The sum's last term first, then the weights' first step (as a counter wait gates it),
-    // unless MK_COUNT_WEIGHTS_FIRST or MK_COUNT_POLL_THREADS (no watch) asks for it at once.
-    const uint64_t* last = static_cast<const uint64_t*>(s.x) + (M - 1) * s.x_ld + kc - 1;
-#if defined(MK_COUNT_WEIGHTS_FIRST) || defined(MK_COUNT_POLL_THREADS)
-    after_loads();
-    if (c == 0) count_watch(last, *s.arena, s.x_count);
-#else
-    if (c == 0) count_watch(last, *s.arena, s.x_count);
-    after_loads();
-#endif
-    stage_chunk_flagged<M, 2, true>(s, xs, stride, kc, c, pack, ss);
     return;
   }
   const bool vec = kc % 8 == 0 && s.x_ld % 8 == 0 && c % 8 == 0 && vec8_ok(s.x, s.x_dtype) &&
@@ -303,7 +288,7 @@ __device__ void sum_sq_total(const StreamLinear& s, const float (&part)[32][M]) 
 // type, no norm weight or Σx², 16-byte aligned rows and chunks of whole 32-column steps. Its
 // chunks are then copied into shared memory as they are (mma_raw_chunks).
 __device__ inline bool raw_activation(const StreamLinear& s) {
-  return !s.x_ready && !s.x_flag && !s.x_count && !s.g && !s.sum_sq && s.x_dtype == s.w_dtype &&
+  return !s.x_ready && !s.x_flag && !s.g && !s.sum_sq && s.x_dtype == s.w_dtype &&
          s.k % 32 == 0 && s.kc % 32 == 0 && s.x_ld % 8 == 0 &&
          (s.aligned || (reinterpret_cast<uintptr_t>(s.x) & 15) == 0);
 }

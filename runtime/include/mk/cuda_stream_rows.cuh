@@ -40,7 +40,6 @@ struct StreamLinear {
   Arena* arena;       // for the op marks of a profile build
   bool x_ready;       // the staging area already holds the activation (one chunk, as floats)
   uint32_t x_flag;    // non-zero: x is a flagged buffer (cuda_flags.cuh), read at this flag
-  uint32_t x_count;   // non-zero: x is a counted sum (cuda_counted.cuh), complete at this tag
   // The sums and Σx² are written, not added to (the body did not zero them): the first chunk's
   // sums are stored, later chunks add; Σx² is written at the last chunk's staging barrier.
   // CUDA-core products only (tensor cores add with atomics).

@@ -4,7 +4,6 @@
 // RUN: mk-opt %S/../../../examples/rmsnorm_linear.mlir -p nn-to-mugraph,mugraph-to-task | filecheck %s --check-prefix=RMS
 // RUN: mk-opt %S/../../../examples/decode_loop.mlir -p 'nn-to-mugraph,mugraph-append-writes,mugraph-fuse-loop,mugraph-fuse-accumulate,mugraph-split-loop,mugraph-fuse-epilogue,mugraph-to-task{flag-rows=true}' | filecheck %s --check-prefix=ROWS
 // RUN: mk-opt %S/../../../examples/decode_loop.mlir -p 'nn-to-mugraph,mugraph-append-writes,mugraph-fuse-loop,mugraph-fuse-accumulate,mugraph-split-loop,mugraph-fuse-epilogue,mugraph-to-task' | filecheck %s --check-prefix=NOROWS
-// RUN: mk-opt %S/../../../examples/decoder_block.mlir -p 'nn-to-mugraph,mugraph-append-writes,mugraph-fuse-loop,mugraph-fuse-accumulate,mugraph-split-loop,mugraph-fuse-epilogue,mugraph-to-task{count-sums=true}' | filecheck %s --check-prefix=COUNT
 
 // An elementwise chain with changing tiles: 4 tiles -> 4 tiles (identity event), 4 -> 2 (pairs of
 // producers per element), 2 -> 8 (each consumer waits on a coarser element), then a library
@@ -210,16 +209,3 @@ func.func @caller(%x: tensor<4xf32>) -> tensor<4xf32> {
 // ROWS-LABEL: task.grid @k11_logits
 // ROWS:         waits(@k10_r_done (d0) -> (0))
 // NOROWS-NOT: flagged
-
-// count-sums: the residual sums become counted buffers (r: x stored, then the o-projection's two
-// splits; y_acc: those and the MLP's eight tasks). The adders wait for the start's store, not for
-// each other, and their readers' waits on them are flagged events: the o-projection and the MLP
-// signal no counter at all.
-// COUNT:       task.buffer @r activation flagged counted 3
-// COUNT:       task.buffer @y_acc activation flagged counted 11
-// COUNT:       task.grid @k7_r [2, 1, 2]
-// COUNT:           waits(@k5_att2_o_done (d0, d1, d2) -> (d2), @k6_r_start_done (d0, d1, d2) -> (0))
-// COUNT:           signals(@k7_r_flags (d0, d1, d2) -> (0), @k7_r_flags_1 (d0, d1, d2) -> (d0))
-// COUNT:       task.grid @k8_y_acc [8]
-// COUNT:           waits(@k6_r_start_done (d0) -> (0), @k7_r_flags (d0) -> (0))
-// COUNT:           signals(@k8_y_acc_flags (d0) -> (0))

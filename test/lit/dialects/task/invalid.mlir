@@ -572,24 +572,3 @@ task.graph @g iterations 1 arena 0 {
   // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.buffer' only an activation buffer can be flagged, not an input
   task.buffer @a input flagged 0 : tensor<64xf32>
 }
-
-// -----
-
-task.graph @g iterations 1 arena 512 {
-  // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.buffer' a counted buffer must be flagged
-  task.buffer @a activation counted 3 offset 0 : tensor<64xf32>
-}
-
-// -----
-
-task.graph @g iterations 1 arena 512 {
-  // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.buffer' a counted buffer holds f32 sums, not tensor<64xbf16>
-  task.buffer @a activation flagged counted 3 offset 0 : tensor<64xbf16>
-}
-
-// -----
-
-task.graph @g iterations 1 arena 512 {
-  // CHECK: invalid.mlir:[[# @LINE + 1]]:3: error: 'task.buffer' a counted buffer's elements take 2 to 511 terms, not 512
-  task.buffer @a activation flagged counted 512 offset 0 : tensor<64xf32>
-}

@@ -202,31 +202,6 @@ task.graph @in_place iterations 1 arena 0 {
 
 // -----
 
-// A counted sum: an f32 buffer that two grids' tasks add into, each element taking three terms
-// (the first grid's store and the second grid's two adds).
-
-// CHECK-LABEL: task.graph @counted
-// CHECK: task.buffer @s activation flagged counted 3 offset 0 : tensor<4xf32>
-task.graph @counted iterations 1 arena 128 {
-  task.buffer @x input 0 : tensor<4xf32>
-  task.buffer @y output 0 : tensor<4xf32>
-  task.buffer @s activation flagged counted 3 offset 0 : tensor<4xf32>
-  task.grid @a [1]
-      reads(@x[(d0) -> (0)] [4])
-      writes(@s[(d0) -> (0)] [4]) {
-  ^bb0(%x: tensor<4xf32>, %s: tensor<4xf32>):
-    task.yield %x : tensor<4xf32>
-  }
-  task.grid @b [1]
-      reads(@s[(d0) -> (0)] [4])
-      writes(@y[(d0) -> (0)] [4]) {
-  ^bb0(%s: tensor<4xf32>, %y: tensor<4xf32>):
-    task.yield %s : tensor<4xf32>
-  }
-}
-
-// -----
-
 // A flagged activation (each element stored with its iteration's flag) and the flagged event
 // that orders its read: a backend may realise the event by the flags alone.
 
