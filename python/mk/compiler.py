@@ -95,12 +95,14 @@ def headers_digest(include: Path | None) -> str:
 
 
 def cache_key(task_ir: str, options: Options, cpu_source: str, include: Path | None = None) -> str:
-    """sha256 of the final IR, options, mk version, runtime ABI, C++ compiler, the emitted code
-    and the headers it includes (the emitter and headers change without a version bump)."""
+    """sha256 of the final IR, options, mk version, runtime ABI, C++ compiler and its extra flags
+    ($MK_CPU_CXXFLAGS), the emitted code and the headers it includes (the emitter and headers
+    change without a version bump)."""
     import mk
 
     digest = hashlib.sha256()
-    parts = (task_ir, options.as_json(), mk.__version__, str(runtime().abi), cxx_version())
+    flags = os.environ.get("MK_CPU_CXXFLAGS", "")
+    parts = (task_ir, options.as_json(), mk.__version__, str(runtime().abi), cxx_version(), flags)
     for part in (*parts, cpu_source, headers_digest(include)):
         digest.update(part.encode())
         digest.update(b"\0")
