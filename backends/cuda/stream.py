@@ -255,13 +255,12 @@ def prefetch_spans(
 ) -> list[tuple[int, int, int]]:
     """(weight, first row, rows) spans of a task's weights to fetch into L2 ahead of it, at most
     `budget` bytes: all of them when they fit, else the first rows of every warp's share (a warp
-    streams a contiguous range of the concatenated rows, first rows first; none of a slab over
-    the budget with MK_CUDA_PREFETCH_PARTIAL=0)."""
+    streams a contiguous range of the concatenated rows, first rows first). Asking for whole
+    slabs only (MK_CUDA_PREFETCH_PARTIAL=0, retired) was level or slower on the H100: -0.13 to
+    +5.7 % (sessions 78 and 80)."""
     total = sum(rows)
     if total * row_bytes <= budget:
         return [(i, 0, n) for i, n in enumerate(rows) if n]
-    if os.environ.get("MK_CUDA_PREFETCH_PARTIAL", "1") == "0":
-        return []
     share = -(-total // warps)
     take = min(share, budget // (warps * row_bytes))
     starts = [sum(rows[:i]) for i in range(len(rows))]
