@@ -107,16 +107,6 @@ def fuse_loops() -> bool:
     return flag("MK_CUDA_FUSE_LOOPS", default=True)
 
 
-def mma_slices() -> str:
-    """MK_CUDA_MMA_SLICES: how a tensor-core task's 8-row blocks are cut into column slices for
-    the warps (mk::gpu::mma_slices). `fill` (default): every warp busy where a cut allows, then
-    the fewest rounds of loads for the busiest warp; `balance`: the fewest slices that give every
-    warp the same number of units (the default until the batch-8 lm_head of qwen3-0.6b was seen
-    to take eight slices of four steps: 226 against 102 us a task); `rounds`: the fewest rounds,
-    the fewest slices among equals (idle warps: a whole model at batch 8 ran slower)."""
-    return choice("MK_CUDA_MMA_SLICES", ("fill", "balance", "rounds"))
-
-
 POLL_SLEEP_NS = 128  # the default cap of a poll's sleep (mk/cuda_wait.cuh)
 
 
@@ -379,8 +369,6 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_STREAM_EVICT_FIRST 1")
     if flag("MK_CUDA_MMA_PIPE"):
         lines.append("#define MK_MMA_PIPE 1")
-    if (rule := mma_slices()) != "fill":
-        lines.append(f"#define MK_MMA_{rule.upper()} 1")
     if (sleep := poll_sleep_ns()) != POLL_SLEEP_NS:
         lines.append(f"#define MK_POLL_SLEEP_NS {sleep}")
     if release_signals():

@@ -339,10 +339,9 @@ def _busy(blocks: int, warps: int, slices: int) -> int:
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
-def test_mma_slices_by_fill_balance_and_rounds(tmp_path: Path) -> None:
-    """mk::gpu::mma_slices, run on the host: `balance` is the fewest slices that give every warp
-    the same number of units; `rounds` gives the busiest warp the fewest rounds of loads; `fill`
-    keeps the most warps busy, then the fewest rounds, then the fewest slices."""
+def test_mma_slices_keep_the_most_warps_busy_in_the_fewest_rounds(tmp_path: Path) -> None:
+    """mk::gpu::mma_slices, run on the host: the most warps busy, then the fewest rounds of loads
+    for the busiest warp, then the fewest slices."""
     import subprocess
 
     from mk.backends.cpu.build import include_dir
@@ -350,12 +349,8 @@ def test_mma_slices_by_fill_balance_and_rounds(tmp_path: Path) -> None:
     cases = [(149, 32, 16), (4, 32, 16), (6, 32, 16), (1, 64, 16), (1, 96, 16), (28, 128, 16),
              (12, 128, 8), (3, 2, 16), (1, 1, 16), (125, 32, 8), (126, 32, 16), (3, 448, 16)]  # fmt: skip
     calls = "\n".join(
-        '  printf("%d %d %d\\n", '
-        + ", ".join(f"mk::gpu::mma_slices({b}, 8, {s}, {u}, mk::gpu::{rule})" for rule in
-                    ("kSlicesBalance", "kSlicesRounds", "kSlicesFill"))
-        + ");"
-        for b, s, u in cases
-    )  # fmt: skip
+        f'  printf("%d\\n", mk::gpu::mma_slices({b}, 8, {s}, {u}));' for b, s, u in cases
+    )
     source, exe = tmp_path / "slices.cu", tmp_path / "slices"
     source.write_text(
         f'#include <cstdio>\n#include "mk/cuda_stream.cuh"\nint main() {{\n{calls}\n  return 0;\n}}\n'
@@ -365,55 +360,33 @@ def test_mma_slices_by_fill_balance_and_rounds(tmp_path: Path) -> None:
          "-o", str(exe), str(source)],
         check=True,
     )  # fmt: skip
-    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n")
-    for (blocks, steps, u), line in zip(cases, out, strict=False):
-        balance, rounds, fill = map(int, line.split())
-        assert balance == min(8 // math.gcd(blocks, 8), steps)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
+    assert len(out) == len(cases)
+    for (blocks, steps, u), got in zip(cases, out, strict=True):
         options = range(1, min(8, steps) + 1)
-        least = min(_rounds(blocks, 8, steps, u, s) for s in options)
-        assert _rounds(blocks, 8, steps, u, rounds) == least
-        assert rounds == min(s for s in options if _rounds(blocks, 8, steps, u, s) == least)
         busiest = max(_busy(blocks, 8, s) for s in options)
         full = [s for s in options if _busy(blocks, 8, s) == busiest]
         fewest = min(_rounds(blocks, 8, steps, u, s) for s in full)
-        assert fill == min(s for s in full if _rounds(blocks, 8, steps, u, s) == fewest)
-        # Never more rounds than balance, never fewer busy warps.
-        assert _rounds(blocks, 8, steps, u, fill) <= _rounds(blocks, 8, steps, u, balance)
-        assert _busy(blocks, 8, fill) >= _busy(blocks, 8, balance)
-    # The batch-8 lm_head task of qwen3-0.6b: 149 blocks of 32 steps.
-    assert out[0].split() == ["8", "1", "1"]
+        assert int(got) == min(s for s in full if _rounds(blocks, 8, steps, u, s) == fewest)
+    # The batch-8 lm_head task of qwen3-0.6b: 149 blocks of 32 steps, one slice of 38 rounds
+    # (eight slices, which give every warp the same share, take 149).
+    assert out[0] == "1"
     assert _rounds(149, 8, 32, 16, 8) == 149 and _rounds(149, 8, 32, 16, 1) == 38
-    # A one-block o-projection: rounds idles four warps, fill keeps balance's eight.
-    assert out[3].split() == ["8", "4", "8"]
-
-
-@pytest.mark.usefixtures("no_nvcc")
-def test_mma_slices_is_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    text = linear_program(8, 256, 1024, norm=True)
-    assert "#define MK_MMA_ROUNDS" not in cuda_source(text, tmp_path)
-    assert "#define MK_MMA_BALANCE" not in cuda_source(text, tmp_path)
-    monkeypatch.setenv("MK_CUDA_MMA_SLICES", "rounds")
-    assert "#define MK_MMA_ROUNDS 1" in cuda_source(text, tmp_path)
-    monkeypatch.setenv("MK_CUDA_MMA_SLICES", "balance")
-    assert "#define MK_MMA_BALANCE 1" in cuda_source(text, tmp_path)
-    monkeypatch.setenv("MK_CUDA_MMA_SLICES", "most")
-    with pytest.raises(MkError, match="MK_CUDA_MMA_SLICES must be one of fill, balance, rounds"):
-        cuda_source(text, tmp_path)
+    # A one-block o-projection: eight slices keep every warp busy.
+    assert out[3] == "8"
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("rule", "ring"), [("rounds", "0"), ("rounds", "3"), ("fill", "0")])
-def test_slices_by_rounds_and_fill_match_the_reference(
-    rule: str, ring: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("ring", ["0", "3"])
+def test_slices_of_an_lm_head_task_match_the_reference(
+    ring: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On the GPU, MK_CUDA_MMA_SLICES=rounds (72 blocks a task on eight SMs, whole-K units) and
-    fill on an lm_head-like task of 149 blocks (one slice where balance takes eight)."""
-    monkeypatch.setenv("MK_CUDA_MMA_SLICES", rule)
+    """On the GPU, an lm_head-like task of 149 blocks (one slice) and one of 72 (whole-K units
+    where the ring allows)."""
     monkeypatch.setenv("MK_CUDA_MMA_RING", ring)
-    text = linear_program(8, 4608 if rule == "rounds" else 9536, 1024, True)
+    text = linear_program(8, 9536 if ring == "0" else 4608, 1024, True)
     prog = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path)
-    assert ("#define MK_MMA_ROUNDS 1" in prog.cuda_source) == (rule == "rounds")  # type: ignore[attr-defined]
-    agrees_with_the_reference(prog, text, (rule, ring))
+    agrees_with_the_reference(prog, text, ("fill", ring))
 
 
 def _wide_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wide: str, k: int = 14336) -> str:

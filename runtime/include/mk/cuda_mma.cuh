@@ -364,43 +364,17 @@ __device__ void mma_ring_walk(const StreamLinear& s, const RingChunks& ch, int s
   __syncwarp();  // the next use of the ring overwrites what this walk read last
 }
 
-// How mma_chunk cuts a task's blocks into column slices (mma_slices): MK_CUDA_MMA_SLICES.
-enum MmaSlices : int { kSlicesFill = 0, kSlicesBalance = 1, kSlicesRounds = 2 };
-#if defined(MK_MMA_ROUNDS)
-constexpr int kMmaSliceRule = kSlicesRounds;
-#elif defined(MK_MMA_BALANCE)
-constexpr int kMmaSliceRule = kSlicesBalance;
-#else
-constexpr int kMmaSliceRule = kSlicesFill;
-#endif
-
-__host__ __device__ inline int gcd_int(int a, int b) {
-  while (b) {
-    const int r = a % b;
-    a = b;
-    b = r;
-  }
-  return a;
-}
-
 // How many column slices mma_chunk cuts each block of G 8-row groups into (`steps` 32-column
-// steps in all, U in flight per lane), by `rule`:
-// - balance: the fewest that make the units a multiple of the warps, so every warp gets the
-//   same share. A batch-8 lm_head task (149 blocks of 1,024 columns) gets eight slices of four
-//   steps: 149 rounds of four loads per warp, 226 us a task on the H200.
-// - rounds: the fewest rounds of loads for the busiest warp (its units times each unit's
-//   rounds of U steps), the fewest slices among equals: the lm_head gets one slice (38 rounds
-//   of 16), but a one-block o-projection runs on four warps where balance keeps eight busy.
-// - fill (default): as many busy warps as any cut gives, then the fewest rounds for the
-//   busiest, then the fewest slices: the lm_head gets one slice (38 rounds), the o-projection
-//   eight. It differs from balance only where balance needs more rounds.
+// steps in all, U in flight per lane): as many busy warps as any cut gives, then the fewest
+// rounds of loads for the busiest warp (its units times each unit's rounds of U steps), then
+// the fewest slices. A batch-8 lm_head task of qwen3-0.6b (149 blocks of 1,024 columns) gets one
+// slice (38 rounds of 16 loads), a one-block o-projection eight. Two other rules were retired
+// (session 88): the fewest slices that give every warp the same number of units (the lm_head
+// then took eight slices of four steps, 149 rounds: 226 against 102 us a task on the H200), and
+// the fewest rounds alone (idle warps: whole models at batch 8 ran slower).
 // Host-callable, so a CPU test runs it.
-__host__ __device__ inline int mma_slices(int blocks, int warps, int steps, int U, int rule) {
+__host__ __device__ inline int mma_slices(int blocks, int warps, int steps, int U) {
   const int most = steps > 0 ? steps : 1;
-  if (rule == kSlicesBalance) {
-    const int slices = warps / gcd_int(blocks, warps);
-    return slices < most ? slices : most;
-  }
   int best = 1, best_busy = 0, best_rounds = 0;
   // Unrolled where `warps` is a constant (mma_chunk's): the divisions by `slices` then are by
   // constants. Divisions by values cost tens of instructions each, ~1 us a task on the H200.
@@ -410,10 +384,7 @@ __host__ __device__ inline int mma_slices(int blocks, int warps, int steps, int 
     const int per_warp = (units + warps - 1) / warps;
     const int unit_steps = (steps + slices - 1) / slices;
     const int n = per_warp * ((unit_steps + U - 1) / U);
-    const bool better = rule == kSlicesRounds
-                            ? n < best_rounds
-                            : busy > best_busy || (busy == best_busy && n < best_rounds);
-    if (slices == 1 || better) {
+    if (slices == 1 || busy > best_busy || (busy == best_busy && n < best_rounds)) {
       best = slices;
       best_busy = busy;
       best_rounds = n;
@@ -428,8 +399,8 @@ __device__ inline RingChunks::RingChunks(int64_t c0_, int64_t k_end, int kc_, in
   full_steps = kc / 32;
   last_steps = static_cast<int>(k_end - column(n - 1)) / 32;
   constexpr int warps = kCudaThreads / 32, u = kRingCols / 32;
-  full_slices = mma_slices(blocks, warps, full_steps, u, kMmaSliceRule);
-  last_slices = last_steps == full_steps ? full_slices : mma_slices(blocks, warps, last_steps, u, kMmaSliceRule);
+  full_slices = mma_slices(blocks, warps, full_steps, u);
+  last_slices = last_steps == full_steps ? full_slices : mma_slices(blocks, warps, last_steps, u);
 }
 
 // All warps on tensor cores over one staged chunk: (block of G 8-row groups, column slice)
@@ -456,7 +427,7 @@ __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride,
     }
     return;
   }
-  const int slices = mma_slices(blocks, warps, steps, U, kMmaSliceRule);
+  const int slices = mma_slices(blocks, warps, steps, U);
   for (int unit = warp; unit < blocks * slices; unit += warps) {
     const int rb = unit % blocks;
     int k0, k1;
