@@ -27,7 +27,7 @@ def device_function(fn: SharedFunction, inline: bool) -> str:
         f"__device__ {'__forceinline__' if inline else '__noinline__'} int32_t {fn.name}(const mk::TaskDesc* t, void* const* bp, "
         "mk::gpu::Arena& arena, int32_t iteration, int32_t ahead) {",
     ]
-    if not runs_ahead(fn, "kAheadL2") and not runs_ahead(fn, "kAheadStage"):
+    if not runs_ahead(fn, "kAheadStage"):
         head.append("  (void)ahead;  // nothing to do before the task's turn")
     return "\n".join([*head, *_indent(uses_iteration(fn.body), 1), "  return 0;", "}"]) + "\n"
 
@@ -63,7 +63,7 @@ def ring_layout(front: int, staged: int) -> tuple[int, int] | None:
 
 
 def runs_ahead(fn: SharedFunction, mode: str) -> bool:
-    """Whether the body does something in `mode` (kAheadL2, kAheadStage) before its turn."""
+    """Whether the body does something in `mode` (kAheadStage) before its turn."""
     return any(line.startswith(f"if (ahead == mk::gpu::{mode}) {{") for line in fn.body)
 
 
@@ -120,16 +120,10 @@ def dispatch_struct(
         f"      case {i}: return {fn.name}(t, bp, arena, iteration, mk::gpu::kAheadNone);"
         for i, fn in enumerate(functions)
     )
-    fetches, stages = (
-        "\n".join(
-            f"      case {i}: {before}{fn.name}(t, bp, arena, iteration, mk::gpu::{mode}){after};"
-            for i, fn in enumerate(functions)
-            if runs_ahead(fn, mode)
-        )
-        for mode, before, after in (
-            ("kAheadL2", "", "; return"),
-            ("kAheadStage", "return ", " != 0"),
-        )
+    stages = "\n".join(
+        f"      case {i}: return {fn.name}(t, bp, arena, iteration, mk::gpu::kAheadStage) != 0;"
+        for i, fn in enumerate(functions)
+        if runs_ahead(fn, "kAheadStage")
     )
     sizes = "\n".join(
         f"      case {i}: return {staged[fn.name]};"
@@ -168,14 +162,6 @@ struct Dispatch {{
     switch (body(kind)) {{
 {cases}
       default: return 0x7fffffff;  // an unknown kind fails the task
-    }}
-  }}
-  // One thread: asks the L2 for the weights a task of `kind` will stream.
-  __device__ static void prefetch(int32_t kind, const mk::TaskDesc* t, void* const* bp,
-                                  mk::gpu::Arena& arena, int32_t iteration) {{
-    switch (body(kind)) {{
-{fetches}
-      default: return;
     }}
   }}
   // Weight bytes a task of `kind` stages in the ring (0: none).

@@ -8,7 +8,7 @@ from xdsl.ir import Operation
 
 from mk.backends.cpu.emit_ops import BufferRef
 from mk.backends.cpu.emit_scalar import dtype_code, float_literal
-from mk.backends.cuda import attention_switches, op_marks, switches
+from mk.backends.cuda import attention_switches, op_marks
 from mk.backends.cuda.emit_stream import StreamLinearEmitter
 from mk.backends.cuda.stream_attention import (
     AttentionPlan,
@@ -83,7 +83,6 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         if all(map(self.rows_aligned, self.prepared_rows(plan, q_row))):
             emit("sa.rows_aligned = true;")  # StreamAttention::rows_aligned: vector row loads
         self.key_fields("sa", plan, with_dtype=True)
-        self.prefetch_keys(plan)
         if plan.length is not None and attention_switches.causal_skip():
             self.length_keys(plan.length)
         self.lines += score_lambda(plan, lambda op: f"{self.var(op.tile)}[0]", self.fresh)
@@ -126,19 +125,6 @@ class StreamAttentionEmitter(StreamLinearEmitter):
                 rows += [row.g] if row.norm is not None and row.g is not None else []
                 rows += list(row.tables or ())
         return rows + ([v_row.x] if v_row is not None else [])
-
-    def prefetch_keys(self, plan: AttentionPlan) -> None:
-        """The task's K and V rows asked into the L2 before its turn, as a streamed linear's
-        weights are (MK_CUDA_PREFETCH's budget): they do not depend on the task's producers;
-        the new key's row, which does, comes from prepare_rows. The kv length is not known
-        there: every row of the task is asked for."""
-        keys, d = self.task_keys(plan), plan.head_dim
-        if 2 * (2 * keys * d) > switches.prefetch_budget():
-            return
-        for op in (plan.k, plan.v):
-            ref = self.operands[op.source_index()]
-            at = f"static_cast<const uint16_t*>(buffers[{ref.index}]) + {self.flat_start(op)}"
-            self.prefetch.append(f"mk::gpu::prefetch_rows({at}, {keys}, {ref.shape[-1]}, {d});")
 
     def mma_keys(self, plan: AttentionPlan, q_row: HeadRow | None, chunks: int) -> str | None:
         """The keys' dtype where the attention runs on tensor cores (MK_CUDA_ATTN_MMA): the

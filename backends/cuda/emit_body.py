@@ -102,7 +102,6 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         self.smem_floats = 0
         self.staged_bytes = 0  # weights the body stages in the ring
         self.views: set[SSAValue] = set()
-        self.prefetch: list[str] = []
         self.stage: list[str] = []
         self.loops: list[Loop] = []
 
@@ -115,10 +114,9 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         return self.plan is None or value not in self.plan.streamed()
 
     def emit(self) -> list[str]:
-        """The body; one that streams weights starts with what one thread of the megakernel
-        runs before the task's turn: the L2 prefetch (ahead = kAheadL2, while the task before
-        it waits and runs) and the copy into shared memory (ahead = kAheadStage, while it
-        waits)."""
+        """The body; one that stages its weights starts with what one thread of the megakernel
+        runs before the task's turn: the copy into shared memory (ahead = kAheadStage, while
+        the task before it waits and runs)."""
         if (calls := whole_calls(self)) is not None:
             self.lines += [*BLOCK_COORDS, *calls]
             return self.lines
@@ -134,10 +132,6 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         if self.stage:
             lines.insert(
                 2, f"if (ahead == mk::gpu::kAheadStage) {{ {' '.join(self.stage)} return 1; }}"
-            )
-        if self.prefetch:
-            lines.insert(
-                2, f"if (ahead == mk::gpu::kAheadL2) {{ {' '.join(self.prefetch)} return 0; }}"
             )
         return lines
 

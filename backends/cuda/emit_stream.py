@@ -1,6 +1,6 @@
 """The device statements of a streamed decode linear (stream.py's plan): the StreamLinear
-descriptor, the L2 prefetch and the copy into the staging ring run ahead of the task's turn, and
-the mk::gpu::stream_linear call with its template arguments."""
+descriptor, the copy into the staging ring run ahead of the task's turn, and the
+mk::gpu::stream_linear call with its template arguments."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from mk.backends.cuda.split_merge import (
 from mk.backends.cuda.stream import (
     STAGE_LOST,
     StreamPlan,
-    prefetch_spans,
     stage_offsets,
     staged_ld,
 )
@@ -48,8 +47,7 @@ class StreamLinearEmitter(GraphDefEmitter):
     stage_weights_ahead: bool
     smem_floats: int
     staged_bytes: int
-    prefetch: list[str]  # what one thread runs before the task's turn: the L2 prefetch
-    stage: list[str]  # and the copy into the staging ring
+    stage: list[str]  # what one thread runs before the task's turn: the copy into the ring
 
     def flat_start(self, op: InputOp) -> str:
         """The element offset of `op`'s first tile (iteration 0) in its row-major source."""
@@ -139,11 +137,10 @@ class StreamLinearEmitter(GraphDefEmitter):
             self.stream_activation(plan)
         elif not early:  # else after the weights' descriptors and their first round
             self.merged_x(plan.x)
-        g_at = self.stream_norm_weight(plan)
+        self.stream_norm_weight(plan)
         self.stream_fields(plan, k, chunk, mma)
-        firsts, lds, rows, staged = self.stream_weights(plan, k, mma)
-        self.plan_prefetch(plan, firsts, lds, rows, g_at, k, mma)
-        self.stream_call(plan, k, mma, early, staged is not None)
+        staged = self.stream_weights(plan, k, mma)
+        self.stream_call(plan, k, mma, early, staged)
         for op in plan.invariant:
             self.load(op, "0")
 
@@ -163,15 +160,14 @@ class StreamLinearEmitter(GraphDefEmitter):
         if x.flagged:
             self.lines.append("sl.x_flag = arena.flag;")
 
-    def stream_norm_weight(self, plan: StreamPlan) -> str:
-        """sl.g: the norm weight's first element ("" without a norm), which it returns."""
+    def stream_norm_weight(self, plan: StreamPlan) -> None:
+        """sl.g: the norm weight's first element (none without a norm)."""
         if plan.g is None:
-            return ""
+            return
         g = self.operands[plan.g.source_index()]
         (g0,) = self.input_starts(plan.g, "0")
         g_at = f"mk::gpu::elem_at(buffers[{g.index}], {g.dtype}, {g0})"
         self.lines += [f"sl.g = {g_at};", f"sl.g_dtype = {g.dtype};"]
-        return g_at
 
     def stream_fields(self, plan: StreamPlan, k: int, chunk: int, mma: bool) -> None:
         """The descriptor's scalars: weight type, K and its chunk, Σx², weights, alignment."""
@@ -187,12 +183,9 @@ class StreamLinearEmitter(GraphDefEmitter):
         if self.aligned(plan) and not self.stage_weights_ahead:
             emit("sl.aligned = true;")
 
-    def stream_weights(
-        self, plan: StreamPlan, k: int, mma: bool
-    ) -> tuple[list[str], list[int], list[int], list[int] | None]:
+    def stream_weights(self, plan: StreamPlan, k: int, mma: bool) -> bool:
         """sl.w: each weight's rows, in global memory or in the staging ring (MK_CUDA_STAGE=1,
-        whose copy it plans too). Returns their first elements, row lengths and row counts in
-        global memory, and their offsets in the ring (None: not staged)."""
+        whose copy it plans too); whether they are staged."""
         firsts, lds = [], []
         for w, _ in plan.products:
             ref = self.operands[w.source_index()]
@@ -213,33 +206,7 @@ class StreamLinearEmitter(GraphDefEmitter):
             )
         if staged is not None:
             self.stage_weights(rows, k, firsts, lds, staged, staged_ld(k, mma))
-        return firsts, lds, rows, staged
-
-    def plan_prefetch(
-        self,
-        plan: StreamPlan,
-        firsts: list[str],
-        lds: list[int],
-        rows: list[int],
-        g_at: str,
-        k: int,
-        mma: bool,
-    ) -> None:
-        """The L2 prefetch one thread runs before the task's turn (MK_CUDA_PREFETCH's budget):
-        the weights' rows and the norm weight."""
-        # Tensor cores take rows in 8-row groups across warps: only a whole slab is fetched.
-        most = switches.prefetch_budget()
-        budget = most if not mma or 2 * k * sum(rows) <= most else 0
-        fetch = []
-        if plan.g is not None:  # the norm weight: the staging's first load
-            g = self.operands[plan.g.source_index()]
-            fetch.append(f"mk::gpu::prefetch_l2({g_at}, {k} * mk::dtype_size({g.dtype}));")
-        fetch += [
-            f"mk::gpu::prefetch_rows({firsts[i]} + {r0} * {lds[i]}, {n}, {lds[i]}, {k});"
-            for i, r0, n in prefetch_spans(rows, 2 * k, budget)
-        ]
-        if budget:
-            self.prefetch = fetch
+        return staged is not None
 
     def stream_call(self, plan: StreamPlan, k: int, mma: bool, early: str, staged: bool) -> None:
         """The mk::gpu::stream_linear call (after the merge where MK_CUDA_MERGE_EARLY asks the

@@ -250,30 +250,6 @@ def stage_offsets(rows: Sequence[int], k: int, lds: Sequence[int], mma: bool) ->
     return offsets if at <= STAGE_MAX else None
 
 
-def prefetch_spans(
-    rows: Sequence[int], row_bytes: int, budget: int, warps: int = WARPS
-) -> list[tuple[int, int, int]]:
-    """(weight, first row, rows) spans of a task's weights to fetch into L2 ahead of it, at most
-    `budget` bytes: all of them when they fit, else the first rows of every warp's share (a warp
-    streams a contiguous range of the concatenated rows, first rows first). Asking for whole
-    slabs only (MK_CUDA_PREFETCH_PARTIAL=0, retired) was level or slower on the H100: -0.13 to
-    +5.7 % (sessions 78 and 80)."""
-    total = sum(rows)
-    if total * row_bytes <= budget:
-        return [(i, 0, n) for i, n in enumerate(rows) if n]
-    share = -(-total // warps)
-    take = min(share, budget // (warps * row_bytes))
-    starts = [sum(rows[:i]) for i in range(len(rows))]
-    spans: list[tuple[int, int, int]] = []
-    for w in range(warps):
-        begin, end = w * share, min(w * share + take, total)
-        for i, (first, n) in enumerate(zip(starts, rows, strict=True)):
-            lo, hi = max(begin, first), min(end, first + n)
-            if lo < hi:
-                spans.append((i, lo - first, hi - lo))
-    return spans
-
-
 def plan_stream(op: GraphDefOp) -> StreamPlan | None:
     """The streamed form of `op`'s loop, or None when the loop does anything else."""
     loop = op.loop_ops()

@@ -5,11 +5,8 @@ from __future__ import annotations
 import os
 
 from mk.backends.cuda.attention_switches import attention_defines
-from mk.backends.cuda.switch_values import byte_count, choice, count, flag
+from mk.backends.cuda.switch_values import choice, count, flag
 
-# The budget to try when turning the prefetch on (MK_CUDA_PREFETCH): two tasks' worth on every
-# SM must fit the 50 MB L2 beside the activations, or the prefetch evicts what it fetched.
-PREFETCH_MAX = 128 << 10
 # Where a tensor-core task streams through the cp.async ring by default (MK_CUDA_MMA_RING=auto):
 # its warps stream at least RING_AUTO_BYTES each, in rows of at least RING_AUTO_COLUMNS. On the
 # H200 (bench/RESULTS.md, session 39), with the ring walking a raw activation's chunks as one
@@ -146,14 +143,6 @@ def plain_launch() -> bool:
 def merge_tiles() -> bool:
     """MK_CUDA_MERGE_TILES=1: the split-KV merge as tile steps, as before its device call."""
     return flag("MK_CUDA_MERGE_TILES")
-
-
-def prefetch_budget() -> int:
-    """Most weight bytes a task asks the L2 for ahead of its turn, while the task before it waits
-    and runs: MK_CUDA_PREFETCH (bytes; PREFETCH_MAX is the budget to try). Off by default: on
-    the H200 a qwen3-0.6b step took 308 us without it and 371 us with 128 KB one task ahead
-    (bench/RESULTS.md), while the gated MLP and RMSNorm+Linear rows moved within the noise."""
-    return byte_count("MK_CUDA_PREFETCH", 0)
 
 
 def weights_evict_first() -> bool:

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 import mk
-from mk.backends.cuda.switches import PREFETCH_MAX
 from mk.models import decode_program, preset
 
 
@@ -55,27 +54,3 @@ def test_rows_first_is_a_build_option(tmp_path: Path, monkeypatch: pytest.Monkey
         monkeypatch.setenv("MK_CUDA_ATTN_ROWS_FIRST", bad)
         with pytest.raises(mk.MkError, match="MK_CUDA_ATTN_ROWS_FIRST must be a number of stages"):
             mk.compile(text, target="cuda", cache_dir=tmp_path)
-
-
-@pytest.mark.usefixtures("no_nvcc")
-def test_the_prefetch_asks_for_the_keys_of_a_decode_attention(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With an L2 prefetch budget (MK_CUDA_PREFETCH=PREFETCH_MAX) the decode attention body asks
-    for its task's K and V rows before its turn, every row of the task (the kv length is read
-    only at the turn); a budget under their bytes asks for none."""
-    text = _tiny_decode()
-
-    assert "kAheadL2" not in _attention_body(text, tmp_path)
-    monkeypatch.setenv("MK_CUDA_PREFETCH", str(PREFETCH_MAX))
-    body = _attention_body(text, tmp_path)
-    ahead = next(line for line in body.splitlines() if "if (ahead == mk::gpu::kAheadL2) {" in line)
-    keys = int(body.split("sa.keys = ")[1].split(";")[0])
-    ld = int(body.split("sa.ld = ")[1].split(";")[0])
-    asks = ahead.split("mk::gpu::prefetch_rows(")[1:]
-    assert len(asks) == 2 and keys * ld * 2 * 2 <= PREFETCH_MAX
-    for field, call in zip(("sa.k", "sa.v"), asks, strict=True):
-        start = body.split(f"{field} = ")[1].split(";")[0]
-        assert call.startswith(f"{start}, {keys}, {ld}, {ld})")
-    monkeypatch.setenv("MK_CUDA_PREFETCH", str(keys * ld * 2 * 2 - 16))
-    assert "kAheadL2" not in _attention_body(text, tmp_path)

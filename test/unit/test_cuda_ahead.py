@@ -1,5 +1,5 @@
-"""Weights asked for ahead of a streamed linear's turn: the L2 prefetch (its budget, spans and
-distance), weights staged in shared memory, and the L2 requests beside the staging."""
+"""Weights asked for ahead of a streamed linear's turn: weights staged in shared memory, and
+the L2 requests beside the staging."""
 
 from __future__ import annotations
 
@@ -10,32 +10,6 @@ import pytest
 from linear_programs import cuda_source, linear_program
 
 import mk
-from mk.backends.cuda.switches import PREFETCH_MAX
-
-
-@pytest.mark.usefixtures("no_nvcc")
-@pytest.mark.parametrize(("n", "k", "whole"), [(512, 1024, True), (4096, 4096, False)])
-def test_weights_are_prefetched_within_the_budget(
-    tmp_path: Path, n: int, k: int, whole: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With the prefetch on, a task asks the L2 for its weights before its wait: all of them
-    when they fit the budget, else the first rows of every warp's share (two tasks' worth per SM
-    must fit the L2)."""
-    monkeypatch.setenv("MK_CUDA_PREFETCH", str(PREFETCH_MAX))
-    prog = mk.compile(
-        linear_program(1, n, k, norm=True), target="cuda", num_sms=8, cache_dir=tmp_path
-    )
-    src = prog.cuda_source  # type: ignore[attr-defined]
-    body = re.search(r"if \(ahead == mk::gpu::kAheadL2\) \{ (.*) return 0; \}", src)
-    assert body is not None
-    rows = re.findall(r"mk::gpu::prefetch_rows\(.*?, (\d+), (\d+), (\d+)\);", body.group(1))
-    assert rows and all(int(ld) == k == int(cols) for _, ld, cols in rows)
-    fetched = sum(int(r) for r, _, _ in rows)
-    assert 2 * k * fetched <= 128 << 10
-    assert (fetched == n // 8) == whole  # the task's rows: n over 8 SMs
-    assert len(rows) == (1 if whole else 8)
-    assert f"{k} * mk::dtype_size(mk::DTYPE_BF16));" in body.group(1)  # the norm weight
-    assert re.search(r"task_\w+\(t, bp, arena, iteration, mk::gpu::kAheadL2\)", src)
 
 
 @pytest.mark.usefixtures("no_nvcc")
@@ -129,36 +103,6 @@ def test_the_staging_ring_holds_two_tasks_where_it_can() -> None:
     at, ring = ring_layout(100 << 10, 100 << 10) or (0, 0)
     assert ring >= 100 << 10 and at + ring <= DYNAMIC_SMEM
     assert ring_layout(133 << 10, 128 << 10) is None
-
-
-def test_prefetch_spans_fit_the_budget_and_lead_every_warp() -> None:
-    from mk.backends.cuda.stream import prefetch_spans
-
-    # A slab that fits: every weight whole.
-    assert prefetch_spans([16, 8, 8], 2048, 128 << 10) == [(0, 0, 16), (1, 0, 8), (2, 0, 8)]
-    # A bigger slab (two weights of 112 rows, 8 KB each): each of the 8 warps' 28-row shares
-    # starts with the rows that fit the budget, split where a share crosses into the second weight.
-    spans = prefetch_spans([112, 112], 8192, 128 << 10)
-    assert sum(n for _, _, n in spans) * 8192 <= 128 << 10
-    firsts = [i * 112 + r for i, r, _ in spans]
-    assert firsts == [w * 28 for w in range(8)]
-    assert all(n == 2 for _, _, n in spans)
-    assert prefetch_spans([64], 1 << 20, 128 << 10) == []  # not even one row per warp
-
-
-@pytest.mark.usefixtures("no_nvcc")
-def test_prefetch_budget_is_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The L2 prefetch is off unless MK_CUDA_PREFETCH gives it a byte budget."""
-    text = linear_program(1, 512, 1024, norm=True)
-    off = cuda_source(text, tmp_path)
-    assert "kAheadL2) {" not in off and "prefetch_rows" not in off
-    monkeypatch.setenv("MK_CUDA_PREFETCH", "0")
-    assert cuda_source(text, tmp_path) == off
-    monkeypatch.setenv("MK_CUDA_PREFETCH", "65536")
-    assert "if (ahead == mk::gpu::kAheadL2) {" in cuda_source(text, tmp_path)
-    monkeypatch.setenv("MK_CUDA_PREFETCH", "lots")
-    with pytest.raises(mk.MkError, match="MK_CUDA_PREFETCH must be a byte count, got 'lots'"):
-        cuda_source(text, tmp_path)
 
 
 @pytest.mark.usefixtures("no_nvcc")

@@ -199,7 +199,6 @@ def test_a_libraries_resources_read_back_as_written(tmp_path: Path) -> None:
 
 # Build switches that change the emitted CUDA beyond the default (bench/RESULTS.md measures them).
 SWITCHES = [
-    {"MK_CUDA_PREFETCH": str(128 << 10)},
     {"MK_CUDA_WEIGHT_L2": "evict_first"},
     {"MK_CUDA_STAGE": "1"},
     {"MK_CUDA_MMA_PIPE": "1"},
@@ -249,7 +248,7 @@ SWITCH_BUILDS = [
     ("decoder_block", {"MK_CUDA_WEIGHT_L2": "evict_first", "MK_CUDA_WAIT_BATCH": "0",
                        "MK_CUDA_LOAD_GROUPS": "0",
                        "MK_CUDA_ATTN_KEYS": "8"}),
-    ("decoder_block", {"MK_CUDA_PREFETCH": str(128 << 10), "MK_CUDA_LEAN": "0",
+    ("decoder_block", {"MK_CUDA_LEAN": "0",
                        "MK_CUDA_FUSE_LOOPS": "0", "MK_CUDA_LAUNCH": "plain",
                        "MK_CUDA_ATTN_PIPE": "1"}),
     ("decoder_block", {"MK_CUDA_STAGE": "1", "MK_CUDA_SIGNAL": "release",

@@ -191,7 +191,6 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
       // From the global table: the other threads are still filling the shared one.
       load_entry<Dispatch>(p, begin, entry[0], slots[0], p.buffers);
       const TaskDesc* first = &entry[0].near.desc;
-      Dispatch::prefetch(first->kind, first, slots[0], arena, 0);
       // A launch that stops at once stages nothing: it would leave copies in flight.
       staged[0].bytes = error == RUN_OK ? Dispatch::stage_bytes(first->kind) : 0;
       if (staged[0].bytes) stage_set(0, first, 0);
@@ -271,14 +270,13 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
         go = wait_task<Dispatch::kBatchWaits>(p, entry[cur].near, entry[cur].id, sm, t, base, known);
       } else if (threadIdx.x == 32) {
         // The next task: its entry and buffers, its weights into the ring behind this task's
-        // (and, prefetching ahead, into L2), so HBM streams them while this task waits and
-        // runs; and the entry after it into L1.
+        // (MK_CUDA_STAGE=1), so HBM streams them while this task waits and runs; and the entry
+        // after it into L1.
         const int32_t next = after_q(q, t);
         if (next >= 0) {
           const int32_t t_next = next > q ? t : t + 1;
           load_entry<Dispatch>(p, next, entry[after], slots[after], table);
           const TaskDesc& ahead = entry[after].near.desc;
-          Dispatch::prefetch(ahead.kind, &ahead, slots[after], arena, t_next);
           const uint32_t bytes = Dispatch::stage_bytes(ahead.kind);
           staged[after] = gpu::StagePlace{0, bytes, 0, 0};
           if (bytes) {

@@ -16,7 +16,6 @@ namespace gpu {
 
 // What a task body does when the dispatcher calls it before the task's turn.
 constexpr int32_t kAheadNone = 0;   // run the task
-constexpr int32_t kAheadL2 = 1;     // ask the L2 for its weights (the next task of the queue)
 constexpr int32_t kAheadStage = 2;  // copy its weights into shared memory (at arena.stage_base)
 
 // How long a body waits for its staged weights before it fails the task (a copy that never

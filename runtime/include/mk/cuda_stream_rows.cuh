@@ -330,38 +330,6 @@ __device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, 
 
 // ------------------------------------------------------------------------------ prefetch
 
-// Asks the L2 to fetch the 16-byte-aligned part of [p, p + bytes) with bulk prefetches: one
-// instruction per 32 KB from one thread, nothing waits for them. Not inlined, as prefetch_rows:
-// each body calls them once, and inlined copies made every linear body ~30 KB larger.
-__device__ inline __noinline__ void prefetch_l2(const void* p, uint64_t bytes) {
-  const uint64_t a = reinterpret_cast<uint64_t>(p);
-  const uint64_t end = (a + bytes) & ~uint64_t{15};
-  for (uint64_t at = (a + 15) & ~uint64_t{15}; at < end; at += 32768) {
-    const uint32_t n = static_cast<uint32_t>(end - at < 32768 ? end - at : 32768);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"(n) : "memory");
-  }
-}
-
-// A decode task's weights (`rows` rows of `cols` 16-bit elements, `ld` apart), requested before
-// the task waits for its inputs: HBM streams them while the producers finish.
-// Rows apart (a column block of a split o-projection: 64 rows of 512 bytes) take one prefetch
-// each, issued here: one thread issues them while the CTA waits at the dispatcher's barrier.
-__device__ inline __noinline__ void prefetch_rows(const uint16_t* w, int rows, int64_t ld, int64_t cols) {
-  const uint64_t bytes = 2 * static_cast<uint64_t>(cols);
-  if (ld == cols) {
-    prefetch_l2(w, bytes * rows);
-    return;
-  }
-  if ((reinterpret_cast<uintptr_t>(w) & 15) == 0 && ld % 8 == 0 && cols % 8 == 0 && bytes <= 32768) {
-    for (int r = 0; r < rows; ++r) {
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(w + r * ld), "r"(static_cast<uint32_t>(bytes))
-                   : "memory");
-    }
-    return;
-  }
-  for (int r = 0; r < rows; ++r) prefetch_l2(w + r * ld, bytes);
-}
-
 // Thread t of n asks the L2 for every n-th 128-byte line of the rows of chunk 0 (no registers
 // held, unlike load_first_round; MK_CUDA_MERGE_EARLY=behind: the threads that do not merge),
 // so that the stream's own loads find them there.
