@@ -123,14 +123,6 @@ def batch_waits() -> bool:
     return flag("MK_CUDA_WAIT_BATCH", default=True)
 
 
-def release_signals() -> bool:
-    """MK_CUDA_SIGNAL: `fence` (default) signals a task's events with one fence.acq_rel and a
-    relaxed add per event; `release` with a red.release (atom.release for a tail) per event and
-    no separate fence. In bench/chain.py's standalone chain the release form (with acquire polls)
-    took 10.1 against 11.6 µs a layer, but qwen3-0.6b ran 1.2153 against 1.1966 ms/token with it."""
-    return choice("MK_CUDA_SIGNAL", ("fence", "release")) == "release"
-
-
 def plain_launch() -> bool:
     """MK_CUDA_LAUNCH: `cooperative` (default) launches the megakernel with
     cudaLaunchCooperativeKernel, which guarantees that every CTA is resident; `plain` with
@@ -360,8 +352,6 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_MMA_PIPE 1")
     if (sleep := poll_sleep_ns()) != POLL_SLEEP_NS:
         lines.append(f"#define MK_POLL_SLEEP_NS {sleep}")
-    if release_signals():
-        lines.append("#define MK_SIGNAL_RELEASE 1")
     if flag_poll_all():
         lines.append("#define MK_FLAG_POLL_ALL 1")
     if (flag_sleep := flag_sleep_ns()) != FLAG_SLEEP_NS:
