@@ -27,7 +27,7 @@ def device_function(fn: SharedFunction, inline: bool) -> str:
         f"__device__ {'__forceinline__' if inline else '__noinline__'} int32_t {fn.name}(const mk::TaskDesc* t, void* const* bp, "
         "mk::gpu::Arena& arena, int32_t iteration, int32_t ahead) {",
     ]
-    if not runs_ahead(fn, "kAheadStage"):
+    if not stages_ahead(fn):
         head.append("  (void)ahead;  // nothing to do before the task's turn")
     return "\n".join([*head, *_indent(uses_iteration(fn.body), 1), "  return 0;", "}"]) + "\n"
 
@@ -62,9 +62,9 @@ def ring_layout(front: int, staged: int) -> tuple[int, int] | None:
     return (offset, ring) if ring >= staged else None
 
 
-def runs_ahead(fn: SharedFunction, mode: str) -> bool:
-    """Whether the body does something in `mode` (kAheadStage) before its turn."""
-    return any(line.startswith(f"if (ahead == mk::gpu::{mode}) {{") for line in fn.body)
+def stages_ahead(fn: SharedFunction) -> bool:
+    """Whether the body copies its weights into the staging ring before its turn (kAheadStage)."""
+    return any(line.startswith("if (ahead == mk::gpu::kAheadStage) {") for line in fn.body)
 
 
 def slot_rows(shared: SharedBodies) -> tuple[tuple[int, ...], ...]:
@@ -123,7 +123,7 @@ def dispatch_struct(
     stages = "\n".join(
         f"      case {i}: return {fn.name}(t, bp, arena, iteration, mk::gpu::kAheadStage) != 0;"
         for i, fn in enumerate(functions)
-        if runs_ahead(fn, "kAheadStage")
+        if stages_ahead(fn)
     )
     sizes = "\n".join(
         f"      case {i}: return {staged[fn.name]};"
