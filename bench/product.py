@@ -1,5 +1,5 @@
-"""How fast one SM runs a decode task's product (mk::gpu::stream_rows) with its weights in HBM,
-in L2 or already in shared memory.
+"""How fast one SM runs a decode task's product (mk::gpu::stream_rows) with its weights in HBM
+or in L2.
 
 A decode linear task reduces `rows` weight rows of `k` bf16 columns against one activation row.
 In the megakernel its weight segment took 4.2 µs from HBM and 2.8 µs from L2 for 96 KB, and
@@ -9,10 +9,10 @@ real header (no megakernel, no events) that times the same call, one CTA of 256 
 all SMs at once or one:
 
 - `hbm`: each repetition reads another slab (the buffer is larger than the L2);
-- `l2`: every repetition reads the same slab (the first warms the L2);
-- `smem`: the slab is copied into shared memory first and read from there;
-- `generic`: the same, through a pointer whose state space the compiler cannot see (generic
-  loads, as a staged slab's address reaches a task body through the arena).
+- `l2`: every repetition reads the same slab (the first warms the L2).
+
+(Its `smem` and `generic` modes, the slab read from shared memory, went with the staging ring
+that they measured: bench/RESULTS.md keeps their numbers.)
 
 For each template choice (RG rows at a time, S 256-column steps in flight) it prints the median
 µs per task over the SMs and repetitions after the first (the global timer's wall time: before
@@ -29,36 +29,26 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-MODES = ("hbm", "l2", "smem", "generic")
+MODES = ("hbm", "l2")
 THREADS = 256
 REPS = 8
 
 
 def kernel_source(mode: str, rows: int, k: int, rg: int, s: int) -> str:
     """One kernel: REPS timed calls of stream_rows<1, rg, s> on this CTA's slab."""
-    shared = "true" if mode in ("smem", "generic") else "false"
-    launder = 'asm volatile("mov.b64 %0, %0;" : "+l"(slab));' if mode == "generic" else ""
     slab = rows * k
-    # hbm: repetition r of CTA b reads slab r * gridDim.x + b; l2 and smem: slab b every time.
+    # hbm: repetition r of CTA b reads slab r * gridDim.x + b; l2: slab b every time.
     pick = "(rep * gridDim.x + blockIdx.x)" if mode == "hbm" else "blockIdx.x"
     return f"""
 __global__ void __launch_bounds__({THREADS}, 1)
 run_{mode}(const uint16_t* w, float* sums, long long* clocks) {{
   float* xs = reinterpret_cast<float*>(mk::gpu::mk_dynamic_smem);
-  uint16_t* staged = reinterpret_cast<uint16_t*>(mk::gpu::mk_dynamic_smem + {k} * sizeof(float));
   for (int i = threadIdx.x; i < {k}; i += blockDim.x) xs[i] = 1e-3f * static_cast<float>(i % 7 + 1);
   const int warps = blockDim.x >> 5, warp = threadIdx.x >> 5;
   const int per_warp = ({rows} + warps - 1) / warps;
   const int begin = warp * per_warp, end = begin + per_warp < {rows} ? begin + per_warp : {rows};
   for (int rep = 0; rep < {REPS}; ++rep) {{
     const uint16_t* slab = w + static_cast<int64_t>({pick}) * {slab};
-    if ({shared}) {{  // the copy is not timed: the weights are "already there"
-      for (int i = threadIdx.x * 8; i < {slab}; i += blockDim.x * 8) {{
-        *reinterpret_cast<uint4*>(staged + i) = *reinterpret_cast<const uint4*>(slab + i);
-      }}
-      slab = staged;
-      {launder}
-    }}
     mk::gpu::StreamLinear sl{{}};
     sl.w_dtype = mk::DTYPE_BF16;
     sl.k = {k};
@@ -68,7 +58,7 @@ run_{mode}(const uint16_t* w, float* sums, long long* clocks) {{
     sl.w[0] = mk::gpu::StreamWeight{{slab, {k}, {rows}, sums + blockIdx.x * {rows}}};
     __syncthreads();
     const long long t0 = mk::gpu::mark_clock();  // ns: cycles run slow under load
-    mk::gpu::stream_rows<1, {rg}, {s}, true, {shared}>(sl, xs, {k}, {k}, 0, begin, end, sl.assign);
+    mk::gpu::stream_rows<1, {rg}, {s}, true>(sl, xs, {k}, {k}, 0, begin, end, sl.assign);
     __syncthreads();
     const long long t1 = mk::gpu::mark_clock();
     if (threadIdx.x == 0) clocks[blockIdx.x * {REPS} + rep] = t1 - t0;
@@ -81,7 +71,7 @@ def program_source(rows: int, k: int, rg: int, s: int) -> str:
     """The kernels (one per mode) and a main that runs each on `ctas` CTAs (argv[1]; 0: one per SM) and
     prints `mode median_ns`."""
     kernels = "".join(kernel_source(m, rows, k, rg, s) for m in MODES)
-    smem = k * 4 + rows * k * 2
+    smem = k * 4
     slabs = f"static_cast<size_t>({REPS}) * ctas * {rows * k}"
     launches = "".join(
         f"""

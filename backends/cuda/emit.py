@@ -23,14 +23,13 @@ from mk.backends.cuda.dispatch import (
     body_slots,
     device_function,
     dispatch_struct,
-    ring_layout,
     slot_rows,
 )
 from mk.backends.cuda.emit_attention import plain
 from mk.backends.cuda.emit_body import DeviceGraphDefEmitter, numel
 from mk.backends.cuda.emit_library import DeviceLibraryEmitter
 from mk.backends.cuda.mma_tile import WGMMA_HEADER, GemmPlan
-from mk.backends.cuda.stream import WIDE_ROOM, layer_loads, staging
+from mk.backends.cuda.stream import WIDE_ROOM, layer_loads
 from mk.backends.shared_bodies import SharedBodies, rebind
 from mk.dialects.mugraph import GraphDefOp, KernelOp
 from mk.dialects.task import BufferOp, GraphOp, GridOp
@@ -95,11 +94,9 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
     profile = op_marks.enabled()
     bodies = _bodies(grids, refs)
     shared = SharedBodies(slot_format="bp[{k}]")
-    staged: dict[str, int] = {}  # per function, its weights' bytes in the staging ring
     gemm_fns: set[str] = set()  # the functions that run a wgmma tile
     for gi, (grid, (lines, need)) in enumerate(zip(grids, bodies, strict=True)):
         fn = shared.add(f"task_{gi}_{_ident(grid.sym_name.data)}", grid.sym_name.data, lines)
-        staged[fn.name] = need.staged
         if need.wgmma:
             gemm_fns.add(fn.name)
     wgmma = bool(gemm_fns)
@@ -125,7 +122,6 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
         dispatch_struct(
             shared,
             front,
-            staged,
             len(buffers),
             switches.batch_waits(),
             max((need.arena for _, need in bodies), default=0),
@@ -148,12 +144,11 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
 
 @dataclass(frozen=True)
 class _Need:
-    """Per-CTA memory of one task body, in bytes: global scratch, dynamic shared memory at the
-    front, and weights staged in the ring."""
+    """Per-CTA memory of one task body, in bytes: global scratch and dynamic shared memory at the
+    front."""
 
     scratch: int
     smem: int
-    staged: int = 0
     wgmma: bool = False  # runs wgmma_gemm_tile (mk/cuda_wgmma_tile.cuh, with CuTe)
     arena: int = 0  # bytes of tiles wanted in the arena's shared-memory part (a gemm's sums)
     wide: bool = False  # its front reaches into the arena's shared-memory part (WIDE_ROOM)
@@ -164,34 +159,17 @@ _Bodies = list[tuple[list[str], _Need]]
 
 def _bodies(grids: list[GridOp], refs: dict[str, BufferRef]) -> _Bodies:
     """Every grid's body. Bodies that several grids share (a model's layers) are emitted again
-    as repeated (MK_CUDA_LAYER_LOADS); with MK_CUDA_STAGE=1 the weights are staged ahead where
-    the ring holds them."""
-    repeated = [False] * len(grids)
-
-    def emit(stage: bool) -> _Bodies:
-        # A tail task runs at its producer's signal, not at a queue position: nothing stages it
-        # ahead.
-        return [
-            _grid_body(g, refs, stage and tail_edge(g) is None, r)
-            for g, r in zip(grids, repeated, strict=True)
-        ]
-
-    stage = staging()
-    bodies = emit(stage)
+    as repeated (MK_CUDA_LAYER_LOADS)."""
+    bodies = [_grid_body(g, refs) for g in grids]
     if layer_loads():
-        bodies, repeated = _as_repeated(grids, refs, bodies, stage)
-    front = max((need.smem for _, need in bodies), default=0)
-    if ring_layout(front, max((need.staged for _, need in bodies), default=0)) is None:
-        bodies = emit(False)  # no room: nothing staged
+        bodies = _as_repeated(grids, refs, bodies)
     return bodies
 
 
-def _as_repeated(
-    grids: list[GridOp], refs: dict[str, BufferRef], bodies: _Bodies, stage: bool
-) -> tuple[_Bodies, list[bool]]:
-    """The bodies that several grids share, emitted again as repeated, and per grid whether it
-    is one of them: the first grid of each such function anew, the others its text on their own
-    buffers (emitting every layer's again cost qwen3-8b's 36 layers 1.7 s)."""
+def _as_repeated(grids: list[GridOp], refs: dict[str, BufferRef], bodies: _Bodies) -> _Bodies:
+    """The bodies that several grids share, emitted again as repeated: the first grid of each
+    such function anew, the others its text on their own buffers (emitting every layer's again
+    cost qwen3-8b's 36 layers 1.7 s)."""
     shared = SharedBodies()
     fns = [
         shared.add(g.sym_name.data, g.sym_name.data, lines)
@@ -204,32 +182,31 @@ def _as_repeated(
             continue
         if fn.name not in first:
             first[fn.name] = i
-            out[i] = _grid_body(grid, refs, stage and tail_edge(grid) is None, True)
+            out[i] = _grid_body(grid, refs, True)
         else:
             j = first[fn.name]
             out[i] = (rebind(out[j][0], shared.buffers(j), shared.buffers(i)), out[j][1])
-    return out, [len(fn.grids) > 1 for fn in fns]
+    return out
 
 
 def _grid_body(
     grid: GridOp,
     refs: dict[str, BufferRef],
-    stage: bool,
     repeated: bool = False,
 ) -> tuple[list[str], _Need]:
     gk = grid_kernel(grid, refs, "CUDA")
     kernel = gk.kernel
-    smem = staged = 0
+    smem = 0
     wgmma = gemm = wide = False
     if isinstance(kernel, GraphDefOp):
-        emitter = DeviceGraphDefEmitter(kernel, gk.operands, gk.result_buffers(), stage, repeated)
+        emitter = DeviceGraphDefEmitter(kernel, gk.operands, gk.result_buffers(), repeated)
         body = emitter.emit()
         sizes = {n: numel(v) for v, n in emitter.names.items()}
         lines, tiles = device_lines(body, sizes)
-        if (widened := _widened(emitter, gk, stage, repeated, tiles)) is not None:
+        if (widened := _widened(emitter, gk, repeated, tiles)) is not None:
             emitter, body = widened
             lines, wide = device_lines(body, sizes)[0], True
-        smem, staged = 4 * emitter.smem_floats, emitter.staged_bytes
+        smem = 4 * emitter.smem_floats
         plan = emitter.plan
         gemm = isinstance(plan, GemmPlan)
         wgmma = isinstance(plan, GemmPlan) and plan.wgmma
@@ -249,20 +226,20 @@ def _grid_body(
     arena = tiles if gemm else 0
     if wide:
         lines = [f"arena.clear_front({smem});  // the stream's room reaches into the arena", *lines]
-    need = _Need(tiles + _temporaries(kernel, tiles), smem, staged, wgmma, arena, wide)
+    need = _Need(tiles + _temporaries(kernel, tiles), smem, wgmma, arena, wide)
     return lines, need
 
 
 def _widened(
-    emitter: DeviceGraphDefEmitter, gk: GridKernel, stage: bool, repeated: bool, tiles: int
+    emitter: DeviceGraphDefEmitter, gk: GridKernel, repeated: bool, tiles: int
 ) -> tuple[DeviceGraphDefEmitter, list[str]] | None:
     """The body again with WIDE_ROOM for its streamed activation where that takes fewer chunks
     and its `tiles` still fit the shared memory behind the room (switches.wide_room), else None.
     (`tiles` counts 16 bytes of alignment that a 16-byte aligned room does not need.)"""
     fits = WIDE_ROOM + tiles - 16 <= DYNAMIC_SMEM
-    if stage or emitter.stream_chunks < 2 or not fits or not switches.wide_room():
+    if emitter.stream_chunks < 2 or not fits or not switches.wide_room():
         return None
     op = emitter.op
-    wide = DeviceGraphDefEmitter(op, gk.operands, gk.result_buffers(), stage, repeated, WIDE_ROOM)
+    wide = DeviceGraphDefEmitter(op, gk.operands, gk.result_buffers(), repeated, WIDE_ROOM)
     body = wide.emit()
     return (wide, body) if 0 < wide.stream_chunks < emitter.stream_chunks else None

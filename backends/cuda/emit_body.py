@@ -32,7 +32,7 @@ from mk.backends.cuda.pair_loops import pair_loops
 from mk.backends.cuda.row_ops import static_row_op
 from mk.backends.cuda.rows_add import RowsAdd, plan_rows_add
 from mk.backends.cuda.split_merge import MergedX, MergePlan, merge_lines, plan_merge
-from mk.backends.cuda.stream import STAGE_X_BYTES, StreamPlan, plan_stream
+from mk.backends.cuda.stream import StreamPlan, plan_stream
 from mk.backends.cuda.stream_attention import AttentionPlan, plan_attention
 from mk.backends.cuda.whole_calls import whole_calls
 from mk.diagnostics import MkError, op_location
@@ -64,7 +64,6 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         op: GraphDefOp,
         operands: Sequence[BufferRef],
         results: dict[int, list[BufferRef]],
-        stage: bool = False,
         repeated: bool = False,
         room: int = 0,
     ) -> None:
@@ -75,8 +74,6 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
             stream = dataclasses.replace(stream, repeated=True)
         if stream is not None and room:
             stream = dataclasses.replace(stream, x_bytes=room)
-        if stream is not None and stage:  # the chunk leaves the ring its room
-            stream = dataclasses.replace(stream, x_bytes=STAGE_X_BYTES, ring_ok=False)
         if stream is not None and isinstance(stream.x, MergedX):
             k = op.forloop_range() * shape_of(stream.x.tile)[1]
             if stream.chunk(k) < k:
@@ -87,7 +84,6 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
             or (None if switches.merge_tiles() else plan_merge(op))
             or plan_gemm(op)
         )
-        self.stage_weights_ahead = stage
         self.rows_add = plan_rows_add(op)
         # Accumulators the streamed loop writes whole (StreamLinear::assign): not zeroed first.
         self.assigned: set[SSAValue] = set()
@@ -100,9 +96,7 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
                 if self.plan.sum_sq is not None:
                     self.assigned.add(self.plan.sum_sq.res)
         self.smem_floats = 0
-        self.staged_bytes = 0  # weights the body stages in the ring
         self.views: set[SSAValue] = set()
-        self.stage: list[str] = []
         self.loops: list[Loop] = []
 
     def after_loop(self, loop: Sequence[Operation], epilogue: Sequence[Operation]) -> list[InputOp]:
@@ -114,9 +108,7 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         return self.plan is None or value not in self.plan.streamed()
 
     def emit(self) -> list[str]:
-        """The body; one that stages its weights starts with what one thread of the megakernel
-        runs before the task's turn: the copy into shared memory (ahead = kAheadStage, while
-        the task before it waits and runs)."""
+        """The body's lines."""
         if (calls := whole_calls(self)) is not None:
             self.lines += [*BLOCK_COORDS, *calls]
             return self.lines
@@ -128,12 +120,7 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
                 body, loops = localise_tiles(body, loops)
             if least := switches.pair_stores():
                 loops = pair_loops(loops, least)
-        lines = group_loads(place_barriers(body, loops, trailing=False))
-        if self.stage:
-            lines.insert(
-                2, f"if (ahead == mk::gpu::kAheadStage) {{ {' '.join(self.stage)} return 1; }}"
-            )
-        return lines
+        return group_loads(place_barriers(body, loops, trailing=False))
 
     def layout_op(self, op: Operation, it: str) -> None:
         """A reshape keeping the dtype is a view: its tile shares the source's storage (a

@@ -1,6 +1,5 @@
 """The device statements of a streamed decode linear (stream.py's plan): the StreamLinear
-descriptor, the copy into the staging ring run ahead of the task's turn, and the
-mk::gpu::stream_linear call with its template arguments."""
+descriptor and the mk::gpu::stream_linear call with its template arguments."""
 
 from __future__ import annotations
 
@@ -17,12 +16,7 @@ from mk.backends.cuda.split_merge import (
     merged_x_lines,
     mostly_idle,
 )
-from mk.backends.cuda.stream import (
-    STAGE_LOST,
-    StreamPlan,
-    stage_offsets,
-    staged_ld,
-)
+from mk.backends.cuda.stream import STAGE_LOST, StreamPlan
 from mk.dialects.mugraph import InputOp
 from mk.dialects.mugraph_base import shape_of
 
@@ -44,10 +38,7 @@ class StreamLinearEmitter(GraphDefEmitter):
     these attributes."""
 
     assigned: set[SSAValue]  # accumulators stream_linear writes whole (StreamLinear::assign)
-    stage_weights_ahead: bool
     smem_floats: int
-    staged_bytes: int
-    stage: list[str]  # what one thread runs before the task's turn: the copy into the ring
 
     def flat_start(self, op: InputOp) -> str:
         """The element offset of `op`'s first tile (iteration 0) in its row-major source."""
@@ -98,7 +89,7 @@ class StreamLinearEmitter(GraphDefEmitter):
         mode, x = switches.merge_early(), plan.x
         if mode == "0" or not isinstance(x, MergedX):
             return ""
-        if mma or self.stage_weights_ahead or not self.aligned(plan):
+        if mma or not self.aligned(plan):
             return ""
         if mode == "auto":
             return "beside" if mostly_idle(x) else ""
@@ -115,7 +106,7 @@ class StreamLinearEmitter(GraphDefEmitter):
         first = switches.stage_first()
         if not first or mma or isinstance(plan.x, MergedX):
             return None
-        if self.stage_weights_ahead or not self.aligned(plan):
+        if not self.aligned(plan):
             return None
         if self.operands[plan.x.source_index()].flagged:
             return None
@@ -139,8 +130,8 @@ class StreamLinearEmitter(GraphDefEmitter):
             self.merged_x(plan.x)
         self.stream_norm_weight(plan)
         self.stream_fields(plan, k, chunk, mma)
-        staged = self.stream_weights(plan, k, mma)
-        self.stream_call(plan, k, mma, early, staged)
+        self.stream_weights(plan)
+        self.stream_call(plan, k, mma, early)
         for op in plan.invariant:
             self.load(op, "0")
 
@@ -180,35 +171,21 @@ class StreamLinearEmitter(GraphDefEmitter):
         if plan.sum_sq is not None:
             emit(f"sl.sum_sq = {self.var(plan.sum_sq.res)}.data();")
         emit(f"sl.nw = {len(plan.products)};")
-        if self.aligned(plan) and not self.stage_weights_ahead:
+        if self.aligned(plan):
             emit("sl.aligned = true;")
 
-    def stream_weights(self, plan: StreamPlan, k: int, mma: bool) -> bool:
-        """sl.w: each weight's rows, in global memory or in the staging ring (MK_CUDA_STAGE=1,
-        whose copy it plans too); whether they are staged."""
-        firsts, lds = [], []
-        for w, _ in plan.products:
+    def stream_weights(self, plan: StreamPlan) -> None:
+        """sl.w: each weight's rows in global memory."""
+        for i, (w, acc) in enumerate(plan.products):
             ref = self.operands[w.source_index()]
             n0, k0 = self.input_starts(w, "0")
-            firsts.append(
-                f"static_cast<const uint16_t*>(buffers[{ref.index}]) + ({n0}) * {ref.shape[1]} + {k0}"
-            )
-            lds.append(ref.shape[1])
-        rows = [w.tile_shape()[0] for w, _ in plan.products]
-        staged = stage_offsets(rows, k, lds, mma) if self.stage_weights_ahead else None
-        for i, (_, acc) in enumerate(plan.products):
-            at, ld = firsts[i], lds[i]
-            if staged is not None:
-                at = f"reinterpret_cast<const uint16_t*>(arena.stage_base + {staged[i]})"
-                ld = staged_ld(k, mma)
+            at = f"static_cast<const uint16_t*>(buffers[{ref.index}]) + ({n0}) * {ref.shape[1]} + {k0}"
+            rows = w.tile_shape()[0]
             self.lines.append(
-                f"sl.w[{i}] = mk::gpu::StreamWeight{{{at}, {ld}, {rows[i]}, {self.var(acc.res)}.data()}};"
+                f"sl.w[{i}] = mk::gpu::StreamWeight{{{at}, {ref.shape[1]}, {rows}, {self.var(acc.res)}.data()}};"
             )
-        if staged is not None:
-            self.stage_weights(rows, k, firsts, lds, staged, staged_ld(k, mma))
-        return staged is not None
 
-    def stream_call(self, plan: StreamPlan, k: int, mma: bool, early: str, staged: bool) -> None:
+    def stream_call(self, plan: StreamPlan, k: int, mma: bool, early: str) -> None:
         """The mk::gpu::stream_linear call (after the merge where MK_CUDA_MERGE_EARLY asks the
         weights first) and the descriptor's closing brace."""
         emit = self.lines.append
@@ -220,39 +197,18 @@ class StreamLinearEmitter(GraphDefEmitter):
         if early:  # the weights asked into L2 beside the partials' loads
             assert isinstance(plan.x, MergedX)
             self.merged_x(plan.x, "mk::gpu::prefetch_rows_l2_by(sl, t, n);")
-        # The template's trailing arguments (Staged, G, Ring), defaults left off.
-        tail = [
-            _bool(staged),
-            str(plan.mma_groups() if mma else 1),
-            str(plan.ring_stages(k) if mma and not staged else 0),
-        ]
+        # The template's trailing arguments (G, Ring), defaults left off.
+        tail = [str(plan.mma_groups() if mma else 1), str(plan.ring_stages(k) if mma else 0)]
         # First: the first round loaded behind the activation's loads (2), else 0; Held: the
         # loads a thread keeps of it through the staging (0: all of the step).
         held = self.stage_first(plan, k, mma)
         tail.append("0" if held is None else "2")
         tail.append(str(held or 0))  # Held
-        while tail and tail[-1] == ("false", "1", "0", "0", "0")[len(tail) - 1]:
+        while tail and tail[-1] == ("1", "0", "0", "0")[len(tail) - 1]:
             tail.pop()
         call += "".join(f", {a}" for a in tail)
-        if not staged and not mma:
+        if not mma:
             emit(f"{call}>(sl);")
-        else:  # weights staged ahead, or a raw activation's bulk copies on tensor cores
+        else:  # a raw activation's bulk copies on tensor cores may not land
             emit(f"if (!{call}>(sl)) return {STAGE_LOST};")
         emit("}")
-
-    def stage_weights(
-        self,
-        rows: list[int],
-        k: int,
-        firsts: list[str],
-        lds: list[int],
-        offsets: list[int],
-        ld: int,
-    ) -> None:
-        """The copy of the task's weight rows into its place in the ring (`ld` apart), and its
-        room there."""
-        self.stage = [f"mk::gpu::stage_expect(arena, {2 * k * sum(rows)});"] + [
-            f"mk::gpu::stage_rows(arena, {off}, {first}, {n}, {src_ld}, {k}, {ld});"
-            for off, first, n, src_ld in zip(offsets, firsts, rows, lds, strict=True)
-        ]
-        self.staged_bytes = offsets[-1] + 2 * rows[-1] * ld

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeGuard
 
@@ -27,15 +26,11 @@ MAX_ROWS = 16  # activation rows the streamed loop takes (decode batches)
 MAX_WEIGHTS = 4
 WARPS = 8  # mk::kCudaThreads / 32
 SMEM_BYTES = 160 << 10  # mk::gpu::kStreamSmemBytes: most the activation chunk takes
-# With weights staged ahead, the chunk's room, so that the ring they land in is large, and the
-# most one task stages.
-STAGE_X_BYTES = 32 << 10
 # The room a streamed body with tiny tiles may take where it then walks its activation in fewer
 # chunks (switches.wide_room): the arena's shared-memory part behind it keeps what is left.
 WIDE_ROOM = 208 << 10
 MMA_LOADS = 16  # 16-byte weight loads a lane of a tensor-core warp keeps in flight
-STAGE_MAX = 128 << 10
-# What a body returns (the run status's detail is one less) when its staged weights never landed.
+# What a body returns (the run status's detail is one less) when its bulk copies never landed.
 STAGE_LOST = 0x7FFFFFFE
 _WEIGHT_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16")
 _FLOAT_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16", "mk::DTYPE_F32")
@@ -90,7 +85,6 @@ class StreamPlan:
     sum_sq: AccumOp | None  # sum_sq_last or mean_sq_last of x (Σx², divided after the loop)
     invariant: tuple[InputOp, ...]  # loop-invariant tiles only the epilogue reads
     x_bytes: int = SMEM_BYTES  # most the staged activation chunk takes (and the mma ring)
-    ring_ok: bool = True  # tensor cores may stream through the cp.async ring (not staged ahead)
     repeated: bool = False  # the body runs for several grids (loads_in_flight)
 
     @property
@@ -152,7 +146,7 @@ class StreamPlan:
         the gated MLP at batch 8 0.1465 -> 0.1293 ms with 2; whole models at batch 8, whose
         linears stream 4-12 KB a warp, slower with a ring on every task (1.92 -> 2.08 ms/token)
         and with one on the lm_head alone (1.92 -> 1.97)."""
-        if not self.ring_ok or not self.tensor_cores(k) or self.mma_groups() != 1:
+        if not self.tensor_cores(k) or self.mma_groups() != 1:
             return 0
         total = sum(w.tile_shape()[0] for w, _ in self.products)
         stages = switches.mma_ring(2 * total * k // WARPS, k)
@@ -220,34 +214,6 @@ def ring_bytes(stages: int) -> int:
     """Every warp's cp.async ring (mk::gpu::ring_bytes): eight rows of switches.ring_cols()
     columns a stage."""
     return WARPS * stages * 8 * switches.ring_cols() * 2
-
-
-def staged_ld(k: int, mma: bool) -> int:
-    """Elements between a task's weight rows in shared memory: K, plus 8 for tensor cores when
-    K/8 is even, so that the eight rows one of their steps reads start in different 16-byte bank
-    groups. (A CUDA-core step reads consecutive 16 bytes of one row: no conflict, and unpadded
-    rows of a whole-K slab stay one contiguous copy.)"""
-    return k + 8 if mma and (k // 8) % 2 == 0 else k
-
-
-def staging() -> bool:
-    """MK_CUDA_STAGE=1: linear tasks' weights are copied into shared memory ahead of their turn
-    (mk/cuda_stage.cuh), while the task before them waits and runs."""
-    return switch_values.flag("MK_CUDA_STAGE")
-
-
-def stage_offsets(rows: Sequence[int], k: int, lds: Sequence[int], mma: bool) -> list[int] | None:
-    """Byte offsets, from the task's place in the staging ring, of each weight's rows when they
-    are staged in shared memory; None when they take more than STAGE_MAX or a row is not a whole
-    number of 16-byte units."""
-    if k % 8 or any(ld % 8 for ld in lds):
-        return None
-    at = 0
-    offsets = []
-    for n in rows:
-        offsets.append(at)
-        at += 2 * n * staged_ld(k, mma)
-    return offsets if at <= STAGE_MAX else None
 
 
 def plan_stream(op: GraphDefOp) -> StreamPlan | None:

@@ -58,11 +58,7 @@ def _kind_functions(src: str) -> list[str]:
     """The body function each lowered kind runs: kBodyOfKind's number, then its one case."""
     table = re.search(r"kBodyOfKind\[\d+\] = \{([\d, ]*)\};", src)
     assert table is not None
-    cases = dict(
-        re.findall(
-            r"case (\d+): return (task_\w+)\(t, bp, arena, iteration, mk::gpu::kAheadNone\);", src
-        )
-    )
+    cases = dict(re.findall(r"case (\d+): return (task_\w+)\(t, bp, arena, iteration\);", src))
     return [cases[n.strip()] for n in table.group(1).split(",")]
 
 
@@ -81,7 +77,7 @@ def test_every_example_emits_a_megakernel(
     called = _kind_functions(src)
     assert len(called) == len(grids) and sorted(set(called)) == sorted(functions)
     # One call site per function, whatever the kinds that run it (dispatch.body_numbers).
-    assert src.count("(t, bp, arena, iteration, mk::gpu::kAheadNone);") == len(functions)
+    assert src.count("(t, bp, arena, iteration);") == len(functions)
     for i in range(len(grids)):
         _check_slots(src, called[i], emitted.slot_rows[i], len(prog.tables.buffers))
     assert src.rstrip().endswith("MK_CUDA_ENTRY_POINTS(Dispatch)")
@@ -200,7 +196,6 @@ def test_a_libraries_resources_read_back_as_written(tmp_path: Path) -> None:
 # Build switches that change the emitted CUDA beyond the default (bench/RESULTS.md measures them).
 SWITCHES = [
     {"MK_CUDA_WEIGHT_L2": "evict_first"},
-    {"MK_CUDA_STAGE": "1"},
     {"MK_CUDA_MMA_PIPE": "1"},
     {"MK_CUDA_MMA_L1": "1"},
     {"MK_CUDA_MMA_RING": "3"},
@@ -250,8 +245,7 @@ SWITCH_BUILDS = [
     ("decoder_block", {"MK_CUDA_LEAN": "0",
                        "MK_CUDA_FUSE_LOOPS": "0", "MK_CUDA_LAUNCH": "plain",
                        "MK_CUDA_ATTN_PIPE": "1"}),
-    ("decoder_block", {"MK_CUDA_STAGE": "1",
-                       "MK_CUDA_POLL_SLEEP": "0", "MK_CUDA_FLAG_POLL": "all",
+    ("decoder_block", {"MK_CUDA_POLL_SLEEP": "0", "MK_CUDA_FLAG_POLL": "all",
                        "MK_CUDA_FLAG_SLEEP": "0",
                        "MK_CUDA_DISPATCH": "kind"}),
     ("gated_mlp", {"MK_CUDA_MMA_PIPE": "1"}),
@@ -529,7 +523,7 @@ def test_dispatch_by_kind_keeps_a_call_per_kind(
     monkeypatch.setenv("MK_CUDA_DISPATCH", "kind")
     by_kind = mk.compile(path, target="cuda", cache_dir=tmp_path)
     src = by_kind.cuda_source  # type: ignore[attr-defined]
-    calls = "(t, bp, arena, iteration, mk::gpu::kAheadNone);"
+    calls = "(t, bp, arena, iteration);"
     kinds = len(by_kind.graph.index().grids)  # type: ignore[attr-defined]
     assert src.count(calls) == kinds > by_body.cuda_source.count(calls)  # type: ignore[attr-defined]
     assert _kind_functions(src) == _kind_functions(by_body.cuda_source)  # type: ignore[attr-defined]

@@ -93,16 +93,11 @@ SHAPES = [
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("stage", ["0", "1"], ids=["global", "staged"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_streamed_linears_match_the_reference(
-    shape: tuple[int, int, int, bool, int],
-    stage: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    shape: tuple[int, int, int, bool, int], tmp_path: Path
 ) -> None:
-    """On the GPU, weights streamed from global memory and weights staged in shared memory."""
-    monkeypatch.setenv("MK_CUDA_STAGE", stage)
+    """On the GPU, weights streamed from global memory."""
     text = linear_program(*shape)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     agrees_with_the_reference(prog, text, shape)
@@ -297,33 +292,31 @@ def test_a_repeated_body_is_rebound_to_each_grids_buffers() -> None:
 
 
 @pytest.mark.usefixtures("no_nvcc")
-@pytest.mark.parametrize("stage", ["0", "1"])
 def test_rebound_layers_match_layers_emitted_anew(
-    stage: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Layers rebound from the first one's repeated body give the program (source and each
-    body's buffer-table rows) that emitting each layer anew gives, weights staged or not."""
+    body's buffer-table rows) that emitting each layer anew gives."""
     from mk.backends.cuda import emit
-    from mk.dialects.task_index import tail_edge
-
-    monkeypatch.setenv("MK_CUDA_STAGE", stage)
+    from mk.backends.shared_bodies import SharedBodies
 
     graph = mk.compile(layers_program(3, 1024), target="cuda", num_sms=16, cache_dir=tmp_path).graph  # type: ignore[attr-defined]
     rebound = emit.emit_cuda(graph)
-    as_repeated = emit._as_repeated
 
-    def anew(grids, refs, bodies, stage):  # type: ignore[no-untyped-def]
-        repeated = as_repeated(grids, refs, bodies, stage)[1]
-        again = [
-            emit._grid_body(g, refs, stage and tail_edge(g) is None, True) if r else b
-            for g, r, b in zip(grids, repeated, bodies, strict=True)
+    def anew(grids, refs, bodies):  # type: ignore[no-untyped-def]
+        shared = SharedBodies()
+        fns = [
+            shared.add(g.sym_name.data, g.sym_name.data, b[0])
+            for g, b in zip(grids, bodies, strict=True)
         ]
-        return again, repeated
+        return [
+            emit._grid_body(g, refs, True) if len(fn.grids) > 1 else b
+            for g, fn, b in zip(grids, fns, bodies, strict=True)
+        ]
 
     monkeypatch.setattr(emit, "_as_repeated", anew)
     assert emit.emit_cuda(graph) == rebound
     assert len(set(rebound.slot_rows)) == len(rebound.slot_rows)  # every grid its own buffers
-    assert ("if (ahead == mk::gpu::kAheadStage) {" in rebound.text) == (stage == "1")
 
 
 @pytest.mark.usefixtures("no_nvcc")
@@ -481,19 +474,23 @@ def test_misaligned_tensors_are_copied_by_a_call_and_refused_by_launch(tmp_path:
         prog.launch(*odd)  # type: ignore[attr-defined]
 
 
+# (batch, n, k, norm, weights) and its chunk: one, and two in a 32 KiB room (the second adds).
+LEAN = [((1, 200, 776, True, 1), 776), ((1, 64, 8704, True, 2), 8192)]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize(
-    ("shape", "stage"), [((1, 200, 776, True, 1), "0"), ((1, 64, 8704, True, 2), "1")]
-)
+@pytest.mark.parametrize(("shape", "kc"), LEAN, ids=["one-chunk", "two-chunks"])
 def test_lean_linears_match_the_reference(
     shape: tuple[int, int, int, bool, int],
-    stage: str,
+    kc: int,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """On the GPU, lean linears (the default): one chunk, and two chunks (the second adds)."""
-    monkeypatch.setenv("MK_CUDA_STAGE", stage)
+    monkeypatch.setenv("MK_CUDA_STREAM_KB", "32")
+    monkeypatch.setenv("MK_CUDA_WIDE_ROOM", "0")
     text = linear_program(*shape)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     assert "sl.assign = true;" in prog.cuda_source  # type: ignore[attr-defined]
+    assert f"sl.kc = {kc};" in prog.cuda_source  # type: ignore[attr-defined]
     agrees_with_the_reference(prog, text, shape)

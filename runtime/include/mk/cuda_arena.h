@@ -28,8 +28,7 @@ namespace mk {
 namespace gpu {
 
 // The dynamic shared memory of a CTA: the streamed bodies' activation chunk or attention slots
-// at the front, then the ring that weights are staged in (Dispatch::kRingOffset), then the
-// arena's fast part (Dispatch::kArenaOffset). It starts after the static shared memory, on
+// at the front, then the arena's fast part (Dispatch::kArenaOffset). It starts after the static shared memory, on
 // MK_DYNAMIC_SMEM_ALIGN bytes (MK_CUDA_SMEM_ALIGN): the bodies' buffers sit on 128-byte offsets
 // from it; a start off 128 B measured slower (the gated MLP at batch 8: +10 % on the H100).
 #ifndef MK_DYNAMIC_SMEM_ALIGN
@@ -66,9 +65,6 @@ struct Arena {
   uint64_t* marks;  // this task's op-mark timestamps (MK_OP_MARKS builds with a timeline), or null
   int32_t mark_cap;
   int32_t mark_n;
-  uint8_t* stage_base;    // where the task's weights are staged in shared memory (cuda_stage.cuh)
-  uint64_t* stage_bar;    // the barrier they complete on
-  uint32_t stage_parity;  // the phase of stage_bar that means they landed
   // Flagged buffers (cuda_flags.cuh): the flag this task's iteration writes and waits for, and
   // what a stuck wait reports (the launch's parameters, the task, the iteration).
   uint32_t flag;

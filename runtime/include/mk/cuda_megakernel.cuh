@@ -130,7 +130,7 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
   constexpr bool kTableShared = Dispatch::kBuffers <= kSharedBufferRows;
   __shared__ int32_t go;
   // The current task's entry and buffer addresses and the next one's: thread 32 loads the
-  // next task's (and asks the L2 for its weights) while thread 0 waits for the current one, so
+  // next task's while thread 0 waits for the current one, so
   // a body reads its coordinates and buffers from shared memory and thread 0's wait and signals
   // start without a table load. Three sets: while thread 32 fills the one after next, thread 0
   // may still be signalling from the one before.
@@ -138,10 +138,6 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
   __shared__ void* slots[3][Dispatch::kSlots];
   // The buffer table, so resolving a task's buffers costs no round trip to L2.
   __shared__ void* table_rows[kTableShared && Dispatch::kBuffers > 0 ? Dispatch::kBuffers : 1];
-  // Weights staged ahead (cuda_stage.cuh): a barrier and a place in the ring per task set.
-  __shared__ uint64_t stage_bars[3];
-  __shared__ gpu::StagePlace staged[3];
-  __shared__ uint32_t stage_phases[3];  // barrier phases begun per set (thread 0 or 32 issues)
   // Tail tasks this CTA owes (queue-entry indices), run before its next queued task.
   __shared__ int32_t tail_stack[kTailStack];
   __shared__ int32_t tail_top;
@@ -151,27 +147,15 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
   // (the counters' targets, events.h), and a flagged buffer's flag for it is base + t + 1.
   __shared__ uint32_t base;
   __shared__ bool stopped;  // by a failed launch before this one
-  // Weights staged ahead (MK_CUDA_STAGE=1): without a ring no task stages, and the code that
-  // places and awaits the copies is left out.
-  constexpr bool kStaging = Dispatch::kRingBytes > 0;
   const int32_t sm = blockIdx.x;
-  uint8_t* const ring = gpu::mk_dynamic_smem + Dispatch::kRingOffset;
   gpu::Arena arena{p.scratch + static_cast<uint64_t>(sm) * p.scratch_per_sm, 0, p.scratch_per_sm,
                    gpu::mk_dynamic_smem + Dispatch::kArenaOffset, 0, Dispatch::kArenaBytes,
-                   nullptr, p.marks, 0, ring, &stage_bars[0], 0, 0, &p, -1, 0};
+                   nullptr, p.marks, 0, 0, &p, -1, 0};
   void* const* table = p.buffers;
   if constexpr (kTableShared) {
     for (int i = threadIdx.x; i < Dispatch::kBuffers; i += kCudaThreads) table_rows[i] = p.buffers[i];
     table = table_rows;
   }
-  // One thread: task set `set`'s weights into the ring at the place chosen for them.
-  auto stage_set = [&](uint32_t set, const TaskDesc* task, int32_t t_task) {
-    gpu::Arena at = arena;
-    at.stage_base = ring + staged[set].at;
-    at.stage_bar = &stage_bars[set];
-    Dispatch::stage(task->kind, task, slots[set], at, t_task);
-    staged[set].parity = stage_phases[set]++ & 1;
-  };
   const int32_t begin = p.queue_offsets[sm], end = p.queue_offsets[sm + 1];
   if (threadIdx.x == 0) {
     // Used only once the first task's loads are out, so the launch's start waits for one round
@@ -180,20 +164,11 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
     const int32_t error = static_cast<volatile RunStatus*>(p.status)->error;
     tail_top = 0;
     known.clear();
-    for (int i = 0; i < 3; ++i) {
-      gpu::stage_barrier_init(&stage_bars[i]);
-      staged[i] = gpu::StagePlace{0, 0, 0, 0};
-      stage_phases[i] = 0;
-    }
     gpu::raw_bars_init();
     // The launch's first task: nobody loaded it ahead.
     if (begin < end && p.iterations > 0) {
       // From the global table: the other threads are still filling the shared one.
       load_entry<Dispatch>(p, begin, entry[0], slots[0], p.buffers);
-      const TaskDesc* first = &entry[0].near.desc;
-      // A launch that stops at once stages nothing: it would leave copies in flight.
-      staged[0].bytes = error == RUN_OK ? Dispatch::stage_bytes(first->kind) : 0;
-      if (staged[0].bytes) stage_set(0, first, 0);
     }
     base = epoch;
     // A failure of an earlier launch leaves its counters short: nothing runs until the reset.
@@ -205,7 +180,7 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
   }
   __syncthreads();
   if (stopped) return false;
-  uint32_t n = 0;       // tasks begun; entry/slots/staged[n % 3] hold task n's
+  uint32_t n = 0;  // tasks begun; entry/slots[n % 3] hold task n's
   const uint64_t slot_width = 2 + static_cast<uint64_t>(p.marks);
   // All threads: one task's body in iteration t, then thread 0's signals (and timeline); false
   // if the launch must stop.
@@ -244,50 +219,19 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
     }
     return rc == 0;
   };
-  // Before the CTA leaves early (a failure here or elsewhere): thread 0 waits, at most
-  // kStageTimeoutNs each, for the copies of every set's last stage, so that none still writes
-  // the CTA's shared memory when it exits.
-  auto leave = [&]() {
-    if (threadIdx.x == 0) {
-      for (int i = 0; i < 3; ++i) {
-        if (kStaging && stage_phases[i]) gpu::barrier_wait(gpu::smem_address(&stage_bars[i]), (stage_phases[i] - 1) & 1);
-      }
-    }
-    return false;
-  };
   // The queue position after q (wrapping into the next iteration), or -1 past the last.
   auto after_q = [&](int32_t q, int32_t t) { return q + 1 < end ? q + 1 : t + 1 < p.iterations ? begin : -1; };
   for (; t < p.iterations; ++t) {
     for (int32_t q = begin; q < end; ++q) {
       const uint32_t cur = n++ % 3, after = (cur + 1) % 3;
       if (threadIdx.x == 0) {
-        const TaskDesc* task = &entry[cur].near.desc;
-        // Weights that found no room ahead: into the front of the ring, free now.
-        if (kStaging && staged[cur].deferred) {
-          stage_set(cur, task, t);
-          staged[cur].deferred = 0;
-        }
         go = wait_task<Dispatch::kBatchWaits>(p, entry[cur].near, entry[cur].id, sm, t, base, known);
       } else if (threadIdx.x == 32) {
-        // The next task: its entry and buffers, its weights into the ring behind this task's
-        // (MK_CUDA_STAGE=1), so HBM streams them while this task waits and runs; and the entry
-        // after it into L1.
+        // The next task: its entry and buffers; and the entry after it into L1.
         const int32_t next = after_q(q, t);
         if (next >= 0) {
           const int32_t t_next = next > q ? t : t + 1;
           load_entry<Dispatch>(p, next, entry[after], slots[after], table);
-          const TaskDesc& ahead = entry[after].near.desc;
-          const uint32_t bytes = Dispatch::stage_bytes(ahead.kind);
-          staged[after] = gpu::StagePlace{0, bytes, 0, 0};
-          if (bytes) {
-            const int32_t at = gpu::ring_place(staged[cur].at, staged[cur].bytes, bytes, Dispatch::kRingBytes);
-            if (at < 0) {
-              staged[after].deferred = 1;
-            } else {
-              staged[after].at = static_cast<uint32_t>(at);
-              stage_set(after, &ahead, t_next);
-            }
-          }
           const int32_t later = after_q(next, t_next);
           if (later >= 0) prefetch_entry<Dispatch>(p, later);
           // Its tails' entries too: a tail is loaded right after the signal that completes it.
@@ -301,11 +245,7 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
         }
       }
       __syncthreads();
-      if (!go) return leave();
-      arena.stage_base = ring + staged[cur].at;
-      arena.stage_bar = &stage_bars[cur];
-      arena.stage_parity = staged[cur].parity;
-      if (!run_task(entry[cur], slots[cur])) return leave();
+      if (!go || !run_task(entry[cur], slots[cur])) return false;
       // A program without tails leaves this code out: the dispatcher runs at every task, and
       // what it holds beside its executed path still takes instruction-cache room.
       if (!Dispatch::kTails || !has_tails(entry[cur].near)) continue;
@@ -321,7 +261,7 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
           go = wait_task<Dispatch::kBatchWaits>(p, entry[ts].near, entry[ts].id, sm, t, base, known);
         }
         __syncthreads();
-        if (!go || !run_task(entry[ts], slots[ts])) return leave();
+        if (!go || !run_task(entry[ts], slots[ts])) return false;
         __syncthreads();  // thread 0's pushes
       }
     }

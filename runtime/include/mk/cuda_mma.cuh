@@ -1,5 +1,5 @@
 // The tensor-core products of a decode-shaped linear (cuda_stream.cuh): m16n8k16 mma over
-// weight rows streamed from global memory or the staging ring, for 2..16 activation rows.
+// weight rows streamed from global memory, for 2..16 activation rows.
 #pragma once
 
 #include <stdint.h>
@@ -55,7 +55,7 @@ constexpr bool kMmaL1 = false;
 // (load_stream_l1): a warp-wide load asks for 64 bytes of each of eight rows, and the next
 // step's load for the other half of the same 128-byte lines, which can then wait on one line
 // request.
-template <int N, int G, bool Shared>
+template <int N, int G>
 __device__ inline void mma_load(uint4 (&w)[N][G], const uint16_t* const (&wp)[G], int k, int k1,
                                 int t) {
 #pragma unroll
@@ -64,9 +64,7 @@ __device__ inline void mma_load(uint4 (&w)[N][G], const uint16_t* const (&wp)[G]
     for (int i = 0; i < G; ++i) {
       const bool in = wp[i] && k + 32 * u < k1;
       const uint16_t* at = wp[i] + k + 32 * u + 8 * t;
-      w[u][i] = !in                     ? make_uint4(0, 0, 0, 0)
-                : kMmaL1 && !Shared ? load_stream_l1(at)
-                                    : load_weight8<true, Shared>(at);
+      w[u][i] = !in ? make_uint4(0, 0, 0, 0) : kMmaL1 ? load_stream_l1(at) : load8<true>(at);
     }
   }
 }
@@ -107,7 +105,7 @@ __device__ inline void mma_steps(float (&d)[kMmaAccumulators<G>][G][4], const ui
 // G groups. U steps' loads of all groups are in flight before the first mma; with MK_MMA_PIPE
 // (MK_CUDA_MMA_PIPE=1) two halves of U/2 steps alternate, one half's loads in flight while the
 // other's mma run.
-template <int M, int U, int G, bool BF16, bool Shared>
+template <int M, int U, int G, bool BF16>
 __device__ void mma_rows(const StreamLinear& s, const uint16_t* xs, int stride, int64_t c, int r0,
                          int rows, int k0, int k1) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -121,7 +119,7 @@ __device__ void mma_rows(const StreamLinear& s, const uint16_t* xs, int stride, 
     const int row = r0 + 8 * i + g;
     wp[i] = row < rows ? weight_row(s, row, c, &unused, &unused_rows) : nullptr;
   }
-  auto load = [&](auto& w, int k) { mma_load<sizeof(w) / sizeof(w[0]), G, Shared>(w, wp, k, k1, t); };
+  auto load = [&](auto& w, int k) { mma_load<sizeof(w) / sizeof(w[0]), G>(w, wp, k, k1, t); };
   constexpr int A = kMmaAccumulators<G>;
   float d[A][G][4];
 #pragma unroll
@@ -407,10 +405,10 @@ __device__ inline RingChunks::RingChunks(int64_t c0_, int64_t k_end, int kc_, in
 // units, the slices cut by mma_slices; U steps' loads of the block in flight per lane.
 // With D > 0 (one group, weights from global memory) each warp streams all of its units through
 // its D-stage ring at `ring` (mma_ring_walk).
-template <int M, bool Shared, int G, int U, int D = 0>
+template <int M, int G, int U, int D = 0>
 __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride, int kc, int64_t c,
                           int rows, uint16_t* ring = nullptr) {
-  static_assert(D == 0 || (G == 1 && !Shared), "the ring streams one group from global memory");
+  static_assert(D == 0 || G == 1, "the ring streams one group");
   constexpr int warps = kCudaThreads / 32;  // every CTA of the megakernel
   const int warp = static_cast<int>(threadIdx.x >> 5);
   const int blocks = ((rows + 7) / 8 + G - 1) / G, steps = kc / 32;
@@ -433,9 +431,9 @@ __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride,
     int k0, k1;
     mma_unit_columns(unit, blocks, slices, steps, k0, k1);
     if (bf16) {
-      mma_rows<M, U, G, true, Shared>(s, xs, stride, c, rb * 8 * G, rows, k0, k1);
+      mma_rows<M, U, G, true>(s, xs, stride, c, rb * 8 * G, rows, k0, k1);
     } else {
-      mma_rows<M, U, G, false, Shared>(s, xs, stride, c, rb * 8 * G, rows, k0, k1);
+      mma_rows<M, U, G, false>(s, xs, stride, c, rb * 8 * G, rows, k0, k1);
     }
   }
 }

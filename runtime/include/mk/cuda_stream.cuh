@@ -396,7 +396,7 @@ __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
       }
       if (threadIdx.x == 0) copy_raw_chunk<M>(s, buf[(i + 1) & 1], c + s.kc, &bars[(i + 1) & 1]);
       if (c == 0) MK_MARK(*s.arena);
-      mma_chunk<M, false, G, U, Ring>(s, buf[i & 1], s.kc, kc, c, rows, ring);
+      mma_chunk<M, G, U, Ring>(s, buf[i & 1], s.kc, kc, c, rows, ring);
     }
   }
 #if defined(MK_RAW_BARS_LAUNCH)
@@ -447,14 +447,12 @@ __device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S
   round_rows<RG>(s, 0, share.begin, share.end, wp, op, os);
   const int kc = static_cast<int>(s.k < s.kc ? s.k : s.kc), k = static_cast<int>(threadIdx.x & 31u) * 8;
 #pragma unroll
-  for (int t = 0; t < FS; ++t) load_rows<RG, true, false, FR>(r.v[t], wp, k + t * 256, kc);
+  for (int t = 0; t < FS; ++t) load_rows<RG, true, FR>(r.v[t], wp, k + t * 256, kc);
 }
 
 // All threads of the CTA: out[m][row] += Σ_k xside[m][k] · w[row][k] for every weight row of
 // the task, and sum_sq[m] += Σ_k x[m][k]². With Mma (batches of 2..16 rows) the products run on
-// tensor cores, the activation rounded to the weights' 16-bit type. With Staged the weights
-// point into the staging ring (cuda_stage.cuh), copied there ahead of the task's turn; the
-// products wait for them once the first chunk of the activation is staged. A lane keeps the
+// tensor cores, the activation rounded to the weights' 16-bit type. A lane keeps the
 // loads of S steps in flight: 256-column steps of RG rows on CUDA cores, 32-column steps of a
 // block on tensor cores. G > 1 gives each warp blocks of G 8-row groups on tensor cores (the
 // activation fragments of a step serve them all). Each thread stages up to XB groups of eight
@@ -466,14 +464,14 @@ __device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S
 // right behind the activation's
 // first loads, so that its round trip to HBM overlaps theirs and the staging instead of
 // following the staging barrier; with Held > 0 only the rows of the step that keep a thread
-// at Held loads through the staging (stage_first_rows). Ends with __syncthreads(); false if
-// staged weights never landed.
-template <int M, int RG, int S, int XB, bool Mma = false, bool Staged = false, int G = 1,
-          int Ring = 0, int First = 0, int Held = 0>
+// at Held loads through the staging (stage_first_rows). Ends with __syncthreads(); false if a
+// raw activation's bulk copies never landed (mma_raw_chunks).
+template <int M, int RG, int S, int XB, bool Mma = false, int G = 1, int Ring = 0, int First = 0,
+          int Held = 0>
 __device__ bool stream_linear(const StreamLinear& s) {
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
-  static_assert(Ring == 0 || (Mma && !Staged && G == 1), "the ring: tensor cores, unstaged, one group");
-  static_assert(!First || (!Mma && !Staged), "a first round loaded early: CUDA cores, unstaged");
+  static_assert(Ring == 0 || (Mma && G == 1), "the ring: tensor cores, one group");
+  static_assert(!First || !Mma, "a first round loaded early: CUDA cores");
   static_assert(First == 0 || First == 2, "First: 0, or 2 (the first round loaded here)");
   static_assert(Held == 0 || First == 2, "Held: the loads a partial first step keeps (First = 2)");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
@@ -500,7 +498,7 @@ __device__ bool stream_linear(const StreamLinear& s) {
   constexpr int kFirstRows = First == 2 ? stage_first_rows<RG, XB, Held>() : RG;
   WeightRound<RG, S> own;
   MK_MARK(*s.arena);
-  if constexpr (Mma && !Staged) {
+  if constexpr (Mma) {
     if (vec && raw_activation(s)) {
       const bool landed = mma_raw_chunks<M, G, S, Ring>(s, rows);
       MK_MARK(*s.arena);
@@ -532,25 +530,20 @@ __device__ bool stream_linear(const StreamLinear& s) {
     if (c == 0) MK_MARK(*s.arena);
     __syncthreads();
     if (early_sum_sq) sum_sq_total<M>(s, part);
-    if (c == 0) {
-      if constexpr (Staged) {
-        if (!stage_wait(*s.arena)) return false;
-      }
-      MK_MARK(*s.arena);
-    }
+    if (c == 0) MK_MARK(*s.arena);
     if (pack.on) {
       // The ring sits behind the packed chunk (the emitter reserves both).
       uint16_t* ring = reinterpret_cast<uint16_t*>(mk_dynamic_smem + ((M * s.kc * 2 + 127) & ~127));
-      mma_chunk<M, Staged, G, S, Ring>(s, reinterpret_cast<const uint16_t*>(xs), s.kc, kc, c, rows, ring);
+      mma_chunk<M, G, S, Ring>(s, reinterpret_cast<const uint16_t*>(xs), s.kc, kc, c, rows, ring);
     } else if (vec && !Mma) {
-      stream_rows<M, RG, S, true, Staged, First != 0, kFirstSteps, kFirstRows>(
+      stream_rows<M, RG, S, true, First != 0, kFirstSteps, kFirstRows>(
           s, xs, s.kc, kc, c, begin, end, s.assign && c == 0, own, c == 0);
     } else {
       // Weights not 16-byte aligned (the emitter plans tensor cores only for aligned chunks):
       // rare, so this loop is not unrolled. Every unrolled variant adds kilobytes of code to
       // each body that streams, and a decode step runs each body once per layer, from a cold
       // instruction cache.
-      stream_rows<M, 1, 1, false, Staged>(s, xs, s.kc, kc, c, begin, end, s.assign && c == 0);
+      stream_rows<M, 1, 1, false>(s, xs, s.kc, kc, c, begin, end, s.assign && c == 0);
     }
   }
   MK_MARK(*s.arena);

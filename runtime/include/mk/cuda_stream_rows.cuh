@@ -167,27 +167,17 @@ __device__ inline void group_sums_out(const float (&acc)[RG][M], float* const (&
   });
 }
 
-// Eight weight elements: from the staging area (Shared) or streamed from global memory.
-template <bool Vec, bool Shared>
-__device__ inline uint4 load_weight8(const uint16_t* p) {
-  if constexpr (Shared) {
-    return *reinterpret_cast<const uint4*>(p);
-  } else {
-    return load8<Vec>(p);
-  }
-}
-
 // The 16 bytes at column k of row w (zeros past the chunk or for a missing row).
-template <bool Vec, bool Shared>
+template <bool Vec>
 __device__ inline uint4 load_row(const uint16_t* w, int k, int kc) {
-  return w && k < kc ? load_weight8<Vec, Shared>(w + k) : make_uint4(0, 0, 0, 0);
+  return w && k < kc ? load8<Vec>(w + k) : make_uint4(0, 0, 0, 0);
 }
 
 // load_row of each of the first N of RG rows.
-template <int RG, bool Vec, bool Shared, int N = RG>
+template <int RG, bool Vec, int N = RG>
 __device__ inline void load_rows(uint4 (&v)[RG], const uint16_t* const (&wp)[RG], int k, int kc) {
 #pragma unroll
-  for (int j = 0; j < N; ++j) v[j] = load_row<Vec, Shared>(wp[j], k, kc);
+  for (int j = 0; j < N; ++j) v[j] = load_row<Vec>(wp[j], k, kc);
 }
 
 template <int M, int RG>
@@ -276,13 +266,13 @@ struct WeightRound {
 
 // One warp: weight rows r0.. r0 + RG (before `end`) against the staged chunk `xs` ([M][stride]
 // floats, columns [0, kc)); `store` writes the sums (StreamLinear::assign at the first pass over
-// a row), else they are added. Shared: the weights are in shared memory. Each lane issues the loads of S 256-column steps of all RG rows
-// before it multiplies any: a decode task is short, so what bounds it is how many round trips to
+// a row), else they are added. Each lane issues the loads of S 256-column steps of all RG
+// rows before it multiplies any: a decode task is short, so what bounds it is how many round trips to
 // HBM it waits for, and S·RG loads per lane in flight make a task of up to S·256 columns one
 // round trip (and keep ~64 KB in flight per SM). With First, `first` holds the first FS steps
 // (of their first FR rows) of the group's first round where `has_first` (loaded before the
 // activation was ready: load_first_round).
-template <int M, int RG, int S, bool Vec, bool Shared, bool First = false, int FS = S, int FR = RG>
+template <int M, int RG, int S, bool Vec, bool First = false, int FS = S, int FR = RG>
 __device__ __forceinline__ void stream_group(const StreamLinear& s, const float* xs, int stride,
                                              int kc, int64_t c, int r0, int end, bool store,
                                              const WeightRound<RG, S>& first, bool has_first) {
@@ -300,10 +290,10 @@ __device__ __forceinline__ void stream_group(const StreamLinear& s, const float*
         // The first FR rows were loaded ahead, the others (if any) go out now.
 #pragma unroll
         for (int j = 0; j < RG; ++j) {
-          v[t][j] = j < FR ? first.v[t][j] : load_row<Vec, Shared>(g.wp[j], k + t * 256, kc);
+          v[t][j] = j < FR ? first.v[t][j] : load_row<Vec>(g.wp[j], k + t * 256, kc);
         }
       } else {
-        load_rows<RG, Vec, Shared>(v[t], g.wp, k + t * 256, kc);
+        load_rows<RG, Vec>(v[t], g.wp, k + t * 256, kc);
       }
     }
 #pragma unroll
@@ -317,14 +307,14 @@ __device__ __forceinline__ void stream_group(const StreamLinear& s, const float*
 // One warp: rows [begin, end) of the concatenated weights against the staged chunk, RG rows at
 // a time (stream_group); with First, the first FS steps (FR rows) of the first group's first
 // round from `first` where `has_first`.
-template <int M, int RG, int S, bool Vec, bool Shared, bool First = false, int FS = S, int FR = RG>
+template <int M, int RG, int S, bool Vec, bool First = false, int FS = S, int FR = RG>
 __device__ void stream_rows(const StreamLinear& s, const float* xs, int stride, int kc, int64_t c,
                             int begin, int end, bool store,
                             const WeightRound<RG, S>& first = WeightRound<RG, S>{},
                             bool has_first = false) {
   for (int r0 = begin; r0 < end; r0 += RG) {
-    stream_group<M, RG, S, Vec, Shared, First, FS, FR>(s, xs, stride, kc, c, r0, end, store, first,
-                                                       has_first && r0 == begin);
+    stream_group<M, RG, S, Vec, First, FS, FR>(s, xs, stride, kc, c, r0, end, store, first,
+                                               has_first && r0 == begin);
   }
 }
 
