@@ -30,6 +30,7 @@ SMEM_BYTES = 160 << 10  # mk::gpu::kStreamSmemBytes: most the activation chunk t
 # chunks (switches.wide_room): the arena's shared-memory part behind it keeps what is left.
 WIDE_ROOM = 208 << 10
 MMA_LOADS = 16  # 16-byte weight loads a lane of a tensor-core warp keeps in flight
+RING_COLS = 256  # mk::gpu::kRingCols: columns of a ring stage's row
 # What a body returns (the run status's detail is one less) when its bulk copies never landed.
 STAGE_LOST = 0x7FFFFFFE
 _WEIGHT_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16")
@@ -211,9 +212,9 @@ def stream_room() -> int:
 
 
 def ring_bytes(stages: int) -> int:
-    """Every warp's cp.async ring (mk::gpu::ring_bytes): eight rows of switches.ring_cols()
-    columns a stage."""
-    return WARPS * stages * 8 * switches.ring_cols() * 2
+    """Every warp's cp.async ring (mk::gpu::ring_bytes): eight rows of RING_COLS columns a
+    stage."""
+    return WARPS * stages * 8 * RING_COLS * 2
 
 
 def plan_stream(op: GraphDefOp) -> StreamPlan | None:

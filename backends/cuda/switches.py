@@ -27,12 +27,6 @@ def ring_walk() -> bool:
     return flag("MK_CUDA_RING_WALK", default=True)
 
 
-def ring_cols() -> int:
-    """MK_CUDA_RING_COLS: columns of each row of a ring stage (256, the default, or 512): longer
-    stages ask for longer runs of each row at once."""
-    return int(choice("MK_CUDA_RING_COLS", ("256", "512")))
-
-
 def smem_align() -> int:
     """MK_CUDA_SMEM_ALIGN: the alignment in bytes of the dynamic shared memory's start (128, the
     default; 16, its start then following the static shared memory; 1024). The bodies lay their
@@ -365,8 +359,6 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_PLAIN_LAUNCH 1")
     if ring_walk():
         lines.append("#define MK_RING_WALK 1")
-    if (cols := ring_cols()) != 256:
-        lines.append(f"#define MK_RING_COLS {cols}")
     if raw_bars_kept():
         lines.append("#define MK_RAW_BARS_LAUNCH 1")
     if (align := smem_align()) != 128:

@@ -198,15 +198,15 @@ def test_the_auto_ring_threshold_is_a_switch(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_a_ring_too_deep_for_the_room_is_made_shallower(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Stages of 512 columns: four would take 256 KiB, three 192; the 160 KiB room takes two
-    beside a chunk, and with MK_CUDA_STREAM_KB=64 none."""
-    monkeypatch.setenv("MK_CUDA_RING_COLS", "512")
+    """Four stages take 128 KiB: the 160 KiB room takes them beside a chunk, 128 KiB three, 96
+    KiB two, and 64 KiB none (a ring of one stage is no ring)."""
     monkeypatch.setenv("MK_CUDA_MMA_RING", "4")
     kernels = graph_defs(linear_program(8, 128, 4096, norm=False), tile_n=128)
     (plan,) = [p for p in map(plan_stream, kernels.values()) if p is not None]
-    assert plan.ring_stages(4096) == 2 and plan.chunk(4096) == 1024
-    assert plan.smem_bytes(4096) <= plan.x_bytes
-    assert dataclasses.replace(plan, x_bytes=64 << 10).ring_stages(4096) == 0
+    for kib, stages in ((160, 4), (128, 3), (96, 2), (64, 0)):
+        room = dataclasses.replace(plan, x_bytes=kib << 10)
+        assert room.ring_stages(4096) == stages, kib
+        assert room.smem_bytes(4096) <= room.x_bytes
 
 
 def test_the_ring_depth_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -293,35 +293,6 @@ def test_the_ring_matches_the_reference(
     one_buffer = not norm and 2 * rows * k + ring_bytes(int(ring)) <= SMEM_BYTES
     assert (f"sl.kc = {k};" in prog.cuda_source) == (norm or one_buffer)  # type: ignore[attr-defined]
     agrees_with_the_reference(prog, text, (rows, ring, norm, k, walk))
-
-
-@pytest.mark.parametrize(("cols", "stages"), [("512", 2), ("512", 1)])
-def test_ring_stage_columns_are_a_switch(
-    cols: str, stages: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """MK_CUDA_RING_COLS lengthens a stage's rows: the ring's bytes grow with them."""
-    monkeypatch.setenv("MK_CUDA_RING_COLS", cols)
-    assert ring_bytes(stages) == 8 * stages * 8 * int(cols) * 2
-    monkeypatch.setenv("MK_CUDA_RING_COLS", "300")
-    with pytest.raises(MkError, match="MK_CUDA_RING_COLS must be one of 256, 512"):
-        ring_bytes(stages)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize(
-    ("cols", "ring", "norm", "k"), [("512", "2", False, 6144), ("512", "2", True, 2000)]
-)
-def test_longer_ring_stages_match_the_reference(
-    cols: str, ring: str, norm: bool, k: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """On the GPU, MK_CUDA_RING_COLS: stages of 512 columns walking a raw activation's chunks,
-    and beside a normed one whose units end inside a stage (2,000 columns)."""
-    monkeypatch.setenv("MK_CUDA_RING_COLS", cols)
-    monkeypatch.setenv("MK_CUDA_MMA_RING", ring)
-    text = linear_program(8, 4608, k, norm)
-    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
-    assert f"#define MK_RING_COLS {cols}" in prog.cuda_source  # type: ignore[attr-defined]
-    agrees_with_the_reference(prog, text, (cols, ring, norm, k))
 
 
 def _rounds(blocks: int, warps: int, steps: int, u: int, slices: int) -> int:

@@ -172,12 +172,8 @@ __device__ void mma_rows(const StreamLinear& s, const uint16_t* xs, int stride, 
 // row per warp-wide cp.async, into shared memory, a few stages ahead per warp, and the mma read
 // their fragments from there: every request is a full line, and the loads in flight hold no
 // registers.
-#if defined(MK_RING_COLS)
-constexpr int kRingCols = MK_RING_COLS;  // MK_CUDA_RING_COLS: a multiple of 256
-#else
-constexpr int kRingCols = 256;  // columns per stage: eight 32-column steps
-#endif
-static_assert(kRingCols % 256 == 0, "a stage's row is whole warp-wide copies of 256 columns");
+// (MK_CUDA_RING_COLS=512, rows of 512 columns a stage, measured no gain and was retired.)
+constexpr int kRingCols = 256;  // columns per stage: eight 32-column steps (stream.RING_COLS)
 constexpr int kRingStageBytes = 8 * kRingCols * 2;      // eight rows of 16-bit weights
 constexpr int ring_bytes(int stages) { return 8 * stages * kRingStageBytes; }  // all warps
 
