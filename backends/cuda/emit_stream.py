@@ -198,7 +198,7 @@ class StreamLinearEmitter(GraphDefEmitter):
             assert isinstance(plan.x, MergedX)
             self.merged_x(plan.x, "mk::gpu::prefetch_rows_l2_by(sl, t, n);")
         # The template's trailing arguments (G, Ring), defaults left off.
-        tail = [str(plan.mma_groups() if mma else 1), str(plan.ring_stages(k) if mma else 0)]
+        tail = [str(plan.mma_groups() if mma else 1), str(plan.ring_stages(k))]
         # First: the first round loaded behind the activation's loads (2), else 0; Held: the
         # loads a thread keeps of it through the staging (0: all of the step).
         held = self.stage_first(plan, k, mma)

@@ -28,9 +28,10 @@ namespace mk {
 namespace gpu {
 
 // The dynamic shared memory of a CTA: the streamed bodies' activation chunk or attention slots
-// at the front, then the arena's fast part (Dispatch::kArenaOffset). It starts after the static shared memory, on
-// MK_DYNAMIC_SMEM_ALIGN bytes (MK_CUDA_SMEM_ALIGN): the bodies' buffers sit on 128-byte offsets
-// from it; a start off 128 B measured slower (the gated MLP at batch 8: +10 % on the H100).
+// at the front, then the arena's fast part (Dispatch::kArenaOffset). It starts after the static
+// shared memory, on MK_DYNAMIC_SMEM_ALIGN bytes (MK_CUDA_SMEM_ALIGN): the bodies' buffers sit on
+// 128-byte offsets from it; a start off 128 B measured slower (the gated MLP at batch 8: +10 %
+// on the H100).
 #ifndef MK_DYNAMIC_SMEM_ALIGN
 #define MK_DYNAMIC_SMEM_ALIGN 128
 #endif

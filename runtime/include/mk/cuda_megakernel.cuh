@@ -130,9 +130,8 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
   constexpr bool kTableShared = Dispatch::kBuffers <= kSharedBufferRows;
   __shared__ int32_t go;
   // The current task's entry and buffer addresses and the next one's: thread 32 loads the
-  // next task's while thread 0 waits for the current one, so
-  // a body reads its coordinates and buffers from shared memory and thread 0's wait and signals
-  // start without a table load. Three sets: while thread 32 fills the one after next, thread 0
+  // next task's while thread 0 waits for the current one, so a body reads its coordinates and
+  // buffers from shared memory and thread 0's wait and signals start without a table load. Three sets: while thread 32 fills the one after next, thread 0
   // may still be signalling from the one before.
   __shared__ Entry entry[3];
   __shared__ void* slots[3][Dispatch::kSlots];
