@@ -7,7 +7,7 @@ from __future__ import annotations
 from mk.backends.cpu.emit import _indent, uses_iteration
 from mk.backends.cuda import switch_values, switches
 from mk.backends.cuda.device_lines import ARENA_SMEM
-from mk.backends.cuda.entries import entry_words
+from mk.backends.cuda.entries import entry_words, head_words
 from mk.backends.shared_bodies import SharedBodies, SharedFunction
 from mk.runtime_tables import KIND_FIRST_LOWERED
 
@@ -120,4 +120,5 @@ struct Dispatch {{
 
 // The host lays the queue entries out as backends/cuda/entries.py says.
 static_assert(sizeof(mk::QueueEntry<Dispatch::kSlots>) == {4 * entry_words(slots)}, "queue entry layout");
+static_assert(sizeof(mk::LaunchHead<Dispatch::kSlots>) == {4 * head_words(slots)}, "launch head layout");
 """

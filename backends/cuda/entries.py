@@ -24,6 +24,39 @@ def entry_words(slots: int) -> int:
     return -(-(_NEAR + 1 + slots) // 4) * 4
 
 
+def head_words(slots: int) -> int:
+    """int32 words of mk::LaunchHead<slots>: a QueueEntry, the queue's bounds (4 words), and
+    the entry's buffer addresses (8 bytes each, padded to 16 bytes)."""
+    return entry_words(slots) + 4 + -(-slots // 2) * 4
+
+
+def launch_heads(entries: np.ndarray, queue_offsets: np.ndarray, slots: int) -> np.ndarray:
+    """[SMs][head_words(slots)] int32: each CTA's first queue entry and its queue's bounds, the
+    addresses left 0 (resolve_heads fills them). A CTA's launch starts from its head alone, so
+    its first task waits for one round trip to memory, not three (bounds, entry, buffers)."""
+    offsets = np.asarray(queue_offsets, dtype=np.int64)
+    sms, words = len(offsets) - 1, entry_words(slots)
+    heads = np.zeros((sms, head_words(slots)), np.int32)
+    busy = offsets[1:] > offsets[:-1]
+    heads[busy, :words] = entries[offsets[:-1][busy]]
+    heads[:, words] = offsets[:-1]
+    heads[:, words + 1] = offsets[1:]
+    return heads
+
+
+def resolve_heads(heads: np.ndarray, slots: int, pointers: np.ndarray) -> np.ndarray:
+    """`heads` with each first entry's buffer addresses: `pointers` (the buffer table) at the
+    entry's slot rows, 0 where it has none."""
+    words = entry_words(slots)
+    slot_rows = heads[:, _NEAR + 1 : _NEAR + 1 + slots].astype(np.int64)
+    busy = (heads[:, words + 1] > heads[:, words])[:, None]
+    table = np.asarray(pointers, dtype=np.uint64)
+    addresses = np.where(busy & (slot_rows >= 0), table[np.maximum(slot_rows, 0)], np.uint64(0))
+    out = heads.copy()
+    out[:, words + 4 : words + 4 + 2 * slots] = addresses.view(np.int32).reshape(len(heads), -1)
+    return out
+
+
 def entry_tasks(tables: Any) -> np.ndarray:
     """The task of every entry: the concatenated queues' positions, then the tail tasks (in no
     queue; the dispatcher loads a tail's entry when a signal completes its element)."""

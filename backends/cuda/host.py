@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 
 from mk.backends.cuda.build import KernelResources, library_resources
-from mk.backends.cuda.entries import queue_entries
+from mk.backends.cuda.entries import launch_heads, queue_entries, resolve_heads
 from mk.backends.cuda.failures import kernel_failure
 from mk.backends.cuda.stream import STAGE_LOST
 from mk.compiler import Program, _from_torch, _is_torch, _unwritten, _write_back
@@ -62,6 +62,7 @@ class LaunchParams(ctypes.Structure):
                 "scratch_per_sm",
                 "timeline",
                 "epoch",
+                "heads",
             )
         ),  # fmt: skip
         ("num_sms", ctypes.c_int32),
@@ -109,11 +110,13 @@ class _DeviceState:
     """What a program keeps on the GPU between launches: the tables, the arena (0xFF-filled
     at the first launch and after a failed one, so a read of an unwritten intermediate shows as
     NaN), per-CTA scratch, the buffer
-    pointers of the last launch, and the flags (counters, status, abort) and per-CTA epochs.
+    pointers of the last launch with each CTA's launch head (entries.launch_heads), and the flags (counters, status, abort) and per-CTA epochs.
     Those are zeroed at the first launch and after a failed one only: a launch's iterations
     continue the earlier launches' counters (mk/events.h), so a launch is one graph node."""
 
-    def __init__(self, tables: Any, num_sms: int, scratch_per_sm: int, entries: np.ndarray) -> None:
+    def __init__(
+        self, tables: Any, num_sms: int, scratch_per_sm: int, entries: np.ndarray, slots: int
+    ) -> None:
         torch = _torch()
         self.num_sms, self.scratch_per_sm = num_sms, scratch_per_sm
         self.source = tables
@@ -130,15 +133,25 @@ class _DeviceState:
         self.flags = torch.zeros(self.counter_bytes + 256 + 256, dtype=torch.uint8, device="cuda")
         # Per CTA: the iterations the launches since the reset ran.
         self.epoch = torch.zeros(num_sms, dtype=torch.int32, device="cuda")
+        if len(tables.queue_offsets) != num_sms + 1:
+            raise MkError(f"{len(tables.queue_offsets) - 1} queues for {num_sms} CTAs")
+        self.slots, self.heads = slots, launch_heads(entries, tables.queue_offsets, slots)
+        self.heads_at = 0  # byte offset of the heads in `buffers`
         self.needs_reset = True
         self.buffers: Any = None
         self.bound: bytes = b""
         self.timeline: Any = None
 
     def bind(self, pointers: np.ndarray) -> None:
+        """The buffer table and the heads with their addresses, in one copy when they change."""
         raw = pointers.tobytes()
         if raw != self.bound:
-            self.buffers = _device_bytes(pointers)
+            self.heads_at = -(-len(raw) // 16) * 16
+            heads = resolve_heads(self.heads, self.slots, pointers)
+            table = np.zeros(self.heads_at + heads.nbytes, np.uint8)
+            table[: len(raw)] = np.frombuffer(raw, np.uint8)
+            table[self.heads_at :] = heads.reshape(-1).view(np.uint8)
+            self.buffers = _device_bytes(table)
             self.bound = raw
 
     def reset_if_needed(self) -> None:
@@ -159,6 +172,7 @@ class _DeviceState:
         return LaunchParams(
             **{name: tensor.data_ptr() for name, tensor in self.tables.items()},
             buffers=self.buffers.data_ptr(),
+            heads=self.buffers.data_ptr() + self.heads_at,
             counters=base,
             status=base + self.counter_bytes,
             abort_flag=base + self.counter_bytes + 256,
@@ -367,7 +381,11 @@ class CudaProgram(Program):
         lib = self.library()
         if self._state is None or self._state.source is not self.tables:
             self._state = _DeviceState(
-                self.tables, self.num_sms, self.scratch_per_sm, self.queue_entries
+                self.tables,
+                self.num_sms,
+                self.scratch_per_sm,
+                self.queue_entries,
+                self._entry_slots,
             )
         state = self._state
         state.bind(self._pointers(state, inputs, outputs))

@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 
 import mk
-from mk.backends.cuda.entries import entry_tasks, entry_words, queue_entries
+from mk.backends.cuda.entries import (
+    entry_tasks,
+    entry_words,
+    head_words,
+    launch_heads,
+    queue_entries,
+    resolve_heads,
+)
 from mk.runtime_tables import KIND_FIRST_LOWERED, SIGNAL_DESC
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +32,7 @@ def test_every_queue_position_has_its_task(name: str, tmp_path: Path) -> None:
     src, t = prog.cuda_source, prog.tables  # type: ignore[attr-defined]
     slots = int(re.search(r"kSlots = (\d+);", src).group(1))  # type: ignore[union-attr]
     assert f"QueueEntry<Dispatch::kSlots>) == {4 * entry_words(slots)}," in src
+    assert f"LaunchHead<Dispatch::kSlots>) == {4 * head_words(slots)}," in src
     assert f"kBuffers = {len(t.buffers)};" in src  # the kernel copies that many table rows
     entries = prog.queue_entries  # type: ignore[attr-defined]
     ids = entry_tasks(t)
@@ -114,3 +122,33 @@ def test_buffer_pointers_cover_every_slot(tmp_path: Path) -> None:
     got = prog._pointers(State(), ins, outs)  # type: ignore[attr-defined]
     assert len(got) == len(prog.tables.buffers)
     assert {1000 * (i + 1) for i in range(len(ins))} | {10**6} <= set(got.tolist())
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize("name", ["decode_loop", "gated_mlp"])
+def test_each_cta_starts_from_its_head(name: str, tmp_path: Path) -> None:
+    """A CTA's launch head: its first queue entry, its queue's bounds, and that entry's buffer
+    addresses (from the buffer table, 0 past its slots); an idle CTA's head has no entry."""
+    prog = mk.compile(ROOT / "examples" / f"{name}.mlir", target="cuda", cache_dir=tmp_path)
+    t, slots = prog.tables, prog._entry_slots  # type: ignore[attr-defined]
+    entries = prog.queue_entries  # type: ignore[attr-defined]
+    words = entry_words(slots)
+    heads = launch_heads(entries, t.queue_offsets, slots)
+    assert heads.shape == (len(t.queue_offsets) - 1, head_words(slots))
+    table = np.arange(len(t.buffers), dtype=np.uint64) * 4096 + (1 << 44)
+    got = resolve_heads(heads, slots, table)
+    assert (got[:, : words + 4] == heads[:, : words + 4]).all()  # only the addresses change
+    idle = 0
+    for sm, (begin, end) in enumerate(zip(t.queue_offsets[:-1], t.queue_offsets[1:], strict=True)):
+        assert list(got[sm, words : words + 4]) == [begin, end, 0, 0]
+        addresses = got[sm, words + 4 :].view(np.uint64)
+        if begin == end:
+            idle += 1
+            assert (got[sm, :words] == 0).all() and (addresses == 0).all()
+            continue
+        assert (got[sm, :words] == entries[begin]).all()
+        rows = entries[begin, 65 : 65 + slots]
+        want = [int(table[r]) if r >= 0 else 0 for r in rows]
+        assert list(addresses[:slots]) == want and (addresses[slots:] == 0).all()
+        assert any(want), "the first task reads some buffer"
+    assert idle < len(heads)

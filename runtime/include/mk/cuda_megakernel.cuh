@@ -74,6 +74,17 @@ struct __align__(16) QueueEntry {
   int32_t slot[Slots];
 };
 
+// Where a CTA's launch starts, built by the host per CTA whenever the buffers move
+// (backends/cuda/entries.py): its first queue entry, its queue's bounds and that entry's buffer
+// addresses, so the first task waits for one round trip to memory, not three dependent ones
+// (bounds, entry, buffer table).
+template <int Slots>
+struct __align__(16) LaunchHead {
+  QueueEntry<Slots> entry;
+  int32_t begin, end, unused[2];
+  void* slot[(Slots + 1) / 2 * 2];
+};
+
 // Buffer-table rows the CTA keeps in shared memory (the whole table when it has no more).
 constexpr int kSharedBufferRows = 1024;
 
@@ -101,6 +112,30 @@ __device__ inline void load_entry(const LaunchParams& p, int32_t q, QueueEntry<D
   for (int k = 0; k < Dispatch::kSlots; ++k) at[k] = entry.slot[k] >= 0 ? table[entry.slot[k]] : nullptr;
 #pragma unroll
   for (int k = 0; k < Dispatch::kSlots; ++k) slots[k] = at[k];
+}
+
+// One thread: the CTA's head (every load issued before the first store): its first entry and
+// buffer addresses into `entry` and `slots`, its queue's bounds into `bounds`.
+template <class Dispatch>
+__device__ inline void load_head(const LaunchParams& p, int32_t sm, QueueEntry<Dispatch::kSlots>& entry,
+                                 void** slots, int32_t* bounds) {
+  using Head = LaunchHead<Dispatch::kSlots>;
+  constexpr int kVecs = sizeof(Head) / 16, kEntryVecs = sizeof(QueueEntry<Dispatch::kSlots>) / 16;
+  const uint4* src = p.heads + static_cast<int64_t>(sm) * kVecs;
+  uint4 v[kVecs];
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) v[i] = __ldg(src + i);
+  uint4* dst = reinterpret_cast<uint4*>(&entry);
+#pragma unroll
+  for (int i = 0; i < kEntryVecs; ++i) dst[i] = v[i];
+  bounds[0] = static_cast<int32_t>(v[kEntryVecs].x);
+  bounds[1] = static_cast<int32_t>(v[kEntryVecs].y);
+#pragma unroll
+  for (int k = 0; k < Dispatch::kSlots; ++k) {
+    const uint4& w = v[kEntryVecs + 1 + k / 2];
+    const uint64_t lo = k % 2 == 0 ? w.x : w.z, hi = k % 2 == 0 ? w.y : w.w;
+    slots[k] = reinterpret_cast<void*>(lo | hi << 32);
+  }
 }
 
 // One thread: asks the L1 for the entry at queue position q, so that loading it a task later
@@ -146,6 +181,7 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
   // (the counters' targets, events.h), and a flagged buffer's flag for it is base + t + 1.
   __shared__ uint32_t base;
   __shared__ bool stopped;  // by a failed launch before this one
+  __shared__ int32_t bounds[2];  // the CTA's queue positions [begin, end)
   const int32_t sm = blockIdx.x;
   gpu::Arena arena{p.scratch + static_cast<uint64_t>(sm) * p.scratch_per_sm, 0, p.scratch_per_sm,
                    gpu::mk_dynamic_smem + Dispatch::kArenaOffset, 0, Dispatch::kArenaBytes,
@@ -155,7 +191,6 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
     for (int i = threadIdx.x; i < Dispatch::kBuffers; i += kCudaThreads) table_rows[i] = p.buffers[i];
     table = table_rows;
   }
-  const int32_t begin = p.queue_offsets[sm], end = p.queue_offsets[sm + 1];
   if (threadIdx.x == 0) {
     // Used only once the first task's loads are out, so the launch's start waits for one round
     // trip to memory, not two.
@@ -165,20 +200,20 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
     known.clear();
     gpu::raw_bars_init();
     // The launch's first task: nobody loaded it ahead.
-    if (begin < end && p.iterations > 0) {
-      // From the global table: the other threads are still filling the shared one.
-      load_entry<Dispatch>(p, begin, entry[0], slots[0], p.buffers);
-    }
+    load_head<Dispatch>(p, sm, entry[0], slots[0], bounds);
     base = epoch;
     // A failure of an earlier launch leaves its counters short: nothing runs until the reset.
     stopped = error != RUN_OK;
-  } else if (threadIdx.x == 32 && begin + 1 < end) {
+  } else if (threadIdx.x == 32) {
     // Thread 32 loads the second task's entry at the first task's turn, and the first task
-    // waits for it: into the L1 now, beside thread 0's loads of the first entry.
-    prefetch_entry<Dispatch>(p, begin + 1);
+    // waits for it: into the L1 now, beside thread 0's loads of the head.
+    if (const int32_t second = p.queue_offsets[sm] + 1; second < p.queue_offsets[sm + 1]) {
+      prefetch_entry<Dispatch>(p, second);
+    }
   }
   __syncthreads();
   if (stopped) return false;
+  const int32_t begin = bounds[0], end = bounds[1];
   uint32_t n = 0;  // tasks begun; entry/slots[n % 3] hold task n's
   const uint64_t slot_width = 2 + static_cast<uint64_t>(p.marks);
   // All threads: one task's body in iteration t, then thread 0's signals (and timeline); false

@@ -26,6 +26,7 @@ struct LaunchParams {
   uint64_t scratch_per_sm;
   uint64_t* timeline;         // [iterations][num_tasks][2 + marks] start, end, op marks (ns), or null
   uint32_t* epoch;            // per CTA: the iterations of the launches since the reset
+  const uint4* heads;         // per CTA: its LaunchHead<Dispatch::kSlots> (mk/cuda_megakernel.cuh)
   int32_t num_sms;
   int32_t num_tasks;
   int32_t iterations;
