@@ -247,7 +247,8 @@ def test_one_row_on_tensor_cores_matches_the_reference(
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     src = prog.cuda_source  # type: ignore[attr-defined]
     assert re.search(r"stream_linear<1, \d+, \d+, \d+, true", src)
-    assert (", false, 4>" in src) == (n > 64)  # over 32 rows per task on 132 SMs
+    # Blocks of 4 groups over 32 rows per task on 132 SMs.
+    assert bool(re.search(r"stream_linear<1, \d+, \d+, \d+, true, 4>", src)) == (n > 64)
     agrees_with_the_reference(prog, text, n)
 
 
