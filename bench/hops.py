@@ -239,6 +239,44 @@ def traced_program(
     return f"{args.model} L{config.layers} B{args.batch}", prog, timeline
 
 
+def cta_edges(
+    ctas: np.ndarray, timeline: np.ndarray, queues: Sequence[Sequence[int]]
+) -> tuple[float, float, float, float] | None:
+    """What a launch costs around its tasks, from each CTA's (entry, exit) ns (`ctas`,
+    `last_ctas`) and the tasks' [iterations][tasks] (start, end) ns, per CTA with a queue:
+    (µs from the first CTA's entry to the last's, median µs from a CTA's entry to its first
+    task's start, median µs from its last task's end to its exit, µs from the first entry to
+    the first task's start anywhere). None without every busy CTA's entry and exit."""
+    busy = [sm for sm, q in enumerate(queues) if len(q)]
+    if not busy or (ctas[busy] == 0).any():
+        return None
+    first = np.array([timeline[0, queues[sm][0], 0] for sm in busy], dtype=np.int64)
+    last = np.array([timeline[-1, queues[sm][-1], 1] for sm in busy], dtype=np.int64)
+    entry, exit_ = ctas[busy, 0].astype(np.int64), ctas[busy, 1].astype(np.int64)
+    return (
+        float(entry.max() - entry.min()) / 1e3,
+        float(np.median(first - entry)) / 1e3,
+        float(np.median(exit_ - last)) / 1e3,
+        float(first.min() - entry.min()) / 1e3,
+    )
+
+
+def edges_line(prog: object) -> str:
+    """cta_edges of the program's last launch as one line (or why there is none)."""
+    ctas = getattr(prog, "last_ctas", None)
+    t = prog.tables  # type: ignore[attr-defined]
+    off = t.queue_offsets
+    queues = [t.queue_tasks[off[s] : off[s + 1]] for s in range(len(off) - 1)]
+    got = None if ctas is None else cta_edges(ctas, prog.last_timeline, queues)  # type: ignore[attr-defined]
+    if got is None:
+        return "CTA entries and exits: not recorded"
+    spread, to_first, from_last, first = got
+    return (
+        f"CTA entries within {spread:.2f} us; entry to its first task {to_first:.2f} us "
+        f"(median), last task to exit {from_last:.2f} us; first entry to first task {first:.2f} us"
+    )
+
+
 def wait_summary(prog: object) -> str:
     """The grid whose tasks check the most events before they start (each an L2 round trip of
     the dispatcher), and the mean over all tasks."""

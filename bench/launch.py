@@ -9,6 +9,8 @@ submission of the replay, and queued behind a GPU sleep (the device's time alone
   the reset before every launch (two memset nodes: the flags, as every launch had before, and
   the epochs); and each again built with MK_CUDA_LAUNCH=plain (cudaLaunchKernel instead of the
   cooperative launch).
+Then, from one timeline run of each program (the timeline's per-CTA entry and exit), what its
+CTAs spend before their first task and after their last.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 
 import mk
@@ -27,6 +30,8 @@ from mk.models.torch_reference import capture_graph
 from mk.source import entry_function, load_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hops import edges_line  # noqa: E402
+
 from bench import median_ms, rmsnorm_linear, to_torch  # noqa: E402
 
 TINY = """
@@ -38,6 +43,7 @@ func.func @tiny(%x: tensor<256xf32>) -> tensor<256xf32> {
 
 
 Row = tuple[str, float, float]
+EDGES: list[str] = []  # mk_rows' per-CTA summaries, printed after the table
 
 
 def both(fn: Callable[[], object], runs: int) -> tuple[float, float]:
@@ -78,6 +84,12 @@ def mk_rows(name: str, text: str, runs: int, plain: bool = False) -> list[Row]:
         )
     prog.check()  # type: ignore[attr-defined]
     prog(*inputs)  # type: ignore[operator]  # a normal, checked run after it
+    prog.record_timeline = True  # type: ignore[attr-defined]
+    for _ in range(3):  # the last of three, its code and tables warm
+        prog(*inputs)  # type: ignore[operator]
+    spans = prog.last_timeline[-1]  # type: ignore[attr-defined]
+    run = float(np.median(spans[:, 1] - spans[:, 0])) / 1e3
+    EDGES.append(f"mk {name}, {how}: {edges_line(prog)}; median task {run:.2f} us")
     return rows
 
 
@@ -100,6 +112,7 @@ def main() -> int:
     print("| graph replay | idle GPU µs | queued µs |\n|---|---:|---:|")
     for name, idle, queued in rows:
         print(f"| {name} | {idle * 1e3:.2f} | {queued * 1e3:.2f} |")
+    print("\n".join(EDGES))
     return 0
 
 

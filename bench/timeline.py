@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from critical_path import path_of, print_path  # noqa: E402
 from hops import (  # noqa: E402
     Run,
+    edges_line,
     hops_of,
     kind_of,
     phase_rows,
@@ -194,6 +195,7 @@ def main() -> int:
         used = prog.cuda_resources  # type: ignore[attr-defined]
         print(f"megakernel: {used.summary() if used else 'no ptxas report'}")
         print(wait_summary(prog))
+        print(edges_line(prog))
         model_summary(prog)
         if args.grids:
             print_grids(total)
@@ -225,6 +227,7 @@ def main() -> int:
             prog(*inputs)
         torch.cuda.synchronize()
         print(f"{name}: {len(prog.tables.tasks)} tasks")
+        print(edges_line(prog))
         print_grids(grid_rows(prog))
         if args.ops:
             print_op_segments(prog)

@@ -207,6 +207,9 @@ class CudaProgram(Program):
         self.mark_labels = mark_labels
         self.marks = max((len(v) for v in (mark_labels or {}).values()), default=0)
         self.last_marks: np.ndarray | None = None  # [iterations][tasks][marks] ns, 0 = none
+        # With the timeline: [SMs] (entry, exit) ns of each CTA of the last launch, 0 where a
+        # CTA stopped early.
+        self.last_ctas: np.ndarray | None = None
         self._lib: Any = None
         self._state: _DeviceState | None = None
 
@@ -356,8 +359,11 @@ class CudaProgram(Program):
         status = np.frombuffer(state.status().cpu().numpy().tobytes(), RUN_STATUS)[0]
         if self.record_timeline and state.timeline is not None:
             t = self.tables
-            rows = state.timeline.cpu().numpy().reshape(t.iterations, len(t.tasks), 2 + self.marks)
+            words = state.timeline.cpu().numpy()
+            at = t.iterations * len(t.tasks) * (2 + self.marks)
+            rows = words[:at].reshape(t.iterations, len(t.tasks), 2 + self.marks)
             self.last_timeline = rows[..., :2]
+            self.last_ctas = words[at:].reshape(self.num_sms, 2)
             self.last_marks = rows[..., 2:] if self.marks else None
         if int(status["error"]) != 0:
             state.needs_reset = True
@@ -393,9 +399,9 @@ class CudaProgram(Program):
         state.timeline = None
         t = self.tables
         if self.record_timeline:
-            state.timeline = torch.zeros(
-                t.iterations * len(t.tasks) * (2 + self.marks), dtype=torch.int64, device="cuda"
-            )
+            # Then each CTA's entry and exit (mk/cuda_megakernel.cuh).
+            words = t.iterations * len(t.tasks) * (2 + self.marks) + 2 * self.num_sms
+            state.timeline = torch.zeros(words, dtype=torch.int64, device="cuda")
         params = state.params(
             timeline=0 if state.timeline is None else state.timeline.data_ptr(),
             num_tasks=len(t.tasks),

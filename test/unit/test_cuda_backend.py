@@ -436,6 +436,14 @@ def test_timeline_exports_a_chrome_trace(cache: Path, tmp_path: Path) -> None:
     events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert len(events) == len(prog.tables.tasks) * prog.tables.iterations
     assert all(e["dur"] >= 0 and 0 <= e["tid"] < 4 for e in events)
+    # Each CTA's entry comes before its first task's start, its exit after its last task's end.
+    t, ctas = prog.tables, prog.last_ctas
+    assert ctas.shape == (4, 2) and (ctas > 0).all()
+    for sm in range(4):
+        queue = t.queue_tasks[t.queue_offsets[sm] : t.queue_offsets[sm + 1]]
+        if len(queue):
+            assert ctas[sm, 0] <= prog.last_timeline[0, queue[0], 0]
+            assert prog.last_timeline[-1, queue[-1], 1] <= ctas[sm, 1]
 
 
 @pytest.mark.gpu

@@ -147,3 +147,18 @@ def test_wait_summary_names_the_grid_with_the_most_waits(tmp_path: Path) -> None
     assert line.startswith(f"waits per task: at most {most} (") and "on average" in line
     worst = line.split("(")[1].split(")")[0]
     assert any(g.sym_name.data == worst and len(g.waits) == most for g in grids)
+
+
+def test_cta_edges_measure_the_launch_around_the_tasks() -> None:
+    """Entries at 0 and 1 µs, tasks from 2 µs after each entry, exits 0.5 µs after the last end;
+    an idle CTA (no queue) counts for nothing, and a CTA without its stamps makes no summary."""
+    hops = _module()
+    timeline = np.zeros((1, 3, 2), np.int64)
+    timeline[0] = [[2000, 3000], [3000, 4000], [4000, 6000]]  # tasks 0, 1 on CTA 0; 2 on CTA 1
+    ctas = np.array([[0, 4500], [1000, 6500], [0, 0]], np.int64)
+    timeline += 10**9  # globaltimer ns: never 0, which means "not stamped"
+    ctas[:2] += 10**9
+    queues = [[0, 1], [2], []]
+    assert hops.cta_edges(ctas, timeline, queues) == pytest.approx((1.0, 2.5, 0.5, 2.0))
+    ctas[1, 1] = 0
+    assert hops.cta_edges(ctas, timeline, queues) is None

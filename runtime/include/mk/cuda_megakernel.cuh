@@ -148,6 +148,13 @@ __device__ inline void prefetch_entry(const LaunchParams& p, int32_t q) {
   }
 }
 
+// With a timeline, where the CTA's entry and exit go (after every task's slots), so a profile
+// shows what the launch's start and end cost beside the tasks.
+__device__ inline uint64_t* cta_span(const LaunchParams& p, int32_t sm) {
+  return p.timeline + static_cast<uint64_t>(p.iterations) * p.num_tasks * (2 + static_cast<uint64_t>(p.marks)) +
+         2 * static_cast<uint64_t>(sm);
+}
+
 // MK_INLINE_WALK (MK_CUDA_INLINE_BODIES=walk): the walk runs a task inline at both of its places,
 // so that with the bodies inlined the megakernel makes no call that a body's wgmma pipeline
 // would cross (ptxas C7510).
@@ -183,6 +190,7 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
   __shared__ bool stopped;  // by a failed launch before this one
   __shared__ int32_t bounds[2];  // the CTA's queue positions [begin, end)
   const int32_t sm = blockIdx.x;
+  if (p.timeline && threadIdx.x == 0) cta_span(p, sm)[0] = globaltimer();
   gpu::Arena arena{p.scratch + static_cast<uint64_t>(sm) * p.scratch_per_sm, 0, p.scratch_per_sm,
                    gpu::mk_dynamic_smem + Dispatch::kArenaOffset, 0, Dispatch::kArenaBytes,
                    nullptr, p.marks, 0, 0, &p, -1, 0};
@@ -301,7 +309,10 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
     }
   }
   // The next launch continues from here; only this CTA reads its word, at its next start.
-  if (threadIdx.x == 0) p.epoch[sm] = base + static_cast<uint32_t>(p.iterations);
+  if (threadIdx.x == 0) {
+    p.epoch[sm] = base + static_cast<uint32_t>(p.iterations);
+    if (p.timeline) cta_span(p, sm)[1] = globaltimer();
+  }
   return true;
 }
 

@@ -24,7 +24,8 @@ struct LaunchParams {
   int32_t* abort_flag;        // set by a failing CTA, polled by all
   uint8_t* scratch;           // scratch_per_sm bytes per CTA
   uint64_t scratch_per_sm;
-  uint64_t* timeline;         // [iterations][num_tasks][2 + marks] start, end, op marks (ns), or null
+  uint64_t* timeline;         // [iterations][num_tasks][2 + marks] start, end, op marks (ns), then
+                              // [num_sms] the CTA's entry and exit (ns); or null
   uint32_t* epoch;            // per CTA: the iterations of the launches since the reset
   const uint4* heads;         // per CTA: its LaunchHead<Dispatch::kSlots> (mk/cuda_megakernel.cuh)
   int32_t num_sms;
