@@ -94,19 +94,30 @@ __device__ inline const uint4* queue_entry(const LaunchParams& p, int32_t q) {
   return p.queue_entries + static_cast<int64_t>(q) * kVecs;
 }
 
+// One thread: N 16-byte words from `src` into registers, every load issued before any is used;
+// the first sizeof(Entry) bytes of them then into `entry` (shared memory).
+template <int N>
+__device__ inline void load_vecs(const uint4* src, uint4 (&v)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = __ldg(src + i);
+}
+
+template <class Entry, int N>
+__device__ inline void store_entry(const uint4 (&v)[N], Entry& entry) {
+  static_assert(sizeof(Entry) % 16 == 0 && sizeof(Entry) / 16 <= N, "an entry is whole 16-byte words");
+  uint4* dst = reinterpret_cast<uint4*>(&entry);
+#pragma unroll
+  for (int i = 0; i < static_cast<int>(sizeof(Entry) / 16); ++i) dst[i] = v[i];
+}
+
 // One thread: the entry at queue position q into `entry`, and the addresses of its buffers
 // (from `table`, the buffer table) into `slots`; every load issued before the first store.
 template <class Dispatch>
 __device__ inline void load_entry(const LaunchParams& p, int32_t q, QueueEntry<Dispatch::kSlots>& entry,
                                   void** slots, void* const* table) {
-  constexpr int kVecs = sizeof(QueueEntry<Dispatch::kSlots>) / 16;
-  const uint4* src = queue_entry<Dispatch>(p, q);
-  uint4 v[kVecs];
-#pragma unroll
-  for (int i = 0; i < kVecs; ++i) v[i] = __ldg(src + i);
-  uint4* dst = reinterpret_cast<uint4*>(&entry);
-#pragma unroll
-  for (int i = 0; i < kVecs; ++i) dst[i] = v[i];
+  uint4 v[sizeof(QueueEntry<Dispatch::kSlots>) / 16];
+  load_vecs(queue_entry<Dispatch>(p, q), v);
+  store_entry(v, entry);
   void* at[Dispatch::kSlots];
 #pragma unroll
   for (int k = 0; k < Dispatch::kSlots; ++k) at[k] = entry.slot[k] >= 0 ? table[entry.slot[k]] : nullptr;
@@ -121,13 +132,9 @@ __device__ inline void load_head(const LaunchParams& p, int32_t sm, QueueEntry<D
                                  void** slots, int32_t* bounds) {
   using Head = LaunchHead<Dispatch::kSlots>;
   constexpr int kVecs = sizeof(Head) / 16, kEntryVecs = sizeof(QueueEntry<Dispatch::kSlots>) / 16;
-  const uint4* src = p.heads + static_cast<int64_t>(sm) * kVecs;
   uint4 v[kVecs];
-#pragma unroll
-  for (int i = 0; i < kVecs; ++i) v[i] = __ldg(src + i);
-  uint4* dst = reinterpret_cast<uint4*>(&entry);
-#pragma unroll
-  for (int i = 0; i < kEntryVecs; ++i) dst[i] = v[i];
+  load_vecs(p.heads + static_cast<int64_t>(sm) * kVecs, v);
+  store_entry(v, entry);
   bounds[0] = static_cast<int32_t>(v[kEntryVecs].x);
   bounds[1] = static_cast<int32_t>(v[kEntryVecs].y);
 #pragma unroll
