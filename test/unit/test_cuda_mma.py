@@ -235,6 +235,19 @@ def test_tensor_core_products_build_through_the_ring(
     assert chained <= count // 10, (chained, count)
 
 
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize("n", [64, 4608, 5000])
+def test_one_row_on_tensor_cores_takes_blocks_of_four_groups(
+    n: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_MMA_ONE_ROW=1 puts a single row on tensor cores, in blocks of 4 groups where a
+    task has over 32 rows on 132 SMs (the source the gpu test below runs, checked without one)."""
+    monkeypatch.setenv("MK_CUDA_MMA_ONE_ROW", "1")
+    src = cuda_source(linear_program(1, n, 1024, True), tmp_path, num_sms=132)
+    assert re.search(r"stream_linear<1, \d+, \d+, \d+, true", src)
+    assert bool(re.search(r"stream_linear<1, \d+, \d+, \d+, true, 4>", src)) == (n > 64)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("n", [64, 4608, 5000])
 def test_one_row_on_tensor_cores_matches_the_reference(
