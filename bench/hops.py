@@ -168,6 +168,12 @@ def task_grids(prog: object) -> list[str]:
     return [index.locate(t)[0].sym_name.data for t in range(len(prog.tables.tasks))]  # type: ignore[attr-defined]
 
 
+def sm_queues(tables: Any) -> list[list[int]]:
+    """Each SM's queue of task ids, in order."""
+    off, tasks = tables.queue_offsets, tables.queue_tasks
+    return [list(tasks[off[s] : off[s + 1]]) for s in range(len(off) - 1)]
+
+
 class Run:
     """What the per-task analyses read of a compiled CUDA program and one iteration's
     [tasks, 2] timeline (ns): start and end per task, each task's kind, the SM queues, and
@@ -179,8 +185,7 @@ class Run:
         self.n = len(tables.tasks)
         self.start = timeline[:, 0].astype(np.float64)
         self.end = timeline[:, 1].astype(np.float64)
-        offsets, tasks = tables.queue_offsets, tables.queue_tasks
-        self.queues = [list(tasks[offsets[s] : offsets[s + 1]]) for s in range(len(offsets) - 1)]
+        self.queues = sm_queues(tables)
         self.grids = task_grids(prog)
         self.kinds = [kind_of(grid) for grid in self.grids]
         self.waits_of = index.waits_of
@@ -264,9 +269,7 @@ def cta_edges(
 def edges_line(prog: object) -> str:
     """cta_edges of the program's last launch as one line (or why there is none)."""
     ctas = getattr(prog, "last_ctas", None)
-    t = prog.tables  # type: ignore[attr-defined]
-    off = t.queue_offsets
-    queues = [t.queue_tasks[off[s] : off[s + 1]] for s in range(len(off) - 1)]
+    queues = sm_queues(prog.tables)  # type: ignore[attr-defined]
     got = None if ctas is None else cta_edges(ctas, prog.last_timeline, queues)  # type: ignore[attr-defined]
     if got is None:
         return "CTA entries and exits: not recorded"

@@ -109,8 +109,8 @@ def _device_bytes(array: np.ndarray) -> Any:
 class _DeviceState:
     """What a program keeps on the GPU between launches: the tables, the arena (0xFF-filled
     at the first launch and after a failed one, so a read of an unwritten intermediate shows as
-    NaN), per-CTA scratch, the buffer
-    pointers of the last launch with each CTA's launch head (entries.launch_heads), and the flags (counters, status, abort) and per-CTA epochs.
+    NaN), per-CTA scratch, the buffer pointers of the last launch with each CTA's launch head
+    (entries.launch_heads), and the flags (counters, status, abort) and per-CTA epochs.
     Those are zeroed at the first launch and after a failed one only: a launch's iterations
     continue the earlier launches' counters (mk/events.h), so a launch is one graph node."""
 
@@ -149,7 +149,7 @@ class _DeviceState:
             self.heads_at = -(-len(raw) // 16) * 16
             heads = resolve_heads(self.heads, self.slots, pointers)
             table = np.zeros(self.heads_at + heads.nbytes, np.uint8)
-            table[: len(raw)] = np.frombuffer(raw, np.uint8)
+            table[: len(raw)] = pointers.view(np.uint8)
             table[self.heads_at :] = heads.reshape(-1).view(np.uint8)
             self.buffers = _device_bytes(table)
             self.bound = raw
