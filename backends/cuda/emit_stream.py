@@ -116,6 +116,24 @@ class StreamLinearEmitter(GraphDefEmitter):
             return 0
         return switches.stage_first_held() or None
 
+    def stage_bulk(self, plan: StreamPlan, k: int, chunk: int, mma: bool) -> bool:
+        """stream_linear's Bulk: a tensor-core stream stages its activation by bulk copies
+        (switches.stage_bulk) where it is an aligned, unflagged 16-bit one with a norm (a raw
+        one takes mma_raw_chunks), its norm weight is 16-bit and aligned or absent, and every
+        chunk packs (whole 32-column steps): the body then keeps no register staging."""
+        x = plan.x
+        if not (mma and switches.stage_bulk()) or isinstance(x, MergedX):
+            return False
+        if plan.g is None and plan.sum_sq is None or k % 32 or chunk % 32:
+            return False
+        narrow = ("mk::DTYPE_BF16", "mk::DTYPE_F16")
+        g = plan.g
+        g_ok = g is None or (
+            self.operands[g.source_index()].dtype in narrow and self.rows_aligned(g)
+        )
+        x_ref = self.operands[x.source_index()]
+        return self.aligned(plan) and x_ref.dtype in narrow and not x_ref.flagged and g_ok
+
     def stream_linear(self, plan: StreamPlan) -> None:
         k = self.forloop * shape_of(plan.x.tile)[1]
         chunk = plan.chunk(k)
@@ -131,7 +149,7 @@ class StreamLinearEmitter(GraphDefEmitter):
         self.stream_norm_weight(plan)
         self.stream_fields(plan, k, chunk, mma)
         self.stream_weights(plan)
-        self.stream_call(plan, k, mma, early)
+        self.stream_call(plan, k, chunk, mma, early)
         for op in plan.invariant:
             self.load(op, "0")
 
@@ -185,7 +203,7 @@ class StreamLinearEmitter(GraphDefEmitter):
                 f"sl.w[{i}] = mk::gpu::StreamWeight{{{at}, {ref.shape[1]}, {rows}, {self.var(acc.res)}.data()}};"
             )
 
-    def stream_call(self, plan: StreamPlan, k: int, mma: bool, early: str) -> None:
+    def stream_call(self, plan: StreamPlan, k: int, chunk: int, mma: bool, early: str) -> None:
         """The mk::gpu::stream_linear call (after the merge where MK_CUDA_MERGE_EARLY asks the
         weights first) and the descriptor's closing brace."""
         emit = self.lines.append
@@ -204,7 +222,8 @@ class StreamLinearEmitter(GraphDefEmitter):
         held = self.stage_first(plan, k, mma)
         tail.append("0" if held is None else "2")
         tail.append(str(held or 0))  # Held
-        while tail and tail[-1] == ("1", "0", "0", "0")[len(tail) - 1]:
+        tail.append(_bool(self.stage_bulk(plan, k, chunk, mma)))  # Bulk
+        while tail and tail[-1] == ("1", "0", "0", "0", "false")[len(tail) - 1]:
             tail.pop()
         call += "".join(f", {a}" for a in tail)
         if not mma:

@@ -167,6 +167,82 @@ __device__ __forceinline__ void stage_eight(float* xs, int stride, int m, int k,
   }
 }
 
+// stage_chunk on tensor cores where the emitter asks for it (stream_linear's Bulk: a 16-bit
+// activation and norm weight, 16-byte aligned, unflagged, every chunk packed): thread 0 copies
+// the chunk's M rows into xs as they are (bulk copies) while each thread loads its groups of
+// eight columns of the norm weight; then each thread rewrites its groups of every row in
+// place, times g and packed in the weights' type, and adds their squares (before g) to ss. The
+// activation crosses to the SM once and g once per CTA, in one round trip, where
+// stage_chunk_16bit's register loads take M·kc/(8·XB·threads) dependent rounds and load g for
+// every row. Ends with a barrier; false if the copies never landed.
+template <int M>
+__device__ bool stage_chunk_bulk(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
+                                 const Packing& pack, float (&ss)[M]) {
+#if defined(MK_RAW_BARS_LAUNCH)
+  uint64_t* const bar = &raw_bars[0];  // its phases counted as mma_raw_chunks counts them
+  const uint32_t parity = raw_phases[0] & 1u;
+#else
+  __shared__ uint64_t own;
+  uint64_t* const bar = &own;
+  const uint32_t parity = 0;
+#endif
+  uint16_t* const rows = reinterpret_cast<uint16_t*>(xs);
+  const uint16_t* x = static_cast<const uint16_t*>(s.x) + c;
+  const uint16_t* g = s.g ? static_cast<const uint16_t*>(s.g) + c : nullptr;
+  const bool x_bf16 = s.x_dtype == DTYPE_BF16, g_bf16 = s.g_dtype == DTYPE_BF16;
+  const int groups = kc / 8, step = static_cast<int>(MK_CTA_THREADS);
+  if (threadIdx.x == 0) {
+    const uint32_t bytes = 2 * static_cast<uint32_t>(kc);
+    if constexpr (!kRawBarsLaunch) stage_barrier_init(bar);
+    // The producers' generic writes of x (made visible by the dispatcher's acquire) before
+    // the async proxy's reads.
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+    expect_bytes(smem_address(bar), M * bytes);
+#pragma unroll
+    for (int m = 0; m < M; ++m) bulk_copy(rows + m * stride, x + m * s.x_ld, bytes, smem_address(bar));
+  }
+  // g's first two groups of the thread (a chunk of up to 16·threads columns), asked for before
+  // the wait; any further ones at their turn. The group loop stays rolled: its body, eight
+  // columns of all M rows, is what a chunk's staging costs in code.
+  const auto g_group = [&](int e) {
+    return g && e < groups ? *reinterpret_cast<const uint4*>(g + 8 * e) : make_uint4(0, 0, 0, 0);
+  };
+  const int e0 = static_cast<int>(threadIdx.x);
+  const uint4 g0 = g_group(e0), g1 = g_group(e0 + step);
+  __syncthreads();  // the barrier's init, before any thread waits on it
+  const bool landed = barrier_wait(smem_address(bar), parity);
+  int i = 0;
+#pragma unroll 1
+  for (int e = e0; landed && e < groups; e += step, ++i) {
+    float gf[8];
+    unpack8(gf, i == 0 ? g0 : i == 1 ? g1 : g_group(e), g_bf16);
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      uint4* at = reinterpret_cast<uint4*>(rows + m * stride + 8 * e);
+      float v[8];
+      unpack8(v, *at, x_bf16);
+      float sq = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        sq = fmaf(v[j], v[j], sq);
+        if (g) v[j] *= gf[j];
+      }
+      *at = make_uint4(pack2(v[0], v[1], pack.bf16), pack2(v[2], v[3], pack.bf16),
+                       pack2(v[4], v[5], pack.bf16), pack2(v[6], v[7], pack.bf16));
+      ss[m] += sq;
+    }
+  }
+  const bool failed = __syncthreads_or(!landed);  // every thread has read the phase, too
+  if (threadIdx.x == 0) {
+#if defined(MK_RAW_BARS_LAUNCH)
+    raw_phases[0] += 1;
+#else
+    asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(smem_address(bar)) : "memory");
+#endif
+  }
+  return !failed;
+}
+
 // stage_chunk_flagged's poll where runs are not whole or 16-byte aligned: word by word, and not
 // inlined (inlined, its address arithmetic took the megakernel past 255 registers into spills).
 template <int R>
@@ -464,16 +540,20 @@ __device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S
 // right behind the activation's
 // first loads, so that its round trip to HBM overlaps theirs and the staging instead of
 // following the staging barrier; with Held > 0 only the rows of the step that keep a thread
-// at Held loads through the staging (stage_first_rows). Ends with __syncthreads(); false if a
-// raw activation's bulk copies never landed (mma_raw_chunks).
+// at Held loads through the staging (stage_first_rows). With Bulk (tensor cores, an aligned
+// 16-bit normed activation, every chunk packed) each chunk is staged by bulk copies
+// (stage_chunk_bulk).
+// Ends with __syncthreads(); false if a raw activation's or a Bulk chunk's bulk copies never
+// landed.
 template <int M, int RG, int S, int XB, bool Mma = false, int G = 1, int Ring = 0, int First = 0,
-          int Held = 0>
+          int Held = 0, bool Bulk = false>
 __device__ bool stream_linear(const StreamLinear& s) {
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
   static_assert(Ring == 0 || (Mma && G == 1), "the ring: tensor cores, one group");
   static_assert(!First || !Mma, "a first round loaded early: CUDA cores");
   static_assert(First == 0 || First == 2, "First: 0, or 2 (the first round loaded here)");
   static_assert(Held == 0 || First == 2, "Held: the loads a partial first step keeps (First = 2)");
+  static_assert(!Bulk || Mma, "bulk staging: tensor cores (a packed chunk)");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
   bool vec = true;
   #pragma unroll
@@ -521,7 +601,11 @@ __device__ bool stream_linear(const StreamLinear& s) {
         ask();
       }
     } else if (!s.x_ready) {
-      stage_chunk<M, XB>(s, xs, s.kc, kc, c, pack, ss);
+      if constexpr (Bulk) {
+        if (!stage_chunk_bulk<M>(s, xs, s.kc, kc, c, pack, ss)) return false;
+      } else {
+        stage_chunk<M, XB>(s, xs, s.kc, kc, c, pack, ss);
+      }
     }
     // With assign the last chunk's staging barrier also publishes the warps' Σx² parts, so the
     // total is written before the products instead of behind a barrier of its own after them.

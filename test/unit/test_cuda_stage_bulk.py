@@ -1,0 +1,112 @@
+"""MK_CUDA_STAGE_BULK: a tensor-core linear's normed 16-bit activation staged by bulk copies
+(mk::gpu::stage_chunk_bulk), checked in the source and PTX here and against the reference on
+the GPU."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from linear_programs import agrees_with_the_reference, cuda_source, linear_program
+
+import mk
+from mk.backends.cuda import build as cuda_build
+from mk.inputs import random_inputs
+
+NVCC = cuda_build.nvcc()  # before any test patches it out
+BULK_CALL = r"stream_linear<\d+, \d+, \d+, \d+, true, \d+, \d+, \d+, \d+, true>"
+BULK_COPY = "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+
+
+def _ptx(source: str, tmp_path: Path) -> str:
+    from mk.backends.cpu.build import include_dir
+    from mk.backends.cuda.build import NVCC_FLAGS
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    cu, ptx = tmp_path / "mk.cu", tmp_path / "mk.ptx"
+    cu.write_text(source)
+    flags = [f for f in NVCC_FLAGS if f not in ("-shared", "-Xcompiler", "-fPIC")]
+    subprocess.run(
+        [str(NVCC), *flags, f"-I{include_dir()}", "-ptx", str(cu), "-o", str(ptx)], check=True
+    )
+    return ptx.read_text()
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize("value", ["0", "1"])
+def test_the_switch_defines_the_bulk_staging(
+    value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MK_CUDA_STAGE_BULK", value)
+    source = cuda_source(linear_program(8, 256, 1024, norm=True), tmp_path)
+    assert re.search(r"stream_linear<8, \d+, \d+, \d+, true", source)
+    assert bool(re.search(BULK_CALL, source)) == (value == "1")
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(("rows", "norm"), [(1, True), (8, False)])
+def test_only_a_normed_tensor_core_stream_stages_in_bulk(
+    rows: int, norm: bool, tmp_path: Path
+) -> None:
+    """One row streams on CUDA cores; a raw activation is copied as it is (mma_raw_chunks)."""
+    source = cuda_source(linear_program(rows, 256, 1024, norm=norm), tmp_path)
+    assert "stream_linear<" in source and not re.search(BULK_CALL, source)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@pytest.mark.usefixtures("no_nvcc")
+def test_a_normed_batch_copies_its_rows_in_bulk_only_with_the_switch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A normed activation has no bulk copies by default (the raw path's are for un-normed
+    ones); with the switch its eight rows are eight bulk copies on one barrier."""
+    text = linear_program(8, 256, 1024, norm=True)
+    monkeypatch.setenv("MK_CUDA_STAGE_BULK", "0")
+    assert BULK_COPY not in _ptx(cuda_source(text, tmp_path / "off"), tmp_path / "off")
+    monkeypatch.setenv("MK_CUDA_STAGE_BULK", "1")
+    ptx = _ptx(cuda_source(text, tmp_path / "on"), tmp_path / "on")
+    assert ptx.count(BULK_COPY) >= 8
+    assert "fence.proxy.async.global" in ptx
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("rows", "k", "bars"),
+    [
+        (8, 4096, "task"),
+        (2, 1024, "task"),
+        (16, 1024, "task"),
+        (8, 4000, "task"),
+        (8, 4096, "launch"),
+    ],
+)
+def test_bulk_staging_matches_the_reference(
+    rows: int, k: int, bars: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the GPU: 2..16 rows, one chunk or several (4,000 columns: a ragged one), and the
+    launch-long barriers whose phases the raw chunks share."""
+    monkeypatch.setenv("MK_CUDA_STAGE_BULK", "1")
+    monkeypatch.setenv("MK_CUDA_RAW_BARS", bars)
+    text = linear_program(rows, 4608, k, norm=True)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    assert re.search(BULK_CALL, prog.cuda_source)  # type: ignore[attr-defined]
+    agrees_with_the_reference(prog, text, (rows, k, bars))
+
+
+@pytest.mark.gpu
+def test_bulk_staging_gives_the_register_staging_bits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows land packed exactly as the register path packs them, and each thread adds the
+    same groups' squares in the same order, so the outputs are bit-identical."""
+    text = linear_program(8, 4608, 4096, norm=True)
+    outs = []
+    for value in ("0", "1"):
+        monkeypatch.setenv("MK_CUDA_STAGE_BULK", value)
+        prog = mk.compile(text, target="cuda", cache_dir=tmp_path / value)
+        outs.append(prog(*random_inputs(prog.func, seed=3)))
+    for a, b in zip(*outs, strict=True):
+        assert np.array_equal(np.asarray(a).view(np.uint16), np.asarray(b).view(np.uint16))
