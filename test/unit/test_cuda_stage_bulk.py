@@ -79,14 +79,16 @@ def test_a_normed_batch_copies_its_rows_in_bulk_only_with_the_switch(
         (8, 4096, "task"),
         (2, 1024, "task"),
         (16, 1024, "task"),
-        (8, 4000, "task"),
-        (8, 4096, "launch"),
+        (16, 6144, "task"),
+        (16, 8192, "task"),
+        (16, 8192, "launch"),
     ],
 )
 def test_bulk_staging_matches_the_reference(
     rows: int, k: int, bars: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On the GPU: 2..16 rows, one chunk or several (4,000 columns: a ragged one), and the
+    """On the GPU: 2..16 rows, one chunk or several (16 rows of 6,144 columns: chunks of 3,328
+    and 2,816; of 8,192: 3,584, 3,584 and 1,024 beside the weights' cp.async ring), and the
     launch-long barriers whose phases the raw chunks share."""
     monkeypatch.setenv("MK_CUDA_STAGE_BULK", "1")
     monkeypatch.setenv("MK_CUDA_RAW_BARS", bars)
