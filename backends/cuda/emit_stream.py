@@ -119,8 +119,9 @@ class StreamLinearEmitter(GraphDefEmitter):
     def stage_bulk(self, plan: StreamPlan, k: int, chunk: int, mma: bool) -> bool:
         """stream_linear's Bulk: a tensor-core stream stages its activation by bulk copies
         (switches.stage_bulk) where it is an aligned, unflagged 16-bit one with a norm (a raw
-        one takes mma_raw_chunks), its norm weight is 16-bit and aligned or absent, and every
-        chunk packs (whole 32-column steps): the body then keeps no register staging."""
+        one takes mma_raw_chunks), its norm weight is 16-bit and aligned or absent, its weights
+        bf16 (mma_chunk_early's products), and every chunk packs (whole 32-column steps): the
+        body then keeps no register staging."""
         x = plan.x
         if not (mma and switches.stage_bulk()) or isinstance(x, MergedX):
             return False
@@ -132,7 +133,14 @@ class StreamLinearEmitter(GraphDefEmitter):
             self.operands[g.source_index()].dtype in narrow and self.rows_aligned(g)
         )
         x_ref = self.operands[x.source_index()]
-        return self.aligned(plan) and x_ref.dtype in narrow and not x_ref.flagged and g_ok
+        bf16_weights = all(dtype_code(w.tile.type) == "mk::DTYPE_BF16" for w, _ in plan.products)
+        return (
+            self.aligned(plan)
+            and x_ref.dtype in narrow
+            and not x_ref.flagged
+            and g_ok
+            and bf16_weights
+        )
 
     def stream_linear(self, plan: StreamPlan) -> None:
         k = self.forloop * shape_of(plan.x.tile)[1]

@@ -16,6 +16,7 @@ from mk.backends.cuda.switch_values import choice, count, flag
 # every task (its gate/up, down and lm_head tasks: 98-1,200 KB a warp; the rest, 32-48 KB, level).
 # Without the walk (session 37), the batch-8 lm_heads of qwen3-0.6b and llama-3.2-1b (rows of
 # 1,024 and 2,048) lost 2.5 % of the step and the models' small linears (4-12 KB) more.
+MMA_EARLY = 8  # mk::gpu::kMmaEarlySteps
 RING_AUTO_STAGES = 3
 RING_AUTO_BYTES = 64 << 10
 RING_AUTO_COLUMNS = 4096
@@ -35,6 +36,13 @@ def stage_bulk() -> bool:
     H100 (session 91) RMSNorm+Linear at batch 8 took 0.0284 against 0.0292-0.0293 ms (4096x6144)
     and 0.0464-0.0466 against 0.0483-0.0484 (x12288), its staging 3.13 -> 1.74 us a task."""
     return flag("MK_CUDA_STAGE_BULK", default=True)
+
+
+def mma_early() -> int:
+    """MK_CUDA_MMA_EARLY=N: the steps of each warp's first round of weights that a bulk-staged
+    tensor-core task (stage_bulk) loads behind its activation's bulk copies, so that their round
+    trip overlaps the staging (default 8, at most 16; 0 loads none early)."""
+    return count("MK_CUDA_MMA_EARLY", MMA_EARLY, 0, 16, "steps")
 
 
 def smem_align() -> int:
@@ -371,6 +379,8 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
         lines.append("#define MK_RING_WALK 1")
     if raw_bars_kept():
         lines.append("#define MK_RAW_BARS_LAUNCH 1")
+    if (early := mma_early()) != MMA_EARLY:
+        lines.append(f"#define MK_MMA_EARLY_STEPS {early}")
     if (align := smem_align()) != 128:
         lines.append(f"#define MK_DYNAMIC_SMEM_ALIGN {align}")
     if not gemm_in_flight():

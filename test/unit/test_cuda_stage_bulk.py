@@ -112,3 +112,37 @@ def test_bulk_staging_gives_the_register_staging_bits(
         outs.append(prog(*random_inputs(prog.func, seed=3)))
     for a, b in zip(*outs, strict=True):
         assert np.array_equal(np.asarray(a).view(np.uint16), np.asarray(b).view(np.uint16))
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_the_early_steps_are_a_checked_switch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = linear_program(8, 256, 1024, norm=True)
+    assert "MK_MMA_EARLY_STEPS" not in cuda_source(text, tmp_path / "default")
+    monkeypatch.setenv("MK_CUDA_MMA_EARLY", "4")
+    assert "#define MK_MMA_EARLY_STEPS 4" in cuda_source(text, tmp_path / "four")
+    monkeypatch.setenv("MK_CUDA_MMA_EARLY", "17")
+    with pytest.raises(
+        mk.MkError, match="MK_CUDA_MMA_EARLY must be a number of steps from 0 to 16"
+    ):
+        cuda_source(text, tmp_path / "bad")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("rows", "k"), [(8, 4096), (2, 1024), (16, 6144)])
+def test_early_weights_give_the_same_bits(
+    rows: int, k: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first steps loaded behind the activation's copies feed the same mma in the same order:
+    0, 8 and 16 early steps give the same outputs, and they match the reference."""
+    text = linear_program(rows, 4608, k, norm=True)
+    outs = []
+    for steps in ("0", "8", "16"):
+        monkeypatch.setenv("MK_CUDA_MMA_EARLY", steps)
+        prog = mk.compile(text, target="cuda", cache_dir=tmp_path / steps)
+        outs.append(prog(*random_inputs(prog.func, seed=4)))
+    agrees_with_the_reference(prog, text, (rows, k))
+    for other in outs[1:]:
+        for a, b in zip(outs[0], other, strict=True):
+            assert np.array_equal(np.asarray(a).view(np.uint16), np.asarray(b).view(np.uint16))

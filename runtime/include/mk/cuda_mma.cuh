@@ -44,6 +44,14 @@ constexpr bool kMmaPipe = true;
 constexpr bool kMmaPipe = false;
 #endif
 
+// The steps of a round that stream_linear's Bulk loads behind the activation's bulk copies
+// (MK_CUDA_MMA_EARLY=N).
+#if defined(MK_MMA_EARLY_STEPS)
+constexpr int kMmaEarlySteps = MK_MMA_EARLY_STEPS;
+#else
+constexpr int kMmaEarlySteps = 8;
+#endif
+
 #if defined(MK_MMA_L1)
 constexpr bool kMmaL1 = true;
 #else
@@ -55,11 +63,12 @@ constexpr bool kMmaL1 = false;
 // (load_stream_l1): a warp-wide load asks for 64 bytes of each of eight rows, and the next
 // step's load for the other half of the same 128-byte lines, which can then wait on one line
 // request.
-template <int N, int G>
+// Steps [From, To) only, where a round's first steps went out early (mma_first_round).
+template <int N, int G, int From = 0, int To = N>
 __device__ inline void mma_load(uint4 (&w)[N][G], const uint16_t* const (&wp)[G], int k, int k1,
                                 int t) {
 #pragma unroll
-  for (int u = 0; u < N; ++u) {
+  for (int u = From; u < To; ++u) {
 #pragma unroll
     for (int i = 0; i < G; ++i) {
       const bool in = wp[i] && k + 32 * u < k1;
@@ -95,38 +104,40 @@ __device__ inline void mma_steps(float (&d)[kMmaAccumulators<G>][G][4], const ui
   }
 }
 
-// One warp on tensor cores: weight rows [r0, r0 + 8G) (G groups of 8) times the staged
-// activation rows (M <= 16, the A operand padded to 16 with zeros) over columns [k0, k1) of the
-// chunk, multiples of 32. Lane (g, t) = (lane / 4, lane % 4) streams weight row r0 + 8i + g of
-// group i, 16 bytes at column k + 8t of each 32-column step. Inside a step the k order is
-// permuted alike for A and B (a sum does not mind), so both operands are plain 16-byte vectors:
-// for mma j, B is the lane's weight pairs 2j and 2j + 1 and A the packed activation pairs 2j
-// and 2j + 1 of the same eight columns (rows g and g + 8). The A fragments of a step serve all
-// G groups. U steps' loads of all groups are in flight before the first mma; with MK_MMA_PIPE
-// (MK_CUDA_MMA_PIPE=1) two halves of U/2 steps alternate, one half's loads in flight while the
-// other's mma run.
-template <int M, int U, int G, bool BF16>
-__device__ void mma_rows(const StreamLinear& s, const uint16_t* xs, int stride, int64_t c, int r0,
-                         int rows, int k0, int k1) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+// Lane (g, t)'s weight row of each of the G groups of rows [r0, r0 + 8G) at chunk column c;
+// null past the last row.
+template <int G>
+__device__ inline void mma_row_pointers(const StreamLinear& s, int64_t c, int r0, int rows,
+                                        const uint16_t* (&wp)[G]) {
+  const int g = (threadIdx.x & 31) >> 2;
   float* unused;
   int32_t unused_rows;
   // Fragments: lane (g, t) reads row 8i + g of group i. (Whole 128-byte lines, shuffled into
   // fragments, measured level on the gated MLP at batch 8 and slower on the models.)
-  const uint16_t* wp[G];
 #pragma unroll
   for (int i = 0; i < G; ++i) {
     const int row = r0 + 8 * i + g;
     wp[i] = row < rows ? weight_row(s, row, c, &unused, &unused_rows) : nullptr;
   }
-  auto load = [&](auto& w, int k) { mma_load<sizeof(w) / sizeof(w[0]), G>(w, wp, k, k1, t); };
+}
+
+// mma_rows' work in the caller's frame: where `early`, w already holds the first Early steps
+// of the round of columns [k0, k0 + 32U) (mma_first_round), and the loop loads the rest of it.
+template <int M, int U, int G, bool BF16, int Early>
+__device__ __forceinline__ void mma_rows_from(const StreamLinear& s, const uint16_t* xs, int stride,
+                                              int64_t c, int r0, int rows, int k0, int k1,
+                                              uint4 (&w)[U][G], bool early = false) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const uint16_t* wp[G];
+  mma_row_pointers<G>(s, c, r0, rows, wp);
+  auto load = [&](auto& v, int k) { mma_load<sizeof(v) / sizeof(v[0]), G>(v, wp, k, k1, t); };
   constexpr int A = kMmaAccumulators<G>;
   float d[A][G][4];
 #pragma unroll
   for (int a = 0; a < A; ++a)
 #pragma unroll
     for (int i = 0; i < G; ++i) d[a][i][0] = d[a][i][1] = d[a][i][2] = d[a][i][3] = 0.0f;
-  if constexpr (kMmaPipe && U > 1) {
+  if constexpr (kMmaPipe && U > 1 && Early == 0) {
     constexpr int H = U / 2;
     uint4 wa[H][G], wb[H][G];
     load(wa, k0);
@@ -138,8 +149,11 @@ __device__ void mma_rows(const StreamLinear& s, const uint16_t* xs, int stride, 
     }
   } else {
     for (int k = k0; k < k1; k += 32 * U) {
-      uint4 w[U][G];
-      load(w, k);
+      if (Early == 0 || !early || k != k0) {
+        load(w, k);
+      } else {
+        mma_load<U, G, Early>(w, wp, k, k1, t);
+      }
       mma_steps<M, U, G, BF16>(d, w, xs, stride, g, t, k, k1);
     }
   }
@@ -164,6 +178,23 @@ __device__ void mma_rows(const StreamLinear& s, const uint16_t* xs, int stride, 
       }
     }
   }
+}
+
+// One warp on tensor cores: weight rows [r0, r0 + 8G) (G groups of 8) times the staged
+// activation rows (M <= 16, the A operand padded to 16 with zeros) over columns [k0, k1) of the
+// chunk, multiples of 32. Lane (g, t) = (lane / 4, lane % 4) streams weight row r0 + 8i + g of
+// group i, 16 bytes at column k + 8t of each 32-column step. Inside a step the k order is
+// permuted alike for A and B (a sum does not mind), so both operands are plain 16-byte vectors:
+// for mma j, B is the lane's weight pairs 2j and 2j + 1 and A the packed activation pairs 2j
+// and 2j + 1 of the same eight columns (rows g and g + 8). The A fragments of a step serve all
+// G groups. U steps' loads of all groups are in flight before the first mma; with MK_MMA_PIPE
+// (MK_CUDA_MMA_PIPE=1) two halves of U/2 steps alternate, one half's loads in flight while the
+// other's mma run.
+template <int M, int U, int G, bool BF16>
+__device__ void mma_rows(const StreamLinear& s, const uint16_t* xs, int stride, int64_t c, int r0,
+                         int rows, int k0, int k1) {
+  uint4 w[U][G];
+  mma_rows_from<M, U, G, BF16, 0>(s, xs, stride, c, r0, rows, k0, k1, w);
 }
 
 // ------------------------------------------------------------------ the cp.async ring (Ring)
@@ -431,6 +462,50 @@ __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride,
     } else {
       mma_rows<M, U, G, false>(s, xs, stride, c, rb * 8 * G, rows, k0, k1);
     }
+  }
+}
+
+// A warp's first unit of a chunk as mma_chunk cuts it (unit `warp`): false where the warp has
+// none; else its first row r0 and columns [k0, k1).
+__device__ inline bool mma_first_unit(int rows, int kc, int G, int U, int& r0, int& k0, int& k1) {
+  constexpr int warps = kCudaThreads / 32;
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int blocks = ((rows + 7) / 8 + G - 1) / G, steps = kc / 32;
+  const int slices = mma_slices(blocks, warps, steps, U);
+  if (warp >= blocks * slices) return false;
+  r0 = warp % blocks * 8 * G;
+  mma_unit_columns(warp, blocks, slices, steps, k0, k1);
+  return true;
+}
+
+// The first E steps of the first round of the warp's first unit of chunk c (stream_linear's
+// Bulk: issued behind the activation's bulk copies, so that their round trip overlaps the
+// staging); mma_chunk_early then starts from them.
+template <int G, int U, int E>
+__device__ inline void mma_first_round(const StreamLinear& s, int kc, int64_t c, int rows,
+                                       uint4 (&w)[U][G]) {
+  int r0, k0, k1;
+  if (!mma_first_unit(rows, kc, G, U, r0, k0, k1)) return;
+  const uint16_t* wp[G];
+  mma_row_pointers<G>(s, c, r0, rows, wp);
+  mma_load<U, G, 0, E>(w, wp, k0, k1, static_cast<int>(threadIdx.x & 3u));
+}
+
+// mma_chunk (no ring, bf16 weights) where stream_linear's Bulk loads weights early: every
+// unit inlined here (one copy of the product's code in the body), and with `early` (chunk 0)
+// the warp's first unit starts from the E steps mma_first_round loaded.
+template <int M, int G, int U, int E>
+__device__ void mma_chunk_early(const StreamLinear& s, const uint16_t* xs, int stride, int kc,
+                                int64_t c, int rows, uint4 (&w)[U][G], bool early) {
+  constexpr int warps = kCudaThreads / 32;
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  const int blocks = ((rows + 7) / 8 + G - 1) / G, steps = kc / 32;
+  const int slices = mma_slices(blocks, warps, steps, U);
+  for (int unit = warp; unit < blocks * slices; unit += warps) {
+    int k0, k1;
+    mma_unit_columns(unit, blocks, slices, steps, k0, k1);
+    mma_rows_from<M, U, G, true, E>(s, xs, stride, c, unit % blocks * 8 * G, rows, k0, k1, w,
+                                    early && unit == warp);
   }
 }
 

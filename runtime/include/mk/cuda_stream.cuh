@@ -174,10 +174,12 @@ __device__ __forceinline__ void stage_eight(float* xs, int stride, int m, int k,
 // place, times g and packed in the weights' type, and adds their squares (before g) to ss. The
 // activation crosses to the SM once and g once per CTA, in one round trip, where
 // stage_chunk_16bit's register loads take M·kc/(8·XB·threads) dependent rounds and load g for
-// every row. Ends with a barrier; false if the copies never landed.
-template <int M>
+// every row. `after_loads` runs once on every thread behind its own loads (stream_linear's
+// early weights). Ends with a barrier; false if the copies never landed.
+template <int M, class AfterLoads = NoLoads>
 __device__ bool stage_chunk_bulk(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
-                                 const Packing& pack, float (&ss)[M]) {
+                                 const Packing& pack, float (&ss)[M],
+                                 const AfterLoads& after_loads = AfterLoads{}) {
 #if defined(MK_RAW_BARS_LAUNCH)
   uint64_t* const bar = &raw_bars[0];  // its phases counted as mma_raw_chunks counts them
   const uint32_t parity = raw_phases[0] & 1u;
@@ -209,6 +211,7 @@ __device__ bool stage_chunk_bulk(const StreamLinear& s, float* xs, int stride, i
   };
   const int e0 = static_cast<int>(threadIdx.x);
   const uint4 g0 = g_group(e0), g1 = g_group(e0 + step);
+  after_loads();
   __syncthreads();  // the barrier's init, before any thread waits on it
   const bool landed = barrier_wait(smem_address(bar), parity);
   int i = 0;
@@ -577,6 +580,12 @@ __device__ bool stream_linear(const StreamLinear& s) {
   constexpr int kFirstSteps = First == 2 ? (kStageFirstSteps < S ? kStageFirstSteps : S) : S;
   constexpr int kFirstRows = First == 2 ? stage_first_rows<RG, XB, Held>() : RG;
   WeightRound<RG, S> own;
+  // Bulk without a ring: each warp's first round of weights goes out behind the activation's
+  // bulk copies (mma_first_round), not after the staging. The emitter gives Bulk to bf16
+  // weights only (mma_chunk_early's products).
+  constexpr bool kEarlyMma = Bulk && Ring == 0 && kMmaEarlySteps > 0;
+  constexpr int kEarlySteps = kMmaEarlySteps < S ? kMmaEarlySteps : S;
+  uint4 first[kEarlyMma ? S : 1][kEarlyMma ? G : 1];
   MK_MARK(*s.arena);
   if constexpr (Mma) {
     if (vec && raw_activation(s)) {
@@ -602,7 +611,12 @@ __device__ bool stream_linear(const StreamLinear& s) {
       }
     } else if (!s.x_ready) {
       if constexpr (Bulk) {
-        if (!stage_chunk_bulk<M>(s, xs, s.kc, kc, c, pack, ss)) return false;
+        const auto ask = [&] {
+          if constexpr (kEarlyMma) {
+            if (c == 0) mma_first_round<G, S, kEarlySteps>(s, kc, c, rows, first);
+          }
+        };
+        if (!stage_chunk_bulk<M>(s, xs, s.kc, kc, c, pack, ss, ask)) return false;
       } else {
         stage_chunk<M, XB>(s, xs, s.kc, kc, c, pack, ss);
       }
@@ -618,7 +632,12 @@ __device__ bool stream_linear(const StreamLinear& s) {
     if (pack.on) {
       // The ring sits behind the packed chunk (the emitter reserves both).
       uint16_t* ring = reinterpret_cast<uint16_t*>(mk_dynamic_smem + ((M * s.kc * 2 + 127) & ~127));
-      mma_chunk<M, G, S, Ring>(s, reinterpret_cast<const uint16_t*>(xs), s.kc, kc, c, rows, ring);
+      const uint16_t* packed = reinterpret_cast<const uint16_t*>(xs);
+      if constexpr (kEarlyMma) {
+        mma_chunk_early<M, G, S, kEarlySteps>(s, packed, s.kc, kc, c, rows, first, c == 0);
+      } else {
+        mma_chunk<M, G, S, Ring>(s, packed, s.kc, kc, c, rows, ring);
+      }
     } else if (vec && !Mma) {
       stream_rows<M, RG, S, true, First != 0, kFirstSteps, kFirstRows>(
           s, xs, s.kc, kc, c, begin, end, s.assign && c == 0, own, c == 0);
