@@ -223,15 +223,19 @@ class StreamLinearEmitter(GraphDefEmitter):
         if early:  # the weights asked into L2 beside the partials' loads
             assert isinstance(plan.x, MergedX)
             self.merged_x(plan.x, "mk::gpu::prefetch_rows_l2_by(sl, t, n);")
-        # The template's trailing arguments (G, Ring), defaults left off.
+        # The template's trailing arguments (G, Ring, First, Held, Bulk, Early), defaults left off.
         tail = [str(plan.mma_groups() if mma else 1), str(plan.ring_stages(k))]
         # First: the first round loaded behind the activation's loads (2), else 0; Held: the
         # loads a thread keeps of it through the staging (0: all of the step).
         held = self.stage_first(plan, k, mma)
         tail.append("0" if held is None else "2")
         tail.append(str(held or 0))  # Held
-        tail.append(_bool(self.stage_bulk(plan, k, chunk, mma)))  # Bulk
-        while tail and tail[-1] == ("1", "0", "0", "0", "false")[len(tail) - 1]:
+        bulk = self.stage_bulk(plan, k, chunk, mma)
+        tail.append(_bool(bulk))  # Bulk
+        # Early: the weights' first steps behind the activation's bulk copies, in a lone body.
+        ahead = bulk and not plan.repeated and plan.ring_stages(k) == 0
+        tail.append(str(switches.mma_early() if ahead else 0))
+        while tail and tail[-1] == ("1", "0", "0", "0", "false", "0")[len(tail) - 1]:
             tail.pop()
         call += "".join(f", {a}" for a in tail)
         if not mma:

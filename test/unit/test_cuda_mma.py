@@ -26,7 +26,7 @@ NO_ALLOCATE = "ld.global.nc.L1::no_allocate.L2::256B.v4.u32"
 THROUGH_L1 = "ld.global.nc.L2::256B.v4.u32"
 SHUFFLE = r"shfl\.sync\.idx\.b32"
 # stream_linear's trailing Bulk (a normed activation staged by bulk copies), the defaults between.
-BULK_TAIL = r"(?:(?:, 1)?(?:, 0)*, true)?"
+BULK_TAIL = r"(?:(?:, 1)?(?:, 0)*, true(?:, \d+)?)?"
 
 
 def _mma_chains(ptx: str) -> tuple[int, int]:

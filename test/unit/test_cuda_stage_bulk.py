@@ -17,7 +17,7 @@ from mk.backends.cuda import build as cuda_build
 from mk.inputs import random_inputs
 
 NVCC = cuda_build.nvcc()  # before any test patches it out
-BULK_CALL = r"stream_linear<\d+, \d+, \d+, \d+, true, \d+, \d+, \d+, \d+, true>"
+BULK_CALL = r"stream_linear<\d+, \d+, \d+, \d+, true, \d+, \d+, \d+, \d+, true(?:, \d+)?>"
 BULK_COPY = "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
 
 
@@ -119,9 +119,11 @@ def test_the_early_steps_are_a_checked_switch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     text = linear_program(8, 256, 1024, norm=True)
-    assert "MK_MMA_EARLY_STEPS" not in cuda_source(text, tmp_path / "default")
+    assert re.search(r"stream_linear<8, [^>]*, true, 8>", cuda_source(text, tmp_path / "default"))
     monkeypatch.setenv("MK_CUDA_MMA_EARLY", "4")
-    assert "#define MK_MMA_EARLY_STEPS 4" in cuda_source(text, tmp_path / "four")
+    assert re.search(r"stream_linear<8, [^>]*, true, 4>", cuda_source(text, tmp_path / "four"))
+    monkeypatch.setenv("MK_CUDA_MMA_EARLY", "0")
+    assert re.search(r"stream_linear<8, [^>]*, true>", cuda_source(text, tmp_path / "none"))
     monkeypatch.setenv("MK_CUDA_MMA_EARLY", "17")
     with pytest.raises(
         mk.MkError, match="MK_CUDA_MMA_EARLY must be a number of steps from 0 to 16"
@@ -129,20 +131,44 @@ def test_the_early_steps_are_a_checked_switch(
         cuda_source(text, tmp_path / "bad")
 
 
+@pytest.mark.usefixtures("no_nvcc")
+def test_a_models_layers_load_no_weights_early(tmp_path: Path) -> None:
+    """The bodies a model's layers share take no early steps (whole models at batch 8 ran
+    0.2-0.3 % longer with them), a lone body such as the lm_head does."""
+    import dataclasses
+
+    from mk.models.build import decode_program
+    from mk.models.config import preset
+
+    config = dataclasses.replace(preset("tiny"), layers=2)
+    prog = mk.compile(decode_program(config, 8, 64, 1), target="cuda", cache_dir=tmp_path)
+    calls, body = {}, ""
+    for line in prog.cuda_source.splitlines():  # type: ignore[attr-defined]
+        if name := re.match(r"__device__ __noinline__ int32_t task_\d+_k\d+_(\w+)\(", line):
+            body = name.group(1)
+        if call := re.search(BULK_CALL, line):
+            calls[body] = call.group(0)
+    assert calls["l0_q"].endswith(", true>") and calls["l0_m"].endswith(", true>"), calls
+    assert calls["logits"].endswith(", true, 8>"), calls
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize(("rows", "k"), [(8, 4096), (2, 1024), (16, 6144)])
+@pytest.mark.parametrize(
+    ("rows", "k", "exact"), [(8, 4096, True), (2, 1024, True), (16, 6144, False)]
+)
 def test_early_weights_give_the_same_bits(
-    rows: int, k: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    rows: int, k: int, exact: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first steps loaded behind the activation's copies feed the same mma in the same order:
-    0, 8 and 16 early steps give the same outputs, and they match the reference."""
+    0, 8 and 16 early steps give the same outputs where one chunk's sums reach each output (two
+    chunks add theirs with atomics, in any order), and they match the reference."""
     text = linear_program(rows, 4608, k, norm=True)
     outs = []
     for steps in ("0", "8", "16"):
         monkeypatch.setenv("MK_CUDA_MMA_EARLY", steps)
         prog = mk.compile(text, target="cuda", cache_dir=tmp_path / steps)
         outs.append(prog(*random_inputs(prog.func, seed=4)))
-    agrees_with_the_reference(prog, text, (rows, k))
-    for other in outs[1:]:
+        agrees_with_the_reference(prog, text, (rows, k, steps))
+    for other in outs[1:] if exact else []:
         for a, b in zip(outs[0], other, strict=True):
             assert np.array_equal(np.asarray(a).view(np.uint16), np.asarray(b).view(np.uint16))

@@ -44,14 +44,6 @@ constexpr bool kMmaPipe = true;
 constexpr bool kMmaPipe = false;
 #endif
 
-// The steps of a round that stream_linear's Bulk loads behind the activation's bulk copies
-// (MK_CUDA_MMA_EARLY=N).
-#if defined(MK_MMA_EARLY_STEPS)
-constexpr int kMmaEarlySteps = MK_MMA_EARLY_STEPS;
-#else
-constexpr int kMmaEarlySteps = 8;
-#endif
-
 #if defined(MK_MMA_L1)
 constexpr bool kMmaL1 = true;
 #else

@@ -545,11 +545,12 @@ __device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S
 // following the staging barrier; with Held > 0 only the rows of the step that keep a thread
 // at Held loads through the staging (stage_first_rows). With Bulk (tensor cores, an aligned
 // 16-bit normed activation, every chunk packed) each chunk is staged by bulk copies
-// (stage_chunk_bulk).
+// (stage_chunk_bulk), and with Early > 0 and no ring each warp's first Early steps of weights
+// are loaded behind them (mma_first_round).
 // Ends with __syncthreads(); false if a raw activation's or a Bulk chunk's bulk copies never
 // landed.
 template <int M, int RG, int S, int XB, bool Mma = false, int G = 1, int Ring = 0, int First = 0,
-          int Held = 0, bool Bulk = false>
+          int Held = 0, bool Bulk = false, int Early = 0>
 __device__ bool stream_linear(const StreamLinear& s) {
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
   static_assert(Ring == 0 || (Mma && G == 1), "the ring: tensor cores, one group");
@@ -580,11 +581,11 @@ __device__ bool stream_linear(const StreamLinear& s) {
   constexpr int kFirstSteps = First == 2 ? (kStageFirstSteps < S ? kStageFirstSteps : S) : S;
   constexpr int kFirstRows = First == 2 ? stage_first_rows<RG, XB, Held>() : RG;
   WeightRound<RG, S> own;
-  // Bulk without a ring: each warp's first round of weights goes out behind the activation's
-  // bulk copies (mma_first_round), not after the staging. The emitter gives Bulk to bf16
-  // weights only (mma_chunk_early's products).
-  constexpr bool kEarlyMma = Bulk && Ring == 0 && kMmaEarlySteps > 0;
-  constexpr int kEarlySteps = kMmaEarlySteps < S ? kMmaEarlySteps : S;
+  // Bulk without a ring, Early > 0: the first Early steps of each warp's first round of weights
+  // go out behind the activation's bulk copies (mma_first_round), not after the staging. The
+  // emitter gives Bulk to bf16 weights only (mma_chunk_early's products).
+  constexpr bool kEarlyMma = Bulk && Ring == 0 && Early > 0;
+  constexpr int kEarlySteps = Early < S ? Early : S;
   uint4 first[kEarlyMma ? S : 1][kEarlyMma ? G : 1];
   MK_MARK(*s.arena);
   if constexpr (Mma) {
