@@ -1,0 +1,246 @@
+// A tensor-core task's activation chunks copied into shared memory in bulk (cp.async.bulk on an
+// mbarrier, mk/cuda_stage.cuh): raw ones used as they land (mma_raw_chunks), normed ones
+// rewritten in place first (stage_chunk_bulk). stream_linear (mk/cuda_stream.cuh) calls both.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "mk/cuda_kernels.h"
+#include "mk/cuda_mma.cuh"
+#include "mk/cuda_stage.cuh"
+#include "mk/cuda_stream_rows.cuh"
+
+namespace mk {
+namespace gpu {
+
+// How a chunk is staged: floats (CUDA cores), or packed pairs of the weights' 16-bit type
+// (tensor cores; the same rounding the mma operands had when packed at each use).
+struct Packing {
+  bool on;
+  bool bf16;
+};
+
+// stage_chunk's `after_loads` where nothing runs there.
+struct NoLoads {
+  __device__ void operator()() const {}
+};
+
+// stage_chunk on tensor cores where the emitter asks for it (stream_linear's Bulk: a 16-bit
+// activation and norm weight, 16-byte aligned, unflagged, every chunk packed): thread 0 copies
+// the chunk's M rows into xs as they are (bulk copies) while each thread loads its groups of
+// eight columns of the norm weight; then each thread rewrites its groups of every row in
+// place, times g and packed in the weights' type, and adds their squares (before g) to ss. The
+// activation crosses to the SM once and g once per CTA, in one round trip, where
+// stage_chunk_16bit's register loads take M·kc/(8·XB·threads) dependent rounds and load g for
+// every row. `after_loads` runs once on every thread behind its own loads (stream_linear's
+// early weights). Ends with a barrier; false if the copies never landed.
+template <int M, class AfterLoads = NoLoads>
+__device__ bool stage_chunk_bulk(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
+                                 const Packing& pack, float (&ss)[M],
+                                 const AfterLoads& after_loads = AfterLoads{}) {
+#if defined(MK_RAW_BARS_LAUNCH)
+  uint64_t* const bar = &raw_bars[0];  // its phases counted as mma_raw_chunks counts them
+  const uint32_t parity = raw_phases[0] & 1u;
+#else
+  __shared__ uint64_t own;
+  uint64_t* const bar = &own;
+  const uint32_t parity = 0;
+#endif
+  uint16_t* const rows = reinterpret_cast<uint16_t*>(xs);
+  const uint16_t* x = static_cast<const uint16_t*>(s.x) + c;
+  const uint16_t* g = s.g ? static_cast<const uint16_t*>(s.g) + c : nullptr;
+  const bool x_bf16 = s.x_dtype == DTYPE_BF16, g_bf16 = s.g_dtype == DTYPE_BF16;
+  const int groups = kc / 8, step = static_cast<int>(MK_CTA_THREADS);
+  if (threadIdx.x == 0) {
+    const uint32_t bytes = 2 * static_cast<uint32_t>(kc);
+    if constexpr (!kRawBarsLaunch) stage_barrier_init(bar);
+    // The producers' generic writes of x (made visible by the dispatcher's acquire) before
+    // the async proxy's reads.
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+    expect_bytes(smem_address(bar), M * bytes);
+#pragma unroll
+    for (int m = 0; m < M; ++m) bulk_copy(rows + m * stride, x + m * s.x_ld, bytes, smem_address(bar));
+  }
+  // g's first two groups of the thread (a chunk of up to 16·threads columns), asked for before
+  // the wait; any further ones at their turn. The group loop stays rolled: its body, eight
+  // columns of all M rows, is what a chunk's staging costs in code.
+  const auto g_group = [&](int e) {
+    return g && e < groups ? *reinterpret_cast<const uint4*>(g + 8 * e) : make_uint4(0, 0, 0, 0);
+  };
+  const int e0 = static_cast<int>(threadIdx.x);
+  const uint4 g0 = g_group(e0), g1 = g_group(e0 + step);
+  after_loads();
+  __syncthreads();  // the barrier's init, before any thread waits on it
+  const bool landed = barrier_wait(smem_address(bar), parity);
+  int i = 0;
+#pragma unroll 1
+  for (int e = e0; landed && e < groups; e += step, ++i) {
+    float gf[8];
+    unpack8(gf, i == 0 ? g0 : i == 1 ? g1 : g_group(e), g_bf16);
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      uint4* at = reinterpret_cast<uint4*>(rows + m * stride + 8 * e);
+      float v[8];
+      unpack8(v, *at, x_bf16);
+      float sq = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        sq = fmaf(v[j], v[j], sq);
+        if (g) v[j] *= gf[j];
+      }
+      *at = make_uint4(pack2(v[0], v[1], pack.bf16), pack2(v[2], v[3], pack.bf16),
+                       pack2(v[4], v[5], pack.bf16), pack2(v[6], v[7], pack.bf16));
+      ss[m] += sq;
+    }
+  }
+  const bool failed = __syncthreads_or(!landed);  // every thread has read the phase, too
+  if (threadIdx.x == 0) {
+#if defined(MK_RAW_BARS_LAUNCH)
+    raw_phases[0] += 1;
+#else
+    asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(smem_address(bar)) : "memory");
+#endif
+  }
+  return !failed;
+}
+
+// ------------------------------------------------------------------ raw activations (mma)
+
+// Whether the activation is already the tensor cores' packed operand: 16-bit of the weights'
+// type, no norm weight or Σx², 16-byte aligned rows and chunks of whole 32-column steps. Its
+// chunks are then copied into shared memory as they are (mma_raw_chunks).
+__device__ inline bool raw_activation(const StreamLinear& s) {
+  return !s.x_ready && !s.x_flag && !s.g && !s.sum_sq && s.x_dtype == s.w_dtype &&
+         s.k % 32 == 0 && s.kc % 32 == 0 && s.x_ld % 8 == 0 &&
+         (s.aligned || (reinterpret_cast<uintptr_t>(s.x) & 15) == 0);
+}
+
+// Thread 0: chunk c's M rows into buf, `s.kc` apart, by bulk copies that complete on `bar`
+// (nothing past the last chunk). The fences order, for the copies (the async proxy), the
+// activation's generic writes by producer tasks (which the dispatcher's acquire made visible
+// here) before their reads, and where buf held chunk c - 2, the generic reads of it by that
+// chunk's products (published by a __syncthreads()) before their writes.
+template <int M>
+__device__ inline void copy_raw_chunk(const StreamLinear& s, uint16_t* buf, int64_t c, uint64_t* bar) {
+  if (c >= s.k) return;
+  const uint32_t bytes = 2 * static_cast<uint32_t>(s.k - c < s.kc ? s.k - c : s.kc);
+  const uint16_t* x = static_cast<const uint16_t*>(s.x) + c;
+  // The producers' writes were ordered before every copy of the task once, at its first
+  // (a fence before each chunk measured no different).
+  if (c == 0) asm volatile("fence.proxy.async.global;" ::: "memory");
+  // A buffer refilled (c >= 2 kc) was read by the generic proxy: expect_bytes' proxy fence
+  // orders those reads before this copy.
+  expect_bytes(smem_address(bar), M * bytes);
+#pragma unroll
+  for (int m = 0; m < M; ++m) bulk_copy(buf + m * s.kc, x + m * s.x_ld, bytes, smem_address(bar));
+}
+
+#if defined(MK_RING_WALK)
+constexpr bool kRingWalk = true;
+#else
+constexpr bool kRingWalk = false;
+#endif
+
+// mma_raw_chunks with MK_RING_WALK (MK_CUDA_RING_WALK=1, the default): each warp's Ring-stage
+// cp.async ring (behind both buffers) walks every chunk as one stream (mma_ring_walk). Chunks
+// 0 and 1 are copied first; a warp waits for chunk i to land before its products, and once
+// every warp is done reading chunk i (a CTA barrier: the copies in flight in the rings go on
+// through it) thread 0 copies chunk i + 2 into its buffer.
+template <int M, int Ring, bool BF16>
+__device__ bool mma_raw_ring(const StreamLinear& s, int rows, uint16_t* const (&buf)[2],
+                             uint16_t* ring, uint64_t* bars, const uint32_t (&phase)[2]) {
+  const int warp = static_cast<int>(threadIdx.x >> 5);
+  uint16_t* const mine = ring + warp * Ring * (kRingStageBytes / 2);
+  const RingChunks all(0, s.k, static_cast<int>(s.kc), (rows + 7) / 8);
+  bool landed = true;
+  const auto act = [&](int i) {
+    landed = landed && barrier_wait(smem_address(&bars[i & 1]), (phase[i & 1] + (i >> 1)) & 1);
+    if (i == 0) {
+      MK_MARK(*s.arena);
+      MK_MARK(*s.arena);
+    }
+    return static_cast<const uint16_t*>(buf[i & 1]);
+  };
+  const auto leave = [&](int i) {
+    __syncthreads();  // every warp's reads of chunk i's buffer are done
+    if (threadIdx.x == 0) copy_raw_chunk<M>(s, buf[i & 1], all.column(i + 2), &bars[i & 1]);
+  };
+  mma_ring_walk<M, Ring, BF16>(s, all, static_cast<int>(s.kc), rows, mine, act, leave);
+  return !__syncthreads_or(!landed);
+}
+
+// stream_linear on tensor cores for a raw activation: its chunks land in two packed buffers
+// (the room of one float chunk) by bulk copies that one thread issues, so no thread's loads
+// wait behind them and chunk i + 1 streams in while chunk i's products run. The register
+// path's staging round trips (three chunks of the gated MLP's down projection at batch 8)
+// leave the critical path. With Ring > 0 each warp's cp.async ring sits behind both buffers,
+// restarted at each chunk, or with kRingWalk walking them all (mma_raw_ring). Ends with
+// __syncthreads(); false if a chunk never landed.
+template <int M, int G, int U, int Ring>
+__device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
+#if defined(MK_RAW_BARS_LAUNCH)
+  uint64_t* const bars = raw_bars;
+  const uint32_t phase[2] = {raw_phases[0], raw_phases[1]};
+#else
+  __shared__ uint64_t own[2];
+  uint64_t* const bars = own;
+  const uint32_t phase[2] = {0, 0};
+#endif
+  uint16_t* const buf[2] = {reinterpret_cast<uint16_t*>(mk_dynamic_smem),
+                            reinterpret_cast<uint16_t*>(mk_dynamic_smem) + M * s.kc};
+  // One buffer where a chunk is all of K (the emitter then reserves one).
+  const int64_t packed = (s.kc < s.k ? 2 : 1) * M * s.kc * 2;
+  uint16_t* const ring = reinterpret_cast<uint16_t*>(mk_dynamic_smem + ((packed + 127) & ~127));
+  constexpr bool walk = Ring > 0 && kRingWalk;
+  if (threadIdx.x == 0) {
+    if constexpr (!kRawBarsLaunch) {
+      stage_barrier_init(&bars[0]);
+      stage_barrier_init(&bars[1]);
+    }
+    copy_raw_chunk<M>(s, buf[0], 0, &bars[0]);
+    if (walk) copy_raw_chunk<M>(s, buf[1], s.kc, &bars[1]);
+  }
+  __syncthreads();
+  bool landed = true;
+  if constexpr (walk) {
+    landed = s.w_dtype == DTYPE_BF16 ? mma_raw_ring<M, Ring, true>(s, rows, buf, ring, bars, phase)
+                                     : mma_raw_ring<M, Ring, false>(s, rows, buf, ring, bars, phase);
+  } else {
+    int i = 0;
+    for (int64_t c = 0; c < s.k; c += s.kc, ++i) {
+      const int kc = static_cast<int>(s.k - c < s.kc ? s.k - c : s.kc);
+      landed = barrier_wait(smem_address(&bars[i & 1]), (phase[i & 1] + (i >> 1)) & 1);
+      if (c == 0) MK_MARK(*s.arena);
+      // Chunk i - 1's products are done everywhere: its buffer takes chunk i + 1.
+      if (__syncthreads_or(!landed)) {
+        landed = false;
+        break;
+      }
+      if (threadIdx.x == 0) copy_raw_chunk<M>(s, buf[(i + 1) & 1], c + s.kc, &bars[(i + 1) & 1]);
+      if (c == 0) MK_MARK(*s.arena);
+      mma_chunk<M, G, U, Ring>(s, buf[i & 1], s.kc, kc, c, rows, ring);
+    }
+  }
+#if defined(MK_RAW_BARS_LAUNCH)
+  // Each chunk completes one phase of its barrier (chunk i: barrier i % 2). Every thread read
+  // the counts before the barrier behind the first copies, and the one below publishes them to
+  // the next call, which may follow in the same body.
+  if (threadIdx.x == 0) {
+    const uint32_t chunks = static_cast<uint32_t>((s.k + s.kc - 1) / s.kc);
+    raw_phases[0] += (chunks + 1) / 2;
+    raw_phases[1] += chunks / 2;
+  }
+  __syncthreads();
+#else
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(smem_address(&bars[0])) : "memory");
+    asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(smem_address(&bars[1])) : "memory");
+  }
+#endif
+  return landed;
+}
+
+}  // namespace gpu
+}  // namespace mk
