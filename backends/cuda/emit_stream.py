@@ -232,8 +232,9 @@ class StreamLinearEmitter(GraphDefEmitter):
         tail.append(str(held or 0))  # Held
         bulk = self.stage_bulk(plan, k, chunk, mma)
         tail.append(_bool(bulk))  # Bulk
-        # Early: the weights' first steps behind the activation's bulk copies, in a lone body.
-        ahead = bulk and not plan.repeated and plan.ring_stages(k) == 0
+        # Early: the weights' first steps (or ring fills) behind the activation's bulk copies,
+        # in a lone body.
+        ahead = bulk and not plan.repeated
         tail.append(str(switches.mma_early() if ahead else 0))
         while tail and tail[-1] == ("1", "0", "0", "0", "false", "0")[len(tail) - 1]:
             tail.pop()

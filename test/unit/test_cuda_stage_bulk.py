@@ -124,6 +124,10 @@ def test_the_early_steps_are_a_checked_switch(
     assert re.search(r"stream_linear<8, [^>]*, true, 4>", cuda_source(text, tmp_path / "four"))
     monkeypatch.setenv("MK_CUDA_MMA_EARLY", "0")
     assert re.search(r"stream_linear<8, [^>]*, true>", cuda_source(text, tmp_path / "none"))
+    monkeypatch.setenv("MK_CUDA_MMA_EARLY", "")
+    monkeypatch.setenv("MK_CUDA_MMA_RING", "3")  # a lone body's ring walks from its copies
+    ringed = cuda_source(text, tmp_path / "ring")
+    assert re.search(r"stream_linear<8, \d+, \d+, \d+, true, 1, 3, 0, 0, true, 8>", ringed)
     monkeypatch.setenv("MK_CUDA_MMA_EARLY", "17")
     with pytest.raises(
         mk.MkError, match="MK_CUDA_MMA_EARLY must be a number of steps from 0 to 16"
@@ -154,21 +158,32 @@ def test_a_models_layers_load_no_weights_early(tmp_path: Path) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    ("rows", "k", "exact"), [(8, 4096, True), (2, 1024, True), (16, 6144, False)]
+    ("rows", "k", "ring", "exact"),
+    [
+        (8, 4096, "0", True),
+        (2, 1024, "0", True),
+        (16, 6144, "0", False),
+        (8, 4096, "3", False),
+        (16, 8192, "3", False),
+    ],
 )
 def test_early_weights_give_the_same_bits(
-    rows: int, k: int, exact: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    rows: int, k: int, ring: str, exact: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first steps loaded behind the activation's copies feed the same mma in the same order:
     0, 8 and 16 early steps give the same outputs where one chunk's sums reach each output (two
-    chunks add theirs with atomics, in any order), and they match the reference."""
+    chunks, or a ring's slices, add theirs with atomics in any order), and they match the
+    reference. With a ring, early steps walk every chunk through it (mma_bulk_ring: 16 rows of
+    8,192 columns are chunks of 3,584, 3,584 and 1,024 in one buffer)."""
+    monkeypatch.setenv("MK_CUDA_MMA_RING", ring)
     text = linear_program(rows, 4608, k, norm=True)
     outs = []
     for steps in ("0", "8", "16"):
         monkeypatch.setenv("MK_CUDA_MMA_EARLY", steps)
         prog = mk.compile(text, target="cuda", cache_dir=tmp_path / steps)
+        assert f", true, 1, {ring}, 0, 0, true" in prog.cuda_source or ring == "0"  # type: ignore[attr-defined]
         outs.append(prog(*random_inputs(prog.func, seed=4)))
-        agrees_with_the_reference(prog, text, (rows, k, steps))
+        agrees_with_the_reference(prog, text, (rows, k, ring, steps))
     for other in outs[1:] if exact else []:
         for a, b in zip(outs[0], other, strict=True):
             assert np.array_equal(np.asarray(a).view(np.uint16), np.asarray(b).view(np.uint16))

@@ -26,58 +26,75 @@ struct NoLoads {
   __device__ void operator()() const {}
 };
 
-// stage_chunk on tensor cores where the emitter asks for it (stream_linear's Bulk: a 16-bit
-// activation and norm weight, 16-byte aligned, unflagged, every chunk packed): thread 0 copies
-// the chunk's M rows into xs as they are (bulk copies) while each thread loads its groups of
-// eight columns of the norm weight; then each thread rewrites its groups of every row in
-// place, times g and packed in the weights' type, and adds their squares (before g) to ss. The
-// activation crosses to the SM once and g once per CTA, in one round trip, where
-// stage_chunk_16bit's register loads take M·kc/(8·XB·threads) dependent rounds and load g for
-// every row. `after_loads` runs once on every thread behind its own loads (stream_linear's
-// early weights). Ends with a barrier; false if the copies never landed.
-template <int M, class AfterLoads = NoLoads>
-__device__ bool stage_chunk_bulk(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
-                                 const Packing& pack, float (&ss)[M],
-                                 const AfterLoads& after_loads = AfterLoads{}) {
+// ------------------------------------------------------------------ normed activations (Bulk)
+// stream_linear's Bulk: a 16-bit activation and norm weight, 16-byte aligned, unflagged, every
+// chunk packed (the emitter proves it). Thread 0 copies a chunk's M rows into shared memory as
+// they are, while each thread loads its groups of eight columns of the norm weight; once they
+// land each thread rewrites its groups of every row in place, times g and packed in the
+// weights' type, and adds their squares (before g) to ss. The activation crosses to the SM
+// once and g once per CTA, in one round trip, where stage_chunk_16bit's register loads take
+// M·kc/(8·XB·threads) dependent rounds and load g for every row.
+
+// The mbarrier a Bulk staging's copies complete on, and the parity of its first phase: one of
+// each task's own (thread 0 initialises it), or with MK_RAW_BARS_LAUNCH the launch-long one
+// whose phases mma_raw_chunks counts too.
+struct BulkBar {
+  uint64_t* bar;
+  uint32_t phase;  // phases completed before this staging's first
+};
+__device__ inline void bulk_bar_done(const BulkBar& b, uint32_t chunks) {
+  if (threadIdx.x != 0) return;  // after a barrier every thread passed after its last wait
 #if defined(MK_RAW_BARS_LAUNCH)
-  uint64_t* const bar = &raw_bars[0];  // its phases counted as mma_raw_chunks counts them
-  const uint32_t parity = raw_phases[0] & 1u;
+  raw_phases[0] += chunks;
 #else
-  __shared__ uint64_t own;
-  uint64_t* const bar = &own;
-  const uint32_t parity = 0;
+  (void)chunks;
+  asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(smem_address(b.bar)) : "memory");
 #endif
-  uint16_t* const rows = reinterpret_cast<uint16_t*>(xs);
+}
+
+// Thread 0: chunk c's M rows of kc columns into `rows`, `stride` apart, completing on bar (the
+// first copy of a task initialises a barrier of its own).
+template <int M>
+__device__ inline void copy_rows_bulk(const StreamLinear& s, uint16_t* rows, int stride, int kc,
+                                      int64_t c, const BulkBar& b, bool first) {
+  const uint32_t bytes = 2 * static_cast<uint32_t>(kc);
   const uint16_t* x = static_cast<const uint16_t*>(s.x) + c;
-  const uint16_t* g = s.g ? static_cast<const uint16_t*>(s.g) + c : nullptr;
-  const bool x_bf16 = s.x_dtype == DTYPE_BF16, g_bf16 = s.g_dtype == DTYPE_BF16;
-  const int groups = kc / 8, step = static_cast<int>(MK_CTA_THREADS);
-  if (threadIdx.x == 0) {
-    const uint32_t bytes = 2 * static_cast<uint32_t>(kc);
-    if constexpr (!kRawBarsLaunch) stage_barrier_init(bar);
-    // The producers' generic writes of x (made visible by the dispatcher's acquire) before
-    // the async proxy's reads.
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-    expect_bytes(smem_address(bar), M * bytes);
+  if (first && !kRawBarsLaunch) stage_barrier_init(b.bar);
+  // The producers' generic writes of x (made visible by the dispatcher's acquire) before the
+  // async proxy's reads.
+  if (first) asm volatile("fence.proxy.async.global;" ::: "memory");
+  expect_bytes(smem_address(b.bar), M * bytes);
 #pragma unroll
-    for (int m = 0; m < M; ++m) bulk_copy(rows + m * stride, x + m * s.x_ld, bytes, smem_address(bar));
-  }
-  // g's first two groups of the thread (a chunk of up to 16·threads columns), asked for before
-  // the wait; any further ones at their turn. The group loop stays rolled: its body, eight
-  // columns of all M rows, is what a chunk's staging costs in code.
-  const auto g_group = [&](int e) {
-    return g && e < groups ? *reinterpret_cast<const uint4*>(g + 8 * e) : make_uint4(0, 0, 0, 0);
-  };
-  const int e0 = static_cast<int>(threadIdx.x);
-  const uint4 g0 = g_group(e0), g1 = g_group(e0 + step);
-  after_loads();
-  __syncthreads();  // the barrier's init, before any thread waits on it
-  const bool landed = barrier_wait(smem_address(bar), parity);
+  for (int m = 0; m < M; ++m) bulk_copy(rows + m * stride, x + m * s.x_ld, bytes, smem_address(b.bar));
+}
+
+// This thread's first two groups of chunk c's norm weight (a chunk of up to 16·threads
+// columns), asked for before the wait; rewrite_rows loads any further ones at their turn.
+struct NormGroups {
+  uint4 first, second;
+};
+__device__ inline uint4 norm_group(const StreamLinear& s, int64_t c, int kc, int e) {
+  const uint16_t* g = static_cast<const uint16_t*>(s.g);
+  return g && e < kc / 8 ? *reinterpret_cast<const uint4*>(g + c + 8 * e) : make_uint4(0, 0, 0, 0);
+}
+__device__ inline NormGroups norm_groups(const StreamLinear& s, int64_t c, int kc) {
+  const int e = static_cast<int>(threadIdx.x);
+  return NormGroups{norm_group(s, c, kc, e), norm_group(s, c, kc, e + static_cast<int>(MK_CTA_THREADS))};
+}
+
+// Every thread, once chunk c has landed in `rows`: its groups of every row times g, packed in
+// the weights' type, in place; their squares added to ss. The group loop stays rolled: its
+// body, eight columns of all M rows, is what a chunk's staging costs in code.
+template <int M>
+__device__ inline void rewrite_rows(const StreamLinear& s, uint16_t* rows, int stride, int kc,
+                                    int64_t c, const NormGroups& gs, bool bf16, float (&ss)[M]) {
+  const bool x_bf16 = s.x_dtype == DTYPE_BF16, g_bf16 = s.g_dtype == DTYPE_BF16, has_g = s.g;
+  const int groups = kc / 8, step = static_cast<int>(MK_CTA_THREADS);
   int i = 0;
 #pragma unroll 1
-  for (int e = e0; landed && e < groups; e += step, ++i) {
+  for (int e = static_cast<int>(threadIdx.x); e < groups; e += step, ++i) {
     float gf[8];
-    unpack8(gf, i == 0 ? g0 : i == 1 ? g1 : g_group(e), g_bf16);
+    unpack8(gf, i == 0 ? gs.first : i == 1 ? gs.second : norm_group(s, c, kc, e), g_bf16);
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       uint4* at = reinterpret_cast<uint4*>(rows + m * stride + 8 * e);
@@ -87,21 +104,42 @@ __device__ bool stage_chunk_bulk(const StreamLinear& s, float* xs, int stride, i
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         sq = fmaf(v[j], v[j], sq);
-        if (g) v[j] *= gf[j];
+        if (has_g) v[j] *= gf[j];
       }
-      *at = make_uint4(pack2(v[0], v[1], pack.bf16), pack2(v[2], v[3], pack.bf16),
-                       pack2(v[4], v[5], pack.bf16), pack2(v[6], v[7], pack.bf16));
+      *at = make_uint4(pack2(v[0], v[1], bf16), pack2(v[2], v[3], bf16), pack2(v[4], v[5], bf16),
+                       pack2(v[6], v[7], bf16));
       ss[m] += sq;
     }
   }
-  const bool failed = __syncthreads_or(!landed);  // every thread has read the phase, too
-  if (threadIdx.x == 0) {
+}
+
+__device__ inline BulkBar bulk_bar(uint64_t* own) {
 #if defined(MK_RAW_BARS_LAUNCH)
-    raw_phases[0] += 1;
+  (void)own;
+  return BulkBar{&raw_bars[0], raw_phases[0]};
 #else
-    asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(smem_address(bar)) : "memory");
+  return BulkBar{own, 0};
 #endif
-  }
+}
+
+// stage_chunk on tensor cores with Bulk: chunk c staged as above. `after_loads` runs once on
+// every thread behind its own loads (stream_linear's early weights). Ends with a barrier; false
+// if the copies never landed.
+template <int M, class AfterLoads = NoLoads>
+__device__ bool stage_chunk_bulk(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
+                                 const Packing& pack, float (&ss)[M],
+                                 const AfterLoads& after_loads = AfterLoads{}) {
+  __shared__ uint64_t own;
+  const BulkBar b = bulk_bar(&own);
+  uint16_t* const rows = reinterpret_cast<uint16_t*>(xs);
+  if (threadIdx.x == 0) copy_rows_bulk<M>(s, rows, stride, kc, c, b, true);
+  const NormGroups gs = norm_groups(s, c, kc);
+  after_loads();
+  __syncthreads();  // the barrier's init, before any thread waits on it
+  const bool landed = barrier_wait(smem_address(b.bar), b.phase & 1u);
+  if (landed) rewrite_rows<M>(s, rows, stride, kc, c, gs, pack.bf16, ss);
+  const bool failed = __syncthreads_or(!landed);  // every thread has read the phase, too
+  bulk_bar_done(b, 1);
   return !failed;
 }
 
@@ -240,6 +278,51 @@ __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
   }
 #endif
   return landed;
+}
+
+// stream_linear with Bulk, a weight ring and Early (a body of one grid): every chunk staged in
+// bulk into one buffer, and each warp's weights walked through its ring as one stream across
+// the chunks (mma_ring_walk), whose first fills go out while chunk 0's copies are in flight:
+// the weights' first round trip overlaps the staging instead of following it. Chunk i + 1 is
+// copied once every warp has left chunk i. Σx² into ss. Ends with a barrier; false if a chunk
+// never landed. bf16 weights (the emitter's rule for Bulk).
+template <int M, int Ring>
+__device__ bool mma_bulk_ring(const StreamLinear& s, int rows, float (&ss)[M]) {
+  __shared__ uint64_t own;
+  const BulkBar b = bulk_bar(&own);
+  uint16_t* const buf = reinterpret_cast<uint16_t*>(mk_dynamic_smem);
+  uint16_t* const ring = reinterpret_cast<uint16_t*>(mk_dynamic_smem + ((M * s.kc * 2 + 127) & ~127));
+  uint16_t* const mine = ring + (threadIdx.x >> 5) * Ring * (kRingStageBytes / 2);
+  const int kc = static_cast<int>(s.kc);
+  const RingChunks all(0, s.k, kc, (rows + 7) / 8);
+  const auto width = [&](int i) {
+    const int64_t left = s.k - all.column(i);
+    return static_cast<int>(left < kc ? left : kc);
+  };
+  if (threadIdx.x == 0) copy_rows_bulk<M>(s, buf, kc, width(0), 0, b, true);
+  __syncthreads();  // the barrier's init, before any thread waits on it
+  bool landed = true;
+  const auto act = [&](int i) {
+    const int64_t c = all.column(i);
+    const NormGroups gs = norm_groups(s, c, width(i));
+    landed = landed && barrier_wait(smem_address(b.bar), (b.phase + static_cast<uint32_t>(i)) & 1u);
+    if (landed) rewrite_rows<M>(s, buf, kc, width(i), c, gs, true, ss);
+    if (__syncthreads_or(!landed)) landed = false;  // the rewritten chunk, seen by every warp
+    if (i == 0) {
+      MK_MARK(*s.arena);
+      MK_MARK(*s.arena);
+    }
+    return static_cast<const uint16_t*>(buf);
+  };
+  const auto leave = [&](int i) {
+    if (i + 1 >= all.count()) return;
+    __syncthreads();  // every warp's reads of chunk i are done
+    if (threadIdx.x == 0) copy_rows_bulk<M>(s, buf, kc, width(i + 1), all.column(i + 1), b, false);
+  };
+  mma_ring_walk<M, Ring, true>(s, all, kc, rows, mine, act, leave);
+  const bool failed = __syncthreads_or(!landed);
+  bulk_bar_done(b, static_cast<uint32_t>(all.count()));
+  return !failed;
 }
 
 }  // namespace gpu

@@ -318,8 +318,8 @@ __device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S
 // following the staging barrier; with Held > 0 only the rows of the step that keep a thread
 // at Held loads through the staging (stage_first_rows). With Bulk (tensor cores, an aligned
 // 16-bit normed activation, every chunk packed) each chunk is staged by bulk copies
-// (stage_chunk_bulk), and with Early > 0 and no ring each warp's first Early steps of weights
-// are loaded behind them (mma_first_round).
+// (stage_chunk_bulk), and with Early > 0 each warp's first Early steps of weights are loaded
+// behind them (mma_first_round), or with a ring its first fills (mma_bulk_ring).
 // Ends with __syncthreads(); false if a raw activation's or a Bulk chunk's bulk copies never
 // landed.
 template <int M, int RG, int S, int XB, bool Mma = false, int G = 1, int Ring = 0, int First = 0,
@@ -365,6 +365,19 @@ __device__ bool stream_linear(const StreamLinear& s) {
     if (vec && raw_activation(s)) {
       const bool landed = mma_raw_chunks<M, G, S, Ring>(s, rows);
       MK_MARK(*s.arena);
+      return landed;
+    }
+  }
+  if constexpr (Bulk && Ring > 0 && Early > 0) {
+    if (vec) {  // always, under Bulk: the emitter proved the weights aligned
+      const bool landed = mma_bulk_ring<M, Ring>(s, rows, ss);
+      MK_MARK(*s.arena);
+      if (s.sum_sq) {
+        sum_sq_parts<M>(part, ss);
+        __syncthreads();
+        sum_sq_total<M>(s, part);
+      }
+      __syncthreads();
       return landed;
     }
   }
