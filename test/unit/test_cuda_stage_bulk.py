@@ -103,12 +103,15 @@ def test_bulk_staging_gives_the_register_staging_bits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The rows land packed exactly as the register path packs them, and each thread adds the
-    same groups' squares in the same order, so the outputs are bit-identical."""
+    same groups' squares in the same order, so the outputs are bit-identical. On 8 SMs a task
+    has 72 blocks of rows, so each warp takes whole rows (one column slice) and every output is
+    one warp's sum: where slices split a row its warps add their parts with atomics, in any
+    order."""
     text = linear_program(8, 4608, 4096, norm=True)
     outs = []
     for value in ("0", "1"):
         monkeypatch.setenv("MK_CUDA_STAGE_BULK", value)
-        prog = mk.compile(text, target="cuda", cache_dir=tmp_path / value)
+        prog = mk.compile(text, target="cuda", num_sms=8, cache_dir=tmp_path / value)
         outs.append(prog(*random_inputs(prog.func, seed=3)))
     for a, b in zip(*outs, strict=True):
         assert np.array_equal(np.asarray(a).view(np.uint16), np.asarray(b).view(np.uint16))
@@ -171,16 +174,18 @@ def test_early_weights_give_the_same_bits(
     rows: int, k: int, ring: str, exact: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first steps loaded behind the activation's copies feed the same mma in the same order:
-    0, 8 and 16 early steps give the same outputs where one chunk's sums reach each output (two
-    chunks, or a ring's slices, add theirs with atomics in any order), and they match the
-    reference. With a ring, early steps walk every chunk through it (mma_bulk_ring: 16 rows of
-    8,192 columns are chunks of 3,584, 3,584 and 1,024 in one buffer)."""
+    0, 8 and 16 early steps give the same outputs where one warp's sum reaches each output (on
+    8 SMs, one chunk: see above; two chunks, or a ring's slices on 132 SMs, add theirs with
+    atomics in any order), and they match the reference. With a ring, early steps walk every
+    chunk through it (mma_bulk_ring: 16 rows of 8,192 columns are chunks of 3,584, 3,584 and
+    1,024 in one buffer)."""
     monkeypatch.setenv("MK_CUDA_MMA_RING", ring)
     text = linear_program(rows, 4608, k, norm=True)
     outs = []
     for steps in ("0", "8", "16"):
         monkeypatch.setenv("MK_CUDA_MMA_EARLY", steps)
-        prog = mk.compile(text, target="cuda", cache_dir=tmp_path / steps)
+        sms = 8 if exact else 132
+        prog = mk.compile(text, target="cuda", num_sms=sms, cache_dir=tmp_path / steps)
         assert f", true, 1, {ring}, 0, 0, true" in prog.cuda_source or ring == "0"  # type: ignore[attr-defined]
         outs.append(prog(*random_inputs(prog.func, seed=4)))
         agrees_with_the_reference(prog, text, (rows, k, ring, steps))
