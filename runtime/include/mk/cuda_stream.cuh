@@ -331,6 +331,7 @@ __device__ bool stream_linear(const StreamLinear& s) {
   static_assert(First == 0 || First == 2, "First: 0, or 2 (the first round loaded here)");
   static_assert(Held == 0 || First == 2, "Held: the loads a partial first step keeps (First = 2)");
   static_assert(!Bulk || Mma, "bulk staging: tensor cores (a packed chunk)");
+  static_assert(Early == 0 || Bulk, "early weight steps: behind a bulk staging's copies");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
   bool vec = true;
   #pragma unroll
