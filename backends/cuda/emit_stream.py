@@ -125,7 +125,7 @@ class StreamLinearEmitter(GraphDefEmitter):
         x = plan.x
         if not (mma and switches.stage_bulk()) or isinstance(x, MergedX):
             return False
-        if plan.g is None and plan.sum_sq is None or k % 32 or chunk % 32:
+        if (plan.g is None and plan.sum_sq is None) or k % 32 or chunk % 32:
             return False
         narrow = ("mk::DTYPE_BF16", "mk::DTYPE_F16")
         g = plan.g

@@ -26,6 +26,32 @@ struct NoLoads {
   __device__ void operator()() const {}
 };
 
+// The columns of chunk c of a streamed activation: s.kc, the last one's what is left of K.
+__device__ inline int chunk_columns(const StreamLinear& s, int64_t c) {
+  return static_cast<int>(s.k - c < s.kc ? s.k - c : s.kc);
+}
+
+// Thread 0: chunk c's M rows into buf, `s.kc` apart, by bulk copies that complete on `bar`
+// (nothing past the last chunk), for a raw or a Bulk activation. The fences order, for the
+// copies (the async proxy), the activation's generic writes by producer tasks (which the
+// dispatcher's acquire made visible here) before their reads, and where buf held an earlier
+// chunk, the generic reads of it by that chunk's products (published by a __syncthreads())
+// before their writes.
+template <int M>
+__device__ inline void copy_chunk_bulk(const StreamLinear& s, uint16_t* buf, int64_t c, uint64_t* bar) {
+  if (c >= s.k) return;
+  const uint32_t bytes = 2 * static_cast<uint32_t>(chunk_columns(s, c));
+  const uint16_t* x = static_cast<const uint16_t*>(s.x) + c;
+  // The producers' writes were ordered before every copy of the task once, at its first
+  // (a fence before each chunk measured no different).
+  if (c == 0) asm volatile("fence.proxy.async.global;" ::: "memory");
+  // A buffer refilled was read by the generic proxy: expect_bytes' proxy fence orders those
+  // reads before this copy.
+  expect_bytes(smem_address(bar), M * bytes);
+#pragma unroll
+  for (int m = 0; m < M; ++m) bulk_copy(buf + m * s.kc, x + m * s.x_ld, bytes, smem_address(bar));
+}
+
 // ------------------------------------------------------------------ normed activations (Bulk)
 // stream_linear's Bulk: a 16-bit activation and norm weight, 16-byte aligned, unflagged, every
 // chunk packed (the emitter proves it). Thread 0 copies a chunk's M rows into shared memory as
@@ -50,22 +76,6 @@ __device__ inline void bulk_bar_done(const BulkBar& b, uint32_t chunks) {
   (void)chunks;
   asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(smem_address(b.bar)) : "memory");
 #endif
-}
-
-// Thread 0: chunk c's M rows of kc columns into `rows`, `stride` apart, completing on bar (the
-// first copy of a task initialises a barrier of its own).
-template <int M>
-__device__ inline void copy_rows_bulk(const StreamLinear& s, uint16_t* rows, int stride, int kc,
-                                      int64_t c, const BulkBar& b, bool first) {
-  const uint32_t bytes = 2 * static_cast<uint32_t>(kc);
-  const uint16_t* x = static_cast<const uint16_t*>(s.x) + c;
-  if (first && !kRawBarsLaunch) stage_barrier_init(b.bar);
-  // The producers' generic writes of x (made visible by the dispatcher's acquire) before the
-  // async proxy's reads.
-  if (first) asm volatile("fence.proxy.async.global;" ::: "memory");
-  expect_bytes(smem_address(b.bar), M * bytes);
-#pragma unroll
-  for (int m = 0; m < M; ++m) bulk_copy(rows + m * stride, x + m * s.x_ld, bytes, smem_address(b.bar));
 }
 
 // This thread's first two groups of chunk c's norm weight (a chunk of up to 16·threads
@@ -126,18 +136,21 @@ __device__ inline BulkBar bulk_bar(uint64_t* own) {
 // every thread behind its own loads (stream_linear's early weights). Ends with a barrier; false
 // if the copies never landed.
 template <int M, class AfterLoads = NoLoads>
-__device__ bool stage_chunk_bulk(const StreamLinear& s, float* xs, int stride, int kc, int64_t c,
-                                 const Packing& pack, float (&ss)[M],
-                                 const AfterLoads& after_loads = AfterLoads{}) {
+__device__ bool stage_chunk_bulk(const StreamLinear& s, float* xs, int64_t c, const Packing& pack,
+                                 float (&ss)[M], const AfterLoads& after_loads = AfterLoads{}) {
   __shared__ uint64_t own;
   const BulkBar b = bulk_bar(&own);
   uint16_t* const rows = reinterpret_cast<uint16_t*>(xs);
-  if (threadIdx.x == 0) copy_rows_bulk<M>(s, rows, stride, kc, c, b, true);
+  const int kc = chunk_columns(s, c);
+  if (threadIdx.x == 0) {
+    if constexpr (!kRawBarsLaunch) stage_barrier_init(b.bar);
+    copy_chunk_bulk<M>(s, rows, c, b.bar);
+  }
   const NormGroups gs = norm_groups(s, c, kc);
   after_loads();
   __syncthreads();  // the barrier's init, before any thread waits on it
   const bool landed = barrier_wait(smem_address(b.bar), b.phase & 1u);
-  if (landed) rewrite_rows<M>(s, rows, stride, kc, c, gs, pack.bf16, ss);
+  if (landed) rewrite_rows<M>(s, rows, static_cast<int>(s.kc), kc, c, gs, pack.bf16, ss);
   const bool failed = __syncthreads_or(!landed);  // every thread has read the phase, too
   bulk_bar_done(b, 1);
   return !failed;
@@ -152,26 +165,6 @@ __device__ inline bool raw_activation(const StreamLinear& s) {
   return !s.x_ready && !s.x_flag && !s.g && !s.sum_sq && s.x_dtype == s.w_dtype &&
          s.k % 32 == 0 && s.kc % 32 == 0 && s.x_ld % 8 == 0 &&
          (s.aligned || (reinterpret_cast<uintptr_t>(s.x) & 15) == 0);
-}
-
-// Thread 0: chunk c's M rows into buf, `s.kc` apart, by bulk copies that complete on `bar`
-// (nothing past the last chunk). The fences order, for the copies (the async proxy), the
-// activation's generic writes by producer tasks (which the dispatcher's acquire made visible
-// here) before their reads, and where buf held chunk c - 2, the generic reads of it by that
-// chunk's products (published by a __syncthreads()) before their writes.
-template <int M>
-__device__ inline void copy_raw_chunk(const StreamLinear& s, uint16_t* buf, int64_t c, uint64_t* bar) {
-  if (c >= s.k) return;
-  const uint32_t bytes = 2 * static_cast<uint32_t>(s.k - c < s.kc ? s.k - c : s.kc);
-  const uint16_t* x = static_cast<const uint16_t*>(s.x) + c;
-  // The producers' writes were ordered before every copy of the task once, at its first
-  // (a fence before each chunk measured no different).
-  if (c == 0) asm volatile("fence.proxy.async.global;" ::: "memory");
-  // A buffer refilled (c >= 2 kc) was read by the generic proxy: expect_bytes' proxy fence
-  // orders those reads before this copy.
-  expect_bytes(smem_address(bar), M * bytes);
-#pragma unroll
-  for (int m = 0; m < M; ++m) bulk_copy(buf + m * s.kc, x + m * s.x_ld, bytes, smem_address(bar));
 }
 
 #if defined(MK_RING_WALK)
@@ -202,7 +195,7 @@ __device__ bool mma_raw_ring(const StreamLinear& s, int rows, uint16_t* const (&
   };
   const auto leave = [&](int i) {
     __syncthreads();  // every warp's reads of chunk i's buffer are done
-    if (threadIdx.x == 0) copy_raw_chunk<M>(s, buf[i & 1], all.column(i + 2), &bars[i & 1]);
+    if (threadIdx.x == 0) copy_chunk_bulk<M>(s, buf[i & 1], all.column(i + 2), &bars[i & 1]);
   };
   mma_ring_walk<M, Ring, BF16>(s, all, static_cast<int>(s.kc), rows, mine, act, leave);
   return !__syncthreads_or(!landed);
@@ -236,8 +229,8 @@ __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
       stage_barrier_init(&bars[0]);
       stage_barrier_init(&bars[1]);
     }
-    copy_raw_chunk<M>(s, buf[0], 0, &bars[0]);
-    if (walk) copy_raw_chunk<M>(s, buf[1], s.kc, &bars[1]);
+    copy_chunk_bulk<M>(s, buf[0], 0, &bars[0]);
+    if (walk) copy_chunk_bulk<M>(s, buf[1], s.kc, &bars[1]);
   }
   __syncthreads();
   bool landed = true;
@@ -247,7 +240,7 @@ __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
   } else {
     int i = 0;
     for (int64_t c = 0; c < s.k; c += s.kc, ++i) {
-      const int kc = static_cast<int>(s.k - c < s.kc ? s.k - c : s.kc);
+      const int kc = chunk_columns(s, c);
       landed = barrier_wait(smem_address(&bars[i & 1]), (phase[i & 1] + (i >> 1)) & 1);
       if (c == 0) MK_MARK(*s.arena);
       // Chunk i - 1's products are done everywhere: its buffer takes chunk i + 1.
@@ -255,7 +248,7 @@ __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
         landed = false;
         break;
       }
-      if (threadIdx.x == 0) copy_raw_chunk<M>(s, buf[(i + 1) & 1], c + s.kc, &bars[(i + 1) & 1]);
+      if (threadIdx.x == 0) copy_chunk_bulk<M>(s, buf[(i + 1) & 1], c + s.kc, &bars[(i + 1) & 1]);
       if (c == 0) MK_MARK(*s.arena);
       mma_chunk<M, G, U, Ring>(s, buf[i & 1], s.kc, kc, c, rows, ring);
     }
@@ -295,18 +288,17 @@ __device__ bool mma_bulk_ring(const StreamLinear& s, int rows, float (&ss)[M]) {
   uint16_t* const mine = ring + (threadIdx.x >> 5) * Ring * (kRingStageBytes / 2);
   const int kc = static_cast<int>(s.kc);
   const RingChunks all(0, s.k, kc, (rows + 7) / 8);
-  const auto width = [&](int i) {
-    const int64_t left = s.k - all.column(i);
-    return static_cast<int>(left < kc ? left : kc);
-  };
-  if (threadIdx.x == 0) copy_rows_bulk<M>(s, buf, kc, width(0), 0, b, true);
+  if (threadIdx.x == 0) {
+    if constexpr (!kRawBarsLaunch) stage_barrier_init(b.bar);
+    copy_chunk_bulk<M>(s, buf, 0, b.bar);
+  }
   __syncthreads();  // the barrier's init, before any thread waits on it
   bool landed = true;
   const auto act = [&](int i) {
     const int64_t c = all.column(i);
-    const NormGroups gs = norm_groups(s, c, width(i));
+    const NormGroups gs = norm_groups(s, c, chunk_columns(s, c));
     landed = landed && barrier_wait(smem_address(b.bar), (b.phase + static_cast<uint32_t>(i)) & 1u);
-    if (landed) rewrite_rows<M>(s, buf, kc, width(i), c, gs, true, ss);
+    if (landed) rewrite_rows<M>(s, buf, kc, chunk_columns(s, c), c, gs, true, ss);
     if (__syncthreads_or(!landed)) landed = false;  // the rewritten chunk, seen by every warp
     if (i == 0) {
       MK_MARK(*s.arena);
@@ -317,7 +309,7 @@ __device__ bool mma_bulk_ring(const StreamLinear& s, int rows, float (&ss)[M]) {
   const auto leave = [&](int i) {
     if (i + 1 >= all.count()) return;
     __syncthreads();  // every warp's reads of chunk i are done
-    if (threadIdx.x == 0) copy_rows_bulk<M>(s, buf, kc, width(i + 1), all.column(i + 1), b, false);
+    if (threadIdx.x == 0) copy_chunk_bulk<M>(s, buf, all.column(i + 1), b.bar);
   };
   mma_ring_walk<M, Ring, true>(s, all, kc, rows, mine, act, leave);
   const bool failed = __syncthreads_or(!landed);

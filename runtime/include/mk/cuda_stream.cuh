@@ -383,7 +383,7 @@ __device__ bool stream_linear(const StreamLinear& s) {
     }
   }
   for (int64_t c = 0; c < s.k; c += s.kc) {
-    const int kc = static_cast<int>(s.k - c < s.kc ? s.k - c : s.kc);
+    const int kc = chunk_columns(s, c);
     // Tensor cores take the activation in the weights' 16-bit type: staged that way, once.
     const Packing pack{Mma && vec && kc % 32 == 0 && s.kc % 8 == 0, s.w_dtype == DTYPE_BF16};
     __syncthreads();
@@ -404,7 +404,7 @@ __device__ bool stream_linear(const StreamLinear& s) {
             if (c == 0) mma_first_round<G, S, kEarlySteps>(s, kc, c, rows, first);
           }
         };
-        if (!stage_chunk_bulk<M>(s, xs, s.kc, kc, c, pack, ss, ask)) return false;
+        if (!stage_chunk_bulk<M>(s, xs, c, pack, ss, ask)) return false;
       } else {
         stage_chunk<M, XB>(s, xs, s.kc, kc, c, pack, ss);
       }
