@@ -74,8 +74,6 @@ def attention_defines() -> list[str]:
     lines = []
     if not attention_merge_weights():
         lines.append("#define MK_ATTN_MERGE_SLOTS 1")
-    if flag("MK_CUDA_ATTN_PIPE"):
-        lines.append("#define MK_ATTN_PIPE 1")
     if (rows_first := attention_rows_first()) != ATTN_ROWS_FIRST:
         lines.append(f"#define MK_ATTN_ROWS_FIRST {rows_first}")
     if not flag("MK_CUDA_ATTN_KV_EARLY", default=True):

@@ -254,24 +254,19 @@ SHAPES = [
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize(
-    ("pipe", "keys", "early"),
-    [("0", "", "0"), ("1", "", "0"), ("0", "8", "0"), ("1", "8", "0"), ("0", "", "1")],
-)
-def test_pipelined_key_loop_is_a_build_option(
-    pipe: str, keys: str, early: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("keys", "early"), [("", "0"), ("8", "0"), ("", "1")])
+def test_key_loop_switches_are_build_options(
+    keys: str, early: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MK_CUDA_ATTN_PIPE=1 defines MK_ATTN_PIPE, MK_CUDA_ATTN_KEYS=8 MK_ATTN_KEYS and
-    MK_CUDA_ATTN_KV_EARLY=0 MK_ATTN_KV_LATE; a batch-8 decode attention of 512 keys a task
-    (qwen3-0.6b's heads) on CUDA cores builds without spills each way."""
+    """MK_CUDA_ATTN_KEYS=8 defines MK_ATTN_KEYS and MK_CUDA_ATTN_KV_EARLY=0 MK_ATTN_KV_LATE; a
+    batch-8 decode attention of 512 keys a task (qwen3-0.6b's heads) on CUDA cores builds
+    without spills each way."""
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", "0")
-    monkeypatch.setenv("MK_CUDA_ATTN_PIPE", pipe)
     monkeypatch.setenv("MK_CUDA_ATTN_KEYS", keys)
     monkeypatch.setenv("MK_CUDA_ATTN_KV_EARLY", early)
     text = attention(8, 16, 8, 1024, 128)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=2)
     src = prog.cuda_source  # type: ignore[attr-defined]
-    assert ("#define MK_ATTN_PIPE 1" in src) == (pipe == "1")
     assert ("#define MK_ATTN_KEYS 8" in src) == (keys == "8")
     assert ("#define MK_ATTN_KV_LATE 1" in src) == (early == "0")
     assert "mk::gpu::stream_attention<2, 128>(" in src
@@ -402,19 +397,17 @@ def test_tensor_core_decode_attention_builds_without_spills(
     ("dims", "extra"), SHAPES, ids=lambda s: "x".join(map(str, s)) if isinstance(s, tuple) else ""
 )
 @pytest.mark.parametrize(
-    ("pipe", "keys", "mma", "early", "stages"),
+    ("keys", "mma", "early", "stages"),
     [
-        ("0", "", "0", "1", ""),
-        ("1", "", "0", "1", ""),
-        ("1", "8", "0", "1", ""),
-        ("0", "", "1", "1", ""),
-        ("0", "", "1", "1", "2"),
-        ("0", "", "1", "1", "4"),
-        ("0", "", "0", "0", ""),
+        ("", "0", "1", ""),
+        ("8", "0", "1", ""),
+        ("", "1", "1", ""),
+        ("", "1", "1", "2"),
+        ("", "1", "1", "4"),
+        ("", "0", "0", ""),
     ],
     ids=[
         "rounds",
-        "pipelined",
         "8-keys",
         "tensor-cores",
         "tensor-cores-2-stages",
@@ -425,7 +418,6 @@ def test_tensor_core_decode_attention_builds_without_spills(
 def test_streamed_attention_matches_the_reference(
     dims: tuple[int, ...],
     extra: dict[str, object],
-    pipe: str,
     keys: str,
     mma: str,
     early: str,
@@ -433,13 +425,11 @@ def test_streamed_attention_matches_the_reference(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The key loops: a round's loads then its keys, (MK_CUDA_ATTN_PIPE=1) the next round's
-    loads in flight while this round's keys are used, with 4 or 8 keys a round,
+    """The key loops: a round's loads then its keys, with 4 or 8 keys a round,
     (MK_CUDA_ATTN_MMA=1) staged chunks on tensor cores where the head dim allows (up to 3, or
     MK_CUDA_ATTN_MMA_STAGES=2 or 4, in flight), and
     the first round's loads issued behind the prepared rows' loads (MK_CUDA_ATTN_KV_EARLY=0: after);
     kv_splits=3 gives tasks of several rounds or chunks."""
-    monkeypatch.setenv("MK_CUDA_ATTN_PIPE", pipe)
     monkeypatch.setenv("MK_CUDA_ATTN_KEYS", keys)
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", mma)
     monkeypatch.setenv("MK_CUDA_ATTN_KV_EARLY", early)

@@ -20,12 +20,6 @@ namespace gpu {
 // CPU kernel does, so a row that has seen only -inf scores does not turn into NaN).
 __device__ inline float softmax_shift(float m) { return isfinite(m) ? m : 0.0f; }
 
-#if defined(MK_ATTN_PIPE)
-constexpr bool kAttnPipe = true;
-#else
-constexpr bool kAttnPipe = false;
-#endif
-
 #if defined(MK_ATTN_KV_LATE)
 constexpr bool kAttnKvEarly = false;
 #else
@@ -187,37 +181,21 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, const flo
     }
   };
   // Every lane runs every round (keys past the end load nothing and update nothing), so the
-  // group shuffles always see the whole warp. With MK_ATTN_PIPE the next round's loads go out
-  // before this round's keys are used: without it a round's scores, shuffles and softmax wait
-  // for its loads and the next round's loads wait for them, so a slot streams at one round of
-  // U keys per memory latency.
-  if constexpr (kAttnPipe) {
+  // group shuffles always see the whole warp. A round's scores, shuffles and softmax wait for its
+  // loads, and the next round's loads for them (issuing them one round ahead, MK_CUDA_ATTN_PIPE,
+  // measured level or slower at both batches and was retired).
+  for (int j0 = b + slot; j0 - slot < e; j0 += U * slots) {
     uint4 kr[U], vr[U];
-    load_round(b + slot, kr, vr);
-    for (int j0 = b + slot; j0 - slot < e; j0 += U * slots) {
-      uint4 kr_next[U], vr_next[U];
-      load_round(j0 + U * slots, kr_next, vr_next);
-      use_round(j0, kr, vr);
+    if (First && has_first && j0 == b + slot) {
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        kr[u] = kr_next[u];
-        vr[u] = vr_next[u];
+        kr[u] = first.k[u];
+        vr[u] = first.v[u];
       }
+    } else {
+      load_round(j0, kr, vr);
     }
-  } else {
-    for (int j0 = b + slot; j0 - slot < e; j0 += U * slots) {
-      uint4 kr[U], vr[U];
-      if (First && has_first && j0 == b + slot) {
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          kr[u] = first.k[u];
-          vr[u] = first.v[u];
-        }
-      } else {
-        load_round(j0, kr, vr);
-      }
-      use_round(j0, kr, vr);
-    }
+    use_round(j0, kr, vr);
   }
 }
 
@@ -321,7 +299,7 @@ __device__ void stream_attention(const StreamAttention& a, Score score) {
   // loads, so its round trip to HBM overlaps theirs and the rows' ops (MK_CUDA_ATTN_KV_EARLY=0:
   // after them). Up to two query rows: at four (qwen3-8b at batch 1, 16 splits) this body is the
   // megakernel's register peak (255) and the early round's registers made ptxas spill.
-  constexpr bool kEarly = kAttnKvEarly && !kAttnPipe && R <= 2 && (R + 2) * (D / 8) <= kCudaThreads;
+  constexpr bool kEarly = kAttnKvEarly && R <= 2 && (R + 2) * (D / 8) <= kCudaThreads;
   KeyRound<U> first;
   auto load_first = [&] {
     if (kEarly && vec) load_key_round<D, U, true>(a, slot, jn, first);
