@@ -48,7 +48,7 @@ run_{name}(const uint16_t* w, float* sums, float* check, long long* clocks) {{
     sl.w[0] = mk::gpu::StreamWeight{{slab, {k}, {rows}, out}};
     __syncthreads();
     const long long t0 = mk::gpu::mark_clock();  // ns: cycles run slow under load
-    mk::gpu::mma_chunk<{m}, 1, {LOADS}, {ring}>(sl, xs, {k}, {k}, 0, {rows}, ring);
+    mk::gpu::mma_chunk<{m}, {LOADS}, {ring}>(sl, xs, {k}, {k}, 0, {rows}, ring);
     __syncthreads();
     const long long t1 = mk::gpu::mark_clock();
     if (threadIdx.x == 0 && !last) clocks[blockIdx.x * {REPS} + rep] = t1 - t0;

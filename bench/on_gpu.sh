@@ -167,7 +167,7 @@ for step in $steps; do
       # .ab/main`, with .ab carried to the GPU machine beside .whl), each installed and built on
       # its own, in one call: a comparison, or a bisection over several commits.
       [ -n "${AB_TREES:-}" ] || { echo "ab: set AB_TREES to other checkouts inside this tree"; exit 1; }
-      # A tree may carry environment settings after a colon: `.:MK_CUDA_MMA_ONE_ROW=1` is this
+      # A tree may carry environment settings after a colon: `.:MK_CUDA_MMA_L1=1` is this
       # checkout built with that switch, `.:MK_PASS_OPTIONS=kv_splits=4+tile_n=64` compiled with
       # those pass options (bench.py and timeline.py read them).
       for spec in $AB_TREES .; do

@@ -223,8 +223,8 @@ class StreamLinearEmitter(GraphDefEmitter):
         if early:  # the weights asked into L2 beside the partials' loads
             assert isinstance(plan.x, MergedX)
             self.merged_x(plan.x, "mk::gpu::prefetch_rows_l2_by(sl, t, n);")
-        # The template's trailing arguments (G, Ring, First, Held, Bulk, Early), defaults left off.
-        tail = [str(plan.mma_groups() if mma else 1), str(plan.ring_stages(k))]
+        # The template's trailing arguments (Ring, First, Held, Bulk, Early), defaults left off.
+        tail = [str(plan.ring_stages(k))]
         # First: the first round loaded behind the activation's loads (2), else 0; Held: the
         # loads a thread keeps of it through the staging (0: all of the step).
         held = self.stage_first(plan, k, mma)
@@ -236,7 +236,7 @@ class StreamLinearEmitter(GraphDefEmitter):
         # in a lone body.
         ahead = bulk and not plan.repeated
         tail.append(str(switches.mma_early() if ahead else 0))
-        while tail and tail[-1] == ("1", "0", "0", "0", "false", "0")[len(tail) - 1]:
+        while tail and tail[-1] == ("0", "0", "0", "false", "0")[len(tail) - 1]:
             tail.pop()
         call += "".join(f", {a}" for a in tail)
         if not mma:

@@ -9,7 +9,6 @@ states in one pass over the weights, and the epilogue runs as usual on them.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import TypeGuard
 
@@ -130,12 +129,11 @@ class StreamPlan:
 
     def tensor_cores(self, k: int) -> bool:
         """Whether the products run on tensor cores (mma m16n8k16): batches of 2..16 rows, the
-        columns in 32-wide steps. One row stays on CUDA cores unless MK_CUDA_MMA_ONE_ROW=1 (not
-        yet measured against them)."""
-        least = 1 if os.environ.get("MK_CUDA_MMA_ONE_ROW", "0") == "1" else 2
+        columns in 32-wide steps. One row stays on CUDA cores: on tensor cores
+        (MK_CUDA_MMA_ONE_ROW=1, retired) whole models at batch 1 ran 13 % slower."""
         if isinstance(self.x, MergedX):  # merged into the chunk as floats
             return False
-        return least <= self.rows <= MAX_ROWS and k % 32 == 0 and self._float_chunk(k) % 32 == 0
+        return 2 <= self.rows <= MAX_ROWS and k % 32 == 0 and self._float_chunk(k) % 32 == 0
 
     def ring_stages(self, k: int) -> int:
         """Stages of each warp's cp.async ring on tensor cores (mk::gpu::mma_ring_walk, the
@@ -147,7 +145,7 @@ class StreamPlan:
         the gated MLP at batch 8 0.1465 -> 0.1293 ms with 2; whole models at batch 8, whose
         linears stream 4-12 KB a warp, slower with a ring on every task (1.92 -> 2.08 ms/token)
         and with one on the lm_head alone (1.92 -> 1.97)."""
-        if not self.tensor_cores(k) or self.mma_groups() != 1:
+        if not self.tensor_cores(k):
             return 0
         total = sum(w.tile_shape()[0] for w, _ in self.products)
         stages = switches.mma_ring(2 * total * k // WARPS, k)
@@ -159,17 +157,9 @@ class StreamPlan:
 
     def mma_steps(self) -> int:
         """32-column steps whose loads a lane of a tensor-core warp issues before its first mma
-        (mk::gpu::mma_chunk's U): MMA_LOADS 16-byte loads (MK_CUDA_LOADS sets them) over the G
-        groups. More made the gated MLP at batch 8 slower on the H200 (24: 0.160, 32: 0.164
-        against 0.157 ms), and with four accumulators a batch-1 task at 24 spills."""
-        return max(1, _loads(MMA_LOADS, self.repeated, self.rows) // self.mma_groups())
-
-    def mma_groups(self) -> int:
-        """8-row groups a warp takes at once on tensor cores (mk::gpu::mma_chunk's G): 4 for a
-        single activation row when the task has at least 4 groups, so that one step's
-        activation fragments serve 8 mma instructions; else 1 (16 steps in flight instead)."""
-        total = sum(w.tile_shape()[0] for w, _ in self.products)
-        return 4 if self.rows == 1 and total >= 32 else 1
+        (mk::gpu::mma_chunk's U): MMA_LOADS 16-byte loads (MK_CUDA_LOADS sets them). More made
+        the gated MLP at batch 8 slower on the H200 (24: 0.160, 32: 0.164 against 0.157 ms)."""
+        return max(1, _loads(MMA_LOADS, self.repeated, self.rows))
 
     def chunk(self, k: int) -> int:
         """Columns staged per chunk: all of the task's K when the shared memory holds it (as

@@ -34,7 +34,7 @@ def test_stage_first_loads_the_first_round_behind_the_activation(
     """MK_CUDA_STAGE_FIRST=1 has a CUDA-core linear that stages its activation load its first
     round of weights itself (stream_linear's First = 2): batch 1 with or without the norm, one
     weight or two; not batch 2 or 8 (tensor cores); 0 turns it off."""
-    first = re.compile(r"mk::gpu::stream_linear<1, \d+, \d+, \d+, false, 1, 0, 2>\(sl\);")
+    first = re.compile(r"mk::gpu::stream_linear<1, \d+, \d+, \d+, false, 0, 2>\(sl\);")
     monkeypatch.setenv("MK_CUDA_STAGE_FIRST", "0")
     assert not first.search(cuda_source(linear_program(1, 256, 1024, True), tmp_path))
     monkeypatch.setenv("MK_CUDA_STAGE_FIRST", "1")
@@ -58,7 +58,7 @@ def test_stage_first_by_default_where_a_thread_holds_few_loads(
     """Unset, MK_CUDA_STAGE_FIRST has a body take one step early where a thread holds at most
     STAGE_FIRST_HELD 16-byte loads through the staging (the step's rows and its own activation
     loads): 4 rows a round and one activation load do, 8 rows and two do not (unless set)."""
-    first = re.compile(r"mk::gpu::stream_linear<1, (\d+), \d+, (\d+), false, 1, 0, 2>\(sl\);")
+    first = re.compile(r"mk::gpu::stream_linear<1, (\d+), \d+, (\d+), false, 0, 2>\(sl\);")
     few, many = linear_program(1, 256, 1024, True), linear_program(1, 512, 4096, True)
     assert first.findall(cuda_source(few, tmp_path)) == [("4", "1")]
     assert not first.search(cuda_source(many, tmp_path))
@@ -75,16 +75,16 @@ def test_stage_first_held_takes_every_body_with_part_of_its_step(
     early too, H - XB rows of it (stream_linear's Held = H), where by default a body of 8 rows
     and two activation loads takes none; a body within the rule still takes its whole step;
     not with MK_CUDA_STAGE_FIRST set; past 16 is an error."""
-    part = re.compile(r"mk::gpu::stream_linear<1, 8, \d+, 2, false, 1, 0, 2, 4>\(sl\);")
-    whole = re.compile(r"mk::gpu::stream_linear<1, 4, \d+, 1, false, 1, 0, 2>\(sl\);")
+    part = re.compile(r"mk::gpu::stream_linear<1, 8, \d+, 2, false, 0, 2, 4>\(sl\);")
+    whole = re.compile(r"mk::gpu::stream_linear<1, 4, \d+, 1, false, 0, 2>\(sl\);")
     few, many = linear_program(1, 256, 1024, True), linear_program(1, 512, 4096, True)
-    assert "false, 1, 0, 2" not in cuda_source(many, tmp_path)
+    assert "false, 0, 2" not in cuda_source(many, tmp_path)
     monkeypatch.setenv("MK_CUDA_STAGE_FIRST_HELD", "4")
     assert part.search(cuda_source(many, tmp_path))
     assert whole.search(cuda_source(few, tmp_path))
     monkeypatch.setenv("MK_CUDA_STAGE_FIRST", "1")
     src = cuda_source(many, tmp_path)
-    assert not part.search(src) and "false, 1, 0, 2>(sl);" in src
+    assert not part.search(src) and "false, 0, 2>(sl);" in src
     monkeypatch.delenv("MK_CUDA_STAGE_FIRST")
     for bad in ("17", "four"):
         monkeypatch.setenv("MK_CUDA_STAGE_FIRST_HELD", bad)

@@ -17,7 +17,7 @@ from mk.backends.cuda import build as cuda_build
 from mk.inputs import random_inputs
 
 NVCC = cuda_build.nvcc()  # before any test patches it out
-BULK_CALL = r"stream_linear<\d+, \d+, \d+, \d+, true, \d+, \d+, \d+, \d+, true(?:, \d+)?>"
+BULK_CALL = r"stream_linear<\d+, \d+, \d+, \d+, true, \d+, \d+, \d+, true(?:, \d+)?>"
 BULK_COPY = "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
 
 
@@ -130,7 +130,7 @@ def test_the_early_steps_are_a_checked_switch(
     monkeypatch.setenv("MK_CUDA_MMA_EARLY", "")
     monkeypatch.setenv("MK_CUDA_MMA_RING", "3")  # a lone body's ring walks from its copies
     ringed = cuda_source(text, tmp_path / "ring")
-    assert re.search(r"stream_linear<8, \d+, \d+, \d+, true, 1, 3, 0, 0, true, 8>", ringed)
+    assert re.search(r"stream_linear<8, \d+, \d+, \d+, true, 3, 0, 0, true, 8>", ringed)
     monkeypatch.setenv("MK_CUDA_MMA_EARLY", "17")
     with pytest.raises(
         mk.MkError, match="MK_CUDA_MMA_EARLY must be a number of steps from 0 to 16"
@@ -186,7 +186,7 @@ def test_early_weights_give_the_same_bits(
         monkeypatch.setenv("MK_CUDA_MMA_EARLY", steps)
         sms = 8 if exact else 132
         prog = mk.compile(text, target="cuda", num_sms=sms, cache_dir=tmp_path / steps)
-        assert f", true, 1, {ring}, 0, 0, true" in prog.cuda_source or ring == "0"  # type: ignore[attr-defined]
+        assert f", true, {ring}, 0, 0, true" in prog.cuda_source or ring == "0"  # type: ignore[attr-defined]
         outs.append(prog(*random_inputs(prog.func, seed=4)))
         agrees_with_the_reference(prog, text, (rows, k, ring, steps))
     for other in outs[1:] if exact else []:

@@ -25,7 +25,7 @@ def test_the_program_times_the_registers_beside_each_ring() -> None:
     )
     for name, ring in (("regs", 0), ("ring2", 2), ("ring3", 3)):
         assert f"run_{name}(" in src
-        assert f"mk::gpu::mma_chunk<8, 1, {bench.LOADS}, {ring}>" in src
+        assert f"mk::gpu::mma_chunk<8, {bench.LOADS}, {ring}>" in src
     # The packed rows (16 KB), then three stages of eight warps' eight 512-byte rows.
     assert bench.smem_bytes(8, 1024, [2, 3]) == (16 << 10) + 3 * 8 * 8 * 512
 

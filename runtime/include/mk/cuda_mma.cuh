@@ -50,143 +50,115 @@ constexpr bool kMmaL1 = true;
 constexpr bool kMmaL1 = false;
 #endif
 
-// One lane's weight vectors of N 32-column steps from column k of each of its G rows (zeros
-// past k1 or for a missing row: no load). With MK_MMA_L1 they come through the L1
+// One lane's weight vectors of N 32-column steps from column k of its row (zeros past k1 or
+// for a missing row: no load). With MK_MMA_L1 they come through the L1
 // (load_stream_l1): a warp-wide load asks for 64 bytes of each of eight rows, and the next
 // step's load for the other half of the same 128-byte lines, which can then wait on one line
 // request.
 // Steps [From, To) only, where a round's first steps went out early (mma_first_round).
-template <int N, int G, int From = 0, int To = N>
-__device__ inline void mma_load(uint4 (&w)[N][G], const uint16_t* const (&wp)[G], int k, int k1,
-                                int t) {
+template <int N, int From = 0, int To = N>
+__device__ inline void mma_load(uint4 (&w)[N], const uint16_t* wp, int k, int k1, int t) {
 #pragma unroll
   for (int u = From; u < To; ++u) {
-#pragma unroll
-    for (int i = 0; i < G; ++i) {
-      const bool in = wp[i] && k + 32 * u < k1;
-      const uint16_t* at = wp[i] + k + 32 * u + 8 * t;
-      w[u][i] = !in ? make_uint4(0, 0, 0, 0) : kMmaL1 ? load_stream_l1(at) : load8<true>(at);
-    }
+    const bool in = wp && k + 32 * u < k1;
+    const uint16_t* at = wp + k + 32 * u + 8 * t;
+    w[u] = !in ? make_uint4(0, 0, 0, 0) : kMmaL1 ? load_stream_l1(at) : load8<true>(at);
   }
 }
 
-// Independent accumulators per group on tensor cores: consecutive mma of a group go to
-// different ones, so a warp's mma are not one chain of dependent instructions (ncu on the gated
-// MLP at batch 8 with a single accumulator: "wait" and short-scoreboard stalls led, DRAM 42 %).
-// Four chains in all: G groups are G chains already.
+// Independent accumulators on tensor cores: consecutive mma go to different ones, so a warp's
+// mma are not one chain of dependent instructions (ncu on the gated MLP at batch 8 with a single
+// accumulator: "wait" and short-scoreboard stalls led, DRAM 42 %).
 constexpr int kMmaChains = 4;
-template <int G>
-constexpr int kMmaAccumulators = G >= kMmaChains ? 1 : kMmaChains / G;
 
 // The mma of N 32-column steps from column k (none past k1) on weight vectors w.
-template <int M, int N, int G, bool BF16>
-__device__ inline void mma_steps(float (&d)[kMmaAccumulators<G>][G][4], const uint4 (&w)[N][G],
-                                 const uint16_t* xs, int stride, int g, int t, int k, int k1) {
+template <int M, int N, bool BF16>
+__device__ inline void mma_steps(float (&d)[kMmaChains][4], const uint4 (&w)[N], const uint16_t* xs,
+                                 int stride, int g, int t, int k, int k1) {
 #pragma unroll
   for (int u = 0; u < N; ++u) {
     if (k + 32 * u >= k1) break;  // the same for the whole warp
     const int kk = k + 32 * u + 8 * t;
     const uint4 lo = act8<M>(xs, stride, g, kk), hi = act8<M>(xs, stride, g + 8, kk);
-    constexpr int A = kMmaAccumulators<G>;
-#pragma unroll
-    for (int i = 0; i < G; ++i) {
-      mma16816<BF16>(d[(2 * u) % A][i], lo.x, hi.x, lo.y, hi.y, w[u][i].x, w[u][i].y);
-      mma16816<BF16>(d[(2 * u + 1) % A][i], lo.z, hi.z, lo.w, hi.w, w[u][i].z, w[u][i].w);
-    }
+    mma16816<BF16>(d[(2 * u) % kMmaChains], lo.x, hi.x, lo.y, hi.y, w[u].x, w[u].y);
+    mma16816<BF16>(d[(2 * u + 1) % kMmaChains], lo.z, hi.z, lo.w, hi.w, w[u].z, w[u].w);
   }
 }
 
-// Lane (g, t)'s weight row of each of the G groups of rows [r0, r0 + 8G) at chunk column c;
-// null past the last row.
-template <int G>
-__device__ inline void mma_row_pointers(const StreamLinear& s, int64_t c, int r0, int rows,
-                                        const uint16_t* (&wp)[G]) {
-  const int g = (threadIdx.x & 31) >> 2;
+// Lane (g, t)'s weight row of the 8 rows [r0, r0 + 8) at chunk column c (row r0 + g); null
+// past the last row. (Whole 128-byte lines, shuffled into fragments, measured level on the
+// gated MLP at batch 8 and slower on the models.)
+__device__ inline const uint16_t* mma_row_pointer(const StreamLinear& s, int64_t c, int r0, int rows) {
+  const int row = r0 + static_cast<int>((threadIdx.x & 31) >> 2);
   float* unused;
   int32_t unused_rows;
-  // Fragments: lane (g, t) reads row 8i + g of group i. (Whole 128-byte lines, shuffled into
-  // fragments, measured level on the gated MLP at batch 8 and slower on the models.)
-#pragma unroll
-  for (int i = 0; i < G; ++i) {
-    const int row = r0 + 8 * i + g;
-    wp[i] = row < rows ? weight_row(s, row, c, &unused, &unused_rows) : nullptr;
-  }
+  return row < rows ? weight_row(s, row, c, &unused, &unused_rows) : nullptr;
 }
 
 // mma_rows' work in the caller's frame: where `early`, w already holds the first Early steps
 // of the round of columns [k0, k0 + 32U) (mma_first_round), and the loop loads the rest of it.
-template <int M, int U, int G, bool BF16, int Early>
+template <int M, int U, bool BF16, int Early>
 __device__ __forceinline__ void mma_rows_from(const StreamLinear& s, const uint16_t* xs, int stride,
                                               int64_t c, int r0, int rows, int k0, int k1,
-                                              uint4 (&w)[U][G], bool early = false) {
+                                              uint4 (&w)[U], bool early = false) {
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const uint16_t* wp[G];
-  mma_row_pointers<G>(s, c, r0, rows, wp);
-  auto load = [&](auto& v, int k) { mma_load<sizeof(v) / sizeof(v[0]), G>(v, wp, k, k1, t); };
-  constexpr int A = kMmaAccumulators<G>;
-  float d[A][G][4];
+  const uint16_t* const wp = mma_row_pointer(s, c, r0, rows);
+  auto load = [&](auto& v, int k) { mma_load<sizeof(v) / sizeof(v[0])>(v, wp, k, k1, t); };
+  float d[kMmaChains][4];
 #pragma unroll
-  for (int a = 0; a < A; ++a)
-#pragma unroll
-    for (int i = 0; i < G; ++i) d[a][i][0] = d[a][i][1] = d[a][i][2] = d[a][i][3] = 0.0f;
+  for (int a = 0; a < kMmaChains; ++a) d[a][0] = d[a][1] = d[a][2] = d[a][3] = 0.0f;
   if constexpr (kMmaPipe && U > 1 && Early == 0) {
     constexpr int H = U / 2;
-    uint4 wa[H][G], wb[H][G];
+    uint4 wa[H], wb[H];
     load(wa, k0);
     for (int k = k0; k < k1; k += 64 * H) {
       load(wb, k + 32 * H);
-      mma_steps<M, H, G, BF16>(d, wa, xs, stride, g, t, k, k1);
+      mma_steps<M, H, BF16>(d, wa, xs, stride, g, t, k, k1);
       load(wa, k + 64 * H);
-      mma_steps<M, H, G, BF16>(d, wb, xs, stride, g, t, k + 32 * H, k1);
+      mma_steps<M, H, BF16>(d, wb, xs, stride, g, t, k + 32 * H, k1);
     }
   } else {
     for (int k = k0; k < k1; k += 32 * U) {
       if (Early == 0 || !early || k != k0) {
         load(w, k);
       } else {
-        mma_load<U, G, Early>(w, wp, k, k1, t);
+        mma_load<U, Early>(w, wp, k, k1, t);
       }
-      mma_steps<M, U, G, BF16>(d, w, xs, stride, g, t, k, k1);
+      mma_steps<M, U, BF16>(d, w, xs, stride, g, t, k, k1);
     }
   }
 #pragma unroll
-  for (int a = 1; a < A; ++a)
+  for (int a = 1; a < kMmaChains; ++a)
 #pragma unroll
-    for (int i = 0; i < G; ++i)
+    for (int e = 0; e < 4; ++e) d[0][e] += d[a][e];
+  // d[0][2h + e]: activation row g + 8h, weight row r0 + 2t + e. Other warps may add to the same
+  // sums (their own columns), hence the atomics.
 #pragma unroll
-      for (int e = 0; e < 4; ++e) d[0][i][e] += d[a][i][e];
-  // d[0][i][2h + e]: activation row g + 8h, weight row r0 + 8i + 2t + e. Other warps may add to
-  // the same sums (their own columns), hence the atomics.
+  for (int h = 0; h < 2; ++h) {
 #pragma unroll
-  for (int i = 0; i < G; ++i) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int m = g + 8 * h, row = r0 + 8 * i + 2 * t + e;
-        float* out;
-        int32_t n;
-        if (m < M && row < rows && weight_row(s, row, c, &out, &n)) atomicAdd(out + m * n, d[0][i][2 * h + e]);
-      }
+    for (int e = 0; e < 2; ++e) {
+      const int m = g + 8 * h, row = r0 + 2 * t + e;
+      float* out;
+      int32_t n;
+      if (m < M && row < rows && weight_row(s, row, c, &out, &n)) atomicAdd(out + m * n, d[0][2 * h + e]);
     }
   }
 }
 
-// One warp on tensor cores: weight rows [r0, r0 + 8G) (G groups of 8) times the staged
-// activation rows (M <= 16, the A operand padded to 16 with zeros) over columns [k0, k1) of the
-// chunk, multiples of 32. Lane (g, t) = (lane / 4, lane % 4) streams weight row r0 + 8i + g of
-// group i, 16 bytes at column k + 8t of each 32-column step. Inside a step the k order is
-// permuted alike for A and B (a sum does not mind), so both operands are plain 16-byte vectors:
-// for mma j, B is the lane's weight pairs 2j and 2j + 1 and A the packed activation pairs 2j
-// and 2j + 1 of the same eight columns (rows g and g + 8). The A fragments of a step serve all
-// G groups. U steps' loads of all groups are in flight before the first mma; with MK_MMA_PIPE
+// One warp on tensor cores: weight rows [r0, r0 + 8) times the staged activation rows (M <= 16,
+// the A operand padded to 16 with zeros) over columns [k0, k1) of the chunk, multiples of 32.
+// Lane (g, t) = (lane / 4, lane % 4) streams weight row r0 + g, 16 bytes at column k + 8t of
+// each 32-column step. Inside a step the k order is permuted alike for A and B (a sum does not
+// mind), so both operands are plain 16-byte vectors: for mma j, B is the lane's weight pairs 2j
+// and 2j + 1 and A the packed activation pairs 2j and 2j + 1 of the same eight columns (rows g
+// and g + 8). U steps' loads are in flight before the first mma; with MK_MMA_PIPE
 // (MK_CUDA_MMA_PIPE=1) two halves of U/2 steps alternate, one half's loads in flight while the
 // other's mma run.
-template <int M, int U, int G, bool BF16>
+template <int M, int U, bool BF16>
 __device__ void mma_rows(const StreamLinear& s, const uint16_t* xs, int stride, int64_t c, int r0,
                          int rows, int k0, int k1) {
-  uint4 w[U][G];
-  mma_rows_from<M, U, G, BF16, 0>(s, xs, stride, c, r0, rows, k0, k1, w);
+  uint4 w[U];
+  mma_rows_from<M, U, BF16, 0>(s, xs, stride, c, r0, rows, k0, k1, w);
 }
 
 // ------------------------------------------------------------------ the cp.async ring (Ring)
@@ -331,7 +303,7 @@ __device__ void mma_ring_walk(const StreamLinear& s, const RingChunks& ch, int s
   // unit and chunk steps).
 #pragma unroll 1
   for (int j = 0; j < D - 1; ++j) fill.fill(ring + (f++ % D) * kStage);
-  constexpr int A = kMmaAccumulators<1>;
+  constexpr int A = kMmaChains;
   float d[A][4];
 #pragma unroll
   for (int a = 0; a < A; ++a) d[a][0] = d[a][1] = d[a][2] = d[a][3] = 0.0f;
@@ -381,7 +353,7 @@ __device__ void mma_ring_walk(const StreamLinear& s, const RingChunks& ch, int s
   __syncwarp();  // the next use of the ring overwrites what this walk read last
 }
 
-// How many column slices mma_chunk cuts each block of G 8-row groups into (`steps` 32-column
+// How many column slices mma_chunk cuts each block of 8 rows into (`steps` 32-column
 // steps in all, U in flight per lane): as many busy warps as any cut gives, then the fewest
 // rounds of loads for the busiest warp (its units times each unit's rounds of U steps), then
 // the fewest slices. A batch-8 lm_head task of qwen3-0.6b (149 blocks of 1,024 columns) gets one
@@ -420,17 +392,16 @@ __device__ inline RingChunks::RingChunks(int64_t c0_, int64_t k_end, int kc_, in
   last_slices = last_steps == full_steps ? full_slices : mma_slices(blocks, warps, last_steps, u);
 }
 
-// All warps on tensor cores over one staged chunk: (block of G 8-row groups, column slice)
-// units, the slices cut by mma_slices; U steps' loads of the block in flight per lane.
-// With D > 0 (one group, weights from global memory) each warp streams all of its units through
-// its D-stage ring at `ring` (mma_ring_walk).
-template <int M, int G, int U, int D = 0>
+// All warps on tensor cores over one staged chunk: (block of 8 rows, column slice) units, the
+// slices cut by mma_slices; U steps' loads of the block in flight per lane. With D > 0 (weights
+// from global memory) each warp streams all of its units through its D-stage ring at `ring`
+// (mma_ring_walk).
+template <int M, int U, int D = 0>
 __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride, int kc, int64_t c,
                           int rows, uint16_t* ring = nullptr) {
-  static_assert(D == 0 || G == 1, "the ring streams one group");
   constexpr int warps = kCudaThreads / 32;  // every CTA of the megakernel
   const int warp = static_cast<int>(threadIdx.x >> 5);
-  const int blocks = ((rows + 7) / 8 + G - 1) / G, steps = kc / 32;
+  const int blocks = (rows + 7) / 8, steps = kc / 32;
   const bool bf16 = s.w_dtype == DTYPE_BF16;
   if constexpr (D > 0) {
     const RingChunks one(c, c + kc, kc, blocks);
@@ -450,22 +421,22 @@ __device__ void mma_chunk(const StreamLinear& s, const uint16_t* xs, int stride,
     int k0, k1;
     mma_unit_columns(unit, blocks, slices, steps, k0, k1);
     if (bf16) {
-      mma_rows<M, U, G, true>(s, xs, stride, c, rb * 8 * G, rows, k0, k1);
+      mma_rows<M, U, true>(s, xs, stride, c, rb * 8, rows, k0, k1);
     } else {
-      mma_rows<M, U, G, false>(s, xs, stride, c, rb * 8 * G, rows, k0, k1);
+      mma_rows<M, U, false>(s, xs, stride, c, rb * 8, rows, k0, k1);
     }
   }
 }
 
 // A warp's first unit of a chunk as mma_chunk cuts it (unit `warp`): false where the warp has
 // none; else its first row r0 and columns [k0, k1).
-__device__ inline bool mma_first_unit(int rows, int kc, int G, int U, int& r0, int& k0, int& k1) {
+__device__ inline bool mma_first_unit(int rows, int kc, int U, int& r0, int& k0, int& k1) {
   constexpr int warps = kCudaThreads / 32;
   const int warp = static_cast<int>(threadIdx.x >> 5);
-  const int blocks = ((rows + 7) / 8 + G - 1) / G, steps = kc / 32;
+  const int blocks = (rows + 7) / 8, steps = kc / 32;
   const int slices = mma_slices(blocks, warps, steps, U);
   if (warp >= blocks * slices) return false;
-  r0 = warp % blocks * 8 * G;
+  r0 = warp % blocks * 8;
   mma_unit_columns(warp, blocks, slices, steps, k0, k1);
   return true;
 }
@@ -473,30 +444,28 @@ __device__ inline bool mma_first_unit(int rows, int kc, int G, int U, int& r0, i
 // The first E steps of the first round of the warp's first unit of chunk c (stream_linear's
 // Bulk: issued behind the activation's bulk copies, so that their round trip overlaps the
 // staging); mma_chunk_early then starts from them.
-template <int G, int U, int E>
+template <int U, int E>
 __device__ inline void mma_first_round(const StreamLinear& s, int kc, int64_t c, int rows,
-                                       uint4 (&w)[U][G]) {
+                                       uint4 (&w)[U]) {
   int r0, k0, k1;
-  if (!mma_first_unit(rows, kc, G, U, r0, k0, k1)) return;
-  const uint16_t* wp[G];
-  mma_row_pointers<G>(s, c, r0, rows, wp);
-  mma_load<U, G, 0, E>(w, wp, k0, k1, static_cast<int>(threadIdx.x & 3u));
+  if (!mma_first_unit(rows, kc, U, r0, k0, k1)) return;
+  mma_load<U, 0, E>(w, mma_row_pointer(s, c, r0, rows), k0, k1, static_cast<int>(threadIdx.x & 3u));
 }
 
 // mma_chunk (no ring, bf16 weights) where stream_linear's Bulk loads weights early: every
 // unit inlined here (one copy of the product's code in the body), and with `early` (chunk 0)
 // the warp's first unit starts from the E steps mma_first_round loaded.
-template <int M, int G, int U, int E>
+template <int M, int U, int E>
 __device__ void mma_chunk_early(const StreamLinear& s, const uint16_t* xs, int stride, int kc,
-                                int64_t c, int rows, uint4 (&w)[U][G], bool early) {
+                                int64_t c, int rows, uint4 (&w)[U], bool early) {
   constexpr int warps = kCudaThreads / 32;
   const int warp = static_cast<int>(threadIdx.x >> 5);
-  const int blocks = ((rows + 7) / 8 + G - 1) / G, steps = kc / 32;
+  const int blocks = (rows + 7) / 8, steps = kc / 32;
   const int slices = mma_slices(blocks, warps, steps, U);
   for (int unit = warp; unit < blocks * slices; unit += warps) {
     int k0, k1;
     mma_unit_columns(unit, blocks, slices, steps, k0, k1);
-    mma_rows_from<M, U, G, true, E>(s, xs, stride, c, unit % blocks * 8 * G, rows, k0, k1, w,
+    mma_rows_from<M, U, true, E>(s, xs, stride, c, unit % blocks * 8, rows, k0, k1, w,
                                     early && unit == warp);
   }
 }

@@ -208,7 +208,7 @@ __device__ bool mma_raw_ring(const StreamLinear& s, int rows, uint16_t* const (&
 // leave the critical path. With Ring > 0 each warp's cp.async ring sits behind both buffers,
 // restarted at each chunk, or with kRingWalk walking them all (mma_raw_ring). Ends with
 // __syncthreads(); false if a chunk never landed.
-template <int M, int G, int U, int Ring>
+template <int M, int U, int Ring>
 __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
 #if defined(MK_RAW_BARS_LAUNCH)
   uint64_t* const bars = raw_bars;
@@ -250,7 +250,7 @@ __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
       }
       if (threadIdx.x == 0) copy_chunk_bulk<M>(s, buf[(i + 1) & 1], c + s.kc, &bars[(i + 1) & 1]);
       if (c == 0) MK_MARK(*s.arena);
-      mma_chunk<M, G, U, Ring>(s, buf[i & 1], s.kc, kc, c, rows, ring);
+      mma_chunk<M, U, Ring>(s, buf[i & 1], s.kc, kc, c, rows, ring);
     }
   }
 #if defined(MK_RAW_BARS_LAUNCH)

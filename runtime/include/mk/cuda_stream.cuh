@@ -306,8 +306,7 @@ __device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S
 // the task, and sum_sq[m] += Σ_k x[m][k]². With Mma (batches of 2..16 rows) the products run on
 // tensor cores, the activation rounded to the weights' 16-bit type. A lane keeps the
 // loads of S steps in flight: 256-column steps of RG rows on CUDA cores, 32-column steps of a
-// block on tensor cores. G > 1 gives each warp blocks of G 8-row groups on tensor cores (the
-// activation fragments of a step serve them all). Each thread stages up to XB groups of eight
+// block of 8 rows on tensor cores. Each thread stages up to XB groups of eight
 // activation columns at once (the emitter sizes it to the chunk: unrolled code the task does not
 // need costs instruction fetches). With Ring > 0 (tensor cores, weights from global memory)
 // each warp copies its weights through a Ring-stage cp.async ring behind the packed chunk
@@ -322,11 +321,11 @@ __device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S
 // behind them (mma_first_round), or with a ring its first fills (mma_bulk_ring).
 // Ends with __syncthreads(); false if a raw activation's or a Bulk chunk's bulk copies never
 // landed.
-template <int M, int RG, int S, int XB, bool Mma = false, int G = 1, int Ring = 0, int First = 0,
+template <int M, int RG, int S, int XB, bool Mma = false, int Ring = 0, int First = 0,
           int Held = 0, bool Bulk = false, int Early = 0>
 __device__ bool stream_linear(const StreamLinear& s) {
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
-  static_assert(Ring == 0 || (Mma && G == 1), "the ring: tensor cores, one group");
+  static_assert(Ring == 0 || Mma, "the ring: tensor cores");
   static_assert(!First || !Mma, "a first round loaded early: CUDA cores");
   static_assert(First == 0 || First == 2, "First: 0, or 2 (the first round loaded here)");
   static_assert(Held == 0 || First == 2, "Held: the loads a partial first step keeps (First = 2)");
@@ -360,11 +359,11 @@ __device__ bool stream_linear(const StreamLinear& s) {
   // emitter gives Bulk to bf16 weights only (mma_chunk_early's products).
   constexpr bool kEarlyMma = Bulk && Ring == 0 && Early > 0;
   constexpr int kEarlySteps = Early < S ? Early : S;
-  uint4 first[kEarlyMma ? S : 1][kEarlyMma ? G : 1];
+  uint4 first[kEarlyMma ? S : 1];
   MK_MARK(*s.arena);
   if constexpr (Mma) {
     if (vec && raw_activation(s)) {
-      const bool landed = mma_raw_chunks<M, G, S, Ring>(s, rows);
+      const bool landed = mma_raw_chunks<M, S, Ring>(s, rows);
       MK_MARK(*s.arena);
       return landed;
     }
@@ -401,7 +400,7 @@ __device__ bool stream_linear(const StreamLinear& s) {
       if constexpr (Bulk) {
         const auto ask = [&] {
           if constexpr (kEarlyMma) {
-            if (c == 0) mma_first_round<G, S, kEarlySteps>(s, kc, c, rows, first);
+            if (c == 0) mma_first_round<S, kEarlySteps>(s, kc, c, rows, first);
           }
         };
         if (!stage_chunk_bulk<M>(s, xs, c, pack, ss, ask)) return false;
@@ -422,9 +421,9 @@ __device__ bool stream_linear(const StreamLinear& s) {
       uint16_t* ring = reinterpret_cast<uint16_t*>(mk_dynamic_smem + ((M * s.kc * 2 + 127) & ~127));
       const uint16_t* packed = reinterpret_cast<const uint16_t*>(xs);
       if constexpr (kEarlyMma) {
-        mma_chunk_early<M, G, S, kEarlySteps>(s, packed, s.kc, kc, c, rows, first, c == 0);
+        mma_chunk_early<M, S, kEarlySteps>(s, packed, s.kc, kc, c, rows, first, c == 0);
       } else {
-        mma_chunk<M, G, S, Ring>(s, packed, s.kc, kc, c, rows, ring);
+        mma_chunk<M, S, Ring>(s, packed, s.kc, kc, c, rows, ring);
       }
     } else if (vec && !Mma) {
       stream_rows<M, RG, S, true, First != 0, kFirstSteps, kFirstRows>(
