@@ -10,7 +10,7 @@ from mk.backends.cuda.switch_values import choice, count, flag
 # Where a tensor-core task streams through the cp.async ring by default (MK_CUDA_MMA_RING=auto):
 # its warps stream at least RING_AUTO_BYTES each, in rows of at least RING_AUTO_COLUMNS. On the
 # H200 (bench/RESULTS.md, session 39), with the ring walking a raw activation's chunks as one
-# stream (MK_CUDA_RING_WALK): the gated MLP at batch 8 (tasks of 112 and 229 KB a warp, rows of
+# stream (mk::gpu::mma_raw_ring): the gated MLP at batch 8 (tasks of 112 and 229 KB a warp, rows of
 # 14,336 and 4,096) 0.1333 -> 0.1245 ms with 2 stages, 0.1211 with 3, 0.1575 with 4 (the chunks
 # shrink to 1,024 columns); a 4-layer qwen3-8b step at batch 8 1343 -> 1235 us with 3 stages on
 # every task (its gate/up, down and lm_head tasks: 98-1,200 KB a warp; the rest, 32-48 KB, level).
@@ -20,12 +20,6 @@ MMA_EARLY = 8  # stream_linear's Early
 RING_AUTO_STAGES = 3
 RING_AUTO_BYTES = 64 << 10
 RING_AUTO_COLUMNS = 4096
-
-
-def ring_walk() -> bool:
-    """MK_CUDA_RING_WALK: 1 (default) walks a raw activation's chunks as one ring stream
-    (mk::gpu::mma_raw_ring); 0 restarts each warp's ring at every chunk."""
-    return flag("MK_CUDA_RING_WALK", default=True)
 
 
 def stage_bulk() -> bool:
@@ -378,8 +372,6 @@ def defines(profile: bool, warm: bool, inline: bool = False) -> str:
     lines += attention_defines()
     if plain_launch():
         lines.append("#define MK_PLAIN_LAUNCH 1")
-    if ring_walk():
-        lines.append("#define MK_RING_WALK 1")
     if raw_bars_kept():
         lines.append("#define MK_RAW_BARS_LAUNCH 1")
     if (align := smem_align()) != 128:

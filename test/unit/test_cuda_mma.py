@@ -228,37 +228,28 @@ def test_tensor_core_products_build_through_the_ring(
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    ("rows", "ring", "norm", "k", "walk"),
+    ("rows", "ring", "norm", "k"),
     [
-        (2, "3", True, 1024, "0"),
-        (8, "3", True, 1024, "0"),
-        (8, "4", True, 1024, "0"),
-        (16, "2", True, 1024, "0"),
-        (8, "2", False, 6144, "0"),
-        (4, "3", False, 6144, "0"),
-        (8, "2", False, 6144, "1"),
-        (8, "4", False, 5440, "1"),
-        (16, "3", False, 6144, "1"),
-        (8, "3", False, 4096, "1"),  # one chunk, one buffer
-        (4, "4", False, 2048, "0"),
+        (2, "3", True, 1024),
+        (8, "3", True, 1024),
+        (8, "4", True, 1024),
+        (16, "2", True, 1024),
+        (8, "2", False, 6144),
+        (4, "3", False, 6144),
+        (8, "4", False, 5440),
+        (16, "3", False, 6144),
+        (8, "3", False, 4096),  # one chunk, one buffer
+        (4, "4", False, 2048),
     ],
 )
 def test_the_ring_matches_the_reference(
-    rows: int,
-    ring: str,
-    norm: bool,
-    k: int,
-    walk: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    rows: int, ring: str, norm: bool, k: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On the GPU, MK_CUDA_MMA_RING: ragged last units (4608 columns over the warps) included,
-    and a raw activation's bulk-copied chunks (no norm: mma_raw_chunks) beside the ring, two
-    of 3,072-4,096 columns; with MK_CUDA_RING_WALK=1 the ring walks them all as one stream (two
-    to six chunks, each buffer reused up to three times, the last one ragged at 5,440 = 5 ·
-    1,024 + 320)."""
+    and a raw activation's bulk-copied chunks (no norm: mma_raw_chunks) beside the ring, which
+    walks them all as one stream (two to six chunks, each buffer reused up to three times, the
+    last one ragged at 5,440 = 5 · 1,024 + 320)."""
     monkeypatch.setenv("MK_CUDA_MMA_RING", ring)
-    monkeypatch.setenv("MK_CUDA_RING_WALK", walk)
     text = linear_program(rows, 4608, k, norm)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     assert re.search(
@@ -267,7 +258,7 @@ def test_the_ring_matches_the_reference(
     )  # type: ignore[attr-defined]
     one_buffer = not norm and 2 * rows * k + ring_bytes(int(ring)) <= SMEM_BYTES
     assert (f"sl.kc = {k};" in prog.cuda_source) == (norm or one_buffer)  # type: ignore[attr-defined]
-    agrees_with_the_reference(prog, text, (rows, ring, norm, k, walk))
+    agrees_with_the_reference(prog, text, (rows, ring, norm, k))
 
 
 def _rounds(blocks: int, warps: int, steps: int, u: int, slices: int) -> int:

@@ -167,15 +167,10 @@ __device__ inline bool raw_activation(const StreamLinear& s) {
          (s.aligned || (reinterpret_cast<uintptr_t>(s.x) & 15) == 0);
 }
 
-#if defined(MK_RING_WALK)
-constexpr bool kRingWalk = true;
-#else
-constexpr bool kRingWalk = false;
-#endif
-
-// mma_raw_chunks with MK_RING_WALK (MK_CUDA_RING_WALK=1, the default): each warp's Ring-stage
-// cp.async ring (behind both buffers) walks every chunk as one stream (mma_ring_walk). Chunks
-// 0 and 1 are copied first; a warp waits for chunk i to land before its products, and once
+// mma_raw_chunks with a ring: each warp's Ring-stage cp.async ring (behind both buffers) walks
+// every chunk as one stream (mma_ring_walk; restarting it at each chunk, MK_CUDA_RING_WALK=0,
+// took the gated MLP at batch 8 0.1245 -> 0.1333 ms on the H200 and was retired). Chunks 0
+// and 1 are copied first; a warp waits for chunk i to land before its products, and once
 // every warp is done reading chunk i (a CTA barrier: the copies in flight in the rings go on
 // through it) thread 0 copies chunk i + 2 into its buffer.
 template <int M, int Ring, bool BF16>
@@ -205,9 +200,8 @@ __device__ bool mma_raw_ring(const StreamLinear& s, int rows, uint16_t* const (&
 // (the room of one float chunk) by bulk copies that one thread issues, so no thread's loads
 // wait behind them and chunk i + 1 streams in while chunk i's products run. The register
 // path's staging round trips (three chunks of the gated MLP's down projection at batch 8)
-// leave the critical path. With Ring > 0 each warp's cp.async ring sits behind both buffers,
-// restarted at each chunk, or with kRingWalk walking them all (mma_raw_ring). Ends with
-// __syncthreads(); false if a chunk never landed.
+// leave the critical path. With Ring > 0 each warp's cp.async ring sits behind both buffers and
+// walks them all (mma_raw_ring). Ends with __syncthreads(); false if a chunk never landed.
 template <int M, int U, int Ring>
 __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
 #if defined(MK_RAW_BARS_LAUNCH)
@@ -223,7 +217,7 @@ __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
   // One buffer where a chunk is all of K (the emitter then reserves one).
   const int64_t packed = (s.kc < s.k ? 2 : 1) * M * s.kc * 2;
   uint16_t* const ring = reinterpret_cast<uint16_t*>(mk_dynamic_smem + ((packed + 127) & ~127));
-  constexpr bool walk = Ring > 0 && kRingWalk;
+  constexpr bool walk = Ring > 0;
   if (threadIdx.x == 0) {
     if constexpr (!kRawBarsLaunch) {
       stage_barrier_init(&bars[0]);
@@ -250,7 +244,7 @@ __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
       }
       if (threadIdx.x == 0) copy_chunk_bulk<M>(s, buf[(i + 1) & 1], c + s.kc, &bars[(i + 1) & 1]);
       if (c == 0) MK_MARK(*s.arena);
-      mma_chunk<M, U, Ring>(s, buf[i & 1], s.kc, kc, c, rows, ring);
+      mma_chunk<M, U>(s, buf[i & 1], s.kc, kc, c, rows);
     }
   }
 #if defined(MK_RAW_BARS_LAUNCH)
