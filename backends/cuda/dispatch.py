@@ -5,7 +5,7 @@ persistent kernel calls."""
 from __future__ import annotations
 
 from mk.backends.cpu.emit import _indent, uses_iteration
-from mk.backends.cuda import switch_values, switches
+from mk.backends.cuda import switch_values
 from mk.backends.cuda.device_lines import ARENA_SMEM
 from mk.backends.cuda.entries import entry_words, head_words
 from mk.backends.shared_bodies import SharedBodies, SharedFunction
@@ -52,10 +52,7 @@ def body_numbers(shared: SharedBodies) -> tuple[list[SharedFunction], list[int]]
     number. The dispatcher switches on the number, one call site per function: a model's layers
     run the same bodies under kinds of their own, and with a case per kind each layer's call was
     other lines of the dispatcher's code (qwen3-0.6b's 28 layers: 106 KB of dispatcher against
-    39 KB for 2 layers), which an SM fetched anew at every layer. MK_CUDA_DISPATCH=kind: a
-    number (a call site) per kind, as before."""
-    if switches.dispatch_by_kind():
-        return [fn for _, fn, _ in shared.calls], list(range(len(shared.calls)))
+    39 KB for 2 layers), which an SM fetched anew at every layer."""
     numbers: dict[str, int] = {}
     functions: list[SharedFunction] = []
     of_kind = []

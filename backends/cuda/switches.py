@@ -234,14 +234,6 @@ def wide_room() -> bool:
     return flag("MK_CUDA_WIDE_ROOM", default=True)
 
 
-def dispatch_by_kind() -> bool:
-    """MK_CUDA_DISPATCH: `body` (default) calls each body function from one place in the
-    dispatcher, whatever the kinds (a model's layers) that run it; `kind` keeps a call per kind,
-    as before (the dispatcher's code grows with the layers: qwen3-0.6b's 28 layers 114 KB
-    with session 59's dispatcher), to time the two against each other."""
-    return choice("MK_CUDA_DISPATCH", ("body", "kind")) == "kind"
-
-
 def merge_early() -> str:
     """MK_CUDA_MERGE_EARLY: where a linear on CUDA cores whose activation is an attention merge
     it makes itself (the split o-projection at batch 1) asks for its weights, so that their

@@ -215,7 +215,6 @@ SWITCHES = [
     {"MK_CUDA_MMA_RING": "2", "MK_CUDA_STREAM_KB": "192"},
     {"MK_CUDA_RAW_BARS": "launch"},
     {"MK_CUDA_SMEM_ALIGN": "16"},
-    {"MK_CUDA_DISPATCH": "kind"},
     {"MK_CUDA_ATTN_ROWS_FIRST": "0"},
     {"MK_CUDA_ATTN_ROWS_FIRST": "3"},
     {"MK_CUDA_STAGE_FIRST": "1"},
@@ -243,8 +242,7 @@ SWITCH_BUILDS = [
     ("decoder_block", {"MK_CUDA_LEAN": "0",
                        "MK_CUDA_FUSE_LOOPS": "0", "MK_CUDA_LAUNCH": "plain"}),
     ("decoder_block", {"MK_CUDA_POLL_SLEEP": "0", "MK_CUDA_FLAG_POLL": "all",
-                       "MK_CUDA_FLAG_SLEEP": "0",
-                       "MK_CUDA_DISPATCH": "kind"}),
+                       "MK_CUDA_FLAG_SLEEP": "0"}),
     ("gated_mlp", {"MK_CUDA_MMA_PIPE": "1"}),
     ("gated_mlp", {"MK_CUDA_MMA_RING": "4", "MK_CUDA_MMA_L1": "1"}),
     ("gated_mlp", {"MK_CUDA_MMA_RING": "2", "MK_CUDA_STREAM_KB": "192",
@@ -514,23 +512,3 @@ def test_reshapes_in_task_bodies_are_views(tmp_path: Path) -> None:
     )
     src = prog.cuda_source  # type: ignore[attr-defined]
     assert src.count(".alias(") >= 5 and "copy_tile(" not in src
-
-
-@pytest.mark.usefixtures("no_nvcc")
-def test_dispatch_by_kind_keeps_a_call_per_kind(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """MK_CUDA_DISPATCH=kind: a call site per kind, as before the body numbers (to time the
-    two); the same body for every kind; anything but body or kind is refused."""
-    path = ROOT / "examples" / "decode_loop.mlir"
-    by_body = mk.compile(path, target="cuda", cache_dir=tmp_path)
-    monkeypatch.setenv("MK_CUDA_DISPATCH", "kind")
-    by_kind = mk.compile(path, target="cuda", cache_dir=tmp_path)
-    src = by_kind.cuda_source  # type: ignore[attr-defined]
-    calls = "(t, bp, arena, iteration);"
-    kinds = len(by_kind.graph.index().grids)  # type: ignore[attr-defined]
-    assert src.count(calls) == kinds > by_body.cuda_source.count(calls)  # type: ignore[attr-defined]
-    assert _kind_functions(src) == _kind_functions(by_body.cuda_source)  # type: ignore[attr-defined]
-    monkeypatch.setenv("MK_CUDA_DISPATCH", "grid")
-    with pytest.raises(MkError, match="MK_CUDA_DISPATCH must be one of body, kind"):
-        mk.compile(path, target="cuda", cache_dir=tmp_path)
