@@ -214,21 +214,21 @@ __device__ bool mma_raw_chunks(const StreamLinear& s, int rows) {
 #endif
   uint16_t* const buf[2] = {reinterpret_cast<uint16_t*>(mk_dynamic_smem),
                             reinterpret_cast<uint16_t*>(mk_dynamic_smem) + M * s.kc};
-  // One buffer where a chunk is all of K (the emitter then reserves one).
-  const int64_t packed = (s.kc < s.k ? 2 : 1) * M * s.kc * 2;
-  uint16_t* const ring = reinterpret_cast<uint16_t*>(mk_dynamic_smem + ((packed + 127) & ~127));
-  constexpr bool walk = Ring > 0;
   if (threadIdx.x == 0) {
     if constexpr (!kRawBarsLaunch) {
       stage_barrier_init(&bars[0]);
       stage_barrier_init(&bars[1]);
     }
     copy_chunk_bulk<M>(s, buf[0], 0, &bars[0]);
-    if (walk) copy_chunk_bulk<M>(s, buf[1], s.kc, &bars[1]);
+    if (Ring > 0) copy_chunk_bulk<M>(s, buf[1], s.kc, &bars[1]);
   }
   __syncthreads();
   bool landed = true;
-  if constexpr (walk) {
+  if constexpr (Ring > 0) {
+    // The ring sits behind the buffers: one where a chunk is all of K (the emitter then
+    // reserves one).
+    const int64_t packed = (s.kc < s.k ? 2 : 1) * M * s.kc * 2;
+    uint16_t* const ring = reinterpret_cast<uint16_t*>(mk_dynamic_smem + ((packed + 127) & ~127));
     landed = s.w_dtype == DTYPE_BF16 ? mma_raw_ring<M, Ring, true>(s, rows, buf, ring, bars, phase)
                                      : mma_raw_ring<M, Ring, false>(s, rows, buf, ring, bars, phase);
   } else {
