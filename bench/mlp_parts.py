@@ -13,24 +13,15 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from search_bench import gated  # noqa: E402
+
 from bench import bench_one, copy_bandwidth  # noqa: E402
 
 HIDDEN, INTERMEDIATE = 4096, 14336
 
 
 def gate_up(b: int) -> str:
-    x, wi, m = (
-        f"tensor<{b}x{HIDDEN}xbf16>",
-        f"tensor<{INTERMEDIATE}x{HIDDEN}xbf16>",
-        f"tensor<{b}x{INTERMEDIATE}xbf16>",
-    )
-    return f"""func.func @gate_up(%x: {x}, %wg: {wi}, %wu: {wi}) -> {m} {{
-  %g = nn.linear %x, %wg : ({x}, {wi}) -> {m}
-  %u = nn.linear %x, %wu : ({x}, {wi}) -> {m}
-  %s = nn.silu %g : ({m}) -> {m}
-  %p = nn.mul %s, %u : ({m}, {m}) -> {m}
-  func.return %p : {m}
-}}"""
+    return gated(b, INTERMEDIATE, HIDDEN)  # the pair of linears with silu·mul
 
 
 def down(b: int) -> str:
