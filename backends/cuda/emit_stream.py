@@ -142,10 +142,24 @@ class StreamLinearEmitter(GraphDefEmitter):
             and bf16_weights
         )
 
+    def slices(self, plan: StreamPlan, k: int) -> int:
+        """stream_linear's Slice (StreamPlan.slice_blocks), where the activation is also proven
+        raw as mk::gpu::raw_activation asks: unflagged, of the weights' 16-bit type, its rows
+        and the weights' 16-byte aligned; else 0."""
+        blocks = plan.slice_blocks(k)
+        if not blocks or not self.aligned(plan) or isinstance(plan.x, MergedX):
+            return 0
+        x = self.operands[plan.x.source_index()]
+        weights = {dtype_code(w.tile.type) for w, _ in plan.products}
+        return blocks if not x.flagged and weights == {x.dtype} else 0
+
     def stream_linear(self, plan: StreamPlan) -> None:
         k = self.forloop * shape_of(plan.x.tile)[1]
-        chunk = plan.chunk(k)
-        self.smem_floats = -(-plan.smem_bytes(k) // 4)
+        blocks = self.slices(plan, k)
+        # K slices take the activation through their rings: one chunk, never staged.
+        chunk = k if blocks else plan.chunk(k)
+        smem = plan.slice_bytes(blocks) if blocks else plan.smem_bytes(k)
+        self.smem_floats = -(-smem // 4)
         self.stream_chunks = -(-k // chunk)
         self.lines += ["{", "mk::gpu::StreamLinear sl{};", "sl.arena = &arena;"]
         mma = plan.tensor_cores(k)
@@ -157,7 +171,7 @@ class StreamLinearEmitter(GraphDefEmitter):
         self.stream_norm_weight(plan)
         self.stream_fields(plan, k, chunk, mma)
         self.stream_weights(plan)
-        self.stream_call(plan, k, chunk, mma, early)
+        self.stream_call(plan, k, chunk, mma, early, blocks)
         for op in plan.invariant:
             self.load(op, "0")
 
@@ -211,9 +225,11 @@ class StreamLinearEmitter(GraphDefEmitter):
                 f"sl.w[{i}] = mk::gpu::StreamWeight{{{at}, {ref.shape[1]}, {rows}, {self.var(acc.res)}.data()}};"
             )
 
-    def stream_call(self, plan: StreamPlan, k: int, chunk: int, mma: bool, early: str) -> None:
+    def stream_call(
+        self, plan: StreamPlan, k: int, chunk: int, mma: bool, early: str, blocks: int = 0
+    ) -> None:
         """The mk::gpu::stream_linear call (after the merge where MK_CUDA_MERGE_EARLY asks the
-        weights first) and the descriptor's closing brace."""
+        weights first) and the descriptor's closing brace; `blocks` > 0 for K slices (slices)."""
         emit = self.lines.append
         steps = plan.mma_steps() if mma else plan.steps_in_flight(k)
         call = (
@@ -223,8 +239,9 @@ class StreamLinearEmitter(GraphDefEmitter):
         if early:  # the weights asked into L2 beside the partials' loads
             assert isinstance(plan.x, MergedX)
             self.merged_x(plan.x, "mk::gpu::prefetch_rows_l2_by(sl, t, n);")
-        # The template's trailing arguments (Ring, First, Held, Bulk, Early), defaults left off.
-        tail = [str(plan.ring_stages(k))]
+        # The template's trailing arguments (Ring, First, Held, Bulk, Early, Slice), defaults
+        # left off. K slices' Ring is their rings' stages.
+        tail = [str(switches.mma_slice() if blocks else plan.ring_stages(k))]
         # First: the first round loaded behind the activation's loads (2), else 0; Held: the
         # loads a thread keeps of it through the staging (0: all of the step).
         held = self.stage_first(plan, k, mma)
@@ -236,7 +253,8 @@ class StreamLinearEmitter(GraphDefEmitter):
         # in a lone body.
         ahead = bulk and not plan.repeated
         tail.append(str(switches.mma_early() if ahead else 0))
-        while tail and tail[-1] == ("0", "0", "0", "false", "0")[len(tail) - 1]:
+        tail.append(str(blocks))  # Slice
+        while tail and tail[-1] == ("0", "0", "0", "false", "0", "0")[len(tail) - 1]:
             tail.pop()
         call += "".join(f", {a}" for a in tail)
         if not mma:

@@ -30,6 +30,8 @@ SMEM_BYTES = 160 << 10  # mk::gpu::kStreamSmemBytes: most the activation chunk t
 WIDE_ROOM = 208 << 10
 MMA_LOADS = 16  # 16-byte weight loads a lane of a tensor-core warp keeps in flight
 RING_COLS = 256  # mk::gpu::kRingCols: columns of a ring stage's row
+SLICE_COLS = 64  # mk::gpu::kSliceCols: columns of a K-slice ring stage's row
+SLICE_ROWS = 32  # weight rows a task may have for K slices (stream_linear's Slice <= 4)
 # What a body returns (the run status's detail is one less) when its bulk copies never landed.
 STAGE_LOST = 0x7FFFFFFE
 _WEIGHT_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16")
@@ -154,6 +156,23 @@ class StreamPlan:
         while stages >= 2 and ring_bytes(stages) + least > self.x_bytes:
             stages -= 1
         return stages if stages >= 2 else 0
+
+    def slice_blocks(self, k: int) -> int:
+        """Blocks of 8 weight rows a warp takes on its slice of K (stream_linear's Slice), 0 for
+        no slices: switches.mma_slice on tensor cores, a raw activation (no norm, no Σx², not
+        merged) and at most SLICE_ROWS weight rows. The emitter also proves it aligned and of
+        the weights' 16-bit type (emit_stream.slices)."""
+        if not switches.mma_slice() or not self.tensor_cores(k) or isinstance(self.x, MergedX):
+            return 0
+        total = sum(w.tile_shape()[0] for w, _ in self.products)
+        if self.g is not None or self.sum_sq is not None or total > SLICE_ROWS:
+            return 0
+        return -(-total // 8)
+
+    def slice_bytes(self, blocks: int) -> int:
+        """Every warp's K-slice ring (mk::gpu::slice_bytes): stages of `blocks` · 8 weight rows
+        and the activation's rows, SLICE_COLS columns each."""
+        return WARPS * switches.mma_slice() * (8 * blocks + self.rows) * SLICE_COLS * 2
 
     def mma_steps(self) -> int:
         """32-column steps whose loads a lane of a tensor-core warp issues before its first mma

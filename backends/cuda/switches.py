@@ -42,6 +42,18 @@ def mma_early() -> int:
     return count("MK_CUDA_MMA_EARLY", MMA_EARLY, 0, 16, "steps")
 
 
+def mma_slice() -> int:
+    """MK_CUDA_MMA_SLICE=D: stages of the K-slice rings (2..4; 0, the default, for none). A
+    tensor-core task with a raw activation (no norm, 16-bit of the weights' type, aligned) and
+    at most 32 weight rows then has each warp stream one slice of K for all of its rows, the
+    activation's columns copied beside the weights in the same ring (mk::gpu::mma_slices_raw),
+    instead of the activation in chunks every warp waits for. Not yet timed on a GPU: for the
+    down projection at batch 8, whose 229 KB activation comes in four chunks. 1 is none, as
+    for MK_CUDA_MMA_RING."""
+    stages = count("MK_CUDA_MMA_SLICE", 0, 0, 4, "stages")
+    return 0 if stages == 1 else stages
+
+
 def smem_align() -> int:
     """MK_CUDA_SMEM_ALIGN: the alignment in bytes of the dynamic shared memory's start (128, the
     default; 16, its start then following the static shared memory; 1024). The bodies lay their

@@ -1,0 +1,85 @@
+"""MK_CUDA_MMA_SLICE: a raw activation's tensor-core product with each warp on one slice of K,
+the activation beside the weights in its ring (mk::gpu::mma_slices_raw), checked in the source
+here and against the reference on the GPU."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from linear_programs import agrees_with_the_reference, cuda_source, linear_program
+
+import mk
+
+SLICE_CALL = r"stream_linear<(\d+), \d+, \d+, \d+, true, (\d+), 0, 0, false, 0, (\d+)>"
+
+
+def _slices(source: str) -> list[tuple[int, int, int]]:
+    """(activation rows, stages, blocks) of each K-slice call."""
+    return [tuple(map(int, m)) for m in re.findall(SLICE_CALL, source)]  # type: ignore[misc]
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_the_switch_gives_a_raw_batch_its_slices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Off by default; with it a batch of 8 raw rows whose tasks hold 32 weight rows each (4,096
+    rows over 128 tasks) takes 4 blocks and the asked stages, and its activation is one chunk."""
+    text = linear_program(8, 4096, 2048, norm=False)
+    assert not _slices(cuda_source(text, tmp_path / "off", num_sms=132))
+    monkeypatch.setenv("MK_CUDA_MMA_SLICE", "3")
+    source = cuda_source(text, tmp_path / "on", num_sms=132)
+    assert _slices(source) == [(8, 3, 4)]
+    assert "sl.kc = 2048;" in source
+    monkeypatch.setenv("MK_CUDA_MMA_SLICE", "1")  # one stage is no ring: none
+    assert not _slices(cuda_source(text, tmp_path / "one", num_sms=132))
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(
+    ("rows", "n", "norm", "sms"),
+    [(8, 4096, True, 132), (1, 4096, False, 132), (8, 4096, False, 8)],
+)
+def test_only_a_raw_tensor_core_task_of_few_rows_takes_slices(
+    rows: int, n: int, norm: bool, sms: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A normed activation is staged (its norm is applied on the way in), one row streams on CUDA
+    cores, and a task of more than 32 weight rows (4,096 over 8 SMs) keeps the chunks."""
+    monkeypatch.setenv("MK_CUDA_MMA_SLICE", "3")
+    source = cuda_source(linear_program(rows, n, 2048, norm=norm), tmp_path, num_sms=sms)
+    assert "stream_linear<" in source and not _slices(source)
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_a_bad_stage_count_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MK_CUDA_MMA_SLICE", "5")
+    with pytest.raises(mk.MkError, match="MK_CUDA_MMA_SLICE must be a number of stages from 0 to 4"):
+        cuda_source(linear_program(8, 4096, 2048, norm=False), tmp_path, num_sms=132)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("rows", "n", "k", "heads", "stages"),
+    [
+        (8, 4096, 14336, 1, 3),  # the gated MLP's down projection at batch 8
+        (8, 4096, 14336, 1, 2),
+        (16, 4096, 4096, 1, 4),  # both halves of the A operand
+        (2, 1024, 1056, 1, 3),  # K not a whole number of 64-column stages; 8-row tasks
+        (5, 1024, 2048, 3, 3),  # rows past M in the last quad; three weights in one task
+    ],
+)
+def test_slices_match_the_reference(
+    rows: int,
+    n: int,
+    k: int,
+    heads: int,
+    stages: int,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MK_CUDA_MMA_SLICE", str(stages))
+    text = linear_program(rows, n, k, norm=False, heads=heads)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    assert _slices(prog.cuda_source), prog.cuda_source  # type: ignore[attr-defined]
+    agrees_with_the_reference(prog, text, (rows, n, k, heads, stages))
