@@ -241,7 +241,7 @@ class StreamLinearEmitter(GraphDefEmitter):
             self.merged_x(plan.x, "mk::gpu::prefetch_rows_l2_by(sl, t, n);")
         # The template's trailing arguments (Ring, First, Held, Bulk, Early, Slice), defaults
         # left off. K slices' Ring is their rings' stages.
-        tail = [str(switches.mma_slice() if blocks else plan.ring_stages(k))]
+        tail = [str(switches.mma_slice()[0] if blocks else plan.ring_stages(k))]
         # First: the first round loaded behind the activation's loads (2), else 0; Held: the
         # loads a thread keeps of it through the staging (0: all of the step).
         held = self.stage_first(plan, k, mma)

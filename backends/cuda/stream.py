@@ -160,19 +160,25 @@ class StreamPlan:
     def slice_blocks(self, k: int) -> int:
         """Blocks of 8 weight rows a warp takes on its slice of K (stream_linear's Slice), 0 for
         no slices: switches.mma_slice on tensor cores, a raw activation (no norm, no Σx², not
-        merged) and at most SLICE_ROWS weight rows. The emitter also proves it aligned and of
-        the weights' 16-bit type (emit_stream.slices)."""
-        if not switches.mma_slice() or not self.tensor_cores(k) or isinstance(self.x, MergedX):
+        merged) and at most SLICE_ROWS weight rows; under `auto` only where the rings take no
+        more shared memory than the chunked path (smem_bytes). The emitter also proves the
+        activation aligned and of the weights' 16-bit type (emit_stream.slices)."""
+        stages, auto = switches.mma_slice()
+        if not stages or not self.tensor_cores(k) or isinstance(self.x, MergedX):
             return 0
         total = sum(w.tile_shape()[0] for w, _ in self.products)
         if self.g is not None or self.sum_sq is not None or total > SLICE_ROWS:
             return 0
-        return -(-total // 8)
+        blocks = -(-total // 8)
+        if auto and self.slice_bytes(blocks) > self.smem_bytes(k):
+            return 0
+        return blocks
 
     def slice_bytes(self, blocks: int) -> int:
         """Every warp's K-slice ring (mk::gpu::slice_bytes): stages of `blocks` · 8 weight rows
         and the activation's rows, SLICE_COLS columns each."""
-        return WARPS * switches.mma_slice() * (8 * blocks + self.rows) * SLICE_COLS * 2
+        stages, _ = switches.mma_slice()
+        return WARPS * stages * (8 * blocks + self.rows) * SLICE_COLS * 2
 
     def mma_steps(self) -> int:
         """32-column steps whose loads a lane of a tensor-core warp issues before its first mma

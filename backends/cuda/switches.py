@@ -20,6 +20,7 @@ MMA_EARLY = 8  # stream_linear's Early
 RING_AUTO_STAGES = 3
 RING_AUTO_BYTES = 64 << 10
 RING_AUTO_COLUMNS = 4096
+SLICE_AUTO_STAGES = 3  # MK_CUDA_MMA_SLICE=auto's stages
 
 
 def stage_bulk() -> bool:
@@ -42,16 +43,25 @@ def mma_early() -> int:
     return count("MK_CUDA_MMA_EARLY", MMA_EARLY, 0, 16, "steps")
 
 
-def mma_slice() -> int:
-    """MK_CUDA_MMA_SLICE=D: stages of the K-slice rings (2..4; 0, the default, for none). A
-    tensor-core task with a raw activation (no norm, 16-bit of the weights' type, aligned) and
-    at most 32 weight rows then has each warp stream one slice of K for all of its rows, the
-    activation's columns copied beside the weights in the same ring (mk::gpu::mma_slices_raw),
-    instead of the activation in chunks every warp waits for. Not yet timed on a GPU: for the
-    down projection at batch 8, whose 229 KB activation comes in four chunks. 1 is none, as
-    for MK_CUDA_MMA_RING."""
+def mma_slice() -> tuple[int, bool]:
+    """MK_CUDA_MMA_SLICE: the stages of the K-slice rings and whether they go only where they
+    take no more shared memory than the chunks they replace. A tensor-core task with a raw
+    activation (no norm, 16-bit of the weights' type, aligned) and at most 32 weight rows then
+    has each warp stream one slice of K for all of its rows, the activation's columns copied
+    beside the weights in the same ring (mk::gpu::mma_slices_raw), instead of the activation in
+    chunks every warp must finish. `auto` (default): SLICE_AUTO_STAGES stages, only where the
+    rings fit in the task's chunked shared memory; 0 or 1: never; 2..4: those stages on every
+    such task. On the H100 (session 94), batch 8, 3 stages on every such task: qwen3-0.6b
+    1.4990 -> 1.4836 and 1.5185 -> 1.5021 ms/token (its o-projection and down tasks -0.47 and
+    -0.43 us), qwen3-8b 7.0372 -> 6.9639, the gated MLP level (0.1341 / 0.1347 ms); llama-3.2-1b
+    1.5996 -> 1.6222 and 1.6181 -> 1.6417, its sliced o-projection level and the kernel's shared
+    memory 112 -> 120 KB with every other kind slower (its lm_head +2.8 us), which `auto` leaves
+    as it was."""
+    text = os.environ.get("MK_CUDA_MMA_SLICE", "") or "auto"
+    if text == "auto":
+        return SLICE_AUTO_STAGES, True
     stages = count("MK_CUDA_MMA_SLICE", 0, 0, 4, "stages")
-    return 0 if stages == 1 else stages
+    return (0 if stages == 1 else stages), False
 
 
 def smem_align() -> int:

@@ -327,6 +327,7 @@ def _wide_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wide: str, k: 
     MK_CUDA_WIDE_ROOM=`wide`."""
     monkeypatch.setenv("MK_CUDA_MMA_RING", "3")
     monkeypatch.setenv("MK_CUDA_WIDE_ROOM", wide)
+    monkeypatch.setenv("MK_CUDA_MMA_SLICE", "0")  # K slices would take no chunks at all
     return cuda_source(linear_program(8, 256, k, False), tmp_path / f"{wide}_{k}", num_sms=8)
 
 
@@ -358,6 +359,7 @@ def test_a_norm_body_keeps_the_usual_room(tmp_path: Path, monkeypatch: pytest.Mo
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
 def test_the_wide_room_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MK_CUDA_MMA_RING", "3")
+    monkeypatch.setenv("MK_CUDA_MMA_SLICE", "0")  # K slices would take no chunks at all
     prog = mk.compile(linear_program(8, 256, 14336, False), target="cuda", cache_dir=tmp_path)
     assert "arena.clear_front(" in prog.cuda_source  # type: ignore[attr-defined]
     used = prog.cuda_resources  # type: ignore[attr-defined]
@@ -373,6 +375,7 @@ def test_the_wide_room_matches_the_reference(
     at 8,992 = 2 · 3,584 + 1,824) and of the usual one; the body's tiles behind its room."""
     monkeypatch.setenv("MK_CUDA_MMA_RING", "3")
     monkeypatch.setenv("MK_CUDA_WIDE_ROOM", wide)
+    monkeypatch.setenv("MK_CUDA_MMA_SLICE", "0")  # the chunks, not K slices
     text = linear_program(8, 256, k, False)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     assert ("arena.clear_front(" in prog.cuda_source) == (wide == "1")  # type: ignore[attr-defined]

@@ -21,19 +21,30 @@ def _slices(source: str) -> list[tuple[int, int, int]]:
 
 
 @pytest.mark.usefixtures("no_nvcc")
-def test_the_switch_gives_a_raw_batch_its_slices(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_auto_slices_only_where_the_rings_take_no_more_shared_memory(tmp_path: Path) -> None:
+    """By default a raw batch of 8 whose tasks hold 32 weight rows (4,096 rows over 128 tasks)
+    takes 4 blocks and 3 stages (120 KB) where its chunks and ring take more (14,336 columns),
+    not where its one chunk takes less (2,048 columns: 32 KB); its activation is then one
+    chunk."""
+    down = cuda_source(linear_program(8, 4096, 14336, norm=False), tmp_path / "down", num_sms=132)
+    assert _slices(down) == [(8, 3, 4)]
+    assert "sl.kc = 14336;" in down
+    short = cuda_source(linear_program(8, 4096, 2048, norm=False), tmp_path / "short", num_sms=132)
+    assert "stream_linear<8," in short and not _slices(short)
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(
+    ("value", "want"), [("4", [(8, 4, 4)]), ("2", [(8, 2, 4)]), ("0", []), ("1", [])]
+)
+def test_a_stage_count_slices_every_such_task(
+    value: str, want: list[tuple[int, int, int]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Off by default; with it a batch of 8 raw rows whose tasks hold 32 weight rows each (4,096
-    rows over 128 tasks) takes 4 blocks and the asked stages, and its activation is one chunk."""
+    """A count gives the rings wherever a task may take them, whatever they take; 0 and 1 (no
+    ring) none."""
+    monkeypatch.setenv("MK_CUDA_MMA_SLICE", value)
     text = linear_program(8, 4096, 2048, norm=False)
-    assert not _slices(cuda_source(text, tmp_path / "off", num_sms=132))
-    monkeypatch.setenv("MK_CUDA_MMA_SLICE", "3")
-    source = cuda_source(text, tmp_path / "on", num_sms=132)
-    assert _slices(source) == [(8, 3, 4)]
-    assert "sl.kc = 2048;" in source
-    monkeypatch.setenv("MK_CUDA_MMA_SLICE", "1")  # one stage is no ring: none
-    assert not _slices(cuda_source(text, tmp_path / "one", num_sms=132))
+    assert _slices(cuda_source(text, tmp_path, num_sms=132)) == want
 
 
 @pytest.mark.usefixtures("no_nvcc")
@@ -54,7 +65,9 @@ def test_only_a_raw_tensor_core_task_of_few_rows_takes_slices(
 @pytest.mark.usefixtures("no_nvcc")
 def test_a_bad_stage_count_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MK_CUDA_MMA_SLICE", "5")
-    with pytest.raises(mk.MkError, match="MK_CUDA_MMA_SLICE must be a number of stages from 0 to 4"):
+    with pytest.raises(
+        mk.MkError, match="MK_CUDA_MMA_SLICE must be a number of stages from 0 to 4"
+    ):
         cuda_source(linear_program(8, 4096, 2048, norm=False), tmp_path, num_sms=132)
 
 

@@ -119,6 +119,7 @@ def test_raw_activations_take_several_chunks(
 ) -> None:
     monkeypatch.setenv("MK_CUDA_MMA_RING", "0")  # the chunk as large as shared memory allows
     monkeypatch.setenv("MK_CUDA_WIDE_ROOM", "0")  # in the usual room
+    monkeypatch.setenv("MK_CUDA_MMA_SLICE", "0")  # K slices would take no chunks at all
     src = cuda_source(linear_program(*shape), tmp_path)
     assert f"sl.k = {shape[2]};" in src and f"sl.kc = {kc};" in src
     assert f"mk::gpu::stream_linear<{shape[0]}, " in src and ", true>(sl)) return" in src  # Mma
@@ -145,8 +146,9 @@ def test_chunk_rows_start_on_128_bytes(k: int, norm: bool, tmp_path: Path) -> No
 @pytest.mark.gpu
 @pytest.mark.parametrize(("shape", "kc"), RAW_CHUNKS, ids=[f"{s[0]}x{s[2]}" for s, _ in RAW_CHUNKS])
 def test_raw_activation_chunks_match_the_reference(
-    shape: tuple[int, int, int, bool, int], kc: int, tmp_path: Path
+    shape: tuple[int, int, int, bool, int], kc: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("MK_CUDA_MMA_SLICE", "0")  # the chunks, not K slices
     text = linear_program(*shape)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     agrees_with_the_reference(prog, text, (shape, kc))
@@ -419,11 +421,16 @@ def _body_sass_bytes(cubin: Path) -> int:
 
 @pytest.mark.skipif(NVCC is None or shutil.which("readelf") is None, reason="needs nvcc, readelf")
 @pytest.mark.usefixtures("no_nvcc")
-def test_an_aligned_stream_compiles_without_its_unaligned_paths(tmp_path: Path) -> None:
+def test_an_aligned_stream_compiles_without_its_unaligned_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The aligned flag is a constant in the body, so the inlined stream_linear drops the paths
     for unaligned rows: a batch-8 tensor-core linear's body is well under its size without it
-    (a decode step runs its bodies from a cold instruction cache at every layer)."""
+    (a decode step runs its bodies from a cold instruction cache at every layer). Its chunks'
+    paths: K slices have no unaligned path."""
     import subprocess
+
+    monkeypatch.setenv("MK_CUDA_MMA_SLICE", "0")
 
     from mk.backends.cpu.build import include_dir
     from mk.backends.cuda.build import NVCC_FLAGS
