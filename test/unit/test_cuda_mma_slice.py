@@ -5,12 +5,16 @@ here and against the reference on the GPU."""
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 from linear_programs import agrees_with_the_reference, cuda_source, linear_program
 
 import mk
+from mk.backends.cuda import build as cuda_build
+
+NVCC = cuda_build.nvcc()  # before any test patches it out
 
 SLICE_CALL = r"stream_linear<(\d+), \d+, \d+, \d+, true, (\d+), 0, 0, false, 0, (\d+)>"
 
@@ -69,6 +73,38 @@ def test_a_bad_stage_count_is_an_error(tmp_path: Path, monkeypatch: pytest.Monke
         mk.MkError, match="MK_CUDA_MMA_SLICE must be a number of stages from 0 to 4"
     ):
         cuda_source(linear_program(8, 4096, 2048, norm=False), tmp_path, num_sms=132)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+def test_the_warps_slices_tile_k_in_whole_stages(tmp_path: Path) -> None:
+    """mk::gpu::slice_columns, run on the host: the eight warps' slices follow one another from
+    0 to K, each starts on a 64-column stage, and their stage counts differ by at most one (K
+    of 64 to 14,336 columns, a last half stage included)."""
+    from mk.backends.cpu.build import include_dir
+
+    ks = [64, 96, 1056, 2048, 3072, 12288, 14336, 480]
+    calls = "\n".join(
+        f'  for (int w = 0; w < 8; ++w) {{ mk::gpu::slice_columns({k}, w, 8, a, b); printf("%d %d\\n", a, b); }}'
+        for k in ks
+    )
+    source, exe = tmp_path / "slices.cu", tmp_path / "slices"
+    source.write_text(
+        '#include <cstdio>\n#include "mk/cuda_mma_slice.cuh"\n'
+        f"int main() {{\n  int a, b;\n{calls}\n  return 0;\n}}\n"
+    )
+    subprocess.run(
+        [str(NVCC), "-std=c++17", f"-I{include_dir()}", "-o", str(exe), str(source)], check=True
+    )
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
+    pairs = [(int(a), int(b)) for a, b in zip(out[::2], out[1::2], strict=True)]
+    assert len(pairs) == 8 * len(ks)
+    for i, k in enumerate(ks):
+        runs = pairs[8 * i : 8 * i + 8]
+        assert runs[0][0] == 0 and runs[-1][1] == k, (k, runs)
+        assert all(a[1] == b[0] for a, b in zip(runs, runs[1:])), (k, runs)
+        assert all(a % 64 == 0 and a <= b for a, b in runs), (k, runs)
+        stages = [-(-(b - a) // 64) for a, b in runs]
+        assert max(stages) - min(stages) <= 1, (k, runs)
 
 
 @pytest.mark.gpu

@@ -141,6 +141,16 @@ __device__ void mma_slice_walk(const StreamLinear& s, int rows, uint16_t* ring, 
   }
 }
 
+// Warp `warp` of `warps`' slice [k0, k1) of K columns: near-equal runs of whole kSliceCols
+// stages, in order, the last one ending at K (which may end a stage early). Host-callable, so
+// a CPU test runs it.
+__host__ __device__ inline void slice_columns(int64_t k, int warp, int warps, int& k0, int& k1) {
+  const int stages = static_cast<int>((k + kSliceCols - 1) / kSliceCols);
+  k0 = stages * warp / warps * kSliceCols;
+  const int end = stages * (warp + 1) / warps * kSliceCols;
+  k1 = end < k ? end : static_cast<int>(k);
+}
+
 // stream_linear on tensor cores for a raw activation (raw_activation) of a task of at most
 // B·8 weight rows: warp w takes the w-th of eight near-equal slices of K in whole stages, its
 // ring at its own place in the dynamic shared memory. Ends with __syncthreads().
@@ -148,10 +158,8 @@ template <int M, int B, int D>
 __device__ void mma_slices_raw(const StreamLinear& s, int rows) {
   constexpr int warps = kCudaThreads / 32;
   const int warp = static_cast<int>(threadIdx.x >> 5);
-  const int stages = static_cast<int>((s.k + kSliceCols - 1) / kSliceCols);
-  const int k0 = stages * warp / warps * kSliceCols;
-  const int k_end = stages * (warp + 1) / warps * kSliceCols;
-  const int k1 = k_end < s.k ? k_end : static_cast<int>(s.k);
+  int k0, k1;
+  slice_columns(s.k, warp, warps, k0, k1);
   uint16_t* const ring =
       reinterpret_cast<uint16_t*>(mk_dynamic_smem) + warp * D * (slice_stage_bytes<M, B>() / 2);
   if (s.w_dtype == DTYPE_BF16) {
