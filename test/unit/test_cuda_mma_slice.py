@@ -101,7 +101,7 @@ def test_the_warps_slices_tile_k_in_whole_stages(tmp_path: Path) -> None:
     for i, k in enumerate(ks):
         runs = pairs[8 * i : 8 * i + 8]
         assert runs[0][0] == 0 and runs[-1][1] == k, (k, runs)
-        assert all(a[1] == b[0] for a, b in zip(runs, runs[1:])), (k, runs)
+        assert all(a[1] == b[0] for a, b in zip(runs[:-1], runs[1:], strict=True)), (k, runs)
         assert all(a % 64 == 0 and a <= b for a, b in runs), (k, runs)
         stages = [-(-(b - a) // 64) for a, b in runs]
         assert max(stages) - min(stages) <= 1, (k, runs)
