@@ -146,8 +146,10 @@ class StreamLinearEmitter(GraphDefEmitter):
         """stream_linear's Slice (StreamPlan.slice_blocks), where the activation is also proven
         raw as mk::gpu::raw_activation asks: unflagged, of the weights' 16-bit type, its rows
         and the weights' 16-byte aligned; else 0."""
+        if isinstance(plan.x, MergedX):
+            return 0
         blocks = plan.slice_blocks(k)
-        if not blocks or not self.aligned(plan) or isinstance(plan.x, MergedX):
+        if not blocks or not self.aligned(plan):
             return 0
         x = self.operands[plan.x.source_index()]
         weights = {dtype_code(w.tile.type) for w, _ in plan.products}
@@ -226,7 +228,7 @@ class StreamLinearEmitter(GraphDefEmitter):
             )
 
     def stream_call(
-        self, plan: StreamPlan, k: int, chunk: int, mma: bool, early: str, blocks: int = 0
+        self, plan: StreamPlan, k: int, chunk: int, mma: bool, early: str, blocks: int
     ) -> None:
         """The mk::gpu::stream_linear call (after the merge where MK_CUDA_MERGE_EARLY asks the
         weights first) and the descriptor's closing brace; `blocks` > 0 for K slices (slices)."""
