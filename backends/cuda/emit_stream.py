@@ -16,7 +16,7 @@ from mk.backends.cuda.split_merge import (
     merged_x_lines,
     mostly_idle,
 )
-from mk.backends.cuda.stream import STAGE_LOST, StreamPlan
+from mk.backends.cuda.stream import STAGE_LOST, SlicePlan, StreamPlan
 from mk.dialects.mugraph import InputOp
 from mk.dialects.mugraph_base import shape_of
 
@@ -142,25 +142,30 @@ class StreamLinearEmitter(GraphDefEmitter):
             and bf16_weights
         )
 
-    def slices(self, plan: StreamPlan, k: int) -> int:
-        """stream_linear's Slice (StreamPlan.slice_blocks), where the activation is also proven
-        raw as mk::gpu::raw_activation asks: unflagged, of the weights' 16-bit type, its rows
-        and the weights' 16-byte aligned; else 0."""
+    def slices(self, plan: StreamPlan, k: int) -> SlicePlan | None:
+        """The task's K slices (StreamPlan.slices), where the activation is also proven as
+        mk::gpu::sliced_activation asks: unflagged, of the weights' 16-bit type, its rows and the
+        weights' 16-byte aligned, and a norm weight of that type too; else None."""
         if isinstance(plan.x, MergedX):
-            return 0
-        blocks = plan.slice_blocks(k)
-        if not blocks or not self.aligned(plan):
-            return 0
+            return None
+        sliced = plan.slices(k)
+        if sliced is None or not self.aligned(plan):
+            return None
         x = self.operands[plan.x.source_index()]
-        weights = {dtype_code(w.tile.type) for w, _ in plan.products}
-        return blocks if not x.flagged and weights == {x.dtype} else 0
+        types = {dtype_code(w.tile.type) for w, _ in plan.products}
+        if plan.g is not None:
+            g = self.operands[plan.g.source_index()]
+            if not self.rows_aligned(plan.g):
+                return None
+            types.add(g.dtype)
+        return sliced if not x.flagged and types == {x.dtype} else None
 
     def stream_linear(self, plan: StreamPlan) -> None:
         k = self.forloop * shape_of(plan.x.tile)[1]
-        blocks = self.slices(plan, k)
+        sliced = self.slices(plan, k)
         # K slices take the activation through their rings: one chunk, never staged.
-        chunk = k if blocks else plan.chunk(k)
-        smem = plan.slice_bytes(blocks) if blocks else plan.smem_bytes(k)
+        chunk = k if sliced else plan.chunk(k)
+        smem = plan.slice_bytes(sliced) if sliced else plan.smem_bytes(k)
         self.smem_floats = -(-smem // 4)
         self.stream_chunks = -(-k // chunk)
         self.lines += ["{", "mk::gpu::StreamLinear sl{};", "sl.arena = &arena;"]
@@ -173,7 +178,7 @@ class StreamLinearEmitter(GraphDefEmitter):
         self.stream_norm_weight(plan)
         self.stream_fields(plan, k, chunk, mma)
         self.stream_weights(plan)
-        self.stream_call(plan, k, chunk, mma, early, blocks)
+        self.stream_call(plan, k, chunk, mma, early, sliced)
         for op in plan.invariant:
             self.load(op, "0")
 
@@ -228,10 +233,10 @@ class StreamLinearEmitter(GraphDefEmitter):
             )
 
     def stream_call(
-        self, plan: StreamPlan, k: int, chunk: int, mma: bool, early: str, blocks: int
+        self, plan: StreamPlan, k: int, chunk: int, mma: bool, early: str, sliced: SlicePlan | None
     ) -> None:
         """The mk::gpu::stream_linear call (after the merge where MK_CUDA_MERGE_EARLY asks the
-        weights first) and the descriptor's closing brace; `blocks` > 0 for K slices (slices)."""
+        weights first) and the descriptor's closing brace; `sliced` for K slices (slices)."""
         emit = self.lines.append
         steps = plan.mma_steps() if mma else plan.steps_in_flight(k)
         call = (
@@ -241,22 +246,24 @@ class StreamLinearEmitter(GraphDefEmitter):
         if early:  # the weights asked into L2 beside the partials' loads
             assert isinstance(plan.x, MergedX)
             self.merged_x(plan.x, "mk::gpu::prefetch_rows_l2_by(sl, t, n);")
-        # The template's trailing arguments (Ring, First, Held, Bulk, Early, Slice), defaults
-        # left off. K slices' Ring is their rings' stages.
-        tail = [str(switches.mma_slice()[0] if blocks else plan.ring_stages(k))]
+        # The template's trailing arguments (Ring, First, Held, Bulk, Early, Slice, SliceNorm),
+        # defaults left off. K slices' Ring is their rings' stages; they stage nothing.
+        tail = [str(sliced.stages if sliced else plan.ring_stages(k))]
         # First: the first round loaded behind the activation's loads (2), else 0; Held: the
         # loads a thread keeps of it through the staging (0: all of the step).
         held = self.stage_first(plan, k, mma)
         tail.append("0" if held is None else "2")
         tail.append(str(held or 0))  # Held
-        bulk = self.stage_bulk(plan, k, chunk, mma)
+        bulk = not sliced and self.stage_bulk(plan, k, chunk, mma)
         tail.append(_bool(bulk))  # Bulk
         # Early: the weights' first steps (or ring fills) behind the activation's bulk copies,
         # in a lone body.
         ahead = bulk and not plan.repeated
         tail.append(str(switches.mma_early() if ahead else 0))
-        tail.append(str(blocks))  # Slice
-        while tail and tail[-1] == ("0", "0", "0", "false", "0", "0")[len(tail) - 1]:
+        tail.append(str(sliced.blocks if sliced else 0))  # Slice
+        tail.append(_bool(sliced is not None and sliced.norm))  # SliceNorm
+        defaults = ("0", "0", "0", "false", "0", "0", "false")
+        while tail and tail[-1] == defaults[len(tail) - 1]:
             tail.pop()
         call += "".join(f", {a}" for a in tail)
         if not mma:

@@ -31,7 +31,8 @@ WIDE_ROOM = 208 << 10
 MMA_LOADS = 16  # 16-byte weight loads a lane of a tensor-core warp keeps in flight
 RING_COLS = 256  # mk::gpu::kRingCols: columns of a ring stage's row
 SLICE_COLS = 64  # mk::gpu::kSliceCols: columns of a K-slice ring stage's row
-SLICE_ROWS = 32  # weight rows a task may have for K slices (stream_linear's Slice <= 4)
+SLICE_ROWS = 32  # weight rows a task with a raw activation may have for K slices
+SLICE_MAX_BLOCKS = 6  # mk::gpu::kSliceMaxBlocks: blocks of 8 weight rows a K-slice warp takes
 # What a body returns (the run status's detail is one less) when its bulk copies never landed.
 STAGE_LOST = 0x7FFFFFFE
 _WEIGHT_DTYPES = ("mk::DTYPE_BF16", "mk::DTYPE_F16")
@@ -74,6 +75,16 @@ def layer_loads(rows: int = 0) -> int:
     −0.01 % on qwen3-0.6b); at batch 8 qwen3-0.6b +5.30 % (24: +8.78 %), so batch 8 keeps 8."""
     default = LAYER_LOADS_ONE_ROW if rows == 1 else LAYER_LOADS
     return switch_values.count("MK_CUDA_LAYER_LOADS", default, 0, 64, "loads")
+
+
+@dataclass(frozen=True)
+class SlicePlan:
+    """A task's K slices (mk::gpu::mma_slices): blocks of 8 weight rows a warp, ring stages, and
+    whether the activation is normed on the way (its norm weight in the ring, Σx² taken)."""
+
+    blocks: int
+    stages: int
+    norm: bool
 
 
 @dataclass(frozen=True)
@@ -157,28 +168,40 @@ class StreamPlan:
             stages -= 1
         return stages if stages >= 2 else 0
 
-    def slice_blocks(self, k: int) -> int:
-        """Blocks of 8 weight rows a warp takes on its slice of K (stream_linear's Slice), 0 for
-        no slices: switches.mma_slice on tensor cores, a raw activation (no norm, no Σx², not
-        merged) and at most SLICE_ROWS weight rows; under `auto` only where the rings take no
-        more shared memory than the chunked path (smem_bytes). The emitter also proves the
-        activation aligned and of the weights' 16-bit type (emit_stream.slices)."""
+    def slices(self, k: int) -> SlicePlan | None:
+        """K slices for the task (stream_linear's Slice, Ring and SliceNorm), or None:
+        switches.mma_slice on tensor cores, an activation not merged and either raw (no norm,
+        no Σx²: at most SLICE_ROWS weight rows, one row group) or, under
+        switches.mma_slice_norm, times a norm weight with its Σx² taken (the fewest row groups
+        whose blocks fit a warp and whose rings fit the stream's room). A warp's ring is no
+        deeper than its slice has stages. Under `auto` a raw activation's only where the rings
+        take no more shared memory than the chunked path (smem_bytes). The emitter also proves the activation (and
+        norm weight) aligned and of the weights' 16-bit type (emit_stream.slices)."""
         stages, auto = switches.mma_slice()
         if not stages or not self.tensor_cores(k) or isinstance(self.x, MergedX):
-            return 0
+            return None
         total = sum(w.tile_shape()[0] for w, _ in self.products)
-        if self.g is not None or self.sum_sq is not None or total > SLICE_ROWS:
-            return 0
-        blocks = -(-total // 8)
-        if auto and self.slice_bytes(blocks) > self.smem_bytes(k):
-            return 0
-        return blocks
+        norm = self.g is not None or self.sum_sq is not None
+        if norm and (self.g is None or self.sum_sq is None or not switches.mma_slice_norm()):
+            return None
+        most = SLICE_MAX_BLOCKS if norm else SLICE_ROWS // 8
+        for groups in (1, 2, 4, 8) if norm else (1,):
+            blocks = -(-total // (8 * groups))
+            if blocks > most:
+                continue
+            warp_stages = math.ceil(math.ceil(k / SLICE_COLS) / (WARPS // groups))
+            plan = SlicePlan(blocks, max(2, min(stages, warp_stages)), norm)
+            if self.slice_bytes(plan) <= (
+                self.smem_bytes(k) if auto and not norm else self.x_bytes
+            ):
+                return plan
+        return None
 
-    def slice_bytes(self, blocks: int) -> int:
-        """Every warp's K-slice ring (mk::gpu::slice_bytes): stages of `blocks` · 8 weight rows
-        and the activation's rows, SLICE_COLS columns each."""
-        stages, _ = switches.mma_slice()
-        return WARPS * stages * (8 * blocks + self.rows) * SLICE_COLS * 2
+    def slice_bytes(self, plan: SlicePlan) -> int:
+        """Every warp's K-slice ring (mk::gpu::slice_bytes): stages of `blocks` · 8 weight rows,
+        the activation's rows and with a norm its weight's row, SLICE_COLS columns each."""
+        lines = 8 * plan.blocks + self.rows + (1 if plan.norm else 0)
+        return WARPS * plan.stages * lines * SLICE_COLS * 2
 
     def mma_steps(self) -> int:
         """32-column steps whose loads a lane of a tensor-core warp issues before its first mma

@@ -64,6 +64,16 @@ def mma_slice() -> tuple[int, bool]:
     return (0 if stages == 1 else stages), False
 
 
+def mma_slice_norm() -> bool:
+    """MK_CUDA_MMA_SLICE_NORM: 1 gives K slices (mma_slice's stages, where they fit) to a
+    tensor-core task whose 16-bit activation is normed on the way in as well: each warp's ring
+    then also carries the norm weight's columns, the fragment is x·g and each warp takes its
+    slice's Σx² (mk::gpu::mma_slices<..., Norm>), in place of the bulk staging's copies,
+    rewrite and barrier. A task of more than 6 blocks of 8 rows splits its warps into row
+    groups. 0 (default) leaves such tasks staged."""
+    return flag("MK_CUDA_MMA_SLICE_NORM", default=False)
+
+
 def smem_align() -> int:
     """MK_CUDA_SMEM_ALIGN: the alignment in bytes of the dynamic shared memory's start (128, the
     default; 16, its start then following the static shared memory; 1024). The bodies lay their

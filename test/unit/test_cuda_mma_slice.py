@@ -1,6 +1,6 @@
-"""MK_CUDA_MMA_SLICE: a raw activation's tensor-core product with each warp on one slice of K,
-the activation beside the weights in its ring (mk::gpu::mma_slices_raw), checked in the source
-here and against the reference on the GPU."""
+"""MK_CUDA_MMA_SLICE (and MK_CUDA_MMA_SLICE_NORM): a 16-bit activation's tensor-core product with
+each warp on one slice of K, the activation (and a norm weight) beside the weights in its ring
+(mk::gpu::mma_slices), checked in the source here and against the reference on the GPU."""
 
 from __future__ import annotations
 
@@ -17,11 +17,12 @@ from mk.backends.cuda import build as cuda_build
 NVCC = cuda_build.nvcc()  # before any test patches it out
 
 SLICE_CALL = r"stream_linear<(\d+), \d+, \d+, \d+, true, (\d+), 0, 0, false, 0, (\d+)>"
+NORM_CALL = r"stream_linear<(\d+), \d+, \d+, \d+, true, (\d+), 0, 0, false, 0, (\d+), true>"
 
 
-def _slices(source: str) -> list[tuple[int, int, int]]:
-    """(activation rows, stages, blocks) of each K-slice call."""
-    return [tuple(map(int, m)) for m in re.findall(SLICE_CALL, source)]  # type: ignore[misc]
+def _slices(source: str, call: str = SLICE_CALL) -> list[tuple[int, int, int]]:
+    """(activation rows, stages, blocks) of each K-slice call (NORM_CALL: normed ones)."""
+    return [tuple(map(int, m)) for m in re.findall(call, source)]  # type: ignore[misc]
 
 
 @pytest.mark.usefixtures("no_nvcc")
@@ -67,6 +68,42 @@ def test_only_a_raw_tensor_core_task_of_few_rows_takes_slices(
 
 
 @pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(
+    ("rows", "n", "k", "want"),
+    [
+        (8, 4096, 4096, [(8, 3, 4)]),  # 32 rows a task: one row group
+        (8, 6144, 4096, [(8, 3, 3)]),  # 48 rows: 6 blocks take 175 KB, so two groups of 3
+        (8, 12288, 4096, [(8, 3, 3)]),  # 96 rows: four groups of 3 blocks
+        (8, 4096, 1024, [(8, 2, 4)]),  # 2 stages a warp's slice: no deeper ring
+        (16, 4096, 4096, [(16, 3, 4)]),  # 16 activation rows: 150 KB of rings
+    ],
+)
+def test_normed_slices_take_row_groups_and_rings_that_fit(
+    rows: int,
+    n: int,
+    k: int,
+    want: list[tuple[int, int, int]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """MK_CUDA_MMA_SLICE_NORM=1: a normed activation's task takes slices in the fewest row
+    groups whose blocks (at most 6) and rings (at most the stream's 160 KB) fit, its rings no
+    deeper than a warp's slice has stages; its chunk is all of K, and nothing is bulk-staged."""
+    monkeypatch.setenv("MK_CUDA_MMA_SLICE_NORM", "1")
+    source = cuda_source(linear_program(rows, n, k, norm=True), tmp_path, num_sms=128)
+    assert _slices(source, NORM_CALL) == want
+    assert f"sl.kc = {k};" in source
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_a_normed_activation_is_staged_unless_asked(tmp_path: Path) -> None:
+    """Without MK_CUDA_MMA_SLICE_NORM the normed activation keeps its bulk staging."""
+    source = cuda_source(linear_program(8, 4096, 4096, norm=True), tmp_path, num_sms=128)
+    assert "stream_linear<8," in source and not _slices(source, NORM_CALL)
+    assert re.search(r"stream_linear<8, \d+, \d+, \d+, true, \d+, 0, 0, true", source)
+
+
+@pytest.mark.usefixtures("no_nvcc")
 def test_a_bad_stage_count_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MK_CUDA_MMA_SLICE", "5")
     with pytest.raises(
@@ -79,15 +116,20 @@ def test_a_bad_stage_count_is_an_error(tmp_path: Path, monkeypatch: pytest.Monke
 def test_the_warps_slices_tile_k_in_whole_stages(tmp_path: Path) -> None:
     """mk::gpu::slice_columns, run on the host: the eight warps' slices follow one another from
     0 to K, each starts on a 64-column stage, and their stage counts differ by at most one (K
-    of 64 to 14,336 columns, a last half stage included)."""
+    of 64 to 14,336 columns, a last half stage included). mk::gpu::slice_groups: the fewest
+    row groups (1, 2, 4, 8) whose blocks cover the rows, 0 past 8."""
     from mk.backends.cpu.build import include_dir
 
     ks = [64, 96, 1056, 2048, 3072, 12288, 14336, 480]
+    groups = [(48, 6, 1), (49, 6, 2), (96, 6, 2), (96, 3, 4), (192, 3, 8), (200, 3, 0), (8, 1, 1)]
     calls = "\n".join(
         f'  for (int w = 0; w < 8; ++w) {{ mk::gpu::slice_columns({k}, w, 8, a, b); printf("%d %d\\n", a, b); }}'
         for k in ks
     )
     source, exe = tmp_path / "slices.cu", tmp_path / "slices"
+    calls += "\n" + "\n".join(
+        f'  printf("%d\\n", mk::gpu::slice_groups({r}, {b}, 8));' for r, b, _ in groups
+    )
     source.write_text(
         '#include <cstdio>\n#include "mk/cuda_mma_slice.cuh"\n'
         f"int main() {{\n  int a, b;\n{calls}\n  return 0;\n}}\n"
@@ -96,6 +138,8 @@ def test_the_warps_slices_tile_k_in_whole_stages(tmp_path: Path) -> None:
         [str(NVCC), "-std=c++17", f"-I{include_dir()}", "-o", str(exe), str(source)], check=True
     )
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
+    assert [int(v) for v in out[len(out) - len(groups) :]] == [g for _, _, g in groups]
+    out = out[: len(out) - len(groups)]
     pairs = [(int(a), int(b)) for a, b in zip(out[::2], out[1::2], strict=True)]
     assert len(pairs) == 8 * len(ks)
     for i, k in enumerate(ks):
@@ -132,3 +176,26 @@ def test_slices_match_the_reference(
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     assert _slices(prog.cuda_source), prog.cuda_source  # type: ignore[attr-defined]
     agrees_with_the_reference(prog, text, (rows, n, k, heads, stages))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("rows", "n", "k", "stages"),
+    [
+        (8, 4096, 4096, 3),  # one row group of 4 blocks
+        (8, 6144, 4096, 3),  # RMSNorm+Linear at batch 8: two row groups
+        (8, 12288, 4096, 2),  # four row groups
+        (8, 4096, 1024, 3),  # a model's q/k/v at batch 8: 2 stages a slice
+        (16, 4096, 4096, 3),  # both halves of the A operand, normed
+        (3, 1024, 1056, 4),  # K not a whole number of 64-column stages; few rows
+    ],
+)
+def test_normed_slices_match_the_reference(
+    rows: int, n: int, k: int, stages: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MK_CUDA_MMA_SLICE", str(stages))
+    monkeypatch.setenv("MK_CUDA_MMA_SLICE_NORM", "1")
+    text = linear_program(rows, n, k, norm=True)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
+    assert _slices(prog.cuda_source, NORM_CALL), prog.cuda_source  # type: ignore[attr-defined]
+    agrees_with_the_reference(prog, text, (rows, n, k, stages))

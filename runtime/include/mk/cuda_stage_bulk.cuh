@@ -167,6 +167,17 @@ __device__ inline bool raw_activation(const StreamLinear& s) {
          (s.aligned || (reinterpret_cast<uintptr_t>(s.x) & 15) == 0);
 }
 
+// Whether K slices (mma_slices) take the activation: as raw_activation asks, or with `norm` a
+// norm weight of the same type, 16-byte aligned (checked here: `aligned` covers x and the
+// weights), and a Σx² to take, in place of neither.
+__device__ inline bool sliced_activation(const StreamLinear& s, bool norm) {
+  const bool x_ok = !s.x_ready && !s.x_flag && s.x_dtype == s.w_dtype && s.k % 32 == 0 &&
+                    s.x_ld % 8 == 0 && (s.aligned || (reinterpret_cast<uintptr_t>(s.x) & 15) == 0);
+  if (!norm) return x_ok && !s.g && !s.sum_sq;
+  const bool g_ok = s.g && s.g_dtype == s.w_dtype && (reinterpret_cast<uintptr_t>(s.g) & 15) == 0;
+  return x_ok && g_ok && s.sum_sq;
+}
+
 // mma_raw_chunks with a ring: each warp's Ring-stage cp.async ring (behind both buffers) walks
 // every chunk as one stream (mma_ring_walk; restarting it at each chunk, MK_CUDA_RING_WALK=0,
 // took the gated MLP at batch 8 0.1245 -> 0.1333 ms on the H200 and was retired). Chunks 0

@@ -320,12 +320,13 @@ __device__ inline void load_first_round(const StreamLinear& s, WeightRound<RG, S
 // 16-bit normed activation, every chunk packed) each chunk is staged by bulk copies
 // (stage_chunk_bulk), and with Early > 0 each warp's first Early steps of weights are loaded
 // behind them (mma_first_round), or with a ring its first fills (mma_bulk_ring).
-// With Slice > 0 (a raw activation, at most Slice blocks of 8 weight rows) each warp streams a
-// slice of K, the activation beside the weights in its Ring-stage ring (mma_slices_raw).
+// With Slice > 0 (a 16-bit activation of the weights' type, raw or with SliceNorm times its
+// norm weight and its Σx² taken; Slice blocks of 8 weight rows a warp) each warp streams a slice
+// of K for its row group, the activation beside the weights in its Ring-stage ring (mma_slices).
 // Ends with __syncthreads(); false if a raw activation's or a Bulk chunk's bulk copies never
 // landed.
 template <int M, int RG, int S, int XB, bool Mma = false, int Ring = 0, int First = 0,
-          int Held = 0, bool Bulk = false, int Early = 0, int Slice = 0>
+          int Held = 0, bool Bulk = false, int Early = 0, int Slice = 0, bool SliceNorm = false>
 __device__ bool stream_linear(const StreamLinear& s) {
   static_assert(M >= 1 && M <= kStreamMaxRows, "stream_linear takes 1..16 activation rows");
   static_assert(Ring == 0 || Mma, "the ring: tensor cores");
@@ -334,7 +335,8 @@ __device__ bool stream_linear(const StreamLinear& s) {
   static_assert(Held == 0 || First == 2, "Held: the loads a partial first step keeps (First = 2)");
   static_assert(!Bulk || Mma, "bulk staging: tensor cores (a packed chunk)");
   static_assert(Early == 0 || Bulk, "early weight steps: behind a bulk staging's copies");
-  static_assert(Slice == 0 || (Mma && Ring >= 2 && Slice <= 4), "K slices: tensor cores, a ring");
+  static_assert(Slice == 0 || (Mma && Ring >= 2), "K slices: tensor cores, a ring");
+  static_assert(!SliceNorm || Slice > 0, "a normed activation's slices: K slices");
   float* xs = reinterpret_cast<float*>(mk_dynamic_smem);
   bool vec = true;
   #pragma unroll
@@ -366,14 +368,14 @@ __device__ bool stream_linear(const StreamLinear& s) {
   uint4 first[kEarlyMma ? S : 1];
   MK_MARK(*s.arena);
   if constexpr (Slice > 0) {
-    // The emitter gives slices only to what it proved raw and aligned; anything else fails the
-    // task rather than reading past the rings it reserved.
-    if (!vec || !raw_activation(s) || rows > 8 * Slice) return false;
+    // The emitter gives slices only to what it proved aligned and of the weights' type; anything
+    // else fails the task rather than reading past the rings it reserved.
+    if (!vec || !sliced_activation(s, SliceNorm)) return false;
     MK_MARK(*s.arena);
     MK_MARK(*s.arena);
-    mma_slices_raw<M, Slice, Ring>(s, rows);
+    const bool fits = mma_slices<M, Slice, Ring, SliceNorm>(s, rows);
     MK_MARK(*s.arena);
-    return true;
+    return fits;
   }
   if constexpr (Mma) {
     if (vec && raw_activation(s)) {
