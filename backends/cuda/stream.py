@@ -171,31 +171,50 @@ class StreamPlan:
     def slices(self, k: int) -> SlicePlan | None:
         """K slices for the task (stream_linear's Slice, Ring and SliceNorm), or None:
         switches.mma_slice on tensor cores, an activation not merged and either raw (no norm,
-        no Σx²: at most SLICE_ROWS weight rows, one row group) or, under
-        switches.mma_slice_norm, times a norm weight with its Σx² taken (the fewest row groups
-        whose blocks fit a warp and whose rings fit the stream's room). A warp's ring is no
-        deeper than its slice has stages. Under `auto` a raw activation's only where the rings
-        take no more shared memory than the chunked path (smem_bytes). The emitter also proves the activation (and
+        no Σx²: at most SLICE_ROWS weight rows, one row group) or, as switches.mma_slice_norm
+        allows, times a norm weight with its Σx² taken (the fewest row groups whose blocks fit a
+        warp and whose rings fit the stream's room). A warp's ring is no deeper than its slice
+        has stages. Under `auto` a raw activation's only where the rings take no more shared
+        memory than the chunked path (smem_bytes). The emitter also proves the activation (and
         norm weight) aligned and of the weights' 16-bit type (emit_stream.slices)."""
         stages, auto = switches.mma_slice()
         if not stages or not self.tensor_cores(k) or isinstance(self.x, MergedX):
             return None
-        total = sum(w.tile_shape()[0] for w, _ in self.products)
-        norm = self.g is not None or self.sum_sq is not None
-        if norm and (self.g is None or self.sum_sq is None or not switches.mma_slice_norm()):
+        if self.g is None and self.sum_sq is None:
+            return self._sliced(k, stages, (1,), self.smem_bytes(k) if auto else self.x_bytes)
+        mode = switches.mma_slice_norm()
+        if self.g is None or self.sum_sq is None or mode == "0":
             return None
+        plan = self._sliced(k, stages, (1, 2, 4, 8), self.x_bytes)
+        if plan is None or mode == "1":
+            return plan
+        groups = slice_groups(sum(w.tile_shape()[0] for w, _ in self.products), plan.blocks)
+        few = groups <= switches.SLICE_NORM_AUTO_GROUPS
+        return (
+            plan
+            if few and self._warp_stages(k, groups) >= switches.SLICE_NORM_AUTO_STAGES
+            else None
+        )
+
+    def _sliced(self, k: int, stages: int, groups: tuple[int, ...], room: int) -> SlicePlan | None:
+        """The plan of the fewest of `groups` row groups whose blocks fit a warp and whose rings
+        fit `room`."""
+        total = sum(w.tile_shape()[0] for w, _ in self.products)
+        norm = self.g is not None
         most = SLICE_MAX_BLOCKS if norm else SLICE_ROWS // 8
-        for groups in (1, 2, 4, 8) if norm else (1,):
-            blocks = -(-total // (8 * groups))
+        for n in groups:
+            blocks = -(-total // (8 * n))
             if blocks > most:
                 continue
-            warp_stages = math.ceil(math.ceil(k / SLICE_COLS) / (WARPS // groups))
-            plan = SlicePlan(blocks, max(2, min(stages, warp_stages)), norm)
-            if self.slice_bytes(plan) <= (
-                self.smem_bytes(k) if auto and not norm else self.x_bytes
-            ):
+            plan = SlicePlan(blocks, max(2, min(stages, self._warp_stages(k, n))), norm)
+            if self.slice_bytes(plan) <= room:
                 return plan
         return None
+
+    @staticmethod
+    def _warp_stages(k: int, groups: int) -> int:
+        """SLICE_COLS-column stages in the longest slice of K a warp of `groups` row groups takes."""
+        return math.ceil(math.ceil(k / SLICE_COLS) / (WARPS // groups))
 
     def slice_bytes(self, plan: SlicePlan) -> int:
         """Every warp's K-slice ring (mk::gpu::slice_bytes): stages of `blocks` · 8 weight rows,
@@ -240,6 +259,12 @@ class StreamPlan:
             packed = buffers * self.rows * chunk * 2
             return -(-packed // 128) * 128 + ring_bytes(stages)
         return 4 * self.rows * self.chunk(k)
+
+
+def slice_groups(rows: int, blocks: int) -> int:
+    """Row groups of a K-slice task (mk::gpu::slice_groups): the fewest of 1, 2, 4, 8 whose
+    blocks of 8 rows a warp cover `rows`, 0 for none."""
+    return next((n for n in (1, 2, 4, 8) if rows <= n * 8 * blocks), 0)
 
 
 def stream_room() -> int:

@@ -21,6 +21,10 @@ RING_AUTO_STAGES = 3
 RING_AUTO_BYTES = 64 << 10
 RING_AUTO_COLUMNS = 4096
 SLICE_AUTO_STAGES = 3  # MK_CUDA_MMA_SLICE=auto's stages
+# Where a normed activation takes K slices by default (MK_CUDA_MMA_SLICE_NORM=auto): at most this
+# many row groups (each copies the activation) and at least this many stages a warp's slice.
+SLICE_NORM_AUTO_GROUPS = 2
+SLICE_NORM_AUTO_STAGES = 8
 
 
 def stage_bulk() -> bool:
@@ -64,14 +68,21 @@ def mma_slice() -> tuple[int, bool]:
     return (0 if stages == 1 else stages), False
 
 
-def mma_slice_norm() -> bool:
-    """MK_CUDA_MMA_SLICE_NORM: 1 gives K slices (mma_slice's stages, where they fit) to a
-    tensor-core task whose 16-bit activation is normed on the way in as well: each warp's ring
-    then also carries the norm weight's columns, the fragment is x·g and each warp takes its
-    slice's Σx² (mk::gpu::mma_slices<..., Norm>), in place of the bulk staging's copies,
-    rewrite and barrier. A task of more than 6 blocks of 8 rows splits its warps into row
-    groups. 0 (default) leaves such tasks staged."""
-    return flag("MK_CUDA_MMA_SLICE_NORM", default=False)
+def mma_slice_norm() -> str:
+    """MK_CUDA_MMA_SLICE_NORM: which tensor-core tasks whose 16-bit activation is normed on the
+    way in take K slices (mma_slice's stages, where they fit in the stream's room): each warp's
+    ring then also carries the norm weight's columns, the fragment is x·g and each warp takes
+    its slice's Σx² (mk::gpu::mma_slices<..., Norm>), in place of the bulk staging's copies,
+    rewrite and barrier; a task of more than 6 blocks of 8 rows splits its warps into row
+    groups, each of which copies the activation. `auto` (default): only where the warps form at
+    most SLICE_NORM_AUTO_GROUPS row groups and a warp's slice has at least
+    SLICE_NORM_AUTO_STAGES stages; `1`: every such task; `0`: none. On the H100 (session 95),
+    batch 8, on every such task: qwen3-8b 6.9832 -> 6.9096 ms/token (its q/k/v, 2 groups of 16
+    stages, 24.80 -> 22.55 us a task; its gate/up, 8 groups, 68.97 -> 70.93), qwen3-0.6b
+    1.4845 -> 1.5313 (q/k/v and gate/up with 2 stages a slice: +1.20 and +0.60 us),
+    llama-3.2-1b 1.5988 -> 1.6891 (its fused MLP's gate/up in 4 groups +4.84 us), RMSNorm+Linear
+    at batch 8 level (0.0276 and 0.0459-0.0460 ms)."""
+    return choice("MK_CUDA_MMA_SLICE_NORM", ("auto", "0", "1"))
 
 
 def smem_align() -> int:

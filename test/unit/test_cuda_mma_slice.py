@@ -96,11 +96,29 @@ def test_normed_slices_take_row_groups_and_rings_that_fit(
 
 
 @pytest.mark.usefixtures("no_nvcc")
-def test_a_normed_activation_is_staged_unless_asked(tmp_path: Path) -> None:
-    """Without MK_CUDA_MMA_SLICE_NORM the normed activation keeps its bulk staging."""
-    source = cuda_source(linear_program(8, 4096, 4096, norm=True), tmp_path, num_sms=128)
-    assert "stream_linear<8," in source and not _slices(source, NORM_CALL)
-    assert re.search(r"stream_linear<8, \d+, \d+, \d+, true, \d+, 0, 0, true", source)
+@pytest.mark.parametrize(
+    ("n", "k", "sliced"),
+    [
+        (4096, 4096, True),  # one row group, 8 stages a slice
+        (6144, 4096, True),  # two row groups, 16 stages a slice
+        (12288, 4096, False),  # four row groups
+        (4096, 1024, False),  # 2 stages a slice
+    ],
+)
+def test_auto_slices_a_normed_activation_in_few_groups_of_long_slices(
+    n: int, k: int, sliced: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By default a normed activation takes slices only in at most 2 row groups whose warps'
+    slices have at least 8 stages; elsewhere (and everywhere with MK_CUDA_MMA_SLICE_NORM=0) it
+    keeps its bulk staging."""
+    text = linear_program(8, n, k, norm=True)
+    source = cuda_source(text, tmp_path / "auto", num_sms=128)
+    assert bool(_slices(source, NORM_CALL)) == sliced
+    staged = r"stream_linear<8, \d+, \d+, \d+, true, \d+, 0, 0, true"
+    assert bool(re.search(staged, source)) != sliced
+    monkeypatch.setenv("MK_CUDA_MMA_SLICE_NORM", "0")
+    off = cuda_source(text, tmp_path / "off", num_sms=128)
+    assert not _slices(off, NORM_CALL) and re.search(staged, off)
 
 
 @pytest.mark.usefixtures("no_nvcc")
