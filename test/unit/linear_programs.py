@@ -24,27 +24,23 @@ def graph_defs(path: Path | str, **options: int) -> dict[str, GraphDefOp]:
     return {op.results[0].name_hint or "": op for op in module.walk() if isinstance(op, GraphDefOp)}
 
 
-def linear_program(b: int, n: int, k: int, norm: bool, heads: int = 1) -> str:
-    x, y = f"tensor<{b}x{k}xbf16>", f"tensor<{b}x{n}xbf16>"
-    w = f"tensor<{n}x{k}xbf16>"
-    args = [f"%x: {x}", f"%g: tensor<{k}xbf16>"] + [f"%w{i}: {w}" for i in range(heads)]
+def linear_program(b: int, n: int, k: int, norm: bool, heads: int = 1, dtype: str = "bf16") -> str:
+    x, y = f"tensor<{b}x{k}x{dtype}>", f"tensor<{b}x{n}x{dtype}>"
+    w, gt = f"tensor<{n}x{k}x{dtype}>", f"tensor<{k}x{dtype}>"
+    args = [f"%x: {x}", f"%g: {gt}"] + [f"%w{i}: {w}" for i in range(heads)]
     body = []
     h = "%x"
     if norm:
-        body.append(
-            f"%h = nn.rms_norm %x, %g {{epsilon = 1.0e-05 : f32}} : ({x}, tensor<{k}xbf16>) -> {x}"
-        )
+        body.append(f"%h = nn.rms_norm %x, %g {{epsilon = 1.0e-05 : f32}} : ({x}, {gt}) -> {x}")
         h = "%h"
     outs = []
     for i in range(heads):
         body.append(f"%y{i} = nn.linear {h}, %w{i} : ({x}, {w}) -> {y}")
         outs.append(f"%y{i}")
     if not norm:
-        body.append(
-            f"%s = nn.mul %g, %g : (tensor<{k}xbf16>, tensor<{k}xbf16>) -> tensor<{k}xbf16>"
-        )
+        body.append(f"%s = nn.mul %g, %g : ({gt}, {gt}) -> {gt}")
         outs.append("%s")
-        types = ", ".join([y] * heads + [f"tensor<{k}xbf16>"])
+        types = ", ".join([y] * heads + [gt])
     else:
         types = ", ".join([y] * heads)
     lines = "\n  ".join(body)

@@ -78,19 +78,23 @@ def test_only_a_raw_tensor_core_task_of_few_rows_takes_slices(
         (16, 4096, 4096, [(16, 3, 4)]),  # 16 activation rows: 150 KB of rings
     ],
 )
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_normed_slices_take_row_groups_and_rings_that_fit(
     rows: int,
     n: int,
     k: int,
     want: list[tuple[int, int, int]],
+    dtype: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """MK_CUDA_MMA_SLICE_NORM=1: a normed activation's task takes slices in the fewest row
     groups whose blocks (at most 6) and rings (at most the stream's 160 KB) fit, its rings no
-    deeper than a warp's slice has stages; its chunk is all of K, and nothing is bulk-staged."""
+    deeper than a warp's slice has stages; its chunk is all of K, and nothing is bulk-staged.
+    Half-precision activations and weights alike."""
     monkeypatch.setenv("MK_CUDA_MMA_SLICE_NORM", "1")
-    source = cuda_source(linear_program(rows, n, k, norm=True), tmp_path, num_sms=128)
+    text = linear_program(rows, n, k, norm=True, dtype=dtype)
+    source = cuda_source(text, tmp_path, num_sms=128)
     assert _slices(source, NORM_CALL) == want
     assert f"sl.kc = {k};" in source
 
@@ -198,22 +202,29 @@ def test_slices_match_the_reference(
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    ("rows", "n", "k", "stages"),
+    ("rows", "n", "k", "stages", "dtype"),
     [
-        (8, 4096, 4096, 3),  # one row group of 4 blocks
-        (8, 6144, 4096, 3),  # RMSNorm+Linear at batch 8: two row groups
-        (8, 12288, 4096, 2),  # four row groups
-        (8, 4096, 1024, 3),  # a model's q/k/v at batch 8: 2 stages a slice
-        (16, 4096, 4096, 3),  # both halves of the A operand, normed
-        (3, 1024, 1056, 4),  # K not a whole number of 64-column stages; few rows
+        (8, 4096, 4096, 3, "bf16"),  # one row group of 4 blocks
+        (8, 6144, 4096, 3, "bf16"),  # RMSNorm+Linear at batch 8: two row groups
+        (8, 12288, 4096, 2, "bf16"),  # four row groups
+        (8, 4096, 1024, 3, "bf16"),  # a model's q/k/v at batch 8: 2 stages a slice
+        (16, 4096, 4096, 3, "bf16"),  # both halves of the A operand, normed
+        (3, 1024, 1056, 4, "bf16"),  # K not a whole number of 64-column stages; few rows
+        (8, 4096, 4096, 3, "f16"),  # half precision: the fragment's product and mma in f16
     ],
 )
 def test_normed_slices_match_the_reference(
-    rows: int, n: int, k: int, stages: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    rows: int,
+    n: int,
+    k: int,
+    stages: int,
+    dtype: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("MK_CUDA_MMA_SLICE", str(stages))
     monkeypatch.setenv("MK_CUDA_MMA_SLICE_NORM", "1")
-    text = linear_program(rows, n, k, norm=True)
+    text = linear_program(rows, n, k, norm=True, dtype=dtype)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path)
     assert _slices(prog.cuda_source, NORM_CALL), prog.cuda_source  # type: ignore[attr-defined]
-    agrees_with_the_reference(prog, text, (rows, n, k, stages))
+    agrees_with_the_reference(prog, text, (rows, n, k, stages, dtype))
