@@ -60,8 +60,9 @@ def mma_slice() -> tuple[int, bool]:
     -0.43 us), qwen3-8b 7.0372 -> 6.9639, the gated MLP level (0.1341 / 0.1347 ms); llama-3.2-1b
     1.5996 -> 1.6222 and 1.6181 -> 1.6417, its sliced o-projection level and the kernel's shared
     memory 112 -> 120 KB with every other kind slower (its lm_head +2.8 us), which `auto` leaves
-    as it was (session 95: the same 120 KB without slices runs level, so not the shared memory;
-    `auto` against 0 on qwen3-0.6b at batch 8: 1.4777 against 1.4972)."""
+    as it was (session 95: the same 120 KB given to the arena runs level, and the sliced
+    layer is less code, so the cause is open; `auto` against 0 on qwen3-0.6b at batch 8: 1.4777
+    against 1.4972)."""
     text = os.environ.get("MK_CUDA_MMA_SLICE", "") or "auto"
     if text == "auto":
         return SLICE_AUTO_STAGES, True
