@@ -79,12 +79,14 @@ def layer_loads(rows: int = 0) -> int:
 
 @dataclass(frozen=True)
 class SlicePlan:
-    """A task's K slices (mk::gpu::mma_slices): blocks of 8 weight rows a warp, ring stages, and
-    whether the activation is normed on the way (its norm weight in the ring, Σx² taken)."""
+    """A task's K slices (mk::gpu::mma_slices): blocks of 8 weight rows a warp, ring stages,
+    whether the activation is normed on the way (its norm weight in the ring, Σx² taken), and
+    the row groups its warps form (mk::gpu::slice_groups finds the same count)."""
 
     blocks: int
     stages: int
     norm: bool
+    groups: int = 1
 
 
 @dataclass(frozen=True)
@@ -188,13 +190,9 @@ class StreamPlan:
         plan = self._sliced(k, stages, (1, 2, 4, 8), self.x_bytes)
         if plan is None or mode == "1":
             return plan
-        groups = slice_groups(sum(w.tile_shape()[0] for w, _ in self.products), plan.blocks)
-        few = groups <= switches.SLICE_NORM_AUTO_GROUPS
-        return (
-            plan
-            if few and self._warp_stages(k, groups) >= switches.SLICE_NORM_AUTO_STAGES
-            else None
-        )
+        few = plan.groups <= switches.SLICE_NORM_AUTO_GROUPS
+        long = self._warp_stages(k, plan.groups) >= switches.SLICE_NORM_AUTO_STAGES
+        return plan if few and long else None
 
     def _sliced(self, k: int, stages: int, groups: tuple[int, ...], room: int) -> SlicePlan | None:
         """The plan of the fewest of `groups` row groups whose blocks fit a warp and whose rings
@@ -206,7 +204,7 @@ class StreamPlan:
             blocks = -(-total // (8 * n))
             if blocks > most:
                 continue
-            plan = SlicePlan(blocks, max(2, min(stages, self._warp_stages(k, n))), norm)
+            plan = SlicePlan(blocks, max(2, min(stages, self._warp_stages(k, n))), norm, n)
             if self.slice_bytes(plan) <= room:
                 return plan
         return None
@@ -259,12 +257,6 @@ class StreamPlan:
             packed = buffers * self.rows * chunk * 2
             return -(-packed // 128) * 128 + ring_bytes(stages)
         return 4 * self.rows * self.chunk(k)
-
-
-def slice_groups(rows: int, blocks: int) -> int:
-    """Row groups of a K-slice task (mk::gpu::slice_groups): the fewest of 1, 2, 4, 8 whose
-    blocks of 8 rows a warp cover `rows`, 0 for none."""
-    return next((n for n in (1, 2, 4, 8) if rows <= n * 8 * blocks), 0)
 
 
 def stream_room() -> int:
