@@ -37,6 +37,7 @@ Layout ops fold into maps in these cases (elsewhere they are library copy kernel
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -50,6 +51,7 @@ from mk.diagnostics import MkError, op_location
 from mk.dialects import nn
 from mk.dialects.mugraph import KernelOp
 from mk.dialects.mugraph_base import shape_of
+from mk.dialects.nn_decode import donated_arg
 from mk.passes.nn_to_mugraph_attention import (
     AttentionPlan,
     NewRow,
@@ -236,7 +238,11 @@ def plan_units(ops: list[Operation], t: Tiling) -> list[_Unit]:
         if not isinstance(op, nn.CacheWriteOp):
             continue
         view = _cache_write_view(op, claimed)
-        if view is not None:
+        if view is not None and t.cache_rows and _copies_rows(op, view):
+            copy = _row_chain_unit(RowChain(view, None, None), t)
+            claim(copy)
+            copy.after += after.get(op, [])  # the write moves into the copy
+        elif view is not None:
             claim(_Unit([view, op], lambda lookup, o=op, v=view: _cache_write_emit(o, v, lookup)))
     for op in ops:
         found = _embedding_view(op, claimed, t.gather_pairs == 1)
@@ -268,6 +274,19 @@ def _cache_write_view(op: nn.CacheWriteOp, claimed: set[Operation]) -> nn.Reshap
         return None
     view = _sole_unclaimed(op.new, op, claimed)
     return view if isinstance(view, nn.ReshapeOp) else None
+
+
+def _copies_rows(op: nn.CacheWriteOp, view: nn.ReshapeOp) -> bool:
+    """Whether the write's head-split rows become copy blocks, one per head, that
+    mugraph-append-writes then writes in place: one small task per head instead of one task
+    copying every head's rows (a decode step's V row, which must not wait for them all)."""
+    heads = shape_of(view.results[0])[len(shape_of(view.operands[0])) - 1]
+    return (
+        head_view_source(view) is not None
+        and heads > 1
+        and donated_arg(op.cache) is not None
+        and math.prod(shape_of(op.index)) == 1
+    )
 
 
 def _cache_write_emit(
@@ -498,6 +517,10 @@ class NnToMugraphPass(ModulePass):
     # 1: an embedding whose ids an embedding picks (its only user) is one kernel,
     # table[ids[at]] (a decode step's token and its embedding); 0 keeps two kernels.
     gather_pairs: int = 1
+    # 1: a cache write whose new rows a head-splitting reshape makes (a decode step's V row) is
+    # a grid of copy blocks, one per head, that mugraph-append-writes then writes in place; 0:
+    # one library task copies them all.
+    cache_rows: int = 1
 
     def tiling(self) -> Tiling:
         for option in ("num_sms", "tile_k", "kv_chunk"):
@@ -510,15 +533,16 @@ class NnToMugraphPass(ModulePass):
             raise MkError("nn-to-mugraph: split-loop must be >= 0")
         if self.merge_rows < 1:
             raise MkError("nn-to-mugraph: merge-rows must be >= 1")
-        if self.gather_pairs not in (0, 1):
-            raise MkError("nn-to-mugraph: gather-pairs must be 0 or 1")
+        for option in ("gather_pairs", "cache_rows"):
+            if getattr(self, option) not in (0, 1):
+                raise MkError(f"nn-to-mugraph: {option.replace('_', '-')} must be 0 or 1")
         if self.attention_fold not in (0, 1, 2, 3):
             raise MkError("nn-to-mugraph: attention-fold must be 0, 1, 2 or 3")
         return Tiling(
             self.num_sms, self.tile_n, self.tile_k, self.kv_chunk, self.kv_splits,
             tile_m=self.tile_m, k_splits=self.k_splits, attention_fold=self.attention_fold,
             task_us=self.task_us, norm_rows=self.norm_rows, merge_rows=self.merge_rows,
-            split_loop=self.split_loop, gather_pairs=self.gather_pairs,
+            split_loop=self.split_loop, gather_pairs=self.gather_pairs, cache_rows=self.cache_rows,
         )  # fmt: skip
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
