@@ -25,7 +25,9 @@ Layout ops fold into maps in these cases (elsewhere they are library copy kernel
 - a reshape [..., H·D] -> [..., H, 1, ..., D] feeding a row chain (its blocks read their heads
   from the source and reshape the tile);
 - a reshape whose only user is an `nn.cache_write` (as the new slab): the `cache_write` kernel
-  reads the reshape's source, the slab's elements in row-major order;
+  reads the reshape's source, the slab's elements in row-major order; with `cache-rows=1`, a
+  head-splitting one into a donated cache at one position is a row chain of copy blocks
+  instead, which mugraph-append-writes makes write the rows in place;
 - a reshape of an `nn.embedding` result (its only user): the `embedding` kernel writes its rows
   straight into the reshape's result type (a library kernel's result may be any reshape of the
   nn op's, row-major);

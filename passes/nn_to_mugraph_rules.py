@@ -366,7 +366,8 @@ def head_view_source(view: Operation) -> SSAValue | None:
 @dataclass(frozen=True)
 class RowChain:
     """Per-row ops fused into one graph_def with one block per row group: an optional
-    head-splitting reshape (read through), an optional standalone RMSNorm, an optional RoPE."""
+    head-splitting reshape (read through), an optional standalone RMSNorm, an optional RoPE;
+    the reshape alone is a copy by heads (a cache write's new rows, see `cache_rows`)."""
 
     view: Operation | None
     norm: Operation | None
@@ -393,7 +394,8 @@ def table_map(table: Sequence[int], shape: Sequence[int], omap: Sequence[int]) -
 
 def row_chain_kernel(chain: RowChain, t: Tiling, lookup: ValueMap) -> list[Operation]:
     """Each block reads its rows (through a head-splitting reshape, as a tile reshape), then
-    normalises them and/or rotates them; nothing is rounded between the fused ops."""
+    normalises them and/or rotates them (or only copies them); nothing is rounded between the
+    fused ops."""
     res = chain.last().results[0]
     shape = shape_of(res)
     dims = chain_dims(chain, shape)
