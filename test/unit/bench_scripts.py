@@ -90,9 +90,8 @@ def simulated_schedule(
 
 def simulated_tiny(tmp_path: Path, monkeypatch: Any) -> tuple[Any, Any, Any]:
     """tiny's decode step as a CUDA program on 4 SMs (its tables only: no nvcc), with its down
-    projections in grids of their own (fuse_accumulate=0), its V rows' cache write one task
-    (cache_rows=0: no copy block queued before a down projection) and no tails, and its queues
-    walked by simulated_schedule: (program, start, end)."""
+    projections in grids of their own (fuse_accumulate=0) and no tails, and its queues walked by
+    simulated_schedule: (program, start, end)."""
     import mk
     import mk.backends.cuda as backend
     from mk.backends.cuda import build
@@ -102,8 +101,7 @@ def simulated_tiny(tmp_path: Path, monkeypatch: Any) -> tuple[Any, Any, Any]:
     monkeypatch.setattr(backend, "nvcc", lambda: None)
     text = decode_program(preset("tiny"), 1, 64, 1)
     prog = mk.compile(
-        text, target="cuda", num_sms=4, cache_dir=tmp_path, max_tail_tasks=0, fuse_accumulate=0,
-        cache_rows=0,
-    )  # fmt: skip
+        text, target="cuda", num_sms=4, cache_dir=tmp_path, max_tail_tasks=0, fuse_accumulate=0
+    )
     start, end, _ = simulated_schedule(prog)
     return prog, start, end

@@ -347,6 +347,47 @@ def test_tiny_generates_on_cpu_executor(cache_dir: Path) -> None:
 
 
 @needs_decode_ops
+@pytest.mark.usefixtures("no_nvcc")
+def test_a_batch_v_rows_go_to_the_cache_from_copy_blocks(cache_dir: Path) -> None:
+    """At batch 2 each KV head's V rows are copied into the cache by a block of their own
+    (cache_rows=1, the default), which waits only for its head's attention; cache_rows=0 keeps
+    one library task for every head, as batch 1 does."""
+    config = preset("tiny-qwen3")
+    text = decode_program(config, 2, 5, 2)
+    by_blocks = mk.compile(text, target="cuda", cache_dir=cache_dir)
+    src = by_blocks.cuda_source  # type: ignore[attr-defined]
+    assert "mk::gpu::cache_write_bytes(" not in src
+    assert src.count("mk::gpu::copy_runs<2>(") == 1  # one body, which every layer's grid runs
+    grids = by_blocks.graph.index().grids_by_name  # type: ignore[attr-defined]
+    v_writes = [g for name, g in grids.items() if name.endswith("_v_cache")]
+    assert len(v_writes) == config.layers
+    assert all(g.shape_tuple == (config.kv_heads,) for g in v_writes)
+    one_task = mk.compile(text, target="cuda", cache_dir=cache_dir, cache_rows=0)
+    assert "mk::gpu::cache_write_bytes(" in one_task.cuda_source  # type: ignore[attr-defined]
+    single = mk.compile(decode_program(config, 1, 5, 2), target="cuda", cache_dir=cache_dir)
+    assert "mk::gpu::cache_write_bytes(" in single.cuda_source  # type: ignore[attr-defined]
+
+
+@needs_decode_ops
+@needs_gxx
+def test_v_rows_by_blocks_generate_as_one_task_does(cache_dir: Path) -> None:
+    """The CPU executor runs both forms of the V rows' cache write to the same bits."""
+    config = preset("tiny-qwen3")
+    weights = random_weights(config)
+    batch, steps, context = 2, 3, 6
+    prompt = random_prompt(config, batch, seed=4)
+    text = decode_program(config, batch, context, steps)
+    runs = []
+    for rows in (1, 0):
+        prog = mk.compile(text, cache_dir=cache_dir, cache_rows=rows)
+        runs.append(prog(*program_inputs(config, weights, batch, context, prompt)))
+    for got, want in zip(*runs, strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    tokens = generated_tokens(np.asarray(runs[0][0]), 0, steps)
+    np.testing.assert_array_equal(tokens, reference_generate(config, weights, prompt, steps).tokens)
+
+
+@needs_decode_ops
 @needs_gxx
 @pytest.mark.parametrize(
     "options",

@@ -17,7 +17,6 @@ from mk.dialects import make_context
 from mk.dialects.mugraph import GraphDefOp
 from mk.dialects.task import BufferOp, EventOp, GraphOp, GridOp
 from mk.dialects.task_maps import edge_elements, grid_points, linearize
-from mk.passes.mugraph_append_writes import MugraphAppendWritesPass
 from mk.passes.mugraph_to_task import MugraphToTaskPass
 from mk.passes.nn_to_mugraph import NnToMugraphPass
 from mk.source import load_module
@@ -46,14 +45,10 @@ func.func @chain(%x: tensor<8x256xf32>) -> (tensor<8x256xf32>, tensor<8x256xf32>
 """
 
 
-def lower(
-    module: ModuleOp, nn: bool = True, append: bool = False, **options: int | bool
-) -> GraphOp:
+def lower(module: ModuleOp, nn: bool = True, **options: int | bool) -> GraphOp:
     ctx = make_context()
     if nn:
         NnToMugraphPass().apply(ctx, module)
-    if append:
-        MugraphAppendWritesPass().apply(ctx, module)
     MugraphToTaskPass(**options).apply(ctx, module)  # pyright: ignore[reportArgumentType]
     module.verify()
     graphs = [op for op in module.ops if isinstance(op, GraphOp)]
@@ -445,9 +440,7 @@ def test_checker_catches_a_dropped_wait() -> None:
 
 def test_waits_stay_few_on_llama3() -> None:
     module = load_module(LLAMA)
-    # With the cache writes in place (as the pipeline lowers them): without, V's copy blocks
-    # and its write are two kernels, and the copy's arena bytes add a wait.
-    graph = lower(module, append=True, iterations=2)
+    graph = lower(module, iterations=2)
     grids = graph.index().grids
     # At most one wait per operand producer: attention reads q, both caches and kv_len.
     assert max(len(g.waits) for g in grids) <= 4

@@ -4,8 +4,8 @@
 
 // A decode step's K rows: their QK-norm + RoPE kernel (one block per KV head) writes them into
 // the donated cache at %p itself; the cache_write kernel goes, and the attention reads the
-// kernel's result, the written cache. V's rows come through a head-splitting reshape:
-// nn-to-mugraph copies them in blocks, one per head, and those blocks write them in place too.
+// kernel's result, the written cache. V's write reads its one row through the reshape (no
+// graph_def makes it; @v_rows has the rows of a batch): it keeps its kernel.
 func.func @step(%q: tensor<1x64xbf16>, %k: tensor<1x32xbf16>, %v: tensor<1x32xbf16>, %qw: tensor<16xbf16>, %kw: tensor<16xbf16>, %cos: tensor<1x8xbf16>, %sin: tensor<1x8xbf16>, %pos: tensor<1xi32>, %k_cache: tensor<1x2x32x16xbf16> {nn.donated}, %v_cache: tensor<1x2x32x16xbf16> {nn.donated}) -> tensor<1x64xbf16> {
   %p = nn.step %pos {offset = 0 : i64} : (tensor<1xi32>) -> tensor<1xi32>
   %len = nn.step %pos {offset = 1 : i64} : (tensor<1xi32>) -> tensor<1xi32>
@@ -28,16 +28,33 @@ func.func @step(%q: tensor<1x64xbf16>, %k: tensor<1x32xbf16>, %v: tensor<1x32xbf
 // CHECK:           %kr_rot = mugraph.rope
 // CHECK-NEXT:      %kc_at = mugraph.input %p_a imap [-1, -1, -1] fmap -1 : tensor<1xi32> -> tensor<1xi32>
 // CHECK-NEXT:      mugraph.output %kr_rot to %kr_r omap [1, -1, -1] at %kc_at dim 2 over %k_cache_a : tensor<1x1x1x16xf32>, tensor<1xi32> -> tensor<1x2x32x16xbf16>
-// CHECK:         %vc = mugraph.graph_def grid [2, 1, 1] threads 128 forloop 1 (%v, %v_cache, %p) attributes {mk.fused = "graph+cache_write"}
-// CHECK:           %v4_xv = mugraph.reshape %v4_x
-// CHECK-NEXT:      %vc_at = mugraph.input %p_a imap [-1, -1, -1] fmap -1 : tensor<1xi32> -> tensor<1xi32>
-// CHECK-NEXT:      mugraph.output %v4_xv to %v4_r omap [1, -1, -1] at %vc_at dim 2 over %v_cache_a : tensor<1x1x1x16xbf16>, tensor<1xi32> -> tensor<1x2x32x16xbf16>
+// CHECK:         %vc = mugraph.kernel "cache_write" (%v_cache, %v, %p)
 // CHECK:         mugraph.graph_def grid [2, 1, 1] threads 128 forloop 1 (%qr, %kc, %vc, %len)
-// CHECK-NOT:     "cache_write"
+// CHECK-NOT:     "cache_write" (%k_cache
 // OFF-LABEL: func.func @step
 // OFF:         %kr = mugraph.graph_def grid [2, 1, 1]
 // OFF:         %kc = mugraph.kernel "cache_write" (%k_cache, %kr, %p)
 // OFF-NOT:     at %
+
+// -----
+
+// A batch's V rows: nn-to-mugraph copies them in blocks, one per KV head (cache-rows=1), and
+// those blocks write them into the cache in place.
+func.func @v_rows(%v: tensor<2x32xbf16>, %pos: tensor<1xi32>, %v_cache: tensor<2x2x8x16xbf16> {nn.donated}) -> tensor<2x2x8x16xbf16> {
+  %v4 = nn.reshape %v : (tensor<2x32xbf16>) -> tensor<2x2x1x16xbf16>
+  %vc = nn.cache_write %v_cache, %v4, %pos {dim = 2 : i64} : (tensor<2x2x8x16xbf16>, tensor<2x2x1x16xbf16>, tensor<1xi32>) -> tensor<2x2x8x16xbf16>
+  func.return %vc : tensor<2x2x8x16xbf16>
+}
+// CHECK-LABEL: func.func @v_rows
+// CHECK-NEXT:    %vc = mugraph.graph_def grid [2, 1, 1] threads 128 forloop 1 (%v, %v_cache, %pos) attributes {mk.fused = "graph+cache_write"} : (tensor<2x32xbf16>, tensor<2x2x8x16xbf16>, tensor<1xi32>) -> tensor<2x2x8x16xbf16> {
+// CHECK:           %v4_x = mugraph.input %v_a imap [1, -1, -1] fmap -1 : tensor<2x32xbf16> -> tensor<2x16xbf16>
+// CHECK-NEXT:      %v4_xv = mugraph.reshape %v4_x : tensor<2x16xbf16> -> tensor<2x1x1x16xbf16>
+// CHECK-NEXT:      %vc_at = mugraph.input %pos_a imap [-1, -1, -1] fmap -1 : tensor<1xi32> -> tensor<1xi32>
+// CHECK-NEXT:      mugraph.output %v4_xv to %v4_r omap [1, -1, -1] at %vc_at dim 2 over %v_cache_a : tensor<2x1x1x16xbf16>, tensor<1xi32> -> tensor<2x2x8x16xbf16>
+// CHECK-NOT:     "cache_write"
+// OFF-LABEL: func.func @v_rows
+// OFF:         %v4 = mugraph.graph_def grid [2, 1, 1]
+// OFF:         %vc = mugraph.kernel "cache_write" (%v_cache, %v4, %pos)
 
 // -----
 

@@ -379,32 +379,36 @@ func.func @qk_norm_rope(%q: tensor<1x256xbf16>, %w: tensor<64xbf16>, %c: tensor<
 
 // -----
 
-// A cache write of a head-split slab into a donated cache at one position: blocks copy the
-// slab, one per head, and mugraph-append-writes then writes them in place (cache-rows=1). Into a
-// cache that is not donated (or with cache-rows=0) the write reads the reshape's source (the
-// same bytes): no copy kernel. A reshape with another user stays a copy.
-func.func @cache_write_view(%cache: tensor<1x2x8x4xbf16> {nn.donated}, %v: tensor<1x8xbf16>, %w: tensor<1x8xbf16>, %cache2: tensor<1x2x8x4xbf16>, %p: tensor<1xi32>, %u: tensor<1x8xbf16>, %cache3: tensor<1x2x8x4xbf16>) -> (tensor<1x2x1x4xbf16>, tensor<1x2x8x4xbf16>, tensor<1x2x8x4xbf16>) {
-  %v4 = nn.reshape %v : (tensor<1x8xbf16>) -> tensor<1x2x1x4xbf16>
-  %c = nn.cache_write %cache, %v4, %p {dim = 2 : i64} : (tensor<1x2x8x4xbf16>, tensor<1x2x1x4xbf16>, tensor<1xi32>) -> tensor<1x2x8x4xbf16>
-  %w4 = nn.reshape %w : (tensor<1x8xbf16>) -> tensor<1x2x1x4xbf16>
-  %c2 = nn.cache_write %cache2, %w4, %p {dim = 2 : i64} : (tensor<1x2x8x4xbf16>, tensor<1x2x1x4xbf16>, tensor<1xi32>) -> tensor<1x2x8x4xbf16>
-  %u4 = nn.reshape %u : (tensor<1x8xbf16>) -> tensor<1x2x1x4xbf16>
-  %c3 = nn.cache_write %cache3, %u4, %p {dim = 2 : i64} : (tensor<1x2x8x4xbf16>, tensor<1x2x1x4xbf16>, tensor<1xi32>) -> tensor<1x2x8x4xbf16>
-  func.return %w4, %c2, %c3 : tensor<1x2x1x4xbf16>, tensor<1x2x8x4xbf16>, tensor<1x2x8x4xbf16>
+// A cache write of a batch's head-split slab into a donated cache at one position: blocks
+// copy the slab, one per head, and mugraph-append-writes then writes them in place
+// (cache-rows=1). Into a cache that is not donated, of one row (batch 1), or with cache-rows=0,
+// the write reads the reshape's source (the same bytes): no copy kernel. A reshape with
+// another user stays a copy.
+func.func @cache_write_view(%cache: tensor<2x2x8x4xbf16> {nn.donated}, %v: tensor<2x8xbf16>, %w: tensor<2x8xbf16>, %cache2: tensor<2x2x8x4xbf16>, %p: tensor<1xi32>, %u: tensor<2x8xbf16>, %cache3: tensor<2x2x8x4xbf16>, %r: tensor<1x8xbf16>, %cache4: tensor<1x2x8x4xbf16> {nn.donated}) -> (tensor<2x2x1x4xbf16>, tensor<2x2x8x4xbf16>, tensor<2x2x8x4xbf16>, tensor<1x2x8x4xbf16>) {
+  %v4 = nn.reshape %v : (tensor<2x8xbf16>) -> tensor<2x2x1x4xbf16>
+  %c = nn.cache_write %cache, %v4, %p {dim = 2 : i64} : (tensor<2x2x8x4xbf16>, tensor<2x2x1x4xbf16>, tensor<1xi32>) -> tensor<2x2x8x4xbf16>
+  %w4 = nn.reshape %w : (tensor<2x8xbf16>) -> tensor<2x2x1x4xbf16>
+  %c2 = nn.cache_write %cache2, %w4, %p {dim = 2 : i64} : (tensor<2x2x8x4xbf16>, tensor<2x2x1x4xbf16>, tensor<1xi32>) -> tensor<2x2x8x4xbf16>
+  %u4 = nn.reshape %u : (tensor<2x8xbf16>) -> tensor<2x2x1x4xbf16>
+  %c3 = nn.cache_write %cache3, %u4, %p {dim = 2 : i64} : (tensor<2x2x8x4xbf16>, tensor<2x2x1x4xbf16>, tensor<1xi32>) -> tensor<2x2x8x4xbf16>
+  %r4 = nn.reshape %r : (tensor<1x8xbf16>) -> tensor<1x2x1x4xbf16>
+  %c4 = nn.cache_write %cache4, %r4, %p {dim = 2 : i64} : (tensor<1x2x8x4xbf16>, tensor<1x2x1x4xbf16>, tensor<1xi32>) -> tensor<1x2x8x4xbf16>
+  func.return %w4, %c2, %c3, %c4 : tensor<2x2x1x4xbf16>, tensor<2x2x8x4xbf16>, tensor<2x2x8x4xbf16>, tensor<1x2x8x4xbf16>
 }
 // CHECK-LABEL: func.func @cache_write_view
-// CHECK-NEXT:    %v4 = mugraph.graph_def grid [2, 1, 1] threads 128 forloop 1 (%v) : (tensor<1x8xbf16>) -> tensor<1x2x1x4xbf16> {
-// CHECK-NEXT:    ^bb0(%v_a: tensor<1x8xbf16>, %v4_r: tensor<1x2x1x4xbf16>):
-// CHECK-NEXT:      %v4_x = mugraph.input %v_a imap [1, -1, -1] fmap -1 : tensor<1x8xbf16> -> tensor<1x4xbf16>
-// CHECK-NEXT:      %v4_xv = mugraph.reshape %v4_x : tensor<1x4xbf16> -> tensor<1x1x1x4xbf16>
-// CHECK-NEXT:      mugraph.output %v4_xv to %v4_r omap [1, -1, -1] : tensor<1x1x1x4xbf16> -> tensor<1x2x1x4xbf16>
+// CHECK-NEXT:    %v4 = mugraph.graph_def grid [2, 1, 1] threads 128 forloop 1 (%v) : (tensor<2x8xbf16>) -> tensor<2x2x1x4xbf16> {
+// CHECK-NEXT:    ^bb0(%v_a: tensor<2x8xbf16>, %v4_r: tensor<2x2x1x4xbf16>):
+// CHECK-NEXT:      %v4_x = mugraph.input %v_a imap [1, -1, -1] fmap -1 : tensor<2x8xbf16> -> tensor<2x4xbf16>
+// CHECK-NEXT:      %v4_xv = mugraph.reshape %v4_x : tensor<2x4xbf16> -> tensor<2x1x1x4xbf16>
+// CHECK-NEXT:      mugraph.output %v4_xv to %v4_r omap [1, -1, -1] : tensor<2x1x1x4xbf16> -> tensor<2x2x1x4xbf16>
 // CHECK-NEXT:    }
-// CHECK-NEXT:    %c = mugraph.kernel "cache_write" (%cache, %v4, %p) {dim = 2 : i64} : (tensor<1x2x8x4xbf16>, tensor<1x2x1x4xbf16>, tensor<1xi32>) -> tensor<1x2x8x4xbf16>
+// CHECK-NEXT:    %c = mugraph.kernel "cache_write" (%cache, %v4, %p) {dim = 2 : i64} : (tensor<2x2x8x4xbf16>, tensor<2x2x1x4xbf16>, tensor<1xi32>) -> tensor<2x2x8x4xbf16>
 // CHECK-NEXT:    %w4 = mugraph.kernel "reshape" (%w)
 // CHECK-NEXT:    %c2 = mugraph.kernel "cache_write" (%cache2, %w4, %p)
-// CHECK-NEXT:    %c3 = mugraph.kernel "cache_write" (%cache3, %u, %p) {dim = 2 : i64} : (tensor<1x2x8x4xbf16>, tensor<1x8xbf16>, tensor<1xi32>) -> tensor<1x2x8x4xbf16>
+// CHECK-NEXT:    %c3 = mugraph.kernel "cache_write" (%cache3, %u, %p) {dim = 2 : i64} : (tensor<2x2x8x4xbf16>, tensor<2x8xbf16>, tensor<1xi32>) -> tensor<2x2x8x4xbf16>
+// CHECK-NEXT:    %c4 = mugraph.kernel "cache_write" (%cache4, %r, %p) {dim = 2 : i64} : (tensor<1x2x8x4xbf16>, tensor<1x8xbf16>, tensor<1xi32>) -> tensor<1x2x8x4xbf16>
 // ROWS0-LABEL: func.func @cache_write_view
-// ROWS0-NEXT:    %c = mugraph.kernel "cache_write" (%cache, %v, %p) {dim = 2 : i64} : (tensor<1x2x8x4xbf16>, tensor<1x8xbf16>, tensor<1xi32>) -> tensor<1x2x8x4xbf16>
+// ROWS0-NEXT:    %c = mugraph.kernel "cache_write" (%cache, %v, %p) {dim = 2 : i64} : (tensor<2x2x8x4xbf16>, tensor<2x8xbf16>, tensor<1xi32>) -> tensor<2x2x8x4xbf16>
 
 // -----
 
@@ -438,9 +442,8 @@ func.func @step(%q: tensor<1x64xbf16>, %k: tensor<1x32xbf16>, %v: tensor<1x32xbf
 // FOLD:           %vsel = mugraph.thread_map %vpos, %kat, %vrow, %vt
 // FOLD:         %o = mugraph.graph_def grid [2, 1, 1]
 // FOLD:         %kr = mugraph.graph_def grid [2, 1, 1]
-// FOLD:         %v4 = mugraph.graph_def grid [2, 1, 1] threads 128 forloop 1 (%v)
-// FOLD:         %kc = mugraph.kernel "cache_write" (%k_cache, %kr, %p)
-// FOLD-NEXT:    %vc = mugraph.kernel "cache_write" (%v_cache, %v4, %p)
+// FOLD:         %vc = mugraph.kernel "cache_write" (%v_cache, %v, %p)
+// FOLD-NEXT:    %kc = mugraph.kernel "cache_write" (%k_cache, %kr, %p)
 
 // -----
 
