@@ -479,7 +479,8 @@ def lower_block(block: Block, t: Tiling) -> None:
 @dataclass(frozen=True)
 class NnToMugraphPass(ModulePass):
     """`nn-to-mugraph{num-sms=132 tile-n=64 tile-k=64 tile-m=0 kv-chunk=64 kv-splits=0
-    k-splits=1 attention-fold=1 task-us=3 norm-rows=16 merge-rows=1 split-loop=1 gather-pairs=1}`."""
+    k-splits=1 attention-fold=1 task-us=3 norm-rows=16 merge-rows=1 split-loop=1 gather-pairs=1
+    cache-rows=0}`."""
 
     name = "nn-to-mugraph"
 
@@ -525,8 +526,9 @@ class NnToMugraphPass(ModulePass):
     gather_pairs: int = 1
     # 1: a cache write whose new rows (more than one) a head-splitting reshape makes (a batch's
     # V rows in a decode step) is a grid of copy blocks, one per head, that mugraph-append-writes
-    # then writes in place; 0: one library task copies them all.
-    cache_rows: int = 1
+    # then writes in place; 0, the default until it is timed on a GPU: one library task copies
+    # them all.
+    cache_rows: int = 0
 
     def tiling(self) -> Tiling:
         for option in ("num_sms", "tile_k", "kv_chunk"):

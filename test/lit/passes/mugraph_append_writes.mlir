@@ -1,6 +1,6 @@
-// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{attention-fold=0},mugraph-append-writes' | filecheck %s
-// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{attention-fold=0},mugraph-append-writes' | mk-opt --split-input-file | filecheck %s
-// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{attention-fold=0},mugraph-append-writes{append-writes=0}' | filecheck %s --check-prefix=OFF
+// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{attention-fold=0 cache-rows=1},mugraph-append-writes' | filecheck %s
+// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{attention-fold=0 cache-rows=1},mugraph-append-writes' | mk-opt --split-input-file | filecheck %s
+// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{attention-fold=0 cache-rows=1},mugraph-append-writes{append-writes=0}' | filecheck %s --check-prefix=OFF
 
 // A decode step's K rows: their QK-norm + RoPE kernel (one block per KV head) writes them into
 // the donated cache at %p itself; the cache_write kernel goes, and the attention reads the
@@ -38,8 +38,8 @@ func.func @step(%q: tensor<1x64xbf16>, %k: tensor<1x32xbf16>, %v: tensor<1x32xbf
 
 // -----
 
-// A batch's V rows: nn-to-mugraph copies them in blocks, one per KV head (cache-rows=1), and
-// those blocks write them into the cache in place.
+// A batch's V rows: nn-to-mugraph copies them in blocks, one per KV head (cache-rows=1, given
+// in the RUN lines), and those blocks write them into the cache in place.
 func.func @v_rows(%v: tensor<2x32xbf16>, %pos: tensor<1xi32>, %v_cache: tensor<2x2x8x16xbf16> {nn.donated}) -> tensor<2x2x8x16xbf16> {
   %v4 = nn.reshape %v : (tensor<2x32xbf16>) -> tensor<2x2x1x16xbf16>
   %vc = nn.cache_write %v_cache, %v4, %pos {dim = 2 : i64} : (tensor<2x2x8x16xbf16>, tensor<2x2x1x16xbf16>, tensor<1xi32>) -> tensor<2x2x8x16xbf16>
