@@ -370,6 +370,13 @@ def test_a_batch_v_rows_go_to_the_cache_from_copy_blocks(cache_dir: Path) -> Non
     assert "mk::gpu::cache_write_bytes(" in single.cuda_source  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("flag", [-1, 2])
+def test_cache_rows_takes_0_or_1(flag: int, cache_dir: Path) -> None:
+    text = decode_program(preset("tiny"), 2, 5, 2)
+    with pytest.raises(mk.MkError, match="nn-to-mugraph: cache-rows must be 0 or 1"):
+        mk.compile(text, cache_dir=cache_dir, cache_rows=flag)
+
+
 @needs_decode_ops
 @needs_gxx
 def test_v_rows_by_blocks_generate_as_one_task_does(cache_dir: Path) -> None:
