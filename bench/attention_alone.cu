@@ -13,6 +13,8 @@
 // Each row: the median over 50 launches (after 10) of the CUDA-event time and of the mean
 // per-CTA time (globaltimer around the body); K/V rotate over 8 copies, more than the L2 holds.
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <vector>
 
@@ -51,7 +53,7 @@ constexpr int64_t REGION = int64_t(KEYS) * D;  // elements of K (or V) per task
 __device__ inline uint64_t gtimer() { uint64_t t; asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t)); return t; }
 __device__ uint64_t g_cta_ns[TASKS];
 
-template <int S, bool OPS>
+template <int S, bool OPS, int KW = kAttnWarpKeys>
 __device__ void att_body(const uint16_t* k, const uint16_t* v, const uint16_t* q, float* out) {
   StreamAttention sa{};
   const int i = blockIdx.x;
@@ -75,17 +77,17 @@ __device__ void att_body(const uint16_t* k, const uint16_t* v, const uint16_t* q
   sa.o = o; sa.m = m; sa.l = l;
   const float len = 100000.f;
   const auto score = [&](float s, int64_t key) -> float { return static_cast<float>(key) < len ? s * 0.0883883f : -1e30f; };
-  stream_attention_mma<R, D, true, S>(sa, score);
+  stream_attention_mma<R, D, true, S, KW>(sa, score);
   __syncthreads();
-  for (int j = threadIdx.x; j < R * D; j += blockDim.x) out[i * R * D + j] = o[j];
+  for (int j = threadIdx.x; j < R * D; j += blockDim.x) out[i * R * D + j] = o[j] / l[j / D];
 }
 
-template <int S, bool OPS>
+template <int S, bool OPS, int KW>
 __device__ __noinline__ void att_called(const uint16_t* k, const uint16_t* v, const uint16_t* q, float* out) {
-  att_body<S, OPS>(k, v, q, out);
+  att_body<S, OPS, KW>(k, v, q, out);
 }
 
-template <int S, bool OPS, bool CALL, int THRASH = 0>
+template <int S, bool OPS, bool CALL, int THRASH = 0, int KW = kAttnWarpKeys>
 __global__ void __launch_bounds__(256, 1) att_kernel(const uint16_t* k, const uint16_t* v, const uint16_t* q, float* out) {
   if (THRASH) {
     const float x = thrash_n(static_cast<float>(threadIdx.x), THRASH);
@@ -93,7 +95,7 @@ __global__ void __launch_bounds__(256, 1) att_kernel(const uint16_t* k, const ui
   }
   __syncthreads();
   const uint64_t t0 = gtimer();
-  if (CALL) att_called<S, OPS>(k, v, q, out); else att_body<S, OPS>(k, v, q, out);
+  if (CALL) att_called<S, OPS, KW>(k, v, q, out); else att_body<S, OPS, KW>(k, v, q, out);
   __syncthreads();
   if (threadIdx.x == 0) g_cta_ns[blockIdx.x] = gtimer() - t0;
 }
@@ -204,6 +206,58 @@ std::pair<float, float> time_it(K kernel, int smem, const std::vector<uint16_t*>
   return {ms[ms.size() / 2] * 1000.f, cta[cta.size() / 2]};
 }
 
+
+float bf16_value(uint16_t b) { uint32_t u = uint32_t(b) << 16; float f; memcpy(&f, &u, 4); return f; }
+
+// Random signed K, V and q against a float64 softmax(q·Kᵀ·scale)·V on the host: the largest
+// |mk − ref| / (1 + |ref|) of one launch of the body with KW keys a warp.
+template <int KW>
+double check_error() {
+  const size_t n = size_t(TASKS) * REGION;
+  std::vector<uint16_t> hk(n), hv(n), hq(TASKS * R * D);
+  uint32_t x = 12345u;
+  auto draw = [&] { x = x * 1664525u + 1013904223u; const float f = (x >> 8) / float(1 << 24) * 4.f - 2.f;
+                    uint32_t u; memcpy(&u, &f, 4); return uint16_t(u >> 16); };
+  for (auto& e : hk) e = draw();
+  for (auto& e : hv) e = draw();
+  for (auto& e : hq) e = draw();
+  uint16_t *k, *v, *q; float* out;
+  cudaMalloc(&k, n * 2); cudaMalloc(&v, n * 2); cudaMalloc(&q, hq.size() * 2); cudaMalloc(&out, TASKS * R * D * 4);
+  cudaMemcpy(k, hk.data(), n * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(v, hv.data(), n * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(q, hq.data(), hq.size() * 2, cudaMemcpyHostToDevice);
+  cudaMemset(out, 0xff, TASKS * R * D * 4);  // NaN: unwritten elements show
+  const int smem = mma_attention_smem_bytes(R, D, 2, KW);
+  cudaFuncSetAttribute(att_kernel<2, false, false, 0, KW>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  att_kernel<2, false, false, 0, KW><<<TASKS, 256, smem>>>(k, v, q, out);
+  std::vector<float> got(TASKS * R * D);
+  cudaMemcpy(got.data(), out, got.size() * 4, cudaMemcpyDeviceToHost);
+  cudaFree(k); cudaFree(v); cudaFree(q); cudaFree(out);
+  if (cudaGetLastError() != cudaSuccess) return 1e9;
+  double worst = 0;
+  std::vector<double> sc(KEYS);
+  for (int i = 0; i < TASKS; ++i)
+    for (int r = 0; r < R; ++r) {
+      double peak = -1e300;
+      for (int j = 0; j < KEYS; ++j) {
+        double acc = 0;
+        for (int d = 0; d < D; ++d) acc += double(bf16_value(hq[(i * R + r) * D + d])) * bf16_value(hk[i * REGION + j * D + d]);
+        sc[j] = acc * 0.0883883;
+        peak = std::max(peak, sc[j]);
+      }
+      double total = 0;
+      for (int j = 0; j < KEYS; ++j) total += (sc[j] = std::exp(sc[j] - peak));
+      for (int d = 0; d < D; ++d) {
+        double o = 0;
+        for (int j = 0; j < KEYS; ++j) o += sc[j] * bf16_value(hv[i * REGION + j * D + d]);
+        o /= total;
+        const double e = std::fabs(got[(i * R + r) * D + d] - o) / (1 + std::fabs(o));
+        worst = std::isnan(e) ? 1e9 : std::max(worst, e);
+      }
+    }
+  return worst;
+}
+
 int main() {
   const int NB = 8;
   std::vector<uint16_t*> ks(NB), vs(NB);
@@ -230,6 +284,14 @@ int main() {
   row("attention mma S=2 ops call", time_it(att_kernel<2, true, true>, mma_attention_smem_bytes(R, D, 2), ks, vs, q, out));
   row("attention mma S=2 ops call big smem", time_it(att_kernel<2, true, true>, BIG, ks, vs, q, out));
   row("attention mma S=3 ops call big smem", time_it(att_kernel<3, true, true>, BIG, ks, vs, q, out));
+  // 16 keys a warp (chunks of 128 keys): S=2 holds the bytes of 8 keys a warp's S=4.
+  const int BIG16 = std::max(BIG, mma_attention_smem_bytes(R, D, 3, 16));
+  row("attention mma S=2 ops call big KW16", time_it(att_kernel<2, true, true, 0, 16>, BIG, ks, vs, q, out));
+  row("attention mma S=3 ops call big KW16", time_it(att_kernel<3, true, true, 0, 16>, BIG16, ks, vs, q, out));
+  row("attention mma S=4 ops call big KW8", time_it(att_kernel<4, true, true, 0, 8>, std::max(BIG, mma_attention_smem_bytes(R, D, 4, 8)), ks, vs, q, out));
+  const double e8 = check_error<8>(), e16 = check_error<16>();
+  printf("check against float64 (max |mk - ref| / (1 + |ref|)): KW8 %.2e  KW16 %.2e  %s\n", e8, e16,
+         e8 < 2e-2 && e16 < 2e-2 ? "ok" : "FAIL");
   constexpr int ST = 2 * 64 * (D + 8) * 2;
   row("thrash 0 KB (call)", time_it(att_kernel<2, true, true, 0>, BIG, ks, vs, q, out));
   row("thrash 32 KB", time_it(att_kernel<2, true, true, 1>, BIG, ks, vs, q, out));

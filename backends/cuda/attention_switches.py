@@ -68,6 +68,15 @@ def attention_mma_stages() -> int:
     return count("MK_CUDA_ATTN_MMA_STAGES", 3, 1, 4, "stages")
 
 
+def attention_warp_keys() -> int:
+    """MK_CUDA_ATTN_WARP_KEYS (8 default, or 16): the keys each of the 8 warps of
+    stream_attention_mma takes of a staged chunk, so chunks of 64 or 128 keys. With 16 a warp's
+    scores are two independent mma chains, its oᵀ += Vᵀ·pᵀ one m16n8k16 per 16 head elements
+    in place of two m16n8k8, and a task walks half as many chunks (and barriers); a stage is
+    twice the shared memory. Opt-in until timed in a model."""
+    return int(choice("MK_CUDA_ATTN_WARP_KEYS", ("8", "16")))
+
+
 def attention_defines() -> list[str]:
     """The attention headers' switches of one build (mk/cuda_attention.cuh,
     mk/cuda_attention_mma.cuh) as #define lines."""
@@ -76,6 +85,8 @@ def attention_defines() -> list[str]:
         lines.append("#define MK_ATTN_MERGE_SLOTS 1")
     if (rows_first := attention_rows_first()) != ATTN_ROWS_FIRST:
         lines.append(f"#define MK_ATTN_ROWS_FIRST {rows_first}")
+    if (warp_keys := attention_warp_keys()) != 8:
+        lines.append(f"#define MK_ATTN_WARP_KEYS {warp_keys}")
     if not flag("MK_CUDA_ATTN_KV_EARLY", default=True):
         lines.append("#define MK_ATTN_KV_LATE 1")
     if (keys := count("MK_CUDA_ATTN_KEYS", 4, 1, 16, "keys")) != 4:

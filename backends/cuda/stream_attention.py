@@ -131,20 +131,25 @@ class AttentionPlan:
         return slots * self.rows * per_slot_row
 
 
-MMA_KEYS = 64  # mk::gpu::kMmaAttentionKeys
+MMA_KEYS = 64  # mk::gpu::kMmaAttentionKeys at 8 keys a warp
 
 
-def mma_chunks(keys: int) -> int:
-    """The chunks of 64 keys stream_attention_mma stages for a task of up to `keys` keys (it
-    takes a stage for each, up to MK_CUDA_ATTN_MMA_STAGES)."""
-    return max(1, -(-keys // MMA_KEYS))
+def mma_chunk_keys() -> int:
+    """mk::gpu::mma_attention_chunk_keys: 8 warps' keys (MK_CUDA_ATTN_WARP_KEYS)."""
+    return 8 * attention_switches.attention_warp_keys()
+
+
+def mma_chunks(keys: int, chunk_keys: int = MMA_KEYS) -> int:
+    """The chunks of `chunk_keys` keys stream_attention_mma stages for a task of up to `keys`
+    keys (it takes a stage for each, up to MK_CUDA_ATTN_MMA_STAGES)."""
+    return max(1, -(-keys // chunk_keys))
 
 
 def mma_smem_floats(rows: int, d: int, stages: int) -> int:
     """mk::gpu::mma_attention_smem_bytes(rows, d, stages) in floats: prepare_rows' rows
     (128-byte aligned), then the stages of K and V chunks of rows padded by 8 elements."""
     rows_bytes = -(-(rows + 2) * d * 4 // 128) * 128
-    return (rows_bytes + stages * 2 * MMA_KEYS * (d + 8) * 2) // 4
+    return (rows_bytes + stages * 2 * mma_chunk_keys() * (d + 8) * 2) // 4
 
 
 def plan_attention(op: GraphDefOp) -> AttentionPlan | None:

@@ -18,7 +18,17 @@
 namespace mk {
 namespace gpu {
 
-constexpr int kMmaAttentionKeys = 64;  // keys a staged chunk holds: 8 for each of the 8 warps
+// MK_ATTN_WARP_KEYS = 8 or 16 (MK_CUDA_ATTN_WARP_KEYS): the keys each warp takes of a staged chunk,
+// so a chunk holds 8 times as many. With 16, a warp's scores are two independent mma chains and
+// its oᵀ += Vᵀ·pᵀ one m16n8k16 per 16 head elements, over half as many chunks (and barriers).
+#if defined(MK_ATTN_WARP_KEYS)
+constexpr int kAttnWarpKeys = MK_ATTN_WARP_KEYS;
+#else
+constexpr int kAttnWarpKeys = 8;
+#endif
+static_assert(kAttnWarpKeys == 8 || kAttnWarpKeys == 16, "MK_ATTN_WARP_KEYS: 8 or 16");
+constexpr int kMmaAttentionKeys = 8 * kAttnWarpKeys;  // keys a staged chunk holds (8 warps)
+__host__ __device__ constexpr int mma_attention_chunk_keys(int warp_keys) { return 8 * warp_keys; }
 
 // MK_ATTN_ROWS_FIRST = N (MK_CUDA_ATTN_ROWS_FIRST=N, 0..4, default 2): the rows' loads go out
 // before the chunks' copies, N stages of them between the rows' loads and their ops, the rest
@@ -39,8 +49,9 @@ constexpr int kAttnRowsFirst = 2;
 __host__ __device__ constexpr int mma_attention_rows_bytes(int r, int d) {
   return ((r + 2) * d * 4 + 127) / 128 * 128;
 }
-__host__ __device__ constexpr int mma_attention_smem_bytes(int r, int d, int stages) {
-  return mma_attention_rows_bytes(r, d) + stages * 2 * kMmaAttentionKeys * (d + 8) * 2;
+__host__ __device__ constexpr int mma_attention_smem_bytes(int r, int d, int stages,
+                                                         int warp_keys = kAttnWarpKeys) {
+  return mma_attention_rows_bytes(r, d) + stages * 2 * mma_attention_chunk_keys(warp_keys) * (d + 8) * 2;
 }
 
 // D += A·B for one m16n8k8 tile: A 16×8 (two packed pairs per lane), B 8×8 (one), D f32.
@@ -82,16 +93,25 @@ __device__ inline void query_fragments(uint32_t (&qf)[D / 16][2], const StreamAt
   }
 }
 
-template <int R, int D, bool BF16, int STAGES, class Score>
+// oᵀ's columns are query rows 2t and 2t + 1 (a C fragment's pairs).
+__device__ inline void rescale_columns(float (&o)[4], float r0, float r1) {
+  o[0] *= r0;
+  o[1] *= r1;
+  o[2] *= r0;
+  o[3] *= r1;
+}
+
+template <int R, int D, bool BF16, int STAGES, int KW = kAttnWarpKeys, class Score>
 __device__ void stream_attention_mma(const StreamAttention& a, Score score) {
   static_assert(R >= 1 && R <= kAttentionMaxRows, "stream_attention_mma takes 1..8 query rows");
   // Lane groups of D/8 within a warp (prepare_rows), pairs of 16-column steps (ldmatrix x4).
   static_assert(D % 32 == 0 && D <= 128 && 32 % (D / 8) == 0, "head dim: 32, 64 or 128");
   static_assert(STAGES >= 1, "at least one stage");
-  static_assert(8 * R * D * 4 + 2 * 8 * R * 4 <= mma_attention_smem_bytes(R, D, STAGES),
+  static_assert(8 * R * D * 4 + 2 * 8 * R * 4 <= mma_attention_smem_bytes(R, D, STAGES, KW),
                 "the warps' merge fits the room of the rows and stages");
-  static_assert(kCudaThreads / 32 * 8 == kMmaAttentionKeys, "8 keys of a chunk a warp");
-  constexpr int KC = kMmaAttentionKeys, LD = D + 8;
+  static_assert(KW == 8 || KW == 16, "8 or 16 keys of a chunk a warp");
+  static_assert(kCudaThreads / 32 == 8, "a chunk's keys are the 8 warps'");
+  constexpr int KC = mma_attention_chunk_keys(KW), LD = D + 8, NT = KW / 8;
   constexpr int STAGE = 2 * KC * LD;  // elements: a K chunk, then a V chunk
   float* rows = reinterpret_cast<float*>(mk_dynamic_smem);
   uint16_t* const ring =
@@ -140,23 +160,31 @@ __device__ void stream_attention_mma(const StreamAttention& a, Score score) {
       }
       __syncthreads();
     }
-    const uint16_t* const kw = ks + warp * 8 * LD;  // this warp's 8 keys
-    const uint16_t* const vw = vs + warp * 8 * LD;
-    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const uint16_t* const kw = ks + warp * KW * LD;  // this warp's KW keys
+    const uint16_t* const vw = vs + warp * KW * LD;
+    float s[NT][4];  // one n8 tile of keys each: independent chains
+#pragma unroll
+    for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk += 2) {
-      uint32_t b[4];
-      ldmatrix_x4(b, smem_address(kw + (lane % 8) * LD + kk * 16 + (lane / 8) * 8));
-      mma16816<BF16>(s, qf[kk][0], 0u, qf[kk][1], 0u, b[0], b[1]);
-      mma16816<BF16>(s, qf[kk + 1][0], 0u, qf[kk + 1][1], 0u, b[2], b[3]);
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        uint32_t b[4];
+        ldmatrix_x4(b, smem_address(kw + (n * 8 + lane % 8) * LD + kk * 16 + (lane / 8) * 8));
+        mma16816<BF16>(s[n], qf[kk][0], 0u, qf[kk][1], 0u, b[0], b[1]);
+        mma16816<BF16>(s[n], qf[kk + 1][0], 0u, qf[kk + 1][1], 0u, b[2], b[3]);
+      }
     }
-    // Row g's scores of keys 2t and 2t + 1 (s[2], s[3] are the padding rows').
+    // Row g's scores of keys n·8 + 2t and n·8 + 2t + 1 (s[n][2], s[n][3] are the padding rows').
     float peak = -INFINITY;
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int key = c * KC + warp * 8 + 2 * t + e;
-      s[e] = g < R && key < a.keys ? score(s[e], a.key0 + key) : -INFINITY;
-      peak = nan_max(peak, s[e]);
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int key = c * KC + warp * KW + n * 8 + 2 * t + e;
+        s[n][e] = g < R && key < a.keys ? score(s[n][e], a.key0 + key) : -INFINITY;
+        peak = nan_max(peak, s[n][e]);
+      }
     }
     peak = nan_max(peak, __shfl_xor_sync(0xffffffffu, peak, 1));
     peak = nan_max(peak, __shfl_xor_sync(0xffffffffu, peak, 2));
@@ -164,23 +192,38 @@ __device__ void stream_attention_mma(const StreamAttention& a, Score score) {
     const float shift = softmax_shift(m_new);
     const float rescale = __expf(m - shift);
     m = m_new;
-    const float p0 = __expf(s[0] - shift), p1 = __expf(s[1] - shift);
-    l = l * rescale + p0 + p1;
-    // pᵀ's B fragment is row g's pair as it stands; the rescales of rows 2t and 2t + 1.
-    const uint32_t pb = pack_pair<BF16>(p0, p1);
+    // pᵀ's B fragments are row g's pairs as they stand; the rescales of rows 2t and 2t + 1.
+    uint32_t pb[NT];
+    l *= rescale;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      const float p0 = __expf(s[n][0] - shift), p1 = __expf(s[n][1] - shift);
+      l = l + p0 + p1;
+      pb[n] = pack_pair<BF16>(p0, p1);
+    }
     const float r0 = __shfl_sync(0xffffffffu, rescale, 8 * t);
     const float r1 = __shfl_sync(0xffffffffu, rescale, 8 * t + 4);
+    if constexpr (KW == 8) {
 #pragma unroll
-    for (int dm = 0; dm < D / 16; dm += 2) {
-      uint32_t b[4];
-      ldmatrix_x4_trans(b, smem_address(vw + (lane % 8) * LD + dm * 16 + (lane / 8) * 8));
+      for (int dm = 0; dm < D / 16; dm += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, smem_address(vw + (lane % 8) * LD + dm * 16 + (lane / 8) * 8));
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        o[dm + h][0] *= r0;
-        o[dm + h][1] *= r1;
-        o[dm + h][2] *= r0;
-        o[dm + h][3] *= r1;
-        mma1688<BF16>(o[dm + h], b[2 * h], b[2 * h + 1], pb);
+        for (int h = 0; h < 2; ++h) {
+          rescale_columns(o[dm + h], r0, r1);
+          mma1688<BF16>(o[dm + h], b[2 * h], b[2 * h + 1], pb[0]);
+        }
+      }
+    } else {
+      // Vᵀ's 16×16 A tile of head elements dm·16.. and the warp's 16 keys: matrices (keys 0-7,
+      // elements 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15), each transposed.
+#pragma unroll
+      for (int dm = 0; dm < D / 16; ++dm) {
+        uint32_t av[4];
+        ldmatrix_x4_trans(av, smem_address(vw + (lane % 8 + (lane / 16) * 8) * LD + dm * 16 +
+                                           ((lane / 8) % 2) * 8));
+        rescale_columns(o[dm], r0, r1);
+        mma16816<BF16>(o[dm], av[0], av[1], av[2], av[3], pb[0], pb[NT - 1]);
       }
     }
     __syncthreads();  // this stage is free for chunk c + STAGES
