@@ -354,6 +354,34 @@ def test_tensor_core_stages_are_a_build_option(
 
 
 @pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(("warp", "stages"), [("", 3), ("8", 3), ("16", 3)])
+def test_tensor_core_warp_keys_are_a_build_option(
+    warp: str, stages: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_ATTN_WARP_KEYS=16 stages chunks of 128 keys (a task of 512 keys: 4, of which 3
+    in flight) with room for them in front of the arena; 8 (the default) chunks of 64."""
+    monkeypatch.setenv("MK_CUDA_ATTN_MMA", "1")
+    monkeypatch.setenv("MK_CUDA_ATTN_WARP_KEYS", warp)
+    text = attention(8, 16, 8, 1024, 128)
+    src = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=2).cuda_source  # type: ignore[attr-defined]
+    assert f"mk::gpu::stream_attention_mma<2, 128, true, {stages}>(sa, score);" in src
+    assert ("#define MK_ATTN_WARP_KEYS 16" in src) == (warp == "16")
+    chunk_keys = 128 if warp == "16" else 64
+    front = int(src.split("kArenaOffset = ")[1].split(";")[0])
+    assert front >= stages * 2 * chunk_keys * (128 + 8) * 2
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_tensor_core_warp_keys_name_their_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MK_CUDA_ATTN_MMA", "1")
+    monkeypatch.setenv("MK_CUDA_ATTN_WARP_KEYS", "32")
+    with pytest.raises(mk.MkError, match="MK_CUDA_ATTN_WARP_KEYS must be one of 8, 16, got '32'"):
+        mk.compile(attention(8, 16, 8, 1024, 128), target="cuda", cache_dir=tmp_path)
+
+
+@pytest.mark.usefixtures("no_nvcc")
 def test_tensor_core_switch_names_its_values(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -375,12 +403,17 @@ def test_tensor_core_stages_name_their_range(
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize(("stages", "rows_first"), [(3, "2"), (4, "2"), (3, "0"), (3, "1")])
+@pytest.mark.parametrize(
+    ("stages", "rows_first", "warp"),
+    [(3, "2", ""), (4, "2", ""), (3, "0", ""), (3, "1", ""), (2, "2", "16"), (3, "0", "16")],
+)
 def test_tensor_core_decode_attention_builds_without_spills(
-    stages: int, rows_first: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    stages: int, rows_first: str, warp: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With the rows' loads first (the default, 2 stages of copies before the rows' ops; 1), their
-    registers live across the first chunks' copies; and with every copy first (0)."""
+    registers live across the first chunks' copies; and with every copy first (0); with 8 or 16
+    keys a warp."""
+    monkeypatch.setenv("MK_CUDA_ATTN_WARP_KEYS", warp)
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", "1")
     monkeypatch.setenv("MK_CUDA_ATTN_MMA_STAGES", str(stages))
     monkeypatch.setenv("MK_CUDA_ATTN_ROWS_FIRST", rows_first)
@@ -397,14 +430,16 @@ def test_tensor_core_decode_attention_builds_without_spills(
     ("dims", "extra"), SHAPES, ids=lambda s: "x".join(map(str, s)) if isinstance(s, tuple) else ""
 )
 @pytest.mark.parametrize(
-    ("keys", "mma", "early", "stages"),
+    ("keys", "mma", "early", "stages", "warp"),
     [
-        ("", "0", "1", ""),
-        ("8", "0", "1", ""),
-        ("", "1", "1", ""),
-        ("", "1", "1", "2"),
-        ("", "1", "1", "4"),
-        ("", "0", "0", ""),
+        ("", "0", "1", "", ""),
+        ("8", "0", "1", "", ""),
+        ("", "1", "1", "", ""),
+        ("", "1", "1", "2", ""),
+        ("", "1", "1", "4", ""),
+        ("", "1", "1", "", "16"),
+        ("", "1", "1", "1", "16"),
+        ("", "0", "0", "", ""),
     ],
     ids=[
         "rounds",
@@ -412,6 +447,8 @@ def test_tensor_core_decode_attention_builds_without_spills(
         "tensor-cores",
         "tensor-cores-2-stages",
         "tensor-cores-4-stages",
+        "tensor-cores-16-keys-a-warp",
+        "tensor-cores-16-keys-a-warp-1-stage",
         "kv-late",
     ],
 )
@@ -422,18 +459,21 @@ def test_streamed_attention_matches_the_reference(
     mma: str,
     early: str,
     stages: str,
+    warp: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The key loops: a round's loads then its keys, with 4 or 8 keys a round,
     (MK_CUDA_ATTN_MMA=1) staged chunks on tensor cores where the head dim allows (up to 3, or
-    MK_CUDA_ATTN_MMA_STAGES=2 or 4, in flight), and
+    MK_CUDA_ATTN_MMA_STAGES=1, 2 or 4, in flight; 8 or, MK_CUDA_ATTN_WARP_KEYS=16, 16 keys of
+    each a warp), and
     the first round's loads issued behind the prepared rows' loads (MK_CUDA_ATTN_KV_EARLY=0: after);
     kv_splits=3 gives tasks of several rounds or chunks."""
     monkeypatch.setenv("MK_CUDA_ATTN_KEYS", keys)
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", mma)
     monkeypatch.setenv("MK_CUDA_ATTN_KV_EARLY", early)
     monkeypatch.setenv("MK_CUDA_ATTN_MMA_STAGES", stages)
+    monkeypatch.setenv("MK_CUDA_ATTN_WARP_KEYS", warp)
     text = attention(*dims, **extra)  # type: ignore[arg-type]
     assert any(_plans(text).values())
     for splits in (0, 3):
