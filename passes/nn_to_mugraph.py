@@ -25,9 +25,9 @@ Layout ops fold into maps in these cases (elsewhere they are library copy kernel
 - a reshape [..., H·D] -> [..., H, 1, ..., D] feeding a row chain (its blocks read their heads
   from the source and reshape the tile);
 - a reshape whose only user is an `nn.cache_write` (as the new slab): the `cache_write` kernel
-  reads the reshape's source, the slab's elements in row-major order; with `cache-rows=1`, a
-  head-splitting one of several rows into a donated cache at one position is a row chain of
-  copy blocks instead, which mugraph-append-writes makes write the rows in place;
+  reads the reshape's source, the slab's elements in row-major order; but (`cache-rows=1`, the
+  default) a head-splitting one of several rows into a donated cache at one position is a row
+  chain of copy blocks instead, which mugraph-append-writes makes write the rows in place;
 - a reshape of an `nn.embedding` result (its only user): the `embedding` kernel writes its rows
   straight into the reshape's result type (a library kernel's result may be any reshape of the
   nn op's, row-major);
@@ -480,7 +480,7 @@ def lower_block(block: Block, t: Tiling) -> None:
 class NnToMugraphPass(ModulePass):
     """`nn-to-mugraph{num-sms=132 tile-n=64 tile-k=64 tile-m=0 kv-chunk=64 kv-splits=0
     k-splits=1 attention-fold=1 task-us=3 norm-rows=16 merge-rows=1 split-loop=1 gather-pairs=1
-    cache-rows=0}`."""
+    cache-rows=1}`."""
 
     name = "nn-to-mugraph"
 
@@ -524,11 +524,12 @@ class NnToMugraphPass(ModulePass):
     # 1: an embedding whose ids an embedding picks (its only user) is one kernel,
     # table[ids[at]] (a decode step's token and its embedding); 0 keeps two kernels.
     gather_pairs: int = 1
-    # 1: a cache write whose new rows (more than one) a head-splitting reshape makes (a batch's
-    # V rows in a decode step) is a grid of copy blocks, one per head, that mugraph-append-writes
-    # then writes in place; 0, the default until it is timed on a GPU: one library task copies
-    # them all.
-    cache_rows: int = 0
+    # 1 (default): a cache write whose new rows (more than one) a head-splitting reshape makes (a
+    # batch's V rows in a decode step) is a grid of copy blocks, one per head, that
+    # mugraph-append-writes then writes in place; 0: one library task copies them all. On the
+    # H100 at batch 8 (bench/RESULTS.md, session 98): qwen3-0.6b -0.10 %, llama-3.2-1b -0.19 %,
+    # the V write 6.9 -> 1.4 and 3.0 -> 1.3 µs a task.
+    cache_rows: int = 1
 
     def tiling(self) -> Tiling:
         for option in ("num_sms", "tile_k", "kv_chunk"):

@@ -56,7 +56,7 @@ class Tiling:
     merge_rows: int = 1  # decode attention's merge folds into the o-projection up to this batch
     split_loop: int = 1  # mugraph-split-loop will split the folded merge's loop (kv_splits)
     gather_pairs: int = 1  # an embedding of ids an embedding picks is one kernel (1) or two (0)
-    cache_rows: int = 0  # a cache write's head-split rows: copy blocks per head (1) or one task (0)
+    cache_rows: int = 1  # a cache write's head-split rows: copy blocks per head (1) or one task (0)
 
     def row_tile(self) -> int:
         """Rows per block (tile_m, else DEFAULT_TILE_M); a linear of many rows may take more

@@ -349,12 +349,12 @@ def test_tiny_generates_on_cpu_executor(cache_dir: Path) -> None:
 @needs_decode_ops
 @pytest.mark.usefixtures("no_nvcc")
 def test_a_batch_v_rows_go_to_the_cache_from_copy_blocks(cache_dir: Path) -> None:
-    """At batch 2 with cache_rows=1 each KV head's V rows are copied into the cache by a block
-    of their own, which waits only for its head's attention; by default (cache_rows=0) one
+    """At batch 2 (by default, cache_rows=1) each KV head's V rows are copied into the cache by
+    a block of their own, which waits only for its head's attention; with cache_rows=0 one
     library task writes every head's, as at batch 1 either way."""
     config = preset("tiny-qwen3")
     text = decode_program(config, 2, 5, 2)
-    by_blocks = mk.compile(text, target="cuda", cache_dir=cache_dir, cache_rows=1)
+    by_blocks = mk.compile(text, target="cuda", cache_dir=cache_dir)
     src = by_blocks.cuda_source  # type: ignore[attr-defined]
     assert "mk::gpu::cache_write_bytes(" not in src
     assert src.count("mk::gpu::copy_runs<2>(") == 1  # one body, which every layer's grid runs
@@ -362,11 +362,9 @@ def test_a_batch_v_rows_go_to_the_cache_from_copy_blocks(cache_dir: Path) -> Non
     v_writes = [g for name, g in grids.items() if name.endswith("_v_cache")]
     assert len(v_writes) == config.layers
     assert all(g.shape_tuple == (config.kv_heads,) for g in v_writes)
-    one_task = mk.compile(text, target="cuda", cache_dir=cache_dir)
+    one_task = mk.compile(text, target="cuda", cache_dir=cache_dir, cache_rows=0)
     assert "mk::gpu::cache_write_bytes(" in one_task.cuda_source  # type: ignore[attr-defined]
-    single = mk.compile(
-        decode_program(config, 1, 5, 2), target="cuda", cache_dir=cache_dir, cache_rows=1
-    )
+    single = mk.compile(decode_program(config, 1, 5, 2), target="cuda", cache_dir=cache_dir)
     assert "mk::gpu::cache_write_bytes(" in single.cuda_source  # type: ignore[attr-defined]
 
 

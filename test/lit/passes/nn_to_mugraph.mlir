@@ -8,7 +8,7 @@
 // RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{k-splits=1 norm-rows=4}' | filecheck %s --check-prefix=NORM
 // RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{kv-splits=2 kv-chunk=16 k-splits=1 merge-rows=2}' | filecheck %s --check-prefix=ROWS
 // RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{k-splits=1 gather-pairs=0}' | filecheck %s --check-prefix=PAIRS0
-// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{k-splits=1 cache-rows=1}' | filecheck %s --check-prefix=CROWS
+// RUN: mk-opt %s --split-input-file -p 'nn-to-mugraph{k-splits=1 cache-rows=0}' | filecheck %s --check-prefix=CROWS0
 
 // RMSNorm + Linear: one graph_def. Grid x over the 1024 output columns (64 per block), the
 // for-loop over K = 512 in chunks of tile-k; x·g feeds the matmul while Σx² accumulates in the
@@ -380,10 +380,10 @@ func.func @qk_norm_rope(%q: tensor<1x256xbf16>, %w: tensor<64xbf16>, %c: tensor<
 // -----
 
 // A cache write of a reshaped slab reads the reshape's source (the same bytes): no copy kernel.
-// With cache-rows=1, a batch's head-split slab written into a donated cache at one position is
-// copied by blocks, one per head, which mugraph-append-writes then makes write it in place; not
-// into a cache that is not donated, nor one row (batch 1). A reshape with
-// another user stays a copy.
+// A batch's head-split slab written into a donated cache at one position is copied by blocks,
+// one per head, which mugraph-append-writes then makes write it in place (cache-rows=0: the
+// cache_write kernel reads it too); not into a cache that is not donated, nor one row (batch 1).
+// A reshape with another user stays a copy.
 func.func @cache_write_view(%cache: tensor<2x2x8x4xbf16> {nn.donated}, %v: tensor<2x8xbf16>, %w: tensor<2x8xbf16>, %cache2: tensor<2x2x8x4xbf16>, %p: tensor<1xi32>, %u: tensor<2x8xbf16>, %cache3: tensor<2x2x8x4xbf16>, %r: tensor<1x8xbf16>, %cache4: tensor<1x2x8x4xbf16> {nn.donated}) -> (tensor<2x2x1x4xbf16>, tensor<2x2x8x4xbf16>, tensor<2x2x8x4xbf16>, tensor<1x2x8x4xbf16>) {
   %v4 = nn.reshape %v : (tensor<2x8xbf16>) -> tensor<2x2x1x4xbf16>
   %c = nn.cache_write %cache, %v4, %p {dim = 2 : i64} : (tensor<2x2x8x4xbf16>, tensor<2x2x1x4xbf16>, tensor<1xi32>) -> tensor<2x2x8x4xbf16>
@@ -396,23 +396,23 @@ func.func @cache_write_view(%cache: tensor<2x2x8x4xbf16> {nn.donated}, %v: tenso
   func.return %w4, %c2, %c3, %c4 : tensor<2x2x1x4xbf16>, tensor<2x2x8x4xbf16>, tensor<2x2x8x4xbf16>, tensor<1x2x8x4xbf16>
 }
 // CHECK-LABEL: func.func @cache_write_view
-// CHECK-NEXT:    %c = mugraph.kernel "cache_write" (%cache, %v, %p) {dim = 2 : i64} : (tensor<2x2x8x4xbf16>, tensor<2x8xbf16>, tensor<1xi32>) -> tensor<2x2x8x4xbf16>
+// CHECK-NEXT:    %v4 = mugraph.graph_def grid [2, 1, 1] threads 128 forloop 1 (%v) : (tensor<2x8xbf16>) -> tensor<2x2x1x4xbf16> {
+// CHECK-NEXT:    ^bb0(%v_a: tensor<2x8xbf16>, %v4_r: tensor<2x2x1x4xbf16>):
+// CHECK-NEXT:      %v4_x = mugraph.input %v_a imap [1, -1, -1] fmap -1 : tensor<2x8xbf16> -> tensor<2x4xbf16>
+// CHECK-NEXT:      %v4_xv = mugraph.reshape %v4_x : tensor<2x4xbf16> -> tensor<2x1x1x4xbf16>
+// CHECK-NEXT:      mugraph.output %v4_xv to %v4_r omap [1, -1, -1] : tensor<2x1x1x4xbf16> -> tensor<2x2x1x4xbf16>
+// CHECK-NEXT:    }
+// CHECK-NEXT:    %c = mugraph.kernel "cache_write" (%cache, %v4, %p) {dim = 2 : i64} : (tensor<2x2x8x4xbf16>, tensor<2x2x1x4xbf16>, tensor<1xi32>) -> tensor<2x2x8x4xbf16>
 // CHECK-NEXT:    %w4 = mugraph.kernel "reshape" (%w)
 // CHECK-NEXT:    %c2 = mugraph.kernel "cache_write" (%cache2, %w4, %p)
 // CHECK-NEXT:    %c3 = mugraph.kernel "cache_write" (%cache3, %u, %p) {dim = 2 : i64} : (tensor<2x2x8x4xbf16>, tensor<2x8xbf16>, tensor<1xi32>) -> tensor<2x2x8x4xbf16>
 // CHECK-NEXT:    %c4 = mugraph.kernel "cache_write" (%cache4, %r, %p) {dim = 2 : i64} : (tensor<1x2x8x4xbf16>, tensor<1x8xbf16>, tensor<1xi32>) -> tensor<1x2x8x4xbf16>
-// CROWS-LABEL: func.func @cache_write_view
-// CROWS-NEXT:    %v4 = mugraph.graph_def grid [2, 1, 1] threads 128 forloop 1 (%v) : (tensor<2x8xbf16>) -> tensor<2x2x1x4xbf16> {
-// CROWS-NEXT:    ^bb0(%v_a: tensor<2x8xbf16>, %v4_r: tensor<2x2x1x4xbf16>):
-// CROWS-NEXT:      %v4_x = mugraph.input %v_a imap [1, -1, -1] fmap -1 : tensor<2x8xbf16> -> tensor<2x4xbf16>
-// CROWS-NEXT:      %v4_xv = mugraph.reshape %v4_x : tensor<2x4xbf16> -> tensor<2x1x1x4xbf16>
-// CROWS-NEXT:      mugraph.output %v4_xv to %v4_r omap [1, -1, -1] : tensor<2x1x1x4xbf16> -> tensor<2x2x1x4xbf16>
-// CROWS-NEXT:    }
-// CROWS-NEXT:    %c = mugraph.kernel "cache_write" (%cache, %v4, %p) {dim = 2 : i64} : (tensor<2x2x8x4xbf16>, tensor<2x2x1x4xbf16>, tensor<1xi32>) -> tensor<2x2x8x4xbf16>
-// CROWS-NEXT:    %w4 = mugraph.kernel "reshape" (%w)
-// CROWS-NEXT:    %c2 = mugraph.kernel "cache_write" (%cache2, %w4, %p)
-// CROWS-NEXT:    %c3 = mugraph.kernel "cache_write" (%cache3, %u, %p) {dim = 2 : i64} : (tensor<2x2x8x4xbf16>, tensor<2x8xbf16>, tensor<1xi32>) -> tensor<2x2x8x4xbf16>
-// CROWS-NEXT:    %c4 = mugraph.kernel "cache_write" (%cache4, %r, %p) {dim = 2 : i64} : (tensor<1x2x8x4xbf16>, tensor<1x8xbf16>, tensor<1xi32>) -> tensor<1x2x8x4xbf16>
+// CROWS0-LABEL: func.func @cache_write_view
+// CROWS0-NEXT:    %c = mugraph.kernel "cache_write" (%cache, %v, %p) {dim = 2 : i64} : (tensor<2x2x8x4xbf16>, tensor<2x8xbf16>, tensor<1xi32>) -> tensor<2x2x8x4xbf16>
+// CROWS0-NEXT:    %w4 = mugraph.kernel "reshape" (%w)
+// CROWS0-NEXT:    %c2 = mugraph.kernel "cache_write" (%cache2, %w4, %p)
+// CROWS0-NEXT:    %c3 = mugraph.kernel "cache_write" (%cache3, %u, %p) {dim = 2 : i64} : (tensor<2x2x8x4xbf16>, tensor<2x8xbf16>, tensor<1xi32>) -> tensor<2x2x8x4xbf16>
+// CROWS0-NEXT:    %c4 = mugraph.kernel "cache_write" (%cache4, %r, %p) {dim = 2 : i64} : (tensor<1x2x8x4xbf16>, tensor<1x8xbf16>, tensor<1xi32>) -> tensor<1x2x8x4xbf16>
 
 // -----
 
