@@ -73,7 +73,8 @@ def attention_warp_keys() -> int:
     stream_attention_mma takes of a staged chunk, so chunks of 64 or 128 keys. With 16 a warp's
     scores are two independent mma chains, its oᵀ += Vᵀ·pᵀ one m16n8k16 per 16 head elements
     in place of two m16n8k8, and a task walks half as many chunks (and barriers); a stage is
-    twice the shared memory. Opt-in until timed in a model."""
+    twice the shared memory. Level alone and +5.4 % in qwen3-0.6b at batch 8 with two stages
+    on the H100 (bench/RESULTS.md, session 98), so off."""
     return int(choice("MK_CUDA_ATTN_WARP_KEYS", ("8", "16")))
 
 
