@@ -1,5 +1,6 @@
 // Decode attention on tensor cores (MK_CUDA_ATTN_MMA=1): stream_attention's contract, with the
-// task's keys staged in chunks of 64 by cp.async and each warp taking 8 keys of every chunk.
+// task's keys staged in chunks of 64 by cp.async and each warp taking 8 keys of every chunk
+// (or chunks of 128 and 16 keys a warp: MK_ATTN_WARP_KEYS below).
 // The query rows (at most 8, padded to mma's 16) stay in registers as A fragments; a warp's
 // scores are one m16n8k16 product per 16 head elements, and its oᵀ += Vᵀ·pᵀ one m16n8k8 per 16. The
 // CUDA-core stream holds its keys' loads in registers and waits out a round trip per round of
