@@ -12,11 +12,25 @@
 // MK_ATTN_ROWS_FIRST=0: the body's build switches are its header's macros)
 // Each row: the median over 50 launches (after 10) of the CUDA-event time and of the mean
 // per-CTA time (globaltimer around the body); K/V rotate over 8 copies, more than the L2 holds.
+// The "phases" rows split a body's time at its marks (rows prepared, keys walked, merged), and
+// the last line checks 8 and 16 keys a warp against a float64 host reference.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <cstdio>
 #include <vector>
+
+// The body's two phase marks (rows prepared, keys walked) as globaltimer stamps of each CTA.
+__device__ unsigned long long g_marks[128][2];
+__device__ int g_mark_at[128];
+#define MK_ATTN_MARK(a)                                                                      \
+  do {                                                                                       \
+    if (threadIdx.x == 0) {                                                                  \
+      unsigned long long now;                                                                \
+      asm volatile("mov.u64 %0, %globaltimer;" : "=l"(now));                                 \
+      g_marks[blockIdx.x][g_mark_at[blockIdx.x]++ & 1] = now;                                \
+    }                                                                                        \
+  } while (0)
 
 #include "mk/cuda_attention_mma.cuh"
 
@@ -52,6 +66,7 @@ constexpr int64_t REGION = int64_t(KEYS) * D;  // elements of K (or V) per task
 
 __device__ inline uint64_t gtimer() { uint64_t t; asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t)); return t; }
 __device__ uint64_t g_cta_ns[TASKS];
+__device__ uint64_t g_phase_ns[TASKS][3];  // rows prepared, keys walked, merged (from the start)
 
 template <int S, bool OPS, int KW = kAttnWarpKeys>
 __device__ void att_body(const uint16_t* k, const uint16_t* v, const uint16_t* q, float* out) {
@@ -94,10 +109,18 @@ __global__ void __launch_bounds__(256, 1) att_kernel(const uint16_t* k, const ui
     if (x == 0.123f) out[0] = x;
   }
   __syncthreads();
+  if (threadIdx.x == 0) g_mark_at[blockIdx.x] = 0;
+  __syncthreads();
   const uint64_t t0 = gtimer();
   if (CALL) att_called<S, OPS, KW>(k, v, q, out); else att_body<S, OPS, KW>(k, v, q, out);
   __syncthreads();
-  if (threadIdx.x == 0) g_cta_ns[blockIdx.x] = gtimer() - t0;
+  if (threadIdx.x == 0) {
+    const uint64_t t1 = gtimer();
+    g_cta_ns[blockIdx.x] = t1 - t0;
+    g_phase_ns[blockIdx.x][0] = g_marks[blockIdx.x][0] - t0;
+    g_phase_ns[blockIdx.x][1] = g_marks[blockIdx.x][1] - t0;
+    g_phase_ns[blockIdx.x][2] = t1 - t0;
+  }
 }
 
 // The same bytes, chunks of 64 keys through S cp.async stages, no math.
@@ -207,6 +230,34 @@ std::pair<float, float> time_it(K kernel, int smem, const std::vector<uint16_t*>
 }
 
 
+// The body's phases, mean µs over the CTAs from the start, median over 40 launches: rows
+// prepared (the first mark), keys walked (the second), merged (the end).
+template <class K>
+void phase_row(const char* name, K kernel, int smem, const std::vector<uint16_t*>& ks,
+               const std::vector<uint16_t*>& vs, const uint16_t* q, float* out) {
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  std::vector<double> at[3];
+  for (int r = 0; r < 50; ++r) {
+    kernel<<<TASKS, 256, smem>>>(ks[r % ks.size()], vs[r % ks.size()], q, out);
+    cudaDeviceSynchronize();
+    if (r < 10) continue;
+    uint64_t h[TASKS][3];
+    cudaMemcpyFromSymbol(h, g_phase_ns, sizeof h);
+    for (int p = 0; p < 3; ++p) {
+      double sum = 0;
+      for (int j = 0; j < TASKS; ++j) sum += h[j][p];
+      at[p].push_back(sum / TASKS / 1e3);
+    }
+  }
+  double m[3];
+  for (int p = 0; p < 3; ++p) {
+    std::sort(at[p].begin(), at[p].end());
+    m[p] = at[p][at[p].size() / 2];
+  }
+  printf("%-34s rows prepared %6.2f us  keys walked %6.2f us (+%5.2f)  merged %6.2f us (+%5.2f)\n",
+         name, m[0], m[1], m[1] - m[0], m[2], m[2] - m[1]);
+}
+
 float bf16_value(uint16_t b) { uint32_t u = uint32_t(b) << 16; float f; memcpy(&f, &u, 4); return f; }
 
 // Random signed K, V and q against a float64 softmax(q·Kᵀ·scale)·V on the host: the largest
@@ -289,6 +340,9 @@ int main() {
   row("attention mma S=2 ops call big KW16", time_it(att_kernel<2, true, true, 0, 16>, BIG, ks, vs, q, out));
   row("attention mma S=3 ops call big KW16", time_it(att_kernel<3, true, true, 0, 16>, BIG16, ks, vs, q, out));
   row("attention mma S=4 ops call big KW8", time_it(att_kernel<4, true, true, 0, 8>, std::max(BIG, mma_attention_smem_bytes(R, D, 4, 8)), ks, vs, q, out));
+  phase_row("phases S=3 ops call big", att_kernel<3, true, true>, BIG, ks, vs, q, out);
+  phase_row("phases S=2 ops call big KW16", att_kernel<2, true, true, 0, 16>, BIG, ks, vs, q, out);
+  phase_row("phases S=3 no ops", att_kernel<3, false, false>, BIG, ks, vs, q, out);
   const double e8 = check_error<8>(), e16 = check_error<16>();
   printf("check against float64 (max |mk - ref| / (1 + |ref|)): KW8 %.2e  KW16 %.2e  %s\n", e8, e16,
          e8 < 2e-2 && e16 < 2e-2 ? "ok" : "FAIL");

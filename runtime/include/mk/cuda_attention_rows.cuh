@@ -68,8 +68,10 @@ struct StreamAttention {
 
 constexpr uint32_t kFlagQ = 1, kFlagKNew = 2, kFlagVNew = 4;
 
-// Op marks between a streamed attention's phases: its rows prepared, its keys, its merge.
-#if defined(MK_OP_MARKS)
+// Op marks between a streamed attention's phases: its rows prepared, its keys, its merge. A
+// program that times the bodies by itself (bench/attention_alone.cu) defines its own.
+#if defined(MK_ATTN_MARK)
+#elif defined(MK_OP_MARKS)
 #define MK_ATTN_MARK(a) do { if ((a).arena) ::mk::gpu::op_mark(*(a).arena); } while (0)
 #else
 #define MK_ATTN_MARK(a) ((void)0)

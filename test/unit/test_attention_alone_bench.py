@@ -1,0 +1,34 @@
+"""bench/attention_alone.cu: the batch-8 attention body alone builds without a GPU (it runs on one)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mk.backends.cuda import build
+
+NVCC = build.nvcc()
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("define", ["", "MK_ATTN_WARP_KEYS=16"])
+def test_the_program_builds_with_its_phase_marks(define: str, tmp_path: Path) -> None:
+    """It compiles for sm_90a, with the default body and with 16 keys a warp as the default; its
+    own MK_ATTN_MARK stamps the body's phases in place of the megakernel's op marks."""
+    assert NVCC is not None
+    out = tmp_path / "attention_alone"
+    cmd = [NVCC, "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a"]
+    cmd += ["--expt-relaxed-constexpr", f"-I{ROOT / 'runtime' / 'include'}"]
+    cmd += [f"-D{define}"] if define else []
+    done = subprocess.run(
+        [*cmd, str(ROOT / "bench" / "attention_alone.cu"), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "warning" not in done.stderr, done.stderr[-2000:]
+    assert out.is_file()
