@@ -199,12 +199,20 @@ uint4* g_flush = nullptr;
 int g_do_flush = 0;  // 1: plain reads, 2: evict-first reads
 const size_t kFlushUnits = (160u << 20) / 16;
 
+// The median event time (µs), mean CTA time (µs) and, for the attention kernels, the mean
+// µs from a CTA's start to its body's marks (rows prepared, keys walked) and to its end.
+struct Timing {
+  float event, cta;
+  double phase[3];
+};
+
 template <class K>
-std::pair<float, float> time_it(K kernel, int smem, const std::vector<uint16_t*>& ks, const std::vector<uint16_t*>& vs, const uint16_t* q, float* out) {
+Timing time_it(K kernel, int smem, const std::vector<uint16_t*>& ks, const std::vector<uint16_t*>& vs, const uint16_t* q, float* out) {
   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0); cudaEventCreate(&e1);
   std::vector<float> ms, cta;
+  std::vector<double> at[3];
   for (int r = 0; r < 60; ++r) {
     const int b = r % ks.size();  // rotate buffers: more than the L2 holds
     if (g_do_flush == 1) flush_kernel<false><<<264, 512>>>(g_flush, kFlushUnits);
@@ -216,47 +224,29 @@ std::pair<float, float> time_it(K kernel, int smem, const std::vector<uint16_t*>
     float t; cudaEventElapsedTime(&t, e0, e1);
     if (r >= 10) {
       ms.push_back(t);
-      uint64_t h[TASKS];
+      uint64_t h[TASKS], p[TASKS][3];
       cudaMemcpyFromSymbol(h, g_cta_ns, sizeof h);
+      cudaMemcpyFromSymbol(p, g_phase_ns, sizeof p);
       double sum = 0; for (int j = 0; j < TASKS; ++j) sum += h[j];
       cta.push_back(sum / TASKS / 1e3);
+      for (int k = 0; k < 3; ++k) {
+        double ps = 0; for (int j = 0; j < TASKS; ++j) ps += p[j][k];
+        at[k].push_back(ps / TASKS / 1e3);
+      }
     }
   }
   std::sort(ms.begin(), ms.end());
   std::sort(cta.begin(), cta.end());
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) printf("error %s\n", cudaGetErrorString(err));
-  return {ms[ms.size() / 2] * 1000.f, cta[cta.size() / 2]};
+  Timing out_t{ms[ms.size() / 2] * 1000.f, cta[cta.size() / 2], {}};
+  for (int k = 0; k < 3; ++k) {
+    std::sort(at[k].begin(), at[k].end());
+    out_t.phase[k] = at[k][at[k].size() / 2];
+  }
+  return out_t;
 }
 
-
-// The body's phases, mean µs over the CTAs from the start, median over 40 launches: rows
-// prepared (the first mark), keys walked (the second), merged (the end).
-template <class K>
-void phase_row(const char* name, K kernel, int smem, const std::vector<uint16_t*>& ks,
-               const std::vector<uint16_t*>& vs, const uint16_t* q, float* out) {
-  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  std::vector<double> at[3];
-  for (int r = 0; r < 50; ++r) {
-    kernel<<<TASKS, 256, smem>>>(ks[r % ks.size()], vs[r % ks.size()], q, out);
-    cudaDeviceSynchronize();
-    if (r < 10) continue;
-    uint64_t h[TASKS][3];
-    cudaMemcpyFromSymbol(h, g_phase_ns, sizeof h);
-    for (int p = 0; p < 3; ++p) {
-      double sum = 0;
-      for (int j = 0; j < TASKS; ++j) sum += h[j][p];
-      at[p].push_back(sum / TASKS / 1e3);
-    }
-  }
-  double m[3];
-  for (int p = 0; p < 3; ++p) {
-    std::sort(at[p].begin(), at[p].end());
-    m[p] = at[p][at[p].size() / 2];
-  }
-  printf("%-34s rows prepared %6.2f us  keys walked %6.2f us (+%5.2f)  merged %6.2f us (+%5.2f)\n",
-         name, m[0], m[1], m[1] - m[0], m[2], m[2] - m[1]);
-}
 
 float bf16_value(uint16_t b) { uint32_t u = uint32_t(b) << 16; float f; memcpy(&f, &u, 4); return f; }
 
@@ -324,8 +314,12 @@ int main() {
   cudaMalloc(&q, TASKS * R * D * 2); cudaMemcpy(q, host.data(), TASKS * R * D * 2, cudaMemcpyHostToDevice);
   cudaMalloc(&out, TASKS * R * D * 4);
   const double mb = 2.0 * bytes / 1e6;
-  auto row = [&](const char* name, std::pair<float, float> r) {
-    printf("%-34s event %7.2f us  CTA mean %6.2f us  %6.1f GB/s per CTA\n", name, r.first, r.second, mb * 1e3 / r.second / TASKS);
+  auto row = [&](const char* name, Timing r) {
+    printf("%-34s event %7.2f us  CTA mean %6.2f us  %6.1f GB/s per CTA\n", name, r.event, r.cta, mb * 1e3 / r.cta / TASKS);
+  };
+  auto phase_row = [&](const char* name, Timing r) {
+    printf("%-34s rows prepared %6.2f us  keys walked %6.2f us (+%5.2f)  merged %6.2f us (+%5.2f)\n",
+           name, r.phase[0], r.phase[1], r.phase[1] - r.phase[0], r.phase[2], r.phase[2] - r.phase[1]);
   };
   printf("%d tasks x %d keys x D %d: %.1f MB of K+V\n", TASKS, KEYS, D, mb);
   const int BIG = 155648;  // the qwen3-0.6b batch-8 megakernel's dynamic shared memory (3 stages)
@@ -334,15 +328,16 @@ int main() {
   row("attention mma S=2 ops", time_it(att_kernel<2, true, false>, mma_attention_smem_bytes(R, D, 2), ks, vs, q, out));
   row("attention mma S=2 ops call", time_it(att_kernel<2, true, true>, mma_attention_smem_bytes(R, D, 2), ks, vs, q, out));
   row("attention mma S=2 ops call big smem", time_it(att_kernel<2, true, true>, BIG, ks, vs, q, out));
-  row("attention mma S=3 ops call big smem", time_it(att_kernel<3, true, true>, BIG, ks, vs, q, out));
+  const Timing s3 = time_it(att_kernel<3, true, true>, BIG, ks, vs, q, out);
+  row("attention mma S=3 ops call big smem", s3);
   // 16 keys a warp (chunks of 128 keys): S=2 holds the bytes of 8 keys a warp's S=4.
   const int BIG16 = std::max(BIG, mma_attention_smem_bytes(R, D, 3, 16));
-  row("attention mma S=2 ops call big KW16", time_it(att_kernel<2, true, true, 0, 16>, BIG, ks, vs, q, out));
+  const Timing kw16 = time_it(att_kernel<2, true, true, 0, 16>, BIG, ks, vs, q, out);
+  row("attention mma S=2 ops call big KW16", kw16);
   row("attention mma S=3 ops call big KW16", time_it(att_kernel<3, true, true, 0, 16>, BIG16, ks, vs, q, out));
   row("attention mma S=4 ops call big KW8", time_it(att_kernel<4, true, true, 0, 8>, std::max(BIG, mma_attention_smem_bytes(R, D, 4, 8)), ks, vs, q, out));
-  phase_row("phases S=3 ops call big", att_kernel<3, true, true>, BIG, ks, vs, q, out);
-  phase_row("phases S=2 ops call big KW16", att_kernel<2, true, true, 0, 16>, BIG, ks, vs, q, out);
-  phase_row("phases S=3 no ops", att_kernel<3, false, false>, BIG, ks, vs, q, out);
+  phase_row("phases S=3 ops call big", s3);
+  phase_row("phases S=2 ops call big KW16", kw16);
   const double e8 = check_error<8>(), e16 = check_error<16>();
   printf("check against float64 (max |mk - ref| / (1 + |ref|)): KW8 %.2e  KW16 %.2e  %s\n", e8, e16,
          e8 < 2e-2 && e16 < 2e-2 ? "ok" : "FAIL");

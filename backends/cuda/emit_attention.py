@@ -87,8 +87,9 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         if plan.length is not None and attention_switches.causal_skip():
             self.length_keys(plan.length)
         self.lines += score_lambda(plan, lambda op: f"{self.var(op.tile)}[0]", self.fresh)
-        if (kv := self.mma_keys(plan, q_row, mma_chunks(self.task_keys(plan)))) is not None:
-            chunks = mma_chunks(self.task_keys(plan), mma_chunk_keys())
+        keys = self.task_keys(plan)
+        if (kv := self.mma_keys(plan, q_row, mma_chunks(keys))) is not None:
+            chunks = mma_chunks(keys, mma_chunk_keys())
             stages = min(chunks, attention_switches.attention_mma_stages())
             self.smem_floats = mma_smem_floats(plan.rows, plan.head_dim, stages)
             bf16 = "true" if kv == "mk::DTYPE_BF16" else "false"

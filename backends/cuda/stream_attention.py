@@ -131,7 +131,7 @@ class AttentionPlan:
         return slots * self.rows * per_slot_row
 
 
-MMA_KEYS = 64  # mk::gpu::kMmaAttentionKeys at 8 keys a warp
+MMA_KEYS = 64  # mk::gpu::mma_attention_chunk_keys(8): the chunk that MK_CUDA_ATTN_MMA=auto counts
 
 
 def mma_chunk_keys() -> int:

@@ -28,7 +28,7 @@ constexpr int kAttnWarpKeys = MK_ATTN_WARP_KEYS;
 constexpr int kAttnWarpKeys = 8;
 #endif
 static_assert(kAttnWarpKeys == 8 || kAttnWarpKeys == 16, "MK_ATTN_WARP_KEYS: 8 or 16");
-constexpr int kMmaAttentionKeys = 8 * kAttnWarpKeys;  // keys a staged chunk holds (8 warps)
+// The keys a staged chunk holds: the 8 warps'.
 __host__ __device__ constexpr int mma_attention_chunk_keys(int warp_keys) { return 8 * warp_keys; }
 
 // MK_ATTN_ROWS_FIRST = N (MK_CUDA_ATTN_ROWS_FIRST=N, 0..4, default 2): the rows' loads go out
