@@ -1,4 +1,4 @@
-"""bench/attention_alone.cu: the batch-8 attention body alone builds without a GPU (it runs on one)."""
+"""bench/attention_alone.cu and bench/slice_read.cu build without a GPU (they run on one)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,25 @@ def test_the_program_builds_with_its_phase_marks(define: str, tmp_path: Path) ->
     cmd += [f"-D{define}"] if define else []
     done = subprocess.run(
         [*cmd, str(ROOT / "bench" / "attention_alone.cu"), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "warning" not in done.stderr, done.stderr[-2000:]
+    assert out.is_file()
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+def test_the_slice_read_program_builds(tmp_path: Path) -> None:
+    """bench/slice_read.cu (the fused down projection's strided and contiguous weight reads
+    through rows_dot_lanes) compiles for sm_90a without warnings."""
+    assert NVCC is not None
+    out = tmp_path / "slice_read"
+    cmd = [NVCC, "-O3", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a"]
+    cmd += ["--expt-relaxed-constexpr", f"-I{ROOT / 'runtime' / 'include'}"]
+    done = subprocess.run(
+        [*cmd, str(ROOT / "bench" / "slice_read.cu"), "-o", str(out)],
         capture_output=True,
         text=True,
         check=False,
