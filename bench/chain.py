@@ -106,6 +106,7 @@ def program_source(
     acc: list[bool] | None = None,
     acc_nap: int = 0,
     acc_spread: bool = False,
+    acc_copies: int = 1,
 ) -> str:
     """The kernel and a main that times each mode (20 launches after 3, median) and prints
     `mode inflight median_us checksum_bits`, then `copy GB/s`, `bytes N` and `ctas N`. With
@@ -152,7 +153,7 @@ def program_source(
     # An accumulated phase's outputs start at zero (the others' at NaN: unwritten ones show).
     zero = "".join(
         f"\n    for (int l = 0; l < prm.layers; ++l) CHECK(cudaMemset(prm.act + prm.act_stride * "
-        f"(1 + (long long)l * {len(phases)} + {j}), 0, K * sizeof(float)));"
+        f"(1 + (long long)l * {len(phases)} + {j}), 0, {acc_copies} * K * sizeof(float)));"
         for j, a in enumerate(acc)
         if a
     )
@@ -167,7 +168,7 @@ def program_source(
 #include <cmath>
 #include <cstring>
 #include <vector>
-{kernel_source(phases, slots, local, flagged, acc, acc_nap, acc_spread)}
+{kernel_source(phases, slots, local, flagged, acc, acc_nap, acc_spread, acc_copies)}
 __global__ void fill(uint16_t* w, size_t n) {{
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {{
     uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ static_cast<uint32_t>(i >> 32) * 40503u;
@@ -265,6 +266,9 @@ static void run(const char* name, int mode, int inflight, int copier) {{
       if (kLastAcc) h[e] = e >= K || acc_count(l[e]) != (unsigned)sms ? NAN : acc_value(l[e]);
     }}
   }}
+  if (kLastAcc && !prm.ll)  // the copies' sums (counter modes)
+    for (int e = 0; e < K; ++e)
+      for (int c = 1; c < kAccCopies; ++c) h[e] += h[c * K + e];
   int same = -1;  // -1: not checked
   if (mode == 1 && reference.empty()) {{
     reference = h;
@@ -312,7 +316,7 @@ int main() {{
   uint16_t* w; CHECK(cudaMalloc(&w, wn * 2));
   fill<<<1024, 256>>>(w, wn);
   prm.w = w;
-  prm.act_stride = (long long)sms * {max(rows_max, 1)} > K ? (long long)sms * {max(rows_max, 1)} : K;
+  prm.act_stride = std::max((long long)sms * {max(rows_max, 1)}, (long long){acc_copies} * K);
   act_floats = (size_t)prm.act_stride * ({len(phases)} * {layers} + 1);
   CHECK(cudaMalloc(&prm.act, act_floats * sizeof(float)));
   CHECK(cudaMalloc(&prm.lls, act_floats * sizeof(unsigned long long)));
@@ -452,6 +456,13 @@ def main() -> None:
     ap.add_argument(
         "--acc-spread", action="store_true", help="each CTA adds its terms from its own quarter"
     )
+    ap.add_argument(
+        "--acc-copies",
+        type=int,
+        default=1,
+        help="copies of an accumulated phase's outputs (counter modes: CTA b adds into copy "
+        "b %% copies, the next phase sums them)",
+    )
     args = ap.parse_args()
     items = args.phases.split(",")
     phases = [int(x.lstrip("cla")) for x in items]
@@ -481,6 +492,7 @@ def main() -> None:
         acc=acc,
         acc_nap=args.acc_nap,
         acc_spread=args.acc_spread,
+        acc_copies=args.acc_copies,
     )
     with tempfile.TemporaryDirectory() as tmp:
         exe = build(src, Path(tmp))

@@ -19,11 +19,14 @@ def kernel_source(
     acc: list[bool] | None = None,
     acc_nap: int = 0,
     acc_spread: bool = False,
+    acc_copies: int = 1,
 ) -> str:
     """The megakernel-shaped chain: compute warps 0-7, loader warp 8. A `local` phase (with the
     cl modes) waits for its cluster's CTAs only, through shared-memory barriers, not the grid; a
     `flagged` one (with the mix modes) hands its values on with their flags, not a counter; an
-    `acc` one adds its rows' values into every output (a split-K projection's partials)."""
+    `acc` one adds its rows' values into every output (a split-K projection's partials), with the
+    counter modes into one of `acc_copies` copies of the outputs (CTA b into copy b % copies),
+    which the next phase sums as it reads them."""
     n = len(phases)
     local = local or [False] * n
     flagged = flagged or [False] * n
@@ -35,6 +38,7 @@ constexpr int K = {K}, kRows = {CHUNK_ROWS}, kSlots = {slots}, kPhases = {n}, kG
 constexpr int kChunk = kRows * K * 2;
 constexpr unsigned kAccNap = {acc_nap};  // ns between the polls of counted words (0: spin)
 constexpr bool kAccSpread = {"true" if acc_spread else "false"};
+constexpr int kAccCopies = {acc_copies};  // copies of an accumulated phase's outputs (counter modes)
 __constant__ int c_rows[kPhases] = {{{", ".join(map(str, phases))}}};
 __constant__ int c_prefix[kPhases] = {{{", ".join(map(str, prefix))}}};
 __constant__ int c_local[kPhases] = {{{", ".join(str(int(x)) for x in local)}}};
@@ -493,6 +497,10 @@ __device__ __noinline__ void compute(const Params& p, uint16_t* ring, float* xs,
           // near: the cluster's CTA e / src_rows, its row e % src_rows
           const long long at = near ? row_at(first + e / src_rows, e % src_rows, ctas(p)) : e;
           v[s] = got ? got[e] : __ldcg(src + at);
+          if (in_acc) {  // the other copies' terms (counter modes)
+#pragma unroll
+            for (int c = 1; c < kAccCopies; ++c) v[s] += __ldcg(src + c * K + at);
+          }
         }
 #pragma unroll
         for (int s = 0; s < K / 256; ++s) {

@@ -110,7 +110,7 @@ __device__ __forceinline__ void acc_give(unsigned long long* words, float* plain
   }
   for (int q = threadIdx.x; q < K / 4; q += 256) {
     const int e = (first + 4 * q) % K;
-    atomicAdd(reinterpret_cast<float4*>(plain + e),
+    atomicAdd(reinterpret_cast<float4*>(plain + (blockIdx.x % kAccCopies) * K + e),
               make_float4(res[e % rows], res[(e + 1) % rows], res[(e + 2) % rows], res[(e + 3) % rows]));
   }
 }

@@ -137,13 +137,20 @@ def test_accumulated_phases_run_the_counted_modes() -> None:
     ]  # fmt: skip
     assert "__constant__ int c_acc[kPhases] = {0, 0, 1, 1};" in src
     assert "red.relaxed.gpu.global.add.u64" in src  # the counted words' terms
-    assert "atomicAdd(reinterpret_cast<float4*>(plain + e)" in src  # mk's red.add.v4.f32
+    # mk's red.add.v4.f32, into the CTA's copy of the outputs (one copy by default)
+    assert "atomicAdd(reinterpret_cast<float4*>(plain + (blockIdx.x % kAccCopies) * K + e)" in src
+    assert "constexpr int kAccCopies = 1;" in src
     # the accumulated phases' outputs start at zero, the third and fourth of each layer's
-    assert "prm.act_stride * (1 + (long long)l * 4 + 2), 0, K * sizeof(float)" in src
-    assert "prm.act_stride * (1 + (long long)l * 4 + 3), 0, K * sizeof(float)" in src
+    assert "prm.act_stride * (1 + (long long)l * 4 + 2), 0, 1 * K * sizeof(float)" in src
+    assert "prm.act_stride * (1 + (long long)l * 4 + 3), 0, 1 * K * sizeof(float)" in src
     assert "constexpr unsigned kAccNap = 0;" in src and "kAccSpread = false;" in src
-    tuned = bench.program_source([32, 16], 2, [1], acc=[False, True], acc_nap=64, acc_spread=True)
+    tuned = bench.program_source(
+        [32, 16], 2, [1], acc=[False, True], acc_nap=64, acc_spread=True, acc_copies=4
+    )
     assert "constexpr unsigned kAccNap = 64;" in tuned and "kAccSpread = true;" in tuned
+    assert "constexpr int kAccCopies = 4;" in tuned
+    # four copies zeroed, and the stride holds them
+    assert "0, 4 * K * sizeof(float)" in tuned and "(long long)4 * K)" in tuned
 
 
 @pytest.mark.skipif(NVCC is None, reason="needs nvcc")
@@ -159,6 +166,7 @@ def test_counted_words_sum_in_any_order(tmp_path: Path) -> None:
 constexpr int K = 1024;
 constexpr unsigned kAccNap = 0;
 constexpr bool kAccSpread = false;
+constexpr int kAccCopies = 1;
 __device__ long long row_at(int cta, int r, int ctas) { return (long long)r * ctas + cta; }
 """
         + ll.LL_SOURCE
