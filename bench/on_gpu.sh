@@ -246,6 +246,9 @@ done
 # The device tool brings back only a few files of $OUT: the logs travel as one archive.
 logs=$(cd "$OUT" && ls -- *.log 2>/dev/null)
 if [ "$(echo "$logs" | grep -c .)" -gt 4 ]; then
+  # A later run of this script in the same call archives beside the earlier one, not over it.
+  archive=logs.tgz n=1
+  while [ -e "$OUT/$archive" ]; do n=$((n + 1)) archive=logs-$n.tgz; done
   # shellcheck disable=SC2086
-  (cd "$OUT" && tar czf logs.tgz $logs && rm -f $logs)
+  (cd "$OUT" && tar czf "$archive" $logs && rm -f $logs)
 fi
