@@ -16,6 +16,18 @@ def attention_merge_weights() -> bool:
     return flag("MK_CUDA_ATTN_MERGE_WEIGHTS", default=True)
 
 
+def keys_ahead() -> bool:
+    """MK_CUDA_ATTN_KEYS_AHEAD (default 0; 1: on): a decode attention task on CUDA cores whose
+    first round of keys goes out early (up to two query rows, aligned 16-bit caches) asks for
+    that round before its scalars (the kv length, the new key's position) arrive, instead of
+    after: their round trip to L2 then overlaps the keys' to HBM (mk::gpu::load_keys_ahead). The
+    round covers the task's keys before the length cuts them, so a task past the length still
+    reads one round (with a cache much longer than its positions, bytes nobody uses); the keys
+    past the cut are zeroed before use, as if never loaded, so the outputs are bit-identical.
+    Opt-in until timed."""
+    return flag("MK_CUDA_ATTN_KEYS_AHEAD", default=False)
+
+
 def causal_skip() -> bool:
     """MK_CUDA_CAUSAL_SKIP: 1 (default) cuts a causal block attention's keys to those its rows
     can see, and a decode attention task's at the kv length (backends/cuda/causal.py); 0 walks

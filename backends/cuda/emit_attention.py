@@ -11,6 +11,7 @@ from mk.backends.cpu.emit_scalar import dtype_code, float_literal
 from mk.backends.cuda import attention_switches, op_marks
 from mk.backends.cuda.emit_stream import StreamLinearEmitter
 from mk.backends.cuda.stream_attention import (
+    THREADS,
     AttentionPlan,
     HeadRow,
     mma_chunk_keys,
@@ -21,6 +22,8 @@ from mk.backends.cuda.stream_attention import (
 )
 from mk.diagnostics import MkError, op_location
 from mk.dialects.mugraph import InputOp
+
+SIXTEEN_BIT = ("mk::DTYPE_BF16", "mk::DTYPE_F16")
 
 
 def plain(ref: BufferRef, kernel: Operation, how: str) -> BufferRef:
@@ -44,6 +47,9 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         emit = self.lines.append
         q_row = None if isinstance(plan.q, InputOp) else plan.head_row(plan.q)
         loads = [op for op in plan.prologue if isinstance(op, InputOp)] + plan.scalars()
+        ahead = bool(plan.scalars()) and self.keys_ahead(plan, q_row)
+        if ahead:
+            self.load_keys_ahead(plan)
         for op in [*loads, *(op for op in plan.prologue if not isinstance(op, InputOp))]:
             self.step(op, "0")
         k, v = (
@@ -95,9 +101,46 @@ class StreamAttentionEmitter(StreamLinearEmitter):
             bf16 = "true" if kv == "mk::DTYPE_BF16" else "false"
             call = f"stream_attention_mma<{plan.rows}, {plan.head_dim}, {bf16}, {stages}>"
             emit(f"mk::gpu::{call}(sa, score);")
+        elif ahead:
+            call = f"stream_attention_ahead<{plan.rows}, {plan.head_dim}>"
+            emit(f"mk::gpu::{call}(sa, score, keys_ahead);")
         else:
             emit(f"mk::gpu::stream_attention<{plan.rows}, {plan.head_dim}>(sa, score);")
         emit("}")
+
+    def keys_ahead(self, plan: AttentionPlan, q_row: HeadRow | None) -> bool:
+        """Whether the task's first round of keys goes out before its scalars
+        (attention_switches.keys_ahead): a call on CUDA cores that takes an early round (up to
+        two query rows, mk::gpu::attention_early_round) from aligned 16-bit caches."""
+        if plan.block or not attention_switches.keys_ahead():
+            return False
+        if self.mma_keys(plan, q_row, mma_chunks(self.task_keys(plan))) is not None:
+            return False
+        rows, d = plan.rows, plan.head_dim
+        k, v = (self.operands[op.source_index()] for op in (plan.k, plan.v))
+        return (
+            rows <= 2
+            and (rows + 2) * (d // 8) <= THREADS
+            and k.dtype in SIXTEEN_BIT
+            and v.dtype == k.dtype
+            and all(map(self.rows_aligned, (plan.k, plan.v)))
+        )
+
+    def load_keys_ahead(self, plan: AttentionPlan) -> None:
+        """The K rows of the task's first round of keys into `keys_ahead`
+        (mk::gpu::load_keys_ahead), before the scalars' loads."""
+        k = self.operands[plan.k.source_index()]
+        rows, d = plan.rows, plan.head_dim
+        self.lines += [
+            f"mk::gpu::KeysAhead<mk::gpu::attention_slot_keys<{rows}>()> keys_ahead;",
+            "{  // the first round's K rows, asked for before the scalars that cut them arrive",
+            "mk::gpu::StreamAttention pre{};",
+            f"pre.k = static_cast<const uint16_t*>(buffers[{k.index}]) + {self.flat_start(plan.k)};",
+            f"pre.ld = {k.shape[-1]};",
+            f"pre.keys = {self.task_keys(plan)};",
+            f"mk::gpu::load_keys_ahead<{rows}, {d}>(pre, keys_ahead);",
+            "}",
+        ]
 
     def flagged_rows(self, plan: AttentionPlan, q_row: HeadRow | None) -> int:
         """StreamAttention::flagged: the bits (kFlagQ 1, kFlagKNew 2, kFlagVNew 4) of the rows

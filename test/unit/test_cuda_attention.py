@@ -275,6 +275,47 @@ def test_key_loop_switches_are_build_options(
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("value", ["", "0", "1"])
+def test_keys_ahead_are_a_build_option(
+    value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_ATTN_KEYS_AHEAD=1: qwen3-0.6b's heads at batch 1 (2 rows of 128 on CUDA cores)
+    ask for the first round's K rows before the kv length's load, and the call takes them;
+    off by default. Built without spills either way."""
+    monkeypatch.setenv("MK_CUDA_ATTN_KEYS_AHEAD", value)
+    prog = mk.compile(attention(1, 16, 8, 1024, 128), target="cuda", cache_dir=tmp_path)
+    src = prog.cuda_source  # type: ignore[attr-defined]
+    on = value == "1"
+    assert ("mk::gpu::load_keys_ahead<2, 128>(pre, keys_ahead);" in src) == on
+    assert ("mk::gpu::stream_attention_ahead<2, 128>(sa, score, keys_ahead);" in src) == on
+    assert ("mk::gpu::stream_attention<2, 128>(sa, score);" in src) != on
+    if on:  # the keys' loads go out before the scalar's
+        assert src.index("load_keys_ahead<") < src.index("mk::gpu::load_runs<mk::DTYPE_I32")
+    used = prog.cuda_resources  # type: ignore[attr-defined]
+    assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(
+    ("dims", "extra"),
+    [((1, 32, 8, 1024, 128), {}), ((1, 16, 8, 1024, 128), {"kv_len": False}),
+     ((1, 16, 8, 1024, 128), {"dtype": "f32"})],
+    ids=["4-rows", "no-scalars", "f32-cache"],
+)  # fmt: skip
+def test_keys_ahead_only_where_they_fit(
+    dims: tuple[int, ...], extra: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not for 4 query rows (the early round's register bound), nor without a scalar to load
+    (nothing to overlap), nor from f32 caches; a value other than 0 or 1 is an error."""
+    monkeypatch.setenv("MK_CUDA_ATTN_KEYS_AHEAD", "1")
+    prog = mk.compile(attention(*dims, **extra), target="cuda", cache_dir=tmp_path)
+    assert "keys_ahead" not in prog.cuda_source  # type: ignore[attr-defined]
+    monkeypatch.setenv("MK_CUDA_ATTN_KEYS_AHEAD", "yes")
+    with pytest.raises(mk.MkError, match="MK_CUDA_ATTN_KEYS_AHEAD must be 0 or 1"):
+        mk.compile(attention(1, 16, 8, 1024, 128), target="cuda", cache_dir=tmp_path)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 def test_merge_weights_are_a_build_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The slots' weights are computed once by default (mk::gpu::merge_slot_weights), which
     reserves a float per slot and row more; MK_CUDA_ATTN_MERGE_WEIGHTS=0 defines
@@ -512,6 +553,32 @@ def test_merge_weights_merge_as_the_slots_did(
     (got,) = weights(*inputs)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     matches_the_reference(weights, text, dims)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("splits", [0, 3])
+def test_keys_ahead_give_the_same_outputs_on_the_gpu(
+    splits: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MK_CUDA_ATTN_KEYS_AHEAD=1 gives outputs bit-identical to the default's where the caches'
+    rows at and past each sequence's kv length are NaN (tasks past the length read a round of
+    them and must drop it), and agrees with the reference on random caches."""
+    text = attention(2, 16, 8, 512, 128)
+    plain = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=splits)
+    q, k, v, lens = random_inputs(plain.func, seed=3)
+    lens = np.array([200, 457], dtype=np.int32)
+    k, v = np.array(k), np.array(v)
+    for b, n in enumerate(lens):
+        k[b, :, n:] = np.nan
+        v[b, :, n:] = np.nan
+    (want,) = plain(q, k, v, lens)
+    assert not np.isnan(np.asarray(want, dtype=np.float32)).any()
+    monkeypatch.setenv("MK_CUDA_ATTN_KEYS_AHEAD", "1")
+    ahead = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=splits)
+    assert "stream_attention_ahead<2, 128>" in ahead.cuda_source  # type: ignore[attr-defined]
+    (got,) = ahead(q, k, v, lens)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    matches_the_reference(ahead, text, splits)
 
 
 @pytest.mark.gpu

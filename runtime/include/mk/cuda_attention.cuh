@@ -96,6 +96,26 @@ __device__ inline void add_new_key(const StreamAttention& a, Score& score, const
   }
 }
 
+// U keys' loads in flight per slot: MK_ATTN_KEYS (MK_CUDA_ATTN_KEYS) sets them for up to 4
+// rows; with 16 slots of 16 lanes a round of 4 keys is 32 KB a CTA, half of what an SM needs
+// in flight to stream at its share of HBM.
+template <int R>
+__host__ __device__ constexpr int attention_slot_keys() {
+#if defined(MK_ATTN_KEYS)
+  return R <= 4 ? MK_ATTN_KEYS : 2;
+#else
+  return R <= 4 ? 4 : 2;
+#endif
+}
+
+// Whether stream_attention issues its first round of keys beside the rows' loads (kEarly), the
+// condition a round loaded ahead of the task's scalars (load_keys_ahead) needs too: up to two
+// query rows (at four, qwen3-8b's batch 1, the early round's registers made ptxas spill).
+template <int R, int D>
+__host__ __device__ constexpr bool attention_early_round() {
+  return R <= 2 && (R + 2) * (D / 8) <= kCudaThreads;
+}
+
 // A round of a slot's U keys (j0, j0 + slots, ... before e): the lane's 16 bytes of each key's
 // K and V rows, all in flight before the first is used (zeros past e).
 template <int U>
@@ -118,10 +138,31 @@ __device__ inline void load_key_round(const StreamAttention& a, int j0, int e, K
   }
 }
 
+// The K rows of a slot's first round, asked for before the task knows where its keys end
+// (load_keys_ahead); the V rows follow once it does.
+template <int U>
+struct KeysAhead {
+  uint4 k[U];
+};
+
+// Row `which` (a.k or a.v) of a round's U keys (j0, j0 + slots, ... before e), zeros past e.
+template <int D, int U>
+__device__ inline void load_round_rows(const uint16_t* rows, int64_t ld, int j0, int e, uint4 (&r)[U]) {
+  constexpr int L = D / 8;
+  const int slots = static_cast<int>(MK_CTA_THREADS) / L, lane = static_cast<int>(threadIdx.x) % L;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int j = j0 + u * slots;
+    r[u] = j < e ? load8<true, false>(rows + j * ld + lane * 8) : make_uint4(0, 0, 0, 0);
+  }
+}
+
 // Group size L lanes, U keys' loads in flight per lane: keys b..e-1 of the task (slot s takes
 // b + s, b + s + slots, ...) into the state (o, m, l). With First, `first` holds the slot's first
-// round where `has_first` (loaded earlier: MK_CUDA_ATTN_KV_EARLY).
-template <int R, int D, int U, bool Vec, class Score, bool First = false>
+// round where `has_first` (loaded earlier: MK_CUDA_ATTN_KV_EARLY); with Masked that round was
+// loaded before e was known (load_keys_ahead), so its keys at or past e are zeroed first: a
+// cache's rows past the kv length may hold anything, NaN too, and 0 · NaN would reach o.
+template <int R, int D, int U, bool Vec, class Score, bool First = false, bool Masked = false>
 __device__ void attention_keys(const StreamAttention& a, Score& score, const float (&q)[R][8], int b,
                                int e, float (&o)[R][8], float (&m)[R], float (&l)[R],
                                const KeyRound<U>& first = KeyRound<U>{}, bool has_first = false) {
@@ -189,8 +230,9 @@ __device__ void attention_keys(const StreamAttention& a, Score& score, const flo
     if (First && has_first && j0 == b + slot) {
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        kr[u] = first.k[u];
-        vr[u] = first.v[u];
+        const bool past = Masked && j0 + u * slots >= e;
+        kr[u] = past ? make_uint4(0, 0, 0, 0) : first.k[u];
+        vr[u] = past ? make_uint4(0, 0, 0, 0) : first.v[u];
       }
     } else {
       load_round(j0, kr, vr);
@@ -262,22 +304,28 @@ __device__ inline void merge_slot_weights(const StreamAttention& a, const float*
   __syncthreads();
 }
 
+// The K rows of the first round of the task's keys (its slot's keys j < a.keys, the keys before
+// the kv length cuts them), asked for before the scalars that cut them arrive:
+// stream_attention_ahead takes them and asks for the round's V rows where the early round
+// would go out (half the registers held from the start). All threads of the CTA; aligned
+// 16-bit caches (StreamAttention::aligned).
+template <int R, int D>
+__device__ inline void load_keys_ahead(const StreamAttention& a, KeysAhead<attention_slot_keys<R>()>& ahead) {
+  static_assert(attention_early_round<R, D>(), "a round ahead only where the early round fits");
+  load_round_rows<D, attention_slot_keys<R>()>(a.k, a.ld, static_cast<int>(threadIdx.x) / (D / 8), a.keys, ahead.k);
+}
+
 // All threads of the CTA: the final online-softmax state of R query rows over the task's keys,
 // each score passed through score(dot, key position) first. Ends with __syncthreads().
 // Shared memory: slots · R · (D + 2) floats (the emitter's StreamAttentionPlan.smem_floats),
-// + slots · R unless MK_ATTN_MERGE_SLOTS.
-template <int R, int D, class Score>
-__device__ void stream_attention(const StreamAttention& a, Score score) {
+// + slots · R unless MK_ATTN_MERGE_SLOTS. With Ahead, `ahead` holds the first round's K rows
+// (load_keys_ahead), whose keys past the ones this task takes are zeroed as it uses them.
+template <int R, int D, bool Ahead, class Score>
+__device__ void stream_attention_keys(const StreamAttention& a, Score score,
+                                      const KeysAhead<attention_slot_keys<R>()>* ahead) {
   static_assert(R >= 1 && R <= kAttentionMaxRows, "stream_attention takes 1..8 query rows");
   static_assert(D % 8 == 0 && D / 8 <= 32 && 32 % (D / 8) == 0, "head dim: 8, 16, ..., 256");
-  // U keys' loads in flight per slot: MK_ATTN_KEYS (MK_CUDA_ATTN_KEYS) sets them for up to 4
-  // rows; with 16 slots of 16 lanes a round of 4 keys is 32 KB a CTA, half of what an SM needs
-  // in flight to stream at its share of HBM.
-#if defined(MK_ATTN_KEYS)
-  constexpr int L = D / 8, U = R <= 4 ? MK_ATTN_KEYS : 2;
-#else
-  constexpr int L = D / 8, U = R <= 4 ? 4 : 2;
-#endif
+  constexpr int L = D / 8, U = attention_slot_keys<R>();
   float o[R][8], m[R], l[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -297,12 +345,19 @@ __device__ void stream_attention(const StreamAttention& a, Score score) {
                    a.ld % 8 == 0;
   // The keys' first round (of the keys before the new one) goes out right behind the rows'
   // loads, so its round trip to HBM overlaps theirs and the rows' ops (MK_CUDA_ATTN_KV_EARLY=0:
-  // after them). Up to two query rows: at four (qwen3-8b at batch 1, 16 splits) this body is the
-  // megakernel's register peak (255) and the early round's registers made ptxas spill.
-  constexpr bool kEarly = kAttnKvEarly && R <= 2 && (R + 2) * (D / 8) <= kCudaThreads;
+  // after them), unless it went out ahead of the task's scalars.
+  constexpr bool kEarly = Ahead || (kAttnKvEarly && attention_early_round<R, D>());
   KeyRound<U> first;
+  if constexpr (Ahead) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) first.k[u] = ahead->k[u];
+  }
   auto load_first = [&] {
-    if (kEarly && vec) load_key_round<D, U, true>(a, slot, jn, first);
+    if constexpr (Ahead) {
+      load_round_rows<D, U>(a.v, a.ld, slot, jn, first.v);
+    } else if (kEarly && vec) {
+      load_key_round<D, U, true>(a, slot, jn, first);
+    }
   };
   if (prepares_rows(a, jn)) {
     if constexpr (kEarly) {
@@ -326,7 +381,7 @@ __device__ void stream_attention(const StreamAttention& a, Score score) {
   for (int part = 0; part < (jn + 1 < a.keys ? 2 : 1); ++part) {
     const int b = part == 0 ? 0 : jn + 1, e = part == 0 ? jn : a.keys;
     if (vec) {
-      attention_keys<R, D, U, true, Score, kEarly>(a, score, q, b, e, o, m, l, first, part == 0);
+      attention_keys<R, D, U, true, Score, kEarly, Ahead>(a, score, q, b, e, o, m, l, first, part == 0);
     } else {
       // Unaligned caches are rare: one key's loads in flight, so the variant costs little code
       // (each body is fetched from a cold instruction cache once per layer).
@@ -354,6 +409,19 @@ __device__ void stream_attention(const StreamAttention& a, Score score) {
   } else {
     merge_slot_states<R, D>(a, so, sm, sl, slots);
   }
+}
+
+template <int R, int D, class Score>
+__device__ void stream_attention(const StreamAttention& a, Score score) {
+  stream_attention_keys<R, D, false>(a, score, nullptr);
+}
+
+// stream_attention with its first round's K rows already asked for (load_keys_ahead, same a.k
+// and a.ld; a.keys since cut at most).
+template <int R, int D, class Score>
+__device__ void stream_attention_ahead(const StreamAttention& a, Score score,
+                                       const KeysAhead<attention_slot_keys<R>()>& ahead) {
+  stream_attention_keys<R, D, true>(a, score, &ahead);
 }
 
 }  // namespace gpu
