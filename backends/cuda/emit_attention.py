@@ -47,7 +47,7 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         emit = self.lines.append
         q_row = None if isinstance(plan.q, InputOp) else plan.head_row(plan.q)
         loads = [op for op in plan.prologue if isinstance(op, InputOp)] + plan.scalars()
-        ahead = bool(plan.scalars()) and self.keys_ahead(plan, q_row)
+        ahead = self.keys_ahead(plan, q_row)
         if ahead:
             self.load_keys_ahead(plan)
         for op in [*loads, *(op for op in plan.prologue if not isinstance(op, InputOp))]:
@@ -111,8 +111,9 @@ class StreamAttentionEmitter(StreamLinearEmitter):
     def keys_ahead(self, plan: AttentionPlan, q_row: HeadRow | None) -> bool:
         """Whether the task's first round of keys goes out before its scalars
         (attention_switches.keys_ahead): a call on CUDA cores that takes an early round (up to
-        two query rows, mk::gpu::attention_early_round) from aligned 16-bit caches."""
-        if plan.block or not attention_switches.keys_ahead():
+        two query rows, mk::gpu::attention_early_round) from aligned 16-bit caches, with scalars
+        to load (else there is no round trip to overlap)."""
+        if plan.block or not plan.scalars() or not attention_switches.keys_ahead():
             return False
         if self.mma_keys(plan, q_row, mma_chunks(self.task_keys(plan))) is not None:
             return False
@@ -131,15 +132,12 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         (mk::gpu::load_keys_ahead), before the scalars' loads."""
         k = self.operands[plan.k.source_index()]
         rows, d = plan.rows, plan.head_dim
+        at = f"static_cast<const uint16_t*>(buffers[{k.index}]) + {self.flat_start(plan.k)}"
         self.lines += [
+            "// the first round's K rows, asked for before the scalars that cut them arrive",
             f"mk::gpu::KeysAhead<mk::gpu::attention_slot_keys<{rows}>()> keys_ahead;",
-            "{  // the first round's K rows, asked for before the scalars that cut them arrive",
-            "mk::gpu::StreamAttention pre{};",
-            f"pre.k = static_cast<const uint16_t*>(buffers[{k.index}]) + {self.flat_start(plan.k)};",
-            f"pre.ld = {k.shape[-1]};",
-            f"pre.keys = {self.task_keys(plan)};",
-            f"mk::gpu::load_keys_ahead<{rows}, {d}>(pre, keys_ahead);",
-            "}",
+            f"mk::gpu::load_keys_ahead<{rows}, {d}>({at}, {k.shape[-1]}, "
+            f"{self.task_keys(plan)}, keys_ahead);",
         ]
 
     def flagged_rows(self, plan: AttentionPlan, q_row: HeadRow | None) -> int:

@@ -286,7 +286,8 @@ def test_keys_ahead_are_a_build_option(
     prog = mk.compile(attention(1, 16, 8, 1024, 128), target="cuda", cache_dir=tmp_path)
     src = prog.cuda_source  # type: ignore[attr-defined]
     on = value == "1"
-    assert ("mk::gpu::load_keys_ahead<2, 128>(pre, keys_ahead);" in src) == on
+    assert ("mk::gpu::load_keys_ahead<2, 128>(" in src) == on
+    assert ("128, 64, keys_ahead);" in src) == on  # ld 128, the task's 64 keys (16 splits)
     assert ("mk::gpu::stream_attention_ahead<2, 128>(sa, score, keys_ahead);" in src) == on
     assert ("mk::gpu::stream_attention<2, 128>(sa, score);" in src) != on
     if on:  # the keys' loads go out before the scalar's

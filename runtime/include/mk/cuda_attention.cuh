@@ -145,7 +145,8 @@ struct KeysAhead {
   uint4 k[U];
 };
 
-// Row `which` (a.k or a.v) of a round's U keys (j0, j0 + slots, ... before e), zeros past e.
+// One side (K or V: `rows`, keys `ld` apart) of a round's U keys (j0, j0 + slots, ... before
+// e): the lane's 16 bytes of each, zeros past e.
 template <int D, int U>
 __device__ inline void load_round_rows(const uint16_t* rows, int64_t ld, int j0, int e, uint4 (&r)[U]) {
   constexpr int L = D / 8;
@@ -308,11 +309,12 @@ __device__ inline void merge_slot_weights(const StreamAttention& a, const float*
 // the kv length cuts them), asked for before the scalars that cut them arrive:
 // stream_attention_ahead takes them and asks for the round's V rows where the early round
 // would go out (half the registers held from the start). All threads of the CTA; aligned
-// 16-bit caches (StreamAttention::aligned).
+// 16-bit caches (StreamAttention::aligned), `keys` the task's keys before any cut.
 template <int R, int D>
-__device__ inline void load_keys_ahead(const StreamAttention& a, KeysAhead<attention_slot_keys<R>()>& ahead) {
+__device__ inline void load_keys_ahead(const uint16_t* k, int64_t ld, int keys,
+                                       KeysAhead<attention_slot_keys<R>()>& ahead) {
   static_assert(attention_early_round<R, D>(), "a round ahead only where the early round fits");
-  load_round_rows<D, attention_slot_keys<R>()>(a.k, a.ld, static_cast<int>(threadIdx.x) / (D / 8), a.keys, ahead.k);
+  load_round_rows<D, attention_slot_keys<R>()>(k, ld, static_cast<int>(threadIdx.x) / (D / 8), keys, ahead.k);
 }
 
 // All threads of the CTA: the final online-softmax state of R query rows over the task's keys,
