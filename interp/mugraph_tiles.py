@@ -27,6 +27,7 @@ from mk.dialects.mugraph_tiles import (
     YieldOp,
 )
 from mk.inputs import numpy_dtype
+from mk.interp.nn_ops import weighted_values
 
 Tile = np.ndarray
 BlockCoord = tuple[int, int, int]
@@ -413,7 +414,7 @@ class SoftmaxAccumulator(Accumulator):
         rescale = np.exp(self.m - shift)
         p = np.exp(s - shift)
         self.l = self.l * rescale + np.sum(p, axis=-1, keepdims=True)
-        self.o = self.o * rescale + np.matmul(p, v)
+        self.o = self.o * rescale + weighted_values(p, v)
         self.m = m_new
 
     def results(self) -> tuple[Tile, ...]:

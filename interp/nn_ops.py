@@ -150,6 +150,15 @@ def _slice(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.ndarra
     return args[0][tuple(slice(o, o + s) for o, s in zip(offsets, sizes, strict=True))]
 
 
+def weighted_values(p: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """p·v where a weight of exactly 0 adds nothing: a masked key's value row may hold anything
+    (NaN past kv_len in a cache never written), and 0·NaN must not reach the output."""
+    if np.all(np.isfinite(v)):
+        return np.matmul(p, v)
+    terms = p[..., :, :, None] * v[..., None, :, :]
+    return np.sum(np.where(p[..., :, :, None] != 0, terms, 0), axis=-2, dtype=np.float32)
+
+
 def _attention(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.ndarray:
     q, k, v = (_f32(a) for a in args[:3])
     batch, hq, sq, _ = q.shape
@@ -168,7 +177,7 @@ def _attention(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.nd
         query_pos = length[:, None] - sq + np.arange(sq)[None, :]
         visible = visible & (keys[None, None, None, :] <= query_pos[:, None, :, None])
     scores = np.where(visible, scores, np.float32(-np.inf))
-    return np.matmul(_softmax_along(scores, -1), v)
+    return weighted_values(_softmax_along(scores, -1), v)
 
 
 # The decode-loop step t the interpreters are running (`nn.steps`); 0 outside a decode loop.

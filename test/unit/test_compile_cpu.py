@@ -20,6 +20,7 @@ import pytest
 from attention_programs import attention
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mugraph_checks import lower
 from nn_programs import programs
 from xdsl.dialects.builtin import ModuleOp
 
@@ -28,6 +29,7 @@ import mk._runtime as rt
 from mk import compiler
 from mk.backends.tables import table_shape, tables_from_graph
 from mk.inputs import random_inputs
+from mk.interp.mugraph import run_mugraph
 from mk.runtime_tables import KIND_FIRST_LOWERED
 from mk.source import entry_function, load_module
 
@@ -574,3 +576,24 @@ def test_near_ties_do_not_excuse_other_differences() -> None:
     tokens = results[0].copy()
     tokens[2, 0] = (tokens[2, 0] + 1) % 64  # a token no near-tied choice gives
     assert _explain_by_near_ties(module, func, inputs, [tokens, *results[1:]]) == 1
+
+
+@pytest.mark.parametrize("kv_splits", [1, 2])
+def test_attention_skips_nan_cache_rows_past_kv_len(cache: Path, kv_splits: int) -> None:
+    """A cache never written past kv_len may hold NaN there: the executor and the mugraph
+    interpreter give the output of the same cache with zeros there, not 0·NaN."""
+    _real_backend()
+    text = attention(2, 4, 2, 9, 8, dtype="f32")
+    prog = mk.compile(text, num_sms=3, kv_splits=kv_splits, cache_dir=cache)
+    q, k, v, kv_len = random_inputs(prog.func, seed=4)
+    kv_len[:] = [6, 2]
+    clean_k, clean_v = k.copy(), v.copy()
+    for row, length in enumerate(kv_len):
+        clean_k[row, :, length:], clean_v[row, :, length:] = 0.0, 0.0
+        k[row, :, length:], v[row, :, length:] = np.nan, np.nan
+    (want,) = mk.reference(text, q, clean_k, clean_v, kv_len)
+    (out,) = prog(q, k, v, kv_len)
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+    (interp,) = run_mugraph(lower(load_module(text), kv_splits=kv_splits), q, k, v, kv_len)
+    np.testing.assert_allclose(interp, want, rtol=1e-5, atol=1e-6)

@@ -629,3 +629,40 @@ def test_block_attention_builds_without_spills(
     assert "mk::gpu::block_attention<" in prog.cuda_source  # type: ignore[attr-defined]
     used = prog.cuda_resources  # type: ignore[attr-defined]
     assert used is not None and used.spill_stores == 0, used
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("dims", "options", "splits", "mma"),
+    [
+        ((2, 16, 8, 512, 128), {}, 0, "0"),
+        ((2, 16, 8, 512, 128), {}, 0, "1"),
+        ((2, 8, 2, 300, 64), {}, 3, "auto"),
+        ((2, 4, 2, 40, 16), {"dtype": "f32", "causal": True, "sq": 3}, 0, "auto"),
+    ],
+)
+def test_nan_cache_rows_past_kv_len_stay_out_of_the_output(
+    dims: tuple[int, int, int, int, int],
+    options: dict[str, Any],
+    splits: int,
+    mma: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cache never written past kv_len (torch.empty) may hold NaN there: every attention body
+    (CUDA cores, tensor cores, the generic tile loops) agrees with the reference, which skips
+    those rows, instead of returning 0·NaN."""
+    monkeypatch.setenv("MK_CUDA_ATTN_MMA", mma)
+    text = attention(*dims, **options)
+    prog = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=splits)
+    q, k, v, lens = random_inputs(prog.func, seed=7)
+    lens = np.array([dims[3] * 2 // 5, dims[3] - 3], dtype=np.int32)
+    k, v = np.array(k), np.array(v)
+    for b, n in enumerate(lens):
+        k[b, :, n:] = np.nan
+        v[b, :, n:] = np.nan
+    (out,) = prog(q, k, v, lens)
+    (ref,) = mk.reference(text, q, k, v, lens)
+    assert not np.isnan(np.asarray(ref, dtype=np.float32)).any()
+    error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
+    assert error <= bound, error

@@ -382,3 +382,19 @@ def test_attention(hq: int, hkv: int, sq: int, causal: bool, with_len: bool, dt:
     attrs = f"{{scale = 3.535534e-01 : f32, causal = {str(causal).lower()}}}"
     out = run_one("nn.attention", inputs, dts, (q.shape, dt), attrs)
     assert_close(out, attention64(q, k, v, 3.535534e-01, causal, kv_len), dt)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_skips_nan_rows_past_kv_len(causal: bool) -> None:
+    """Cache rows past kv_len were never written (torch.empty): NaN there must not reach the
+    output through a zero weight (0·NaN)."""
+    rng = np.random.default_rng(12)
+    b, hq, hkv, sq, s, d = 2, 4, 2, 2, 7, 8
+    q, k, v = (randn(rng, shape, "f32") for shape in [(b, hq, sq, d), *[(b, hkv, s, d)] * 2])
+    kv_len = np.array([5, 3], dtype=np.int32)
+    for row, length in enumerate(kv_len):
+        k[row, :, length:], v[row, :, length:] = np.nan, np.nan
+    attrs = f"{{scale = 3.535534e-01 : f32, causal = {str(causal).lower()}}}"
+    out = run_one("nn.attention", [q, k, v, kv_len], ["f32"] * 3 + ["i32"], (q.shape, "f32"), attrs)
+    assert np.isfinite(out).all()
+    assert_close(out, attention64(q, k, v, 3.535534e-01, causal, kv_len), "f32")

@@ -443,7 +443,7 @@ inline void reduce_tile(std::vector<float>& out, const std::vector<float>& x, co
 // a[..., m, k] x b[..., k, n] (b[..., n, k] with transpose_b), batch dims broadcast.
 inline void matmul_tile(std::vector<float>& out, const Dims& oshape, const std::vector<float>& a,
                         const Dims& ashape, const std::vector<float>& b, const Dims& bshape,
-                        bool transpose_b) {
+                        bool transpose_b, bool skip_zero_a = false) {
   const int64_t m = ashape[ashape.size() - 2], k = ashape.back();
   const int64_t n = transpose_b ? bshape[bshape.size() - 2] : bshape.back();
   const Dims obatch(oshape.begin(), oshape.end() - 2);
@@ -459,6 +459,7 @@ inline void matmul_tile(std::vector<float>& out, const Dims& oshape, const std::
       for (int64_t j = 0; j < n; ++j) {
         double s = 0;
         for (int64_t q = 0; q < k; ++q) {
+          if (skip_zero_a && pa[i * k + q] == 0.0f) continue;
           s += static_cast<double>(pa[i * k + q]) * (transpose_b ? pb[j * k + q] : pb[q * n + j]);
         }
         po[i * n + j] = static_cast<float>(s);
@@ -574,8 +575,9 @@ inline void accum_softmax_update(std::vector<float>& o, std::vector<float>& m, s
     for (int64_t c = 0; c < d; ++c) o[r * d + c] = o[r * d + c] * rescale;
     m[r] = m_new;
   }
+  // A masked key weighs exactly 0 and its value row may hold anything (NaN past kv_len): skip it.
   std::vector<float> pv;
-  matmul_tile(pv, oshape, p, sshape, v, vshape, false);
+  matmul_tile(pv, oshape, p, sshape, v, vshape, false, true);
   for (size_t i = 0; i < o.size(); ++i) o[i] = o[i] + pv[i];
 }
 

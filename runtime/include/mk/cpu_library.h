@@ -204,7 +204,9 @@ inline void lib_attention(std::vector<float>& out, const std::vector<float>& q, 
         float* oi = out.data() + ((b * hq + h) * sq + i) * d;
         for (int64_t c = 0; c < d; ++c) {
           double acc = 0;
-          for (int64_t j = 0; j < s; ++j) acc += static_cast<double>(p[j]) * vh[j * d + c];
+          for (int64_t j = 0; j < s; ++j) {
+            if (p[j] != 0.0f) acc += static_cast<double>(p[j]) * vh[j * d + c];
+          }
           oi[c] = static_cast<float>(acc);
         }
       }

@@ -334,7 +334,7 @@ MK_COOPERATIVE void reduce_tile(Tile<float>& out, const Tile<float>& x, const Di
 
 MK_COOPERATIVE void matmul_tile(Tile<float>& out, const Dims& oshape, const Tile<float>& a,
                                    const Dims& ashape, const Tile<float>& b, const Dims& bshape,
-                                   bool transpose_b) {
+                                   bool transpose_b, bool skip_zero_a = false) {
   const int64_t m = ashape.v[ashape.n - 2], k = ashape.back();
   const int64_t n = transpose_b ? bshape.v[bshape.n - 2] : bshape.back();
   const Dims obatch = dims_range(oshape, 0, oshape.n - 2);
@@ -347,6 +347,7 @@ MK_COOPERATIVE void matmul_tile(Tile<float>& out, const Dims& oshape, const Tile
     const float* pb = b.p + bcast_offset(bi, obatch, sb) * k * n;
     double s = 0;
     for (int64_t q = 0; q < k; ++q) {
+      if (skip_zero_a && pa[i * k + q] == 0.0f) continue;
       s += static_cast<double>(pa[i * k + q]) * (transpose_b ? pb[j * k + q] : pb[q * n + j]);
     }
     out.p[e] = static_cast<float>(s);
@@ -564,7 +565,8 @@ MK_COOPERATIVE void accum_softmax_update(Tile<float>& o, Tile<float>& m, Tile<fl
     m.p[r] = m_new;
   }
   __syncthreads();
-  matmul_tile(pv, oshape, p, sshape, v, vshape, false);
+  // A masked key weighs exactly 0 and its value row may hold anything (NaN past kv_len): skip it.
+  matmul_tile(pv, oshape, p, sshape, v, vshape, false, true);
   MK_FOR_EACH(i, o.n) o.p[i] = o.p[i] + pv.p[i];
   __syncthreads();
   arena.reset(mark);

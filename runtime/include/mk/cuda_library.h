@@ -320,7 +320,9 @@ __device__ inline void lib_attention(Tile<float>& out, const Tile<float>& q, con
     softmax_line(pr, sc, s, 1);
     for (int64_t c = 0; c < d; ++c) {
       double acc = 0;
-      for (int64_t j = 0; j < s; ++j) acc += static_cast<double>(pr[j]) * vh[j * d + c];
+      for (int64_t j = 0; j < s; ++j) {
+        if (pr[j] != 0.0f) acc += static_cast<double>(pr[j]) * vh[j * d + c];
+      }
       out.p[row * d + c] = static_cast<float>(acc);
     }
   }
