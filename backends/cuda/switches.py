@@ -126,13 +126,14 @@ def mma_ring(warp_bytes: int, columns: int) -> int:
 def rows_dot() -> str:
     """MK_CUDA_ROWS_DOT: how an accumulating output's product streams its weight columns
     (mk/cuda_rows_add.cuh). `mma` (default): 2..16 activation rows of up to 128 columns on
-    tensor cores, an 8-row tile of the weight a load (rows_dot_mma), one row as `lanes`; on the
-    H200 at batch 8 qwen3-0.6b 2.22 -> 2.02 and llama-3.2-1b 2.04 -> 1.76 ms/token. `lanes`
-    share a row on CUDA cores, a power of two of them (won at 24, 64 and 96 columns a row at
-    batch 1); `packed` share it in groups that keep more lanes busy (3 a row for 24 columns, 4
-    taking 3 pieces each for 96; qwen3-0.6b batch 1 +0.9 % on the H100); `threads` take whole
-    rows (bench/RESULTS.md); `mma-all` puts one row on tensor cores too (qwen3-0.6b batch 1
-    +2.3 % on the H100, llama-3.2-1b −2.4 % on the H200 in session 37)."""
+    tensor cores, an 8-row tile of the weight a load (rows_dot_mma), one row too from 64
+    columns (llama-3.2-1b batch 1 −0.79 % on the H100), else as `lanes`; on the H200 at batch
+    8 qwen3-0.6b 2.22 -> 2.02 and llama-3.2-1b 2.04 -> 1.76 ms/token. `lanes` share a row on
+    CUDA cores, a power of two of them (won at 24, 64 and 96 columns a row at batch 1);
+    `packed` share it in groups that keep more lanes busy (3 a row for 24 columns, 4 taking 3
+    pieces each for 96; qwen3-0.6b batch 1 +0.9 % on the H100); `threads` take whole rows
+    (bench/RESULTS.md); `mma-all` puts one row on tensor cores at any width (qwen3-0.6b's 24
+    columns at batch 1 +2.3 % on the H100, llama-3.2-1b −2.4 % on the H200 in session 37)."""
     return choice("MK_CUDA_ROWS_DOT", ("mma", "lanes", "packed", "threads", "mma-all"))
 
 

@@ -259,8 +259,8 @@ def test_key_loop_switches_are_build_options(
     keys: str, early: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """MK_CUDA_ATTN_KEYS=8 defines MK_ATTN_KEYS and MK_CUDA_ATTN_KV_EARLY=0 MK_ATTN_KV_LATE; a
-    batch-8 decode attention of 512 keys a task (qwen3-0.6b's heads) on CUDA cores builds
-    without spills each way."""
+    batch-8 decode attention of 512 keys a task (qwen3-0.6b's heads) on CUDA cores, its first
+    round of keys ahead of its scalars (2 rows), builds without spills each way."""
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", "0")
     monkeypatch.setenv("MK_CUDA_ATTN_KEYS", keys)
     monkeypatch.setenv("MK_CUDA_ATTN_KV_EARLY", early)
@@ -269,7 +269,7 @@ def test_key_loop_switches_are_build_options(
     src = prog.cuda_source  # type: ignore[attr-defined]
     assert ("#define MK_ATTN_KEYS 8" in src) == (keys == "8")
     assert ("#define MK_ATTN_KV_LATE 1" in src) == (early == "0")
-    assert "mk::gpu::stream_attention<2, 128>(" in src
+    assert "mk::gpu::stream_attention_ahead<2, 128>(" in src
     used = prog.cuda_resources  # type: ignore[attr-defined]
     assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
 
@@ -279,13 +279,13 @@ def test_key_loop_switches_are_build_options(
 def test_keys_ahead_are_a_build_option(
     value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MK_CUDA_ATTN_KEYS_AHEAD=1: qwen3-0.6b's heads at batch 1 (2 rows of 128 on CUDA cores)
-    ask for the first round's K rows before the kv length's load, and the call takes them;
-    off by default. Built without spills either way."""
+    """MK_CUDA_ATTN_KEYS_AHEAD (on by default): qwen3-0.6b's heads at batch 1 (2 rows of 128
+    on CUDA cores) ask for the first round's K rows before the kv length's load, and the call
+    takes them; 0 leaves them after. Built without spills either way."""
     monkeypatch.setenv("MK_CUDA_ATTN_KEYS_AHEAD", value)
     prog = mk.compile(attention(1, 16, 8, 1024, 128), target="cuda", cache_dir=tmp_path)
     src = prog.cuda_source  # type: ignore[attr-defined]
-    on = value == "1"
+    on = value != "0"
     assert ("mk::gpu::load_keys_ahead<2, 128>(" in src) == on
     assert ("128, 64, keys_ahead);" in src) == on  # ld 128, the task's 64 keys (16 splits)
     assert ("mk::gpu::stream_attention_ahead<2, 128>(sa, score, keys_ahead);" in src) == on
@@ -348,13 +348,13 @@ def test_merge_weights_are_a_build_option(tmp_path: Path, monkeypatch: pytest.Mo
         ((8, 16, 8, 1024, 128), {}, "1", "stream_attention_mma<2, 128, true, 3>"),
         ((8, 16, 8, 1024, 128), {}, "auto", "stream_attention_mma<2, 128, true, 3>"),  # 8 chunks
         ((2, 8, 2, 256, 128), {}, "auto", "stream_attention<4, 128>"),  # one chunk of 64 keys
-        ((1, 16, 8, 1024, 128), {}, "auto", "stream_attention<2, 128>"),  # 2 rows x 2 chunks
+        ((1, 16, 8, 1024, 128), {}, "auto", "stream_attention_ahead<2, 128>"),  # 2 x 2 chunks
         ((1, 32, 8, 1024, 128), {}, "auto", "stream_attention<4, 128>"),  # 4 x 1 (16 splits)
         ((1, 32, 8, 1024, 128), {"kv_splits": 8}, "auto", "stream_attention_mma<4, 128, true, 2>"),
         ((2, 8, 2, 256, 64), {"dtype": "f16"}, "auto", "stream_attention_mma<4, 64, false, 1>"),
         ((2, 8, 2, 256, 64), {}, "0", "stream_attention<4, 64>"),
         ((2, 4, 4, 64, 32), {}, "", "stream_attention_mma<1, 32, true, 1>"),
-        ((3, 2, 2, 96, 16), {}, "1", "stream_attention<1, 16>"),  # head dim not 32, 64 or 128
+        ((3, 2, 2, 96, 16), {}, "1", "stream_attention_ahead<1, 16>"),  # head dim not 32/64/128
         ((1, 8, 1, 520, 256), {}, "1", "stream_attention<8, 256>"),  # o would not fit registers
     ],
 )
@@ -375,7 +375,8 @@ def test_tensor_core_decode_attention_is_a_build_option(
     options = {"kv_splits": extra.pop("kv_splits")} if "kv_splits" in extra else {}
     text = attention(*dims, **extra)  # type: ignore[arg-type]
     src = mk.compile(text, target="cuda", cache_dir=tmp_path, **options).cuda_source  # type: ignore[attr-defined]
-    assert f"mk::gpu::{call}(sa, score);" in src
+    ahead = ", keys_ahead" if "ahead" in call else ""  # up to 2 rows: keys before the scalars
+    assert f"mk::gpu::{call}(sa, score{ahead});" in src
     if "mma" in call:  # a stage a chunk of the task's keys (up to 2) of K and V rows of d + 8
         stages = int(call.split(", ")[-1].rstrip(">"))
         front = int(src.split("kArenaOffset = ")[1].split(";")[0])
@@ -561,11 +562,12 @@ def test_merge_weights_merge_as_the_slots_did(
 def test_keys_ahead_give_the_same_outputs_on_the_gpu(
     splits: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MK_CUDA_ATTN_KEYS_AHEAD=1 gives outputs bit-identical to the default's where the caches'
+    """MK_CUDA_ATTN_KEYS_AHEAD=1 gives outputs bit-identical to =0's where the caches'
     rows at and past each sequence's kv length are NaN (tasks past the length read a round of
     them and must drop it), and agrees with the reference on random caches. CUDA cores pinned:
     three splits' longer chunks would go to the tensor cores."""
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", "0")
+    monkeypatch.setenv("MK_CUDA_ATTN_KEYS_AHEAD", "0")
     text = attention(2, 16, 8, 512, 128)
     plain = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=splits)
     q, k, v, lens = random_inputs(plain.func, seed=3)

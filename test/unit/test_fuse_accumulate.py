@@ -325,9 +325,9 @@ def test_packed_lanes_build_without_spills(
 
 
 # (batch, columns) for MK_CUDA_ROWS_DOT=mma: qwen3-0.6b's 24 and llama-3.2-1b's 64 columns at
-# batch 8, 96 at batch 2 (three 32-column steps), and one row (lanes under `mma`, tensor cores
-# under `mma-all`).
-MMA_RUNS = [(8, 24), (8, 64), (2, 96), (16, 128), (1, 24)]
+# batch 8, 96 at batch 2 (three 32-column steps), and one row (lanes under `mma` below 64
+# columns, tensor cores from 64 and under `mma-all`).
+MMA_RUNS = [(8, 24), (8, 64), (2, 96), (16, 128), (1, 24), (1, 64)]
 
 
 @pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
@@ -335,18 +335,18 @@ MMA_RUNS = [(8, 24), (8, 64), (2, 96), (16, 128), (1, 24)]
 def test_rows_dot_on_tensor_cores_builds_without_spills(
     batch: int, cols: int, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MK_CUDA_ROWS_DOT=mma: 2..16 activation rows take rows_dot_mma, one row stays on lanes;
-    with mma-all one row takes rows_dot_mma too."""
+    """MK_CUDA_ROWS_DOT=mma: 2..16 activation rows take rows_dot_mma, one row too from 64
+    columns and stays on lanes below; with mma-all one row takes rows_dot_mma at any width."""
     monkeypatch.setenv("MK_CUDA_ROWS_DOT", "mma-all" if batch == 1 else "mma")
     text = residual_mlp(batch, cols * 16)
     prog = _fused(text, cache, cols)
     src = prog.cuda_source  # type: ignore[attr-defined]
-    name = "mma"
     if batch == 1:
         monkeypatch.setenv("MK_CUDA_ROWS_DOT", "mma")
-        lanes = _fused(text, cache, cols)
-        assert f"mk::gpu::rows_dot_lanes<1, {cols}, 256, true>(" in lanes.cuda_source  # type: ignore[attr-defined]
-    assert f"mk::gpu::rows_dot_{name}<{batch}, {cols}, 256, true>(" in src
+        default = _fused(text, cache, cols).cuda_source  # type: ignore[attr-defined]
+        name = "mma" if cols >= 64 else "lanes"
+        assert f"mk::gpu::rows_dot_{name}<1, {cols}, 256, true>(" in default
+    assert f"mk::gpu::rows_dot_mma<{batch}, {cols}, 256, true>(" in src
     used = prog.cuda_resources  # type: ignore[attr-defined]
     assert used is not None and (used.spill_stores, used.spilling) == (0, 0), used
 
