@@ -73,12 +73,13 @@ def dispatch_struct(
     wide_front: int = 0,
     inline_run: bool = False,
     tails: bool = False,
+    launch_words: str = "",
 ) -> str:
     """`front`: the streamed bodies' shared memory; `batch_waits`: MK_CUDA_WAIT_BATCH (on unless
     0); `arena_want`: the arena's shared-memory part a body asks for beyond the usual; `wide_front`:
     the most shared memory a body whose room reaches into the arena's part takes; `inline_run`:
     `run` is forced inline too (switches.inline_walk); `tails`: some grid is a tail (task-tails),
-    else the dispatcher leaves the tails' code out."""
+    else the dispatcher leaves the tails' code out; `launch_words`: LaunchWords.loader's members."""
     functions, of_kind = body_numbers(shared)
     cases = "\n".join(
         f"      case {i}: return {fn.name}(t, bp, arena, iteration);"
@@ -101,6 +102,7 @@ struct Dispatch {{
   static constexpr int kBuffers = {buffers};  // rows of the buffer table
   static constexpr bool kBatchWaits = {"true" if batch_waits else "false"};  // MK_CUDA_WAIT_BATCH
   static constexpr bool kTails = {"true" if tails else "false"};  // some grid is a tail (task-tails)
+{(launch_words or "  static constexpr int kLaunchWords = 0;").rstrip()}
   // The function number of a task's kind; -1 for a kind this program does not have.
   __device__ static int body(int32_t kind) {{
     const int32_t i = kind - {KIND_FIRST_LOWERED};

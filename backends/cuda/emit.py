@@ -4,6 +4,7 @@ megakernel's dispatcher and ABI (dispatch.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from xdsl.dialects.builtin import ModuleOp
@@ -28,6 +29,7 @@ from mk.backends.cuda.dispatch import (
 from mk.backends.cuda.emit_attention import plain
 from mk.backends.cuda.emit_body import DeviceGraphDefEmitter, numel
 from mk.backends.cuda.emit_library import DeviceLibraryEmitter
+from mk.backends.cuda.launch_words import LaunchStep, launch_words
 from mk.backends.cuda.mma_tile import WGMMA_HEADER, GemmPlan
 from mk.backends.cuda.stream import WIDE_ROOM, layer_loads
 from mk.backends.shared_bodies import SharedBodies, rebind
@@ -92,7 +94,8 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
         for i, b in enumerate(buffers)
     }
     profile = op_marks.enabled()
-    bodies = _bodies(grids, refs)
+    words = launch_words(grids, buffers, refs)
+    bodies = _bodies(grids, refs, words.steps)
     shared = SharedBodies(slot_format="bp[{k}]")
     gemm_fns: set[str] = set()  # the functions that run a wgmma tile
     for gi, (grid, (lines, need)) in enumerate(zip(grids, bodies, strict=True)):
@@ -105,6 +108,8 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
     gemm_only = switches.inline_gemm()
     defines = switches.defines(profile, op_marks.warm(), inline or gemm_only)
     out = [_PRELUDE.format(name=g.sym_name.data, defines=defines, extra=extra)]
+    if words.sources:
+        out.append(words.declaration())
     scratch = max((need.scratch for _, need in bodies), default=0)
     front = max((need.smem for _, need in bodies if not need.wide), default=0)
     wide_front = max((need.smem for _, need in bodies if need.wide), default=0)
@@ -128,6 +133,7 @@ def emit_cuda(graph: GraphOp | ModuleOp) -> CudaSource:
             wide_front,
             switches.inline_walk(),
             any(tail_edge(g) is not None for g in grids),
+            words.loader(),
         )  # fmt: skip
     )
     out.append("}  // namespace\n")
@@ -155,18 +161,21 @@ class _Need:
 
 
 _Bodies = list[tuple[list[str], _Need]]
+Steps = Mapping[int, LaunchStep]  # launch_words.py: steps computed in their readers
 
 
-def _bodies(grids: list[GridOp], refs: dict[str, BufferRef]) -> _Bodies:
+def _bodies(grids: list[GridOp], refs: dict[str, BufferRef], steps: Steps) -> _Bodies:
     """Every grid's body. Bodies that several grids share (a model's layers) are emitted again
     as repeated (MK_CUDA_LAYER_LOADS)."""
-    bodies = [_grid_body(g, refs) for g in grids]
+    bodies = [_grid_body(g, refs, steps) for g in grids]
     if layer_loads():
-        bodies = _as_repeated(grids, refs, bodies)
+        bodies = _as_repeated(grids, refs, bodies, steps)
     return bodies
 
 
-def _as_repeated(grids: list[GridOp], refs: dict[str, BufferRef], bodies: _Bodies) -> _Bodies:
+def _as_repeated(
+    grids: list[GridOp], refs: dict[str, BufferRef], bodies: _Bodies, steps: Steps
+) -> _Bodies:
     """The bodies that several grids share, emitted again as repeated: the first grid of each
     such function anew, the others its text on their own buffers (emitting every layer's again
     cost qwen3-8b's 36 layers 1.7 s)."""
@@ -182,7 +191,7 @@ def _as_repeated(grids: list[GridOp], refs: dict[str, BufferRef], bodies: _Bodie
             continue
         if fn.name not in first:
             first[fn.name] = i
-            out[i] = _grid_body(grid, refs, True)
+            out[i] = _grid_body(grid, refs, steps, True)
         else:
             j = first[fn.name]
             out[i] = (rebind(out[j][0], shared.buffers(j), shared.buffers(i)), out[j][1])
@@ -192,6 +201,7 @@ def _as_repeated(grids: list[GridOp], refs: dict[str, BufferRef], bodies: _Bodie
 def _grid_body(
     grid: GridOp,
     refs: dict[str, BufferRef],
+    steps: Steps,
     repeated: bool = False,
 ) -> tuple[list[str], _Need]:
     gk = grid_kernel(grid, refs, "CUDA")
@@ -199,7 +209,9 @@ def _grid_body(
     smem = 0
     wgmma = gemm = wide = False
     if isinstance(kernel, GraphDefOp):
-        emitter = DeviceGraphDefEmitter(kernel, gk.operands, gk.result_buffers(), repeated)
+        emitter = DeviceGraphDefEmitter(
+            kernel, gk.operands, gk.result_buffers(), repeated, launch_steps=steps
+        )
         body = emitter.emit()
         sizes = {n: numel(v) for v, n in emitter.names.items()}
         lines, tiles = device_lines(body, sizes)
@@ -240,6 +252,8 @@ def _widened(
     if emitter.stream_chunks < 2 or not fits or not switches.wide_room():
         return None
     op = emitter.op
-    wide = DeviceGraphDefEmitter(op, gk.operands, gk.result_buffers(), repeated, WIDE_ROOM)
+    wide = DeviceGraphDefEmitter(
+        op, gk.operands, gk.result_buffers(), repeated, WIDE_ROOM, emitter.launch_steps
+    )
     body = wide.emit()
     return (wide, body) if 0 < wide.stream_chunks < emitter.stream_chunks else None

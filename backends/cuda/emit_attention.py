@@ -4,12 +4,15 @@ check that what a body reads in place or as keys is a plain buffer."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from xdsl.ir import Operation
 
 from mk.backends.cpu.emit_ops import BufferRef
 from mk.backends.cpu.emit_scalar import dtype_code, float_literal
 from mk.backends.cuda import attention_switches, op_marks
 from mk.backends.cuda.emit_stream import StreamLinearEmitter
+from mk.backends.cuda.launch_words import LaunchStep
 from mk.backends.cuda.stream_attention import (
     THREADS,
     AttentionPlan,
@@ -40,6 +43,13 @@ def plain(ref: BufferRef, kernel: Operation, how: str) -> BufferRef:
 
 class StreamAttentionEmitter(StreamLinearEmitter):
     """The statements of a streamed decode attention, for the device emitter (emit.py)."""
+
+    launch_steps: Mapping[int, LaunchStep]  # computed, not loaded (launch_words.py)
+
+    def loaded_scalars(self, plan: AttentionPlan) -> list[InputOp]:
+        """The plan's scalars that cost a load (not steps of launch constants)."""
+        steps = self.launch_steps
+        return [op for op in plan.scalars() if self.operands[op.source_index()].index not in steps]
 
     def stream_attention(self, plan: AttentionPlan) -> None:
         """The call, after the loop-invariant ops it reads (their loads first, in one round
@@ -113,7 +123,7 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         (attention_switches.keys_ahead): a call on CUDA cores that takes an early round (up to
         two query rows, mk::gpu::attention_early_round) from aligned 16-bit caches, with scalars
         to load (else there is no round trip to overlap)."""
-        if plan.block or not plan.scalars() or not attention_switches.keys_ahead():
+        if plan.block or not self.loaded_scalars(plan) or not attention_switches.keys_ahead():
             return False
         if self.mma_keys(plan, q_row, mma_chunks(self.task_keys(plan))) is not None:
             return False

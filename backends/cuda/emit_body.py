@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from xdsl.dialects.builtin import TensorType
 from xdsl.ir import Operation, SSAValue
@@ -25,6 +25,7 @@ from mk.backends.cuda.barriers import PLACEHOLDER, Loop, every_loop, place_barri
 from mk.backends.cuda.elementwise import box_runs, element_offset, flat_offset
 from mk.backends.cuda.emit_attention import StreamAttentionEmitter, plain
 from mk.backends.cuda.fuse_loops import fuse_element_loops
+from mk.backends.cuda.launch_words import LaunchStep
 from mk.backends.cuda.load_groups import group_loads
 from mk.backends.cuda.local_tiles import localise_tiles
 from mk.backends.cuda.mma_tile import GemmPlan, gemm_lines, mma_tile, plan_gemm
@@ -71,8 +72,10 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         results: dict[int, list[BufferRef]],
         repeated: bool = False,
         room: int = 0,
+        launch_steps: Mapping[int, LaunchStep] | None = None,
     ) -> None:
         super().__init__(op, operands, results)
+        self.launch_steps = launch_steps or {}
         stream = plan_stream(op)
         self.stream_chunks = 0  # chunks a streamed linear walks its activation in
         if stream is not None and repeated:
@@ -302,6 +305,10 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
         first = flat_offset(ref.shape, self.input_starts(op, it))
         n, tile = runs.rows * runs.cols, self.var(op.tile)
         self.lines.append(f"{tile}.resize({n});")
+        if (step := self.launch_steps.get(ref.index)) is not None and runs.rows == 1:
+            value = step.value(f"{first} + e")
+            self.element_loop(n, [], [op.tile], [f"{tile}[e] = {value};  // step"])
+            return
         load = (
             f"mk::gpu::load_flag_runs<{n}, {runs.cols}>({tile}, buffers[{ref.index}], "
             f"{first}, {runs.ld}, arena);  // load, waiting on the flags"

@@ -169,6 +169,14 @@ def poll_sleep_ns() -> int:
     return count("MK_CUDA_POLL_SLEEP", POLL_SLEEP_NS, 0, 4096, "ns")
 
 
+def launch_steps() -> bool:
+    """MK_CUDA_LAUNCH_STEPS (default 0; 1: on): a task body that reads a decode-loop step of a
+    launch constant (`nn.step %pos`: the kv length, the new key's position) computes it from
+    the constant's words, copied into shared memory at the launch's start, and its iteration,
+    instead of loading the step task's result with an L2 round trip (launch_words.py)."""
+    return flag("MK_CUDA_LAUNCH_STEPS", default=False)
+
+
 def batch_waits() -> bool:
     """On unless MK_CUDA_WAIT_BATCH=0: the dispatcher reads the counters of all of a task's near
     waits at once and takes one acquire fence when they all hold, instead of one L2 round trip

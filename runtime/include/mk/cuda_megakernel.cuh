@@ -211,6 +211,12 @@ __device__ __forceinline__ bool run_queues(const LaunchParams& p) {
     }
     table = table_rows;
   }
+  if constexpr (Dispatch::kLaunchWords > 0) {
+    // The launch constants whose steps the bodies compute (launch_words.py): one a thread of
+    // warps 2 and up, read before the first task's barrier.
+    static_assert(Dispatch::kLaunchWords <= kCudaThreads - 64, "a launch word a thread");
+    if (threadIdx.x >= 64) Dispatch::load_launch_words(p.buffers, static_cast<int>(threadIdx.x) - 64);
+  }
   if (threadIdx.x == 0) {
     // Used only once the first task's loads are out, so the launch's start waits for one round
     // trip to memory, not two.
