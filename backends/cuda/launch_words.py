@@ -60,6 +60,8 @@ class LaunchWords:
 
     def loader(self) -> str:
         """Dispatch::load_launch_words: thread `i` of warps 2 and up copies word i."""
+        if not self.sources:
+            return ""
         lines, word = [], 0
         for buffer, n in self.sources:
             lines.append(
@@ -67,7 +69,7 @@ class LaunchWords:
                 f"mk_launch_words[i] = static_cast<const int32_t*>(b[{buffer}])[i - {word}];"
             )
             word += n
-        body = "\n".join(lines) if lines else "    (void)b; (void)i;"
+        body = "\n".join(lines)
         return (
             f"  static constexpr int kLaunchWords = {self.count};  // launch_words.py\n"
             f"  __device__ static void load_launch_words(void* const* b, int i) {{\n{body}\n  }}\n"

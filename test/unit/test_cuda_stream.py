@@ -305,14 +305,14 @@ def test_rebound_layers_match_layers_emitted_anew(
     graph = mk.compile(layers_program(3, 1024), target="cuda", num_sms=16, cache_dir=tmp_path).graph  # type: ignore[attr-defined]
     rebound = emit.emit_cuda(graph)
 
-    def anew(grids, refs, bodies):  # type: ignore[no-untyped-def]
+    def anew(grids, refs, bodies, steps):  # type: ignore[no-untyped-def]
         shared = SharedBodies()
         fns = [
             shared.add(g.sym_name.data, g.sym_name.data, b[0])
             for g, b in zip(grids, bodies, strict=True)
         ]
         return [
-            emit._grid_body(g, refs, True) if len(fn.grids) > 1 else b
+            emit._grid_body(g, refs, steps, True) if len(fn.grids) > 1 else b
             for g, fn, b in zip(grids, fns, bodies, strict=True)
         ]
 
