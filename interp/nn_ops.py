@@ -156,7 +156,7 @@ def weighted_values(p: np.ndarray, v: np.ndarray) -> np.ndarray:
     if np.all(np.isfinite(v)):
         return np.matmul(p, v)
     terms = p[..., :, :, None] * v[..., None, :, :]
-    return np.sum(np.where(p[..., :, :, None] != 0, terms, 0), axis=-2, dtype=np.float32)
+    return np.asarray(np.where(p[..., :, :, None] != 0, terms, 0).sum(axis=-2), np.float32)
 
 
 def _attention(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.ndarray:
