@@ -46,11 +46,6 @@ class StreamAttentionEmitter(StreamLinearEmitter):
 
     launch_steps: Mapping[int, LaunchStep]  # computed, not loaded (launch_words.py)
 
-    def loaded_scalars(self, plan: AttentionPlan) -> list[InputOp]:
-        """The plan's scalars that cost a load (not steps of launch constants)."""
-        steps = self.launch_steps
-        return [op for op in plan.scalars() if self.operands[op.source_index()].index not in steps]
-
     def stream_attention(self, plan: AttentionPlan) -> None:
         """The call, after the loop-invariant ops it reads (their loads first, in one round
         trip) and its scalars."""
@@ -122,8 +117,9 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         """Whether the task's first round of keys goes out before its scalars
         (attention_switches.keys_ahead): a call on CUDA cores that takes an early round (up to
         two query rows, mk::gpu::attention_early_round) from aligned 16-bit caches, with scalars
-        to load (else there is no round trip to overlap)."""
-        if plan.block or not self.loaded_scalars(plan) or not attention_switches.keys_ahead():
+        (loaded, their round trip overlapped; or computed from launch words, the keys still out
+        before the rows: qwen3-0.6b batch 1 -0.90 % on the H100 against the rows first)."""
+        if plan.block or not plan.scalars() or not attention_switches.keys_ahead():
             return False
         if self.mma_keys(plan, q_row, mma_chunks(self.task_keys(plan))) is not None:
             return False

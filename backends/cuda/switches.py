@@ -173,7 +173,9 @@ def launch_steps() -> bool:
     """MK_CUDA_LAUNCH_STEPS (default 0; 1: on): a task body that reads a decode-loop step of a
     launch constant (`nn.step %pos`: the kv length, the new key's position) computes it from
     the constant's words, copied into shared memory at the launch's start, and its iteration,
-    instead of loading the step task's result with an L2 round trip (launch_words.py)."""
+    instead of loading the step task's result with an L2 round trip (launch_words.py). On the
+    H100: qwen3-0.6b batch 1 -0.90 %, llama-3.2-1b batch 1 -0.12 % / -0.38 %, qwen3-0.6b batch 8
+    +0.28 % / +0.33 %."""
     return flag("MK_CUDA_LAUNCH_STEPS", default=False)
 
 
