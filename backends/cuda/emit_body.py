@@ -93,6 +93,9 @@ class DeviceGraphDefEmitter(StreamAttentionEmitter):
             or plan_gemm(op)
         )
         self.rows_add = plan_rows_add(op)
+        scope = switches.launch_steps()
+        if scope == ("writes" if isinstance(self.plan, AttentionPlan) else "attention"):
+            self.launch_steps = {}
         # Accumulators the streamed loop writes whole (StreamLinear::assign): not zeroed first.
         self.assigned: set[SSAValue] = set()
         if isinstance(self.plan, GemmPlan):  # gemm_lines: gw.assign

@@ -81,7 +81,7 @@ def launch_words(
 ) -> LaunchWords:
     """The steps of i32 launch inputs that no task writes, each the only writer of its result
     (switches.launch_steps; none when off)."""
-    if not switches.launch_steps():
+    if switches.launch_steps() == "0":
         return LaunchWords({}, ())
     writers: dict[str, int] = {}
     for grid in grids:

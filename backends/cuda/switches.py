@@ -169,14 +169,15 @@ def poll_sleep_ns() -> int:
     return count("MK_CUDA_POLL_SLEEP", POLL_SLEEP_NS, 0, 4096, "ns")
 
 
-def launch_steps() -> bool:
-    """MK_CUDA_LAUNCH_STEPS (default 0; 1: on): a task body that reads a decode-loop step of a
-    launch constant (`nn.step %pos`: the kv length, the new key's position) computes it from
-    the constant's words, copied into shared memory at the launch's start, and its iteration,
+def launch_steps() -> str:
+    """MK_CUDA_LAUNCH_STEPS (default 0): `1` has a task body that reads a decode-loop step of a
+    launch constant (`nn.step %pos`: the kv length, the new key's position) compute it from the
+    constant's words, copied into shared memory at the launch's start, and its iteration,
     instead of loading the step task's result with an L2 round trip (launch_words.py). On the
     H100: qwen3-0.6b batch 1 -0.90 %, llama-3.2-1b batch 1 -0.12 % / -0.38 %, qwen3-0.6b batch 8
-    +0.28 % / +0.33 %."""
-    return flag("MK_CUDA_LAUNCH_STEPS", default=False)
+    +0.28 % / +0.33 %. `attention` computes them in the decode attention bodies only, `writes`
+    in the others only (the cache and token writes): which part costs batch 8, untimed."""
+    return choice("MK_CUDA_LAUNCH_STEPS", ("0", "1", "attention", "writes"))
 
 
 def batch_waits() -> bool:

@@ -77,11 +77,30 @@ def test_steps_of_what_is_not_a_launch_constant_are_loaded(
 
 
 @pytest.mark.usefixtures("no_nvcc")
-def test_a_value_other_than_0_or_1_is_an_error(
+@pytest.mark.parametrize("scope", ["attention", "writes"])
+def test_the_steps_can_be_computed_in_one_kind_of_body(
+    scope: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`attention`: only the attention computes its steps (the kv length at offset 1, the new
+    key's position at 0); `writes`: only the other bodies (the cache writes at offset 0, the
+    token history's at 1), the attention loading its own."""
+    monkeypatch.setenv("MK_CUDA_LAUNCH_STEPS", scope)
+    src = _source(DECODE, tmp_path)
+    bodies = re.split(r"\n// task\.grid @", src)
+    for body in bodies[1:]:
+        attention = "stream_attention" in body
+        computed = re.findall(r"mk_launch_words\[0\]\) \+ iteration \+ (\d);", body)
+        assert not computed or attention == (scope == "attention"), body[:80]
+    found = set(re.findall(r"mk_launch_words\[0\]\) \+ iteration \+ (\d);", src))
+    assert found == {"0", "1"}, found
+
+
+@pytest.mark.usefixtures("no_nvcc")
+def test_a_value_outside_the_choices_is_an_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MK_CUDA_LAUNCH_STEPS", "yes")
-    with pytest.raises(mk.MkError, match="MK_CUDA_LAUNCH_STEPS must be 0 or 1"):
+    with pytest.raises(mk.MkError, match="MK_CUDA_LAUNCH_STEPS must be one of 0, 1, attention"):
         _source(DECODE, tmp_path)
 
 
