@@ -16,17 +16,19 @@ def attention_merge_weights() -> bool:
     return flag("MK_CUDA_ATTN_MERGE_WEIGHTS", default=True)
 
 
-def keys_ahead() -> bool:
-    """MK_CUDA_ATTN_KEYS_AHEAD (default 1; 0: off): a decode attention task on CUDA cores whose
-    first round of keys goes out early (up to two query rows, aligned 16-bit caches) asks for
-    that round before its scalars (the kv length, the new key's position) arrive, instead of
-    after: their round trip to L2 then overlaps the keys' to HBM (mk::gpu::load_keys_ahead). The
-    round covers the task's keys before the length cuts them, so a task past the length still
-    reads one round (with a cache much longer than its positions, bytes nobody uses); the keys
-    past the cut are zeroed before use, as if never loaded, so the outputs are bit-identical.
-    qwen3-0.6b batch 1 on the H100: 0.9170 -> 0.9088 ms/token (-0.90 %), with 255 registers
-    and 4 bytes of dispatcher spills against 246 and none."""
-    return flag("MK_CUDA_ATTN_KEYS_AHEAD", default=True)
+def keys_ahead() -> int:
+    """MK_CUDA_ATTN_KEYS_AHEAD (`1` by default: up to 2 query rows; `0`: off; `4`: up to 4): the
+    most query rows of a decode attention task on CUDA cores whose first round of keys goes out
+    early: such a task (aligned 16-bit caches) asks for that round before the scalars (the kv length, the new
+    key's position) arrive, instead of after: their round trip to L2 then overlaps the keys' to
+    HBM (mk::gpu::load_keys_ahead). The round covers the task's keys before the length cuts
+    them, so a task past the length still reads one round (with a cache much longer than its
+    positions, bytes nobody uses); the keys past the cut are zeroed before use, as if never
+    loaded, so the outputs are bit-identical. qwen3-0.6b batch 1 on the H100: 0.9170 -> 0.9088
+    ms/token (-0.90 %), with 255 registers and 4 bytes of dispatcher spills against 246 and
+    none. `4` also gives it to 4-row tasks (llama-3.2-1b and qwen3-8b at batch 1), whose early
+    round is otherwise off (it made ptxas spill there): untimed."""
+    return {"0": 0, "1": 2, "4": 4}[choice("MK_CUDA_ATTN_KEYS_AHEAD", ("1", "0", "4"))]
 
 
 def causal_skip() -> bool:

@@ -115,18 +115,19 @@ class StreamAttentionEmitter(StreamLinearEmitter):
 
     def keys_ahead(self, plan: AttentionPlan, q_row: HeadRow | None) -> bool:
         """Whether the task's first round of keys goes out before its scalars
-        (attention_switches.keys_ahead): a call on CUDA cores that takes an early round (up to
-        two query rows, mk::gpu::attention_early_round) from aligned 16-bit caches, with scalars
+        (attention_switches.keys_ahead): a call on CUDA cores of up to the switch's rows (2 by
+        default, mk::gpu::attention_early_round; 4 asked for) from aligned 16-bit caches, with scalars
         (loaded, their round trip overlapped; or computed from launch words, the keys still out
         before the rows: qwen3-0.6b batch 1 -0.90 % on the H100 against the rows first)."""
-        if plan.block or not plan.scalars() or not attention_switches.keys_ahead():
+        most_rows = attention_switches.keys_ahead()
+        if plan.block or not plan.scalars() or not most_rows:
             return False
         if self.mma_keys(plan, q_row, mma_chunks(self.task_keys(plan))) is not None:
             return False
         rows, d = plan.rows, plan.head_dim
         k, v = (self.operands[op.source_index()] for op in (plan.k, plan.v))
         return (
-            rows <= 2
+            rows <= most_rows
             and (rows + 2) * (d // 8) <= THREADS
             and k.dtype in SIXTEEN_BIT
             and v.dtype == k.dtype

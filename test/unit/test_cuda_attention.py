@@ -307,13 +307,17 @@ def test_keys_ahead_are_a_build_option(
 def test_keys_ahead_only_where_they_fit(
     dims: tuple[int, ...], extra: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Not for 4 query rows (the early round's register bound), nor without a scalar to load
-    (nothing to overlap), nor from f32 caches; a value other than 0 or 1 is an error."""
+    """Not for 4 query rows unless asked for (`4`: the early round's register bound), nor
+    without a scalar to load (nothing to overlap), nor from f32 caches; a value other than 0, 1
+    or 4 is an error."""
     monkeypatch.setenv("MK_CUDA_ATTN_KEYS_AHEAD", "1")
     prog = mk.compile(attention(*dims, **extra), target="cuda", cache_dir=tmp_path)
     assert "keys_ahead" not in prog.cuda_source  # type: ignore[attr-defined]
+    monkeypatch.setenv("MK_CUDA_ATTN_KEYS_AHEAD", "4")
+    four = mk.compile(attention(*dims, **extra), target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    assert ("mk::gpu::load_keys_ahead<4, 128>(" in four) == (dims[1] == 32 and not extra)
     monkeypatch.setenv("MK_CUDA_ATTN_KEYS_AHEAD", "yes")
-    with pytest.raises(mk.MkError, match="MK_CUDA_ATTN_KEYS_AHEAD must be 0 or 1"):
+    with pytest.raises(mk.MkError, match="MK_CUDA_ATTN_KEYS_AHEAD must be one of 1, 0, 4"):
         mk.compile(attention(1, 16, 8, 1024, 128), target="cuda", cache_dir=tmp_path)
 
 
@@ -560,16 +564,17 @@ def test_merge_weights_merge_as_the_slots_did(
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("splits", [0, 3])
+@pytest.mark.parametrize(("heads", "value"), [(16, "1"), (32, "4")])
 def test_keys_ahead_give_the_same_outputs_on_the_gpu(
-    splits: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    heads: int, value: str, splits: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """MK_CUDA_ATTN_KEYS_AHEAD=1 gives outputs bit-identical to =0's where the caches'
-    rows at and past each sequence's kv length are NaN (tasks past the length read a round of
-    them and must drop it), and agrees with the reference on random caches. CUDA cores pinned:
-    three splits' longer chunks would go to the tensor cores."""
+    """MK_CUDA_ATTN_KEYS_AHEAD=1 (2 rows a task) and =4 (4 rows) give outputs bit-identical to
+    =0's where the caches' rows at and past each sequence's kv length are NaN (tasks past the
+    length read a round of them and must drop it), and agree with the reference on random
+    caches. CUDA cores pinned: three splits' longer chunks would go to the tensor cores."""
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", "0")
     monkeypatch.setenv("MK_CUDA_ATTN_KEYS_AHEAD", "0")
-    text = attention(2, 16, 8, 512, 128)
+    text = attention(2, heads, 8, 512, 128)
     plain = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=splits)
     q, k, v, lens = random_inputs(plain.func, seed=3)
     lens = np.array([200, 457], dtype=np.int32)
@@ -579,9 +584,9 @@ def test_keys_ahead_give_the_same_outputs_on_the_gpu(
         v[b, :, n:] = np.nan
     (want,) = plain(q, k, v, lens)
     assert not np.isnan(np.asarray(want, dtype=np.float32)).any()
-    monkeypatch.setenv("MK_CUDA_ATTN_KEYS_AHEAD", "1")
+    monkeypatch.setenv("MK_CUDA_ATTN_KEYS_AHEAD", value)
     ahead = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=splits)
-    assert "stream_attention_ahead<2, 128>" in ahead.cuda_source  # type: ignore[attr-defined]
+    assert f"stream_attention_ahead<{heads // 8}, 128>" in ahead.cuda_source  # type: ignore[attr-defined]
     (got,) = ahead(q, k, v, lens)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     matches_the_reference(ahead, text, splits)

@@ -313,7 +313,7 @@ __device__ inline void merge_slot_weights(const StreamAttention& a, const float*
 template <int R, int D>
 __device__ inline void load_keys_ahead(const uint16_t* k, int64_t ld, int keys,
                                        KeysAhead<attention_slot_keys<R>()>& ahead) {
-  static_assert(attention_early_round<R, D>(), "a round ahead only where the early round fits");
+  static_assert(R <= 4 && (R + 2) * (D / 8) <= kCudaThreads, "a round ahead of up to 4 rows");
   load_round_rows<D, attention_slot_keys<R>()>(k, ld, static_cast<int>(threadIdx.x) / (D / 8), keys, ahead.k);
 }
 
