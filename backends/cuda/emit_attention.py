@@ -210,19 +210,22 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         self.key_fields("ba", plan)
         if plan.causal is not None and attention_switches.causal_skip():
             self.causal_keys(plan, min(plan.rows, run_rows) - 1)
+        if plan.length is not None and attention_switches.causal_skip():
+            self.length_keys(plan.length, "ba")
         self.lines += score_lambda(plan, lambda op: f"{self.var(op.tile)}[0]", self.fresh)
         bf16 = "true" if q.dtype == "mk::DTYPE_BF16" else "false"
         emit(f"mk::gpu::block_attention<{plan.rows}, {plan.head_dim}, {bf16}>(ba, score);")
         emit("}")
 
-    def length_keys(self, length: InputOp) -> None:
-        """sa.keys cut at the kv length (backends/cuda/causal.py's length_bound): a decode task
-        past it loads no keys (a cache longer than the positions written)."""
+    def length_keys(self, length: InputOp, name: str = "sa") -> None:
+        """The call's keys cut at the kv length (backends/cuda/causal.py's length_bound): a
+        task past it loads no keys (a cache longer than the positions written), and rows past
+        it, which may hold anything (NaN), are never read."""
         self.lines += [
             "{  // the keys at or past the kv length are masked for every row",
             f"const int64_t len = static_cast<int64_t>({self.var(length.tile)}[0]);",
-            "sa.keys = static_cast<int32_t>(mk::gpu::imax(int64_t{0}, "
-            "mk::gpu::imin(static_cast<int64_t>(sa.keys), len - sa.key0)));",
+            f"{name}.keys = static_cast<int32_t>(mk::gpu::imax(int64_t{{0}}, "
+            f"mk::gpu::imin(static_cast<int64_t>({name}.keys), len - {name}.key0)));",
             "}",
         ]
 

@@ -89,7 +89,7 @@ class AttentionPlan:
     prologue: tuple[Operation, ...] = ()
     head_rows: tuple[HeadRow, ...] = ()  # q / new rows the call computes as it loads them
     causal: CausalBound | None = None  # a block plan's causal mask (backends/cuda/causal.py)
-    length: InputOp | None = None  # a decode plan's kv length: keys from it on are masked
+    length: InputOp | None = None  # the kv length of a `key < len` mask: keys from it on
 
     @property
     def rows(self) -> int:
@@ -212,7 +212,7 @@ def plan_attention(op: GraphDefOp) -> AttentionPlan | None:
     if not used_only_by(handled - {acc}, handled) or not used_only_by(scalars, handled):
         return None
     causal = causal_bound(transform, args) if block else None
-    length = None if block else length_bound(transform, args)
+    length = length_bound(transform, args)
     return AttentionPlan(
         q, k, v, acc, transform, args, frozenset(handled - {acc}), k_new, v_new, tuple(prologue),
         tuple(head_rows), causal, length,

@@ -649,6 +649,8 @@ def test_block_attention_builds_without_spills(
         ((2, 16, 8, 512, 128), {}, 0, "1"),
         ((2, 8, 2, 300, 64), {}, 3, "auto"),
         ((2, 4, 2, 40, 16), {"dtype": "f32", "causal": True, "sq": 3}, 0, "auto"),
+        ((2, 4, 2, 256, 64), {"sq": 64}, 0, "auto"),  # block attention, cut at the length
+        ((2, 4, 2, 256, 64), {"sq": 64, "causal": True}, 0, "auto"),  # cut at the last query
     ],
 )
 def test_nan_cache_rows_past_kv_len_stay_out_of_the_output(
@@ -660,8 +662,8 @@ def test_nan_cache_rows_past_kv_len_stay_out_of_the_output(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A cache never written past kv_len (torch.empty) may hold NaN there: every attention body
-    (CUDA cores, tensor cores, the generic tile loops) agrees with the reference, which skips
-    those rows, instead of returning 0·NaN."""
+    (CUDA cores, tensor cores, the generic tile loops, a prefill's block attention) agrees with
+    the reference, which skips those rows, instead of returning 0·NaN."""
     monkeypatch.setenv("MK_CUDA_ATTN_MMA", mma)
     text = attention(*dims, **options)
     prog = mk.compile(text, target="cuda", cache_dir=tmp_path, kv_splits=splits)
@@ -676,3 +678,20 @@ def test_nan_cache_rows_past_kv_len_stay_out_of_the_output(
     assert not np.isnan(np.asarray(ref, dtype=np.float32)).any()
     error, bound = compiler.output_error(np.asarray(out), np.asarray(ref))
     assert error <= bound, error
+
+
+@pytest.mark.usefixtures("no_nvcc")
+@pytest.mark.parametrize(("causal", "skip"), [(False, ""), (True, ""), (False, "0")])
+def test_a_block_attention_cuts_its_keys_at_the_kv_length(
+    causal: bool, skip: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A non-causal block attention (64 queries a head) walks no key at or past the kv length,
+    as a decode task does; a causal one is cut at its last query instead (which lies before
+    the length); MK_CUDA_CAUSAL_SKIP=0 walks every key."""
+    monkeypatch.setenv("MK_CUDA_CAUSAL_SKIP", skip)
+    text = attention(2, 4, 2, 256, 64, sq=64, causal=causal)
+    src = mk.compile(text, target="cuda", cache_dir=tmp_path).cuda_source  # type: ignore[attr-defined]
+    assert "mk::gpu::block_attention<" in src
+    cut = "ba.keys = static_cast<int32_t>(mk::gpu::imax(int64_t{0}, mk::gpu::imin(static_cast<int64_t>(ba.keys), len - ba.key0)));"
+    assert (cut in src) == (not causal and skip != "0")
+    assert ("a causal mask:" in src) == causal
