@@ -152,11 +152,22 @@ def _slice(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.ndarra
 
 def weighted_values(p: np.ndarray, v: np.ndarray) -> np.ndarray:
     """p·v where a weight of exactly 0 adds nothing: a masked key's value row may hold anything
-    (NaN past kv_len in a cache never written), and 0·NaN must not reach the output."""
-    if np.all(np.isfinite(v)):
+    (NaN past kv_len in a cache never written), and 0·NaN must not reach the output. A value
+    that is not finite still reaches every output whose weight for it is not 0, with IEEE's
+    sums (inf, -inf, or NaN for both or a NaN); no [.., q, k, d] product is materialised."""
+    finite = np.isfinite(v)
+    if finite.all():
         return np.matmul(p, v)
-    terms = p[..., :, :, None] * v[..., None, :, :]
-    return np.asarray(np.where(p[..., :, :, None] != 0, terms, 0).sum(axis=-2), np.float32)
+    out = np.matmul(p, np.where(finite, v, 0)).astype(np.float32)
+    weighed = (p != 0).astype(np.float32)
+
+    def reaches(bad: np.ndarray) -> np.ndarray:
+        return np.matmul(weighed, bad.astype(np.float32)) > 0
+
+    up, down, nan = reaches(v == np.inf), reaches(v == -np.inf), reaches(np.isnan(v))
+    out = np.where(up, np.float32(np.inf), out)
+    out = np.where(down, np.float32(-np.inf), out)
+    return np.where(nan | (up & down), np.float32(np.nan), out)
 
 
 def _attention(args: Sequence[np.ndarray], attrs: Attrs, _shape: Shape) -> np.ndarray:

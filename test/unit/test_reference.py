@@ -398,3 +398,29 @@ def test_attention_skips_nan_rows_past_kv_len(causal: bool) -> None:
     out = run_one("nn.attention", [q, k, v, kv_len], ["f32"] * 3 + ["i32"], (q.shape, "f32"), attrs)
     assert np.isfinite(out).all()
     assert_close(out, attention64(q, k, v, 3.535534e-01, causal, kv_len), "f32")
+
+
+def test_weighted_values_keep_ieee_sums_of_the_weighed_values_only() -> None:
+    """A non-finite value reaches exactly the outputs that weigh it (inf, -inf, NaN for both or
+    a NaN), as a float64 loop over the weighed keys gives; unweighed ones add nothing."""
+    from mk.interp.nn_ops import weighted_values
+
+    rng = np.random.default_rng(5)
+    p = rng.random((2, 3, 6)).astype(np.float32)
+    p[p < 0.4] = 0.0
+    v = rng.standard_normal((2, 6, 4)).astype(np.float32)
+    v[0, 1, 0], v[0, 2, 0], v[1, 3, 2], v[1, 4, 1], v[1, 5, 1] = np.inf, -np.inf, np.nan, np.inf, 1
+    want = np.zeros((2, 3, 4))
+    for b, q, d in np.ndindex(*want.shape):
+        keys = [k for k in range(6) if p[b, q, k] != 0]
+        with np.errstate(invalid="ignore"):
+            want[b, q, d] = sum((float(p[b, q, k]) * float(v[b, k, d]) for k in keys), 0.0)
+    got = weighted_values(p, v).astype(np.float64)
+    same = np.isnan(got) == np.isnan(want)
+    assert same.all()
+    finite = np.isfinite(want)
+    assert (np.isinf(got) == np.isinf(want)).all() and (
+        got[np.isinf(want)] == want[np.isinf(want)]
+    ).all()
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-6)
+    assert np.isinf(want).any() and np.isnan(want).any()  # the case covers both
