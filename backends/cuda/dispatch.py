@@ -8,6 +8,7 @@ from mk.backends.cpu.emit import _indent, uses_iteration
 from mk.backends.cuda import switch_values
 from mk.backends.cuda.device_lines import ARENA_SMEM
 from mk.backends.cuda.entries import entry_words, head_words
+from mk.backends.cuda.launch_words import NO_LAUNCH_WORDS
 from mk.backends.shared_bodies import SharedBodies, SharedFunction
 from mk.runtime_tables import KIND_FIRST_LOWERED
 
@@ -73,7 +74,7 @@ def dispatch_struct(
     wide_front: int = 0,
     inline_run: bool = False,
     tails: bool = False,
-    launch_words: str = "",
+    launch_words: str = NO_LAUNCH_WORDS,
 ) -> str:
     """`front`: the streamed bodies' shared memory; `batch_waits`: MK_CUDA_WAIT_BATCH (on unless
     0); `arena_want`: the arena's shared-memory part a body asks for beyond the usual; `wide_front`:
@@ -102,7 +103,7 @@ struct Dispatch {{
   static constexpr int kBuffers = {buffers};  // rows of the buffer table
   static constexpr bool kBatchWaits = {"true" if batch_waits else "false"};  // MK_CUDA_WAIT_BATCH
   static constexpr bool kTails = {"true" if tails else "false"};  // some grid is a tail (task-tails)
-{(launch_words or "  static constexpr int kLaunchWords = 0;").rstrip()}
+{launch_words}
   // The function number of a task's kind; -1 for a kind this program does not have.
   __device__ static int body(int32_t kind) {{
     const int32_t i = kind - {KIND_FIRST_LOWERED};

@@ -52,7 +52,9 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         emit = self.lines.append
         q_row = None if isinstance(plan.q, InputOp) else plan.head_row(plan.q)
         loads = [op for op in plan.prologue if isinstance(op, InputOp)] + plan.scalars()
-        ahead = self.keys_ahead(plan, q_row)
+        keys = self.task_keys(plan)
+        kv = None if plan.block else self.mma_keys(plan, q_row, mma_chunks(keys))
+        ahead = kv is None and self.keys_ahead(plan)
         if ahead:
             self.load_keys_ahead(plan)
         for op in [*loads, *(op for op in plan.prologue if not isinstance(op, InputOp))]:
@@ -98,8 +100,7 @@ class StreamAttentionEmitter(StreamLinearEmitter):
         if plan.length is not None and attention_switches.causal_skip():
             self.length_keys(plan.length)
         self.lines += score_lambda(plan, lambda op: f"{self.var(op.tile)}[0]", self.fresh)
-        keys = self.task_keys(plan)
-        if (kv := self.mma_keys(plan, q_row, mma_chunks(keys))) is not None:
+        if kv is not None:
             chunks = mma_chunks(keys, mma_chunk_keys())
             stages = min(chunks, attention_switches.attention_mma_stages())
             self.smem_floats = mma_smem_floats(plan.rows, plan.head_dim, stages)
@@ -113,16 +114,14 @@ class StreamAttentionEmitter(StreamLinearEmitter):
             emit(f"mk::gpu::stream_attention<{plan.rows}, {plan.head_dim}>(sa, score);")
         emit("}")
 
-    def keys_ahead(self, plan: AttentionPlan, q_row: HeadRow | None) -> bool:
-        """Whether the task's first round of keys goes out before its scalars
-        (attention_switches.keys_ahead): a call on CUDA cores of up to the switch's rows (2 by
-        default, mk::gpu::attention_early_round; 4 asked for) from aligned 16-bit caches, with scalars
+    def keys_ahead(self, plan: AttentionPlan) -> bool:
+        """Whether a task on CUDA cores asks for its first round of keys before its scalars
+        (attention_switches.keys_ahead): up to the switch's rows (2 by default,
+        mk::gpu::attention_early_round; 4 asked for) from aligned 16-bit caches, with scalars
         (loaded, their round trip overlapped; or computed from launch words, the keys still out
         before the rows: qwen3-0.6b batch 1 -0.90 % on the H100 against the rows first)."""
         most_rows = attention_switches.keys_ahead()
         if plan.block or not plan.scalars() or not most_rows:
-            return False
-        if self.mma_keys(plan, q_row, mma_chunks(self.task_keys(plan))) is not None:
             return False
         rows, d = plan.rows, plan.head_dim
         k, v = (self.operands[op.source_index()] for op in (plan.k, plan.v))

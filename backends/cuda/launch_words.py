@@ -20,6 +20,7 @@ from mk.dialects.mugraph import KernelOp
 from mk.dialects.task import BufferOp, GridOp
 
 MOST_WORDS = 192  # the launch words one CTA holds: one a thread of warps 2 and up
+NO_LAUNCH_WORDS = "  static constexpr int kLaunchWords = 0;"  # Dispatch's member without them
 
 
 @dataclass(frozen=True)
@@ -51,17 +52,16 @@ class LaunchWords:
 
     def declaration(self) -> str:
         """The shared-memory words, declared before the bodies that read them."""
-        if not self.sources:
-            return ""
         return (
             f"// Launch-constant words (launch_words.py), copied at each launch's start.\n"
             f"__shared__ int32_t mk_launch_words[{self.count}];\n"
         )
 
     def loader(self) -> str:
-        """Dispatch::load_launch_words: thread `i` of warps 2 and up copies word i."""
+        """Dispatch's kLaunchWords and load_launch_words: thread `i` of warps 2 and up copies
+        word i."""
         if not self.sources:
-            return ""
+            return NO_LAUNCH_WORDS
         lines, word = [], 0
         for buffer, n in self.sources:
             lines.append(
@@ -72,7 +72,7 @@ class LaunchWords:
         body = "\n".join(lines)
         return (
             f"  static constexpr int kLaunchWords = {self.count};  // launch_words.py\n"
-            f"  __device__ static void load_launch_words(void* const* b, int i) {{\n{body}\n  }}\n"
+            f"  __device__ static void load_launch_words(void* const* b, int i) {{\n{body}\n  }}"
         )
 
 
@@ -89,6 +89,7 @@ def launch_words(
             writers[fp.buffer_name] = writers.get(fp.buffer_name, 0) + 1
     steps: dict[int, LaunchStep] = {}
     sources: list[tuple[int, int]] = []
+    first: dict[int, int] = {}  # a source buffer's first word
     for grid in grids:
         gk = grid_kernel(grid, refs, "CUDA")
         if not isinstance(gk.kernel, KernelOp) or gk.kernel.kind.data != "step":
@@ -102,14 +103,14 @@ def launch_words(
         single = math.prod(source.shape) == 1
         if not single and source.shape != result.shape:
             continue
-        first = next((w for w, (b, _) in enumerate(sources) if b == source.index), None)
-        word = sum(n for _, n in sources[: len(sources) if first is None else first])
-        if first is None:
-            if word + math.prod(source.shape) > MOST_WORDS:
+        if source.index not in first:
+            words, n = sum(n for _, n in sources), math.prod(source.shape)
+            if words + n > MOST_WORDS:
                 continue
-            sources.append((source.index, math.prod(source.shape)))
+            first[source.index] = words
+            sources.append((source.index, n))
         offset = _int(_nn_attrs(gk.kernel)["offset"])
-        steps[result.index] = LaunchStep(word, single, offset)
+        steps[result.index] = LaunchStep(first[source.index], single, offset)
     return LaunchWords(steps, tuple(sources))
 
 
